@@ -1,0 +1,327 @@
+import { IrCode, IrError } from './errors.js';
+
+/** One monomial `coef · v1 · v2 · …` of a symbolic dimension; `vars` is sorted and may repeat. */
+export interface DimTerm {
+  /** Symbol names of the monomial, sorted; repetition means a power. */
+  readonly vars: readonly string[];
+  /** Integer coefficient, never zero. */
+  readonly coef: number;
+}
+
+/**
+ * A symbolic dimension: an integer polynomial over named sizes (`batch`, `seq`, …) in canonical
+ * form, with at least one non-constant term. Constant dims are plain numbers, so two equal dims are
+ * always structurally equal (compare with `dimEquals`).
+ */
+export interface SymDim {
+  /** Non-constant terms, in canonical order. */
+  readonly terms: readonly DimTerm[];
+  /** The constant term. */
+  readonly constant: number;
+}
+
+/** A dimension: a non-negative integer, or a symbolic polynomial over named sizes. */
+export type Dim = number | SymDim;
+
+/** Sizes bound to symbol names (e.g. `{ batch: 4, seq: 17 }`). */
+export type DimBindings = Readonly<Record<string, number>>;
+
+const SYMBOL_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** Whether `name` is a valid symbol name. */
+export function isSymbolName(name: string): boolean {
+  return SYMBOL_RE.test(name);
+}
+
+/** A symbolic dimension of one named size. */
+export function sym(name: string): SymDim {
+  if (!isSymbolName(name)) {
+    throw new IrError(IrCode.INVALID_DIM, `'${name}' is not a valid dimension symbol (letters, digits, _)`);
+  }
+  return { terms: [{ vars: [name], coef: 1 }], constant: 0 };
+}
+
+/** Whether `d` is a known integer. */
+export function isStaticDim(d: Dim): d is number {
+  return typeof d === 'number';
+}
+
+function monoKey(vars: readonly string[]): string {
+  return vars.join('*');
+}
+
+function compareTerms(a: DimTerm, b: DimTerm): number {
+  if (a.vars.length !== b.vars.length) return b.vars.length - a.vars.length;
+  const ka = monoKey(a.vars);
+  const kb = monoKey(b.vars);
+  return ka < kb ? -1 : ka > kb ? 1 : 0;
+}
+
+function normalize(terms: Iterable<DimTerm>, constant: number): Dim {
+  const acc = new Map<string, DimTerm>();
+  for (const t of terms) {
+    const key = monoKey(t.vars);
+    const prev = acc.get(key);
+    acc.set(key, { vars: t.vars, coef: (prev?.coef ?? 0) + t.coef });
+  }
+  const out = [...acc.values()].filter((t) => t.coef !== 0).sort(compareTerms);
+  if (out.length === 0) return constant;
+  return { terms: out, constant };
+}
+
+function asPoly(d: Dim): SymDim {
+  return typeof d === 'number' ? { terms: [], constant: d } : d;
+}
+
+/** a + b. */
+export function dimAdd(a: Dim, b: Dim): Dim {
+  if (typeof a === 'number' && typeof b === 'number') return a + b;
+  const pa = asPoly(a);
+  const pb = asPoly(b);
+  return normalize([...pa.terms, ...pb.terms], pa.constant + pb.constant);
+}
+
+/** a − b. */
+export function dimSub(a: Dim, b: Dim): Dim {
+  return dimAdd(a, dimMul(b, -1));
+}
+
+/** a · b. */
+export function dimMul(a: Dim, b: Dim): Dim {
+  if (typeof a === 'number' && typeof b === 'number') return a * b;
+  const pa = asPoly(a);
+  const pb = asPoly(b);
+  const terms: DimTerm[] = [];
+  const lhs = [...pa.terms, { vars: [], coef: pa.constant }];
+  const rhs = [...pb.terms, { vars: [], coef: pb.constant }];
+  let constant = 0;
+  for (const x of lhs) {
+    for (const y of rhs) {
+      const coef = x.coef * y.coef;
+      if (coef === 0) continue;
+      const vars = [...x.vars, ...y.vars].sort();
+      if (vars.length === 0) constant += coef;
+      else terms.push({ vars, coef });
+    }
+  }
+  return normalize(terms, constant);
+}
+
+/** The product of `dims` (1 for none). */
+export function dimProduct(dims: readonly Dim[]): Dim {
+  let acc: Dim = 1;
+  for (const d of dims) acc = dimMul(acc, d);
+  return acc;
+}
+
+/** Structural equality of dims (sound because both sides are canonical). */
+export function dimEquals(a: Dim, b: Dim): boolean {
+  if (typeof a === 'number' || typeof b === 'number') return a === b;
+  return dimToString(a) === dimToString(b);
+}
+
+function removeVars(from: readonly string[], vars: readonly string[]): string[] | undefined {
+  const rest = [...from];
+  for (const v of vars) {
+    const i = rest.indexOf(v);
+    if (i < 0) return undefined;
+    rest.splice(i, 1);
+  }
+  return rest;
+}
+
+/**
+ * Exact division a / b, or `undefined` when the quotient is not an integer polynomial. Divisors
+ * may be integers or single monomials (`batch*seq`, `4*seq`); a general polynomial divides only a
+ * multiple of itself.
+ */
+export function dimDivExact(a: Dim, b: Dim): Dim | undefined {
+  if (typeof b === 'number') {
+    if (b === 0) return undefined;
+    if (typeof a === 'number') return a % b === 0 ? a / b : undefined;
+    if (a.constant % b !== 0 || a.terms.some((t) => t.coef % b !== 0)) return undefined;
+    return normalize(
+      a.terms.map((t) => ({ vars: t.vars, coef: t.coef / b })),
+      a.constant / b,
+    );
+  }
+  if (b.terms.length === 1 && b.constant === 0) {
+    const [mono] = b.terms as [DimTerm];
+    const pa = asPoly(a);
+    if (pa.constant !== 0) return undefined;
+    const terms: DimTerm[] = [];
+    let constant = 0;
+    for (const t of pa.terms) {
+      const vars = removeVars(t.vars, mono.vars);
+      if (vars === undefined || t.coef % mono.coef !== 0) return undefined;
+      if (vars.length === 0) constant += t.coef / mono.coef;
+      else terms.push({ vars, coef: t.coef / mono.coef });
+    }
+    return normalize(terms, constant);
+  }
+  for (let k = 1; k <= 64; k++) if (dimEquals(a, dimMul(b, k))) return k;
+  return undefined;
+}
+
+/** Symbol names a dim mentions, sorted and unique. */
+export function dimSymbols(d: Dim): string[] {
+  if (typeof d === 'number') return [];
+  return [...new Set(d.terms.flatMap((t) => t.vars))].sort();
+}
+
+/** Evaluates a dim under bindings; throws `IR_EVAL_ERROR` naming a missing symbol. */
+export function evalDim(d: Dim, bindings: DimBindings): number {
+  if (typeof d === 'number') return d;
+  let acc = d.constant;
+  for (const t of d.terms) {
+    let v = t.coef;
+    for (const name of t.vars) {
+      const x = bindings[name];
+      if (x === undefined) {
+        throw new IrError(IrCode.EVAL_ERROR, `dimension symbol '${name}' has no binding`, {
+          hint: 'bind it through an input whose declared shape mentions it',
+        });
+      }
+      v *= x;
+    }
+    acc += v;
+  }
+  return acc;
+}
+
+function monoToString(t: DimTerm, first: boolean): string {
+  const parts: string[] = [];
+  const mag = Math.abs(t.coef);
+  if (mag !== 1) parts.push(String(mag));
+  parts.push(...t.vars);
+  const body = parts.join('*');
+  if (first) return t.coef < 0 ? `-${body}` : body;
+  return t.coef < 0 ? ` - ${body}` : ` + ${body}`;
+}
+
+/** Canonical text of a dim: `4096`, `seq`, `batch*seq`, `seq + 1`, `2*kv - 3`. */
+export function dimToString(d: Dim): string {
+  if (typeof d === 'number') return String(d);
+  let s = '';
+  d.terms.forEach((t, i) => {
+    s += monoToString(t, i === 0);
+  });
+  if (d.constant > 0) s += ` + ${String(d.constant)}`;
+  else if (d.constant < 0) s += ` - ${String(-d.constant)}`;
+  return s;
+}
+
+/**
+ * Checks that `d` is a usable dimension: a non-negative safe integer, or a symbolic polynomial
+ * whose coefficients are safe integers. Throws `IR_INVALID_DIM` otherwise.
+ */
+export function checkDim(d: unknown, what = 'dimension'): Dim {
+  if (typeof d === 'number') {
+    if (!Number.isSafeInteger(d) || d < 0) {
+      throw new IrError(IrCode.INVALID_DIM, `${what} must be a non-negative integer, got ${String(d)}`);
+    }
+    return d;
+  }
+  if (typeof d !== 'object' || d === null) {
+    throw new IrError(IrCode.INVALID_DIM, `${what} must be an integer or a symbolic dim`);
+  }
+  const { terms, constant } = d as Partial<SymDim>;
+  if (!Array.isArray(terms) || typeof constant !== 'number' || !Number.isSafeInteger(constant)) {
+    throw new IrError(IrCode.INVALID_DIM, `${what} is not a well-formed symbolic dim`);
+  }
+  const clean: DimTerm[] = [];
+  for (const t of terms as unknown[]) {
+    const { vars, coef } = (t ?? {}) as Partial<DimTerm>;
+    if (
+      !Array.isArray(vars) ||
+      vars.length === 0 ||
+      !vars.every((v) => typeof v === 'string' && isSymbolName(v)) ||
+      typeof coef !== 'number' ||
+      !Number.isSafeInteger(coef)
+    ) {
+      throw new IrError(IrCode.INVALID_DIM, `${what} has a malformed term`);
+    }
+    clean.push({ vars: [...(vars as string[])].sort(), coef });
+  }
+  return normalize(clean, constant);
+}
+
+/** Parses a dim expression (`4096`, `seq`, `batch*seq`, `seq + 1`, `(a + 1)*2`, `hidden/4`). */
+export function parseDim(text: string): Dim {
+  const p = new DimParser(text);
+  const d = p.parseExpr();
+  p.expectEnd();
+  return d;
+}
+
+class DimParser {
+  private pos = 0;
+  constructor(private readonly src: string) {}
+
+  private fail(msg: string): never {
+    throw new IrError(IrCode.INVALID_DIM, `bad dimension '${this.src}': ${msg} at offset ${String(this.pos)}`);
+  }
+  private skip(): void {
+    while (this.pos < this.src.length && /\s/.test(this.src[this.pos]!)) this.pos++;
+  }
+  private peek(): string | undefined {
+    this.skip();
+    return this.src[this.pos];
+  }
+  expectEnd(): void {
+    if (this.peek() !== undefined) this.fail('unexpected text');
+  }
+  parseExpr(): Dim {
+    let acc = this.parseTerm();
+    for (;;) {
+      const c = this.peek();
+      if (c === '+') {
+        this.pos++;
+        acc = dimAdd(acc, this.parseTerm());
+      } else if (c === '-') {
+        this.pos++;
+        acc = dimSub(acc, this.parseTerm());
+      } else return acc;
+    }
+  }
+  private parseTerm(): Dim {
+    let acc = this.parseAtom();
+    for (;;) {
+      const c = this.peek();
+      if (c === '*') {
+        this.pos++;
+        acc = dimMul(acc, this.parseAtom());
+      } else if (c === '/') {
+        this.pos++;
+        const rhs = this.parseAtom();
+        const q = dimDivExact(acc, rhs);
+        if (q === undefined) this.fail(`${dimToString(acc)} is not divisible by ${dimToString(rhs)}`);
+        acc = q;
+      } else return acc;
+    }
+  }
+  private parseAtom(): Dim {
+    const c = this.peek();
+    if (c === undefined) return this.fail('unexpected end');
+    if (c === '(') {
+      this.pos++;
+      const d = this.parseExpr();
+      if (this.peek() !== ')') this.fail("expected ')'");
+      this.pos++;
+      return d;
+    }
+    if (c === '-') {
+      this.pos++;
+      return dimMul(this.parseAtom(), -1);
+    }
+    const m = /^(\d+|[A-Za-z_][A-Za-z0-9_]*)/.exec(this.src.slice(this.pos));
+    if (m === null) return this.fail(`unexpected '${c}'`);
+    this.pos += m[0].length;
+    if (/^\d/.test(m[0])) {
+      const n = Number(m[0]);
+      if (!Number.isSafeInteger(n)) this.fail('integer too large');
+      return n;
+    }
+    return sym(m[0]);
+  }
+}

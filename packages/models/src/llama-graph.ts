@@ -1,0 +1,148 @@
+import { type Graph, GraphBuilder, IrCode, IrError, type Value } from '@stageml/ir';
+
+/** The shape-defining fields of a Llama-family decoder (names follow HF `LlamaConfig`, camelCased). */
+export interface LlamaShape {
+  /** Vocabulary size. */
+  readonly vocabSize: number;
+  /** Model width. */
+  readonly hiddenSize: number;
+  /** MLP width. */
+  readonly intermediateSize: number;
+  /** Decoder layers. */
+  readonly numLayers: number;
+  /** Query heads. */
+  readonly numHeads: number;
+  /** Key/value heads (grouped-query attention when fewer than query heads). */
+  readonly numKvHeads: number;
+  /** Per-head width; defaults to hiddenSize / numHeads. */
+  readonly headDim?: number;
+  /** RMSNorm epsilon. */
+  readonly rmsNormEps?: number;
+  /** RoPE base. */
+  readonly ropeTheta?: number;
+  /** Whether lm_head shares the embedding matrix. */
+  readonly tieWordEmbeddings?: boolean;
+  /** Bias on q/k/v/o projections. */
+  readonly attentionBias?: boolean;
+  /** Bias on gate/up/down projections. */
+  readonly mlpBias?: boolean;
+}
+
+/** Projections a LoRA adapter can target, by their HF module names. */
+export const LLAMA_PROJECTIONS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
+
+/** One of `LLAMA_PROJECTIONS`. */
+export type LlamaProjection = (typeof LLAMA_PROJECTIONS)[number];
+
+/** LoRA factors attached as parameters: y = x·Wᵀ + scale·(x·Aᵀ)·Bᵀ on each targeted projection. */
+export interface LlamaLoraShape {
+  /** Rank r of A [r, in] and B [out, r]. */
+  readonly rank: number;
+  /** Scale s (lora_alpha / r, or / √r with rsLoRA). */
+  readonly scale: number;
+  /** Targeted projections (default: all seven). */
+  readonly targets?: readonly LlamaProjection[];
+}
+
+/** Options of `buildLlamaGraph`. */
+export interface LlamaGraphOptions {
+  /** Graph name (default `llama`). */
+  readonly name?: string;
+  /** Attach LoRA factors to projections. */
+  readonly lora?: LlamaLoraShape;
+}
+
+function check(cond: boolean, msg: string): void {
+  if (!cond) throw new IrError(IrCode.BAD_ATTR, `llama config: ${msg}`);
+}
+
+/** Rotary inverse frequencies θ^(−2i/d), i < d/2 (HF default rope). */
+export function ropeInvFreq(headDim: number, theta: number): number[] {
+  return Array.from({ length: headDim / 2 }, (_, i) => 1 / theta ** ((2 * i) / headDim));
+}
+
+/**
+ * Builds a Llama-family decoder forward pass (prefill, no KV cache) as IR over symbolic `batch`
+ * and `seq`, with parameters named as in HF checkpoints (`model.layers.0.self_attn.q_proj.weight`).
+ * Inputs: `input_ids` i64[batch, seq] and `position_ids` i64[batch, seq]. Output: `logits`
+ * f32[batch, seq, vocab]. Only shapes are needed, so a 7B-shaped graph builds without weights.
+ */
+export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): Graph {
+  const H = cfg.hiddenSize;
+  const nh = cfg.numHeads;
+  const nkv = cfg.numKvHeads;
+  const hd = cfg.headDim ?? H / nh;
+  for (const [k, v] of Object.entries({ vocabSize: cfg.vocabSize, hiddenSize: H, intermediateSize: cfg.intermediateSize, numLayers: cfg.numLayers, numHeads: nh, numKvHeads: nkv, headDim: hd })) {
+    check(Number.isSafeInteger(v) && v > 0, `${k} must be a positive integer, got ${String(v)}`);
+  }
+  check(nh % nkv === 0, `numHeads ${String(nh)} must be a multiple of numKvHeads ${String(nkv)}`);
+  check(hd % 2 === 0, `headDim ${String(hd)} must be even for rotary embeddings`);
+  const eps = cfg.rmsNormEps ?? 1e-6;
+  const lora = opts.lora;
+  const targets = new Set<string>(lora?.targets ?? LLAMA_PROJECTIONS);
+  const b = new GraphBuilder(opts.name ?? 'llama');
+
+  const ids = b.input('input_ids', ['i64', ['batch', 'seq']]);
+  const pos = b.input('position_ids', ['i64', ['batch', 'seq']]);
+  const embed = b.param('model.embed_tokens.weight', ['f32', [cfg.vocabSize, H]]);
+
+  // cos/sin tables [batch, 1, seq, hd], shared by every layer.
+  const [cos, sin] = b.scope('rope', () => {
+    const inv = b.constant(ropeInvFreq(hd, cfg.ropeTheta ?? 10000), 'f32', [hd / 2]);
+    const p = b.reshape(b.cast(pos, 'f32'), ['batch', 'seq', 1]);
+    const freqs = b.mul(p, inv);
+    const emb = b.reshape(b.concat([freqs, freqs], -1), ['batch', 1, 'seq', hd]);
+    return [b.cos(emb), b.sin(emb)] as const;
+  });
+
+  const proj = (prefix: string, name: LlamaProjection, x: Value, inDim: number, outDim: number, bias: boolean): Value => {
+    const w = b.param(`${prefix}.${name}.weight`, ['f32', [outDim, inDim]]);
+    const bv = bias ? b.param(`${prefix}.${name}.bias`, ['f32', [outDim]]) : undefined;
+    const base = b.linear(x, w, bv);
+    if (lora === undefined || !targets.has(name)) return base;
+    const A = b.param(`${prefix}.${name}.lora_A.weight`, ['f32', [lora.rank, inDim]]);
+    const B = b.param(`${prefix}.${name}.lora_B.weight`, ['f32', [outDim, lora.rank]]);
+    const delta = b.linear(b.linear(x, A), B);
+    return b.add(base, b.mul(delta, b.scalar(lora.scale)));
+  };
+
+  const heads = (x: Value, n: number): Value => b.transpose(b.reshape(x, ['batch', 'seq', n, hd]), [0, 2, 1, 3]);
+
+  let h = b.gather(embed, ids);
+  for (let l = 0; l < cfg.numLayers; l++) {
+    const prefix = `model.layers.${String(l)}`;
+    h = b.scope(`layers.${String(l)}`, () => {
+      const attnIn = b.rmsNorm(h, b.param(`${prefix}.input_layernorm.weight`, ['f32', [H]]), eps);
+      const ap = `${prefix}.self_attn`;
+      const ab = cfg.attentionBias === true;
+      const q = b.rotary(heads(proj(ap, 'q_proj', attnIn, H, nh * hd, ab), nh), cos, sin);
+      const k = b.rotary(heads(proj(ap, 'k_proj', attnIn, H, nkv * hd, ab), nkv), cos, sin);
+      const v = heads(proj(ap, 'v_proj', attnIn, H, nkv * hd, ab), nkv);
+      const attn = b.attention(q, k, v, { causal: true });
+      const merged = b.reshape(b.transpose(attn, [0, 2, 1, 3]), ['batch', 'seq', nh * hd]);
+      const h1 = b.add(h, proj(ap, 'o_proj', merged, nh * hd, H, ab));
+      const mlpIn = b.rmsNorm(h1, b.param(`${prefix}.post_attention_layernorm.weight`, ['f32', [H]]), eps);
+      const mp = `${prefix}.mlp`;
+      const mb = cfg.mlpBias === true;
+      const gate = b.silu(proj(mp, 'gate_proj', mlpIn, H, cfg.intermediateSize, mb));
+      const up = proj(mp, 'up_proj', mlpIn, H, cfg.intermediateSize, mb);
+      return b.add(h1, proj(mp, 'down_proj', b.mul(gate, up), cfg.intermediateSize, H, mb));
+    });
+  }
+  const normed = b.rmsNorm(h, b.param('model.norm.weight', ['f32', [H]]), eps);
+  const head = cfg.tieWordEmbeddings === true ? embed : b.param('lm_head.weight', ['f32', [cfg.vocabSize, H]]);
+  b.output('logits', b.linear(normed, head));
+  return b.build();
+}
+
+/** Llama-2-7B's shape with grouped-query attention (8 kv heads), as the issue's benchmark uses. */
+export const LLAMA_7B_GQA_SHAPE: LlamaShape = {
+  vocabSize: 32000,
+  hiddenSize: 4096,
+  intermediateSize: 11008,
+  numLayers: 32,
+  numHeads: 32,
+  numKvHeads: 8,
+  rmsNormEps: 1e-5,
+  ropeTheta: 10000,
+};
