@@ -31,6 +31,8 @@ export interface BuilderOptions {
 export interface ApplyOptions {
   /** Base name for the result value (made unique with a numeric suffix when taken). */
   readonly name?: string;
+  /** Base names of each result of a multi-result op (take precedence over `name`). */
+  readonly names?: readonly string[];
 }
 
 const NAME_RE = /^[A-Za-z0-9_.$\-/:]+$/;
@@ -169,7 +171,7 @@ export class GraphBuilder {
     const nodeIndex = this.#nodes.length;
     const results: ValueId[] = types.map((type, index) => {
       const id = this.#values.length;
-      const base = opts.name ?? (def.results > 1 ? `${key}.${String(index)}` : key);
+      const base = opts.names?.[index] ?? opts.name ?? (def.results > 1 ? `${key}.${String(index)}` : key);
       this.#values.push({ name: this.#fresh(base), type, node: nodeIndex, index });
       return id;
     });

@@ -1,4 +1,4 @@
-import { type Dim, type DimBindings, dimAdd, evalDim } from './dim.js';
+import { type Dim, type DimBindings, dimSum, evalDim } from './dim.js';
 import type { Graph } from './graph.js';
 import { opDef } from './ops/index.js';
 
@@ -15,8 +15,8 @@ export interface GraphCost {
  * nodes of one stage).
  */
 export function graphCost(g: Graph, include?: (nodeIndex: number) => boolean): GraphCost {
-  let flops: Dim = 0;
-  let bytes: Dim = 0;
+  const flops: Dim[] = [];
+  const bytes: Dim[] = [];
   g.nodes.forEach((n, i) => {
     if (n.kind !== 'op' || (include !== undefined && !include(i))) return;
     const def = opDef(n.op);
@@ -25,10 +25,10 @@ export function graphCost(g: Graph, include?: (nodeIndex: number) => boolean): G
       n.results.map((v) => g.values[v]!.type),
       n.attrs,
     );
-    flops = dimAdd(flops, c.flops);
-    bytes = dimAdd(bytes, c.bytes);
+    flops.push(c.flops);
+    bytes.push(c.bytes);
   });
-  return { flops, bytes };
+  return { flops: dimSum(flops), bytes: dimSum(bytes) };
 }
 
 /** Evaluates a symbolic cost at concrete sizes (e.g. `{ batch: 1, seq: 128 }`). */

@@ -86,9 +86,18 @@ export function dimSub(a: Dim, b: Dim): Dim {
   return dimAdd(a, dimMul(b, -1));
 }
 
+function scale(p: SymDim, k: number): Dim {
+  if (k === 0) return 0;
+  if (k === 1) return p;
+  // Scaling by a non-zero integer keeps the canonical order and never cancels a term.
+  return { terms: p.terms.map((t) => ({ vars: t.vars, coef: t.coef * k })), constant: p.constant * k };
+}
+
 /** a · b. */
 export function dimMul(a: Dim, b: Dim): Dim {
   if (typeof a === 'number' && typeof b === 'number') return a * b;
+  if (typeof a === 'number') return scale(b as SymDim, a);
+  if (typeof b === 'number') return scale(a, b);
   const pa = asPoly(a);
   const pb = asPoly(b);
   const terms: DimTerm[] = [];
@@ -107,11 +116,31 @@ export function dimMul(a: Dim, b: Dim): Dim {
   return normalize(terms, constant);
 }
 
+/** The sum of `dims` (0 for none), normalized once: cheaper than folding `dimAdd`. */
+export function dimSum(dims: Iterable<Dim>): Dim {
+  let constant = 0;
+  const terms: DimTerm[] = [];
+  let symbolic = false;
+  for (const d of dims) {
+    if (typeof d === 'number') constant += d;
+    else {
+      symbolic = true;
+      constant += d.constant;
+      terms.push(...d.terms);
+    }
+  }
+  return symbolic ? normalize(terms, constant) : constant;
+}
+
 /** The product of `dims` (1 for none). */
 export function dimProduct(dims: readonly Dim[]): Dim {
-  let acc: Dim = 1;
-  for (const d of dims) acc = dimMul(acc, d);
-  return acc;
+  let k = 1;
+  let acc: Dim | undefined;
+  for (const d of dims) {
+    if (typeof d === 'number') k *= d;
+    else acc = acc === undefined ? d : dimMul(acc, d);
+  }
+  return acc === undefined ? k : dimMul(acc, k);
 }
 
 /** Structural equality of dims (sound because both sides are canonical). */
@@ -185,6 +214,24 @@ export function evalDim(d: Dim, bindings: DimBindings): number {
       v *= x;
     }
     acc += v;
+  }
+  return acc;
+}
+
+/**
+ * Partially evaluates a dim: symbols with a binding are replaced by their values, the others stay
+ * symbolic (`substituteDim(batch*seq + 1, { batch: 2 })` is `2*seq + 1`).
+ */
+export function substituteDim(d: Dim, bindings: DimBindings): Dim {
+  if (typeof d === 'number' || d.terms.every((t) => t.vars.every((v) => bindings[v] === undefined))) return d;
+  let acc: Dim = d.constant;
+  for (const t of d.terms) {
+    let term: Dim = t.coef;
+    for (const name of t.vars) {
+      const x = bindings[name];
+      term = dimMul(term, x ?? sym(name));
+    }
+    acc = dimAdd(acc, term);
   }
   return acc;
 }

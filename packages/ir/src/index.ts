@@ -45,6 +45,8 @@ export {
   isStaticDim,
   isSymbolName,
   parseDim,
+  substituteDim,
+  dimSum,
   sym,
 } from './dim.js';
 export type { Dim, DimBindings, DimTerm, SymDim } from './dim.js';

@@ -1,5 +1,5 @@
 import { concretizeAttrs } from './attrs.js';
-import { type Dim, type DimBindings, dimToString, evalDim } from './dim.js';
+import { type Dim, type DimBindings, dimSymbols, dimToString, evalDim } from './dim.js';
 import { IrCode, IrError, type NodeRef, StageError } from './errors.js';
 import type { Graph, OpNode, ValueId } from './graph.js';
 import type { EvalContext } from './op-def.js';
@@ -58,6 +58,7 @@ function isSimpleSymbol(d: Dim): string | undefined {
 export function bindDims(
   entries: readonly { readonly name: string; readonly type: TensorType; readonly value: HostTensor }[],
   initial: DimBindings = {},
+  opts: { readonly allowUnbound?: boolean } = {},
 ): Record<string, number> {
   const b: Record<string, number> = { ...initial };
   for (const { name, type, value } of entries) {
@@ -81,6 +82,7 @@ export function bindDims(
   for (const { name, type, value } of entries) {
     type.shape.forEach((d, i) => {
       let want: number;
+      if (opts.allowUnbound === true && dimSymbols(d).some((name) => b[name] === undefined)) return;
       try {
         want = evalDim(d, b);
       } catch {

@@ -1,5 +1,5 @@
 import type { AttrSchema, AttrValues } from './attrs.js';
-import { type Dim, dimAdd } from './dim.js';
+import { type Dim, dimAdd, dimSum } from './dim.js';
 import { IrCode, IrError } from './errors.js';
 import type { HostTensor } from './tensor.js';
 import { type TensorType, typeBytes } from './types.js';
@@ -89,9 +89,7 @@ export function snakeCase(key: string): string {
 
 /** Total bytes of a list of types. */
 export function bytesOf(types: readonly TensorType[]): Dim {
-  let acc: Dim = 0;
-  for (const t of types) acc = dimAdd(acc, typeBytes(t));
-  return acc;
+  return dimSum(types.map(typeBytes));
 }
 
 /** Defines an op; the printed name is derived from the key (`matmul` → `sml.matmul`). */

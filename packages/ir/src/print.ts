@@ -8,7 +8,8 @@ const BARE_RE = /^[A-Za-z0-9_.$\-/:]+$/;
 
 /** Prints a name bare when it is a plain identifier, else as a JSON string. */
 export function printName(name: string): string {
-  return BARE_RE.test(name) ? name : JSON.stringify(name);
+  // NOTE: a bare name must not start with `//`, which the parser skips as a comment.
+  return BARE_RE.test(name) && !name.startsWith('//') ? name : JSON.stringify(name);
 }
 
 /** Text of a float that parses back to the identical number (NaN, ±inf and −0 included). */

@@ -16,7 +16,7 @@ function isList(x: unknown): boolean {
 
 function refOf(g: Graph, i: number, n: GraphNode | undefined): NodeRef {
   const span = g.spans?.[i];
-  const first = n?.results[0];
+  const first = isList(n?.results) ? n!.results[0] : undefined;
   return {
     graph: g.name,
     node: i,
@@ -47,6 +47,10 @@ function checkType(t: TensorType, at: NodeRef): void {
  * and agreement of recorded result types with each op's inference.
  */
 export function checkGraph(g: Graph): IrError[] {
+  const shell = g as Partial<Graph> | null;
+  if (typeof shell !== 'object' || shell === null || !isList(shell.nodes) || !isList(shell.values) || !isList(shell.outputs)) {
+    return [new IrError(IrCode.MALFORMED_GRAPH, 'a graph needs nodes, values and outputs lists')];
+  }
   const errors: IrError[] = [];
   const names = new Set<string>();
   const leafNames = new Set<string>();
@@ -61,7 +65,7 @@ export function checkGraph(g: Graph): IrError[] {
       else if (e instanceof StageError) errors.push(new IrError(e.code as IrError['code'], e.message, { at, cause: e, hint: e.hint }));
       else errors.push(new IrError(IrCode.MALFORMED_GRAPH, `node ${String(i)} is malformed`, { at, cause: e }));
     }
-    nextValue += isList(n.results) ? n.results.length : 0;
+    nextValue += isList(n?.results) ? n.results.length : 0;
   });
   if (nextValue !== g.values.length) {
     errors.push(
@@ -70,6 +74,10 @@ export function checkGraph(g: Graph): IrError[] {
   }
   const outNames = new Set<string>();
   for (const o of g.outputs) {
+    if (typeof o !== 'object' || o === null) {
+      errors.push(new IrError(IrCode.MALFORMED_GRAPH, 'an output must be a { name, value } record', { at: { graph: g.name } }));
+      continue;
+    }
     if (outNames.has(o.name)) errors.push(new IrError(IrCode.DUPLICATE_NAME, `duplicate output name '${o.name}'`, { at: { graph: g.name } }));
     outNames.add(o.name);
     if (!Number.isInteger(o.value) || o.value < 0 || o.value >= g.values.length) {

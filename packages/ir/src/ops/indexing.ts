@@ -198,15 +198,17 @@ function evalTopk(x: HostTensor, k: number, axis: number, largest: boolean): Hos
   const idxs = new Float64Array(outer * k * inner);
   const order = Array.from({ length: size }, (_, i) => i);
   const key = new Float64Array(size);
+  const nan = new Uint8Array(size);
   for (let o = 0; o < outer; o++) {
     for (let i = 0; i < inner; i++) {
       for (let j = 0; j < size; j++) {
         const v = x.data[(o * size + j) * inner + i]!;
-        // NaN sorts as the largest value, as in torch.topk.
+        // NaN sorts as the largest value, above +∞, as in torch.topk.
         key[j] = Number.isNaN(v) ? Number.POSITIVE_INFINITY : v;
+        nan[j] = Number.isNaN(v) ? 1 : 0;
       }
       for (let j = 0; j < size; j++) order[j] = j;
-      order.sort((p, q) => (largest ? key[q]! - key[p]! : key[p]! - key[q]!) || p - q);
+      order.sort((p, q) => (largest ? key[q]! - key[p]! || nan[q]! - nan[p]! : key[p]! - key[q]! || nan[p]! - nan[q]!) || p - q);
       for (let j = 0; j < k; j++) {
         const src = order[j]!;
         vals[(o * k + j) * inner + i] = x.data[(o * size + src) * inner + i]!;

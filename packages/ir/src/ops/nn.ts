@@ -192,6 +192,9 @@ function evalAttention(
   return { dtype: q.dtype, shape: outShape, data: out };
 }
 
+/** The largest value below 1 of each float dtype (1 − ulp(1)/2). */
+const BELOW_ONE = { f64: 1 - 2 ** -53, f32: 1 - 2 ** -24, f16: 1 - 2 ** -11, bf16: 1 - 2 ** -8 } as const;
+
 /** y ~ U[0, 1) of a shape (never folded ahead of time). */
 export const randomUniform = defineOp({
   key: 'randomUniform',
@@ -212,7 +215,10 @@ export const randomUniform = defineOp({
     const n = sizeOf(shape);
     const data = allocData(a.dtype, n);
     const round = rounderFor(a.dtype);
-    for (let i = 0; i < n; i++) data[i] = round(ctx.random());
+    // NOTE: rounding to a narrow float can carry u close to 1 up to 1.0; clamp to the largest
+    // value below 1 so samples stay in [0, 1).
+    const belowOne = BELOW_ONE[a.dtype as 'f64' | 'f32' | 'f16' | 'bf16'];
+    for (let i = 0; i < n; i++) data[i] = Math.min(round(ctx.random()), belowOne);
     return [{ dtype: a.dtype, shape, data }];
   },
 });

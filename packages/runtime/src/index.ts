@@ -1,0 +1,28 @@
+/**
+ * @packageDocumentation
+ * `@stageml/runtime`: partial evaluation and execution.
+ *
+ * - `specialize(graph, { annotations, cutoff, values })` computes everything known at or before
+ *   the cutoff once and returns a residual graph (inputs: only later values), a constant table of
+ *   the frontier values it reads (dead work removed) and a report. It never mutates its input;
+ *   evaluation failures are errors naming the node. Specializing at stage a then at b equals
+ *   specializing once at b.
+ * - Residual bundles (`writeBundle`/`loadBundle`): `manifest.json`, `residual.ir`,
+ *   `constants.safetensors`, optional `plan.json`, loadable without the original graph.
+ * - Executors behind one interface (`prepare` once, `run` many times, `dispose`): the reference
+ *   interpreter and tfjs (node-gpu, node, wasm, cpu backends).
+ * - `compileStaged(fn, annotations, options)`: trace, analyse, specialize and prepare in one call.
+ */
+export { RuntimeCode, RuntimeError } from './errors.js';
+export type { RuntimeErrorCode } from './errors.js';
+export { chainStores, toStore } from './values.js';
+export type { ValueSource } from './values.js';
+export { specialize } from './specialize.js';
+export type { SpecializeOptions, SpecializeReport, SpecializeResult } from './specialize.js';
+export { checkInputs, resolveWeights } from './executor.js';
+export type { Executor, PreparedGraph } from './executor.js';
+export { interpreterExecutor } from './interpreter-executor.js';
+export { BUNDLE_FORMAT, BUNDLE_VERSION, loadBundle, writeBundle } from './bundle.js';
+export type { BundleManifest, LoadedBundle, WriteBundleOptions } from './bundle.js';
+export { compileStaged } from './compile.js';
+export type { CompileStagedOptions, StagedAnnotations, StagedProgram } from './compile.js';
