@@ -1,50 +1,34 @@
 import { Command, CommanderError } from 'commander';
-import { StageError, printGraph } from '@stageml/ir';
-import { runDemo } from './demo.js';
+import { StageError } from '@stageml/ir';
+import { registerDemo } from './commands/demo.js';
+import { registerInspect } from './commands/inspect.js';
 import { ExitCode, exitCodeFor } from './exit-codes.js';
-import { formatSummary, loadGraphFile, summarizeGraph } from './inspect.js';
+import type { CliIo } from './io.js';
 
-/** Where the CLI writes; tests capture it. */
-export interface CliIo {
-  readonly out: (line: string) => void;
-  readonly err: (line: string) => void;
-}
+export type { CliIo } from './io.js';
 
 const defaultIo: CliIo = {
   out: (line) => process.stdout.write(`${line}\n`),
   err: (line) => process.stderr.write(`${line}\n`),
 };
 
+/** Every command, registered in help order. Each lives in its own module under commands/. */
+const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerDemo];
+
 function buildProgram(io: CliIo): Command {
   const program = new Command('stageml')
     .description('StageML: staged specialization of ML inference over one typed tensor IR')
     .version('0.1.0')
     .exitOverride()
-    .configureOutput({ writeOut: (s) => { io.out(s.trimEnd()); }, writeErr: (s) => { io.err(s.trimEnd()); } });
-
-  program
-    .command('inspect')
-    .description('verify a graph (.ir text or .json) and print its summary')
-    .argument('<file>', 'graph file')
-    .option('--json', 'print the summary as JSON')
-    .option('--print', 'also print the graph in text form')
-    .action((file: string, opts: { json?: boolean; print?: boolean }) => {
-      const g = loadGraphFile(file);
-      const summary = summarizeGraph(g);
-      if (opts.json === true) io.out(JSON.stringify(summary, null, 2));
-      else io.out(formatSummary(summary));
-      if (opts.print === true) io.out(printGraph(g));
+    .configureOutput({
+      writeOut: (s) => {
+        io.out(s.trimEnd());
+      },
+      writeErr: (s) => {
+        io.err(s.trimEnd());
+      },
     });
-
-  program
-    .command('demo')
-    .description('build a Llama-7B-shaped graph, verify, print and re-parse it')
-    .option('--json', 'print timings as JSON')
-    .action((opts: { json?: boolean }) => {
-      const report = runDemo(opts.json === true ? () => undefined : io.out);
-      if (opts.json === true) io.out(JSON.stringify(report));
-      if (!report.roundTrip) throw new StageError('CLI_DEMO', 'the text round trip was not exact');
-    });
+  for (const register of COMMANDS) register(program, io);
   return program;
 }
 
