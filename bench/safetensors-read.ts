@@ -15,9 +15,7 @@ import { cpus, tmpdir, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-// NOTE: imported by path because the root package.json does not (yet) list @stageml/safetensors as
-// a workspace devDependency; the source is the same either way.
-import { type RawTensor, SafetensorsFile, parseSafetensors, writeSafetensors } from '../packages/safetensors/src/index.js';
+import { type RawTensor, SafetensorsFile, parseSafetensors, writeSafetensors } from '@stageml/safetensors';
 
 const TENSORS = 256;
 const TENSOR_BYTES = 4 << 20;

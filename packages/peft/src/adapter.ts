@@ -1,0 +1,183 @@
+import { readFile } from 'node:fs/promises';
+import { basename, join } from 'node:path';
+import type { HostTensor } from '@stageml/ir';
+import { SafetensorsFile } from '@stageml/safetensors';
+import { type LoraConfig, alphaFor, parseLoraConfig, rankFor, scalingFor } from './config.js';
+import { PeftCode, PeftError } from './errors.js';
+
+/** LoRA factors of one module: Δy = scale · (x·Aᵀ)·Bᵀ (+ biasB). */
+export interface LoraModule {
+  /** Dotted module path in the base model, e.g. `model.layers.0.self_attn.q_proj`. */
+  readonly module: string;
+  /** Rank r (rows of A). */
+  readonly rank: number;
+  /** α of this module. */
+  readonly alpha: number;
+  /** Scale s = α/r (or α/√r with rsLoRA). */
+  readonly scale: number;
+  /** Down projection A [r, in]. */
+  readonly A: HostTensor;
+  /** Up projection B [out, r]. */
+  readonly B: HostTensor;
+  /** Bias of B [out], when the adapter has `lora_bias`. */
+  readonly biasB?: HostTensor;
+}
+
+/**
+ * LoRA factors on a parameter rather than a module (PEFT `target_parameters`, e.g. fused MoE expert
+ * tensors): `A` [r·E, in], `B` [out, r·E]. Several targeted parameters of one module nest; `depth`
+ * counts the `base_layer` hops of the key (0 = outermost wrapper).
+ */
+export interface LoraParameterFactors {
+  /** Module path owning the parameter, e.g. `model.layers.0.mlp.experts`. */
+  readonly module: string;
+  /** Nesting depth of the wrapper the factors belong to. */
+  readonly depth: number;
+  readonly A: HostTensor;
+  readonly B: HostTensor;
+}
+
+/** A PEFT LoRA adapter loaded from disk. */
+export interface LoraAdapter {
+  /** Adapter name (the directory name unless given). */
+  readonly name: string;
+  /** Directory it was loaded from. */
+  readonly dir: string;
+  /** Parsed configuration. */
+  readonly config: LoraConfig;
+  /** LoRA factors per module path. */
+  readonly modules: ReadonlyMap<string, LoraModule>;
+  /** Factors on targeted parameters (MoE experts). */
+  readonly parameterFactors: readonly LoraParameterFactors[];
+  /** Whole tensors the adapter replaces (`modules_to_save`, retrained biases), by base parameter name. */
+  readonly overrides: ReadonlyMap<string, HostTensor>;
+  /** Bytes of all tensors held. */
+  readonly bytes: number;
+}
+
+const PREFIX = 'base_model.model.';
+
+function shapeText(s: readonly number[]): string {
+  return `[${s.join(', ')}]`;
+}
+
+/**
+ * Loads a PEFT LoRA adapter directory (`adapter_config.json` + `adapter_model.safetensors`). Every
+ * tensor key is mapped: `base_model.model.<module>.lora_A.weight` / `lora_B.weight` / `lora_B.bias`
+ * to module factors, `…base_layer….lora_A.weight` to parameter factors, anything else to an
+ * override of a base parameter. Ranks are checked against `r`/`rank_pattern`; a module with only one
+ * factor is `PEFT_BAD_TENSORS`; embedding LoRA is `PEFT_UNSUPPORTED`.
+ */
+export async function loadLoraAdapter(dir: string, opts: { readonly name?: string } = {}): Promise<LoraAdapter> {
+  const cfgPath = join(dir, 'adapter_config.json');
+  let cfgText: string;
+  try {
+    cfgText = await readFile(cfgPath, 'utf8');
+  } catch (e) {
+    throw new PeftError(PeftCode.IO, `cannot read ${cfgPath}: ${(e as Error).message}`, { cause: e });
+  }
+  const config = parseLoraConfig(cfgText, cfgPath);
+  const file = join(dir, 'adapter_model.safetensors');
+  let st: SafetensorsFile;
+  try {
+    st = await SafetensorsFile.open(file);
+  } catch (e) {
+    if (e instanceof PeftError) throw e;
+    const code = (e as { code?: unknown }).code;
+    throw code === 'ST_IO'
+      ? new PeftError(PeftCode.IO, `cannot read ${file}: ${(e as Error).message}`, { cause: e })
+      : new PeftError(PeftCode.BAD_TENSORS, `${file}: ${(e as Error).message}`, { cause: e });
+  }
+  try {
+    const factors = new Map<string, { A?: HostTensor; B?: HostTensor; biasB?: HostTensor }>();
+    const paramFactors = new Map<string, { module: string; depth: number; A?: HostTensor; B?: HostTensor }>();
+    const overrides = new Map<string, HostTensor>();
+    let bytes = 0;
+    for (const key of st.names()) {
+      const t = await st.readTensor(key);
+      bytes += t.data.byteLength;
+      const k = key.startsWith(PREFIX) ? key.slice(PREFIX.length) : key;
+      if (/\.lora_embedding_[AB]$|\.lora_embedding_[AB]\./.test(k) || /\.lora_magnitude_vector/.test(k)) {
+        throw new PeftError(PeftCode.UNSUPPORTED, `${file}: tensor '${key}' belongs to an embedding-LoRA or DoRA layer, which is not supported`);
+      }
+      const m = /^(.*)\.lora_([AB])\.(weight|bias)$/.exec(k);
+      if (m === null) {
+        overrides.set(k.replace(/\.modules_to_save(\.[^.]+)?\./, '.'), t);
+        continue;
+      }
+      const [, path, which, kind] = m as unknown as [string, string, 'A' | 'B', 'weight' | 'bias'];
+      if (path.includes('.base_layer') || config.targetParameters.some((p) => path.endsWith(p.split('.').slice(0, -1).join('.')))) {
+        if (kind === 'bias') throw new PeftError(PeftCode.BAD_TENSORS, `${file}: unexpected bias '${key}' on a parameter-targeted LoRA`);
+        const depth = (path.match(/\.base_layer/g) ?? []).length;
+        const module = path.replace(/(\.base_layer)+$/, '');
+        const entry = paramFactors.get(path) ?? { module, depth };
+        entry[which] = t;
+        paramFactors.set(path, entry);
+        continue;
+      }
+      const entry = factors.get(path) ?? {};
+      if (kind === 'bias') {
+        if (which !== 'B') throw new PeftError(PeftCode.BAD_TENSORS, `${file}: unexpected tensor '${key}'`);
+        entry.biasB = t;
+      } else entry[which] = t;
+      factors.set(path, entry);
+    }
+    const modules = new Map<string, LoraModule>();
+    for (const [module, f] of factors) {
+      if (f.A === undefined || f.B === undefined) {
+        throw new PeftError(PeftCode.BAD_TENSORS, `${file}: module '${module}' has lora_${f.A === undefined ? 'B' : 'A'} but no lora_${f.A === undefined ? 'A' : 'B'}`);
+      }
+      const rank = rankFor(config, module);
+      if (f.A.shape.length !== 2 || f.B.shape.length !== 2 || f.A.shape[0] !== rank || f.B.shape[1] !== rank) {
+        throw new PeftError(
+          PeftCode.SHAPE_MISMATCH,
+          `${file}: module '${module}' has lora_A ${shapeText(f.A.shape)} and lora_B ${shapeText(f.B.shape)}, expected rank ${String(rank)} (A [r, in], B [out, r])`,
+        );
+      }
+      modules.set(module, { module, rank, alpha: alphaFor(config, module), scale: scalingFor(config, module), A: f.A, B: f.B, ...(f.biasB === undefined ? {} : { biasB: f.biasB }) });
+    }
+    const parameterFactors: LoraParameterFactors[] = [];
+    for (const [path, f] of paramFactors) {
+      if (f.A === undefined || f.B === undefined) throw new PeftError(PeftCode.BAD_TENSORS, `${file}: '${path}' has only one of lora_A/lora_B`);
+      parameterFactors.push({ module: f.module, depth: f.depth, A: f.A, B: f.B });
+    }
+    return { name: opts.name ?? basename(dir), dir, config, modules, parameterFactors, overrides, bytes };
+  } catch (e) {
+    if (e instanceof PeftError) throw e;
+    throw new PeftError(PeftCode.BAD_TENSORS, `${file}: ${(e as Error).message}`, { cause: e });
+  } finally {
+    await st.close();
+  }
+}
+
+/**
+ * Checks an adapter against a base model's parameter shapes: every LoRA module must have a base
+ * `<module>.weight` [out, in] (or [in, out] with `fan_in_fan_out`) with A [r, in] and B [out, r];
+ * every override must replace a parameter of the same shape. Errors name the key and both shapes
+ * (`PEFT_SHAPE_MISMATCH`) or the missing module (`PEFT_UNKNOWN_MODULE`): an adapter made for another
+ * base model fails here.
+ */
+export function checkAdapterAgainstBase(adapter: LoraAdapter, shapeOf: (param: string) => readonly number[] | undefined): void {
+  for (const m of adapter.modules.values()) {
+    const key = `${m.module}.weight`;
+    const w = shapeOf(key);
+    if (w === undefined) {
+      throw new PeftError(PeftCode.UNKNOWN_MODULE, `adapter '${adapter.name}': module '${m.module}' has no base parameter '${key}'`, { hint: 'was the adapter made for another base model?' });
+    }
+    if (w.length !== 2) throw new PeftError(PeftCode.SHAPE_MISMATCH, `adapter '${adapter.name}': base '${key}' is ${shapeText(w)}, not a matrix`);
+    const [out, inDim] = adapter.config.fanInFanOut ? [w[1]!, w[0]!] : [w[0]!, w[1]!];
+    if (m.A.shape[1] !== inDim) {
+      throw new PeftError(PeftCode.SHAPE_MISMATCH, `adapter '${adapter.name}': '${m.module}.lora_A.weight' is ${shapeText(m.A.shape)} but base '${key}' is ${shapeText(w)} (input dim ${String(inDim)})`);
+    }
+    if (m.B.shape[0] !== out) {
+      throw new PeftError(PeftCode.SHAPE_MISMATCH, `adapter '${adapter.name}': '${m.module}.lora_B.weight' is ${shapeText(m.B.shape)} but base '${key}' is ${shapeText(w)} (output dim ${String(out)})`);
+    }
+  }
+  for (const [name, t] of adapter.overrides) {
+    const w = shapeOf(name);
+    if (w === undefined) throw new PeftError(PeftCode.UNKNOWN_MODULE, `adapter '${adapter.name}': tensor '${name}' replaces no base parameter`);
+    if (w.length !== t.shape.length || w.some((d, i) => d !== t.shape[i])) {
+      throw new PeftError(PeftCode.SHAPE_MISMATCH, `adapter '${adapter.name}': '${name}' is ${shapeText(t.shape)} but the base parameter is ${shapeText(w)}`);
+    }
+  }
+}
