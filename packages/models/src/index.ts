@@ -1,8 +1,28 @@
 /**
  * @packageDocumentation
- * `@stageml/models`: model families as StageML IR. Today: Llama-family decoders built from a
- * config as shape-only graphs (parameters named as in Hugging Face checkpoints, so a weight store
- * over a checkpoint binds them directly), optionally with LoRA factors on any projection.
+ * `@stageml/models`: model families as StageML IR, and Hugging Face checkpoints end to end.
+ *
+ * - `buildLlamaGraph`: Llama-family decoders (GQA, rotary, SwiGLU) over symbolic dims, optionally
+ *   with a KV cache, with parameters named as in HF checkpoints and a `LinearFactory` hook for
+ *   LoRA (single adapter, residual or merged) and mixed-adapter banks.
+ * - `parseLlamaConfig`: HF `config.json` (llama, mistral, qwen2; rope default/linear/llama3).
+ * - `CausalLM`: config + safetensors checkpoint (single or sharded) + tokenizer + PEFT adapters;
+ *   each adapter configuration compiles once (specialized at the `adapter` stage) and runs
+ *   prefill and decode steps on an executor.
+ * - `generate`: greedy and sampled decoding with stop tokens and streaming callbacks.
  */
-export { LLAMA_7B_GQA_SHAPE, LLAMA_PROJECTIONS, buildLlamaGraph, ropeInvFreq } from './llama-graph.js';
-export type { LlamaGraphOptions, LlamaLoraShape, LlamaProjection, LlamaShape } from './llama-graph.js';
+export { ModelCode, ModelError } from './errors.js';
+export type { ModelErrorCode } from './errors.js';
+export { LLAMA_7B_GQA_SHAPE, LLAMA_PROJECTIONS, buildLlamaGraph, plainLinear, ropeInvFreq } from './llama-graph.js';
+export type { LinearFactory, LlamaGraphOptions, LlamaLoraShape, LlamaProjection, LlamaShape } from './llama-graph.js';
+export { parseLlamaConfig, ropeInvFreqFor } from './hf-config.js';
+export type { LlamaConfig, RopeScaling } from './hf-config.js';
+export { adapterParamName, bankLinear, rowsInputName, singleAdapterLinear } from './linear-factories.js';
+export { loadTokenizer } from './tokenizer.js';
+export type { TextTokenizer } from './tokenizer.js';
+export { argmaxOf, checkSampling, makePicker } from './sampling.js';
+export type { SamplingOptions, TokenPicker } from './sampling.js';
+export { CausalLM } from './causal-lm.js';
+export type { CausalLMOptions, ForwardResult, KvCache, RowAdapters } from './causal-lm.js';
+export { generate } from './generate.js';
+export type { GenerateOptions, GenerateResult } from './generate.js';

@@ -44,12 +44,41 @@ export interface LlamaLoraShape {
   readonly targets?: readonly LlamaProjection[];
 }
 
+/**
+ * Makes the linear layer of one module: `x·Wᵀ (+ b)` with parameters `<module>.weight` and
+ * `<module>.bias`, or any variant (LoRA residual or merged, a mixed-adapter bank). `module` is the
+ * HF module path (`model.layers.0.self_attn.q_proj`).
+ */
+export type LinearFactory = (b: GraphBuilder, module: string, x: Value, inDim: number, outDim: number, bias: boolean) => Value;
+
+/** The plain linear layer: parameters `<module>.weight` [out, in] and optionally `<module>.bias`. */
+export const plainLinear: LinearFactory = (b, module, x, inDim, outDim, bias) =>
+  b.linear(x, b.param(`${module}.weight`, ['f32', [outDim, inDim]]), bias ? b.param(`${module}.bias`, ['f32', [outDim]]) : undefined);
+
 /** Options of `buildLlamaGraph`. */
 export interface LlamaGraphOptions {
   /** Graph name (default `llama`). */
   readonly name?: string;
-  /** Attach LoRA factors to projections. */
+  /** Attach the same-shaped LoRA factors to every targeted projection (benchmarks, shape studies). */
   readonly lora?: LlamaLoraShape;
+  /** How each projection is built (default `plainLinear`); overrides `lora`. */
+  readonly linear?: LinearFactory;
+  /**
+   * Take a KV cache: inputs `past_key.<l>` / `past_value.<l>` f32[batch, kv_heads, past, head_dim]
+   * and outputs `present_key.<l>` / `present_value.<l>` with `past + seq` positions. Attention is
+   * causal aligned to the end, so the same graph does prefill (past = 0) and decode.
+   */
+  readonly kvCache?: boolean;
+  /** Rotary inverse frequencies (default: θ^(−2i/d) with `ropeTheta`). */
+  readonly invFreq?: readonly number[];
+  /** Bias on q/k/v only (Qwen2). */
+  readonly qkvBias?: boolean;
+  /**
+   * Take an additive key mask `attention_mask` f32[batch, past + seq] (0 to attend, a large
+   * negative number to ignore a key, as HF builds from a 0/1 mask), applied on top of causality:
+   * padding and tokens a caller wants ignored.
+   */
+  readonly attentionMask?: boolean;
 }
 
 function check(cond: boolean, msg: string): void {
@@ -61,11 +90,23 @@ export function ropeInvFreq(headDim: number, theta: number): number[] {
   return Array.from({ length: headDim / 2 }, (_, i) => 1 / theta ** ((2 * i) / headDim));
 }
 
+function loraFactory(lora: LlamaLoraShape): LinearFactory {
+  const targets = new Set<string>(lora.targets ?? LLAMA_PROJECTIONS);
+  return (b, module, x, inDim, outDim, bias) => {
+    const base = plainLinear(b, module, x, inDim, outDim, bias);
+    if (!targets.has(module.slice(module.lastIndexOf('.') + 1))) return base;
+    const A = b.param(`${module}.lora_A.weight`, ['f32', [lora.rank, inDim]]);
+    const B = b.param(`${module}.lora_B.weight`, ['f32', [outDim, lora.rank]]);
+    return b.add(base, b.mul(b.linear(b.linear(x, A), B), b.scalar(lora.scale)));
+  };
+}
+
 /**
- * Builds a Llama-family decoder forward pass (prefill, no KV cache) as IR over symbolic `batch`
- * and `seq`, with parameters named as in HF checkpoints (`model.layers.0.self_attn.q_proj.weight`).
- * Inputs: `input_ids` i64[batch, seq] and `position_ids` i64[batch, seq]. Output: `logits`
- * f32[batch, seq, vocab]. Only shapes are needed, so a 7B-shaped graph builds without weights.
+ * Builds a Llama-family decoder forward pass as IR over symbolic `batch` and `seq` (and `past`
+ * with a KV cache), with parameters named as in HF checkpoints
+ * (`model.layers.0.self_attn.q_proj.weight`). Inputs: `input_ids` i64[batch, seq] and
+ * `position_ids` i64[batch, seq]. Output: `logits` f32[batch, seq, vocab]. Only shapes are needed,
+ * so a 7B-shaped graph builds without weights.
  */
 export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): Graph {
   const H = cfg.hiddenSize;
@@ -78,35 +119,33 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
   check(nh % nkv === 0, `numHeads ${String(nh)} must be a multiple of numKvHeads ${String(nkv)}`);
   check(hd % 2 === 0, `headDim ${String(hd)} must be even for rotary embeddings`);
   const eps = cfg.rmsNormEps ?? 1e-6;
-  const lora = opts.lora;
-  const targets = new Set<string>(lora?.targets ?? LLAMA_PROJECTIONS);
+  const linear = opts.linear ?? (opts.lora === undefined ? plainLinear : loraFactory(opts.lora));
   const b = new GraphBuilder(opts.name ?? 'llama');
 
   const ids = b.input('input_ids', ['i64', ['batch', 'seq']]);
   const pos = b.input('position_ids', ['i64', ['batch', 'seq']]);
+  const past = opts.kvCache === true
+    ? Array.from({ length: cfg.numLayers }, (_, l) => ({
+        k: b.input(`past_key.${String(l)}`, ['f32', ['batch', nkv, 'past', hd]]),
+        v: b.input(`past_value.${String(l)}`, ['f32', ['batch', nkv, 'past', hd]]),
+      }))
+    : undefined;
+  const keyMask = opts.attentionMask === true
+    ? b.reshape(b.input('attention_mask', ['f32', ['batch', opts.kvCache === true ? 'past + seq' : 'seq']]), ['batch', 1, 1, -1])
+    : undefined;
   const embed = b.param('model.embed_tokens.weight', ['f32', [cfg.vocabSize, H]]);
 
   // cos/sin tables [batch, 1, seq, hd], shared by every layer.
   const [cos, sin] = b.scope('rope', () => {
-    const inv = b.constant(ropeInvFreq(hd, cfg.ropeTheta ?? 10000), 'f32', [hd / 2]);
+    const inv = b.constant(opts.invFreq ?? ropeInvFreq(hd, cfg.ropeTheta ?? 10000), 'f32', [hd / 2]);
     const p = b.reshape(b.cast(pos, 'f32'), ['batch', 'seq', 1]);
     const freqs = b.mul(p, inv);
     const emb = b.reshape(b.concat([freqs, freqs], -1), ['batch', 1, 'seq', hd]);
     return [b.cos(emb), b.sin(emb)] as const;
   });
 
-  const proj = (prefix: string, name: LlamaProjection, x: Value, inDim: number, outDim: number, bias: boolean): Value => {
-    const w = b.param(`${prefix}.${name}.weight`, ['f32', [outDim, inDim]]);
-    const bv = bias ? b.param(`${prefix}.${name}.bias`, ['f32', [outDim]]) : undefined;
-    const base = b.linear(x, w, bv);
-    if (lora === undefined || !targets.has(name)) return base;
-    const A = b.param(`${prefix}.${name}.lora_A.weight`, ['f32', [lora.rank, inDim]]);
-    const B = b.param(`${prefix}.${name}.lora_B.weight`, ['f32', [outDim, lora.rank]]);
-    const delta = b.linear(b.linear(x, A), B);
-    return b.add(base, b.mul(delta, b.scalar(lora.scale)));
-  };
-
   const heads = (x: Value, n: number): Value => b.transpose(b.reshape(x, ['batch', 'seq', n, hd]), [0, 2, 1, 3]);
+  const presents: { k: Value; v: Value }[] = [];
 
   let h = b.gather(embed, ids);
   for (let l = 0; l < cfg.numLayers; l++) {
@@ -115,23 +154,34 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
       const attnIn = b.rmsNorm(h, b.param(`${prefix}.input_layernorm.weight`, ['f32', [H]]), eps);
       const ap = `${prefix}.self_attn`;
       const ab = cfg.attentionBias === true;
-      const q = b.rotary(heads(proj(ap, 'q_proj', attnIn, H, nh * hd, ab), nh), cos, sin);
-      const k = b.rotary(heads(proj(ap, 'k_proj', attnIn, H, nkv * hd, ab), nkv), cos, sin);
-      const v = heads(proj(ap, 'v_proj', attnIn, H, nkv * hd, ab), nkv);
-      const attn = b.attention(q, k, v, { causal: true });
+      const qkvb = ab || opts.qkvBias === true;
+      const q = b.rotary(heads(linear(b, `${ap}.q_proj`, attnIn, H, nh * hd, qkvb), nh), cos, sin);
+      let k = b.rotary(heads(linear(b, `${ap}.k_proj`, attnIn, H, nkv * hd, qkvb), nkv), cos, sin);
+      let v = heads(linear(b, `${ap}.v_proj`, attnIn, H, nkv * hd, qkvb), nkv);
+      const cache = past?.[l];
+      if (cache !== undefined) {
+        k = b.concat([cache.k, k], 2);
+        v = b.concat([cache.v, v], 2);
+        presents.push({ k, v });
+      }
+      const attn = b.attention(q, k, v, { causal: true }, keyMask);
       const merged = b.reshape(b.transpose(attn, [0, 2, 1, 3]), ['batch', 'seq', nh * hd]);
-      const h1 = b.add(h, proj(ap, 'o_proj', merged, nh * hd, H, ab));
+      const h1 = b.add(h, linear(b, `${ap}.o_proj`, merged, nh * hd, H, ab));
       const mlpIn = b.rmsNorm(h1, b.param(`${prefix}.post_attention_layernorm.weight`, ['f32', [H]]), eps);
       const mp = `${prefix}.mlp`;
       const mb = cfg.mlpBias === true;
-      const gate = b.silu(proj(mp, 'gate_proj', mlpIn, H, cfg.intermediateSize, mb));
-      const up = proj(mp, 'up_proj', mlpIn, H, cfg.intermediateSize, mb);
-      return b.add(h1, proj(mp, 'down_proj', b.mul(gate, up), cfg.intermediateSize, H, mb));
+      const gate = b.silu(linear(b, `${mp}.gate_proj`, mlpIn, H, cfg.intermediateSize, mb));
+      const up = linear(b, `${mp}.up_proj`, mlpIn, H, cfg.intermediateSize, mb);
+      return b.add(h1, linear(b, `${mp}.down_proj`, b.mul(gate, up), cfg.intermediateSize, H, mb));
     });
   }
   const normed = b.rmsNorm(h, b.param('model.norm.weight', ['f32', [H]]), eps);
   const head = cfg.tieWordEmbeddings === true ? embed : b.param('lm_head.weight', ['f32', [cfg.vocabSize, H]]);
   b.output('logits', b.linear(normed, head));
+  presents.forEach((p, l) => {
+    b.output(`present_key.${String(l)}`, p.k);
+    b.output(`present_value.${String(l)}`, p.v);
+  });
   return b.build();
 }
 

@@ -1,0 +1,286 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { SERVING_STAGES } from '@stageml/annotations';
+import { type Graph, type HostTensor, StageError, graphInputs, graphParams, hostTensor, typeToString, zeros } from '@stageml/ir';
+import { type LoraAdapter, type LoraForm, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
+import { type Executor, type PreparedGraph, interpreterExecutor, specialize } from '@stageml/runtime';
+import { openCheckpoint } from '@stageml/safetensors';
+import { ModelCode, ModelError } from './errors.js';
+import { type LlamaConfig, parseLlamaConfig, ropeInvFreqFor } from './hf-config.js';
+import { adapterParamName, bankLinear, rowsInputName, singleAdapterLinear } from './linear-factories.js';
+import { type LinearFactory, buildLlamaGraph } from './llama-graph.js';
+import { type TextTokenizer, loadTokenizer } from './tokenizer.js';
+
+/** Options of `CausalLM.load`. */
+export interface CausalLMOptions {
+  /** Executor that runs residual programs (default: the reference interpreter). */
+  readonly executor?: Executor;
+  /** How single-adapter programs apply LoRA (default `residual`, as PEFT computes). */
+  readonly form?: LoraForm;
+}
+
+/** Key/value cache of a batch after some positions: per-layer tensors [batch, kv_heads, past, head_dim]. */
+export interface KvCache {
+  /** Positions already in the cache. */
+  readonly past: number;
+  /** `present_key.<l>` / `present_value.<l>` of the last step. */
+  readonly tensors: Readonly<Record<string, HostTensor>>;
+  /** Per row, 1 for each cached position other tokens attend to, 0 for masked (padding) ones. */
+  readonly mask: readonly (readonly number[])[];
+  /** Per row, the rotary position of the next attended token. */
+  readonly nextPosition: readonly number[];
+}
+
+/** Additive mask value of an ignored key: float32's lowest, as HF uses. */
+const MASKED = -3.4028234663852886e38;
+
+/** Result of one forward step. */
+export interface ForwardResult {
+  /** Logits f32[rows, tokens, vocab]. */
+  readonly logits: HostTensor;
+  /** The cache including this step's positions. */
+  readonly cache: KvCache;
+}
+
+/** The adapter of each row: a loaded adapter's name, or `undefined`/`null`/`'__base__'` for the base model. */
+export type RowAdapters = readonly (string | null | undefined)[];
+
+const BASE = '__base__';
+
+interface Program {
+  readonly prepared: PreparedGraph;
+  readonly residual: Graph;
+  readonly inputs: ReadonlySet<string>;
+}
+
+/**
+ * A Hugging Face Llama-family causal LM (config.json + safetensors checkpoint + tokenizer) with
+ * PEFT LoRA adapters. Each adapter configuration compiles once — trace, specialize at the
+ * `adapter` stage (weights, merged deltas when planned), prepare on the executor — and then runs
+ * prefill and decode steps whose late inputs are the new tokens and the KV cache.
+ */
+export class CausalLM {
+  readonly #weights: Map<string, HostTensor>;
+  readonly #adapters = new Map<string, LoraAdapter>();
+  readonly #programs = new Map<string, Promise<Program>>();
+  readonly #executor: Executor;
+  readonly #form: LoraForm;
+  readonly #invFreq: number[];
+
+  private constructor(
+    /** The model directory. */
+    readonly dir: string,
+    /** The parsed config. */
+    readonly config: LlamaConfig,
+    /** The tokenizer, when the directory has one. */
+    readonly tokenizer: TextTokenizer | undefined,
+    weights: Map<string, HostTensor>,
+    opts: CausalLMOptions,
+  ) {
+    this.#weights = weights;
+    this.#executor = opts.executor ?? interpreterExecutor;
+    this.#form = opts.form ?? 'residual';
+    this.#invFreq = ropeInvFreqFor(config.headDim, config.ropeTheta, config.rope);
+  }
+
+  /**
+   * Loads `config.json`, the checkpoint (`model.safetensors` or a sharded index) and the tokenizer
+   * from `dir`, checking every parameter the graph needs against the checkpoint (missing or wrongly
+   * shaped tensors are `MODEL_BAD_WEIGHT` naming file and key).
+   */
+  static async load(dir: string, opts: CausalLMOptions = {}): Promise<CausalLM> {
+    let cfgText: string;
+    try {
+      cfgText = await readFile(join(dir, 'config.json'), 'utf8');
+    } catch (e) {
+      throw new ModelError(ModelCode.IO, `cannot read ${join(dir, 'config.json')}: ${(e as Error).message}`, { cause: e });
+    }
+    const config = parseLlamaConfig(cfgText, join(dir, 'config.json'));
+    const graph = buildLlamaGraph(config, { qkvBias: config.qkvBias });
+    const ckpt = await openCheckpoint(dir);
+    const weights = new Map<string, HostTensor>();
+    try {
+      for (const p of graphParams(graph)) {
+        const type = graph.values[p.results[0]!]!.type;
+        if (!ckpt.has(p.name)) {
+          throw new ModelError(ModelCode.BAD_WEIGHT, `${dir}: the checkpoint has no tensor '${p.name}' (${typeToString(type)})`);
+        }
+        const info = ckpt.info(p.name);
+        const want = type.shape as number[];
+        if (info.shape.length !== want.length || info.shape.some((d, i) => d !== want[i])) {
+          throw new ModelError(ModelCode.BAD_WEIGHT, `${ckpt.fileOf(p.name)}: tensor '${p.name}' is [${info.shape.join(', ')}], the config needs [${want.join(', ')}]`);
+        }
+        weights.set(p.name, hostTensor('f32', info.shape, await ckpt.readFloat32(p.name)));
+      }
+    } finally {
+      await ckpt.close();
+    }
+    return new CausalLM(dir, config, await loadTokenizer(dir), weights, opts);
+  }
+
+  /** Names of loaded adapters. */
+  get adapterNames(): string[] {
+    return [...this.#adapters.keys()];
+  }
+
+  /** The executor running this model's programs. */
+  get executorName(): string {
+    return this.#executor.name;
+  }
+
+  /**
+   * Loads a PEFT adapter directory and checks it against this model (an adapter made for another
+   * base model fails with the PEFT shape or module error naming the key and both shapes).
+   */
+  async loadAdapter(dir: string, name?: string): Promise<LoraAdapter> {
+    const adapter = await loadLoraAdapter(dir, name === undefined ? {} : { name });
+    if (adapter.name === BASE) throw new ModelError(ModelCode.BAD_ADAPTER, `'${BASE}' is reserved for the base model`);
+    if (adapter.parameterFactors.length > 0) {
+      throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${adapter.name}' targets parameters (${adapter.config.targetParameters.join(', ')}), which ${this.config.modelType} models do not have`);
+    }
+    checkAdapterAgainstBase(adapter, (p) => this.#weights.get(p)?.shape ?? (p === 'lm_head.weight' && this.config.tieWordEmbeddings ? this.#weights.get('model.embed_tokens.weight')?.shape : undefined));
+    this.unloadAdapter(adapter.name);
+    this.#adapters.set(adapter.name, adapter);
+    return adapter;
+  }
+
+  /** Forgets an adapter and the programs compiled for it. */
+  unloadAdapter(name: string): boolean {
+    const had = this.#adapters.delete(name);
+    for (const key of [...this.#programs.keys()]) if (key.split('|').includes(name)) this.#programs.delete(key);
+    return had;
+  }
+
+  #adapter(name: string): LoraAdapter {
+    const a = this.#adapters.get(name);
+    if (a === undefined) throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${name}' is not loaded (loaded: ${this.adapterNames.join(', ') || 'none'})`);
+    return a;
+  }
+
+  #program(names: readonly string[], mixed: boolean): Promise<Program> {
+    const key = `${mixed ? 'bank' : this.#form}|${names.join('|')}`;
+    let p = this.#programs.get(key);
+    if (p === undefined) {
+      p = this.#compile(names, mixed);
+      this.#programs.set(key, p);
+      p.catch(() => this.#programs.delete(key));
+    }
+    return p;
+  }
+
+  async #compile(names: readonly string[], mixed: boolean): Promise<Program> {
+    const adapters = names.map((n) => this.#adapter(n));
+    let linear: LinearFactory;
+    const values = new Map(this.#weights);
+    if (mixed) {
+      const withOverrides = adapters.find((a) => a.overrides.size > 0);
+      if (withOverrides !== undefined) {
+        throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${withOverrides.name}' replaces whole tensors (${[...withOverrides.overrides.keys()].slice(0, 3).join(', ')}), which cannot vary by row in a mixed batch`);
+      }
+      linear = bankLinear(adapters);
+    } else {
+      linear = singleAdapterLinear(adapters[0], this.#form);
+      for (const [k, t] of adapters[0]?.overrides ?? []) values.set(k, t);
+    }
+    for (const a of adapters) {
+      for (const m of a.modules.values()) {
+        values.set(adapterParamName(a.name, m.module, 'lora_A'), m.A);
+        values.set(adapterParamName(a.name, m.module, 'lora_B'), m.B);
+        if (m.biasB !== undefined) values.set(adapterParamName(a.name, m.module, 'lora_B_bias'), m.biasB);
+      }
+    }
+    const graph = buildLlamaGraph(this.config, { name: this.config.modelType, kvCache: true, attentionMask: true, linear, invFreq: this.#invFreq, qkvBias: this.config.qkvBias });
+    const result = specialize(graph, {
+      lattice: SERVING_STAGES,
+      annotations: { params: names.length === 0 ? {} : { 'adapter.*': 'adapter' } },
+      cutoff: 'adapter',
+      values: { get: (n) => values.get(n) },
+    });
+    const prepared = await this.#executor.prepare(result.residual, result.constants);
+    return { prepared, residual: result.residual, inputs: new Set(graphInputs(result.residual).map((n) => n.name)) };
+  }
+
+  /** An empty cache for `rows` sequences. */
+  emptyCache(rows: number): KvCache {
+    const tensors: Record<string, HostTensor> = {};
+    for (let l = 0; l < this.config.numLayers; l++) {
+      tensors[`present_key.${String(l)}`] = zeros('f32', [rows, this.config.numKvHeads, 0, this.config.headDim]);
+      tensors[`present_value.${String(l)}`] = zeros('f32', [rows, this.config.numKvHeads, 0, this.config.headDim]);
+    }
+    return { past: 0, tensors, mask: Array.from({ length: rows }, () => []), nextPosition: new Array<number>(rows).fill(0) };
+  }
+
+  /**
+   * Runs `ids` (rows of equal length) through the model after `cache` (default: empty), each row
+   * with its own adapter (or the base model). Returns logits [rows, tokens, vocab] and the grown
+   * cache. Unknown token ids are `MODEL_BAD_TOKEN`; unknown adapters `MODEL_BAD_ADAPTER`.
+   */
+  async forward(
+    ids: readonly (readonly number[])[],
+    opts: { readonly adapters?: RowAdapters; readonly cache?: KvCache; readonly mask?: readonly (readonly number[])[] } = {},
+  ): Promise<ForwardResult> {
+    const rows = ids.length;
+    const len = ids[0]?.length ?? 0;
+    if (rows === 0 || len === 0) throw new ModelError(ModelCode.BAD_OPTIONS, 'forward needs at least one row of at least one token');
+    const flat: number[] = [];
+    ids.forEach((row, r) => {
+      if (row.length !== len) throw new ModelError(ModelCode.BAD_OPTIONS, `row ${String(r)} has ${String(row.length)} tokens, row 0 has ${String(len)}: rows must have equal length`);
+      row.forEach((t, i) => {
+        if (!Number.isInteger(t) || t < 0 || t >= this.config.vocabSize) {
+          throw new ModelError(ModelCode.BAD_TOKEN, `token id ${String(t)} at row ${String(r)}, position ${String(i)} is outside the vocabulary [0, ${String(this.config.vocabSize)})`);
+        }
+        flat.push(t);
+      });
+    });
+    const perRow = (opts.adapters ?? []).map((a) => (a === null || a === undefined || a === BASE ? undefined : a));
+    if (opts.adapters !== undefined && opts.adapters.length !== rows) {
+      throw new ModelError(ModelCode.BAD_OPTIONS, `${String(opts.adapters.length)} adapters given for ${String(rows)} rows`);
+    }
+    const used = [...new Set(perRow.filter((a): a is string => a !== undefined))].sort();
+    for (const n of used) this.#adapter(n);
+    const mixed = used.length > 1 || (used.length === 1 && perRow.some((a) => a === undefined) && opts.adapters !== undefined);
+    const program = await this.#program(used, mixed);
+    const cache = opts.cache ?? this.emptyCache(rows);
+    if (cache.mask.length !== rows) throw new ModelError(ModelCode.BAD_OPTIONS, `the cache holds ${String(cache.mask.length)} rows, the call has ${String(rows)}`);
+    const past = cache.past;
+    // Rotary positions follow HF: attended tokens count up from the row's next position; masked
+    // (padding) tokens sit at position 1 and are ignored as keys.
+    const maskRows = ids.map((row, r) => {
+      const m = opts.mask?.[r] ?? row.map(() => 1);
+      if (m.length !== len || m.some((v) => v !== 0 && v !== 1)) throw new ModelError(ModelCode.BAD_OPTIONS, `mask row ${String(r)} must be ${String(len)} values of 0 or 1`);
+      return m;
+    });
+    const nextPosition = [...cache.nextPosition];
+    const positions = maskRows.flatMap((m, r) => m.map((v) => (v === 1 ? nextPosition[r]!++ : 1)));
+    const fullMask = maskRows.map((m, r) => [...cache.mask[r]!, ...m]);
+    const inputs: Record<string, HostTensor> = {
+      input_ids: hostTensor('i64', [rows, len], flat),
+      position_ids: hostTensor('i64', [rows, len], positions),
+      attention_mask: hostTensor('f32', [rows, past + len], fullMask.flatMap((m) => m.map((v) => (v === 1 ? 0 : MASKED)))),
+    };
+    for (let l = 0; l < this.config.numLayers; l++) {
+      inputs[`past_key.${String(l)}`] = cache.tensors[`present_key.${String(l)}`]!;
+      inputs[`past_value.${String(l)}`] = cache.tensors[`present_value.${String(l)}`]!;
+    }
+    if (mixed) {
+      for (const n of used) {
+        if (!program.inputs.has(rowsInputName(n))) continue;
+        const rowIdx = perRow.flatMap((a, i) => (a === n ? [i] : []));
+        inputs[rowsInputName(n)] = hostTensor('i64', [rowIdx.length], rowIdx);
+      }
+    }
+    let out: Record<string, HostTensor>;
+    try {
+      out = await program.prepared.run(inputs);
+    } catch (e) {
+      if (e instanceof StageError) throw e;
+      throw new ModelError(ModelCode.BAD_OPTIONS, `running the model failed: ${(e as Error).message}`, { cause: e });
+    }
+    const tensors: Record<string, HostTensor> = {};
+    for (let l = 0; l < this.config.numLayers; l++) {
+      tensors[`present_key.${String(l)}`] = out[`present_key.${String(l)}`]!;
+      tensors[`present_value.${String(l)}`] = out[`present_value.${String(l)}`]!;
+    }
+    return { logits: out['logits']!, cache: { past: past + len, tensors, mask: fullMask, nextPosition } };
+  }
+}

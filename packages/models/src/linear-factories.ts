@@ -1,0 +1,62 @@
+import type { GraphBuilder, Value } from '@stageml/ir';
+import { type LoraAdapter, type LoraForm, type LoraModule, bankLinearGrouped, loraLinear } from '@stageml/peft';
+import type { LinearFactory } from './llama-graph.js';
+
+/** Graph parameter name of an adapter tensor: `adapter.<name>.<module>.lora_A` etc. */
+export function adapterParamName(adapter: string, module: string, tensor: 'lora_A' | 'lora_B' | 'lora_B_bias'): string {
+  return `adapter.${adapter}.${module}.${tensor}`;
+}
+
+function loraValues(b: GraphBuilder, adapter: string, m: LoraModule, inDim: number, outDim: number) {
+  return {
+    A: b.param(adapterParamName(adapter, m.module, 'lora_A'), ['f32', [m.rank, inDim]]),
+    B: b.param(adapterParamName(adapter, m.module, 'lora_B'), ['f32', [outDim, m.rank]]),
+    scale: m.scale,
+    ...(m.biasB === undefined ? {} : { biasB: b.param(adapterParamName(adapter, m.module, 'lora_B_bias'), ['f32', [outDim]]) }),
+  };
+}
+
+function baseParams(b: GraphBuilder, module: string, inDim: number, outDim: number, bias: boolean): { w: Value; bias: Value | undefined } {
+  return {
+    w: b.param(`${module}.weight`, ['f32', [outDim, inDim]]),
+    bias: bias ? b.param(`${module}.bias`, ['f32', [outDim]]) : undefined,
+  };
+}
+
+/** Linear layers carrying one adapter (or none), in residual or merged form. */
+export function singleAdapterLinear(adapter: LoraAdapter | undefined, form: LoraForm): LinearFactory {
+  return (b, module, x, inDim, outDim, bias) => {
+    const p = baseParams(b, module, inDim, outDim, bias);
+    const m = adapter?.modules.get(module);
+    return loraLinear(b, x, p.w, p.bias, m === undefined ? undefined : loraValues(b, adapter!.name, m, inDim, outDim), form);
+  };
+}
+
+/** Input name of the row indices of `adapter` in a mixed-batch graph. */
+export function rowsInputName(adapter: string): string {
+  return `rows.${adapter}`;
+}
+
+/**
+ * Linear layers of a mixed batch: each listed adapter's delta is computed on its own rows (an
+ * input `rows.<name>` i64[n]) and added in place (SGMV-style; see `bankLinearGrouped`). Rows not
+ * listed under any adapter get the base model.
+ */
+export function bankLinear(adapters: readonly LoraAdapter[]): LinearFactory {
+  const rows = new Map<GraphBuilder, Map<string, Value>>();
+  const rowsOf = (b: GraphBuilder, name: string, index: number): Value => {
+    let m = rows.get(b);
+    if (m === undefined) rows.set(b, (m = new Map()));
+    let v = m.get(name);
+    if (v === undefined) m.set(name, (v = b.input(rowsInputName(name), ['i64', [`rows_${String(index)}`]])));
+    return v;
+  };
+  return (b, module, x, inDim, outDim, bias) => {
+    const p = baseParams(b, module, inDim, outDim, bias);
+    const groups = adapters.flatMap((a, i) => {
+      const m = a.modules.get(module);
+      return m === undefined ? [] : [{ rows: rowsOf(b, a.name, i), lora: loraValues(b, a.name, m, inDim, outDim) }];
+    });
+    return bankLinearGrouped(b, x, p.w, p.bias, groups);
+  };
+}
