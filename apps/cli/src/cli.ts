@@ -1,7 +1,9 @@
 import { Command, CommanderError } from 'commander';
 import { StageError } from '@stageml/ir';
 import { registerDemo } from './commands/demo.js';
+import { registerGenerate } from './commands/generate.js';
 import { registerInspect } from './commands/inspect.js';
+import { registerRun } from './commands/run.js';
 import { ExitCode, exitCodeFor } from './exit-codes.js';
 import type { CliIo } from './io.js';
 
@@ -13,7 +15,7 @@ const defaultIo: CliIo = {
 };
 
 /** Every command, registered in help order. Each lives in its own module under commands/. */
-const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerDemo];
+const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerRun, registerGenerate, registerDemo];
 
 function buildProgram(io: CliIo): Command {
   const program = new Command('stageml')

@@ -1,0 +1,63 @@
+import { basename, join } from 'node:path';
+import { readdir } from 'node:fs/promises';
+import type { Command } from 'commander';
+import { CausalLM } from '@stageml/models';
+import { writeSafetensors } from '@stageml/safetensors';
+import { parseIds, parseNames } from '../args.js';
+import { CliCode, CliError } from '../errors.js';
+import { resolveExecutor } from '../executors.js';
+import type { CliIo } from '../io.js';
+
+interface RunOptions {
+  model: string;
+  adapter?: string;
+  adapters?: string;
+  mixed?: string[];
+  ids: number[];
+  out: string;
+  executor?: string;
+  json?: boolean;
+}
+
+/** Loads a model and the adapters named by `--adapter DIR` or `--adapters DIR` (one per subdirectory). */
+export async function loadModelWithAdapters(opts: { model: string; adapter?: string | undefined; adapters?: string | undefined; executor?: string | undefined }): Promise<{ lm: CausalLM; single: string | undefined }> {
+  const lm = await CausalLM.load(opts.model, { executor: await resolveExecutor(opts.executor) });
+  let single: string | undefined;
+  if (opts.adapter !== undefined) single = (await lm.loadAdapter(opts.adapter)).name;
+  if (opts.adapters !== undefined) {
+    let entries: string[];
+    try {
+      entries = (await readdir(opts.adapters, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort();
+    } catch (e) {
+      throw new CliError(CliCode.IO, `cannot list adapters in '${opts.adapters}': ${(e as Error).message}`, { cause: e });
+    }
+    for (const name of entries) await lm.loadAdapter(join(opts.adapters, name), name);
+  }
+  return { lm, single };
+}
+
+/** `stageml run`: logits of token ids through a model (one adapter, or a mixed batch), to safetensors. */
+export function registerRun(program: Command, io: CliIo): void {
+  program
+    .command('run')
+    .description('run token ids through a model and write the logits (F32) to a safetensors file')
+    .requiredOption('--model <dir>', 'Hugging Face model directory (config.json, model.safetensors)')
+    .option('--adapter <dir>', 'a PEFT adapter directory applied to every row')
+    .option('--adapters <dir>', 'a directory of PEFT adapter directories (for --mixed)')
+    .option('--mixed <names>', 'one row per adapter name (__base__ = no adapter); writes logits [rows, T, vocab]', parseNames)
+    .requiredOption('--ids <ids>', 'comma-separated token ids', parseIds)
+    .requiredOption('--out <file>', 'output .safetensors file (tensor `logits`)')
+    .option('--executor <name>', 'executor: interpreter (default)')
+    .option('--json', 'print a JSON summary')
+    .action(async (opts: RunOptions) => {
+      if (opts.mixed !== undefined && opts.adapters === undefined) throw new CliError(CliCode.USAGE, '--mixed needs --adapters DIR');
+      if (opts.mixed !== undefined && opts.adapter !== undefined) throw new CliError(CliCode.USAGE, 'use either --adapter or --mixed, not both');
+      const { lm, single } = await loadModelWithAdapters(opts);
+      const rows = opts.mixed ?? [single];
+      const { logits } = await lm.forward(rows.map(() => opts.ids), { adapters: rows });
+      const out = opts.mixed === undefined ? { ...logits, shape: logits.shape.slice(1) } : logits;
+      await writeSafetensors(opts.out, { logits: out }, { producer: 'stageml run' });
+      const summary = { out: opts.out, shape: out.shape, rows: rows.map((r) => r ?? '__base__'), executor: lm.executorName };
+      io.out(opts.json === true ? JSON.stringify(summary) : `wrote logits [${out.shape.join(', ')}] to ${basename(opts.out)} (${summary.rows.join(', ')})`);
+    });
+}

@@ -1,0 +1,93 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { SafetensorsFile } from '@stageml/safetensors';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ExitCode, runCli } from './index.js';
+
+const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
+const golden = JSON.parse(readFileSync(`${root}golden.json`, 'utf8')) as Record<string, unknown>;
+const tmp = mkdtempSync(join(tmpdir(), 'stageml-cli-models-'));
+afterAll(() => {
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+async function run(args: string[]): Promise<{ code: number; out: string; err: string }> {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await runCli(args, { out: (l) => out.push(l), err: (l) => err.push(l) });
+  return { code, out: out.join('\n'), err: err.join('\n') };
+}
+
+async function maxDiff(file: string, key: string, goldenKey: string): Promise<number> {
+  const a = await SafetensorsFile.open(file);
+  const g = await SafetensorsFile.open(`${root}golden.safetensors`);
+  const x = await a.readTensor(key);
+  const y = await g.readTensor(goldenKey);
+  await a.close();
+  await g.close();
+  expect(x.shape).toEqual(y.shape);
+  let m = 0;
+  for (let i = 0; i < x.data.length; i++) m = Math.max(m, Math.abs(x.data[i]! - y.data[i]!));
+  return m;
+}
+
+describe('stageml run', () => {
+  it('writes logits [T, vocab] equal to the golden for an adapter', async () => {
+    const p = (golden['llama.qv-r8'] as Record<string, { input_ids: number[] }>)['prompt1']!;
+    const out = join(tmp, 'qv.safetensors');
+    const r = await run(['run', '--model', `${root}llama/base`, '--adapter', `${root}llama/adapters/qv-r8`, '--ids', p.input_ids.join(','), '--out', out]);
+    expect(r.code, r.err).toBe(ExitCode.OK);
+    expect(await maxDiff(out, 'logits', 'llama.qv-r8.prompt1.logits')).toBeLessThanOrEqual(1e-4);
+  });
+
+  it('writes a mixed batch [rows, T, vocab] equal to the golden', async () => {
+    const mixed = golden['llama.mixed'] as { adapter_names: string[]; input_ids: number[] };
+    const out = join(tmp, 'mixed.safetensors');
+    const r = await run(['run', '--model', `${root}llama/base`, '--adapters', `${root}llama/adapters`, '--mixed', mixed.adapter_names.join(','), '--ids', mixed.input_ids.join(','), '--out', out]);
+    expect(r.code, r.err).toBe(ExitCode.OK);
+    expect(await maxDiff(out, 'logits', 'llama.mixed.logits')).toBeLessThanOrEqual(1e-4);
+  });
+
+  it('rejects bad flags and bad input with coded errors', async () => {
+    expect((await run(['run', '--model', `${root}llama/base`, '--ids', '1,x', '--out', join(tmp, 'x.safetensors')])).code).toBe(ExitCode.USAGE);
+    const bad = await run(['run', '--model', `${root}llama/base`, '--ids', '1,999', '--out', join(tmp, 'x.safetensors')]);
+    expect(bad.code).toBe(ExitCode.INVALID_INPUT);
+    expect(bad.err).toContain('error[MODEL_BAD_TOKEN]');
+    const missing = await run(['run', '--model', join(tmp, 'nope'), '--ids', '1', '--out', join(tmp, 'x.safetensors')]);
+    expect(missing.code).toBe(ExitCode.IO);
+    expect(missing.err).toContain('error[MODEL_IO]');
+  });
+});
+
+describe('stageml generate', () => {
+  for (const model of ['base', 'all-r16']) {
+    it(`prints the 12 golden greedy tokens as JSON (${model})`, async () => {
+      const p = (golden[`llama.${model}`] as Record<string, { input_ids: number[]; greedy_new_ids: number[] }>)['prompt0']!;
+      const adapter = model === 'base' ? [] : ['--adapter', `${root}llama/adapters/${model}`];
+      const r = await run(['generate', '--model', `${root}llama/base`, ...adapter, '--ids', p.input_ids.join(','), '--max-new-tokens', '12', '--greedy', '--pad-token-id', '0', '--ignore-eos', '--json']);
+      expect(r.code, r.err).toBe(ExitCode.OK);
+      const out = JSON.parse(r.out) as { new_ids: number[]; text: string };
+      expect(out.new_ids).toEqual(p.greedy_new_ids);
+      expect(typeof out.text).toBe('string');
+    });
+  }
+
+  it('tokenizes a text prompt and samples reproducibly with a seed', async () => {
+    const args = ['generate', '--model', `${root}llama/base`, '--prompt', 'The staged program', '--max-new-tokens', '5', '--temperature', '0.8', '--top-p', '0.9', '--top-k', '50', '--seed', '7', '--json'];
+    const a = await run(args);
+    const b = await run(args);
+    expect(a.code, a.err).toBe(ExitCode.OK);
+    expect(a.out).toBe(b.out);
+  });
+
+  it('rejects conflicting or invalid flags', async () => {
+    expect((await run(['generate', '--model', `${root}llama/base`, '--max-new-tokens', '3'])).code).toBe(ExitCode.USAGE);
+    expect((await run(['generate', '--model', `${root}llama/base`, '--ids', '1', '--max-new-tokens', '0'])).code).toBe(ExitCode.USAGE);
+    expect((await run(['generate', '--model', `${root}llama/base`, '--ids', '1', '--max-new-tokens', '2', '--greedy', '--temperature', '0.5'])).code).toBe(ExitCode.USAGE);
+    const t = await run(['generate', '--model', `${root}llama/base`, '--ids', '1', '--max-new-tokens', '2', '--temperature', '-1']);
+    expect(t.code).toBe(ExitCode.INVALID_INPUT);
+    expect(t.err).toContain('MODEL_BAD_OPTIONS');
+  });
+});
