@@ -91,3 +91,19 @@ describe('stageml generate', () => {
     expect(t.err).toContain('MODEL_BAD_OPTIONS');
   });
 });
+
+describe('stageml run and generate on Mixtral', () => {
+  for (const model of ['base', 'attn-r8', 'experts-r4']) {
+    it(`matches the golden logits and greedy tokens (${model})`, async () => {
+      const p = (golden[`mixtral.${model}`] as Record<string, { input_ids: number[]; greedy_new_ids: number[] }>)['prompt3']!;
+      const adapter = model === 'base' ? [] : ['--adapter', `${root}mixtral/adapters/${model}`];
+      const out = join(tmp, `mixtral-${model}.safetensors`);
+      const r = await run(['run', '--model', `${root}mixtral/base`, ...adapter, '--ids', p.input_ids.join(','), '--out', out]);
+      expect(r.code, r.err).toBe(ExitCode.OK);
+      expect(await maxDiff(out, 'logits', `mixtral.${model}.prompt3.logits`)).toBeLessThanOrEqual(1e-4);
+      const g = await run(['generate', '--model', `${root}mixtral/base`, ...adapter, '--ids', p.input_ids.join(','), '--max-new-tokens', '12', '--pad-token-id', '0', '--ignore-eos', '--json']);
+      expect(g.code, g.err).toBe(ExitCode.OK);
+      expect((JSON.parse(g.out) as { new_ids: number[] }).new_ids).toEqual(p.greedy_new_ids);
+    });
+  }
+});

@@ -1,13 +1,15 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SERVING_STAGES } from '@stageml/annotations';
-import { type Graph, type HostTensor, StageError, graphInputs, graphParams, hostTensor, typeToString, zeros } from '@stageml/ir';
-import { type LoraAdapter, type LoraForm, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
+import { type Graph, type HostTensor, StageError, graphInputs, graphParams, hostTensor, zeros } from '@stageml/ir';
+import { type ExpertLora, expertLoraFor } from '@stageml/moe';
+import { type LoraAdapter, type LoraForm, checkAdapterAgainstBase, loadLoraAdapter, scalingFor } from '@stageml/peft';
 import { type Executor, type PreparedGraph, interpreterExecutor, specialize } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
 import { ModelCode, ModelError } from './errors.js';
+import { readParam } from './checkpoint-map.js';
 import { type LlamaConfig, parseLlamaConfig, ropeInvFreqFor } from './hf-config.js';
-import { adapterParamName, bankLinear, rowsInputName, singleAdapterLinear } from './linear-factories.js';
+import { adapterParamName, bankLinear, expertParamName, loraExperts, rowsInputName, singleAdapterLinear } from './linear-factories.js';
 import { type LinearFactory, buildLlamaGraph } from './llama-graph.js';
 import { type TextTokenizer, loadTokenizer } from './tokenizer.js';
 
@@ -62,6 +64,7 @@ interface Program {
 export class CausalLM {
   readonly #weights: Map<string, HostTensor>;
   readonly #adapters = new Map<string, LoraAdapter>();
+  readonly #expertLora = new Map<string, Map<string, ExpertLora[]>>();
   readonly #programs = new Map<string, Promise<Program>>();
   readonly #executor: Executor;
   readonly #form: LoraForm;
@@ -101,16 +104,7 @@ export class CausalLM {
     const weights = new Map<string, HostTensor>();
     try {
       for (const p of graphParams(graph)) {
-        const type = graph.values[p.results[0]!]!.type;
-        if (!ckpt.has(p.name)) {
-          throw new ModelError(ModelCode.BAD_WEIGHT, `${dir}: the checkpoint has no tensor '${p.name}' (${typeToString(type)})`);
-        }
-        const info = ckpt.info(p.name);
-        const want = type.shape as number[];
-        if (info.shape.length !== want.length || info.shape.some((d, i) => d !== want[i])) {
-          throw new ModelError(ModelCode.BAD_WEIGHT, `${ckpt.fileOf(p.name)}: tensor '${p.name}' is [${info.shape.join(', ')}], the config needs [${want.join(', ')}]`);
-        }
-        weights.set(p.name, hostTensor('f32', info.shape, await ckpt.readFloat32(p.name)));
+        weights.set(p.name, await readParam(ckpt, dir, p.name, graph.values[p.results[0]!]!.type.shape as number[]));
       }
     } finally {
       await ckpt.close();
@@ -135,18 +129,32 @@ export class CausalLM {
   async loadAdapter(dir: string, name?: string): Promise<LoraAdapter> {
     const adapter = await loadLoraAdapter(dir, name === undefined ? {} : { name });
     if (adapter.name === BASE) throw new ModelError(ModelCode.BAD_ADAPTER, `'${BASE}' is reserved for the base model`);
+    const experts = new Map<string, ExpertLora[]>();
     if (adapter.parameterFactors.length > 0) {
-      throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${adapter.name}' targets parameters (${adapter.config.targetParameters.join(', ')}), which ${this.config.modelType} models do not have`);
+      const moe = this.config.moe;
+      if (moe === undefined) {
+        throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${adapter.name}' targets parameters (${adapter.config.targetParameters.join(', ')}), which ${this.config.modelType} models do not have`);
+      }
+      const shapes = { numExperts: moe.numExperts, hidden: this.config.hiddenSize, intermediate: this.config.intermediateSize };
+      const modules = new Set(adapter.parameterFactors.map((f) => f.module));
+      for (let l = 0; l < this.config.numLayers; l++) {
+        const path = `model.layers.${String(l)}.mlp.experts`;
+        if (!modules.delete(path)) continue;
+        experts.set(`model.layers.${String(l)}.mlp`, expertLoraFor(adapter, path, shapes, scalingFor(adapter.config, path)));
+      }
+      if (modules.size > 0) throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${adapter.name}' targets '${[...modules][0]!}', which this model does not have`);
     }
     checkAdapterAgainstBase(adapter, (p) => this.#weights.get(p)?.shape ?? (p === 'lm_head.weight' && this.config.tieWordEmbeddings ? this.#weights.get('model.embed_tokens.weight')?.shape : undefined));
     this.unloadAdapter(adapter.name);
     this.#adapters.set(adapter.name, adapter);
+    this.#expertLora.set(adapter.name, experts);
     return adapter;
   }
 
   /** Forgets an adapter and the programs compiled for it. */
   unloadAdapter(name: string): boolean {
     const had = this.#adapters.delete(name);
+    this.#expertLora.delete(name);
     for (const key of [...this.#programs.keys()]) if (key.split('|').includes(name)) this.#programs.delete(key);
     return had;
   }
@@ -177,6 +185,10 @@ export class CausalLM {
       if (withOverrides !== undefined) {
         throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${withOverrides.name}' replaces whole tensors (${[...withOverrides.overrides.keys()].slice(0, 3).join(', ')}), which cannot vary by row in a mixed batch`);
       }
+      const withExperts = adapters.find((a) => (this.#expertLora.get(a.name)?.size ?? 0) > 0);
+      if (withExperts !== undefined) {
+        throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${withExperts.name}' adapts MoE experts, which mixed batches do not support yet; run its rows in their own batch`);
+      }
       linear = bankLinear(adapters);
     } else {
       linear = singleAdapterLinear(adapters[0], this.#form);
@@ -189,7 +201,23 @@ export class CausalLM {
         if (m.biasB !== undefined) values.set(adapterParamName(a.name, m.module, 'lora_B_bias'), m.biasB);
       }
     }
-    const graph = buildLlamaGraph(this.config, { name: this.config.modelType, kvCache: true, attentionMask: true, linear, invFreq: this.#invFreq, qkvBias: this.config.qkvBias });
+    const single = mixed ? undefined : adapters[0];
+    const expertLora = single === undefined ? undefined : this.#expertLora.get(single.name);
+    for (const [layer, list] of expertLora ?? []) {
+      for (const x of list) {
+        values.set(expertParamName(single!.name, layer, x.projection, 'lora_A'), x.A);
+        values.set(expertParamName(single!.name, layer, x.projection, 'lora_B'), x.B);
+      }
+    }
+    const graph = buildLlamaGraph(this.config, {
+      name: this.config.modelType,
+      kvCache: true,
+      attentionMask: true,
+      linear,
+      ...(expertLora === undefined || expertLora.size === 0 ? {} : { experts: loraExperts(single!.name, expertLora) }),
+      invFreq: this.#invFreq,
+      qkvBias: this.config.qkvBias,
+    });
     const result = specialize(graph, {
       lattice: SERVING_STAGES,
       annotations: { params: names.length === 0 ? {} : { 'adapter.*': 'adapter' } },

@@ -14,8 +14,10 @@ export type RopeScaling =
       readonly originalMaxPositions: number;
     };
 
-/** A Llama-family model configuration, parsed from HF `config.json`. */
+/** A Llama-family model configuration (Mixtral included), parsed from HF `config.json`. */
 export interface LlamaConfig extends LlamaShape {
+  /** Mixture-of-experts layout (Mixtral), when the MLPs are routed experts. */
+  readonly moe?: MoeShape;
   /** HF `model_type` (`llama`, `mistral`, `qwen2`). */
   readonly modelType: string;
   readonly headDim: number;
@@ -33,6 +35,14 @@ export interface LlamaConfig extends LlamaShape {
   readonly eosTokenIds: readonly number[];
   /** Beginning-of-sequence id, when set. */
   readonly bosTokenId: number | undefined;
+}
+
+/** Mixture-of-experts fields (Mixtral): the MLP of every layer is a routed set of experts. */
+export interface MoeShape {
+  /** Experts per layer (`num_local_experts`). */
+  readonly numExperts: number;
+  /** Experts each token is routed to (`num_experts_per_tok`). */
+  readonly topK: number;
 }
 
 const pos = z.number().int().positive();
@@ -67,10 +77,12 @@ const schema = z.looseObject({
   eos_token_id: z.union([z.number().int(), z.array(z.number().int())]).nullish(),
   bos_token_id: z.number().int().nullish(),
   sliding_window: z.number().int().nullish(),
+  num_local_experts: pos.optional(),
+  num_experts_per_tok: pos.optional(),
   use_sliding_window: z.boolean().optional(),
 });
 
-const LLAMA_FAMILY = new Set(['llama', 'mistral', 'qwen2']);
+const LLAMA_FAMILY = new Set(['llama', 'mistral', 'qwen2', 'mixtral']);
 
 function bad(file: string, msg: string): never {
   throw new ModelError(ModelCode.BAD_CONFIG, `${file}: ${msg}`);
@@ -114,7 +126,7 @@ export function parseLlamaConfig(text: string, file = 'config.json'): LlamaConfi
   const type = (raw as { model_type?: unknown } | null)?.model_type;
   if (typeof type !== 'string' || !LLAMA_FAMILY.has(type)) {
     const arch = (raw as { architectures?: unknown } | null)?.architectures;
-    throw new ModelError(ModelCode.UNSUPPORTED_ARCH, `${file}: model_type ${JSON.stringify(type)}${Array.isArray(arch) ? ` (${arch.join(', ')})` : ''} is not a supported architecture (llama, mistral, qwen2)`);
+    throw new ModelError(ModelCode.UNSUPPORTED_ARCH, `${file}: model_type ${JSON.stringify(type)}${Array.isArray(arch) ? ` (${arch.join(', ')})` : ''} is not a supported architecture (llama, mistral, qwen2, mixtral)`);
   }
   const parsed = schema.safeParse(raw);
   if (!parsed.success) {
@@ -123,7 +135,7 @@ export function parseLlamaConfig(text: string, file = 'config.json'): LlamaConfi
   }
   const c = parsed.data;
   if (c.hidden_act !== 'silu') bad(file, `hidden_act '${c.hidden_act}' is not supported (silu)`);
-  if (c.sliding_window !== null && c.sliding_window !== undefined && c.use_sliding_window !== false && type === 'mistral') {
+  if (c.sliding_window !== null && c.sliding_window !== undefined && c.use_sliding_window !== false && (type === 'mistral' || type === 'mixtral')) {
     bad(file, 'sliding-window attention is not supported (sliding_window must be null)');
   }
   const numKvHeads = c.num_key_value_heads ?? c.num_attention_heads;
@@ -151,7 +163,14 @@ export function parseLlamaConfig(text: string, file = 'config.json'): LlamaConfi
     maxPositions: c.max_position_embeddings,
     eosTokenIds: eos === null || eos === undefined ? [] : Array.isArray(eos) ? eos : [eos],
     bosTokenId: c.bos_token_id ?? undefined,
+    ...(type === 'mixtral' ? { moe: parseMoe(file, c) } : {}),
   };
+}
+
+function parseMoe(file: string, c: z.infer<typeof schema>): MoeShape {
+  if (c.num_local_experts === undefined || c.num_experts_per_tok === undefined) bad(file, 'mixtral needs num_local_experts and num_experts_per_tok');
+  if (c.num_experts_per_tok > c.num_local_experts) bad(file, 'num_experts_per_tok exceeds num_local_experts');
+  return { numExperts: c.num_local_experts, topK: c.num_experts_per_tok };
 }
 
 /**

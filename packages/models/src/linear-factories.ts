@@ -1,6 +1,7 @@
 import type { GraphBuilder, Value } from '@stageml/ir';
+import { type ExpertLora, type ExpertLoraValues, type ExpertProjection, moeBlock } from '@stageml/moe';
 import { type LoraAdapter, type LoraForm, type LoraModule, bankLinearGrouped, loraLinear } from '@stageml/peft';
-import type { LinearFactory } from './llama-graph.js';
+import type { ExpertsFactory, LinearFactory } from './llama-graph.js';
 
 /** Graph parameter name of an adapter tensor: `adapter.<name>.<module>.lora_A` etc. */
 export function adapterParamName(adapter: string, module: string, tensor: 'lora_A' | 'lora_B' | 'lora_B_bias'): string {
@@ -58,5 +59,35 @@ export function bankLinear(adapters: readonly LoraAdapter[]): LinearFactory {
       return m === undefined ? [] : [{ rows: rowsOf(b, a.name, i), lora: loraValues(b, a.name, m, inDim, outDim) }];
     });
     return bankLinearGrouped(b, x, p.w, p.bias, groups);
+  };
+}
+
+/** Graph parameter name of an expert adapter tensor: `adapter.<name>.<layer>.experts.<proj>.lora_A`. */
+export function expertParamName(adapter: string, layer: string, projection: ExpertProjection, tensor: 'lora_A' | 'lora_B'): string {
+  return `adapter.${adapter}.${layer}.experts.${projection}.${tensor}`;
+}
+
+/** MoE layers carrying one adapter's per-expert LoRA factors (residual form, grouped by expert). */
+export function loraExperts(adapter: string, byLayer: ReadonlyMap<string, readonly ExpertLora[]>): ExpertsFactory {
+  return (b, module, x, s) => {
+    const lora: Partial<Record<ExpertProjection, ExpertLoraValues>> = {};
+    for (const f of byLayer.get(module) ?? []) {
+      lora[f.projection] = {
+        A: b.param(expertParamName(adapter, module, f.projection, 'lora_A'), ['f32', f.A.shape]),
+        B: b.param(expertParamName(adapter, module, f.projection, 'lora_B'), ['f32', f.B.shape]),
+        scale: f.scale,
+      };
+    }
+    return moeBlock(
+      b,
+      x,
+      {
+        router: b.param(`${module}.gate.weight`, ['f32', [s.numExperts, s.hidden]]),
+        gateUp: b.param(`${module}.experts.gate_up_proj`, ['f32', [s.numExperts, 2 * s.intermediate, s.hidden]]),
+        down: b.param(`${module}.experts.down_proj`, ['f32', [s.numExperts, s.hidden, s.intermediate]]),
+        lora,
+      },
+      { topK: s.topK, normalize: true },
+    );
   };
 }

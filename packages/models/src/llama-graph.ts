@@ -1,4 +1,5 @@
 import { type Graph, GraphBuilder, IrCode, IrError, type Value } from '@stageml/ir';
+import { moeBlock } from '@stageml/moe';
 
 /** The shape-defining fields of a Llama-family decoder (names follow HF `LlamaConfig`, camelCased). */
 export interface LlamaShape {
@@ -26,7 +27,37 @@ export interface LlamaShape {
   readonly attentionBias?: boolean;
   /** Bias on gate/up/down projections. */
   readonly mlpBias?: boolean;
+  /** Routed experts instead of a dense MLP (Mixtral); `intermediateSize` is then per expert. */
+  readonly moe?: { readonly numExperts: number; readonly topK: number };
 }
+
+/** Sizes of one MoE layer. */
+export interface MoeLayerShape {
+  readonly numExperts: number;
+  readonly topK: number;
+  readonly hidden: number;
+  readonly intermediate: number;
+}
+
+/**
+ * Makes the MoE MLP of one layer over token rows x [T, H]; `module` is the HF module path
+ * (`model.layers.0.mlp`). The default reads `<module>.gate.weight` [E, H],
+ * `<module>.experts.gate_up_proj` [E, 2I, H] and `<module>.experts.down_proj` [E, H, I].
+ */
+export type ExpertsFactory = (b: GraphBuilder, module: string, x: Value, shape: MoeLayerShape) => Value;
+
+/** The base MoE layer (no adapter). */
+export const plainExperts: ExpertsFactory = (b, module, x, s) =>
+  moeBlock(
+    b,
+    x,
+    {
+      router: b.param(`${module}.gate.weight`, ['f32', [s.numExperts, s.hidden]]),
+      gateUp: b.param(`${module}.experts.gate_up_proj`, ['f32', [s.numExperts, 2 * s.intermediate, s.hidden]]),
+      down: b.param(`${module}.experts.down_proj`, ['f32', [s.numExperts, s.hidden, s.intermediate]]),
+    },
+    { topK: s.topK, normalize: true },
+  );
 
 /** Projections a LoRA adapter can target, by their HF module names. */
 export const LLAMA_PROJECTIONS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
@@ -69,6 +100,8 @@ export interface LlamaGraphOptions {
    * causal aligned to the end, so the same graph does prefill (past = 0) and decode.
    */
   readonly kvCache?: boolean;
+  /** How each MoE layer is built (default `plainExperts`). */
+  readonly experts?: ExpertsFactory;
   /** Rotary inverse frequencies (default: θ^(−2i/d) with `ropeTheta`). */
   readonly invFreq?: readonly number[];
   /** Bias on q/k/v only (Qwen2). */
@@ -169,6 +202,11 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
       const h1 = b.add(h, linear(b, `${ap}.o_proj`, merged, nh * hd, H, ab));
       const mlpIn = b.rmsNorm(h1, b.param(`${prefix}.post_attention_layernorm.weight`, ['f32', [H]]), eps);
       const mp = `${prefix}.mlp`;
+      if (cfg.moe !== undefined) {
+        const rows = b.reshape(mlpIn, [-1, H]);
+        const moe = (opts.experts ?? plainExperts)(b, mp, rows, { numExperts: cfg.moe.numExperts, topK: cfg.moe.topK, hidden: H, intermediate: cfg.intermediateSize });
+        return b.add(h1, b.reshape(moe, ['batch', 'seq', H]));
+      }
       const mb = cfg.mlpBias === true;
       const gate = b.silu(linear(b, `${mp}.gate_proj`, mlpIn, H, cfg.intermediateSize, mb));
       const up = linear(b, `${mp}.up_proj`, mlpIn, H, cfg.intermediateSize, mb);

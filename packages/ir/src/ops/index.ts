@@ -32,6 +32,7 @@ import {
 } from './elementwise.js';
 import { constant, gather, indexSelect, iota, scatterAdd, topk } from './indexing.js';
 import { linear, matmul } from './linalg.js';
+import { groupedMatmul } from './moe.js';
 import { attention, randomUniform, rotary } from './nn.js';
 import { argmax, layerNorm, max, mean, rmsNorm, softmax, sum } from './reduce.js';
 import { broadcastTo, concat, reshape, slice, transpose } from './shape.js';
@@ -75,6 +76,7 @@ export const OPS = {
   cast,
   matmul,
   linear,
+  groupedMatmul,
   sum,
   mean,
   max,

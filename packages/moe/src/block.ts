@@ -1,0 +1,74 @@
+import type { GraphBuilder, Value } from '@stageml/ir';
+
+/** The expert projections of a fused MoE layer. */
+export type ExpertProjection = 'gate_up_proj' | 'down_proj';
+
+/** Low-rank factors of one expert projection for all experts, as graph values. */
+export interface ExpertLoraValues {
+  /** A of every expert [E, r, in]. */
+  readonly A: Value;
+  /** B of every expert [E, out, r]. */
+  readonly B: Value;
+  /** Scale s. */
+  readonly scale: number;
+}
+
+/** Parameters of one MoE layer (HF Mixtral, fused layout). */
+export interface MoeParams {
+  /** Router weight [E, H]. */
+  readonly router: Value;
+  /** Gate and up projections of every expert [E, 2I, H] (gate rows first, as HF chunks them). */
+  readonly gateUp: Value;
+  /** Down projection of every expert [E, H, I]. */
+  readonly down: Value;
+  /** Residual LoRA factors per projection (absent: base experts). */
+  readonly lora?: Partial<Readonly<Record<ExpertProjection, ExpertLoraValues>>>;
+}
+
+/** Options of `moeBlock`. */
+export interface MoeBlockOptions {
+  /** Experts per token. */
+  readonly topK: number;
+  /** Renormalize the top-k routing weights to sum to 1 (Mixtral: true). */
+  readonly normalize?: boolean;
+}
+
+/** y = x·W_gᵀ + s·(x·A_gᵀ)·B_gᵀ with per-row expert g (grouped). */
+function expertLinear(b: GraphBuilder, x: Value, w: Value, experts: Value, lora: ExpertLoraValues | undefined): Value {
+  const base = b.op('groupedMatmul', [x, w, experts], { transposeW: true });
+  if (lora === undefined) return base;
+  const shrink = b.op('groupedMatmul', [x, lora.A, experts], { transposeW: true });
+  const expand = b.op('groupedMatmul', [shrink, lora.B, experts], { transposeW: true });
+  return b.add(base, b.mul(expand, b.scalar(lora.scale, x.type.dtype)));
+}
+
+/**
+ * A routed mixture-of-experts MLP (Mixtral) over token rows x [T, H]:
+ *
+ *   p = softmax(x·Rᵀ); (w, e) = topk(p, k); w ← w / Σw;
+ *   y[t] = Σ_j w[t, j] · W2_{e[t,j]} (silu(W1_{e[t,j]} x[t]) ⊙ W3_{e[t,j]} x[t])
+ *
+ * Execution is grouped, not per token: the T·k (token, slot) rows are gathered once, each expert
+ * projection is one `groupedMatmul` (rows grouped by expert), and results are weighted and added
+ * back to their tokens with `scatterAdd`. Experts that receive no rows cost nothing.
+ */
+export function moeBlock(b: GraphBuilder, x: Value, p: MoeParams, opts: MoeBlockOptions): Value {
+  const T = x.type.shape[0]!;
+  const H = x.type.shape[1]!;
+  const k = opts.topK;
+  const probs = b.softmax(b.linear(x, p.router), -1);
+  const [topW, topE] = b.topk(probs, k, -1);
+  const weights = opts.normalize === false ? topW : b.div(topW, b.sum(topW, [-1], true));
+  const experts = b.reshape(topE, [-1]);
+  const token = b.reshape(b.iota([T, k], 0), [-1]);
+  const rows = b.gather(x, token, 0);
+  const gateUp = expertLinear(b, rows, p.gateUp, experts, p.lora?.gate_up_proj);
+  const I = (p.gateUp.type.shape[1] as number) / 2;
+  const gate = b.slice(gateUp, 1, 0, I);
+  const up = b.slice(gateUp, 1, I);
+  const hidden = b.mul(b.silu(gate), up);
+  const out = expertLinear(b, hidden, p.down, experts, p.lora?.down_proj);
+  const weighted = b.mul(out, b.reshape(weights, [-1, 1]));
+  const zeros = b.broadcastTo(b.scalar(0, x.type.dtype), [T, H]);
+  return b.scatterAdd(zeros, token, weighted, 0);
+}

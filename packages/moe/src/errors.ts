@@ -1,0 +1,17 @@
+import { StageError } from '@stageml/ir';
+
+/** Error codes of `@stageml/moe`. */
+export const MoeCode = {
+  /** Expert factors or weights do not fit the MoE block's shapes (named). */
+  SHAPE_MISMATCH: 'MOE_SHAPE_MISMATCH',
+  /** A MoE plan is malformed, of another version, or inconsistent with the model (named). */
+  BAD_PLAN: 'MOE_BAD_PLAN',
+  /** An adapter's parameter-targeted factors cannot be matched to expert tensors. */
+  BAD_ADAPTER: 'MOE_BAD_ADAPTER',
+} as const;
+
+/** Union of `@stageml/moe` error codes. */
+export type MoeErrorCode = (typeof MoeCode)[keyof typeof MoeCode];
+
+/** An error raised by MoE blocks, expert adapters or plans. */
+export class MoeError extends StageError<MoeErrorCode> {}
