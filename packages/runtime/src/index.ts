@@ -26,3 +26,14 @@ export { BUNDLE_FORMAT, BUNDLE_VERSION, loadBundle, writeBundle } from './bundle
 export type { BundleManifest, LoadedBundle, WriteBundleOptions } from './bundle.js';
 export { compileStaged } from './compile.js';
 export type { CompileStagedOptions, StagedAnnotations, StagedProgram } from './compile.js';
+export {
+  TFJS_BACKENDS,
+  TFJS_RULES,
+  availableTfjsBackends,
+  createTfjsExecutor,
+  exactLowering,
+  isTfjsBackend,
+  lowering,
+  unsupported,
+} from './tfjs/index.js';
+export type { Kernel, LowerContext, Lowering, TfDType, TfRule, TfRuleTable, TfjsBackend, TfjsExecutorOptions, Unsupported } from './tfjs/index.js';

@@ -1,0 +1,149 @@
+import { conformanceCase as c, t, widened } from './case.js';
+
+const NAN = Number.NaN;
+const NEG_INF = Number.NEGATIVE_INFINITY;
+
+/** Cases of the contraction, reduction, normalization, shape, indexing and attention ops. */
+export const STRUCTURED_CASES = {
+  matmul: [
+    c('matmul f32 [2,3]·[3,4]', [t('f32', [2, 3]), t('f32', [3, 4], { param: true })], (b, [x, w]) => b.matmul(x!, w!)),
+    c('matmul transposeA transposeB', [t('f32', [3, 2]), t('f32', [4, 3])], (b, [x, w]) => b.matmul(x!, w!, { transposeA: true, transposeB: true })),
+    c('matmul batch broadcast', [t('f32', [2, 1, 3, 4]), t('f32', [3, 4, 2])], (b, [x, w]) => b.matmul(x!, w!)),
+    c('matmul symbolic rows', [t('f32', ['n', 3], { dims: [5, 3] }), t('f32', [3, 2])], (b, [x, w]) => b.matmul(x!, w!)),
+    c('matmul i32', [t('i32', [2, 3]), t('i32', [3, 2])], (b, [x, w]) => b.matmul(x!, w!)),
+    c('matmul f16', [t('f16', [2, 8]), t('f16', [8, 3])], (b, [x, w]) => widened(b, b.matmul(x!, w!))),
+  ],
+  linear: [
+    c('linear rank 3 with bias', [t('f32', [2, 3, 4]), t('f32', [5, 4], { param: true }), t('f32', [5], { param: true })], (b, [x, w, k]) => b.linear(x!, w!, k)),
+    c('linear rank 1 no bias', [t('f32', [4]), t('f32', [2, 4])], (b, [x, w]) => b.linear(x!, w!)),
+    c('linear symbolic batch', [t('f32', ['n', 4], { dims: [3, 4] }), t('f32', [6, 4])], (b, [x, w]) => b.linear(x!, w!)),
+  ],
+  groupedMatmul: [
+    c('groupedMatmul rows across groups', [t('f32', [6, 4]), t('f32', [3, 4, 5], { param: true }), t('i64', [6], { values: [2, 0, 2, 1, 0, 2] })], (b, [x, w, g]) =>
+      b.op('groupedMatmul', [x!, w!, g!]),
+    ),
+    c('groupedMatmul transposeW, one group, symbolic rows', [t('f32', ['n', 3], { dims: [4, 3] }), t('f32', [2, 5, 3]), t('u8', ['n'], { dims: [4], values: [1, 1, 1, 1] })], (b, [x, w, g]) =>
+      b.op('groupedMatmul', [x!, w!, g!], { transposeW: true }),
+    ),
+    c('groupedMatmul i32 and f16', [t('i32', [3, 2]), t('i32', [2, 2, 2]), t('i32', [3], { values: [1, 0, 1] }), t('f16', [3, 4]), t('f16', [2, 4, 2])], (b, [x, w, g, h, v]) => [
+      b.op('groupedMatmul', [x!, w!, g!]),
+      ...[b.op('groupedMatmul', [h!, v!, g!])].flatMap((y) => [y, b.cast(y, 'f32')]),
+    ]),
+  ],
+  sum: [
+    c('sum all axes', [t('f32', [2, 3, 4])], (b, [x]) => b.sum(x!)),
+    c('sum axes [0,-1] keepDims', [t('f32', [2, 3, 4])], (b, [x]) => b.sum(x!, [0, -1], true)),
+    c('sum i32 symbolic', [t('i32', ['n', 3], { dims: [4, 3] })], (b, [x]) => b.sum(x!, [0])),
+    c('sum i8 wraps', [t('i8', [2, 4], { range: [-120, 120] })], (b, [x]) => widened(b, b.sum(x!, [1]))),
+    c('sum f16', [t('f16', [3, 5])], (b, [x]) => widened(b, b.sum(x!, [1]))),
+  ],
+  mean: [
+    c('mean all axes', [t('f32', [3, 4])], (b, [x]) => b.mean(x!)),
+    c('mean axis 1 keepDims', [t('f32', [2, 5, 3])], (b, [x]) => b.mean(x!, [1], true)),
+    c('mean bf16 symbolic', [t('bf16', ['n', 6], { dims: [2, 6] })], (b, [x]) => widened(b, b.mean(x!, [-1]))),
+  ],
+  max: [
+    c('max last axis with NaN', [t('f32', [3, 3], { values: [1, NAN, 3, NAN, 0, 1, -1, -2, -3] })], (b, [x]) => b.max(x!, [-1])),
+    c('max all keepDims', [t('f32', [2, 3])], (b, [x]) => b.max(x!, [], true)),
+    c('max i32 axis 0', [t('i32', [4, 2])], (b, [x]) => b.max(x!, [0])),
+  ],
+  argmax: [
+    c('argmax ties and NaN', [t('f32', [3, 4], { values: [1, 5, 5, 2, 0, NAN, 9, NAN, 7, 7, 7, 7] })], (b, [x]) => b.argmax(x!, -1)),
+    c('argmax axis 0 keepDims', [t('f32', [3, 4])], (b, [x]) => b.argmax(x!, 0, true)),
+    c('argmax i32', [t('i32', [2, 5])], (b, [x]) => b.argmax(x!, 1)),
+    c('argmax bool', [t('bool', [3, 4])], (b, [x]) => b.argmax(x!, -1)),
+  ],
+  softmax: [
+    c('softmax last axis', [t('f32', [2, 5], { range: [-4, 4] })], (b, [x]) => b.softmax(x!)),
+    c('softmax axis 0 of rank 3', [t('f32', [3, 4, 2])], (b, [x]) => b.softmax(x!, 0)),
+    c('softmax axis 1 with -∞', [t('f32', [2, 3, 2], { values: [NEG_INF, 0, NEG_INF, 1, NEG_INF, 2, 0, 1, 2, 3, 4, 5] })], (b, [x]) => b.softmax(x!, 1)),
+    c('softmax f16', [t('f16', [3, 4])], (b, [x]) => widened(b, b.softmax(x!))),
+  ],
+  rmsNorm: [
+    c('rmsNorm with weight', [t('f32', [2, 3, 8]), t('f32', [8], { param: true })], (b, [x, w]) => b.rmsNorm(x!, w, 1e-6)),
+    c('rmsNorm without weight', [t('f32', ['n', 6], { dims: [3, 6] })], (b, [x]) => b.rmsNorm(x!, undefined, 1e-5)),
+    c('rmsNorm bf16', [t('bf16', [2, 8]), t('bf16', [8])], (b, [x, w]) => widened(b, b.rmsNorm(x!, w, 1e-6))),
+  ],
+  layerNorm: [
+    c('layerNorm weight and bias', [t('f32', [2, 3, 8]), t('f32', [8]), t('f32', [8])], (b, [x, w, k]) => b.layerNorm(x!, w, k)),
+    c('layerNorm bare', [t('f32', [4, 5])], (b, [x]) => b.layerNorm(x!)),
+    c('layerNorm weight only f16', [t('f16', [2, 8]), t('f16', [8])], (b, [x, w]) => widened(b, b.layerNorm(x!, w))),
+  ],
+  reshape: [
+    c('reshape with -1', [t('f32', [2, 3, 4])], (b, [x]) => b.reshape(x!, [6, -1])),
+    c('reshape symbolic', [t('f32', ['n', 4], { dims: [3, 4] })], (b, [x]) => b.reshape(x!, ['n', 2, 2])),
+    c('reshape bool', [t('bool', [2, 3])], (b, [x]) => b.reshape(x!, [3, 2])),
+  ],
+  transpose: [
+    c('transpose [2,0,1]', [t('f32', [2, 3, 4])], (b, [x]) => b.transpose(x!, [2, 0, 1])),
+    c('transpose negative perm i32', [t('i32', [3, 2])], (b, [x]) => b.transpose(x!, [-1, 0])),
+  ],
+  broadcastTo: [
+    c('broadcastTo adds leading dims', [t('f32', [3])], (b, [x]) => b.broadcastTo(x!, [2, 3])),
+    c('broadcastTo stretches 1s, bool', [t('bool', [2, 1])], (b, [x]) => b.broadcastTo(x!, [2, 4])),
+    c('broadcastTo symbolic', [t('f32', [1, 3]), t('f32', ['n'], { dims: [4] })], (b, [x, y]) => [b.broadcastTo(x!, ['n', 3]), y!]),
+  ],
+  concat: [
+    c('concat axis 0', [t('f32', [2, 3]), t('f32', [1, 3])], (b, [x, y]) => b.concat([x!, y!], 0)),
+    c('concat axis -1 three operands', [t('f32', [2, 1]), t('f32', [2, 3]), t('f32', [2, 2])], (b, [x, y, z]) => b.concat([x!, y!, z!], -1)),
+    c('concat i32 and bool', [t('i32', [2]), t('i32', [3]), t('bool', [2]), t('bool', [1])], (b, [x, y, p, q]) => [b.concat([x!, y!], 0), b.concat([p!, q!], 0)]),
+    c('concat single operand', [t('f32', [3])], (b, [x]) => b.concat([x!], 0)),
+  ],
+  slice: [
+    c('slice axis 1 [1:3]', [t('f32', [2, 4])], (b, [x]) => b.slice(x!, 1, 1, 3)),
+    c('slice negative start, end past size', [t('f32', [5, 2])], (b, [x]) => b.slice(x!, 0, -3, 9)),
+    c('slice step 2 i32', [t('i32', [2, 7])], (b, [x]) => b.slice(x!, -1, 0, 7, 2)),
+    c('slice step 3 bool', [t('bool', [8, 2])], (b, [x]) => b.slice(x!, 0, 1, undefined, 3)),
+    c('slice symbolic axis', [t('f32', ['n', 3], { dims: [5, 3] })], (b, [x]) => b.slice(x!, 0, 1)),
+    c('slice symbolic bound', [t('f32', ['n', 3], { dims: [5, 3] })], (b, [x]) => b.slice(x!, 0, 0, -2)),
+  ],
+  gather: [
+    c('gather rows by [2,2] indices', [t('f32', [5, 3]), t('i64', [2, 2], { range: [0, 4] })], (b, [x, i]) => b.gather(x!, i!)),
+    c('gather axis 1', [t('f32', [2, 4, 3]), t('i32', [3], { range: [0, 3] })], (b, [x, i]) => b.gather(x!, i!, 1)),
+    c('gather scalar index, axis -1', [t('f32', [2, 3]), t('i8', [], { values: [2] })], (b, [x, i]) => b.gather(x!, i!, -1)),
+    c('gather bool table, symbolic indices', [t('bool', [4, 2]), t('u8', ['n'], { dims: [5], range: [0, 3] })], (b, [x, i]) => b.gather(x!, i!)),
+  ],
+  indexSelect: [
+    c('indexSelect axis 0', [t('f32', [4, 3]), t('i64', [5], { range: [0, 3] })], (b, [x, i]) => b.indexSelect(x!, i!)),
+    c('indexSelect axis -1 u8', [t('i32', [2, 5]), t('u8', [3], { range: [0, 4] })], (b, [x, i]) => b.indexSelect(x!, i!, -1)),
+  ],
+  scatterAdd: [
+    c('scatterAdd axis 0 duplicates', [t('f32', [4, 2]), t('i64', [5], { values: [1, 3, 1, 0, 1] }), t('f32', [5, 2])], (b, [x, i, u]) => b.scatterAdd(x!, i!, u!)),
+    c('scatterAdd axis 1', [t('f32', [2, 3, 2]), t('i32', [4], { values: [2, 2, 0, 1] }), t('f32', [2, 4, 2])], (b, [x, i, u]) => b.scatterAdd(x!, i!, u!, 1)),
+    c('scatterAdd i8 wraps', [t('i8', [3], { values: [100, -100, 0] }), t('i32', [2], { values: [0, 1] }), t('i8', [2], { values: [100, -100] })], (b, [x, i, u]) =>
+      widened(b, b.scatterAdd(x!, i!, u!)),
+    ),
+    c('scatterAdd bool', [t('bool', [3], { values: [0, 1, 0] }), t('i32', [2], { values: [2, 2] }), t('bool', [2], { values: [1, 0] })], (b, [x, i, u]) =>
+      b.scatterAdd(x!, i!, u!),
+    ),
+  ],
+  topk: [
+    c('topk last axis with ties', [t('f32', [2, 5], { values: [1, 5, 5, 2, 5, 0, 0, 0, 0, 0] })], (b, [x]) => b.topk(x!, 3)),
+    c('topk axis 0 smallest', [t('f32', [5, 3])], (b, [x]) => b.topk(x!, 2, 0, false)),
+    c('topk NaN ranks largest', [t('f32', [6], { values: [1, NAN, 5, Number.POSITIVE_INFINITY, -1, NAN] })], (b, [x]) => [...b.topk(x!, 4), ...b.topk(x!, 4, 0, false)]),
+    c('topk i32 middle axis', [t('i32', [2, 4, 2])], (b, [x]) => b.topk(x!, 2, 1)),
+    c('topk bool and k = 0', [t('bool', [5])], (b, [x]) => [...b.topk(x!, 2), ...b.topk(x!, 0)]),
+  ],
+  rotary: [
+    c('rotary half-split, tables broadcast', [t('f32', [2, 3, 8]), t('f32', [3, 8]), t('f32', [3, 8])], (b, [x, k, s]) => b.rotary(x!, k!, s!)),
+    c('rotary interleaved', [t('f32', [1, 2, 3, 4]), t('f32', [3, 4]), t('f32', [1, 3, 4])], (b, [x, k, s]) => b.rotary(x!, k!, s!, true)),
+    c('rotary symbolic seq f16', [t('f16', [2, 'n', 4], { dims: [2, 3, 4] }), t('f16', ['n', 4], { dims: [3, 4] }), t('f16', ['n', 4], { dims: [3, 4] })], (b, [x, k, s]) =>
+      widened(b, b.rotary(x!, k!, s!)),
+    ),
+  ],
+  attention: [
+    c('attention rank 3', [t('f32', [2, 3, 4]), t('f32', [2, 5, 4]), t('f32', [2, 5, 3])], (b, [q, k, v]) => b.attention(q!, k!, v!)),
+    c('attention GQA causal decode-aligned', [t('f32', [1, 4, 2, 8]), t('f32', [1, 2, 5, 8]), t('f32', [1, 2, 5, 8])], (b, [q, k, v]) =>
+      b.attention(q!, k!, v!, { causal: true }),
+    ),
+    c('attention bool mask with a fully masked row', [t('f32', [2, 2, 4]), t('f32', [2, 3, 4]), t('f32', [2, 3, 4]), t('bool', [2, 3], { values: [0, 0, 0, 1, 0, 1] })], (b, [q, k, v, m]) =>
+      b.attention(q!, k!, v!, {}, m),
+    ),
+    c('attention additive mask, scale, causal', [t('f32', [2, 3, 4]), t('f32', [2, 3, 4]), t('f32', [2, 3, 2]), t('f32', [1, 3, 3])], (b, [q, k, v, m]) =>
+      b.attention(q!, k!, v!, { causal: true, scale: 0.3 }, m),
+    ),
+    c('attention symbolic seq causal', [t('f32', [2, 't', 4], { dims: [2, 3, 4] }), t('f32', [1, 't', 4], { dims: [1, 3, 4] }), t('f32', [1, 't', 4], { dims: [1, 3, 4] })], (b, [q, k, v]) =>
+      b.attention(q!, k!, v!, { causal: true }),
+    ),
+  ],
+} as const;
