@@ -1,0 +1,124 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { CausalLM } from '@stageml/models';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { type GenerationRequest, Scheduler, TenantRegistry, parseRouterConfig } from './index.js';
+
+const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
+const golden = JSON.parse(readFileSync(`${root}golden.json`, 'utf8')) as Record<string, unknown> & { families: { llama: { adapters: string[] } } };
+const ADAPTERS = golden.families.llama.adapters;
+const prompt = (model: string, p: number) => (golden[`llama.${model}`] as Record<string, { input_ids: number[]; greedy_new_ids: number[] }>)[`prompt${String(p)}`]!;
+let lm: CausalLM;
+
+beforeAll(async () => {
+  lm = await CausalLM.load(`${root}llama/base`);
+  for (const a of ADAPTERS) await lm.loadAdapter(`${root}llama/adapters/${a}`);
+});
+
+function req(model: string, p: number, extra: Partial<GenerationRequest> = {}): GenerationRequest {
+  return {
+    tenant: extra.tenant ?? 't',
+    adapter: model === 'base' ? undefined : model,
+    prompt: prompt(model, p).input_ids,
+    maxNewTokens: 12,
+    sampling: { greedy: true },
+    stopTokens: [],
+    padTokenId: 0,
+    ...extra,
+  };
+}
+
+describe('Scheduler', () => {
+  it('batches a concurrent mixed load and returns every request its golden tokens', async () => {
+    const s = new Scheduler(lm, { maxBatch: 8, isStaged: (a) => a !== 'o-r2' });
+    const jobs: Promise<void>[] = [];
+    for (const model of ['base', ...ADAPTERS]) {
+      for (let p = 0; p < 4; p++) {
+        jobs.push(
+          s.submit(req(model, p, { tenant: `tenant-${String(p % 2)}` })).then((r) => {
+            expect(r.newIds, `${model} prompt${String(p)}`).toEqual(prompt(model, p).greedy_new_ids);
+            expect(r.path).toBe(model === 'o-r2' ? 'fallback' : 'staged');
+          }),
+        );
+      }
+    }
+    await Promise.all(jobs);
+    expect(s.snapshot()).toMatchObject({ running: 0, waiting: 0 });
+  });
+
+  it('streams tokens in order and stops at a stop token', async () => {
+    const s = new Scheduler(lm);
+    const seen: number[] = [];
+    const gold = prompt('mlp-r4-rslora', 0).greedy_new_ids;
+    const r = await s.submit(req('mlp-r4-rslora', 0, { stopTokens: [2], onToken: (id) => seen.push(id) }));
+    expect(r.finishReason).toBe('stop');
+    expect(r.newIds).toEqual(gold.slice(0, gold.indexOf(2) + 1));
+    expect(seen).toEqual(r.newIds);
+  });
+
+  it('rejects work beyond the queue bound without queueing it, and drains', async () => {
+    const s = new Scheduler(lm, { maxBatch: 1, maxQueue: 2 });
+    const a = s.submit(req('base', 0, { maxNewTokens: 2 }));
+    const b = s.submit(req('base', 1, { maxNewTokens: 2 }));
+    const c = s.submit(req('base', 2, { maxNewTokens: 2 }));
+    expect(() => s.submit(req('base', 3))).toThrow(expect.objectContaining({ code: 'ROUTER_QUEUE_FULL' }) as Error);
+    const drained = s.drain();
+    expect(() => s.submit(req('base', 3))).toThrow(expect.objectContaining({ code: 'ROUTER_DRAINING' }) as Error);
+    await Promise.all([a, b, c, drained]);
+    expect(s.snapshot()).toMatchObject({ running: 0, waiting: 0, draining: true });
+  });
+
+  it('cancels a waiting request when its signal aborts', async () => {
+    const s = new Scheduler(lm, { maxBatch: 1 });
+    const first = s.submit(req('base', 0, { maxNewTokens: 3 }));
+    const ac = new AbortController();
+    const second = s.submit(req('base', 1, { signal: ac.signal }));
+    ac.abort();
+    await expect(second).rejects.toMatchObject({ code: 'ROUTER_CANCELLED' });
+    await first;
+  });
+
+  it('admits tenants round-robin under per-tenant caps', async () => {
+    const order: string[] = [];
+    const s = new Scheduler(lm, { maxBatch: 2, tenantCap: (t) => (t === 'greedy' ? 1 : undefined) });
+    const jobs = [
+      ...[0, 1, 2].map((p) => s.submit(req('base', p, { tenant: 'greedy', maxNewTokens: 1, onToken: () => order.push('greedy') }))),
+      s.submit(req('base', 3, { tenant: 'polite', maxNewTokens: 1, onToken: () => order.push('polite') })),
+    ];
+    await Promise.all(jobs);
+    expect(order.indexOf('polite')).toBeLessThan(2);
+  });
+
+  it('fails a request with a bad token with its coded error and keeps serving', async () => {
+    const s = new Scheduler(lm);
+    await expect(s.submit({ ...req('base', 0), prompt: [1, 9999] })).rejects.toMatchObject({ code: 'MODEL_BAD_TOKEN' });
+    expect((await s.submit(req('base', 2))).newIds).toEqual(prompt('base', 2).greedy_new_ids);
+  });
+});
+
+describe('TenantRegistry', () => {
+  const known = { baseModel: 'llama', adapters: new Set(ADAPTERS) };
+  const reg = new TenantRegistry(
+    parseRouterConfig(JSON.stringify({ version: 1, tenants: [{ name: 'a', api_keys: ['key-aaaaaaaa'], adapters: ['qv-r8'] }, { name: 'b', api_keys: ['key-bbbbbbbb'], adapters: ['o-r2'], base: false }] })).tenants,
+  );
+
+  it('routes keys to their tenant and adapter', () => {
+    expect(reg.route('key-aaaaaaaa', 'qv-r8', known)).toEqual({ tenant: 'a', adapter: 'qv-r8' });
+    expect(reg.route('key-aaaaaaaa', 'llama', known)).toEqual({ tenant: 'a', adapter: undefined });
+    expect(reg.visibleModels('key-bbbbbbbb', known)).toEqual(['o-r2']);
+  });
+
+  it('refuses missing and unknown keys (401), other tenants adapters (403) and unknown models (404)', () => {
+    expect(() => reg.route(undefined, 'qv-r8', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNAUTHORIZED' }) as Error);
+    expect(() => reg.route('nope-nope-nope', 'qv-r8', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNAUTHORIZED' }) as Error);
+    expect(() => reg.route('key-aaaaaaaa', 'o-r2', known)).toThrow(expect.objectContaining({ code: 'ROUTER_FORBIDDEN' }) as Error);
+    expect(() => reg.route('key-bbbbbbbb', 'llama', known)).toThrow(expect.objectContaining({ code: 'ROUTER_FORBIDDEN' }) as Error);
+    expect(() => reg.route('key-aaaaaaaa', 'gpt-4', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNKNOWN_MODEL' }) as Error);
+  });
+
+  it('rejects malformed configs naming the field', () => {
+    expect(() => parseRouterConfig('{"version": 2, "tenants": []}')).toThrow(expect.objectContaining({ code: 'ROUTER_BAD_CONFIG' }) as Error);
+    expect(() => parseRouterConfig('{"version": 1, "tenants": [{"name": "x", "api_keys": ["short"]}]}')).toThrow(/api_keys/);
+    expect(() => parseRouterConfig(JSON.stringify({ version: 1, tenants: [{ name: 'x', api_keys: ['k-12345678'] }, { name: 'y', api_keys: ['k-12345678'] }] }))).toThrow(expect.objectContaining({ code: 'ROUTER_BAD_CONFIG' }) as Error);
+  });
+});
