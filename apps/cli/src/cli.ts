@@ -4,6 +4,7 @@ import { registerDemo } from './commands/demo.js';
 import { registerGenerate } from './commands/generate.js';
 import { registerInspect } from './commands/inspect.js';
 import { registerRun } from './commands/run.js';
+import { registerServe } from './commands/serve.js';
 import { ExitCode, exitCodeFor } from './exit-codes.js';
 import type { CliIo } from './io.js';
 
@@ -15,7 +16,7 @@ const defaultIo: CliIo = {
 };
 
 /** Every command, registered in help order. Each lives in its own module under commands/. */
-const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerRun, registerGenerate, registerDemo];
+const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerRun, registerGenerate, registerServe, registerDemo];
 
 function buildProgram(io: CliIo): Command {
   const program = new Command('stageml')

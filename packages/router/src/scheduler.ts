@@ -275,6 +275,9 @@ export class Scheduler {
         if (staged.length > 0) await this.#decode(staged);
         for (const g of fallback.values()) await this.#decode(g);
         this.#prune();
+        // NOTE: executors may compute synchronously; yield to the event loop between steps so new
+        // requests (and cancellations) arrive and join at the next step.
+        await new Promise<void>((resolve) => setImmediate(resolve));
       }
     } finally {
       this.#pumping = false;

@@ -1,0 +1,63 @@
+import client from 'prom-client';
+import type { SchedulerSnapshot } from '@stageml/router';
+
+/** Prometheus metrics with vLLM-compatible names, so gateways that route by adapter work unchanged. */
+export class ServerMetrics {
+  /** The registry `/metrics` renders. */
+  readonly registry = new client.Registry();
+  readonly promptTokens: client.Counter<'model_name'>;
+  readonly generationTokens: client.Counter<'model_name'>;
+  readonly success: client.Counter<'model_name' | 'finished_reason'>;
+  readonly paths: client.Counter<'path'>;
+  readonly latency: client.Histogram<'model_name'>;
+  readonly ttft: client.Histogram<'model_name'>;
+
+  /** Metrics for `modelName`, reading scheduler counts at scrape time. */
+  constructor(modelName: string, snapshot: () => SchedulerSnapshot, maxLora: () => number) {
+    const registers = [this.registry];
+    client.collectDefaultMetrics({ register: this.registry, prefix: 'stageml_' });
+    new client.Gauge({
+      name: 'vllm:num_requests_running',
+      help: 'Number of requests currently running.',
+      labelNames: ['model_name'],
+      registers,
+      collect() {
+        this.set({ model_name: modelName }, snapshot().running);
+      },
+    });
+    new client.Gauge({
+      name: 'vllm:num_requests_waiting',
+      help: 'Number of requests waiting to be processed.',
+      labelNames: ['model_name'],
+      registers,
+      collect() {
+        this.set({ model_name: modelName }, snapshot().waiting);
+      },
+    });
+    new client.Gauge({
+      name: 'vllm:lora_requests_info',
+      help: 'Running stats on LoRA requests: running and waiting adapters.',
+      labelNames: ['running_lora_adapters', 'waiting_lora_adapters', 'max_lora'],
+      registers,
+      collect() {
+        const s = snapshot();
+        this.reset();
+        this.set(
+          {
+            running_lora_adapters: Object.keys(s.runningByAdapter).filter((a) => a !== '').sort().join(','),
+            waiting_lora_adapters: Object.keys(s.waitingByAdapter).filter((a) => a !== '').sort().join(','),
+            max_lora: String(maxLora()),
+          },
+          Date.now() / 1000,
+        );
+      },
+    });
+    this.promptTokens = new client.Counter({ name: 'vllm:prompt_tokens_total', help: 'Number of prefill tokens processed.', labelNames: ['model_name'], registers });
+    this.generationTokens = new client.Counter({ name: 'vllm:generation_tokens_total', help: 'Number of generation tokens processed.', labelNames: ['model_name'], registers });
+    this.success = new client.Counter({ name: 'vllm:request_success_total', help: 'Count of successfully processed requests.', labelNames: ['model_name', 'finished_reason'], registers });
+    this.paths = new client.Counter({ name: 'stageml_requests_path_total', help: 'Requests by execution path (staged plan or fallback).', labelNames: ['path'], registers });
+    const buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+    this.latency = new client.Histogram({ name: 'vllm:e2e_request_latency_seconds', help: 'End-to-end request latency in seconds.', labelNames: ['model_name'], buckets, registers });
+    this.ttft = new client.Histogram({ name: 'vllm:time_to_first_token_seconds', help: 'Time to first token in seconds.', labelNames: ['model_name'], buckets, registers });
+  }
+}
