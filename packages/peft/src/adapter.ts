@@ -97,7 +97,7 @@ export async function loadLoraAdapter(dir: string, opts: { readonly name?: strin
       const t = await st.readTensor(key);
       bytes += t.data.byteLength;
       const k = key.startsWith(PREFIX) ? key.slice(PREFIX.length) : key;
-      if (/\.lora_embedding_[AB]$|\.lora_embedding_[AB]\./.test(k) || /\.lora_magnitude_vector/.test(k)) {
+      if (/\.lora_embedding_[AB]$|\.lora_embedding_[AB]\./.test(k) || k.includes('.lora_magnitude_vector')) {
         throw new PeftError(PeftCode.UNSUPPORTED, `${file}: tensor '${key}' belongs to an embedding-LoRA or DoRA layer, which is not supported`);
       }
       const m = /^(.*)\.lora_([AB])\.(weight|bias)$/.exec(k);

@@ -74,7 +74,7 @@ export function parseLoraConfig(text: string, file = 'adapter_config.json'): Lor
   }
   const peftType = (raw as { peft_type?: unknown } | null)?.peft_type;
   if (peftType !== undefined && peftType !== 'LORA') {
-    throw new PeftError(PeftCode.UNSUPPORTED, `${file}: peft_type '${String(peftType)}' is not supported (only LORA)`);
+    throw new PeftError(PeftCode.UNSUPPORTED, `${file}: peft_type ${JSON.stringify(peftType)} is not supported (only LORA)`);
   }
   const parsed = schema.safeParse(raw);
   if (!parsed.success) {
@@ -102,7 +102,8 @@ export function parseLoraConfig(text: string, file = 'adapter_config.json'): Lor
     bias: c.bias,
     loraBias: c.lora_bias,
     modulesToSave: c.modules_to_save ?? [],
-    layersToTransform: c.layers_to_transform === null || c.layers_to_transform === undefined ? undefined : Array.isArray(c.layers_to_transform) ? c.layers_to_transform : [c.layers_to_transform],
+    // NOTE: PEFT treats an empty list like no list: every layer (`is_using_layer_indexes`).
+    layersToTransform: c.layers_to_transform === null || c.layers_to_transform === undefined ? undefined : Array.isArray(c.layers_to_transform) ? (c.layers_to_transform.length === 0 ? undefined : c.layers_to_transform) : [c.layers_to_transform],
     layersPattern: toList(c.layers_pattern),
     baseModel: c.base_model_name_or_path ?? undefined,
   };
@@ -161,8 +162,9 @@ function layerIndex(module: string, patterns: readonly string[] | undefined): nu
 /**
  * Whether LoRA targets `module` (a dotted module path such as `model.layers.0.self_attn.q_proj`):
  * a list entry matches the whole name or its last components (`q_proj`, `self_attn.q_proj`); a
- * string is a regex that must match the whole name; `exclude_modules` and `layers_to_transform`
- * narrow the set (PEFT's `check_target_module_exists`).
+ * string is a regex that must match the whole name; `exclude_modules` and `modules_to_save`
+ * exclude; `layers_to_transform` narrows list entries matched by suffix (PEFT's
+ * `check_target_module_exists`: a full-name list entry or a regex ignores the layer filter).
  */
 export function targetsModule(cfg: LoraConfig, module: string): boolean {
   const matches = (spec: readonly string[] | string | undefined): boolean => {
@@ -171,7 +173,9 @@ export function targetsModule(cfg: LoraConfig, module: string): boolean {
     return spec.some((t) => module === t || module.endsWith(`.${t}`));
   };
   if (matches(cfg.excludeModules)) return false;
+  if (cfg.modulesToSave.some((m) => new RegExp(`(?:^|\\.)${escapeRegExp(m)}(?:$|\\.)`).test(module))) return false;
   if (!matches(cfg.targetModules)) return false;
+  if (typeof cfg.targetModules === 'string' || cfg.targetModules?.includes(module) === true) return true;
   if (cfg.layersToTransform !== undefined) {
     const idx = layerIndex(module, cfg.layersPattern);
     if (idx === undefined || !cfg.layersToTransform.includes(idx)) return false;

@@ -16,6 +16,10 @@ export const PeftCode = {
   BAD_TENSORS: 'PEFT_BAD_TENSORS',
   /** The adapter cache cannot hold an adapter within its byte budget. */
   CACHE_FULL: 'PEFT_CACHE_FULL',
+  /** An adapter cannot be evicted: it is pinned or leased (in use). */
+  IN_USE: 'PEFT_IN_USE',
+  /** An argument is invalid (a negative budget, a loader reporting an invalid size). */
+  BAD_ARGUMENT: 'PEFT_BAD_ARGUMENT',
   /** An adapter name is unknown to a bank or cache. */
   UNKNOWN_ADAPTER: 'PEFT_UNKNOWN_ADAPTER',
 } as const;

@@ -23,3 +23,5 @@ export { loraLinear } from './attach.js';
 export type { LoraForm, LoraValues } from './attach.js';
 export { bankLinearGathered, bankLinearGrouped, chooseBankForm } from './bank.js';
 export type { BankGroup, StackedLora } from './bank.js';
+export { AdapterCache, loraDirectoryLoader } from './cache.js';
+export type { AcquireOptions, AdapterCacheOptions, AdapterCacheStats, CacheEntryInfo, CacheLease, CacheLoad, CacheLoader } from './cache.js';
