@@ -7,7 +7,6 @@ import { CausalLM } from '@stageml/models';
 import { type Route, type RouterConfig, Scheduler, TenantRegistry } from '@stageml/router';
 import type { Executor } from '@stageml/runtime';
 import type { z } from 'zod';
-import type { ChatMessage } from './chat-template.js';
 import { renderChat } from './chat-template.js';
 import { ServerCode, ServerError, errorType, statusOf } from './errors.js';
 import { type GenerationFields, type Limits, SseStream, runGeneration } from './generation.js';
@@ -169,7 +168,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     } else {
       const c = parse(completionSchema, req.body);
       const p = c.prompt;
-      const one = Array.isArray(p) && (typeof p[0] === 'string' || Array.isArray(p[0])) ? p[0]! : p;
+      const one = Array.isArray(p) && (typeof p[0] === 'string' || Array.isArray(p[0])) ? p[0] : p;
       if (typeof one === 'string') {
         if (lm.tokenizer === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: send token ids');
         prompt = lm.tokenizer.encode(one);

@@ -36,7 +36,7 @@ export type ChatRequest = z.infer<typeof chatSchema>;
 
 /** `POST /v1/load_lora_adapter` body (vLLM). */
 export const loadAdapterSchema = z.strictObject({
-  lora_name: z.string().regex(/^[A-Za-z0-9_.\-]+$/, 'letters, digits, _ . - only'),
+  lora_name: z.string().regex(/^[A-Za-z0-9_.-]+$/, 'letters, digits, _ . - only'),
   lora_path: z.string().min(1),
   tenants: z.array(z.string()).optional(),
 });

@@ -107,7 +107,7 @@ export function stageReport(graph: Graph, bt: BindingTimes, sizes?: DimBindings)
       const c = opDef(n.op).cost(
         n.operands.map((v) => graph.values[v]!.type),
         n.results.map((v) => graph.values[v]!.type),
-        n.attrs as never,
+        n.attrs,
       );
       flops.push(c.flops);
       bytes.push(c.bytes);

@@ -29,10 +29,8 @@ export class StageLattice {
   get size(): number {
     return this.names.length;
   }
-  /** The earliest stage. */
-  get bottom(): StageIndex {
-    return 0;
-  }
+  /** The earliest stage (always 0). */
+  readonly bottom: StageIndex = 0;
   /** The latest stage. */
   get top(): StageIndex {
     return this.names.length - 1;

@@ -47,7 +47,7 @@ export function bankLinear(adapters: readonly LoraAdapter[]): LinearFactory {
   const rows = new Map<GraphBuilder, Map<string, Value>>();
   const rowsOf = (b: GraphBuilder, name: string, index: number): Value => {
     let m = rows.get(b);
-    if (m === undefined) rows.set(b, (m = new Map()));
+    if (m === undefined) rows.set(b, (m = new Map<string, Value>()));
     let v = m.get(name);
     if (v === undefined) m.set(name, (v = b.input(rowsInputName(name), ['i64', [`rows_${String(index)}`]])));
     return v;

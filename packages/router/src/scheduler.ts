@@ -210,7 +210,7 @@ export class Scheduler {
       finishReason: finish,
       promptTokens: seq.req.prompt.length,
       path: seq.path,
-      timeToFirstTokenMs: (seq.firstTokenAt ?? now) - seq.submitted,
+      timeToFirstTokenMs: seq.firstTokenAt - seq.submitted,
       latencyMs: now - seq.submitted,
     });
   }

@@ -37,3 +37,5 @@ export {
   unsupported,
 } from './tfjs/index.js';
 export type { Kernel, LowerContext, Lowering, TfDType, TfRule, TfRuleTable, TfjsBackend, TfjsExecutorOptions, Unsupported } from './tfjs/index.js';
+export { EXECUTOR_ENV, EXECUTOR_NAMES, createExecutorByName, createOrtExecutor, isExecutorName, isOrtAvailable, selectExecutor } from './ort/index.js';
+export type { ExecutorName, ExecutorSelection, OrtExecutorOptions, SelectExecutorOptions } from './ort/index.js';

@@ -98,8 +98,8 @@ export interface SpecializeResult {
 
 function resolveAnnotations(graph: Graph, opts: SpecializeOptions): Annotations {
   const a = opts.annotations;
-  if (a !== undefined && 'stages' in a && 'lattice' in a) return a as Annotations;
-  return annotate(graph, opts.lattice ?? TWO_STAGE, a as AnnotationSpec | undefined);
+  if (a !== undefined && 'stages' in a && 'lattice' in a) return a;
+  return annotate(graph, opts.lattice ?? TWO_STAGE, a);
 }
 
 function simpleSymbol(d: Dim): string | undefined {
@@ -131,7 +131,7 @@ function substAttrs(n: OpNode, bindings: DimBindings): AttrsIn<OpKey> {
     if (spec.kind === 'dim') out[name] = substituteDim(v as Dim, bindings);
     else if (spec.kind === 'dims') out[name] = (v as readonly Dim[]).map((d) => substituteDim(d, bindings));
   }
-  return out as AttrsIn<OpKey>;
+  return out;
 }
 
 function hostBytes(t: HostTensor): number {
