@@ -1,4 +1,4 @@
-import { StageError } from '@stageml/ir';
+import { StageError, type StageErrorOptions } from '@stageml/ir';
 
 /** Error codes of `@stageml/moe`. */
 export const MoeCode = {
@@ -15,3 +15,18 @@ export type MoeErrorCode = (typeof MoeCode)[keyof typeof MoeCode];
 
 /** An error raised by MoE blocks, expert adapters or plans. */
 export class MoeError extends StageError<MoeErrorCode> {}
+
+/**
+ * A `MOE_BAD_PLAN` error about one entry of a plan document. `path` is the JSON path of the
+ * offending entry (`$.units[3].expert`); the message starts with it.
+ */
+export class MoePlanError extends MoeError {
+  /** JSON path of the offending entry, from the document root `$`. */
+  readonly path: string;
+
+  /** Creates a `MOE_BAD_PLAN` error pointing at `path`. */
+  constructor(path: string, message: string, opts: StageErrorOptions = {}) {
+    super(MoeCode.BAD_PLAN, `${path}: ${message}`, opts);
+    this.path = path;
+  }
+}
