@@ -83,6 +83,16 @@ describe('dimMul', () => {
   test('represents powers by repeated symbols', () => {
     expect(dimToString(dimMul(seq, seq))).toBe('seq*seq');
   });
+  test('keeps a zero constant +0 when scaling by a negative number (structural equality)', () => {
+    const negSeq = dimMul(seq, -1) as { constant: number };
+    expect(Object.is(negSeq.constant, 0)).toBe(true);
+    expect(dimMul(seq, -1)).toEqual(dimSub(0, seq));
+    expect(parseDim('-seq')).toEqual(dimSub(0, seq));
+  });
+  test('never yields −0, which would break structural equality and print as 0', () => {
+    for (const d of [dimMul(0, -1), dimDivExact(0, -2)!, parseDim('-0'), dimProduct([0, -1]), parseDim('0*(-seq)')]) expect(Object.is(d, 0)).toBe(true);
+    expect(Object.is((dimDivExact(dimMul(seq, 4), -2) as { constant: number }).constant, 0)).toBe(true);
+  });
   test('multiplying by zero gives the number 0', () => {
     expect(dimMul(dimAdd(seq, 4), 0)).toBe(0);
   });
@@ -140,6 +150,13 @@ describe('parseDim', () => {
   test('inverts dimToString', () => {
     const d = dimSub(dimMul(dimAdd(sym('a'), 2), sym('b')), 7);
     expect(parseDim(dimToString(d))).toEqual(d);
+  });
+
+  test('accepts moderate nesting and rejects hostile nesting with IR_INVALID_DIM, not a stack overflow', () => {
+    expect(parseDim(`${'('.repeat(100)}seq${')'.repeat(100)}`)).toEqual(seq);
+    expect(parseDim(`${'-'.repeat(100)}2`)).toBe(2);
+    expectCode(() => parseDim(`${'('.repeat(20000)}1${')'.repeat(20000)}`), IrCode.INVALID_DIM);
+    expectCode(() => parseDim(`${'-'.repeat(20000)}1`), IrCode.INVALID_DIM);
   });
 
   test.each(['', 'seq +', '(seq', 'seq)', '2 3', 'seq % 2', '3/2', 'seq/batch', '(seq + 1)/2', 'hidden/4', 'seq/0', '1e3', '99999999999999999999'])(

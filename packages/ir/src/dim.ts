@@ -57,6 +57,12 @@ function compareTerms(a: DimTerm, b: DimTerm): number {
   return ka < kb ? -1 : ka > kb ? 1 : 0;
 }
 
+// NOTE: integer arithmetic can yield −0 (0 · −1, 0 / −2), which is a different value to
+// structural comparison (Object.is, toEqual) and prints as 0; canonical dims never hold it.
+function noNegZero(x: number): number {
+  return x === 0 ? 0 : x;
+}
+
 function normalize(terms: Iterable<DimTerm>, constant: number): Dim {
   const acc = new Map<string, DimTerm>();
   for (const t of terms) {
@@ -65,8 +71,8 @@ function normalize(terms: Iterable<DimTerm>, constant: number): Dim {
     acc.set(key, { vars: t.vars, coef: (prev?.coef ?? 0) + t.coef });
   }
   const out = [...acc.values()].filter((t) => t.coef !== 0).sort(compareTerms);
-  if (out.length === 0) return constant;
-  return { terms: out, constant };
+  if (out.length === 0) return noNegZero(constant);
+  return { terms: out, constant: noNegZero(constant) };
 }
 
 function asPoly(d: Dim): SymDim {
@@ -90,12 +96,12 @@ function scale(p: SymDim, k: number): Dim {
   if (k === 0) return 0;
   if (k === 1) return p;
   // Scaling by a non-zero integer keeps the canonical order and never cancels a term.
-  return { terms: p.terms.map((t) => ({ vars: t.vars, coef: t.coef * k })), constant: p.constant * k };
+  return { terms: p.terms.map((t) => ({ vars: t.vars, coef: t.coef * k })), constant: noNegZero(p.constant * k) };
 }
 
 /** a · b. */
 export function dimMul(a: Dim, b: Dim): Dim {
-  if (typeof a === 'number' && typeof b === 'number') return a * b;
+  if (typeof a === 'number' && typeof b === 'number') return noNegZero(a * b);
   if (typeof a === 'number') return scale(b as SymDim, a);
   if (typeof b === 'number') return scale(a, b);
   const pa = asPoly(a);
@@ -140,7 +146,7 @@ export function dimProduct(dims: readonly Dim[]): Dim {
     if (typeof d === 'number') k *= d;
     else acc = acc === undefined ? d : dimMul(acc, d);
   }
-  return acc === undefined ? k : dimMul(acc, k);
+  return acc === undefined ? noNegZero(k) : dimMul(acc, k);
 }
 
 /** Structural equality of dims (sound because both sides are canonical). */
@@ -167,7 +173,7 @@ function removeVars(from: readonly string[], vars: readonly string[]): string[] 
 export function dimDivExact(a: Dim, b: Dim): Dim | undefined {
   if (typeof b === 'number') {
     if (b === 0) return undefined;
-    if (typeof a === 'number') return a % b === 0 ? a / b : undefined;
+    if (typeof a === 'number') return a % b === 0 ? noNegZero(a / b) : undefined;
     if (a.constant % b !== 0 || a.terms.some((t) => t.coef % b !== 0)) return undefined;
     return normalize(
       a.terms.map((t) => ({ vars: t.vars, coef: t.coef / b })),
@@ -303,6 +309,8 @@ export function parseDim(text: string): Dim {
 
 class DimParser {
   private pos = 0;
+  // NOTE: nesting is bounded so hostile input fails with IR_INVALID_DIM, not a stack overflow.
+  private depth = 0;
   constructor(private readonly src: string) {}
 
   private fail(msg: string): never {
@@ -314,6 +322,9 @@ class DimParser {
   private peek(): string | undefined {
     this.skip();
     return this.src[this.pos];
+  }
+  private enter(): void {
+    if (++this.depth > 256) this.fail('expression nested too deeply');
   }
   expectEnd(): void {
     if (this.peek() !== undefined) this.fail('unexpected text');
@@ -352,14 +363,19 @@ class DimParser {
     if (c === undefined) return this.fail('unexpected end');
     if (c === '(') {
       this.pos++;
+      this.enter();
       const d = this.parseExpr();
+      this.depth--;
       if (this.peek() !== ')') this.fail("expected ')'");
       this.pos++;
       return d;
     }
     if (c === '-') {
       this.pos++;
-      return dimMul(this.parseAtom(), -1);
+      this.enter();
+      const d = dimMul(this.parseAtom(), -1);
+      this.depth--;
+      return d;
     }
     const m = /^(\d+|[A-Za-z_][A-Za-z0-9_]*)/.exec(this.src.slice(this.pos));
     if (m === null) return this.fail(`unexpected '${c}'`);

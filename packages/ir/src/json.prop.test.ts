@@ -2,7 +2,7 @@ import { fc, test } from '@fast-check/vitest';
 import { describe, expect } from 'vitest';
 
 import { arbGraph } from '../../testkit/src/index.js';
-import { StageError } from './errors.js';
+import { IrError } from './errors.js';
 import { deserializeGraph, graphToJson, serializeGraph } from './json.js';
 
 const graphs = arbGraph({ maxNodes: 10 });
@@ -34,7 +34,7 @@ describe('deserializeGraph', () => {
       try {
         deserializeGraph(JSON.stringify(doc));
       } catch (e) {
-        expect(e, `deserializeGraph threw ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}`).toBeInstanceOf(StageError);
+        expect(e, `deserializeGraph threw ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}`).toBeInstanceOf(IrError);
       }
     },
   );

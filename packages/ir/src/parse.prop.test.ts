@@ -2,7 +2,7 @@ import { fc, test } from '@fast-check/vitest';
 import { describe, expect } from 'vitest';
 
 import { arbGraph } from '../../testkit/src/index.js';
-import { StageError } from './errors.js';
+import { IrError } from './errors.js';
 import { parseGraph, stripSpans } from './parse.js';
 import { printGraph } from './print.js';
 import { verifyGraph } from './verify.js';
@@ -85,8 +85,8 @@ function parseOrCode(text: string): unknown {
   try {
     return parseGraph(text);
   } catch (e) {
-    expect(e, `parseGraph threw a non-coded ${e instanceof Error ? e.name : typeof e}: ${String(e)}`).toBeInstanceOf(StageError);
-    expect((e as StageError).code).toMatch(/^IR_[A-Z_]+$/);
+    expect(e, `parseGraph threw a non-coded ${e instanceof Error ? e.name : typeof e}: ${String(e)}`).toBeInstanceOf(IrError);
+    expect((e as IrError).code).toMatch(/^IR_[A-Z_]+$/);
     return e;
   }
 }
@@ -106,7 +106,7 @@ describe('parseGraph', () => {
     (g, edits) => {
       const text = edits.reduce(applyEdit, printGraph(g));
       const r = parseOrCode(text);
-      if (!(r instanceof StageError)) verifyGraph(r as ReturnType<typeof parseGraph>);
+      if (!(r instanceof IrError)) verifyGraph(r as ReturnType<typeof parseGraph>);
     },
   );
 

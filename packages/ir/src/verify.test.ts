@@ -25,12 +25,12 @@ const base: Graph = traceGraph('g', (b) => {
 });
 
 /** Mutable view of a graph's plain data, for building malformed graphs in tests. */
-type Draft = {
+interface Draft {
   name: string;
   nodes: Record<string, unknown>[];
   values: { name: unknown; type: { dtype: unknown; shape: unknown[] }; node: unknown; index: unknown }[];
   outputs: { name: unknown; value: unknown }[];
-};
+}
 
 /** A deep copy of `g` changed by `f` (the original is never touched). */
 function edit(g: Graph, f: (d: Draft) => void): Graph {

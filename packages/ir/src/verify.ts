@@ -2,7 +2,7 @@ import { normalizeAttrs } from './attrs.js';
 import { checkDim } from './dim.js';
 import { isDType } from './dtype.js';
 import { IrCode, IrError, type NodeRef, StageError } from './errors.js';
-import type { Graph, GraphNode } from './graph.js';
+import type { Graph, GraphNode, GraphOutput } from './graph.js';
 import { operandArity } from './op-def.js';
 import { isOpKey, opDef } from './ops/index.js';
 import { type TensorType, typeEquals, typeToString } from './types.js';
@@ -65,7 +65,9 @@ export function checkGraph(g: Graph): IrError[] {
       else if (e instanceof StageError) errors.push(new IrError(e.code as IrError['code'], e.message, { at, cause: e, hint: e.hint }));
       else errors.push(new IrError(IrCode.MALFORMED_GRAPH, `node ${String(i)} is malformed`, { at, cause: e }));
     }
-    nextValue += isList(n?.results) ? n.results.length : 0;
+    // NOTE: malformed input may hold anything where a node belongs, null included.
+    const results: unknown = (n as GraphNode | null)?.results;
+    nextValue += isList(results) ? (results as unknown[]).length : 0;
   });
   if (nextValue !== g.values.length) {
     errors.push(
@@ -74,7 +76,7 @@ export function checkGraph(g: Graph): IrError[] {
   }
   const outNames = new Set<string>();
   for (const o of g.outputs) {
-    if (typeof o !== 'object' || o === null) {
+    if (typeof (o as unknown) !== 'object' || (o as GraphOutput | null) === null) {
       errors.push(new IrError(IrCode.MALFORMED_GRAPH, 'an output must be a { name, value } record', { at: { graph: g.name } }));
       continue;
     }

@@ -32,9 +32,10 @@ export interface GraphArbOptions {
   /** Most op-application steps (default 8). Helper nodes (index constants, parameters) come on top. */
   readonly maxNodes?: number;
   /**
-   * Ops the steps choose from (default `GRAPH_OPS`: every op of `OPS`). Index operands of
-   * gather/indexSelect/scatterAdd are still made with `constant`/`iota`, and missing operands with
-   * parameters, whatever this list says.
+   * Ops the steps choose from (default `GRAPH_OPS`: every op of `OPS`). Whatever this list says,
+   * index operands of gather/indexSelect/scatterAdd are made with `constant`/`iota`, the groups
+   * of groupedMatmul with `argmax`, scalar partners with `constant`, a rank-3 query for attention
+   * with `reshape`, and other missing operands with parameters.
    */
   readonly ops?: readonly OpKey[];
   /** Most graph inputs (default 3, at least 1). */
@@ -115,8 +116,8 @@ function choose(c: Chooser, pool: readonly Value[], pred: (v: Value) => boolean)
 }
 
 /** Dims already in the graph (so symbols stay bound by inputs) plus small static ones. */
-function someDim(ctx: Ctx, c: Chooser, opts: { zero?: boolean } = {}): Dim {
-  if (c.int(3) !== 2) return c.range(opts.zero === true ? 0 : 1, 3);
+function someDim(ctx: Ctx, c: Chooser): Dim {
+  if (c.int(3) !== 2) return c.range(1, 3);
   const dims = ctx.pool.flatMap((v) => v.type.shape).filter((d) => !isStaticDim(d) && dimSymbols(d).length > 0);
   return dims.length === 0 ? c.range(1, 3) : c.pick(dims);
 }
@@ -127,12 +128,12 @@ function broadcastPartnerShape(c: Chooser, shape: readonly Dim[]): Dim[] {
   return shape.slice(shape.length - keep).map((d) => (c.int(3) === 0 ? 1 : d));
 }
 
-/** A second operand of `dtype` that broadcasts with `x`: x itself, a pool value, a parameter or a scalar. */
-function partner(ctx: Ctx, c: Chooser, x: Value, dtype: DType = x.type.dtype): Value {
+/** A second operand of x's dtype that broadcasts with `x`: x itself, a pool value, a parameter or a scalar. */
+function partner(ctx: Ctx, c: Chooser, x: Value): Value {
+  const dtype = x.type.dtype;
   switch (c.int(4)) {
     case 0:
-      if (x.type.dtype === dtype) return x;
-      break;
+      return x;
     case 1: {
       const y = choose(c, ctx.pool, (v) => v.type.dtype === dtype && fitsBroadcast([x.type.shape, v.type.shape]));
       if (y !== undefined) return y;
@@ -223,7 +224,9 @@ function reshapeTarget(c: Chooser, shape: readonly Dim[]): Dim[] {
       const i = c.int(r);
       const d = shape[i];
       if (d !== undefined && isStaticDim(d) && d % 2 === 0 && d > 0) {
-        return [...shape.slice(0, i), 2, c.bool() ? -1 : d / 2, ...shape.slice(i + 1)];
+        // −1 is inferable only when the other dims multiply to a non-zero size.
+        const inferable = !shape.includes(0);
+        return [...shape.slice(0, i), 2, inferable && c.bool() ? -1 : d / 2, ...shape.slice(i + 1)];
       }
       break;
     }
@@ -240,7 +243,7 @@ function reshapeTarget(c: Chooser, shape: readonly Dim[]): Dim[] {
   return out;
 }
 
-const GENERATORS: { readonly [K in OpKey]: Gen } = {
+const GENERATORS: Readonly<Record<OpKey, Gen>> = {
   add: binaryGen('add', false),
   sub: binaryGen('sub', false),
   mul: binaryGen('mul', false),
@@ -490,6 +493,19 @@ const GENERATORS: { readonly [K in OpKey]: Gen } = {
         break;
     }
     return [ctx.b.attention(q, k, v, attrs, mask)];
+  },
+  groupedMatmul: (ctx, c) => {
+    const x = choose(c, ctx.pool, (v) => nonBool(v) && rankOf(v) === 2);
+    if (x === undefined) return undefined;
+    const [n, k] = x.type.shape as [Dim, Dim];
+    const e = c.range(1, 3);
+    const m = someDim(ctx, c);
+    const transposeW = c.bool();
+    if (!fits([n, m])) return undefined;
+    const w = param(ctx, x.type.dtype, transposeW ? [e, m, k] : [e, k, m]);
+    // Router-style groups: the argmax over e expert scores is always a valid group index.
+    const groups = ctx.b.argmax(param(ctx, 'f32', [n, e]), -1);
+    return [ctx.b.op('groupedMatmul', [x, w, groups], { transposeW })];
   },
   iota: (ctx, c) => {
     const shape = Array.from({ length: c.range(1, 2) }, () => someDim(ctx, c));

@@ -241,6 +241,13 @@ export const opSamples: OpSamplers = {
       .tuple(partnerShape(shape), partnerShape(shape))
       .chain(([cs, ss]) => sample<'rotary'>(tensors([t(dtype, shape), t(dtype, cs), t(dtype, ss)]), { interleaved }));
   }),
+  groupedMatmul: fc
+    .tuple(dtypeOf(NUMERIC), dim(0, 4), dim(0, 3), dim(), dim(1, 3), fc.boolean(), dtypeOf(['i64', 'i32', 'u8']))
+    .chain(([dtype, n, k, m, e, transposeW, gType]) =>
+      fc
+        .tuple(arbHostTensor(t(dtype, [n, k])), arbHostTensor(t(dtype, transposeW ? [e, m, k] : [e, k, m])), indices(gType, [n], e))
+        .map(([x, w, groups]) => ({ operands: [x, w, groups], attrs: { transposeW } })),
+    ),
   attention: fc
     .tuple(dtypeOf(FLOAT), shapeOf(0, 1), dim(1, 2), dim(1, 2), dim(0, 3), dim(0, 3), dim(1, 3), dim(1, 3))
     .chain(([dtype, batch, hkv, group, tq, tk, d, dv]) =>

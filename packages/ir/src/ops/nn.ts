@@ -1,6 +1,7 @@
 import { attr } from '../attrs.js';
 import { type Dim, dimAdd, dimDivExact, dimEquals, dimProduct, dimToString } from '../dim.js';
 import { allocData, rounderFor } from '../dtype.js';
+import { IrCode, IrError } from '../errors.js';
 import { defineOp, dtypeError, shapeError } from '../op-def.js';
 import { type HostTensor, broadcastStrides, forEachIndex, sizeOf } from '../tensor.js';
 import { type TensorType, broadcastShapes, shapeEquals, shapeToString } from '../types.js';
@@ -207,6 +208,7 @@ export const randomUniform = defineOp({
     if (a.dtype !== 'f32' && a.dtype !== 'f64' && a.dtype !== 'f16' && a.dtype !== 'bf16') {
       dtypeError('randomUniform', `dtype must be floating point, got ${a.dtype}`);
     }
+    for (const d of a.shape) if (typeof d === 'number' && d < 0) throw new IrError(IrCode.BAD_ATTR, 'randomUniform: negative dim');
     return [{ dtype: a.dtype, shape: a.shape }];
   },
   flops: perElementFlops(1),

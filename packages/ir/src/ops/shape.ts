@@ -88,6 +88,7 @@ export const broadcastTo = defineOp({
   traits: ['shape-only'],
   infer: ([x], a) => {
     const target = a.shape;
+    for (const d of target) if (typeof d === 'number' && d < 0) badAttr('broadcastTo', `negative dim ${String(d)} in the target shape`);
     const b = broadcastShapes([x!.shape, target]);
     if (!shapeEquals(b, target)) shapeError('broadcastTo', `${shapeToString(x!.shape)} does not broadcast to ${shapeToString(target)}`);
     return [{ dtype: x!.dtype, shape: [...target] }];
