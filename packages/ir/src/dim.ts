@@ -299,7 +299,7 @@ export function checkDim(d: unknown, what = 'dimension'): Dim {
   return normalize(clean, constant);
 }
 
-/** Parses a dim expression (`4096`, `seq`, `batch*seq`, `seq + 1`, `(a + 1)*2`, `hidden/4`). */
+/** Parses a dim expression (`4096`, `seq`, `batch*seq`, `seq + 1`, `(a + 1)*2`, `4*seq/2`; division must be exact). */
 export function parseDim(text: string): Dim {
   const p = new DimParser(text);
   const d = p.parseExpr();

@@ -75,3 +75,18 @@ describe('rounderFor', () => {
     expect([0, 3, -0.1].map(rounderFor('bool'))).toEqual([0, 1, 1]);
   });
 });
+
+describe('narrow rounding from f64', () => {
+  test('rounds to f16 and bf16 once, not through f32 (no double rounding)', () => {
+    // 1 + 2^-11 + 2^-40 is just above the f16 halfway point between 1 and 1 + 2^-10; rounding to
+    // f32 first would land exactly on the halfway point and round (ties to even) down to 1.
+    const x = 1 + 2 ** -11 + 2 ** -40;
+    expect(rounderFor('f16')(x)).toBe(1 + 2 ** -10);
+    const y = 1 + 2 ** -8 + 2 ** -40;
+    expect(rounderFor('bf16')(y)).toBe(1 + 2 ** -7);
+    expect(rounderFor('f16')(65520)).toBe(Number.POSITIVE_INFINITY);
+    expect(rounderFor('f16')(65519)).toBe(65504);
+    expect(rounderFor('f16')(2 ** -25)).toBe(0);
+    expect(rounderFor('f16')(3 * 2 ** -26)).toBe(2 ** -24);
+  });
+});

@@ -122,9 +122,29 @@ export function f16FromBits(h: number): number {
   return sign * (1 + mant / 1024) * 2 ** (exp - 15);
 }
 
-/** Rounds a number to the nearest half-precision value. */
+/**
+ * Rounds a number to the nearest value with `mantissa` fraction bits and minimum normal exponent
+ * `minExp` (round to nearest, ties to even), directly from the f64 value: one rounding, never
+ * f64 → f32 → narrow. Overflow past `maxFinite` + half an ulp gives ±∞.
+ */
+function roundNarrow(x: number, mantissa: number, minExp: number, maxFinite: number): number {
+  if (!Number.isFinite(x) || x === 0) return x;
+  const a = Math.abs(x);
+  let e = Math.floor(Math.log2(a));
+  if (2 ** e > a) e--;
+  else if (2 ** (e + 1) <= a) e++;
+  const ulp = 2 ** (Math.max(e, minExp) - mantissa);
+  const q = a / ulp;
+  let r = Math.round(q);
+  if (r - q === 0.5 && r % 2 === 1) r -= 1;
+  const y = r * ulp;
+  if (y > maxFinite) return x > 0 ? Number.POSITIVE_INFINITY : Number.NEGATIVE_INFINITY;
+  return x > 0 ? y : -y;
+}
+
+/** Rounds a number to the nearest half-precision value (ties to even, one rounding from f64). */
 export function roundF16(x: number): number {
-  return f16FromBits(f16Bits(x));
+  return roundNarrow(x, 10, -14, 65504);
 }
 
 /**
@@ -140,7 +160,7 @@ export function rounderFor(dtype: DType): (x: number) => number {
     case 'f16':
       return roundF16;
     case 'bf16':
-      return (x) => roundBf16(Math.fround(x));
+      return (x) => (Number.isNaN(x) ? x : roundNarrow(x, 7, -126, 3.3895313892515355e38));
     case 'i64':
       return (x) => (Number.isFinite(x) ? Math.trunc(x) : 0);
     case 'i32':

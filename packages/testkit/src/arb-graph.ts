@@ -322,7 +322,7 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
   mean: reduceGen('mean'),
   max: reduceGen('max'),
   argmax: (ctx, c) => {
-    const x = choose(c, ctx.pool, (v) => rankOf(v) >= 1 && v.type.shape.some((d) => d !== 0));
+    const x = choose(c, ctx.pool, (v) => nonBool(v) && rankOf(v) >= 1 && v.type.shape.some((d) => d !== 0));
     if (x === undefined) return undefined;
     const axes = x.type.shape.flatMap((d, i) => (d === 0 ? [] : [i]));
     const a = c.pick(axes);
@@ -439,7 +439,7 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
     return [ctx.b.scatterAdd(x, idx, updates, axis)];
   },
   topk: (ctx, c) => {
-    const x = choose(c, ctx.pool, (v) => v.type.shape.some(isStaticDim));
+    const x = choose(c, ctx.pool, (v) => nonBool(v) && v.type.shape.some(isStaticDim));
     if (x === undefined) return undefined;
     const axes = x.type.shape.flatMap((d, i) => (isStaticDim(d) ? [i] : []));
     const a = c.pick(axes);

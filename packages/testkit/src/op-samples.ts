@@ -92,7 +92,7 @@ export const opSamples: OpSamplers = {
       return values.map((value) => ({ operands: [], attrs: { value, shape, dtype } }));
     }),
   iota: fc
-    .tuple(dtypeOf(ANY), shapeOf(1, 3))
+    .tuple(dtypeOf(NUMERIC), shapeOf(1, 3))
     .chain(([dtype, shape]) => axisOf(shape.length).map((axis) => ({ operands: [], attrs: { shape, axis, dtype } }))),
   randomUniform: fc.tuple(dtypeOf(FLOAT), shapeOf(0, 3, 0)).map(([dtype, shape]) => ({ operands: [], attrs: { shape, dtype } })),
   add: binary(NUMERIC, {}),
@@ -153,7 +153,7 @@ export const opSamples: OpSamplers = {
   mean: reduction(FLOAT),
   max: reduction(NUMERIC),
   argmax: fc
-    .tuple(dtypeOf(ANY), shapeOf(1, 3), fc.boolean())
+    .tuple(dtypeOf(NUMERIC), shapeOf(1, 3), fc.boolean())
     .chain(([dtype, shape, keepDims]) => axisOf(shape.length).chain((axis) => sample<'argmax'>(tensors([t(dtype, shape)]), { axis, keepDims }))),
   softmax: fc
     .tuple(dtypeOf(FLOAT), shapeOf(1, 3))

@@ -14,6 +14,11 @@ export function sameDType(op: string, types: readonly TensorType[]): DType {
   return first;
 }
 
+/** Requires a numeric (non-bool) dtype. */
+export function requireNumeric(op: string, t: TensorType, what = 'operand'): void {
+  if (t.dtype === 'bool') dtypeError(op, `${what} must be numeric, got bool (cast first)`);
+}
+
 /** Requires a floating-point dtype. */
 export function requireFloat(op: string, t: TensorType): void {
   if (!isFloatDType(t.dtype)) dtypeError(op, `needs a floating-point operand, got ${t.dtype}`);

@@ -5,7 +5,7 @@ import { IrCode, IrError } from '../errors.js';
 import { defineOp, evalError, shapeError } from '../op-def.js';
 import { type HostTensor, sizeOf } from '../tensor.js';
 import { normalizeAxis, numElements, shapeToString } from '../types.js';
-import { requireIndex, requireRank, sameDType, splitAt } from './common.js';
+import { requireIndex, requireNumeric, requireRank, sameDType, splitAt } from './common.js';
 
 function checkIndex(op: string, v: number, size: number): number {
   if (!Number.isInteger(v) || v < 0 || v >= size) evalError(op, `index ${String(v)} is out of range [0, ${String(size)})`);
@@ -51,6 +51,7 @@ export const iota = defineOp({
   infer: (_ops, a) => {
     normalizeAxis(a.axis, a.shape.length);
     for (const d of a.shape) if (typeof d === 'number' && d < 0) throw new IrError(IrCode.BAD_ATTR, 'iota: negative dim');
+    if (a.dtype === 'bool') throw new IrError(IrCode.BAD_ATTR, 'iota: dtype must be numeric, not bool');
     return [{ dtype: a.dtype, shape: a.shape }];
   },
   evaluate: (_ops, a) => {
@@ -135,6 +136,7 @@ export const scatterAdd = defineOp({
   attrs: { axis: attr.int({ default: 0 }) },
   infer: ([x, idx, up], a) => {
     sameDType('scatterAdd', [x!, up!]);
+    requireNumeric('scatterAdd', x!);
     requireIndex('scatterAdd', idx!, 'index');
     if (idx!.shape.length !== 1) shapeError('scatterAdd', `index must be 1-D, got ${shapeToString(idx!.shape)}`);
     const axis = normalizeAxis(a.axis, x!.shape.length);
@@ -175,6 +177,7 @@ export const topk = defineOp({
   results: 2,
   infer: ([x], a) => {
     requireRank('topk', x!, 1);
+    requireNumeric('topk', x!);
     const axis = normalizeAxis(a.axis, x!.shape.length);
     const size = x!.shape[axis]!;
     if (typeof size === 'number' && a.k > size) shapeError('topk', `k=${String(a.k)} exceeds axis size ${dimToString(size)}`);

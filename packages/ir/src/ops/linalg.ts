@@ -4,7 +4,7 @@ import { allocData, rounderFor } from '../dtype.js';
 import { defineOp, shapeError } from '../op-def.js';
 import { type HostTensor, broadcastStrides, forEachIndex, sizeOf } from '../tensor.js';
 import { type TensorType, broadcastShapes, shapeToString } from '../types.js';
-import { requireRank, sameDType } from './common.js';
+import { requireNumeric, requireRank, sameDType } from './common.js';
 
 interface MatmulDims {
   batch: Dim[];
@@ -42,6 +42,7 @@ export const matmul = defineOp({
   traits: ['contraction'],
   infer: ([a, b], at) => {
     const dtype = sameDType('matmul', [a!, b!]);
+    requireNumeric('matmul', a!);
     const d = matmulDims('matmul', a!, b!, at.transposeA, at.transposeB);
     return [{ dtype, shape: [...d.batch, d.m, d.n] }];
   },
@@ -102,6 +103,7 @@ export const linear = defineOp({
   traits: ['contraction'],
   infer: ([x, w, bias]) => {
     const dtype = sameDType('linear', bias === undefined ? [x!, w!] : [x!, w!, bias]);
+    requireNumeric('linear', x!);
     requireRank('linear', x!, 1, 'x');
     if (w!.shape.length !== 2) shapeError('linear', `w must be [out, in], got ${shapeToString(w!.shape)}`);
     const [out, inW] = w!.shape as [Dim, Dim];

@@ -3,7 +3,7 @@ import { dimEquals, dimProduct, dimToString } from '../dim.js';
 import { allocData, rounderFor } from '../dtype.js';
 import { defineOp, evalError, shapeError } from '../op-def.js';
 import { shapeToString } from '../types.js';
-import { requireIndex, sameDType } from './common.js';
+import { requireIndex, requireNumeric, sameDType } from './common.js';
 
 /**
  * y[n] = x[n] · w[g_n] (or w[g_n]ᵀ): each row multiplied by the matrix of its group. The MoE
@@ -19,6 +19,7 @@ export const groupedMatmul = defineOp({
   traits: ['contraction'],
   infer: ([x, w, g], a) => {
     const dtype = sameDType('groupedMatmul', [x!, w!]);
+    requireNumeric('groupedMatmul', x!);
     requireIndex('groupedMatmul', g!, 'groups');
     if (x!.shape.length !== 2) shapeError('groupedMatmul', `x must be [rows, in], got ${shapeToString(x!.shape)}`);
     if (w!.shape.length !== 3) shapeError('groupedMatmul', `w must be [groups, in, out] (or [groups, out, in] with transposeW), got ${shapeToString(w!.shape)}`);

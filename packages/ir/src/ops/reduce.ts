@@ -4,7 +4,7 @@ import { type DType, allocData, rounderFor } from '../dtype.js';
 import { defineOp, dtypeError, shapeError } from '../op-def.js';
 import { type HostTensor, forEachIndex, sizeOf, stridesOf } from '../tensor.js';
 import { type TensorType, normalizeAxis, numElements, shapeToString } from '../types.js';
-import { normalizeAxes, perElementFlops, requireFloat, requireRank, sameDType, splitAt } from './common.js';
+import { normalizeAxes, perElementFlops, requireFloat, requireNumeric, requireRank, sameDType, splitAt } from './common.js';
 
 function reducedShape<D>(shape: readonly D[], axes: readonly number[], keepDims: boolean, one: D): D[] {
   const out: D[] = [];
@@ -111,6 +111,7 @@ export const argmax = defineOp({
   traits: ['reduction'],
   infer: ([x], a) => {
     requireRank('argmax', x!, 1);
+    requireNumeric('argmax', x!);
     const axis = normalizeAxis(a.axis, x!.shape.length);
     if (dimEquals(x!.shape[axis]!, 0)) shapeError('argmax', 'axis has size 0');
     return [{ dtype: 'i64', shape: reducedShape(x!.shape, [axis], a.keepDims, 1) }];

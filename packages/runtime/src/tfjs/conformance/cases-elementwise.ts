@@ -59,7 +59,6 @@ export const ELEMENTWISE_CASES = {
     c('iota f32 symbolic', [t('f32', ['n', 3], { dims: [4, 3] })], (b, [x]) => b.add(x!, b.iota(['n', 3], 0, 'f32'))),
     c('iota u8 wraps past 255', [], (b) => widened(b, b.iota([300], 0, 'u8'))),
     c('iota f16 rounds past 2048', [], (b) => widened(b, b.iota([2, 2100], -1, 'f16'))),
-    c('iota bool', [], (b) => b.iota([3], 0, 'bool')),
   ],
   randomUniform: [
     c('randomUniform f32 symbolic', [t('f32', ['n'], { dims: [64] })], (b, [x]) => b.op('randomUniform', [], { shape: [3, x!.type.shape[0]!] }), {

@@ -51,7 +51,7 @@ export const STRUCTURED_CASES = {
     c('argmax ties and NaN', [t('f32', [3, 4], { values: [1, 5, 5, 2, 0, NAN, 9, NAN, 7, 7, 7, 7] })], (b, [x]) => b.argmax(x!, -1)),
     c('argmax axis 0 keepDims', [t('f32', [3, 4])], (b, [x]) => b.argmax(x!, 0, true)),
     c('argmax i32', [t('i32', [2, 5])], (b, [x]) => b.argmax(x!, 1)),
-    c('argmax bool', [t('bool', [3, 4])], (b, [x]) => b.argmax(x!, -1)),
+    c('argmax i32', [t('i32', [3, 4])], (b, [x]) => b.argmax(x!, -1)),
   ],
   softmax: [
     c('softmax last axis', [t('f32', [2, 5], { range: [-4, 4] })], (b, [x]) => b.softmax(x!)),
@@ -113,7 +113,7 @@ export const STRUCTURED_CASES = {
     c('scatterAdd i8 wraps', [t('i8', [3], { values: [100, -100, 0] }), t('i32', [2], { values: [0, 1] }), t('i8', [2], { values: [100, -100] })], (b, [x, i, u]) =>
       widened(b, b.scatterAdd(x!, i!, u!)),
     ),
-    c('scatterAdd bool', [t('bool', [3], { values: [0, 1, 0] }), t('i32', [2], { values: [2, 2] }), t('bool', [2], { values: [1, 0] })], (b, [x, i, u]) =>
+    c('scatterAdd u8 repeated index', [t('u8', [3], { values: [0, 1, 0] }), t('i32', [2], { values: [2, 2] }), t('u8', [2], { values: [1, 0] })], (b, [x, i, u]) =>
       b.scatterAdd(x!, i!, u!),
     ),
   ],
@@ -122,7 +122,7 @@ export const STRUCTURED_CASES = {
     c('topk axis 0 smallest', [t('f32', [5, 3])], (b, [x]) => b.topk(x!, 2, 0, false)),
     c('topk NaN ranks largest', [t('f32', [6], { values: [1, NAN, 5, Number.POSITIVE_INFINITY, -1, NAN] })], (b, [x]) => [...b.topk(x!, 4), ...b.topk(x!, 4, 0, false)]),
     c('topk i32 middle axis', [t('i32', [2, 4, 2])], (b, [x]) => b.topk(x!, 2, 1)),
-    c('topk bool and k = 0', [t('bool', [5])], (b, [x]) => [...b.topk(x!, 2), ...b.topk(x!, 0)]),
+    c('topk i32 and k = 0', [t('i32', [5])], (b, [x]) => [...b.topk(x!, 2), ...b.topk(x!, 0)]),
   ],
   rotary: [
     c('rotary half-split, tables broadcast', [t('f32', [2, 3, 8]), t('f32', [3, 8]), t('f32', [3, 8])], (b, [x, k, s]) => b.rotary(x!, k!, s!)),
