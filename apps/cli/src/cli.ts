@@ -3,7 +3,9 @@ import { StageError } from '@stageml/ir';
 import { registerDemo } from './commands/demo.js';
 import { registerGenerate } from './commands/generate.js';
 import { registerInspect } from './commands/inspect.js';
+import { registerLower } from './commands/lower.js';
 import { registerRun } from './commands/run.js';
+import { registerStage } from './commands/stage.js';
 import { registerServe } from './commands/serve.js';
 import { ExitCode, exitCodeFor } from './exit-codes.js';
 import type { CliIo } from './io.js';
@@ -16,7 +18,7 @@ const defaultIo: CliIo = {
 };
 
 /** Every command, registered in help order. Each lives in its own module under commands/. */
-const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerRun, registerGenerate, registerServe, registerDemo];
+const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerRun, registerGenerate, registerServe, registerDemo, registerStage, registerLower];
 
 function buildProgram(io: CliIo): Command {
   const program = new Command('stageml')

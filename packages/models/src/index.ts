@@ -26,3 +26,4 @@ export { CausalLM } from './causal-lm.js';
 export type { CausalLMOptions, ForwardResult, KvCache, RowAdapters } from './causal-lm.js';
 export { generate } from './generate.js';
 export type { GenerateOptions, GenerateResult } from './generate.js';
+export { stagedModelGraph, type StagedModelGraph, type StagedModelOptions } from './bundle-graph.js';

@@ -1,0 +1,122 @@
+import { readFile } from 'node:fs/promises';
+import type { Command } from 'commander';
+import type { Graph, HostTensor } from '@stageml/ir';
+import { stagedModelGraph } from '@stageml/models';
+import { type BundleManifest, specialize, writeBundle } from '@stageml/runtime';
+import { SafetensorsFile } from '@stageml/safetensors';
+import { parsePositiveInt } from '../args.js';
+import { CliCode, CliError } from '../errors.js';
+import { loadGraphFile } from '../inspect.js';
+import type { CliIo } from '../io.js';
+
+interface StageOptions {
+  model?: string;
+  adapter?: string;
+  layers?: number;
+  graph?: string;
+  annotations?: string;
+  weights?: string;
+  cutoff: string;
+  out: string;
+  force?: boolean;
+  json?: boolean;
+}
+
+/** The annotation file of a bare graph: stages of inputs and parameters on `static < dynamic`. */
+interface AnnotationFile {
+  inputs?: Record<string, string>;
+  params?: Record<string, string>;
+  defaultInput?: string;
+  defaultParam?: string;
+}
+
+const ANNOTATION_KEYS = new Set(['inputs', 'params', 'defaultInput', 'defaultParam']);
+
+async function readAnnotations(path: string | undefined): Promise<AnnotationFile> {
+  if (path === undefined) return {};
+  let raw: unknown;
+  try {
+    raw = JSON.parse(await readFile(path, 'utf8'));
+  } catch (e) {
+    throw new CliError(CliCode.IO, `cannot read annotations '${path}': ${(e as Error).message}`, { cause: e });
+  }
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new CliError(CliCode.USAGE, `annotations '${path}' must be a JSON object`);
+  for (const [k, v] of Object.entries(raw as Record<string, unknown>)) {
+    if (!ANNOTATION_KEYS.has(k)) {
+      throw new CliError(CliCode.USAGE, `annotations '${path}': unknown key '${k}'`, { hint: 'a bare graph stages over static < dynamic: use inputs, params, defaultInput, defaultParam' });
+    }
+    const ok = k.startsWith('default') ? typeof v === 'string' : typeof v === 'object' && v !== null && Object.values(v as Record<string, unknown>).every((s) => typeof s === 'string');
+    if (!ok) throw new CliError(CliCode.USAGE, `annotations '${path}': '${k}' must be ${k.startsWith('default') ? 'a stage name' : 'an object of stage names'}`);
+  }
+  return raw;
+}
+
+async function readWeights(path: string | undefined): Promise<Map<string, HostTensor>> {
+  const values = new Map<string, HostTensor>();
+  if (path === undefined) return values;
+  let file: SafetensorsFile;
+  try {
+    file = await SafetensorsFile.open(path);
+  } catch (e) {
+    throw new CliError(CliCode.IO, `cannot open weights '${path}': ${(e as Error).message}`, { cause: e });
+  }
+  try {
+    for (const name of file.names()) values.set(name, await file.readTensor(name));
+  } finally {
+    await file.close();
+  }
+  return values;
+}
+
+async function stageGraphFile(opts: StageOptions, graphPath: string): Promise<{ graph: Graph; manifest: BundleManifest }> {
+  const graph = loadGraphFile(graphPath);
+  const annotations = await readAnnotations(opts.annotations);
+  const values = await readWeights(opts.weights);
+  const result = specialize(graph, { annotations, cutoff: opts.cutoff, values: { get: (n) => values.get(n) } });
+  return { graph, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
+}
+
+async function stageModel(opts: StageOptions, dir: string): Promise<{ graph: Graph; manifest: BundleManifest }> {
+  const m = await stagedModelGraph(dir, {
+    ...(opts.adapter === undefined ? {} : { adapter: opts.adapter }),
+    ...(opts.layers === undefined ? {} : { numLayers: opts.layers }),
+  });
+  const result = specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: opts.cutoff, values: { get: (n) => m.values.get(n) } });
+  return { graph: m.graph, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
+}
+
+/**
+ * `stageml stage`: specialize a model (with an optional adapter, over the serving lattice
+ * `base < adapter < tenant < request < routing < token`) or a bare graph (over `static < dynamic`)
+ * at a cutoff stage, and write the residual bundle (manifest.json, residual.ir,
+ * constants.safetensors).
+ */
+export function registerStage(program: Command, io: CliIo): void {
+  program
+    .command('stage')
+    .description('specialize a model or graph at a stage and write the residual bundle')
+    .option('--model <dir>', 'Hugging Face model directory (config.json, model.safetensors)')
+    .option('--adapter <dir>', 'a PEFT adapter directory (its tensors are adapter-stage parameters)')
+    .option('--layers <n>', 'keep only the first n decoder layers of the model', parsePositiveInt)
+    .option('--graph <file>', 'a bare graph (.ir text or .json) instead of a model')
+    .option('--annotations <file>', 'stages of the bare graph inputs and parameters (JSON: inputs, params, defaultInput, defaultParam)')
+    .option('--weights <file>', 'values of the bare graph parameters (.safetensors)')
+    .requiredOption('--cutoff <stage>', 'the last stage computed ahead of time (model: base, adapter, …; graph: static)')
+    .requiredOption('--out <dir>', 'the bundle directory to write')
+    .option('--force', 'replace an existing bundle directory')
+    .option('--json', 'print the manifest as JSON')
+    .action(async (opts: StageOptions) => {
+      if ((opts.model === undefined) === (opts.graph === undefined)) throw new CliError(CliCode.USAGE, 'give exactly one of --model DIR or --graph FILE');
+      if (opts.graph !== undefined && (opts.adapter !== undefined || opts.layers !== undefined)) throw new CliError(CliCode.USAGE, '--adapter and --layers apply to --model only');
+      if (opts.model !== undefined && (opts.annotations !== undefined || opts.weights !== undefined)) throw new CliError(CliCode.USAGE, '--annotations and --weights apply to --graph only');
+      const { graph, manifest } = opts.model !== undefined ? await stageModel(opts, opts.model) : await stageGraphFile(opts, opts.graph!);
+      if (opts.json === true) {
+        io.out(JSON.stringify(manifest, null, 2));
+        return;
+      }
+      const r = manifest.report;
+      io.out(`staged @${graph.name} at '${manifest.cutoff}' into ${opts.out}`);
+      io.out(`  residual: ${String(r?.residualOps ?? 0)} ops (of ${String(r?.originalOps ?? 0)}), ${String(manifest.inputs.length)} inputs, ${String(manifest.params.length)} parameters`);
+      io.out(`  constants: ${String(r?.constants ?? 0)} tensors, ${String(r?.constantBytes ?? 0)} bytes`);
+    });
+}

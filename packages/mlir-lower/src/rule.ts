@@ -1,0 +1,44 @@
+import type { AttrsOf, HostTensor, OpKey, TensorType } from '@stageml/ir';
+import type { FunctionEmitter, ValueRef } from './emitter.js';
+
+/** What a rule sees of the node it lowers. */
+export interface RuleContext<K extends OpKey> {
+  /** The function being written. */
+  readonly e: FunctionEmitter;
+  /** The node's normalized attributes. */
+  readonly attrs: AttrsOf<K>;
+  /** Operand values, in the op's operand order (absent optional operands are left out). */
+  readonly operands: readonly ValueRef[];
+  /** The node's result types. */
+  readonly results: readonly TensorType[];
+  /** IR names of the results (hints for SSA names). */
+  readonly names: readonly string[];
+  /**
+   * Materializes a literal tensor under the module's constant policy: a `dense<…>` literal when
+   * small, else a function argument or a `dense_resource` blob.
+   */
+  readonly literal: (value: HostTensor, name: string) => ValueRef;
+}
+
+/** Lowers one node: returns one SSA value per result. */
+export type MlirRuleFn<K extends OpKey> = (ctx: RuleContext<K>) => readonly ValueRef[];
+
+/** A rule table entry saying the op cannot be lowered, and why. */
+export interface UnsupportedRule {
+  readonly kind: 'unsupported';
+  /** Why the op has no MLIR lowering (becomes the `LOWER_UNSUPPORTED_OP` message). */
+  readonly reason: string;
+}
+
+/** How the MLIR lowering handles op `K`: a lowering function or an `unsupported` entry. */
+export type MlirRule<K extends OpKey> = MlirRuleFn<K> | UnsupportedRule;
+
+/** Marks an op as having no MLIR lowering; `reason` is reported in `LOWER_UNSUPPORTED_OP`. */
+export function unsupported(reason: string): UnsupportedRule {
+  return { kind: 'unsupported', reason };
+}
+
+/** Whether a rule table entry is `unsupported(…)`. */
+export function isUnsupported<K extends OpKey>(rule: MlirRule<K>): rule is UnsupportedRule {
+  return typeof rule !== 'function';
+}
