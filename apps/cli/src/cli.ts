@@ -1,5 +1,6 @@
 import { Command, CommanderError } from 'commander';
 import { StageError } from '@stageml/ir';
+import { registerBench } from './commands/bench.js';
 import { registerDemo } from './commands/demo.js';
 import { registerGenerate } from './commands/generate.js';
 import { registerInspect } from './commands/inspect.js';
@@ -18,7 +19,7 @@ const defaultIo: CliIo = {
 };
 
 /** Every command, registered in help order. Each lives in its own module under commands/. */
-const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerRun, registerGenerate, registerServe, registerDemo, registerStage, registerLower];
+const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerRun, registerGenerate, registerServe, registerDemo, registerBench, registerStage, registerLower];
 
 function buildProgram(io: CliIo): Command {
   const program = new Command('stageml')

@@ -1,0 +1,69 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { ExitCode, runCli } from './index.js';
+import { DEFAULT_EXECUTOR, EXECUTOR_NAMES, resolveExecutor } from './executors.js';
+
+async function run(args: string[]): Promise<{ code: number; out: string; err: string }> {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await runCli(args, { out: (l) => out.push(l), err: (l) => err.push(l) });
+  return { code, out: out.join('\n'), err: err.join('\n') };
+}
+
+afterEach(() => {
+  vi.unstubAllEnvs();
+});
+
+describe('stageml bench lora-layer', () => {
+  it('prints the LoRA layer and base medians and their ratio as JSON', async () => {
+    const r = await run(['bench', 'lora-layer', '--dim', '64', '--rank', '4', '--batch', '8', '--executor', 'onnxruntime', '--runs', '3', '--json']);
+    expect(r.code).toBe(ExitCode.OK);
+    const j = JSON.parse(r.out) as Record<string, number | string>;
+    expect(j).toMatchObject({ bench: 'lora-layer', executor: 'onnxruntime', dim: 64, rank: 4, batch: 8, runs: 3 });
+    expect(j['loraMs']).toBeGreaterThan(0);
+    expect(j['baseMs']).toBeGreaterThan(0);
+    expect(j['ratio']).toBeCloseTo((j['loraMs'] as number) / (j['baseMs'] as number), 10);
+  });
+
+  it('prints a table, and logs which executor auto chose', async () => {
+    const r = await run(['bench', 'lora-layer', '--dim', '32', '--rank', '2', '--batch', '2', '--runs', '1']);
+    expect(r.code).toBe(ExitCode.OK);
+    expect(r.err).toMatch(/^executor: \S+ \(/);
+    expect(r.out).toMatch(/lora-layer d=32 r=2 batch=2 on \S+ \(median of 1 runs each\)/);
+    expect(r.out).toMatch(/residual LoRA layer\s+[\d.]+ ms/);
+    expect(r.out).toMatch(/ratio\s+[\d.]+/);
+  });
+
+  it('runs on the interpreter when asked', async () => {
+    const r = await run(['bench', 'lora-layer', '--dim', '16', '--rank', '2', '--batch', '2', '--runs', '1', '--executor', 'interpreter', '--json']);
+    expect(JSON.parse(r.out)).toMatchObject({ executor: 'interpreter' });
+  });
+
+  it('rejects unknown suites (exit 2) and executors (exit 3, RT_BACKEND_UNAVAILABLE)', async () => {
+    const suite = await run(['bench', 'gemm', '--dim', '8', '--rank', '1', '--batch', '1']);
+    expect(suite.code).toBe(ExitCode.USAGE);
+    expect(suite.err).toContain('error[CLI_USAGE]');
+    const ex = await run(['bench', 'lora-layer', '--dim', '8', '--rank', '1', '--batch', '1', '--executor', 'tpu']);
+    expect(ex.code).toBe(ExitCode.INVALID_INPUT);
+    expect(ex.err).toContain('error[RT_BACKEND_UNAVAILABLE]');
+    const bad = await run(['bench', 'lora-layer', '--dim', '0', '--rank', '1', '--batch', '1']);
+    expect(bad.code).toBe(ExitCode.USAGE);
+  });
+});
+
+describe('resolveExecutor', () => {
+  it('accepts auto and every runtime executor', () => {
+    expect(EXECUTOR_NAMES).toEqual(['auto', 'onnxruntime', 'tfjs-wasm', 'tfjs-cpu', 'interpreter']);
+  });
+
+  it('defaults to STAGEML_EXECUTOR, else the interpreter', async () => {
+    expect((await resolveExecutor(undefined)).name).toBe(DEFAULT_EXECUTOR);
+    vi.stubEnv('STAGEML_EXECUTOR', 'onnxruntime');
+    expect((await resolveExecutor(undefined)).name).toBe('onnxruntime');
+    expect((await resolveExecutor('interpreter')).name).toBe('interpreter');
+    expect((await resolveExecutor('tfjs-cpu')).name).toBe('tfjs-cpu');
+  });
+
+  it('rejects unknown names with RT_BACKEND_UNAVAILABLE', async () => {
+    await expect(resolveExecutor('cuda')).rejects.toMatchObject({ code: 'RT_BACKEND_UNAVAILABLE' });
+  });
+});

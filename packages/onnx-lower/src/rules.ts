@@ -1,0 +1,67 @@
+import { UNARY, binary, cast, compare, gelu, nanPropagating, rsqrt, silu, where } from './rules-elementwise.js';
+import { gather, indexSelect, scatterAdd, topk } from './rules-index.js';
+import { argmax, groupedMatmul, layerNorm, linear, matmul, max, mean, rmsNorm, softmax, sum } from './rules-linalg.js';
+import { attention, rotary } from './rules-nn.js';
+import { broadcastTo, concat, constant, iota, randomUniform, reshape, slice, transpose } from './rules-shape.js';
+import type { OnnxRuleTable } from './rule.js';
+
+/**
+ * How every op of the IR registry lowers to standard ONNX (opset `ONNX_OPSET`, default domain
+ * only): a complete mapped type over `OpKey` checked with `satisfies`, so adding an op to `OPS`
+ * fails this build until it has a lowering or an `unsupported(reason)` entry. Every op currently
+ * lowers; composites (rmsNorm, gelu, silu, rotary, attention, groupedMatmul, NaN-aware max/argmax/
+ * topk) are built from standard ops.
+ */
+export const ONNX_RULES = {
+  constant,
+  iota,
+  randomUniform,
+  add: binary<'add'>('Add'),
+  sub: binary<'sub'>('Sub'),
+  mul: binary<'mul'>('Mul'),
+  div: binary<'div'>('Div'),
+  pow: binary<'pow'>('Pow'),
+  maximum: nanPropagating<'maximum'>('Max'),
+  minimum: nanPropagating<'minimum'>('Min'),
+  neg: UNARY.neg,
+  abs: UNARY.abs,
+  exp: UNARY.exp,
+  log: UNARY.log,
+  sqrt: UNARY.sqrt,
+  rsqrt,
+  tanh: UNARY.tanh,
+  sigmoid: UNARY.sigmoid,
+  silu,
+  gelu,
+  sin: UNARY.sin,
+  cos: UNARY.cos,
+  equal: compare('equal'),
+  notEqual: compare('notEqual'),
+  less: compare('less'),
+  lessEqual: compare('lessEqual'),
+  greater: compare('greater'),
+  greaterEqual: compare('greaterEqual'),
+  where,
+  cast,
+  matmul,
+  linear,
+  groupedMatmul,
+  sum,
+  mean,
+  max,
+  argmax,
+  softmax,
+  rmsNorm,
+  layerNorm,
+  reshape,
+  transpose,
+  broadcastTo,
+  concat,
+  slice,
+  gather,
+  indexSelect,
+  scatterAdd,
+  topk,
+  rotary,
+  attention,
+} as const satisfies OnnxRuleTable;
