@@ -39,7 +39,7 @@ export function registerGenerate(program: Command, io: CliIo): void {
     .option('--seed <s>', 'sampling seed', parseNonNegativeInt)
     .option('--pad-token-id <id>', 'mask prompt tokens equal to this id (as HF generate with pad_token_id)', parseNonNegativeInt)
     .option('--ignore-eos', 'do not stop at the end-of-sequence token')
-    .option('--executor <name>', 'executor: interpreter (default)')
+    .option('--executor <name>', 'executor: auto, onnxruntime, tfjs-wasm, tfjs-cpu, interpreter (default: interpreter, exact)')
     .option('--json', 'print {"new_ids": [...], "text": "..."}')
     .action(async (opts: GenerateCliOptions) => {
       if ((opts.prompt === undefined) === (opts.ids === undefined)) throw new CliError(CliCode.USAGE, 'give exactly one of --prompt or --ids');

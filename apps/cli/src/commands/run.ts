@@ -47,7 +47,7 @@ export function registerRun(program: Command, io: CliIo): void {
     .option('--mixed <names>', 'one row per adapter name (__base__ = no adapter); writes logits [rows, T, vocab]', parseNames)
     .requiredOption('--ids <ids>', 'comma-separated token ids', parseIds)
     .requiredOption('--out <file>', 'output .safetensors file (tensor `logits`)')
-    .option('--executor <name>', 'executor: interpreter (default)')
+    .option('--executor <name>', 'executor: auto, onnxruntime, tfjs-wasm, tfjs-cpu, interpreter (default: interpreter, exact)')
     .option('--json', 'print a JSON summary')
     .action(async (opts: RunOptions) => {
       if (opts.mixed !== undefined && opts.adapters === undefined) throw new CliError(CliCode.USAGE, '--mixed needs --adapters DIR');

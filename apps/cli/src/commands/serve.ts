@@ -4,7 +4,7 @@ import { parseRouterConfig } from '@stageml/router';
 import { createServer } from '@stageml/server';
 import { parseNonNegativeInt, parsePositiveInt } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
-import { resolveExecutor } from '../executors.js';
+import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
 
 interface ServeOptions {
@@ -33,7 +33,7 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--host <host>', 'address to listen on', '127.0.0.1')
     .option('--port <n>', 'port (0: any free port)', parseNonNegativeInt, 8000)
     .option('--config <file>', 'tenants, API keys, adapters and staged plans (JSON, docs/server.md)')
-    .option('--executor <name>', 'executor (default: interpreter)')
+    .option('--executor <name>', `executor: ${EXECUTOR_NAMES.join(', ')} (default: auto, the fastest measured here)`, 'auto')
     .option('--pad-token-id <id>', 'mask prompt tokens equal to this id (HF pad_token_id semantics)', parseNonNegativeInt)
     .option('--max-batch <n>', 'most sequences decoded together', parsePositiveInt)
     .option('--max-queue <n>', 'most queued requests before 429', parsePositiveInt)
@@ -53,7 +53,7 @@ export function registerServe(program: Command, io: CliIo): void {
       const server = await createServer({
         modelDir: opts.model,
         ...(opts.servedModelName === undefined ? {} : { modelName: opts.servedModelName }),
-        executor: await resolveExecutor(opts.executor),
+        executor: await resolveExecutor(opts.executor, { log: (line) => { io.out(line); } }),
         ...(opts.adapters === undefined ? {} : { adaptersDir: opts.adapters }),
         ...(config === undefined ? {} : { config }),
         ...(opts.padTokenId === undefined ? {} : { padTokenId: opts.padTokenId }),
