@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type HostTensor, graphParams } from '@stageml/ir';
 import { CausalLM, buildLlamaGraph, generate } from '@stageml/models';
-import { type Executor, createTfjsExecutor, interpreterExecutor } from '@stageml/runtime';
+import { type Executor, createOrtExecutor, createTfjsExecutor, interpreterExecutor, isOrtAvailable } from '@stageml/runtime';
 import { writeSafetensors } from '@stageml/safetensors';
 import { type BenchCase, writeResults } from './lib/harness.js';
 
@@ -60,13 +60,14 @@ const { mkdirSync } = await import('node:fs');
 mkdirSync(big);
 await randomModel(big);
 const targets: Target[] = [
-  { name: 'fixture llama (2×64)', dir: 'fixtures/peft-tiny/llama/base', prompt: 32, decode: 16, runs: { interpreter: 5, 'tfjs-wasm': 5, 'tfjs-cpu': 5 } },
-  { name: 'random llama (12×768)', dir: big, prompt: 32, decode: 8, runs: { interpreter: 1, 'tfjs-wasm': 3, 'tfjs-cpu': 1 } },
+  { name: 'fixture llama (2×64)', dir: 'fixtures/peft-tiny/llama/base', prompt: 32, decode: 16, runs: { interpreter: 5, 'tfjs-wasm': 5, 'tfjs-cpu': 5, onnxruntime: 5 } },
+  { name: 'random llama (12×768)', dir: big, prompt: 32, decode: 8, runs: { interpreter: 1, 'tfjs-wasm': 3, 'tfjs-cpu': 1, onnxruntime: 3 } },
 ];
 const executors: [string, () => Promise<Executor>][] = [
   ['interpreter', () => Promise.resolve(interpreterExecutor)],
   ['tfjs-wasm', () => createTfjsExecutor({ backend: 'wasm' })],
   ['tfjs-cpu', () => createTfjsExecutor({ backend: 'cpu' })],
+  ...((await isOrtAvailable()) ? [['onnxruntime', () => createOrtExecutor()] as [string, () => Promise<Executor>]] : []),
 ];
 
 const cases: BenchCase[] = [];

@@ -1,17 +1,17 @@
 // Suite `server-load`: a bounded load test of the reference server on loopback with autocannon:
 // 64 concurrent clients, 10,000 completion requests spread over 4 adapters + the base model, vs the
 // same load on a single adapter in the same run (ratio). Every response is checked: 0 failed,
-// 0 lost. Model: the fixture Llama; executor: the reference interpreter unless BENCH_EXECUTOR is
-// set (tfjs-wasm).
+// 0 lost. Model: the fixture Llama; executor: the fastest measured here (`selectExecutor`), or
+// BENCH_EXECUTOR (interpreter, tfjs-wasm, tfjs-cpu, onnxruntime).
 import autocannon from 'autocannon';
-import { createTfjsExecutor, interpreterExecutor } from '@stageml/runtime';
+import { type ExecutorName, selectExecutor } from '@stageml/runtime';
 import { createServer } from '@stageml/server';
 import { type BenchCase, writeResults } from './lib/harness.js';
 
 const TOTAL = Number(process.env['BENCH_REQUESTS'] ?? 10_000);
 const CONNECTIONS = 64;
 const MAX_TOKENS = 4;
-const executor = process.env['BENCH_EXECUTOR'] === 'tfjs-wasm' ? await createTfjsExecutor({ backend: 'wasm' }) : interpreterExecutor;
+const { executor } = await selectExecutor({ force: (process.env['BENCH_EXECUTOR'] ?? 'auto') as ExecutorName | 'auto' });
 const server = await createServer({
   modelDir: 'fixtures/peft-tiny/llama/base',
   modelName: 'llama',
