@@ -228,12 +228,6 @@ export class CausalLM {
     return { prepared, residual: result.residual, inputs: new Set(graphInputs(result.residual).map((n) => n.name)) };
   }
 
-  /** Whether an adapter can join the shared mixed-batch bank (no whole-tensor overrides, no expert factors). */
-  #bankable(name: string): boolean {
-    const a = this.#adapters.get(name);
-    return a !== undefined && a.overrides.size === 0 && (this.#expertLora.get(name)?.size ?? 0) === 0;
-  }
-
   /** An empty cache for `rows` sequences. */
   emptyCache(rows: number): KvCache {
     const tensors: Record<string, HostTensor> = {};
@@ -273,11 +267,7 @@ export class CausalLM {
     const used = [...new Set(perRow.filter((a): a is string => a !== undefined))].sort();
     for (const n of used) this.#adapter(n);
     const mixed = used.length > 1 || (used.length === 1 && perRow.some((a) => a === undefined) && opts.adapters !== undefined);
-    // NOTE: a mixed batch runs the bank over every loaded adapter that fits a bank (adapters absent
-    // from this batch get zero rows), so one compiled program serves every mix instead of one per
-    // subset of adapters — compiling is far slower than an empty row group.
-    const bankable = mixed ? this.adapterNames.filter((n) => used.includes(n) || this.#bankable(n)).sort() : used;
-    const program = await this.#program(bankable, mixed);
+    const program = await this.#program(used, mixed);
     const cache = opts.cache ?? this.emptyCache(rows);
     if (cache.mask.length !== rows) throw new ModelError(ModelCode.BAD_OPTIONS, `the cache holds ${String(cache.mask.length)} rows, the call has ${String(rows)}`);
     const past = cache.past;
@@ -301,7 +291,7 @@ export class CausalLM {
       inputs[`past_value.${String(l)}`] = cache.tensors[`present_value.${String(l)}`]!;
     }
     if (mixed) {
-      for (const n of bankable) {
+      for (const n of used) {
         if (!program.inputs.has(rowsInputName(n))) continue;
         const rowIdx = perRow.flatMap((a, i) => (a === n ? [i] : []));
         inputs[rowsInputName(n)] = hostTensor('i64', [rowIdx.length], rowIdx);
