@@ -209,7 +209,7 @@ async function readIndex(path: string): Promise<IndexFile> {
   const metadata = root['metadata'];
   if (metadata !== undefined && !isPlainObject(metadata)) throw badIndex(path, `'metadata' must be an object, got ${JSON.stringify(metadata)}`);
   const map = root['weight_map'];
-  if (!isPlainObject(map)) throw badIndex(path, `'weight_map' must be an object of tensor name → shard file, got ${String(JSON.stringify(map))}`);
+  if (!isPlainObject(map)) throw badIndex(path, `'weight_map' must be an object of tensor name → shard file, got ${JSON.stringify(map)}`);
   const weightMap = new Map<string, string>();
   for (const [name, shard] of Object.entries(map)) {
     if (typeof shard !== 'string' || !isSafeShardPath(shard)) {

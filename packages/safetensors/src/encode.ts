@@ -61,7 +61,7 @@ function checkShape(name: string, shape: unknown): { shape: number[]; count: num
   const dims = ok ? (shape as number[]).map((d) => d + 0) : [];
   const count = ok ? elementCount(dims) : undefined;
   if (count === undefined) {
-    throw new SafetensorsError(SafetensorsCode.BAD_SHAPE, `tensor '${name}': shape ${String(JSON.stringify(shape))} is not a list of non-negative integers with at most 2^53 elements`, {
+    throw new SafetensorsError(SafetensorsCode.BAD_SHAPE, `tensor '${name}': shape ${JSON.stringify(shape)} is not a list of non-negative integers with at most 2^53 elements`, {
       tensor: name,
     });
   }
@@ -189,7 +189,7 @@ function checkTensor(name: string, t: unknown): Checked {
     const st = safetensorsDTypeOf(dtype);
     return { name, dtype: st, shape, byteLength: count * safetensorsDTypeBytes(st), bytes: () => encodeHostData(name, host) };
   }
-  throw new SafetensorsError(SafetensorsCode.BAD_DTYPE, `tensor '${name}': dtype ${String(JSON.stringify(dtype))} is neither a safetensors nor an IR dtype`, {
+  throw new SafetensorsError(SafetensorsCode.BAD_DTYPE, `tensor '${name}': dtype ${JSON.stringify(dtype)} is neither a safetensors nor an IR dtype`, {
     tensor: name,
   });
 }

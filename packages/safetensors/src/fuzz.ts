@@ -108,7 +108,7 @@ function mutateJson(rng: Rng, header: Record<string, unknown>, data: Uint8Array)
       entry['data_offsets'] = pick(rng, [[offsets[1], offsets[0]], [offsets[0]], [...offsets, 0], [pick(rng, WEIRD), offsets[1]], 'x', null]);
       return 'offsets-shape';
     case 5:
-      delete entry[pick(rng, ['dtype', 'shape', 'data_offsets'])];
+      Reflect.deleteProperty(entry, pick(rng, ['dtype', 'shape', 'data_offsets']));
       return 'delete-field';
     case 6:
       header[name!] = pick(rng, WEIRD);
@@ -120,7 +120,7 @@ function mutateJson(rng: Rng, header: Record<string, unknown>, data: Uint8Array)
       header[`${name!}.copy`] = { ...entry };
       return 'overlap';
     case 9:
-      delete header[name!];
+      Reflect.deleteProperty(header, name!);
       return 'delete-entry';
     case 10:
       entry['extra_field'] = pick(rng, WEIRD);

@@ -1,0 +1,91 @@
+import type { OpKey } from '@stageml/ir';
+import type { ResidualKernelKind } from '@stageml/triton-gen/patterns';
+
+/** How the sm90 backend handles one op. */
+export type Sm90Rule =
+  | {
+      readonly kind: 'kernel';
+      /** Patterns the op is lowered inside. */
+      readonly patterns: readonly ResidualKernelKind[];
+      /** Why an occurrence outside those patterns is left to the host executor. */
+      readonly outside: string;
+    }
+  | { readonly kind: 'unsupported'; readonly reason: string };
+
+function kernel(patterns: readonly ResidualKernelKind[], outside: string): Sm90Rule {
+  return { kind: 'kernel', patterns, outside };
+}
+
+/** An op the sm90 backend emits no kernel for, with the reason (`SM90_UNSUPPORTED_OP` in strict mode). */
+export function unsupported(reason: string): Sm90Rule {
+  return { kind: 'unsupported', reason };
+}
+
+const ELEMENTWISE = unsupported('elementwise ops are not fused into the tensor-core kernels: the host executor runs them');
+const ROUTING = unsupported('routing and normalization run on the host executor; sm90-native emits GEMM-family kernels');
+const SHAPE = unsupported('layout ops run on the host executor (the kernels read contiguous row-major operands)');
+const OUTSIDE = 'outside a LoRA, bank or MoE pattern it runs on the host executor';
+
+/**
+ * The sm90 backend's rule for every registry op: a complete mapped type checked with
+ * `satisfies`, so adding an op to `OPS` fails this file's build until it is handled here.
+ */
+export const sm90Rules = {
+  constant: kernel(['loraLinear', 'bankGrouped', 'moeLora'], 'only scalar LoRA scales are folded into kernels'),
+  iota: ROUTING,
+  randomUniform: unsupported('random ops stay on the host executor (no RNG state in kernels)'),
+  add: kernel(['loraLinear', 'bankGathered', 'moeLora'], `the residual sum is fused only into LoRA kernels; ${OUTSIDE}`),
+  sub: ELEMENTWISE,
+  mul: kernel(['loraLinear', 'bankGrouped', 'bankGathered', 'moeLora'], `the LoRA scale is fused into kernels; ${OUTSIDE}`),
+  div: ELEMENTWISE,
+  pow: ELEMENTWISE,
+  maximum: ELEMENTWISE,
+  minimum: ELEMENTWISE,
+  neg: ELEMENTWISE,
+  abs: ELEMENTWISE,
+  exp: ELEMENTWISE,
+  log: ELEMENTWISE,
+  sqrt: ELEMENTWISE,
+  rsqrt: ELEMENTWISE,
+  tanh: ELEMENTWISE,
+  sigmoid: ELEMENTWISE,
+  silu: ELEMENTWISE,
+  gelu: ELEMENTWISE,
+  sin: ELEMENTWISE,
+  cos: ELEMENTWISE,
+  equal: ELEMENTWISE,
+  notEqual: ELEMENTWISE,
+  less: ELEMENTWISE,
+  lessEqual: ELEMENTWISE,
+  greater: ELEMENTWISE,
+  greaterEqual: ELEMENTWISE,
+  where: ELEMENTWISE,
+  cast: ELEMENTWISE,
+  matmul: kernel(['bankGathered'], `batched matmuls are lowered as BGMV shrink/expand; ${OUTSIDE}`),
+  linear: kernel(['loraLinear', 'bankGrouped', 'bankGathered'], 'every f16/bf16 linear is a kernel (plain or fused with its LoRA)'),
+  groupedMatmul: kernel(['moeLora'], 'every f16/bf16 grouped matmul is a kernel (plain or fused with its expert LoRA)'),
+  sum: ROUTING,
+  mean: ROUTING,
+  max: ROUTING,
+  argmax: ROUTING,
+  softmax: ROUTING,
+  rmsNorm: unsupported('normalization is not fused: the host executor runs it'),
+  layerNorm: unsupported('normalization is not fused: the host executor runs it'),
+  reshape: kernel(['bankGathered'], `a reshape is folded only into BGMV scales; ${OUTSIDE}`),
+  transpose: SHAPE,
+  broadcastTo: SHAPE,
+  concat: SHAPE,
+  slice: SHAPE,
+  gather: kernel(['bankGathered'], `gathers of stacked factors are folded into BGMV kernels; ${OUTSIDE}`),
+  indexSelect: kernel(['bankGrouped'], `row selections are folded into SGMV kernels; ${OUTSIDE}`),
+  scatterAdd: kernel(['bankGrouped'], `scatter-adds of LoRA deltas are folded into SGMV kernels; ${OUTSIDE}`),
+  topk: ROUTING,
+  rotary: unsupported('rotary embedding is not fused: the host executor runs it'),
+  attention: unsupported('attention kernels are out of scope for sm90-native (LoRA/MoE GEMMs only)'),
+} satisfies Readonly<Record<OpKey, Sm90Rule>>;
+
+/** Why the backend leaves an op node of kind `op` to the host executor. */
+export function hostReason(op: OpKey): string {
+  const r: Sm90Rule = sm90Rules[op];
+  return r.kind === 'kernel' ? r.outside : r.reason;
+}
