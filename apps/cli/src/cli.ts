@@ -2,9 +2,11 @@ import { Command, CommanderError } from 'commander';
 import { StageError } from '@stageml/ir';
 import { registerBench } from './commands/bench.js';
 import { registerDemo } from './commands/demo.js';
+import { registerGen } from './commands/gen.js';
 import { registerGenerate } from './commands/generate.js';
 import { registerInspect } from './commands/inspect.js';
 import { registerLower } from './commands/lower.js';
+import { registerPlan } from './commands/plan.js';
 import { registerRun } from './commands/run.js';
 import { registerStage } from './commands/stage.js';
 import { registerServe } from './commands/serve.js';
@@ -19,7 +21,7 @@ const defaultIo: CliIo = {
 };
 
 /** Every command, registered in help order. Each lives in its own module under commands/. */
-const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerRun, registerGenerate, registerServe, registerDemo, registerBench, registerStage, registerLower];
+const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerRun, registerGenerate, registerServe, registerDemo, registerBench, registerStage, registerLower, registerPlan, registerGen];
 
 function buildProgram(io: CliIo): Command {
   const program = new Command('stageml')
