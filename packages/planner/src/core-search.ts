@@ -311,8 +311,11 @@ export function searchCore(ctx: CoreContext, limit: number): CoreResult {
     layers.push(prev);
     maxStates = Math.max(maxStates, prev.m.length);
   });
+  // The final test applies to every final state, including the base state itself when there are
+  // no stages (it was never pushed through `keep`): a state whose cost exceeds L + limit must not
+  // count as found, or the deepening would stop at a limit below the true optimum's.
   let best = -1;
-  for (let s = 0; s < prev.m.length; s++) if (prev.m[s]! <= room && (best < 0 || prev.c[s]! < prev.c[best]!)) best = s;
+  for (let s = 0; s < prev.m.length; s++) if (keep(prev.m[s]!, prev.rc[s]!, k) && (best < 0 || prev.c[s]! < prev.c[best]!)) best = s;
   return { best, stages, layers, maxStates };
 }
 
