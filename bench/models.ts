@@ -80,11 +80,12 @@ for (const t of targets) {
     const prefill = await median(() => lm.forward([ids]), runs);
     // One decode step (1 new token after the prompt's cache), timed directly.
     const { cache } = await lm.forward([ids]);
-    const decodePerToken = await median(() => lm.forward([[7]], { cache }), Math.max(runs, t.decode));
+    const decodeRuns = Math.max(runs, t.decode);
+    const decodePerToken = await median(() => lm.forward([[7]], { cache }), decodeRuns);
     base[name] = { prefill, decode: decodePerToken };
     const ref = base['interpreter']!;
     cases.push({ name: `${t.name} · ${name} · prefill ${String(t.prompt)} tokens`, medianMs: prefill, runs, baseline: 'interpreter', ratio: ref.prefill / prefill, extra: { tokensPerSecond: Math.round((t.prompt / prefill) * 1000) } });
-    cases.push({ name: `${t.name} · ${name} · decode (per token)`, medianMs: decodePerToken, runs, baseline: 'interpreter', ratio: ref.decode / decodePerToken, extra: { tokensPerSecond: Math.round(1000 / decodePerToken) } });
+    cases.push({ name: `${t.name} · ${name} · decode (per token)`, medianMs: decodePerToken, runs: decodeRuns, baseline: 'interpreter', ratio: ref.decode / decodePerToken, extra: { tokensPerSecond: Math.round(1000 / decodePerToken) } });
   }
 }
 rmSync(tmp, { recursive: true, force: true });

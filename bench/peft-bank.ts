@@ -5,7 +5,7 @@
 // host-side gather/scatter of rows that such a loop needs. Same executor, same run, medians of
 // interleaved repetitions. Executor: tfjs (wasm backend) when it prepares the graphs, else the
 // reference interpreter; the results say which.
-import { GraphBuilder, type HostTensor, hostTensor } from '@stageml/ir';
+import { GraphBuilder, type HostTensor, hostTensor, seededRandom } from '@stageml/ir';
 import { type Executor, type PreparedGraph, createTfjsExecutor, interpreterExecutor } from '@stageml/runtime';
 // NOTE: by path, because the root package does not (yet) list @stageml/peft among its devDependencies.
 import { bankLinearGathered, bankLinearGrouped, chooseBankForm, loraLinear } from '../packages/peft/src/index.js';
@@ -19,17 +19,8 @@ const ROWS = 256;
 const ADAPTERS = 64;
 const BASE_SHARE = 0.1;
 
-/** mulberry32: a small seeded PRNG, so the workload is the same on every run. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Seeded uniform stream (mulberry32, the IR interpreter's), so every run is the same. */
+const prng = seededRandom;
 
 const rand = prng(0x5eed);
 const randn = (n: number, scale: number): Float32Array => Float32Array.from({ length: n }, () => (rand() * 2 - 1) * scale);

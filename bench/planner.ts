@@ -18,6 +18,7 @@ import {
   plannerCostModel,
   traffic,
 } from '@stageml/planner';
+import { seededRandom } from '@stageml/ir';
 import { type Executor, createTfjsExecutor, interpreterExecutor } from '@stageml/runtime';
 import { type BenchCase, medianMs, writeResults } from './lib/harness.js';
 
@@ -30,17 +31,8 @@ const ZIPF = 1.1;
 const GIB = 2 ** 30;
 const BUDGETS_GIB = [2, 8, 32, 128, 512];
 
-/** mulberry32: a small seeded PRNG, so the workload is the same on every run. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Seeded uniform stream (mulberry32, the IR interpreter's), so every run is the same. */
+const prng = seededRandom;
 
 const rand = prng(0x91a2);
 const layers = Array.from({ length: LAYERS }, (_v, i) => i);

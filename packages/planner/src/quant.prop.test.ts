@@ -1,5 +1,5 @@
 import { fc, test } from '@fast-check/vitest';
-import { type HostTensor, hostTensor } from '@stageml/ir';
+import { type HostTensor, hostTensor, seededRandom } from '@stageml/ir';
 import { describe, expect, it } from 'vitest';
 import { PlanCode, PlanError } from './errors.js';
 import {
@@ -14,17 +14,8 @@ import {
   roundHalfEven,
 } from './quant.js';
 
-/** Deterministic generator (mulberry32) so each case is reproducible from its seed. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Seeded uniform stream (mulberry32, the IR interpreter's), so every run is the same. */
+const rng = seededRandom;
 
 function gaussian(r: () => number): number {
   return Math.sqrt(-2 * Math.log(1 - r())) * Math.cos(2 * Math.PI * r());
