@@ -16,10 +16,6 @@ export interface HaproxyConfigFields {
   readonly servers: readonly (readonly [string, string])[];
   /** Bounded-load factor in percent (HAProxy `hash-balance-factor`; 0 disables the bound). */
   readonly hashBalanceFactor: number;
-  /** Most requests in flight per replica (HAProxy server `maxconn`; default 64). */
-  readonly serverMaxconn?: number;
-  /** Most requests waiting in HAProxy for one replica before the next replica takes them (default 128). */
-  readonly serverMaxqueue?: number;
   /** Health-check interval (HAProxy time, e.g. `500ms`). */
   readonly checkInterval?: string;
   /** Client and server timeout (HAProxy time). */
@@ -35,8 +31,6 @@ export function renderHaproxyConfig(template: string, f: HaproxyConfigFields): s
     bind: f.bind,
     servers: f.servers.map(([name, addr]) => `    server ${name} ${addr}`).join('\n'),
     hashBalanceFactor: String(f.hashBalanceFactor),
-    serverMaxconn: String(f.serverMaxconn ?? 64),
-    serverMaxqueue: String(f.serverMaxqueue ?? 128),
     checkInterval: f.checkInterval ?? '500ms',
     timeout: f.timeout ?? '300s',
     maxconn: String(f.maxconn ?? 4096),
@@ -85,8 +79,6 @@ interface ClusterOptions {
   haproxy: string;
   haproxyTemplate?: string;
   hashBalanceFactor: number;
-  serverMaxconn: number;
-  serverMaxqueue: number;
   readyTimeout: number;
 }
 
@@ -142,8 +134,6 @@ export function registerCluster(program: Command, io: CliIo): void {
     .option('--haproxy <path>', 'the haproxy binary', 'haproxy')
     .option('--haproxy-template <file>', 'HAProxy config template (default: deploy/haproxy/haproxy.cfg.tmpl)')
     .option('--hash-balance-factor <percent>', 'bounded load: no replica takes more than this % of the mean in-flight load (0: off)', (v) => (v === '0' ? 0 : parsePositiveInt(v)), 0)
-    .option('--server-maxconn <n>', 'most requests in flight per replica', parsePositiveInt, 64)
-    .option('--server-maxqueue <n>', 'most requests waiting in HAProxy for one replica before the next one takes them', parsePositiveInt, 128)
     .option('--ready-timeout <s>', 'seconds to wait for every replica to be ready', parsePositiveInt, 180)
     .allowUnknownOption()
     .allowExcessArguments()
@@ -167,8 +157,6 @@ export function registerCluster(program: Command, io: CliIo): void {
         bind: `${opts.host}:${String(opts.port)}`,
         servers: names.map((n, i) => [n, `${opts.host}:${String(opts.port + i + 1)}`] as const),
         hashBalanceFactor: opts.hashBalanceFactor,
-        serverMaxconn: opts.serverMaxconn,
-        serverMaxqueue: opts.serverMaxqueue,
       });
       const workDir = mkdtempSync(join(tmpdir(), 'stageml-cluster-'));
       const cfgPath = join(workDir, 'haproxy.cfg');
