@@ -281,7 +281,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     resolver,
     async listen(host, port) {
       const address = await app.listen({ host, port });
-      replicaName ??= `${hostname()}:${String(new URL(address).port)}`;
+      replicaName ??= `${hostname()}:${new URL(address).port}`;
       return address;
     },
     async shutdown() {

@@ -123,7 +123,17 @@ describe('AdapterResolver', () => {
     const first = rootWith(['x']);
     const second = rootWith(['x', 'y']);
     const dirs: string[] = [];
-    const r = new AdapterResolver({ ...host, get adapterNames() { return host.adapterNames; }, unloadAdapter: (n) => host.unloadAdapter(n), loadAdapter: (dir, name) => { dirs.push(dir); return host.loadAdapter(dir, name); } }, { roots: [first, second], capacity: 4 });
+    const spy = {
+      get adapterNames() {
+        return host.adapterNames;
+      },
+      unloadAdapter: (n: string) => host.unloadAdapter(n),
+      loadAdapter: (dir: string, name: string) => {
+        dirs.push(dir);
+        return host.loadAdapter(dir, name);
+      },
+    };
+    const r = new AdapterResolver(spy, { roots: [first, second], capacity: 4 });
     await Promise.all([r.acquire('x'), r.acquire('y')]);
     expect(dirs.sort()).toEqual([join(first, 'x'), join(second, 'y')].sort());
     await expect(r.acquire('nope')).rejects.toMatchObject({ code: 'ROUTER_UNKNOWN_MODEL' });

@@ -188,20 +188,22 @@ export function registerCluster(program: Command, io: CliIo): void {
         };
         return r;
       });
-      // If this process exits unexpectedly, take the (detached) children with it.
-      process.once('exit', () => {
-        for (const r of replicas) if (!r.exited) r.child.kill('SIGKILL');
-        if (proxy !== undefined && proxy.exitCode === null && proxy.signalCode === null) proxy.kill('SIGKILL');
-      });
       let proxy: ChildProcess | undefined;
+      // If this process exits unexpectedly, take the (detached) children with it.
+      const onExit = (): void => {
+        for (const r of replicas) if (!r.exited) r.child.kill('SIGKILL');
+        if (proxy?.exitCode === null && proxy.signalCode === null) proxy.kill('SIGKILL');
+      };
+      process.once('exit', onExit);
       let proxyExit: Promise<void> = Promise.resolve();
       const stopAll = async (): Promise<void> => {
         stopping = true;
         for (const r of replicas) if (!r.exited) r.child.kill('SIGTERM');
         await Promise.all(replicas.map((r) => r.exit));
         // SIGUSR1: HAProxy's soft stop (finishes what is in flight).
-        if (proxy !== undefined && proxy.exitCode === null && proxy.signalCode === null) proxy.kill('SIGUSR1');
+        if (proxy?.exitCode === null && proxy.signalCode === null) proxy.kill('SIGUSR1');
         await proxyExit;
+        process.off('exit', onExit);
         rmSync(workDir, { recursive: true, force: true });
       };
 
@@ -237,20 +239,23 @@ export function registerCluster(program: Command, io: CliIo): void {
       io.out(`stageml cluster ready on http://${opts.host}:${String(opts.port)} · ${String(opts.replicas)} replicas · haproxy ${hap.version} (pid ${String(proxy.pid)}) · config ${cfgPath}`);
 
       let signalled = false;
+      let stop: (signal: string) => void = () => undefined;
+      const onTerm = (): void => {
+        stop('SIGTERM');
+      };
+      const onInt = (): void => {
+        stop('SIGINT');
+      };
       const failure = await new Promise<string | undefined>((resolve) => {
-        const stop = (signal: string): void => {
+        stop = (signal: string): void => {
           io.out(signalled ? `${signal}: still draining the replicas` : `${signal}: draining the replicas, then stopping haproxy…`);
           signalled = true;
           resolve(undefined);
         };
         // Handlers stay installed while draining: a second signal must not kill the cluster
         // and orphan its replicas and HAProxy.
-        process.on('SIGTERM', () => {
-          stop('SIGTERM');
-        });
-        process.on('SIGINT', () => {
-          stop('SIGINT');
-        });
+        process.on('SIGTERM', onTerm);
+        process.on('SIGINT', onInt);
         void proxyExit.then(() => {
           if (!stopping) resolve('haproxy exited');
         });
@@ -259,6 +264,8 @@ export function registerCluster(program: Command, io: CliIo): void {
         });
       });
       await stopAll();
+      process.off('SIGTERM', onTerm);
+      process.off('SIGINT', onInt);
       if (failure !== undefined) throw new CliError(CliCode.CLUSTER_FAILED, `the cluster stopped: ${failure}`);
       io.out('stopped');
     });
