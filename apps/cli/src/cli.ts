@@ -1,6 +1,7 @@
 import { Command, CommanderError } from 'commander';
 import { StageError } from '@stageml/ir';
 import { registerBench } from './commands/bench.js';
+import { registerCluster } from './commands/cluster.js';
 import { registerDemo } from './commands/demo.js';
 import { registerGen } from './commands/gen.js';
 import { registerGenerate } from './commands/generate.js';
@@ -21,7 +22,7 @@ const defaultIo: CliIo = {
 };
 
 /** Every command, registered in help order. Each lives in its own module under commands/. */
-const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerRun, registerGenerate, registerServe, registerDemo, registerBench, registerStage, registerLower, registerPlan, registerGen];
+const COMMANDS: readonly ((program: Command, io: CliIo) => void)[] = [registerInspect, registerRun, registerGenerate, registerServe, registerCluster, registerDemo, registerBench, registerStage, registerLower, registerPlan, registerGen];
 
 function buildProgram(io: CliIo): Command {
   const program = new Command('stageml')

@@ -6,6 +6,10 @@ export const CliCode = {
   IO: 'CLI_IO',
   /** A flag or argument is invalid. */
   USAGE: 'CLI_USAGE',
+  /** `stageml cluster` needs HAProxy 2.6+ and cannot run it (the hint says how to install it). */
+  HAPROXY_MISSING: 'CLI_HAPROXY_MISSING',
+  /** A `stageml cluster` replica or HAProxy failed to start, or the cluster stopped unasked. */
+  CLUSTER_FAILED: 'CLI_CLUSTER_FAILED',
 } as const;
 
 /** Union of CLI error codes. */

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
 import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
@@ -10,7 +11,8 @@ import type { z } from 'zod';
 import { renderChat } from './chat-template.js';
 import { ServerCode, ServerError, errorType, statusOf } from './errors.js';
 import { type GenerationFields, type Limits, SseStream, runGeneration } from './generation.js';
-import { ServerMetrics } from './metrics.js';
+import { ServerMetrics, registerResolverMetrics } from './metrics.js';
+import { AdapterResolver } from './resolver.js';
 import { chatSchema, completionSchema, describeIssue, loadAdapterSchema, unloadAdapterSchema } from './schemas.js';
 
 /** Options of `createServer`. */
@@ -40,6 +42,12 @@ export interface ServerOptions {
   readonly adminKey?: string;
   /** Log requests (pino through fastify). */
   readonly logger?: boolean;
+  /** Shared adapter roots: a request for an adapter not loaded loads `<root>/<name>` on demand (docs/scale-out.md). */
+  readonly adapterRoots?: readonly string[];
+  /** Adapter slot capacity: most adapters loaded at once, `max_lora` in the metrics (default 16). */
+  readonly maxLoras?: number;
+  /** Name sent in every response's `x-stageml-replica` header (default `hostname:port`). */
+  readonly replicaName?: string;
 }
 
 /** A running (or ready to listen) reference server. */
@@ -49,6 +57,8 @@ export interface StageServer {
   readonly scheduler: Scheduler;
   readonly registry: TenantRegistry;
   readonly modelName: string;
+  /** On-demand adapter loading from `adapterRoots` (undefined without roots). */
+  readonly resolver: AdapterResolver | undefined;
   /** Listens on host:port; resolves to the address. */
   listen(host: string, port: number): Promise<string>;
   /** Stops accepting requests (ready → 503), waits for in-flight ones, then closes. */
@@ -94,7 +104,18 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     tenantCap: (t) => registry.tenant(t)?.maxRunning,
     isStaged: (a) => staged === undefined || staged.has(a),
   });
-  const metrics = new ServerMetrics(modelName, () => scheduler.snapshot(), () => lm.adapterNames.length);
+  const maxLoras = opts.maxLoras ?? 16;
+  const metrics = new ServerMetrics(modelName, () => scheduler.snapshot(), () => maxLoras);
+  const resolver = opts.adapterRoots === undefined || opts.adapterRoots.length === 0 ? undefined : new AdapterResolver(lm, {
+    roots: opts.adapterRoots,
+    capacity: maxLoras,
+    isBusy: (name) => {
+      const s = scheduler.snapshot();
+      return (s.runningByAdapter[name] ?? 0) + (s.waitingByAdapter[name] ?? 0) > 0;
+    },
+  });
+  if (resolver !== undefined) registerResolverMetrics(metrics.registry, resolver);
+  let replicaName = opts.replicaName;
   const limits: Limits = {
     maxPromptTokens: opts.maxPromptTokens ?? lm.config.maxPositions,
     maxNewTokens: opts.maxNewTokens ?? 256,
@@ -138,6 +159,10 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     return ac.signal;
   };
 
+  app.addHook('onRequest', (_req, reply, done) => {
+    reply.raw.setHeader('x-stageml-replica', replicaName ?? hostname());
+    done();
+  });
   app.get('/health', () => ({ status: 'ok' }));
   app.get('/ready', (_req, reply) => {
     if (draining) return reply.status(503).send({ status: 'draining' });
@@ -205,8 +230,21 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
       : { index: 0, text: out.text, logprobs: null, finish_reason: out.finishReason, ...ids };
     return { id, object, created, model: body.model, choices: [choice], usage: usage(out) };
   };
-  app.post('/v1/completions', (req, reply) => completion(req, reply, false));
-  app.post('/v1/chat/completions', (req, reply) => completion(req, reply, true));
+  /** Leases the request's adapter from the resolver (loading it on demand) while the request runs. */
+  const withAdapter = async (req: FastifyRequest, run: () => Promise<unknown>): Promise<unknown> => {
+    const model = (req.body as { model?: unknown } | null)?.model;
+    if (resolver === undefined || draining || typeof model !== 'string' || model === modelName) return run();
+    // Only a key that may use the adapter may make the replica load it.
+    if (!lm.adapterNames.includes(model)) registry.route(bearer(req), model, { baseModel: modelName, adapters: new Set([...lm.adapterNames, model]) });
+    const release = await resolver.acquire(model);
+    try {
+      return await run();
+    } finally {
+      release();
+    }
+  };
+  app.post('/v1/completions', (req, reply) => withAdapter(req, () => completion(req, reply, false)));
+  app.post('/v1/chat/completions', (req, reply) => withAdapter(req, () => completion(req, reply, true)));
 
   app.post('/v1/load_lora_adapter', async (req) => {
     ensureOpen();
@@ -240,7 +278,12 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     scheduler,
     registry,
     modelName,
-    listen: (host, port) => app.listen({ host, port }),
+    resolver,
+    async listen(host, port) {
+      const address = await app.listen({ host, port });
+      replicaName ??= `${hostname()}:${new URL(address).port}`;
+      return address;
+    },
     async shutdown() {
       draining = true;
       await scheduler.drain();

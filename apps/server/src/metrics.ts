@@ -61,3 +61,39 @@ export class ServerMetrics {
     this.ttft = new client.Histogram({ name: 'vllm:time_to_first_token_seconds', help: 'Time to first token in seconds.', labelNames: ['model_name'], buckets, registers });
   }
 }
+
+// Scale-out (docs/scale-out.md): on-demand adapter loads, which a gateway's adapter affinity keeps low.
+
+/**
+ * Registers `stageml_adapter_loads_total` and `stageml_adapter_evictions_total` (read at scrape
+ * time from the resolver) and `stageml_adapters_loaded_on_demand` on `registry`.
+ */
+export function registerResolverMetrics(registry: client.Registry, resolver: { readonly loads: number; readonly evictions: number; readonly onDemand: readonly string[] }): void {
+  const registers = [registry];
+  new client.Counter({
+    name: 'stageml_adapter_loads_total',
+    help: 'Adapters loaded on demand from the adapter roots.',
+    registers,
+    collect() {
+      this.reset();
+      this.inc(resolver.loads);
+    },
+  });
+  new client.Counter({
+    name: 'stageml_adapter_evictions_total',
+    help: 'Adapters unloaded to make room for an on-demand load (least recently used first).',
+    registers,
+    collect() {
+      this.reset();
+      this.inc(resolver.evictions);
+    },
+  });
+  new client.Gauge({
+    name: 'stageml_adapters_loaded_on_demand',
+    help: 'Adapters currently loaded on demand.',
+    registers,
+    collect() {
+      this.set(resolver.onDemand.length);
+    },
+  });
+}

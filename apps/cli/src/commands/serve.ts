@@ -20,6 +20,8 @@ interface ServeOptions {
   maxQueue?: number;
   adminKey?: string;
   log?: boolean;
+  adapterRoot?: string[];
+  replicaName?: string;
 }
 
 /** `stageml serve`: the reference server (OpenAI-compatible API) on a model and its adapters. */
@@ -39,6 +41,8 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--max-queue <n>', 'most queued requests before 429', parsePositiveInt)
     .option('--admin-key <key>', 'key allowed to load/unload adapters when tenants are configured')
     .option('--log', 'log every request')
+    .option('--adapter-root <dir...>', 'shared adapter root(s): a request for an adapter not loaded loads <dir>/<name> on demand (repeatable)')
+    .option('--replica-name <name>', 'name sent in the x-stageml-replica header (default: hostname:port)')
     .action(async (opts: ServeOptions) => {
       let config;
       if (opts.config !== undefined) {
@@ -61,6 +65,8 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.maxQueue === undefined ? {} : { maxQueue: opts.maxQueue }),
         ...(opts.adminKey === undefined ? {} : { adminKey: opts.adminKey }),
         logger: opts.log === true,
+        ...(opts.adapterRoot === undefined ? {} : { adapterRoots: opts.adapterRoot }),
+        ...(opts.replicaName === undefined ? {} : { replicaName: opts.replicaName }),
       });
       const address = await server.listen(opts.host, opts.port);
       const models = [server.modelName, ...server.lm.adapterNames];
