@@ -131,6 +131,16 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     padTokenId: opts.padTokenId,
   };
   const gen = { lm, scheduler, metrics, limits, modelName };
+  // A token's text in context (a SentencePiece `▁of` is ' of', not 'of' as decoded alone): decoded
+  // after an anchor token, as vLLM decodes logprob tokens after the sequence so far.
+  const anchor = lm.tokenizer?.encode('a', { addSpecialTokens: false })[0];
+  const anchorText = anchor === undefined ? '' : (lm.tokenizer?.decode([anchor], true) ?? '');
+  const tokenText = (t: number): string => {
+    if (lm.tokenizer === undefined) return '';
+    if (anchor === undefined) return lm.tokenizer.decode([t], true);
+    const both = lm.tokenizer.decode([anchor, t], true);
+    return both.startsWith(anchorText) ? both.slice(anchorText.length) : lm.tokenizer.decode([t], true);
+  };
   const known = () => ({ baseModel: modelName, adapters: new Set(lm.adapterNames) });
   let draining = false;
 
@@ -243,7 +253,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     const id = `${chat ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
     const created = Math.floor(Date.now() / 1000);
     const withIds = body.return_token_ids === true;
-    const decodeOne = (t: number): string => tok?.decode([t], true) ?? '';
+    const decodeOne = (t: number): string => tokenText(t);
     const echoText = prompts.map((p) => (echo ? (tok?.decode(p) ?? '') : ''));
     const promptPicks = echo && topLogprobs !== undefined ? await Promise.all(prompts.map((p) => promptLogprobs(p, route.adapter, topLogprobs!))) : prompts.map(() => []);
     const logprobsOf = (picks: readonly (PickInfo | null)[], ids: readonly number[], offset0: number, text0: string) =>
