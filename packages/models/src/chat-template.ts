@@ -6,7 +6,6 @@ import type { TextTokenizer } from './tokenizer.js';
 export interface ChatTemplateMessage {
   readonly role: string;
   readonly content: string;
-  readonly [key: string]: unknown;
 }
 
 /** Options of `renderChatTemplate` / `applyChatTemplate`. */
