@@ -39,7 +39,9 @@ describe('stageml serve MODEL --enable-lora --lora-modules a=DIR b=DIR --api-key
       { cwd: repo, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     base = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no ready line in 60 s: ${logs.join('')}`)), 60_000);
+      const timer = setTimeout(() => {
+        reject(new Error(`no ready line in 60 s: ${logs.join('')}`));
+      }, 60_000);
       child.stdout!.on('data', (d: Buffer) => {
         logs.push(d.toString());
         const m = /ready on (http:\/\/[^\s]+)/.exec(logs.join(''));
@@ -49,7 +51,9 @@ describe('stageml serve MODEL --enable-lora --lora-modules a=DIR b=DIR --api-key
         }
       });
       child.stderr!.on('data', (d: Buffer) => logs.push(d.toString()));
-      child.on('exit', (code) => reject(new Error(`serve exited with ${String(code)}: ${logs.join('')}`)));
+      child.on('exit', (code) => {
+        reject(new Error(`serve exited with ${String(code)}: ${logs.join('')}`));
+      });
     });
   }, 90_000);
   afterAll(async () => {

@@ -255,9 +255,9 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     const withIds = body.return_token_ids === true;
     const decodeOne = (t: number): string => tokenText(t);
     const echoText = prompts.map((p) => (echo ? (tok?.decode(p) ?? '') : ''));
-    const promptPicks = echo && topLogprobs !== undefined ? await Promise.all(prompts.map((p) => promptLogprobs(p, route.adapter, topLogprobs!))) : prompts.map(() => []);
-    const logprobsOf = (picks: readonly (PickInfo | null)[], ids: readonly number[], offset0: number, text0: string) =>
-      chat ? chatLogprobs(picks as PickInfo[], decodeOne) : completionLogprobs(picks, ids, decodeOne, offset0, text0);
+    const promptPicks = echo && topLogprobs !== undefined ? await Promise.all(prompts.map((p) => promptLogprobs(p, route.adapter, topLogprobs))) : prompts.map(() => []);
+    const logprobsOf = (picks: readonly (PickInfo | null)[], ids: readonly number[], offset0: number) =>
+      chat ? chatLogprobs(picks as PickInfo[], decodeOne) : completionLogprobs(picks, ids, decodeOne, offset0);
     const usage = (outs: readonly Outcome[]) => {
       const promptTokens = prompts.reduce((a, p) => a + p.length, 0);
       const completionTokens = outs.reduce((a, o) => a + o.ids.length, 0);
@@ -283,10 +283,10 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
               if (chat) sse.send(chunk(index, { delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }));
               if (echo) {
                 text = echoText[pi]!;
-                sse.send(chunk(index, { text, logprobs: topLogprobs === undefined ? null : logprobsOf(promptPicks[pi]!, prompts[pi]!, 0, ''), finish_reason: null }));
+                sse.send(chunk(index, { text, logprobs: topLogprobs === undefined ? null : logprobsOf(promptPicks[pi]!, prompts[pi]!, 0), finish_reason: null }));
               }
               const out = await run(pi, j, (delta, ids, picks) => {
-                const lp = topLogprobs === undefined ? null : logprobsOf(picks, ids, text.length, text);
+                const lp = topLogprobs === undefined ? null : logprobsOf(picks, ids, text.length);
                 text += delta;
                 const tokenIds = withIds ? { token_ids: ids } : {};
                 sse.send(chunk(index, chat ? { delta: { content: delta }, logprobs: lp, finish_reason: null, ...tokenIds } : { text: delta, logprobs: lp, finish_reason: null, ...tokenIds }));
@@ -315,10 +315,10 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
         const index = pi * n + j;
         const ids = withIds ? { token_ids: out.ids } : {};
         if (chat) {
-          return { index, message: { role: 'assistant', content: out.text }, logprobs: topLogprobs === undefined ? null : logprobsOf(out.picks, out.ids, 0, ''), finish_reason: out.finishReason, ...ids };
+          return { index, message: { role: 'assistant', content: out.text }, logprobs: topLogprobs === undefined ? null : logprobsOf(out.picks, out.ids, 0), finish_reason: out.finishReason, ...ids };
         }
         const head = echoText[pi]!;
-        const logprobs = topLogprobs === undefined ? null : mergeCompletionLogprobs(logprobsOf(promptPicks[pi]!, prompts[pi]!, 0, '') as CompletionLogprobs, logprobsOf(out.picks, out.ids, head.length, head) as CompletionLogprobs, echo);
+        const logprobs = topLogprobs === undefined ? null : mergeCompletionLogprobs(logprobsOf(promptPicks[pi]!, prompts[pi]!, 0) as CompletionLogprobs, logprobsOf(out.picks, out.ids, head.length) as CompletionLogprobs, echo);
         return { index, text: head + out.text, logprobs, finish_reason: out.finishReason, ...ids };
       }),
     );

@@ -12,7 +12,7 @@ export interface CompletionLogprobs {
  * Completions-format log-probabilities of `ids` (a `null` pick: the first prompt token, which has
  * none). `offset0` is where the first token's text starts in the choice's text.
  */
-export function completionLogprobs(picks: readonly (PickInfo | null)[], ids: readonly number[], tokenText: (id: number) => string, offset0: number, _text0: string): CompletionLogprobs {
+export function completionLogprobs(picks: readonly (PickInfo | null)[], ids: readonly number[], tokenText: (id: number) => string, offset0: number): CompletionLogprobs {
   const out: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
   let offset = offset0;
   ids.forEach((id, i) => {

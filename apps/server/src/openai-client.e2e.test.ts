@@ -132,7 +132,7 @@ describe('completions through the openai client', () => {
     expect(new Set(r1.choices.map((c) => c.text)).size).toBeGreaterThan(1);
     expect(r2.choices.map((c) => c.text)).toEqual(r1.choices.map((c) => c.text));
     expect(r1.usage!.completion_tokens).toBe(24);
-    const { seed: _seed, ...unseeded } = body;
+    const unseeded = { model: body.model, prompt: body.prompt, temperature: body.temperature, ...extra({ ignore_eos: true }) };
     const u1 = await client.completions.create({ ...unseeded, n: 1, max_tokens: 16 });
     const u2 = await client.completions.create({ ...unseeded, n: 1, max_tokens: 16 });
     expect(u1.choices[0]!.text).not.toBe(u2.choices[0]!.text);
@@ -154,7 +154,7 @@ describe('completions through the openai client', () => {
     expect(echo.choices[0]!.text).toBe(prompts[2]! + r.choices[0]!.text);
     expect(echo.choices[0]!.logprobs!.token_logprobs).toHaveLength(idsOf(2).length + 4);
     expect(echo.choices[0]!.logprobs!.token_logprobs![0]).toBeNull();
-    expect(echo.choices[0]!.logprobs!.token_logprobs!.slice(-4)).toEqual(lp.token_logprobs!.map((x) => expect.closeTo(x!, 6)));
+    expect(echo.choices[0]!.logprobs!.token_logprobs!.slice(-4)).toEqual(lp.token_logprobs!.map((x) => expect.closeTo(x, 6)));
     const plainEcho = await client.completions.create({ model: 'a', prompt: prompts[2]!, max_tokens: 4, temperature: 0, echo: true, stream: true, ...extra({ ignore_eos: true }) });
     expect((await streamText(plainEcho, (c) => c.choices[0]?.text)).text).toBe(echo.choices[0]!.text);
   });
@@ -204,7 +204,7 @@ describe('completions through the openai client', () => {
 describe('chat through the openai client', () => {
   it('prompt ids equal apply_chat_template (chat_template.jinja, one BOS) and greedy tokens equal transformers', async () => {
     for (const c of chats) {
-      const r = await client.chat.completions.create({ model: 'mistral', messages: c.messages as any, max_tokens: 12, temperature: 0, ...extra({ ignore_eos: true, return_token_ids: true }) });
+      const r = await client.chat.completions.create({ model: 'mistral', messages: c.messages as any, max_completion_tokens: 12, temperature: 0, ...extra({ ignore_eos: true, return_token_ids: true }) });
       expect(r.usage!.prompt_tokens).toBe(c.input_ids.length);
       expect((r.choices[0] as any).token_ids).toEqual(c.greedy_new_ids);
       expect(r.choices[0]!.message).toEqual({ role: 'assistant', content: lm.tokenizer!.decode(c.greedy_new_ids) });
@@ -216,7 +216,7 @@ describe('chat through the openai client', () => {
   it('content parts and the developer role render as their string forms', async () => {
     const c = chats[2]!;
     const parts = c.messages.map((m) => ({ role: m.role, content: [{ type: 'text', text: m.content }] }));
-    const r = await client.chat.completions.create({ model: 'mistral', messages: parts as any, max_tokens: 12, temperature: 0, ...extra({ ignore_eos: true, return_token_ids: true }) });
+    const r = await client.chat.completions.create({ model: 'mistral', messages: parts as any, max_completion_tokens: 12, temperature: 0, ...extra({ ignore_eos: true, return_token_ids: true }) });
     expect(r.usage!.prompt_tokens).toBe(c.input_ids.length);
     expect((r.choices[0] as any).token_ids).toEqual(c.greedy_new_ids);
     await expect(client.chat.completions.create({ model: 'mistral', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] })).rejects.toThrow(/image_url/);
@@ -240,7 +240,7 @@ describe('chat through the openai client', () => {
   });
 
   it('chat max_tokens defaults to the remaining context; n > 1 gives n choices', async () => {
-    const r = await client.chat.completions.create({ model: 'mistral', messages: chats[0]!.messages as any, temperature: 1, n: 2, seed: 3, ...extra({ ignore_eos: true }) });
+    const r = await client.chat.completions.create({ model: 'mistral', messages: chats[0]!.messages as any, temperature: 1, n: 2, ...extra({ seed: 3, ignore_eos: true }) });
     expect(r.choices.map((c) => c.index)).toEqual([0, 1]);
     expect(r.usage!.completion_tokens).toBe(2 * (MAX_LEN - chats[0]!.input_ids.length));
   });

@@ -87,9 +87,9 @@ export function argmaxOf(logits: ArrayLike<number>): number {
 /** Log-softmax of `logits` in float64. */
 export function logSoftmax(logits: ArrayLike<number>): Float64Array {
   let max = -Infinity;
-  for (let i = 0; i < logits.length; i++) if (logits[i]! > max) max = logits[i]!;
+  for (const v of Array.from(logits)) if (v > max) max = v;
   let sum = 0;
-  for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i]! - max);
+  for (const v of Array.from(logits)) sum += Math.exp(v - max);
   const lse = max + Math.log(sum);
   const out = new Float64Array(logits.length);
   for (let i = 0; i < logits.length; i++) out[i] = logits[i]! - lse;
