@@ -76,8 +76,11 @@ describe('stageml serve MODEL --enable-lora --lora-modules a=DIR b=DIR --api-key
       expect(r.choices[0].token_ids, model).toEqual(g.greedy_new_ids);
     }
     const chat = golden['mistral.chat'][1];
-    const c = (await (await post('/v1/chat/completions', { model: 'a', messages: chat.messages, max_tokens: 4, temperature: 0 })).json()) as any;
+    const c = (await (await post('/v1/chat/completions', { model: 'mistral', messages: chat.messages, max_tokens: 12, temperature: 0, ignore_eos: true, return_token_ids: true })).json()) as any;
     expect(c.usage.prompt_tokens).toBe(chat.input_ids.length);
+    expect(c.choices[0].token_ids).toEqual(chat.greedy_new_ids);
+    const t = (await (await post('/tokenize', { model: 'mistral', messages: chat.messages })).json()) as any;
+    expect(t.tokens).toEqual(chat.input_ids);
   });
 
   it('rejects --lora-modules without --enable-lora, and bad module specs', async () => {

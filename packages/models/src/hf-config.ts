@@ -36,7 +36,7 @@ export interface LlamaConfig extends LlamaShape {
   /** Beginning-of-sequence id, when set. */
   readonly bosTokenId: number | undefined;
   /**
-   * Sliding-window attention (Mistral's `sliding_window`; Qwen2's when `use_sliding_window`): a
+   * Sliding-window attention (Mistral's and Mixtral's `sliding_window`, on every layer): a
    * query attends to itself and the `slidingWindow - 1` attended tokens before it.
    */
   readonly slidingWindow?: number;
@@ -140,7 +140,8 @@ export function parseLlamaConfig(text: string, file = 'config.json'): LlamaConfi
   }
   const c = parsed.data;
   if (c.hidden_act !== 'silu') bad(file, `hidden_act '${c.hidden_act}' is not supported (silu)`);
-  const windowed = c.sliding_window !== null && c.sliding_window !== undefined && (type === 'qwen2' ? c.use_sliding_window === true : c.use_sliding_window !== false && (type === 'mistral' || type === 'mixtral'));
+  if (type === 'qwen2' && c.use_sliding_window === true) bad(file, 'use_sliding_window: Qwen2 windows only the layers past max_window_layers, which is not supported');
+  const windowed = c.sliding_window !== null && c.sliding_window !== undefined && c.use_sliding_window !== false && (type === 'mistral' || type === 'mixtral');
   if (windowed && c.sliding_window! < 1) bad(file, `field 'sliding_window': must be a positive integer, got ${String(c.sliding_window)}`);
   const numKvHeads = c.num_key_value_heads ?? c.num_attention_heads;
   const headDim = c.head_dim ?? c.hidden_size / c.num_attention_heads;

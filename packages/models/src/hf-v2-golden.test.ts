@@ -148,3 +148,34 @@ describe('incremental detokenization', () => {
     expect(e.text).toBe(tok.decode([byteIds[0]!]));
   });
 });
+
+describe('chat template sources', () => {
+  it('tokenizer_config.json chat_template as a string; chat_template.jinja wins over it; a second BOS is never added', async () => {
+    const { mkdtempSync, copyFileSync, writeFileSync, rmSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const dir = mkdtempSync(`${tmpdir()}/stageml-chat-`);
+    try {
+      copyFileSync(`${root}mistral-sw/tokenizer.json`, `${dir}/tokenizer.json`);
+      const config = JSON.parse(readFileSync(`${root}mistral-sw/tokenizer_config.json`, 'utf8')) as Record<string, unknown>;
+      writeFileSync(`${dir}/tokenizer_config.json`, JSON.stringify({ ...config, chat_template: golden['chat_template'] }));
+      const fromConfig = (await loadTokenizer(dir))!;
+      for (const c of golden['mistral.chat']) expect(applyChatTemplate(fromConfig, c.messages).ids).toEqual(c.input_ids);
+      writeFileSync(`${dir}/chat_template.jinja`, '{{ bos_token }}X{% for m in messages %}{{ m.content }}{% endfor %}');
+      const fromFile = (await loadTokenizer(dir))!;
+      const r = applyChatTemplate(fromFile, [{ role: 'user', content: 'hi' }]);
+      expect(r.text).toBe('<s>Xhi');
+      expect(r.ids[0]).toBe(1);
+      expect(r.ids.filter((t) => t === 1)).toHaveLength(1);
+      writeFileSync(`${dir}/tokenizer_config.json`, JSON.stringify({ ...config, chat_template: 7 }));
+      await expect(loadTokenizer(dir)).rejects.toThrow(/chat_template must be a string or a list/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('Qwen2 layer-dependent windows are refused, naming the field', () => {
+    const cfg = JSON.parse(readFileSync(`${root}mistral-sw/config.json`, 'utf8')) as Record<string, unknown>;
+    expect(() => parseLlamaConfig(JSON.stringify({ ...cfg, model_type: 'qwen2', use_sliding_window: true }))).toThrow(/use_sliding_window/);
+    expect(parseLlamaConfig(JSON.stringify({ ...cfg, model_type: 'qwen2' })).slidingWindow).toBeUndefined();
+  });
+});
