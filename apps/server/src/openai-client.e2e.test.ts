@@ -208,7 +208,7 @@ describe('chat through the openai client', () => {
       expect(r.usage!.prompt_tokens).toBe(c.input_ids.length);
       expect((r.choices[0] as any).token_ids).toEqual(c.greedy_new_ids);
       expect(r.choices[0]!.message).toEqual({ role: 'assistant', content: lm.tokenizer!.decode(c.greedy_new_ids) });
-      const tok = await (await fetch(`${base}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'mistral', messages: c.messages }) })).json();
+      const tok = (await (await fetch(`${base}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'mistral', messages: c.messages }) })).json()) as { tokens: number[] };
       expect(tok.tokens).toEqual(c.input_ids);
     }
   });
@@ -269,7 +269,7 @@ describe('errors, models and vLLM extras', () => {
   });
 
   it('/tokenize, /detokenize and /version', async () => {
-    const post = async (path: string, body: unknown) => (await fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })).json();
+    const post = async (path: string, body: unknown) => (await fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })).json() as Promise<any>;
     const t = await post('/tokenize', { model: 'mistral', prompt: prompts[0] });
     expect(t).toEqual({ count: idsOf(0).length, max_model_len: MAX_LEN, tokens: idsOf(0), token_strs: null });
     expect((await post('/tokenize', { prompt: prompts[0], add_special_tokens: false })).tokens).toEqual(idsOf(0).slice(1));
