@@ -124,6 +124,36 @@ describe('completions through the openai client', () => {
     }
   });
 
+  it('a concurrent mixed load on the windowed model (base and adapters, left-padded caches) keeps every golden', async () => {
+    const jobs = ['mistral', 'a', 'b'].flatMap((model) =>
+      prompts.map(async (prompt, i) => {
+        const r = await client.completions.create({ model, prompt, max_tokens: 16, temperature: 0, ...extra({ ignore_eos: true, return_token_ids: true }) });
+        expect((r.choices[0] as any).token_ids, `${model} prompt${String(i)}`).toEqual(greedyOf(model === 'mistral' ? 'base' : model, i));
+      }),
+    );
+    await Promise.all(jobs);
+  });
+
+  it('the issue 18 regression: 24 streamed tokens equal the non-streamed text on every peft-tiny prompt × model', async () => {
+    const tinyGolden = JSON.parse(readFileSync(`${tiny}golden.json`, 'utf8')) as { prompts: string[]; families: { llama: { adapters: string[] } } };
+    for (const model of ['llama', ...tinyGolden.families.llama.adapters]) {
+      for (const prompt of [...tinyGolden.prompts, 'The staged program']) {
+        const body = { model, prompt, max_tokens: 24, temperature: 0, ...extra({ ignore_eos: true }) };
+        const full = await llamaClient.completions.create(body);
+        const s = await streamText(await llamaClient.completions.create({ ...body, stream: true }), (c) => c.choices[0]?.text);
+        expect(s.text, `${model}: ${prompt}`).toBe(full.choices[0]!.text);
+      }
+    }
+  });
+
+  it('best_of returns the sample with the highest cumulative log-probability', async () => {
+    const body = { model: 'mistral', prompt: prompts[1]!, max_tokens: 6, temperature: 1.5, seed: 9, logprobs: 0, ...extra({ ignore_eos: true }) };
+    const all = await client.completions.create({ ...body, n: 3 });
+    const sums = all.choices.map((c) => c.logprobs!.token_logprobs!.reduce((a, x) => a + x, 0));
+    const best = await client.completions.create({ ...body, n: 1, best_of: 3 });
+    expect(best.choices[0]!.text).toBe(all.choices[sums.indexOf(Math.max(...sums))]!.text);
+  });
+
   it('n samples differ, repeat with a seed, and differ across requests without one; best_of keeps n', async () => {
     const body = { model: 'mistral', prompt: prompts[0]!, max_tokens: 8, temperature: 1.5, n: 3, seed: 42, ...extra({ ignore_eos: true }) };
     const r1 = await client.completions.create(body);
@@ -276,5 +306,20 @@ describe('errors, models and vLLM extras', () => {
     expect(await post('/detokenize', { model: 'mistral', tokens: idsOf(0) })).toEqual({ prompt: prompts[0] });
     expect((await post('/detokenize', { tokens: [99999] })).error.message).toContain('99999');
     expect(await (await fetch(`${base}/version`)).json()).toEqual({ version: expect.stringMatching(/^\d+\.\d+\.\d+/) });
+  });
+});
+
+describe('engine hooks', () => {
+  it('vllm:kv_cache_usage_perc reads the engine callback', async () => {
+    let usage = 0.25;
+    const s = await createServer({ modelDir: `${tiny}llama/base`, modelName: 'llama', kvCacheUsage: () => usage });
+    try {
+      const scrape = async () => (await s.app.inject({ method: 'GET', url: '/metrics' })).body;
+      expect(await scrape()).toMatch(/^vllm:kv_cache_usage_perc\{model_name="llama"\} 0\.25$/m);
+      usage = 0.5;
+      expect(await scrape()).toMatch(/^vllm:kv_cache_usage_perc\{model_name="llama"\} 0\.5$/m);
+    } finally {
+      await s.shutdown();
+    }
   });
 });
