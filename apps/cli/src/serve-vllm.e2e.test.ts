@@ -1,6 +1,9 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { SafetensorsFile } from '@stageml/safetensors';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExitCode, runCli } from './index.js';
 
@@ -19,6 +22,25 @@ async function run(args: string[]): Promise<{ code: number; out: string; err: st
 }
 
 describe('stageml generate on the sliding-window Mistral', () => {
+  it('stageml run writes logits equal to the transformers golden (window 16, 30+ tokens), base and adapter', async () => {
+    const tmp = mkdtempSync(join(tmpdir(), 'stageml-cli-v2-'));
+    try {
+      for (const [model, adapter] of [['base', []], ['b', ['--adapter', `${v2}mistral-sw/adapters/b`]]] as const) {
+        const out = join(tmp, `${model}.safetensors`);
+        const r = await run(['run', '--model', `${v2}mistral-sw`, ...adapter, '--ids', prompt(model, 3).input_ids.join(','), '--out', out]);
+        expect(r.code, r.err).toBe(ExitCode.OK);
+        const [a, g] = [await SafetensorsFile.open(out), await SafetensorsFile.open(`${v2}golden.safetensors`)];
+        const [x, y] = [await a.readTensor('logits'), await g.readTensor(`mistral.${model}.prompt3.logits`)];
+        await a.close();
+        await g.close();
+        expect(x.shape).toEqual(y.shape);
+        expect(Math.max(...Array.from(x.data, (v, i) => Math.abs(v - y.data[i]!)))).toBeLessThanOrEqual(1e-4);
+      }
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+
   it('greedy tokens from a text prompt equal transformers, base and adapter', async () => {
     for (const [model, adapter] of [['base', []], ['a', ['--adapter', `${v2}mistral-sw/adapters/a`]]] as const) {
       const r = await run(['generate', '--model', `${v2}mistral-sw`, ...adapter, '--prompt', golden['prompts'][1], '--max-new-tokens', '16', '--ignore-eos', '--json']);
