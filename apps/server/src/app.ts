@@ -60,7 +60,7 @@ export interface ServerOptions {
   readonly maxQueue?: number;
   /** Request body limit in bytes (default 1 MiB). */
   readonly bodyLimit?: number;
-  /** Most prompt tokens (default: `maxModelLen` − 1). */
+  /** Most prompt tokens (default: any that leave room under `maxModelLen`). */
   readonly maxPromptTokens?: number;
   /** Most new tokens per request (default: no cap beyond the context, as vLLM; `max_tokens` defaults to the remaining context). */
   readonly maxNewTokens?: number;
@@ -126,7 +126,8 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     throw new ServerError(ServerCode.BAD_REQUEST, `max model length ${String(maxModelLen)} must be an integer in [2, ${String(lm.config.maxPositions)}] (the model's max_position_embeddings)`);
   }
   const limits: Limits = {
-    maxModelLen: opts.maxPromptTokens === undefined ? maxModelLen : Math.min(maxModelLen, opts.maxPromptTokens + 1),
+    maxModelLen,
+    maxPromptTokens: opts.maxPromptTokens,
     maxNewTokens: opts.maxNewTokens,
     padTokenId: opts.padTokenId,
   };
@@ -244,8 +245,10 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
       if (bad !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'prompt'${prompts.length > 1 ? `[${String(i)}]` : ''}: token id ${String(bad)} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
       maxTokensFor(limits, p.length, body.max_tokens);
     }
+    const biased = Object.keys(body.logit_bias ?? {}).find((k) => Number(k) >= lm.config.vocabSize);
+    if (biased !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'logit_bias': token id ${biased} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
     const n = body.n ?? 1;
-    const bestOf = (body as CompletionRequest).best_of ?? n;
+    const bestOf = chat ? n : ((body as CompletionRequest).best_of ?? n);
     if (bestOf < n) throw new ServerError(ServerCode.BAD_REQUEST, `'best_of': must be at least n (${String(n)}), got ${String(bestOf)}`);
     if (bestOf > n && body.stream === true) throw new ServerError(ServerCode.BAD_REQUEST, "'best_of': cannot be larger than n when streaming");
     const route = routeOf(req, resolveName(body.model));

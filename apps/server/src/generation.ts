@@ -25,6 +25,8 @@ export interface GenerationFields {
 export interface Limits {
   /** Prompt plus completion tokens (`--max-model-len`, default the model's positions). */
   readonly maxModelLen: number;
+  /** Most prompt tokens, when capped below the context. */
+  readonly maxPromptTokens?: number | undefined;
   /** Most new tokens per request, when capped (no cap by default, as vLLM). */
   readonly maxNewTokens: number | undefined;
   readonly padTokenId: number | undefined;
@@ -61,6 +63,9 @@ export function samplingOf(f: GenerationFields, seedOffset = 0): SamplingOptions
  */
 export function maxTokensFor(limits: Limits, promptTokens: number, requested: number | null | undefined): number {
   const len = limits.maxModelLen;
+  if (limits.maxPromptTokens !== undefined && promptTokens > limits.maxPromptTokens) {
+    throw new ServerError(ServerCode.TOO_MANY_TOKENS, `the prompt has ${String(promptTokens)} tokens; the limit is ${String(limits.maxPromptTokens)}`);
+  }
   if (promptTokens >= len) {
     throw new ServerError(ServerCode.TOO_MANY_TOKENS, `This model's maximum context length is ${String(len)} tokens. However, your prompt has ${String(promptTokens)} tokens, which leaves no room for a completion.`);
   }

@@ -203,6 +203,7 @@ describe('completions through the openai client', () => {
     const biased = await client.completions.create({ model: 'mistral', prompt, max_tokens: 5, temperature: 0, logit_bias: { '300': 100 }, ...extra({ ignore_eos: true, return_token_ids: true }) });
     expect((biased.choices[0] as any).token_ids).toEqual([300, 300, 300, 300, 300]);
     await expect(client.completions.create({ model: 'mistral', prompt, max_tokens: 2, presence_penalty: 3 })).rejects.toThrow(/presence_penalty/);
+    await expect(client.completions.create({ model: 'mistral', prompt, max_tokens: 2, logit_bias: { '512': 1 } })).rejects.toThrow(/'logit_bias': token id 512/);
   });
 
   it('max_tokens defaults to the remaining context under --max-model-len; longer requests are 400', async () => {
