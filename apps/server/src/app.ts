@@ -250,6 +250,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     const n = body.n ?? 1;
     const bestOf = chat ? n : ((body as CompletionRequest).best_of ?? n);
     if (bestOf < n) throw new ServerError(ServerCode.BAD_REQUEST, `'best_of': must be at least n (${String(n)}), got ${String(bestOf)}`);
+    if (body.stream_options != null && body.stream !== true) throw new ServerError(ServerCode.BAD_REQUEST, "'stream_options': only allowed with 'stream': true");
     if (bestOf > n && body.stream === true) throw new ServerError(ServerCode.BAD_REQUEST, "'best_of': cannot be larger than n when streaming");
     const route = routeOf(req, resolveName(body.model));
     const fields: GenerationFields = body;

@@ -270,6 +270,15 @@ describe('chat through the openai client', () => {
     expect(s.chunks.at(-1)!.usage).toEqual(full.usage);
   });
 
+  it('streamed n > 1 chat choices each add up to the non-streamed ones (same seed)', async () => {
+    const body = { model: 'b', messages: chats[1]!.messages as any, max_completion_tokens: 10, temperature: 1.2, n: 2, ...extra({ seed: 11, ignore_eos: true }) };
+    const full = await client.chat.completions.create(body);
+    const texts = ['', ''];
+    for await (const c of await client.chat.completions.create({ ...body, stream: true })) for (const ch of c.choices) texts[ch.index] += ch.delta.content ?? '';
+    expect(texts).toEqual(full.choices.map((c) => c.message.content));
+    await expect(client.chat.completions.create({ ...body, stream_options: { include_usage: true } })).rejects.toThrow(/'stream_options'/);
+  });
+
   it('chat max_tokens defaults to the remaining context; n > 1 gives n choices', async () => {
     const r = await client.chat.completions.create({ model: 'mistral', messages: chats[0]!.messages as any, temperature: 1, n: 2, ...extra({ seed: 3, ignore_eos: true }) });
     expect(r.choices.map((c) => c.index)).toEqual([0, 1]);
