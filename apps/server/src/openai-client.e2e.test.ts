@@ -273,8 +273,8 @@ describe('chat through the openai client', () => {
   it('streamed n > 1 chat choices each add up to the non-streamed ones (same seed)', async () => {
     const body = { model: 'b', messages: chats[1]!.messages as any, max_completion_tokens: 10, temperature: 1.2, n: 2, ...extra({ seed: 11, ignore_eos: true }) };
     const full = await client.chat.completions.create(body);
-    const texts = ['', ''];
-    for await (const c of await client.chat.completions.create({ ...body, stream: true })) for (const ch of c.choices) texts[ch.index] += ch.delta.content ?? '';
+    const texts: string[] = ['', ''];
+    for await (const c of await client.chat.completions.create({ ...body, stream: true })) for (const ch of c.choices) texts[ch.index] = `${texts[ch.index] ?? ''}${ch.delta.content ?? ''}`;
     expect(texts).toEqual(full.choices.map((c) => c.message.content));
     await expect(client.chat.completions.create({ ...body, stream_options: { include_usage: true } })).rejects.toThrow(/'stream_options'/);
   });
