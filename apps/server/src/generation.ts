@@ -222,7 +222,10 @@ export async function runGeneration(
             return;
           }
         }
-        release(text.slice(0, Math.max(sent.length, text.length - hold)));
+        let cut = Math.max(sent.length, text.length - hold);
+        // Never split a surrogate pair (an emoji) across two deltas.
+        if (cut > sent.length && cut < text.length && /[\uD800-\uDBFF]/.test(text[cut - 1]!)) cut--;
+        release(text.slice(0, cut));
       },
     });
   } catch (e) {

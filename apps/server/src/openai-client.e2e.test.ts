@@ -333,3 +333,13 @@ describe('engine hooks', () => {
     }
   });
 });
+
+describe('stop strings and emoji', () => {
+  it('while holding back for a stop string, no delta ends inside a surrogate pair', async () => {
+    const body = { model: 'qv-r8', prompt: 'Emoji 🤖🚀 and flags 🇫🇷 ☕', max_tokens: 24, temperature: 1.8, seed: 5, stop: ['zzzzzz'], ...extra({ ignore_eos: true }) };
+    const full = await llamaClient.completions.create(body);
+    const s = await streamText(await llamaClient.completions.create({ ...body, stream: true }), (c) => c.choices[0]?.text);
+    expect(s.text).toBe(full.choices[0]!.text);
+    for (const c of s.chunks) expect(c.choices[0]?.text ?? '').not.toMatch(/[\uD800-\uDBFF]$/);
+  });
+});
