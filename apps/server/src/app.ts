@@ -4,16 +4,33 @@ import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { StageError } from '@stageml/ir';
-import { CausalLM } from '@stageml/models';
+import { CausalLM, type PickInfo, chatTemplateOf, logSoftmax, topOf } from '@stageml/models';
 import { type Route, type RouterConfig, Scheduler, TenantRegistry } from '@stageml/router';
 import type { Executor } from '@stageml/runtime';
 import type { z } from 'zod';
-import { renderChat } from './chat-template.js';
+import { chatPromptIds, renderChat } from './chat-template.js';
 import { ServerCode, ServerError, errorType, statusOf } from './errors.js';
-import { type GenerationFields, type Limits, SseStream, runGeneration } from './generation.js';
+import { type GenerationFields, type Limits, type Outcome, type RunOptions, SseStream, maxTokensFor, runGeneration } from './generation.js';
+import { type CompletionLogprobs, chatLogprobs, completionLogprobs, mergeCompletionLogprobs } from './logprobs.js';
 import { ServerMetrics, registerResolverMetrics } from './metrics.js';
 import { AdapterResolver } from './resolver.js';
-import { chatSchema, completionSchema, describeIssue, loadAdapterSchema, unloadAdapterSchema } from './schemas.js';
+import {
+  type ChatRequest,
+  type CompletionRequest,
+  chatSchema,
+  completionSchema,
+  contentText,
+  describeIssue,
+  detokenizeSchema,
+  loadAdapterSchema,
+  tokenizeChatSchema,
+  tokenizePromptSchema,
+  unloadAdapterSchema,
+  unsupportedField,
+} from './schemas.js';
+
+/** This package's version, for `GET /version`. */
+const SERVER_VERSION = (JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 /** Options of `createServer`. */
 export interface ServerOptions {
@@ -21,6 +38,16 @@ export interface ServerOptions {
   readonly modelDir: string;
   /** Name clients use for the base model (default: the directory name). */
   readonly modelName?: string;
+  /** More names clients may use for the base model (vLLM's several `--served-model-name`s). */
+  readonly modelAliases?: readonly string[];
+  /** Adapters to load at start, name → PEFT directory (vLLM's `--lora-modules name=path`). */
+  readonly loraModules?: Readonly<Record<string, string>>;
+  /** Every `/v1` request must carry `Authorization: Bearer <apiKey>` (vLLM's `--api-key`). */
+  readonly apiKey?: string;
+  /** Prompt plus completion tokens (vLLM's `--max-model-len`; default and maximum: the model's positions). */
+  readonly maxModelLen?: number;
+  /** KV-cache usage in [0, 1] for `vllm:kv_cache_usage_perc` (0 when not given). */
+  readonly kvCacheUsage?: () => number;
   /** A directory of PEFT adapter directories to load at start (one per subdirectory). */
   readonly adaptersDir?: string;
   /** Tenants, keys, adapter directories and staged plans. */
@@ -33,8 +60,9 @@ export interface ServerOptions {
   readonly maxQueue?: number;
   /** Request body limit in bytes (default 1 MiB). */
   readonly bodyLimit?: number;
-  /** Token limits (defaults: the model's positions; 256 new tokens; 16 when unspecified). */
+  /** Most prompt tokens (default: any that leave room under `maxModelLen`). */
   readonly maxPromptTokens?: number;
+  /** Most new tokens per request (default: no cap beyond the context, as vLLM; `max_tokens` defaults to the remaining context). */
   readonly maxNewTokens?: number;
   /** Prompt tokens equal to this id are masked, as HF generate with `pad_token_id`. */
   readonly padTokenId?: number;
@@ -87,15 +115,10 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     for (const d of dirs) await lm.loadAdapter(join(opts.adaptersDir, d), d);
   }
   for (const [name, dir] of Object.entries(opts.config?.adapters ?? {})) await lm.loadAdapter(dir, name);
-  let chatTemplate: string | undefined;
-  let special: { bos_token?: string; eos_token?: string } = {};
-  try {
-    const tc = JSON.parse(await readFile(join(opts.modelDir, 'tokenizer_config.json'), 'utf8')) as { chat_template?: unknown; bos_token?: unknown; eos_token?: unknown };
-    if (typeof tc.chat_template === 'string') chatTemplate = tc.chat_template;
-    special = { ...(typeof tc.bos_token === 'string' ? { bos_token: tc.bos_token } : {}), ...(typeof tc.eos_token === 'string' ? { eos_token: tc.eos_token } : {}) };
-  } catch {
-    // No tokenizer config: the plain chat transcript is used.
-  }
+  for (const [name, dir] of Object.entries(opts.loraModules ?? {})) await lm.loadAdapter(dir, name);
+  const aliases = new Set((opts.modelAliases ?? []).filter((a) => a !== modelName));
+  /** The name a request's `model` routes to: aliases of the base model route as the base model. */
+  const resolveName = (model: string): string => (aliases.has(model) ? modelName : model);
   const registry = new TenantRegistry(opts.config?.tenants ?? []);
   const staged = opts.config?.staged === undefined ? undefined : new Set(opts.config.staged);
   const scheduler = new Scheduler(lm, {
@@ -106,6 +129,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   });
   const maxLoras = opts.maxLoras ?? 16;
   const metrics = new ServerMetrics(modelName, () => scheduler.snapshot(), () => maxLoras);
+  if (opts.kvCacheUsage !== undefined) metrics.setKvCacheUsage(opts.kvCacheUsage);
   const resolver = opts.adapterRoots === undefined || opts.adapterRoots.length === 0 ? undefined : new AdapterResolver(lm, {
     roots: opts.adapterRoots,
     capacity: maxLoras,
@@ -116,13 +140,27 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   });
   if (resolver !== undefined) registerResolverMetrics(metrics.registry, resolver);
   let replicaName = opts.replicaName;
+  const maxModelLen = opts.maxModelLen ?? lm.config.maxPositions;
+  if (!(Number.isInteger(maxModelLen) && maxModelLen >= 2 && maxModelLen <= lm.config.maxPositions)) {
+    throw new ServerError(ServerCode.BAD_REQUEST, `max model length ${String(maxModelLen)} must be an integer in [2, ${String(lm.config.maxPositions)}] (the model's max_position_embeddings)`);
+  }
   const limits: Limits = {
-    maxPromptTokens: opts.maxPromptTokens ?? lm.config.maxPositions,
-    maxNewTokens: opts.maxNewTokens ?? 256,
-    defaultMaxTokens: 16,
+    maxModelLen,
+    maxPromptTokens: opts.maxPromptTokens,
+    maxNewTokens: opts.maxNewTokens,
     padTokenId: opts.padTokenId,
   };
   const gen = { lm, scheduler, metrics, limits, modelName };
+  // A token's text in context (a SentencePiece `▁of` is ' of', not 'of' as decoded alone): decoded
+  // after an anchor token, as vLLM decodes logprob tokens after the sequence so far.
+  const anchor = lm.tokenizer?.encode('a', { addSpecialTokens: false })[0];
+  const anchorText = anchor === undefined ? '' : (lm.tokenizer?.decode([anchor], true) ?? '');
+  const tokenText = (t: number): string => {
+    if (lm.tokenizer === undefined) return '';
+    if (anchor === undefined) return lm.tokenizer.decode([t], true);
+    const both = lm.tokenizer.decode([anchor, t], true);
+    return both.startsWith(anchorText) ? both.slice(anchorText.length) : lm.tokenizer.decode([t], true);
+  };
   const known = () => ({ baseModel: modelName, adapters: new Set(lm.adapterNames) });
   let draining = false;
 
@@ -163,59 +201,129 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     reply.raw.setHeader('x-stageml-replica', replicaName ?? hostname());
     done();
   });
+  if (opts.apiKey !== undefined) {
+    // vLLM's --api-key: every /v1 route needs the key.
+    const key = opts.apiKey;
+    app.addHook('onRequest', async (req, reply) => {
+      if (!req.url.startsWith('/v1') || bearer(req) === key) return;
+      await reply.status(401).send({ error: { message: 'Unauthorized: a valid API key is required', type: 'authentication_error', code: 'ROUTER_UNAUTHORIZED' } });
+    });
+  }
+
   app.get('/health', () => ({ status: 'ok' }));
   app.get('/ready', (_req, reply) => {
     if (draining) return reply.status(503).send({ status: 'draining' });
     return reply.send({ status: 'ready', model: modelName, adapters: lm.adapterNames });
   });
   app.get('/metrics', async (_req, reply) => reply.header('content-type', metrics.registry.contentType).send(await metrics.registry.metrics()));
-  app.get('/v1/models', (req) => ({
-    object: 'list',
-    data: registry.visibleModels(bearer(req), known()).map((id) => ({
+  const modelCards = (req: FastifyRequest) =>
+    registry.visibleModels(bearer(req), known()).flatMap((id) => (id === modelName ? [id, ...aliases] : [id])).map((id) => ({
       id,
       object: 'model',
       created: 0,
       owned_by: 'stageml',
-      root: id === modelName ? opts.modelDir : id,
-      parent: id === modelName ? null : modelName,
-    })),
-  }));
+      root: id === modelName || aliases.has(id) ? opts.modelDir : id,
+      parent: id === modelName || aliases.has(id) ? null : modelName,
+      max_model_len: limits.maxModelLen,
+    }));
+  app.get('/v1/models', (req) => ({ object: 'list', data: modelCards(req) }));
+  app.get<{ Params: { id: string } }>('/v1/models/:id', (req) => {
+    const card = modelCards(req).find((m) => m.id === req.params.id);
+    if (card === undefined) throw new ServerError(ServerCode.NOT_FOUND, `The model '${req.params.id}' does not exist`);
+    return card;
+  });
 
   const completion = async (req: FastifyRequest, reply: FastifyReply, chat: boolean): Promise<unknown> => {
     ensureOpen();
-    let prompt: number[];
-    let body: GenerationFields & { readonly model: string };
+    const unsupported = unsupportedField(req.body);
+    if (unsupported !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'${unsupported}': this field is not supported by this server`);
+    const tok = lm.tokenizer;
+    let prompts: number[][];
+    let body: (ChatRequest | CompletionRequest) & GenerationFields;
+    let topLogprobs: number | undefined;
+    let echo = false;
     if (chat) {
       const c = parse(chatSchema, req.body);
-      if (lm.tokenizer === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: chat needs one');
-      prompt = lm.tokenizer.encode(renderChat(c.messages, chatTemplate, special));
+      if (tok === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: chat needs one');
+      const messages = c.messages.map((m) => ({ ...m, role: m.role, content: contentText(m.content) }));
+      prompts = [chatPromptIds(tok, messages, { ...(c.add_generation_prompt === undefined ? {} : { addGenerationPrompt: c.add_generation_prompt }), ...(c.chat_template_kwargs === undefined ? {} : { variables: c.chat_template_kwargs }) })];
+      if (c.top_logprobs != null && c.logprobs !== true) throw new ServerError(ServerCode.BAD_REQUEST, "'top_logprobs': needs 'logprobs': true");
+      topLogprobs = c.logprobs === true ? (c.top_logprobs ?? 0) : undefined;
       body = { ...c, max_tokens: c.max_completion_tokens ?? c.max_tokens };
     } else {
       const c = parse(completionSchema, req.body);
       const p = c.prompt;
-      const one = Array.isArray(p) && (typeof p[0] === 'string' || Array.isArray(p[0])) ? p[0] : p;
-      if (typeof one === 'string') {
-        if (lm.tokenizer === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: send token ids');
-        prompt = lm.tokenizer.encode(one);
-      } else prompt = one as number[];
+      const list: (string | number[])[] = typeof p === 'string' ? [p] : typeof p[0] === 'number' ? [p as number[]] : (p as (string | number[])[]);
+      prompts = list.map((one) => {
+        if (typeof one !== 'string') return one;
+        if (tok === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: send token ids');
+        return tok.encode(one);
+      });
+      topLogprobs = c.logprobs ?? undefined;
+      echo = c.echo === true;
       body = c;
     }
-    const route = routeOf(req, body.model);
+    for (const [i, p] of prompts.entries()) {
+      const bad = p.find((t) => t >= lm.config.vocabSize);
+      if (bad !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'prompt'${prompts.length > 1 ? `[${String(i)}]` : ''}: token id ${String(bad)} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
+      maxTokensFor(limits, p.length, body.max_tokens);
+    }
+    const biased = Object.keys(body.logit_bias ?? {}).find((k) => Number(k) >= lm.config.vocabSize);
+    if (biased !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'logit_bias': token id ${biased} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
+    const n = body.n ?? 1;
+    const bestOf = chat ? n : ((body as CompletionRequest).best_of ?? n);
+    if (bestOf < n) throw new ServerError(ServerCode.BAD_REQUEST, `'best_of': must be at least n (${String(n)}), got ${String(bestOf)}`);
+    if (body.stream_options != null && body.stream !== true) throw new ServerError(ServerCode.BAD_REQUEST, "'stream_options': only allowed with 'stream': true");
+    if (bestOf > n && body.stream === true) throw new ServerError(ServerCode.BAD_REQUEST, "'best_of': cannot be larger than n when streaming");
+    const route = routeOf(req, resolveName(body.model));
     const fields: GenerationFields = body;
     const id = `${chat ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
     const created = Math.floor(Date.now() / 1000);
-    const object = chat ? 'chat.completion' : 'text_completion';
     const withIds = body.return_token_ids === true;
+    const decodeOne = (t: number): string => tokenText(t);
+    const echoText = prompts.map((p) => (echo ? (tok?.decode(p) ?? '') : ''));
+    const promptPicks = echo && topLogprobs !== undefined ? await Promise.all(prompts.map((p) => promptLogprobs(p, route.adapter, topLogprobs))) : prompts.map(() => []);
+    const logprobsOf = (picks: readonly (PickInfo | null)[], ids: readonly number[], offset0: number) =>
+      chat ? chatLogprobs(picks as PickInfo[], decodeOne) : completionLogprobs(picks, ids, decodeOne, offset0);
+    const usage = (outs: readonly Outcome[]) => {
+      const promptTokens = prompts.reduce((a, p) => a + p.length, 0);
+      const completionTokens = outs.reduce((a, o) => a + o.ids.length, 0);
+      return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+    };
+    const run = (pi: number, j: number, onDelta?: RunOptions['onDelta']) =>
+      runGeneration(gen, route, prompts[pi]!, fields, {
+        ...(topLogprobs === undefined && bestOf === n ? {} : { logprobs: topLogprobs ?? 0 }),
+        seedOffset: j,
+        ...(onDelta === undefined ? {} : { onDelta }),
+        signal: clientGone(req),
+      });
     if (body.stream === true) {
       const sse = new SseStream(reply);
-      const chunk = (choice: Record<string, unknown>) => ({ id, object: chat ? 'chat.completion.chunk' : 'text_completion', created, model: body.model, choices: [{ index: 0, ...choice }] });
-      if (chat) sse.send(chunk({ delta: { role: 'assistant', content: '' }, finish_reason: null }));
+      const chunk = (index: number, choice: Record<string, unknown>) => ({ id, object: chat ? 'chat.completion.chunk' : 'text_completion', created, model: body.model, choices: [{ index, ...choice }] });
+      const outs: Outcome[] = [];
       try {
-        const out = await runGeneration(gen, route, prompt, fields, (delta, tok) => {
-          const ids = withIds ? { token_ids: [tok] } : {};
-          sse.send(chunk(chat ? { delta: { content: delta }, finish_reason: null, ...ids } : { text: delta, logprobs: null, finish_reason: null, ...ids }));
-        }, clientGone(req));
-        sse.send({ ...chunk(chat ? { delta: {}, finish_reason: out.finishReason } : { text: '', logprobs: null, finish_reason: out.finishReason }), usage: usage(out) });
+        await Promise.all(
+          prompts.flatMap((_, pi) =>
+            Array.from({ length: n }, async (_u, j) => {
+              const index = pi * n + j;
+              let text = '';
+              if (chat) sse.send(chunk(index, { delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }));
+              if (echo) {
+                text = echoText[pi]!;
+                sse.send(chunk(index, { text, logprobs: topLogprobs === undefined ? null : logprobsOf(promptPicks[pi]!, prompts[pi]!, 0), finish_reason: null }));
+              }
+              const out = await run(pi, j, (delta, ids, picks) => {
+                const lp = topLogprobs === undefined ? null : logprobsOf(picks, ids, text.length);
+                text += delta;
+                const tokenIds = withIds ? { token_ids: ids } : {};
+                sse.send(chunk(index, chat ? { delta: { content: delta }, logprobs: lp, finish_reason: null, ...tokenIds } : { text: delta, logprobs: lp, finish_reason: null, ...tokenIds }));
+              });
+              outs.push(out);
+              sse.send(chunk(index, chat ? { delta: {}, logprobs: null, finish_reason: out.finishReason } : { text: '', logprobs: null, finish_reason: out.finishReason }));
+            }),
+          ),
+        );
+        if (body.stream_options?.include_usage === true) sse.send({ id, object: chat ? 'chat.completion.chunk' : 'text_completion', created, model: body.model, choices: [], usage: usage(outs) });
       } catch (e) {
         const status = statusOf(e);
         sse.send({ error: { message: e instanceof Error ? e.message : String(e), type: errorType(status), code: e instanceof StageError ? String(e.code) : 'SERVER_ERROR' } });
@@ -223,12 +331,25 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
       sse.done();
       return reply;
     }
-    const out = await runGeneration(gen, route, prompt, fields, undefined, clientGone(req));
-    const ids = withIds ? { token_ids: out.ids } : {};
-    const choice = chat
-      ? { index: 0, message: { role: 'assistant', content: out.text }, finish_reason: out.finishReason, logprobs: null, ...ids }
-      : { index: 0, text: out.text, logprobs: null, finish_reason: out.finishReason, ...ids };
-    return { id, object, created, model: body.model, choices: [choice], usage: usage(out) };
+    const perPrompt = await Promise.all(
+      prompts.map(async (_, pi) => {
+        const all = await Promise.all(Array.from({ length: bestOf }, (_u, j) => run(pi, j)));
+        return bestOf > n ? [...all].sort((a, b) => b.cumulativeLogprob - a.cumulativeLogprob).slice(0, n) : all;
+      }),
+    );
+    const choices = perPrompt.flatMap((outs, pi) =>
+      outs.map((out, j) => {
+        const index = pi * n + j;
+        const ids = withIds ? { token_ids: out.ids } : {};
+        if (chat) {
+          return { index, message: { role: 'assistant', content: out.text }, logprobs: topLogprobs === undefined ? null : logprobsOf(out.picks, out.ids, 0), finish_reason: out.finishReason, ...ids };
+        }
+        const head = echoText[pi]!;
+        const logprobs = topLogprobs === undefined ? null : mergeCompletionLogprobs(logprobsOf(promptPicks[pi]!, prompts[pi]!, 0) as CompletionLogprobs, logprobsOf(out.picks, out.ids, head.length) as CompletionLogprobs, echo);
+        return { index, text: head + out.text, logprobs, finish_reason: out.finishReason, ...ids };
+      }),
+    );
+    return { id, object: chat ? 'chat.completion' : 'text_completion', created, model: body.model, choices, usage: usage(perPrompt.flat()) };
   };
   /** Leases the request's adapter from the resolver (loading it on demand) while the request runs. */
   const withAdapter = async (req: FastifyRequest, run: () => Promise<unknown>): Promise<unknown> => {
@@ -245,6 +366,48 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   };
   app.post('/v1/completions', (req, reply) => withAdapter(req, () => completion(req, reply, false)));
   app.post('/v1/chat/completions', (req, reply) => withAdapter(req, () => completion(req, reply, true)));
+
+  // Log-probabilities of the prompt's own tokens (echo with logprobs), from one prefill.
+  const promptLogprobs = async (prompt: readonly number[], adapter: string | undefined, top: number): Promise<(PickInfo | null)[]> => {
+    const forward = (lm as { forward?: CausalLM['forward'] }).forward;
+    if (forward === undefined) throw new ServerError(ServerCode.BAD_REQUEST, "'echo' with 'logprobs' is not supported by this engine");
+    const { logits } = await forward.call(lm, [prompt], { adapters: [adapter] });
+    const V = lm.config.vocabSize;
+    return prompt.map((t, i) => {
+      if (i === 0) return null;
+      const lp = logSoftmax(logits.data.subarray((i - 1) * V, i * V));
+      return { id: t, logprob: lp[t]!, top: topOf(lp, top) };
+    });
+  };
+
+  // vLLM extras: tokenizer endpoints and the server version.
+  app.post('/tokenize', (req) => {
+    if (lm.tokenizer === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer');
+    const isChat = typeof req.body === 'object' && req.body !== null && 'messages' in req.body;
+    let tokens: number[];
+    if (isChat) {
+      const body = parse(tokenizeChatSchema, req.body);
+      if (body.model !== undefined) routeOf(req, resolveName(body.model));
+      const messages = body.messages.map((m) => ({ ...m, content: contentText(m.content) }));
+      tokens = body.add_special_tokens === true
+        ? lm.tokenizer.encode(renderChat(messages, chatTemplateOf(lm.tokenizer), lm.tokenizer.specialTokens))
+        : chatPromptIds(lm.tokenizer, messages, body.add_generation_prompt === undefined ? {} : { addGenerationPrompt: body.add_generation_prompt });
+    } else {
+      const body = parse(tokenizePromptSchema, req.body);
+      if (body.model !== undefined) routeOf(req, resolveName(body.model));
+      tokens = lm.tokenizer.encode(body.prompt, { addSpecialTokens: body.add_special_tokens ?? true });
+    }
+    return { count: tokens.length, max_model_len: limits.maxModelLen, tokens, token_strs: null };
+  });
+  app.post('/detokenize', (req) => {
+    const body = parse(detokenizeSchema, req.body);
+    if (lm.tokenizer === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer');
+    if (body.model !== undefined) routeOf(req, resolveName(body.model));
+    const bad = body.tokens.find((t) => t >= lm.config.vocabSize);
+    if (bad !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'tokens': token id ${String(bad)} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
+    return { prompt: lm.tokenizer.decode(body.tokens) };
+  });
+  app.get('/version', () => ({ version: SERVER_VERSION }));
 
   app.post('/v1/load_lora_adapter', async (req) => {
     ensureOpen();
@@ -290,8 +453,4 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
       await app.close();
     },
   };
-}
-
-function usage(out: { promptTokens: number; ids: readonly number[] }): { prompt_tokens: number; completion_tokens: number; total_tokens: number } {
-  return { prompt_tokens: out.promptTokens, completion_tokens: out.ids.length, total_tokens: out.promptTokens + out.ids.length };
 }

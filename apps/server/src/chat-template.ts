@@ -1,4 +1,4 @@
-import { Template } from '@huggingface/jinja';
+import { type TextTokenizer, applyChatTemplate, chatTemplateOf, renderChatTemplate } from '@stageml/models';
 
 /** A chat message. */
 export interface ChatMessage {
@@ -7,12 +7,27 @@ export interface ChatMessage {
 }
 
 /**
- * Renders chat messages to a prompt: the tokenizer's Jinja `chat_template` when it has one (with
+ * Renders chat messages to a prompt: a Jinja `chat_template` when given (with
  * `add_generation_prompt`), else a plain `role: content` transcript ending with `assistant:`.
  */
-export function renderChat(messages: readonly ChatMessage[], template: string | undefined, special: { bos_token?: string; eos_token?: string }): string {
-  if (template !== undefined) {
-    return new Template(template).render({ messages, add_generation_prompt: true, bos_token: special.bos_token ?? '', eos_token: special.eos_token ?? '' });
-  }
+export function renderChat(messages: readonly ChatMessage[], template: string | undefined, special: Readonly<Record<string, string>>): string {
+  if (template !== undefined) return renderChatTemplate(template, messages, special, { addGenerationPrompt: true });
   return `${messages.map((m) => `${m.role}: ${m.content}`).join('\n')}\nassistant:`;
+}
+
+/**
+ * Prompt ids of a chat, as vLLM builds them: the tokenizer's chat template (`chat_template.jinja`
+ * or `tokenizer_config.json`) rendered and tokenized without adding special tokens again, so a
+ * template that writes `{{ bos_token }}` yields one BOS. A tokenizer without a template gets the
+ * plain transcript of `renderChat`, tokenized with its special tokens.
+ */
+export function chatPromptIds(
+  tokenizer: TextTokenizer,
+  messages: readonly ChatMessage[],
+  opts: { readonly addGenerationPrompt?: boolean; readonly variables?: Readonly<Record<string, unknown>> } = {},
+): number[] {
+  if (chatTemplateOf(tokenizer) !== undefined) {
+    return applyChatTemplate(tokenizer, messages, { addGenerationPrompt: opts.addGenerationPrompt ?? true, ...(opts.variables === undefined ? {} : { variables: opts.variables }) }).ids;
+  }
+  return tokenizer.encode(renderChat(messages, undefined, tokenizer.specialTokens));
 }

@@ -1,51 +1,111 @@
+import { randomInt } from 'node:crypto';
 import type { FastifyReply } from 'fastify';
-import type { CausalLM, SamplingOptions } from '@stageml/models';
+import { type CausalLM, IncrementalDetokenizer, type PickInfo, type SamplingOptions } from '@stageml/models';
 import type { GenerationResult, Route, Scheduler } from '@stageml/router';
 import type { ServerMetrics } from './metrics.js';
 import { ServerCode, ServerError } from './errors.js';
 
-/** Sampling and length fields shared by completions and chat. */
+/** Sampling, penalty and length fields shared by completions and chat. */
 export interface GenerationFields {
-  readonly max_tokens?: number | undefined;
-  readonly temperature?: number | undefined;
-  readonly top_p?: number | undefined;
-  readonly top_k?: number | undefined;
-  readonly seed?: number | undefined;
-  readonly stream?: boolean | undefined;
+  readonly max_tokens?: number | null | undefined;
+  readonly temperature?: number | null | undefined;
+  readonly top_p?: number | null | undefined;
+  readonly top_k?: number | null | undefined;
+  readonly seed?: number | null | undefined;
   readonly stop?: string | string[] | null | undefined;
   readonly ignore_eos?: boolean | undefined;
-  readonly return_token_ids?: boolean | undefined;
   readonly pad_token_id?: number | undefined;
+  readonly presence_penalty?: number | null | undefined;
+  readonly frequency_penalty?: number | null | undefined;
+  readonly repetition_penalty?: number | null | undefined;
+  readonly logit_bias?: Readonly<Record<string, number>> | null | undefined;
 }
 
 /** Limits the server enforces on every request. */
 export interface Limits {
-  readonly maxPromptTokens: number;
-  readonly maxNewTokens: number;
-  readonly defaultMaxTokens: number;
+  /** Prompt plus completion tokens (`--max-model-len`, default the model's positions). */
+  readonly maxModelLen: number;
+  /** Most prompt tokens, when capped below the context. */
+  readonly maxPromptTokens?: number | undefined;
+  /** Most new tokens per request, when capped (no cap by default, as vLLM). */
+  readonly maxNewTokens: number | undefined;
   readonly padTokenId: number | undefined;
 }
 
-/** Sampling options from OpenAI fields: temperature 0 means greedy. */
-export function samplingOf(f: GenerationFields): SamplingOptions {
-  if (f.temperature === 0) return { greedy: true };
+/** The model surface the server needs (a `CausalLM`, or an engine exposing the same names). */
+export type ServedModel = Pick<CausalLM, 'tokenizer' | 'config' | 'adapterNames'>;
+
+/**
+ * Sampling options from OpenAI fields: temperature 0 means greedy; with no `seed`, a random one
+ * (so repeated requests differ, as OpenAI and vLLM); penalties and `logit_bias` as vLLM applies them.
+ */
+export function samplingOf(f: GenerationFields, seedOffset = 0): SamplingOptions {
+  const processing = {
+    ...(f.presence_penalty == null ? {} : { presencePenalty: f.presence_penalty }),
+    ...(f.frequency_penalty == null ? {} : { frequencyPenalty: f.frequency_penalty }),
+    ...(f.repetition_penalty == null ? {} : { repetitionPenalty: f.repetition_penalty }),
+    ...(f.logit_bias == null ? {} : { logitBias: f.logit_bias as Record<number, number> }),
+  };
+  if (f.temperature === 0) return { greedy: true, ...processing };
   return {
-    ...(f.temperature === undefined ? {} : { temperature: f.temperature }),
-    ...(f.top_p === undefined ? {} : { topP: f.top_p }),
-    ...(f.top_k === undefined || f.top_k <= 0 ? {} : { topK: f.top_k }),
-    ...(f.seed === undefined ? {} : { seed: f.seed }),
+    ...processing,
+    ...(f.temperature == null ? {} : { temperature: f.temperature }),
+    ...(f.top_p == null ? {} : { topP: f.top_p }),
+    ...(f.top_k == null || f.top_k <= 0 ? {} : { topK: f.top_k }),
+    seed: (f.seed ?? randomInt(2 ** 31)) + seedOffset,
   };
 }
 
-/** One finished (or streamed) generation, ready to render as an OpenAI response. */
+/**
+ * `max_tokens` of a request: the requested number, or the remaining context under
+ * `maxModelLen` (vLLM's default). Prompts that leave no room, or requests past the context or the
+ * server's cap, are `SERVER_TOO_MANY_TOKENS` with vLLM's wording.
+ */
+export function maxTokensFor(limits: Limits, promptTokens: number, requested: number | null | undefined): number {
+  const len = limits.maxModelLen;
+  if (limits.maxPromptTokens !== undefined && promptTokens > limits.maxPromptTokens) {
+    throw new ServerError(ServerCode.TOO_MANY_TOKENS, `the prompt has ${String(promptTokens)} tokens; the limit is ${String(limits.maxPromptTokens)}`);
+  }
+  if (promptTokens >= len) {
+    throw new ServerError(ServerCode.TOO_MANY_TOKENS, `This model's maximum context length is ${String(len)} tokens. However, your prompt has ${String(promptTokens)} tokens, which leaves no room for a completion.`);
+  }
+  const maxTokens = requested ?? Math.min(len - promptTokens, limits.maxNewTokens ?? Infinity);
+  if (promptTokens + maxTokens > len) {
+    throw new ServerError(
+      ServerCode.TOO_MANY_TOKENS,
+      `This model's maximum context length is ${String(len)} tokens. However, you requested ${String(promptTokens + maxTokens)} tokens (${String(promptTokens)} in the prompt, ${String(maxTokens)} in the completion). Please reduce the length of the prompt or max_tokens.`,
+    );
+  }
+  if (limits.maxNewTokens !== undefined && maxTokens > limits.maxNewTokens) {
+    throw new ServerError(ServerCode.TOO_MANY_TOKENS, `max_tokens ${String(maxTokens)} exceeds the server's limit ${String(limits.maxNewTokens)}`);
+  }
+  return maxTokens;
+}
+
+/** One finished generation, ready to render as an OpenAI choice. */
 export interface Outcome {
   readonly text: string;
   readonly ids: number[];
   readonly finishReason: 'stop' | 'length';
   readonly promptTokens: number;
+  /** Per generated token, its log-probability and the top ones (when logprobs were asked for). */
+  readonly picks: PickInfo[];
+  /** Sum of the generated tokens' log-probabilities (with `picks`). */
+  readonly cumulativeLogprob: number;
 }
 
-/** Streams events of one generation as server-sent events (`data: …\n\n`, then `data: [DONE]`). */
+/** Per-request options of `runGeneration`. */
+export interface RunOptions {
+  /** Collect log-probabilities: the number of top ones per token (0: only the chosen token's). */
+  readonly logprobs?: number | undefined;
+  /** Added to the seed (the j-th of `n` samples). */
+  readonly seedOffset?: number;
+  /** Streaming: the text a step released, with the token ids and log-probabilities since the last call. */
+  readonly onDelta?: (delta: string, ids: number[], picks: PickInfo[]) => void;
+  readonly signal?: AbortSignal | undefined;
+}
+
+/** Streams events of one response as server-sent events (`data: …\n\n`, then `data: [DONE]`). */
 export class SseStream {
   #open = true;
   constructor(private readonly reply: FastifyReply) {
@@ -70,37 +130,62 @@ export class SseStream {
 }
 
 /**
- * Runs one generation through the scheduler: checks token limits, applies stop strings on the
- * decoded text (the matched stop string is cut from the text), streams deltas through `onDelta`,
- * and records metrics. Throws coded errors for limits, queue-full and validation problems.
+ * Runs one generation through the scheduler. Text comes from an incremental detokenizer (UTF-8
+ * safe: incomplete sequences are held back), so streamed deltas and the non-streamed text are the
+ * same string. Stop strings are searched in the released text (the match is cut, and while
+ * streaming the last `longest stop − 1` characters are held back so no partial stop string is
+ * sent). Records latency, time-to-first-token, inter-token and queue-time metrics for every
+ * request that produced tokens, stop-string endings included.
  */
 export async function runGeneration(
-  ctx: { lm: CausalLM; scheduler: Scheduler; metrics: ServerMetrics; limits: Limits; modelName: string },
+  ctx: { lm: ServedModel; scheduler: Scheduler; metrics: ServerMetrics; limits: Limits; modelName: string },
   route: Route,
   prompt: readonly number[],
   f: GenerationFields,
-  onDelta?: (delta: string, id: number) => void,
-  signal?: AbortSignal,
+  opts: RunOptions = {},
 ): Promise<Outcome> {
   const { lm, limits } = ctx;
-  if (prompt.length > limits.maxPromptTokens) {
-    throw new ServerError(ServerCode.TOO_MANY_TOKENS, `the prompt has ${String(prompt.length)} tokens; the limit is ${String(limits.maxPromptTokens)}`);
-  }
-  const maxTokens = f.max_tokens ?? limits.defaultMaxTokens;
-  if (maxTokens > limits.maxNewTokens) throw new ServerError(ServerCode.TOO_MANY_TOKENS, `max_tokens ${String(maxTokens)} exceeds the limit ${String(limits.maxNewTokens)}`);
-  if (prompt.length + maxTokens > lm.config.maxPositions) {
-    throw new ServerError(ServerCode.TOO_MANY_TOKENS, `prompt (${String(prompt.length)}) + max_tokens (${String(maxTokens)}) exceeds the model's ${String(lm.config.maxPositions)} positions`);
-  }
-  const stops = f.stop === undefined || f.stop === null ? [] : (Array.isArray(f.stop) ? f.stop : [f.stop]).filter((s) => s !== '');
+  const maxTokens = maxTokensFor(limits, prompt.length, f.max_tokens);
+  const stops = f.stop == null ? [] : (Array.isArray(f.stop) ? f.stop : [f.stop]).filter((s) => s !== '');
+  const hold = stops.length === 0 ? 0 : Math.max(...stops.map((s) => s.length)) - 1;
+  const detok = lm.tokenizer === undefined ? undefined : new IncrementalDetokenizer(lm.tokenizer);
   const ids: number[] = [];
+  const picks: PickInfo[] = [];
+  let pendingIds: number[] = [];
+  let pendingPicks: PickInfo[] = [];
   let sent = '';
   let stoppedBy: string | undefined;
+  let lastPick: PickInfo | undefined;
   const inner = new AbortController();
   const onAbort = (): void => {
     inner.abort();
   };
-  signal?.addEventListener('abort', onAbort, { once: true });
-  const decode = (xs: number[]): string => lm.tokenizer?.decode(xs) ?? '';
+  opts.signal?.addEventListener('abort', onAbort, { once: true });
+  /** Sends the text past `sent` with the tokens since the last delta; empty deltas wait unless `final`. */
+  const release = (visible: string, final = false): void => {
+    const delta = visible.slice(sent.length);
+    if (delta === '' && (!final || pendingIds.length === 0)) return;
+    sent = visible;
+    opts.onDelta?.(delta, pendingIds, pendingPicks);
+    pendingIds = [];
+    pendingPicks = [];
+  };
+  const submitted = performance.now();
+  let firstAt: number | undefined;
+  let lastAt: number | undefined;
+  const labels = { model_name: ctx.modelName };
+  const sampling: SamplingOptions = {
+    ...samplingOf(f, opts.seedOffset ?? 0),
+    ...(opts.logprobs === undefined
+      ? {}
+      : {
+          topLogprobs: opts.logprobs,
+          onPick: (info: PickInfo) => {
+            lastPick = info;
+          },
+        }),
+    ...(f.repetition_penalty == null ? {} : { promptIds: prompt }),
+  };
   let result: GenerationResult | undefined;
   try {
     result = await ctx.scheduler.submit({
@@ -108,41 +193,59 @@ export async function runGeneration(
       adapter: route.adapter,
       prompt,
       maxNewTokens: maxTokens,
-      sampling: samplingOf(f),
+      sampling,
       stopTokens: f.ignore_eos === true ? [] : lm.config.eosTokenIds,
       padTokenId: f.pad_token_id ?? limits.padTokenId,
       signal: inner.signal,
       onToken: (id) => {
         if (stoppedBy !== undefined) return;
+        const now = performance.now();
+        if (lastAt !== undefined) ctx.metrics.interTokenLatency.observe(labels, (now - lastAt) / 1000);
+        firstAt ??= now;
+        lastAt = now;
         ids.push(id);
-        const text = decode(ids);
-        const hit = stops.map((s) => ({ s, at: text.indexOf(s) })).filter((h) => h.at >= 0).sort((a, b) => a.at - b.at)[0];
-        const visible = hit === undefined ? text : text.slice(0, hit.at);
-        if (visible.length > sent.length && visible.startsWith(sent)) {
-          onDelta?.(visible.slice(sent.length), id);
-          sent = visible;
-        } else onDelta?.('', id);
-        if (hit !== undefined) {
-          stoppedBy = hit.s;
-          inner.abort();
+        pendingIds.push(id);
+        if (lastPick !== undefined) {
+          picks.push(lastPick);
+          pendingPicks.push(lastPick);
+          lastPick = undefined;
         }
+        detok?.push(id);
+        const text = detok?.text ?? '';
+        if (stops.length > 0) {
+          const from = Math.max(0, sent.length - hold);
+          const hit = stops.map((s) => ({ s, at: text.indexOf(s, from) })).filter((h) => h.at >= 0).sort((a, b) => a.at - b.at)[0];
+          if (hit !== undefined) {
+            stoppedBy = hit.s;
+            release(text.slice(0, hit.at), true);
+            inner.abort();
+            return;
+          }
+        }
+        let cut = Math.max(sent.length, text.length - hold);
+        // Never split a surrogate pair (an emoji) across two deltas.
+        if (cut > sent.length && cut < text.length && /[\uD800-\uDBFF]/.test(text[cut - 1]!)) cut--;
+        release(text.slice(0, cut));
       },
     });
   } catch (e) {
     if (stoppedBy === undefined) throw e;
   } finally {
-    signal?.removeEventListener('abort', onAbort);
+    opts.signal?.removeEventListener('abort', onAbort);
   }
+  if (stoppedBy === undefined) {
+    detok?.flush();
+    release(detok?.text ?? '', true);
+  } else release(sent, true);
   const finishReason = stoppedBy !== undefined ? 'stop' : result!.finishReason;
-  const text = stoppedBy !== undefined ? sent : decode(ids);
-  const labels = { model_name: ctx.modelName };
+  const end = performance.now();
   ctx.metrics.promptTokens.inc(labels, prompt.length);
   ctx.metrics.generationTokens.inc(labels, ids.length);
   ctx.metrics.success.inc({ ...labels, finished_reason: finishReason });
-  if (result !== undefined) {
-    ctx.metrics.paths.inc({ path: result.path });
-    ctx.metrics.latency.observe(labels, result.latencyMs / 1000);
-    ctx.metrics.ttft.observe(labels, result.timeToFirstTokenMs / 1000);
-  }
-  return { text, ids, finishReason, promptTokens: prompt.length };
+  ctx.metrics.latency.observe(labels, (end - submitted) / 1000);
+  if (firstAt !== undefined) ctx.metrics.ttft.observe(labels, (firstAt - submitted) / 1000);
+  const queueMs = (result as { queueTimeMs?: unknown } | undefined)?.queueTimeMs;
+  ctx.metrics.queueTime.observe(labels, (typeof queueMs === 'number' ? queueMs : (firstAt ?? end) - submitted) / 1000);
+  if (result !== undefined) ctx.metrics.paths.inc({ path: result.path });
+  return { text: sent, ids, finishReason, promptTokens: prompt.length, picks, cumulativeLogprob: picks.reduce((a, p) => a + p.logprob, 0) };
 }

@@ -11,10 +11,19 @@ export class ServerMetrics {
   readonly paths: client.Counter<'path'>;
   readonly latency: client.Histogram<'model_name'>;
   readonly ttft: client.Histogram<'model_name'>;
+  /** `vllm:inter_token_latency_seconds`: time between consecutive tokens of a request. */
+  readonly interTokenLatency: client.Histogram<'model_name'>;
+  /** `vllm:request_queue_time_seconds`: time a request waited before running. */
+  readonly queueTime: client.Histogram<'model_name'>;
+  #kvCacheUsage: () => number = () => 0;
 
-  /** Metrics for `modelName`, reading scheduler counts at scrape time. */
+  /**
+   * Metrics for `modelName`, reading scheduler counts at scrape time. `maxLora` is the adapter
+   * capacity (`--max-loras`) that `vllm:lora_requests_info` reports as `max_lora`.
+   */
   constructor(modelName: string, snapshot: () => SchedulerSnapshot, maxLora: () => number) {
     const registers = [this.registry];
+    const kvUsage = (): number => this.#kvCacheUsage();
     client.collectDefaultMetrics({ register: this.registry, prefix: 'stageml_' });
     new client.Gauge({
       name: 'vllm:num_requests_running',
@@ -32,6 +41,15 @@ export class ServerMetrics {
       registers,
       collect() {
         this.set({ model_name: modelName }, snapshot().waiting);
+      },
+    });
+    new client.Gauge({
+      name: 'vllm:kv_cache_usage_perc',
+      help: 'KV-cache usage. 1 means 100 percent usage.',
+      labelNames: ['model_name'],
+      registers,
+      collect() {
+        this.set({ model_name: modelName }, kvUsage());
       },
     });
     new client.Gauge({
@@ -59,6 +77,14 @@ export class ServerMetrics {
     const buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
     this.latency = new client.Histogram({ name: 'vllm:e2e_request_latency_seconds', help: 'End-to-end request latency in seconds.', labelNames: ['model_name'], buckets, registers });
     this.ttft = new client.Histogram({ name: 'vllm:time_to_first_token_seconds', help: 'Time to first token in seconds.', labelNames: ['model_name'], buckets, registers });
+    const itl = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5];
+    this.interTokenLatency = new client.Histogram({ name: 'vllm:inter_token_latency_seconds', help: 'Histogram of inter-token latency in seconds.', labelNames: ['model_name'], buckets: itl, registers });
+    this.queueTime = new client.Histogram({ name: 'vllm:request_queue_time_seconds', help: 'Histogram of time spent in WAITING phase for request.', labelNames: ['model_name'], buckets, registers });
+  }
+
+  /** Feeds `vllm:kv_cache_usage_perc` (a fraction in [0, 1]) from the engine; 0 until set. */
+  setKvCacheUsage(read: () => number): void {
+    this.#kvCacheUsage = read;
   }
 }
 

@@ -44,6 +44,27 @@ export interface ForwardResult {
   readonly cache: KvCache;
 }
 
+/**
+ * The per-query additive mask f32[rows, len, past + len] of sliding-window attention: query i of a
+ * row (cache position past + i) attends to attended keys j ≤ past + i whose attended-token index
+ * is within `window - 1` of its own (as HF's `sliding_window` mask; padding is not counted).
+ */
+function slidingWindowMask(fullMask: readonly (readonly number[])[], past: number, len: number, window: number): HostTensor {
+  const keys = past + len;
+  const data = new Float32Array(fullMask.length * len * keys).fill(MASKED);
+  fullMask.forEach((m, r) => {
+    const index: number[] = [];
+    let n = 0;
+    for (const v of m) index.push(v === 1 ? n++ : -1);
+    for (let i = 0; i < len; i++) {
+      const q = past + i;
+      const qi = index[q]! >= 0 ? index[q]! : (index.slice(0, q).filter((x) => x >= 0).at(-1) ?? 0);
+      for (let j = 0; j <= q; j++) if (m[j] === 1 && qi - index[j]! < window) data[(r * len + i) * keys + j] = 0;
+    }
+  });
+  return hostTensor('f32', [fullMask.length, len, keys], data);
+}
+
 /** The adapter of each row: a loaded adapter's name, or `undefined`/`null`/`'__base__'` for the base model. */
 export type RowAdapters = readonly (string | null | undefined)[];
 
@@ -213,6 +234,7 @@ export class CausalLM {
       name: this.config.modelType,
       kvCache: true,
       attentionMask: true,
+      ...(this.config.slidingWindow === undefined ? {} : { perQueryMask: true }),
       linear,
       ...(expertLora === undefined || expertLora.size === 0 ? {} : { experts: loraExperts(single!.name, expertLora) }),
       invFreq: this.#invFreq,
@@ -284,7 +306,9 @@ export class CausalLM {
     const inputs: Record<string, HostTensor> = {
       input_ids: hostTensor('i64', [rows, len], flat),
       position_ids: hostTensor('i64', [rows, len], positions),
-      attention_mask: hostTensor('f32', [rows, past + len], fullMask.flatMap((m) => m.map((v) => (v === 1 ? 0 : MASKED)))),
+      attention_mask: this.config.slidingWindow === undefined
+        ? hostTensor('f32', [rows, past + len], fullMask.flatMap((m) => m.map((v) => (v === 1 ? 0 : MASKED))))
+        : slidingWindowMask(fullMask, past, len, this.config.slidingWindow),
     };
     for (let l = 0; l < this.config.numLayers; l++) {
       inputs[`past_key.${String(l)}`] = cache.tensors[`present_key.${String(l)}`]!;

@@ -35,6 +35,11 @@ export interface LlamaConfig extends LlamaShape {
   readonly eosTokenIds: readonly number[];
   /** Beginning-of-sequence id, when set. */
   readonly bosTokenId: number | undefined;
+  /**
+   * Sliding-window attention (Mistral's and Mixtral's `sliding_window`, on every layer): a
+   * query attends to itself and the `slidingWindow - 1` attended tokens before it.
+   */
+  readonly slidingWindow?: number;
 }
 
 /** Mixture-of-experts fields (Mixtral): the MLP of every layer is a routed set of experts. */
@@ -112,7 +117,7 @@ function parseRope(file: string, c: z.infer<typeof schema>): { theta: number; ro
 }
 
 /**
- * Parses a Llama-family HF `config.json` (`llama`, `mistral` without sliding windows, `qwen2`).
+ * Parses a Llama-family HF `config.json` (`llama`, `mistral` with or without sliding windows, `qwen2`, `mixtral`).
  * Other architectures are `MODEL_UNSUPPORTED_ARCH`; malformed or unsupported fields are
  * `MODEL_BAD_CONFIG` naming the file and field.
  */
@@ -135,9 +140,9 @@ export function parseLlamaConfig(text: string, file = 'config.json'): LlamaConfi
   }
   const c = parsed.data;
   if (c.hidden_act !== 'silu') bad(file, `hidden_act '${c.hidden_act}' is not supported (silu)`);
-  if (c.sliding_window !== null && c.sliding_window !== undefined && c.use_sliding_window !== false && (type === 'mistral' || type === 'mixtral')) {
-    bad(file, 'sliding-window attention is not supported (sliding_window must be null)');
-  }
+  if (type === 'qwen2' && c.use_sliding_window === true) bad(file, 'use_sliding_window: Qwen2 windows only the layers past max_window_layers, which is not supported');
+  const windowed = c.sliding_window !== null && c.sliding_window !== undefined && c.use_sliding_window !== false && (type === 'mistral' || type === 'mixtral');
+  if (windowed && c.sliding_window! < 1) bad(file, `field 'sliding_window': must be a positive integer, got ${String(c.sliding_window)}`);
   const numKvHeads = c.num_key_value_heads ?? c.num_attention_heads;
   const headDim = c.head_dim ?? c.hidden_size / c.num_attention_heads;
   if (!Number.isInteger(headDim)) bad(file, `hidden_size ${String(c.hidden_size)} is not divisible by num_attention_heads ${String(c.num_attention_heads)}`);
@@ -164,6 +169,7 @@ export function parseLlamaConfig(text: string, file = 'config.json'): LlamaConfi
     eosTokenIds: eos === null || eos === undefined ? [] : Array.isArray(eos) ? eos : [eos],
     bosTokenId: c.bos_token_id ?? undefined,
     ...(type === 'mixtral' ? { moe: parseMoe(file, c) } : {}),
+    ...(windowed && c.sliding_window! < c.max_position_embeddings ? { slidingWindow: c.sliding_window! } : {}),
   };
 }
 

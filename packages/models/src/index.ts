@@ -9,7 +9,10 @@
  * - `CausalLM`: config + safetensors checkpoint (single or sharded) + tokenizer + PEFT adapters;
  *   each adapter configuration compiles once (specialized at the `adapter` stage) and runs
  *   prefill and decode steps on an executor.
- * - `generate`: greedy and sampled decoding with stop tokens and streaming callbacks.
+ * - `generate`: greedy and sampled decoding with stop tokens and streaming callbacks; logits
+ *   processing (penalties, logit bias) and log-probabilities through the picker.
+ * - `IncrementalDetokenizer`: UTF-8-safe streaming text (vLLM's incremental detokenization).
+ * - `applyChatTemplate`: chat templates (`chat_template.jinja`, named templates) rendered with Jinja.
  */
 export { ModelCode, ModelError } from './errors.js';
 export type { ModelErrorCode } from './errors.js';
@@ -18,10 +21,13 @@ export type { LinearFactory, LlamaGraphOptions, LlamaLoraShape, LlamaProjection,
 export { parseLlamaConfig, ropeInvFreqFor } from './hf-config.js';
 export type { LlamaConfig, RopeScaling } from './hf-config.js';
 export { adapterParamName, bankLinear, rowsInputName, singleAdapterLinear } from './linear-factories.js';
-export { loadTokenizer } from './tokenizer.js';
+export { loadChatTemplates, loadTokenizer } from './tokenizer.js';
 export type { TextTokenizer } from './tokenizer.js';
-export { argmaxOf, checkSampling, makePicker } from './sampling.js';
-export type { SamplingOptions, TokenPicker } from './sampling.js';
+export { IncrementalDetokenizer } from './detokenizer.js';
+export { applyChatTemplate, chatTemplateOf, renderChatTemplate } from './chat-template.js';
+export type { ChatTemplateMessage, ChatTemplateOptions } from './chat-template.js';
+export { argmaxOf, checkSampling, logSoftmax, makePicker, topOf } from './sampling.js';
+export type { LogitsProcessing, PickInfo, SamplingOptions, TokenLogprob, TokenPicker } from './sampling.js';
 export { CausalLM } from './causal-lm.js';
 export type { CausalLMOptions, ForwardResult, KvCache, RowAdapters } from './causal-lm.js';
 export { generate } from './generate.js';

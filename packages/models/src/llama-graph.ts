@@ -112,6 +112,11 @@ export interface LlamaGraphOptions {
    * padding and tokens a caller wants ignored.
    */
   readonly attentionMask?: boolean;
+  /**
+   * With `attentionMask`: the mask is per query, f32[batch, seq, past + seq], so a caller can
+   * express sliding-window attention (Mistral) on top of causality.
+   */
+  readonly perQueryMask?: boolean;
 }
 
 function check(cond: boolean, msg: string): void {
@@ -163,9 +168,12 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
         v: b.input(`past_value.${String(l)}`, ['f32', ['batch', nkv, 'past', hd]]),
       }))
     : undefined;
-  const keyMask = opts.attentionMask === true
-    ? b.reshape(b.input('attention_mask', ['f32', ['batch', opts.kvCache === true ? 'past + seq' : 'seq']]), ['batch', 1, 1, -1])
-    : undefined;
+  const keyLen = opts.kvCache === true ? 'past + seq' : 'seq';
+  const keyMask = opts.attentionMask !== true
+    ? undefined
+    : opts.perQueryMask === true
+      ? b.reshape(b.input('attention_mask', ['f32', ['batch', 'seq', keyLen]]), ['batch', 1, 'seq', -1])
+      : b.reshape(b.input('attention_mask', ['f32', ['batch', keyLen]]), ['batch', 1, 1, -1]);
   const embed = b.param('model.embed_tokens.weight', ['f32', [cfg.vocabSize, H]]);
 
   // cos/sin tables [batch, 1, seq, hd], shared by every layer.

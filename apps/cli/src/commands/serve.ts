@@ -8,8 +8,12 @@ import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
 
 interface ServeOptions {
-  model: string;
-  servedModelName?: string;
+  model?: string;
+  servedModelName?: string[];
+  enableLora?: boolean;
+  loraModules?: string[];
+  maxModelLen?: number;
+  apiKey?: string;
   adapters?: string;
   host: string;
   port: number;
@@ -28,9 +32,14 @@ interface ServeOptions {
 export function registerServe(program: Command, io: CliIo): void {
   program
     .command('serve')
-    .description('serve a model and its adapters behind an OpenAI-compatible HTTP API')
-    .requiredOption('--model <dir>', 'Hugging Face model directory')
-    .option('--served-model-name <name>', 'name clients use for the base model (default: the directory name)')
+    .description('serve a model and its adapters behind an OpenAI-compatible HTTP API (vLLM-style flags)')
+    .argument('[model]', 'Hugging Face model directory (as `vllm serve MODEL`)')
+    .option('--model <dir>', 'Hugging Face model directory (instead of the positional MODEL)')
+    .option('--served-model-name <names...>', 'names clients use for the base model; the first is the main one (default: the directory name)')
+    .option('--enable-lora', 'serve LoRA adapters (needed for --lora-modules, as in vLLM)')
+    .option('--lora-modules <modules...>', "adapters to load at start: name=path, or JSON {\"name\": …, \"path\": …}")
+    .option('--max-model-len <n>', 'prompt + completion tokens (default: the model\'s max_position_embeddings)', parsePositiveInt)
+    .option('--api-key <key>', 'require Authorization: Bearer <key> on every /v1 request')
     .option('--adapters <dir>', 'a directory of PEFT adapter directories, loaded at start')
     .option('--host <host>', 'address to listen on', '127.0.0.1')
     .option('--port <n>', 'port (0: any free port)', parseNonNegativeInt, 8000)
@@ -43,7 +52,12 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--log', 'log every request')
     .option('--adapter-root <dir...>', 'shared adapter root(s): a request for an adapter not loaded loads <dir>/<name> on demand (repeatable)')
     .option('--replica-name <name>', 'name sent in the x-stageml-replica header (default: hostname:port)')
-    .action(async (opts: ServeOptions) => {
+    .action(async (positional: string | undefined, opts: ServeOptions) => {
+      if ((positional === undefined) === (opts.model === undefined)) throw new CliError(CliCode.USAGE, 'give the model directory once: `stageml serve MODEL` or `--model MODEL`');
+      const modelDir = (positional ?? opts.model)!;
+      if (opts.loraModules !== undefined && opts.enableLora !== true) throw new CliError(CliCode.USAGE, '--lora-modules needs --enable-lora');
+      const loraModules = parseLoraModules(opts.loraModules ?? []);
+      const [servedName, ...aliases] = opts.servedModelName ?? [];
       let config;
       if (opts.config !== undefined) {
         let text: string;
@@ -55,8 +69,11 @@ export function registerServe(program: Command, io: CliIo): void {
         config = parseRouterConfig(text, opts.config);
       }
       const server = await createServer({
-        modelDir: opts.model,
-        ...(opts.servedModelName === undefined ? {} : { modelName: opts.servedModelName }),
+        modelDir,
+        ...(servedName === undefined ? {} : { modelName: servedName, modelAliases: aliases }),
+        ...(Object.keys(loraModules).length === 0 ? {} : { loraModules }),
+        ...(opts.maxModelLen === undefined ? {} : { maxModelLen: opts.maxModelLen }),
+        ...(opts.apiKey === undefined ? {} : { apiKey: opts.apiKey }),
         executor: await resolveExecutor(opts.executor, { log: (line) => { io.out(line); } }),
         ...(opts.adapters === undefined ? {} : { adaptersDir: opts.adapters }),
         ...(config === undefined ? {} : { config }),
@@ -71,7 +88,7 @@ export function registerServe(program: Command, io: CliIo): void {
       const address = await server.listen(opts.host, opts.port);
       const models = [server.modelName, ...server.lm.adapterNames];
       io.out(`stageml server ready on ${address} · model ${server.modelName} · adapters: ${server.lm.adapterNames.join(', ') || 'none'} · executor ${server.lm.executorName}`);
-      io.out(`try: curl -s ${address}/v1/completions -H 'content-type: application/json' -d '{"model": "${models[1] ?? models[0]!}", "prompt": "The staged program", "max_tokens": 12, "temperature": 0}'`);
+      io.out(`try: curl -s ${address}/v1/completions -H 'content-type: application/json'${opts.apiKey === undefined ? '' : " -H 'authorization: Bearer $KEY'"} -d '{"model": "${models[1] ?? models[0]!}", "prompt": "The staged program", "max_tokens": 12, "temperature": 0}'`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {
           io.out(`${signal}: draining in-flight requests…`);
@@ -88,4 +105,29 @@ export function registerServe(program: Command, io: CliIo): void {
         });
       });
     });
+}
+
+/** `--lora-modules` entries: `name=path`, or vLLM's JSON form `{"name": …, "path": …}`. */
+export function parseLoraModules(entries: readonly string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const e of entries) {
+    let name: string | undefined;
+    let path: string | undefined;
+    if (e.trimStart().startsWith('{')) {
+      try {
+        const j = JSON.parse(e) as { name?: unknown; path?: unknown };
+        if (typeof j.name === 'string') name = j.name;
+        if (typeof j.path === 'string') path = j.path;
+      } catch {
+        // reported below
+      }
+    } else {
+      const at = e.indexOf('=');
+      if (at > 0) [name, path] = [e.slice(0, at), e.slice(at + 1)];
+    }
+    if (name === undefined || path === undefined || path === '') throw new CliError(CliCode.USAGE, `--lora-modules: expected name=path or {"name": …, "path": …}, got '${e}'`);
+    if (name in out) throw new CliError(CliCode.USAGE, `--lora-modules: '${name}' is given twice`);
+    out[name] = path;
+  }
+  return out;
 }
