@@ -6,6 +6,8 @@ export const CliCode = {
   IO: 'CLI_IO',
   /** A flag or argument is invalid. */
   USAGE: 'CLI_USAGE',
+  /** The server cannot listen on the address (in use, not available, permission). */
+  LISTEN: 'CLI_LISTEN',
 } as const;
 
 /** Union of CLI error codes. */

@@ -26,9 +26,15 @@ export interface Limits {
   readonly padTokenId: number | undefined;
 }
 
-/** Sampling options from OpenAI fields: temperature 0 means greedy. */
+/**
+ * Temperatures below this are greedy (vLLM's `_SAMPLING_EPS`): dividing logits by a tiny positive
+ * temperature overflows to infinities and would pick one token forever.
+ */
+export const GREEDY_BELOW_TEMPERATURE = 1e-5;
+
+/** Sampling options from OpenAI fields: temperature 0 (or below 1e-5) means greedy. */
 export function samplingOf(f: GenerationFields): SamplingOptions {
-  if (f.temperature === 0) return { greedy: true };
+  if (f.temperature !== undefined && f.temperature < GREEDY_BELOW_TEMPERATURE) return { greedy: true };
   return {
     ...(f.temperature === undefined ? {} : { temperature: f.temperature }),
     ...(f.top_p === undefined ? {} : { topP: f.top_p }),
@@ -45,14 +51,33 @@ export interface Outcome {
   readonly promptTokens: number;
 }
 
-/** Streams events of one generation as server-sent events (`data: …\n\n`, then `data: [DONE]`). */
+/**
+ * Streams events of one generation as server-sent events (`data: …\n\n`, then `data: [DONE]`).
+ * The 200 and its headers go out with the first event, not before: a request that fails
+ * validation or admission before its first token still gets its 4xx/429 (with `Retry-After`).
+ */
 export class SseStream {
   #open = true;
+  #started = false;
+  readonly #preamble: unknown[] = [];
   constructor(private readonly reply: FastifyReply) {
-    reply.raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
     reply.raw.on('close', () => {
       this.#open = false;
     });
+  }
+  /** Whether the headers (and so a 200) have been sent. */
+  get started(): boolean {
+    return this.#started;
+  }
+  /** Queues an event sent ahead of the first `send` (the chat role chunk). */
+  preamble(data: unknown): void {
+    this.#preamble.push(data);
+  }
+  #start(): void {
+    if (this.#started) return;
+    this.#started = true;
+    this.reply.raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    for (const d of this.#preamble.splice(0)) this.reply.raw.write(`data: ${JSON.stringify(d)}\n\n`);
   }
   /** Whether the client is still connected. */
   get open(): boolean {
@@ -60,11 +85,16 @@ export class SseStream {
   }
   /** Sends one JSON event. */
   send(data: unknown): void {
-    if (this.#open) this.reply.raw.write(`data: ${JSON.stringify(data)}\n\n`);
+    if (!this.#open) return;
+    this.#start();
+    this.reply.raw.write(`data: ${JSON.stringify(data)}\n\n`);
   }
   /** Ends the stream with `[DONE]`. */
   done(): void {
-    if (this.#open) this.reply.raw.end('data: [DONE]\n\n');
+    if (this.#open) {
+      this.#start();
+      this.reply.raw.end('data: [DONE]\n\n');
+    }
     this.#open = false;
   }
 }

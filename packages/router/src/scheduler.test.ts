@@ -108,11 +108,12 @@ describe('TenantRegistry', () => {
     expect(reg.visibleModels('key-bbbbbbbb', known)).toEqual(['o-r2']);
   });
 
-  it('refuses missing and unknown keys (401), other tenants adapters (403) and unknown models (404)', () => {
+  it('refuses missing and unknown keys (401); other tenants adapters and unknown models alike (404)', () => {
     expect(() => reg.route(undefined, 'qv-r8', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNAUTHORIZED' }) as Error);
     expect(() => reg.route('nope-nope-nope', 'qv-r8', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNAUTHORIZED' }) as Error);
-    expect(() => reg.route('key-aaaaaaaa', 'o-r2', known)).toThrow(expect.objectContaining({ code: 'ROUTER_FORBIDDEN' }) as Error);
-    expect(() => reg.route('key-bbbbbbbb', 'llama', known)).toThrow(expect.objectContaining({ code: 'ROUTER_FORBIDDEN' }) as Error);
+    expect(() => reg.route('key-aaaaaaaa', 'o-r2', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNKNOWN_MODEL' }) as Error);
+    expect(() => reg.route('key-bbbbbbbb', 'llama', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNKNOWN_MODEL' }) as Error);
+    expect(() => reg.route(undefined, 'gpt-4', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNAUTHORIZED' }) as Error);
     expect(() => reg.route('key-aaaaaaaa', 'gpt-4', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNKNOWN_MODEL' }) as Error);
   });
 

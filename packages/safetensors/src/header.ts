@@ -5,6 +5,28 @@ import { findDuplicateKey } from './json-keys.js';
 /** Largest header the reader accepts, in bytes (the upstream `MAX_HEADER_SIZE`). */
 export const MAX_HEADER_BYTES = 100_000_000;
 
+/**
+ * Deepest JSON nesting a header may have. A valid header is 3 levels deep (root, tensor entry,
+ * shape); hostile nesting thousands deep would otherwise overflow recursive consumers.
+ */
+export const MAX_HEADER_DEPTH = 16;
+
+/**
+ * Deepest array/object nesting of JSON `text`, by a linear scan that skips strings (no recursion).
+ */
+export function jsonDepth(text: string): number {
+  let depth = 0;
+  let max = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      for (i++; i < text.length && text.charCodeAt(i) !== 0x22; i++) if (text.charCodeAt(i) === 0x5c) i++;
+    } else if (c === 0x7b || c === 0x5b) max = Math.max(max, ++depth);
+    else if (c === 0x7d || c === 0x5d) depth--;
+  }
+  return max;
+}
+
 /** The reserved header key holding free-form string metadata. */
 export const METADATA_KEY = '__metadata__';
 
@@ -78,6 +100,8 @@ function parseJson(bytes: Uint8Array, file: string): Record<string, unknown> {
     throw new SafetensorsError(SafetensorsCode.BAD_JSON, 'header is not valid UTF-8', { file, cause });
   }
   let root: unknown;
+  const depth = jsonDepth(text);
+  if (depth > MAX_HEADER_DEPTH) fail(SafetensorsCode.BAD_JSON, `header nests ${String(depth)} levels deep; the limit is ${String(MAX_HEADER_DEPTH)}`, file);
   try {
     root = JSON.parse(text);
   } catch (cause) {

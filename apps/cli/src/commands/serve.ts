@@ -1,8 +1,8 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { parseRouterConfig } from '@stageml/router';
 import { createServer } from '@stageml/server';
-import { parseNonNegativeInt, parsePositiveInt } from '../args.js';
+import { parseHost, parseNonNegativeInt, parsePort, parsePositiveInt, parseSeconds } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
@@ -19,7 +19,17 @@ interface ServeOptions {
   maxBatch?: number;
   maxQueue?: number;
   adminKey?: string;
+  adapterRoot?: string[];
+  shutdownTimeout?: number;
+  bodyTimeout?: number;
   log?: boolean;
+}
+
+/** Fails with `CLI_IO` naming the flag unless `path` is an existing directory. */
+async function requireDir(path: string, flag: string): Promise<void> {
+  const s = await stat(path).catch(() => undefined);
+  if (s === undefined) throw new CliError(CliCode.IO, `${flag} '${path}' does not exist`);
+  if (!s.isDirectory()) throw new CliError(CliCode.IO, `${flag} '${path}' is not a directory`);
 }
 
 /** `stageml serve`: the reference server (OpenAI-compatible API) on a model and its adapters. */
@@ -30,16 +40,22 @@ export function registerServe(program: Command, io: CliIo): void {
     .requiredOption('--model <dir>', 'Hugging Face model directory')
     .option('--served-model-name <name>', 'name clients use for the base model (default: the directory name)')
     .option('--adapters <dir>', 'a directory of PEFT adapter directories, loaded at start')
-    .option('--host <host>', 'address to listen on', '127.0.0.1')
-    .option('--port <n>', 'port (0: any free port)', parseNonNegativeInt, 8000)
+    .option('--host <host>', 'address to listen on', parseHost, '127.0.0.1')
+    .option('--port <n>', 'port (0: any free port)', parsePort, 8000)
     .option('--config <file>', 'tenants, API keys, adapters and staged plans (JSON, docs/server.md)')
     .option('--executor <name>', `executor: ${EXECUTOR_NAMES.join(', ')} (default: auto, the fastest measured here)`, 'auto')
     .option('--pad-token-id <id>', 'mask prompt tokens equal to this id (HF pad_token_id semantics)', parseNonNegativeInt)
     .option('--max-batch <n>', 'most sequences decoded together', parsePositiveInt)
     .option('--max-queue <n>', 'most queued requests before 429', parsePositiveInt)
-    .option('--admin-key <key>', 'key allowed to load/unload adapters when tenants are configured')
+    .option('--admin-key <key>', 'key guarding load/unload (always when set), /metrics and /ready details')
+    .option('--adapter-root <dir...>', 'directories runtime adapter loads may read from (repeatable; default: --adapters)')
+    .option('--shutdown-timeout <s>', 'seconds to drain in-flight requests on SIGTERM before closing connections (default 30)', parseSeconds)
+    .option('--body-timeout <s>', 'seconds a client may take to send a request body (default 30)', parseSeconds)
     .option('--log', 'log every request')
     .action(async (opts: ServeOptions) => {
+      await requireDir(opts.model, '--model');
+      if (opts.adapters !== undefined) await requireDir(opts.adapters, '--adapters');
+      for (const r of opts.adapterRoot ?? []) await requireDir(r, '--adapter-root');
       let config;
       if (opts.config !== undefined) {
         let text: string;
@@ -60,9 +76,20 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.maxBatch === undefined ? {} : { maxBatch: opts.maxBatch }),
         ...(opts.maxQueue === undefined ? {} : { maxQueue: opts.maxQueue }),
         ...(opts.adminKey === undefined ? {} : { adminKey: opts.adminKey }),
+        ...(opts.adapterRoot === undefined ? {} : { adapterRoots: opts.adapterRoot }),
+        ...(opts.shutdownTimeout === undefined ? {} : { shutdownTimeoutMs: opts.shutdownTimeout }),
+        ...(opts.bodyTimeout === undefined ? {} : { bodyTimeoutMs: opts.bodyTimeout }),
         logger: opts.log === true,
       });
-      const address = await server.listen(opts.host, opts.port);
+      let address: string;
+      try {
+        address = await server.listen(opts.host, opts.port);
+      } catch (e) {
+        await server.shutdown().catch(() => undefined);
+        const code = (e as { code?: unknown }).code;
+        const why = code === 'EADDRINUSE' ? 'the address is already in use' : code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN' ? 'the address is not available on this machine' : code === 'EACCES' ? 'permission denied (ports below 1024 need privileges)' : (e as Error).message;
+        throw new CliError(CliCode.LISTEN, `cannot listen on ${opts.host}:${String(opts.port)}: ${why}`, { cause: e });
+      }
       const models = [server.modelName, ...server.lm.adapterNames];
       io.out(`stageml server ready on ${address} · model ${server.modelName} · adapters: ${server.lm.adapterNames.join(', ') || 'none'} · executor ${server.lm.executorName}`);
       io.out(`try: curl -s ${address}/v1/completions -H 'content-type: application/json' -d '{"model": "${models[1] ?? models[0]!}", "prompt": "The staged program", "max_tokens": 12, "temperature": 0}'`);
