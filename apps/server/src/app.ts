@@ -56,6 +56,13 @@ export interface ServerOptions {
   readonly bodyTimeoutMs?: number;
   /** Milliseconds `shutdown` waits for in-flight requests before closing every connection (default 30 s). */
   readonly shutdownTimeoutMs?: number;
+  /**
+   * Milliseconds a queue-full 429 is held before it is sent (default 1000, the Retry-After minimum; 0: at once). A client
+   * that retries at once then costs the server a few rejections a second rather than thousands,
+   * so a flood past capacity cannot starve the requests being served. At most 4096 are held; past
+   * that they are sent at once.
+   */
+  readonly rejectDelayMs?: number;
   /** Log requests (pino through fastify). */
   readonly logger?: boolean;
 }
@@ -90,6 +97,7 @@ function sameKey(a: string, b: string): boolean {
   return timingSafeEqual(d(a), d(b));
 }
 
+const QUEUE_FULL_BODY = JSON.stringify({ error: { message: "this tenant's queue is full; retry after the Retry-After seconds", type: 'rate_limit_error', code: 'ROUTER_QUEUE_FULL' } });
 const GENERATION_ROUTES = new Set(['/v1/completions', '/v1/chat/completions']);
 const ADMIN_ROUTES = new Set(['/v1/load_lora_adapter', '/v1/unload_lora_adapter']);
 
@@ -175,6 +183,8 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   // Authentication, admission and the body timeout run on the request line and headers, before
   // the body is read: an unauthenticated or over-limit request costs no parsing or tokenizing.
   const bodyTimeoutMs = opts.bodyTimeoutMs ?? 30_000;
+  const rejectDelayMs = opts.rejectDelayMs ?? 1000;
+  let held = 0;
   app.addHook('onRequest', (req, reply, done) => {
     if (!req.raw.complete) {
       const timer = setTimeout(() => {
@@ -206,8 +216,21 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
         tenantOf.set(req, tenant);
         if (GENERATION_ROUTES.has(path)) {
           ensureOpen();
-          // The cheap 429 path: a full tenant queue is refused before its body is read.
-          if (scheduler.isFull(tenant)) throw new StageError('ROUTER_QUEUE_FULL', "this tenant's queue is full");
+          // The cheap 429 path: a full tenant queue is refused before its body is read, with a
+          // prebuilt body and no error object, and held a while (see `rejectDelayMs`).
+          if (scheduler.isFull(tenant)) {
+            const send = (): void => {
+              if (!reply.sent) void reply.code(429).header('retry-after', String(scheduler.retryAfterSeconds(tenant))).header('content-type', 'application/json; charset=utf-8').send(QUEUE_FULL_BODY);
+            };
+            if (rejectDelayMs > 0 && held < 4096) {
+              held++;
+              setTimeout(() => {
+                held--;
+                send();
+              }, rejectDelayMs);
+            } else send();
+            return;
+          }
         }
       }
     } catch (e) {
