@@ -7,7 +7,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseRouterConfig } from '@stageml/router';
+import { RouterCode, RouterError, parseRouterConfig } from '@stageml/router';
 import { SafetensorsFile, serializeSafetensors } from '@stageml/safetensors';
 import type { HostTensor } from '@stageml/ir';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -174,12 +174,26 @@ describe('tenancy and robustness (issue 19), server with tenants', () => {
     const bad = await call(base, '/v1/completions', greedy('qv-r8', 0, { stream: true, max_tokens: 100_000 }), A);
     expect(bad.status).toBe(400);
     expect(bad.json.error.code).toBe('SERVER_TOO_MANY_TOKENS');
-    const flood = Array.from({ length: 12 }, () => call(base, '/v1/completions', greedy('qv-r8', 0, { max_tokens: 200 }), A));
-    await queueFull('a');
-    const full = await call(base, '/v1/completions', greedy('qv-r8', 1, { stream: true }), A);
-    expect(full.status).toBe(429);
-    expect(Number(full.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-    await Promise.all(flood);
+    // A full queue, seen before the body is read (the cheap path) and at submission (a race
+    // between the two): both answer 429 with Retry-After, never a 200 stream.
+    const sched = server.scheduler as unknown as { isFull: (t: string) => boolean; submit: (...a: unknown[]) => unknown };
+    const [isFull, submit] = [sched.isFull, sched.submit];
+    try {
+      sched.isFull = () => true;
+      const full = await call(base, '/v1/completions', greedy('qv-r8', 1, { stream: true }), A);
+      expect(full.status).toBe(429);
+      expect(Number(full.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      sched.isFull = isFull;
+      sched.submit = () => {
+        throw new RouterError(RouterCode.QUEUE_FULL, "this tenant's queue is full");
+      };
+      const raced = await call(base, '/v1/chat/completions', { model: 'qv-r8', messages: [{ role: 'user', content: 'hi' }], stream: true }, A);
+      expect(raced.status).toBe(429);
+      expect(raced.json.error.code).toBe('ROUTER_QUEUE_FULL');
+      expect(Number(raced.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    } finally {
+      [sched.isFull, sched.submit] = [isFull, submit];
+    }
     const ok = await call(base, '/v1/completions', greedy('qv-r8', 1, { stream: true }), A);
     expect(ok.status).toBe(200);
     expect(ok.text.trim().endsWith('data: [DONE]')).toBe(true);
