@@ -35,14 +35,14 @@ const sampler = setInterval(() => {
 
 let churns = 0;
 let churnFailures = 0;
-let stopChurn = false;
+const churnState = { stop: false };
 const admin = (path: string, body: unknown): Promise<number> =>
   fetch(`${server.base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` }, body: JSON.stringify(body) }).then(async (r) => {
     await r.arrayBuffer();
     return r.status;
   });
 const churn = (async () => {
-  while (!stopChurn) {
+  while (!churnState.stop) {
     const name = `churn-${String(churns % 4)}`;
     const loaded = await admin('/v1/load_lora_adapter', { lora_name: name, lora_path: join(root, 'churn') });
     await new Promise((r) => setTimeout(r, 500));
@@ -74,7 +74,7 @@ const result = await autocannon({
     },
   ],
 });
-stopChurn = true;
+churnState.stop = true;
 await churn;
 clearInterval(sampler);
 samples.push({ t: (performance.now() - t0) / 1000, rss: server.rssMiB(), done });

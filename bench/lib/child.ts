@@ -23,7 +23,7 @@ export function startServerChild(opts: Record<string, unknown>): Promise<ServerC
       reject(new Error('the bench server did not start within 120 s'));
     }, 120_000);
     let buf = '';
-    proc.stdout!.on('data', (d: Buffer) => {
+    proc.stdout.on('data', (d: Buffer) => {
       buf += d.toString();
       const m = /listening (\S+) executor (\S+)/.exec(buf);
       if (m === null) return;

@@ -338,18 +338,18 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     if (missing !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'tenants': no tenant named '${missing.slice(0, 64)}'`);
     loading.add(name);
     const dirs: string[] = [];
-    let timedOut = false;
+    const state = { timedOut: false };
     const work = (async () => {
       const dir = await checkAdapterPath(body.lora_path, { roots: adapterRoots, ...(opts.maxAdapterBytes === undefined ? {} : { maxWeightsBytes: opts.maxAdapterBytes }) });
       dirs.push(dir);
       await lm.loadAdapter(dir, name);
       // A load that outlived its timeout is undone: the client was told nothing changed.
-      if (timedOut) lm.unloadAdapter(name);
+      if (state.timedOut) lm.unloadAdapter(name);
     })();
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        timedOut = true;
+        state.timedOut = true;
         reject(new ServerError(ServerCode.ADAPTER_TIMEOUT, `loading adapter '${name}' took longer than ${String(loadTimeoutMs)} ms; nothing was changed`));
       }, loadTimeoutMs);
     });
@@ -357,14 +357,14 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
       await Promise.race([work, timeout]);
       registry.grant(name, tenants);
     } catch (e) {
-      if (e instanceof StageError && !timedOut) {
+      if (e instanceof StageError && !state.timedOut) {
         const dirsToHide = [...dirs, body.lora_path, ...adapterRoots.map((r) => r.replace(/[/\\]+$/, ''))];
         throw new StageError(e.code, redactPaths(e.message, dirsToHide), e.hint === undefined ? {} : { hint: e.hint });
       }
       throw e;
     } finally {
       clearTimeout(timer);
-      if (timedOut) void work.catch(() => undefined).finally(() => loading.delete(name));
+      if (state.timedOut) void work.catch(() => undefined).finally(() => loading.delete(name));
       else loading.delete(name);
     }
     return { status: 'ok', message: `Success: LoRA adapter '${name}' added successfully.` };

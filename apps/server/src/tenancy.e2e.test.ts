@@ -323,6 +323,21 @@ describe('tenancy and robustness (issue 19), server without tenants', () => {
     }
   });
 
+  it('row 6: a load past its timeout is answered 504 and undone; its name stays reserved until then', async () => {
+    const server = await createServer({ modelDir: `${fixtures}llama/base`, modelName: 'llama', adapterRoots: [`${fixtures}llama/adapters`], loadTimeoutMs: 1 });
+    const base = await server.listen('127.0.0.1', 0);
+    try {
+      const body = { lora_name: 'slow', lora_path: `${fixtures}llama/adapters/all-r16` };
+      const r = await call(base, '/v1/load_lora_adapter', body);
+      expect(r.status).toBe(504);
+      expect(r.json.error.code).toBe('SERVER_ADAPTER_TIMEOUT');
+      for (let i = 0; i < 500 && (await call(base, '/v1/unload_lora_adapter', { lora_name: 'slow' })).status === 409; i++) await new Promise((res) => setTimeout(res, 5));
+      expect(server.lm.adapterNames).not.toContain('slow');
+    } finally {
+      await server.shutdown();
+    }
+  });
+
   it('row 7: shutdown ends within its timeout while a client holds a half-sent body; a slow body gets 408', async () => {
     const server = await createServer({ modelDir: `${fixtures}llama/base`, modelName: 'llama', shutdownTimeoutMs: 800, bodyTimeoutMs: 400 });
     const base = await server.listen('127.0.0.1', 0);

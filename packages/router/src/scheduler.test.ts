@@ -89,6 +89,27 @@ describe('Scheduler', () => {
     expect(order.indexOf('polite')).toBeLessThan(2);
   });
 
+  it('bounds each tenant queue on its own: one tenant at its bound does not refuse another', async () => {
+    const s = new Scheduler(lm, { maxBatch: 1, maxQueue: 2 });
+    const jobs = [0, 1, 2].map((p) => s.submit(req('base', p, { tenant: 'flood', maxNewTokens: 2 })));
+    expect(s.isFull('flood')).toBe(true);
+    expect(() => s.submit(req('base', 3, { tenant: 'flood' }))).toThrow(expect.objectContaining({ code: 'ROUTER_QUEUE_FULL' }) as Error);
+    expect(s.isFull('quiet')).toBe(false);
+    jobs.push(s.submit(req('base', 3, { tenant: 'quiet', maxNewTokens: 2 })));
+    expect(s.snapshot().waitingByTenant).toEqual({ flood: 2, quiet: 1 });
+    await Promise.all(jobs);
+  });
+
+  it('shares batch slots by weight', async () => {
+    const order: string[] = [];
+    const s = new Scheduler(lm, { maxBatch: 4, tenantWeight: (t) => (t === 'heavy' ? 3 : 1) });
+    const blocker = s.submit(req('base', 0, { tenant: 'x', maxNewTokens: 1 }));
+    const jobs = ['heavy', 'light'].flatMap((tenant) => [0, 1, 2, 3].map((p) => s.submit(req('base', p, { tenant, maxNewTokens: 1, onToken: () => order.push(tenant) }))));
+    await Promise.all([blocker, ...jobs]);
+    // The first batch after the blocker: 3 slots of 4 to the tenant of weight 3.
+    expect(order.slice(0, 4).filter((t) => t === 'heavy')).toHaveLength(3);
+  });
+
   it('fails a request with a bad token with its coded error and keeps serving', async () => {
     const s = new Scheduler(lm);
     await expect(s.submit({ ...req('base', 0), prompt: [1, 9999] })).rejects.toMatchObject({ code: 'MODEL_BAD_TOKEN' });
