@@ -151,6 +151,8 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   const adapterRoots = opts.adapterRoots ?? (opts.adaptersDir === undefined ? [] : [opts.adaptersDir]);
   const loading = new Set<string>();
   const guarded = registry.authEnabled || opts.adminKey !== undefined;
+  const hidden = [opts.modelDir, ...adapterRoots, ...(opts.adaptersDir === undefined ? [] : [opts.adaptersDir])].map((d) => d.replace(/[/\\]+$/, ''));
+  const redactForTenant = (message: string): string => redactPaths(message, hidden).replace(/ \((?:loaded|serving)[^)]*\)/g, '');
   app.setErrorHandler((err: unknown, _req, reply) => {
     const fe = err as { code?: string; statusCode?: number; message?: string };
     let status = statusOf(err);
@@ -159,6 +161,9 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     if (!(err instanceof StageError) && fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE') [status, code, message] = [413, ServerCode.BODY_TOO_LARGE, 'the request body is too large'];
     else if (!(err instanceof StageError) && typeof fe.statusCode === 'number' && fe.statusCode < 500) [status, code] = [fe.statusCode, ServerCode.BAD_REQUEST];
     if (status === 429) void reply.header('retry-after', String(scheduler.retryAfterSeconds(tenantOf.get(_req))));
+    // Lower layers word their errors for operators (adapter lists, file paths); a tenant sees
+    // them without either, and never an internal error's text.
+    if (!isAdmin(_req)) message = status >= 500 && !(err instanceof StageError) ? 'internal server error' : redactForTenant(message);
     void reply.status(status).send({ error: { message, type: errorType(status), code } });
   });
   app.setNotFoundHandler((req, reply) => {
