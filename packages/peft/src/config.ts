@@ -1,3 +1,4 @@
+import { jsonDepth } from '@stageml/ir';
 import { RE2JS } from 're2js';
 import { z } from 'zod';
 import { PeftCode, PeftError } from './errors.js';
@@ -130,23 +131,6 @@ export function parseLoraConfig(text: string, file = 'adapter_config.json'): Lor
 
 function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-}
-
-/**
- * Deepest array/object nesting of JSON `text`, by a linear scan that skips strings (no
- * recursion: hostile nesting cannot overflow the stack).
- */
-export function jsonDepth(text: string): number {
-  let depth = 0;
-  let max = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x22) {
-      for (i++; i < text.length && text.charCodeAt(i) !== 0x22; i++) if (text.charCodeAt(i) === 0x5c) i++;
-    } else if (c === 0x7b || c === 0x5b) max = Math.max(max, ++depth);
-    else if (c === 0x7d || c === 0x5d) depth--;
-  }
-  return max;
 }
 
 /** A compiled linear-time matcher: whether a whole module name matches. */

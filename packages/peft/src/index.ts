@@ -17,7 +17,7 @@
  */
 export { PeftCode, PeftError } from './errors.js';
 export type { PeftErrorCode } from './errors.js';
-export { MAX_CONFIG_DEPTH, MAX_LORA_ALPHA, MAX_PATTERN_LENGTH, alphaFor, jsonDepth, matchPatternKey, parseLoraConfig, rankFor, scalingFor, targetsModule } from './config.js';
+export { MAX_CONFIG_DEPTH, MAX_LORA_ALPHA, MAX_PATTERN_LENGTH, alphaFor, matchPatternKey, parseLoraConfig, rankFor, scalingFor, targetsModule } from './config.js';
 export type { LoraConfig } from './config.js';
 export { MAX_ADAPTER_VALUE, checkAdapterAgainstBase, checkedAdapterTensor, loadLoraAdapter } from './adapter.js';
 export type { LoraAdapter, LoraModule, LoraParameterFactors } from './adapter.js';

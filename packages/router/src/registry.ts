@@ -1,3 +1,4 @@
+import { jsonDepth } from '@stageml/ir';
 import { z } from 'zod';
 import { RouterCode, RouterError } from './errors.js';
 
@@ -45,24 +46,6 @@ export interface RouterConfig {
 
 /** Deepest nesting a router config may have (a config is at most a few levels deep). */
 export const MAX_CONFIG_DEPTH = 32;
-
-/**
- * Deepest array/object nesting of JSON `text`, by a linear scan that skips strings (no recursion,
- * so hostile nesting cannot overflow the stack). Malformed text still gets a number; `JSON.parse`
- * reports its syntax.
- */
-export function jsonDepth(text: string): number {
-  let depth = 0;
-  let max = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x22) {
-      for (i++; i < text.length && text.charCodeAt(i) !== 0x22; i++) if (text.charCodeAt(i) === 0x5c) i++;
-    } else if (c === 0x7b || c === 0x5b) max = Math.max(max, ++depth);
-    else if (c === 0x7d || c === 0x5d) depth--;
-  }
-  return max;
-}
 
 /** Parses a router config (JSON text); malformed configs are `ROUTER_BAD_CONFIG` naming the field. */
 export function parseRouterConfig(text: string, file = 'config.json'): RouterConfig {

@@ -1,3 +1,4 @@
+import { jsonDepth } from '@stageml/ir';
 import { type SafetensorsDType, isSafetensorsDType, SAFETENSORS_DTYPES, safetensorsDTypeBytes } from './dtype.js';
 import { SafetensorsCode, SafetensorsError, type SafetensorsErrorCode } from './errors.js';
 import { findDuplicateKey } from './json-keys.js';
@@ -10,22 +11,6 @@ export const MAX_HEADER_BYTES = 100_000_000;
  * shape); hostile nesting thousands deep would otherwise overflow recursive consumers.
  */
 export const MAX_HEADER_DEPTH = 16;
-
-/**
- * Deepest array/object nesting of JSON `text`, by a linear scan that skips strings (no recursion).
- */
-export function jsonDepth(text: string): number {
-  let depth = 0;
-  let max = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x22) {
-      for (i++; i < text.length && text.charCodeAt(i) !== 0x22; i++) if (text.charCodeAt(i) === 0x5c) i++;
-    } else if (c === 0x7b || c === 0x5b) max = Math.max(max, ++depth);
-    else if (c === 0x7d || c === 0x5d) depth--;
-  }
-  return max;
-}
 
 /** The reserved header key holding free-form string metadata. */
 export const METADATA_KEY = '__metadata__';
