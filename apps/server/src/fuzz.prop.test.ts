@@ -47,7 +47,7 @@ describe('fuzz: HTTP schemas against the real server', () => {
     const arb = fc.oneof(
       completionBody.map((b) => ['/v1/completions', JSON.stringify(b)] as const),
       chatBody.map((b) => ['/v1/chat/completions', JSON.stringify(b)] as const),
-      adminBody.map((b) => [fc.sample(fc.constantFrom('/v1/load_lora_adapter', '/v1/unload_lora_adapter'), { numRuns: 1, seed: JSON.stringify(b).length })[0]!, JSON.stringify(b)] as const),
+      fc.tuple(fc.constantFrom('/v1/load_lora_adapter', '/v1/unload_lora_adapter'), adminBody).map(([path, b]) => [path, JSON.stringify(b)] as const),
       fc.string({ maxLength: 60 }).map((s) => ['/v1/completions', s] as const),
     );
     await fc.assert(
@@ -84,7 +84,7 @@ describe('fuzz: adapter configs', () => {
           for (const m of MODULES) {
             targetsModule(c, m);
             rankFor(c, m);
-            expect(Number.isFinite(scalingFor(c, m)) || Number.isNaN(scalingFor(c, m))).toBe(true);
+            expect(Number.isFinite(scalingFor(c, m))).toBe(true);
           }
         } catch (e) {
           expect(e, String(e)).toBeInstanceOf(StageError);
