@@ -19,6 +19,30 @@ export function parseNonNegativeInt(value: string): number {
   return Number(value);
 }
 
+/** Parses a TCP port, 0 (any free port) to 65535. */
+export function parsePort(value: string): number {
+  if (!/^\d{1,5}$/.test(value) || Number(value) > 65535) throw new InvalidArgumentError(`expected a port from 0 to 65535, got '${value}'`);
+  return Number(value);
+}
+
+/**
+ * Parses a listen address: an IPv4 or IPv6 literal or a host name. Dotted digits that are no IPv4
+ * address (`999.1.1.1`) are refused here rather than failing a DNS lookup later.
+ */
+export function parseHost(value: string): string {
+  const v4 = /^\d+(\.\d+){3}$/.test(value);
+  const ok = v4 ? value.split('.').every((p) => Number(p) <= 255 && (p === '0' || !p.startsWith('0'))) : value.includes(':') ? /^[0-9A-Fa-f:.]+$/.test(value) : /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/.test(value);
+  if (!ok) throw new InvalidArgumentError(`expected an IP address or host name, got '${value}'`);
+  return value;
+}
+
+/** Parses a positive number of seconds into milliseconds. */
+export function parseSeconds(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n <= 0 || n > 86_400) throw new InvalidArgumentError(`expected seconds between 0 and 86400, got '${value}'`);
+  return Math.round(n * 1000);
+}
+
 /** Parses a finite number. */
 export function parseNumber(value: string): number {
   const n = Number(value);

@@ -59,7 +59,15 @@ export async function runCli(argv: readonly string[], io: CliIo = defaultIo): Pr
       if (e.hint !== undefined) io.err(`  hint: ${e.hint}`);
       return exitCodeFor(e);
     }
-    io.err(`internal error: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+    // A system error (errno code) is an I/O failure, not a bug: coded, no stack trace.
+    const errno = (e as { code?: unknown; syscall?: unknown } | null)?.code;
+    if (e instanceof Error && typeof errno === 'string' && /^E[A-Z0-9]+$/.test(errno)) {
+      io.err(`error[CLI_IO]: ${e.message}`);
+      return ExitCode.IO;
+    }
+    const detail = process.env['STAGEML_DEBUG'] === '1' && e instanceof Error ? (e.stack ?? e.message) : e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+    io.err(`internal error: ${detail}`);
+    if (process.env['STAGEML_DEBUG'] !== '1') io.err('  hint: set STAGEML_DEBUG=1 for a stack trace, and please report it');
     return ExitCode.INTERNAL;
   }
 }

@@ -10,6 +10,8 @@ export const CliCode = {
   HAPROXY_MISSING: 'CLI_HAPROXY_MISSING',
   /** A `stageml cluster` replica or HAProxy failed to start, or the cluster stopped unasked. */
   CLUSTER_FAILED: 'CLI_CLUSTER_FAILED',
+  /** The server cannot listen on the address (in use, not available, permission). */
+  LISTEN: 'CLI_LISTEN',
 } as const;
 
 /** Union of CLI error codes. */

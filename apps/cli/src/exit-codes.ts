@@ -24,7 +24,7 @@ export type ExitCodeValue = (typeof ExitCode)[keyof typeof ExitCode];
 export function exitCodeFor(err: unknown): ExitCodeValue {
   if (err instanceof StageError) {
     const code = String(err.code);
-    if (code.endsWith('_IO') || code === 'CLI_IO') return ExitCode.IO;
+    if (code.endsWith('_IO') || code === 'CLI_IO' || code === 'CLI_LISTEN') return ExitCode.IO;
     if (code.startsWith('CLI_USAGE')) return ExitCode.USAGE;
     return ExitCode.INVALID_INPUT;
   }

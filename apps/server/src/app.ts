@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import { hostname } from 'node:os';
 import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -9,6 +9,7 @@ import { type Route, type RouterConfig, Scheduler, TenantRegistry } from '@stage
 import type { Executor } from '@stageml/runtime';
 import type { z } from 'zod';
 import { chatPromptIds, renderChat } from './chat-template.js';
+import { checkAdapterPath, redactPaths } from './adapter-guard.js';
 import { ServerCode, ServerError, errorType, statusOf } from './errors.js';
 import { type GenerationFields, type Limits, type Outcome, type RunOptions, SseStream, maxTokensFor, runGeneration } from './generation.js';
 import { type CompletionLogprobs, chatLogprobs, completionLogprobs, mergeCompletionLogprobs } from './logprobs.js';
@@ -66,12 +67,35 @@ export interface ServerOptions {
   readonly maxNewTokens?: number;
   /** Prompt tokens equal to this id are masked, as HF generate with `pad_token_id`. */
   readonly padTokenId?: number;
-  /** Key that may load and unload adapters when tenants are configured. */
+  /**
+   * Key that guards the admin routes (load/unload) and, when set or when tenants are configured,
+   * `/metrics` and the details of `/ready`. With it set, admin routes always need it (with or
+   * without tenants); with tenants and no admin key they are closed.
+   */
   readonly adminKey?: string;
+  /**
+   * Directories runtime adapter loads may read from (`--adapter-root`, repeatable). Default: the
+   * `adaptersDir`, if any; none: `load_lora_adapter` is refused. When given explicitly, a request
+   * for an adapter not loaded also loads `<root>/<name>` on demand (docs/scale-out.md).
+   */
+  readonly adapterRoots?: readonly string[];
+  /** Largest `adapter_model.safetensors` a runtime load may read, in bytes (default 4 GiB). */
+  readonly maxAdapterBytes?: number;
+  /** Milliseconds a runtime adapter load may take before it is abandoned and undone (default 30 s). */
+  readonly loadTimeoutMs?: number;
+  /** Milliseconds a client may take to send a request body (default 30 s); then 408 and the connection closes. */
+  readonly bodyTimeoutMs?: number;
+  /** Milliseconds `shutdown` waits for in-flight requests before closing every connection (default 30 s). */
+  readonly shutdownTimeoutMs?: number;
+  /**
+   * Milliseconds a queue-full 429 is held before it is sent (default 1000, the Retry-After minimum; 0: at once). A client
+   * that retries at once then costs the server a few rejections a second rather than thousands,
+   * so a flood past capacity cannot starve the requests being served. At most 4096 are held; past
+   * that they are sent at once.
+   */
+  readonly rejectDelayMs?: number;
   /** Log requests (pino through fastify). */
   readonly logger?: boolean;
-  /** Shared adapter roots: a request for an adapter not loaded loads `<root>/<name>` on demand (docs/scale-out.md). */
-  readonly adapterRoots?: readonly string[];
   /** Adapter slot capacity: most adapters loaded at once, `max_lora` in the metrics (default 16). */
   readonly maxLoras?: number;
   /** Name sent in every response's `x-stageml-replica` header (default `hostname:port`). */
@@ -93,12 +117,26 @@ export interface StageServer {
   shutdown(): Promise<void>;
 }
 
+/**
+ * The API key of `Authorization: Bearer <key>`: the scheme (case-insensitive, RFC 7235), one
+ * space, and a key of visible characters, nothing else. No header: undefined. Any other form is
+ * `''` — a key that matches no tenant, so a malformed header is refused, never read as a key.
+ */
 function bearer(req: FastifyRequest): string | undefined {
   const h = req.headers.authorization;
   if (h === undefined) return undefined;
-  const m = /^Bearer\s+(.+)$/i.exec(h);
-  return m === null ? h : m[1];
+  const m = /^Bearer ([!-~]+)$/i.exec(h);
+  return m === null ? '' : m[1];
 }
+
+function sameKey(a: string, b: string): boolean {
+  const d = (x: string) => createHash('sha256').update(x).digest();
+  return timingSafeEqual(d(a), d(b));
+}
+
+const QUEUE_FULL_BODY = JSON.stringify({ error: { message: "this tenant's queue is full; retry after the Retry-After seconds", type: 'rate_limit_error', code: 'ROUTER_QUEUE_FULL' } });
+const GENERATION_ROUTES = new Set(['/v1/completions', '/v1/chat/completions']);
+const ADMIN_ROUTES = new Set(['/v1/load_lora_adapter', '/v1/unload_lora_adapter']);
 
 function parse<T>(schema: z.ZodType<T>, body: unknown): T {
   const r = schema.safeParse(body);
@@ -125,6 +163,8 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     ...(opts.maxBatch === undefined ? {} : { maxBatch: opts.maxBatch }),
     ...(opts.maxQueue === undefined ? {} : { maxQueue: opts.maxQueue }),
     tenantCap: (t) => registry.tenant(t)?.maxRunning,
+    tenantQueue: (t) => registry.tenant(t)?.maxQueue,
+    tenantWeight: (t) => registry.tenant(t)?.weight,
     isStaged: (a) => staged === undefined || staged.has(a),
   });
   const maxLoras = opts.maxLoras ?? 16;
@@ -133,6 +173,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   const resolver = opts.adapterRoots === undefined || opts.adapterRoots.length === 0 ? undefined : new AdapterResolver(lm, {
     roots: opts.adapterRoots,
     capacity: maxLoras,
+    check: (dir) => checkAdapterPath(dir, { roots: opts.adapterRoots ?? [], ...(opts.maxAdapterBytes === undefined ? {} : { maxWeightsBytes: opts.maxAdapterBytes }) }),
     isBusy: (name) => {
       const s = scheduler.snapshot();
       return (s.runningByAdapter[name] ?? 0) + (s.waitingByAdapter[name] ?? 0) > 0;
@@ -165,6 +206,12 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   let draining = false;
 
   const app = Fastify({ logger: opts.logger ?? false, bodyLimit: opts.bodyLimit ?? 1024 * 1024 });
+  const tenantOf = new WeakMap<FastifyRequest, string>();
+  const adapterRoots = opts.adapterRoots ?? (opts.adaptersDir === undefined ? [] : [opts.adaptersDir]);
+  const loading = new Set<string>();
+  const guarded = registry.authEnabled || opts.adminKey !== undefined;
+  const hidden = [opts.modelDir, ...adapterRoots, ...(opts.adaptersDir === undefined ? [] : [opts.adaptersDir])].map((d) => d.replace(/[/\\]+$/, ''));
+  const redactForTenant = (message: string): string => redactPaths(message, hidden).replace(/ \((?:loaded|serving)[^)]*\)/g, '');
   app.setErrorHandler((err: unknown, _req, reply) => {
     const fe = err as { code?: string; statusCode?: number; message?: string };
     let status = statusOf(err);
@@ -172,7 +219,10 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     let message = err instanceof Error ? err.message : String(err);
     if (!(err instanceof StageError) && fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE') [status, code, message] = [413, ServerCode.BODY_TOO_LARGE, 'the request body is too large'];
     else if (!(err instanceof StageError) && typeof fe.statusCode === 'number' && fe.statusCode < 500) [status, code] = [fe.statusCode, ServerCode.BAD_REQUEST];
-    if (status === 429) void reply.header('retry-after', String(scheduler.retryAfterSeconds()));
+    if (status === 429) void reply.header('retry-after', String(scheduler.retryAfterSeconds(tenantOf.get(_req))));
+    // Lower layers word their errors for operators (adapter lists, file paths); a tenant sees
+    // them without either, and never an internal error's text.
+    if (!isAdmin(_req)) message = status >= 500 && !(err instanceof StageError) ? 'internal server error' : redactForTenant(message);
     void reply.status(status).send({ error: { message, type: errorType(status), code } });
   });
   app.setNotFoundHandler((req, reply) => {
@@ -184,11 +234,75 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     if (draining) throw new StageError('ROUTER_DRAINING', 'the server is shutting down and accepts no new requests');
   };
   const requireAdmin = (req: FastifyRequest): void => {
-    if (!registry.authEnabled) return;
+    if (!guarded) return;
     const key = bearer(req);
     if (key === undefined) throw new StageError('ROUTER_UNAUTHORIZED', 'an API key is required');
-    if (opts.adminKey === undefined || key !== opts.adminKey) throw new StageError('ROUTER_FORBIDDEN', 'only the admin key may load or unload adapters');
+    if (opts.adminKey === undefined || !sameKey(key, opts.adminKey)) throw new StageError('ROUTER_FORBIDDEN', 'only the admin key may do this');
   };
+  const isAdmin = (req: FastifyRequest): boolean => {
+    const key = bearer(req);
+    return opts.adminKey !== undefined && key !== undefined && sameKey(key, opts.adminKey);
+  };
+
+  // Authentication, admission and the body timeout run on the request line and headers, before
+  // the body is read: an unauthenticated or over-limit request costs no parsing or tokenizing.
+  const bodyTimeoutMs = opts.bodyTimeoutMs ?? 30_000;
+  const rejectDelayMs = opts.rejectDelayMs ?? 1000;
+  let held = 0;
+  app.addHook('onRequest', (req, reply, done) => {
+    if (!req.raw.complete) {
+      const timer = setTimeout(() => {
+        if (req.raw.complete || req.raw.socket.destroyed) return;
+        const body = JSON.stringify({ error: { message: 'the request body did not arrive in time', type: 'invalid_request_error', code: ServerCode.BODY_TIMEOUT } });
+        req.raw.socket.end(`HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: ${String(Buffer.byteLength(body))}\r\n\r\n${body}`);
+        req.raw.socket.destroySoon();
+      }, bodyTimeoutMs);
+      timer.unref();
+      req.raw.once('end', () => {
+        clearTimeout(timer);
+      });
+      reply.raw.once('close', () => {
+        clearTimeout(timer);
+      });
+    }
+    const path = req.url.split('?')[0]!;
+    try {
+      if (ADMIN_ROUTES.has(path) || (guarded && path === '/metrics')) requireAdmin(req);
+      else if (GENERATION_ROUTES.has(path) || path === '/v1/models') {
+        let tenant = 'anonymous';
+        if (registry.authEnabled) {
+          const key = bearer(req);
+          if (key === undefined || key === '') throw new StageError('ROUTER_UNAUTHORIZED', 'an API key is required (Authorization: Bearer <key>)');
+          const t = registry.tenantOfKey(key);
+          if (t === undefined) throw new StageError('ROUTER_UNAUTHORIZED', 'the API key is not valid');
+          tenant = t.name;
+        }
+        tenantOf.set(req, tenant);
+        if (GENERATION_ROUTES.has(path)) {
+          ensureOpen();
+          // The cheap 429 path: a full tenant queue is refused before its body is read, with a
+          // prebuilt body and no error object, and held a while (see `rejectDelayMs`).
+          if (scheduler.isFull(tenant)) {
+            const send = (): void => {
+              if (!reply.sent) void reply.code(429).header('retry-after', String(scheduler.retryAfterSeconds(tenant))).header('content-type', 'application/json; charset=utf-8').send(QUEUE_FULL_BODY);
+            };
+            if (rejectDelayMs > 0 && held < 4096) {
+              held++;
+              setTimeout(() => {
+                held--;
+                send();
+              }, rejectDelayMs);
+            } else send();
+            return;
+          }
+        }
+      }
+    } catch (e) {
+      done(e as Error);
+      return;
+    }
+    done();
+  });
   const clientGone = (req: FastifyRequest): AbortSignal => {
     const ac = new AbortController();
     req.raw.on('close', () => {
@@ -211,8 +325,10 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   }
 
   app.get('/health', () => ({ status: 'ok' }));
-  app.get('/ready', (_req, reply) => {
+  app.get('/ready', (req, reply) => {
     if (draining) return reply.status(503).send({ status: 'draining' });
+    // Adapter names are tenants' business: shown only to the admin when access is guarded.
+    if (guarded && !isAdmin(req)) return reply.send({ status: 'ready' });
     return reply.send({ status: 'ready', model: modelName, adapters: lm.adapterNames });
   });
   app.get('/metrics', async (_req, reply) => reply.header('content-type', metrics.registry.contentType).send(await metrics.registry.metrics()));
@@ -222,7 +338,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
       object: 'model',
       created: 0,
       owned_by: 'stageml',
-      root: id === modelName || aliases.has(id) ? opts.modelDir : id,
+      root: id,
       parent: id === modelName || aliases.has(id) ? null : modelName,
       max_model_len: limits.maxModelLen,
     }));
@@ -307,10 +423,10 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
             Array.from({ length: n }, async (_u, j) => {
               const index = pi * n + j;
               let text = '';
-              if (chat) sse.send(chunk(index, { delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }));
+              if (chat) sse.preamble(chunk(index, { delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }));
               if (echo) {
                 text = echoText[pi]!;
-                sse.send(chunk(index, { text, logprobs: topLogprobs === undefined ? null : logprobsOf(promptPicks[pi]!, prompts[pi]!, 0), finish_reason: null }));
+                sse.preamble(chunk(index, { text, logprobs: topLogprobs === undefined ? null : logprobsOf(promptPicks[pi]!, prompts[pi]!, 0), finish_reason: null }));
               }
               const out = await run(pi, j, (delta, ids, picks) => {
                 const lp = topLogprobs === undefined ? null : logprobsOf(picks, ids, text.length);
@@ -325,6 +441,9 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
         );
         if (body.stream_options?.include_usage === true) sse.send({ id, object: chat ? 'chat.completion.chunk' : 'text_completion', created, model: body.model, choices: [], usage: usage(outs) });
       } catch (e) {
+        // Nothing sent yet (validation, admission, a failure before the first token): a plain
+        // HTTP error with its status, never a 200 with an error event.
+        if (!sse.started) throw e;
         const status = statusOf(e);
         sse.send({ error: { message: e instanceof Error ? e.message : String(e), type: errorType(status), code: e instanceof StageError ? String(e.code) : 'SERVER_ERROR' } });
       }
@@ -409,29 +528,65 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   });
   app.get('/version', () => ({ version: SERVER_VERSION }));
 
-  app.post('/v1/load_lora_adapter', async (req) => {
+  const loadTimeoutMs = opts.loadTimeoutMs ?? 30_000;
+  app.post('/v1/load_lora_adapter', { bodyLimit: 64 * 1024 }, async (req) => {
     ensureOpen();
     requireAdmin(req);
     const body = parse(loadAdapterSchema, req.body);
-    if (body.lora_name === modelName || lm.adapterNames.includes(body.lora_name)) {
-      throw new ServerError(ServerCode.ADAPTER_EXISTS, `an adapter named '${body.lora_name}' is already loaded`);
+    const name = body.lora_name;
+    // The name is reserved for its in-flight load: concurrent loads of one name get 409.
+    if (name === modelName || lm.adapterNames.includes(name) || loading.has(name)) {
+      throw new ServerError(ServerCode.ADAPTER_EXISTS, `an adapter named '${name}' is already loaded or loading`);
     }
-    await lm.loadAdapter(body.lora_path, body.lora_name);
-    for (const t of body.tenants ?? []) {
-      const tenant = registry.tenant(t);
-      if (tenant !== undefined) registry.setTenant({ ...tenant, adapters: [...new Set([...tenant.adapters, body.lora_name])] });
+    const tenants = body.tenants ?? [];
+    if (tenants.length > 0 && !registry.authEnabled) throw new ServerError(ServerCode.BAD_REQUEST, "'tenants': no tenants are configured on this server");
+    const missing = tenants.find((t) => registry.tenant(t) === undefined);
+    if (missing !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'tenants': no tenant named '${missing.slice(0, 64)}'`);
+    loading.add(name);
+    const dirs: string[] = [];
+    const state = { timedOut: false };
+    const work = (async () => {
+      const dir = await checkAdapterPath(body.lora_path, { roots: adapterRoots, ...(opts.maxAdapterBytes === undefined ? {} : { maxWeightsBytes: opts.maxAdapterBytes }) });
+      dirs.push(dir);
+      await lm.loadAdapter(dir, name);
+      // A load that outlived its timeout is undone: the client was told nothing changed.
+      if (state.timedOut) lm.unloadAdapter(name);
+    })();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        state.timedOut = true;
+        reject(new ServerError(ServerCode.ADAPTER_TIMEOUT, `loading adapter '${name}' took longer than ${String(loadTimeoutMs)} ms; nothing was changed`));
+      }, loadTimeoutMs);
+    });
+    try {
+      await Promise.race([work, timeout]);
+      registry.grant(name, tenants);
+    } catch (e) {
+      if (e instanceof StageError && !state.timedOut) {
+        const dirsToHide = [...dirs, body.lora_path, ...adapterRoots.map((r) => r.replace(/[/\\]+$/, ''))];
+        throw new StageError(e.code, redactPaths(e.message, dirsToHide), e.hint === undefined ? {} : { hint: e.hint });
+      }
+      throw e;
+    } finally {
+      clearTimeout(timer);
+      if (state.timedOut) void work.catch(() => undefined).finally(() => loading.delete(name));
+      else loading.delete(name);
     }
-    return { status: 'ok', message: `Success: LoRA adapter '${body.lora_name}' added successfully.` };
+    return { status: 'ok', message: `Success: LoRA adapter '${name}' added successfully.` };
   });
-  app.post('/v1/unload_lora_adapter', (req) => {
+  app.post('/v1/unload_lora_adapter', { bodyLimit: 64 * 1024 }, (req) => {
     requireAdmin(req);
     const body = parse(unloadAdapterSchema, req.body);
+    if (loading.has(body.lora_name)) throw new ServerError(ServerCode.ADAPTER_BUSY, `adapter '${body.lora_name}' is being loaded; try again when the load finishes`);
     if (!lm.adapterNames.includes(body.lora_name)) throw new StageError('PEFT_UNKNOWN_ADAPTER', `adapter '${body.lora_name}' is not loaded`);
     const s = scheduler.snapshot();
     if ((s.runningByAdapter[body.lora_name] ?? 0) + (s.waitingByAdapter[body.lora_name] ?? 0) > 0) {
       throw new ServerError(ServerCode.ADAPTER_BUSY, `adapter '${body.lora_name}' has requests in flight; try again when they finish`);
     }
     lm.unloadAdapter(body.lora_name);
+    // Grants die with the adapter: a later adapter of this name is granted afresh or to nobody.
+    registry.revoke(body.lora_name);
     return { status: 'ok', message: `Success: LoRA adapter '${body.lora_name}' removed successfully.` };
   });
 
@@ -449,8 +604,20 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     },
     async shutdown() {
       draining = true;
-      await scheduler.drain();
-      await app.close();
+      const deadline = Date.now() + (opts.shutdownTimeoutMs ?? 30_000);
+      const until = (p: Promise<unknown>): Promise<boolean> => {
+        let timer: NodeJS.Timeout | undefined;
+        return Promise.race([
+          p.then(() => true),
+          new Promise<boolean>((resolve) => (timer = setTimeout(() => { resolve(false); }, Math.max(0, deadline - Date.now())))),
+        ]).finally(() => { clearTimeout(timer); });
+      };
+      await until(scheduler.drain());
+      const closed = app.close();
+      // Past the deadline every connection is closed: a client holding a half-sent body (or a
+      // stream) cannot keep the process alive.
+      if (!(await until(closed))) app.server.closeAllConnections();
+      await closed;
     },
   };
 }

@@ -19,6 +19,12 @@ export const ServerCode = {
   ADAPTER_EXISTS: 'SERVER_ADAPTER_EXISTS',
   /** No route matches. */
   NOT_FOUND: 'SERVER_NOT_FOUND',
+  /** A `lora_path` is outside every allowed adapter root, or not a regular adapter directory. */
+  ADAPTER_PATH: 'SERVER_ADAPTER_PATH',
+  /** An adapter load did not finish within the load timeout (nothing was changed). */
+  ADAPTER_TIMEOUT: 'SERVER_ADAPTER_TIMEOUT',
+  /** The request body did not arrive within the body timeout. */
+  BODY_TIMEOUT: 'SERVER_BODY_TIMEOUT',
 } as const;
 
 /** Union of server error codes. */
@@ -42,6 +48,9 @@ export const HTTP_STATUS = {
   SERVER_ADAPTER_BUSY: 409,
   SERVER_ADAPTER_EXISTS: 409,
   SERVER_NOT_FOUND: 404,
+  SERVER_ADAPTER_PATH: 400,
+  SERVER_ADAPTER_TIMEOUT: 504,
+  SERVER_BODY_TIMEOUT: 408,
   ROUTER_UNAUTHORIZED: 401,
   ROUTER_FORBIDDEN: 403,
   ROUTER_UNKNOWN_MODEL: 404,

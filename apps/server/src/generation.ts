@@ -32,6 +32,12 @@ export interface Limits {
   readonly padTokenId: number | undefined;
 }
 
+/**
+ * Temperatures below this are greedy (vLLM's `_SAMPLING_EPS`): dividing logits by a tiny positive
+ * temperature overflows to infinities and would pick one token forever.
+ */
+export const GREEDY_BELOW_TEMPERATURE = 1e-5;
+
 /** The model surface the server needs (a `CausalLM`, or an engine exposing the same names). */
 export type ServedModel = Pick<CausalLM, 'tokenizer' | 'config' | 'adapterNames'>;
 
@@ -46,7 +52,7 @@ export function samplingOf(f: GenerationFields, seedOffset = 0): SamplingOptions
     ...(f.repetition_penalty == null ? {} : { repetitionPenalty: f.repetition_penalty }),
     ...(f.logit_bias == null ? {} : { logitBias: f.logit_bias as Record<number, number> }),
   };
-  if (f.temperature === 0) return { greedy: true, ...processing };
+  if (f.temperature != null && f.temperature < GREEDY_BELOW_TEMPERATURE) return { greedy: true, ...processing };
   return {
     ...processing,
     ...(f.temperature == null ? {} : { temperature: f.temperature }),
@@ -105,14 +111,34 @@ export interface RunOptions {
   readonly signal?: AbortSignal | undefined;
 }
 
-/** Streams events of one response as server-sent events (`data: …\n\n`, then `data: [DONE]`). */
+/**
+ * Streams events of one generation as server-sent events (`data: …\n\n`, then `data: [DONE]`).
+ * The 200 and its headers go out with the first event, not before: a request that fails
+ * validation or admission before its first token still gets its 4xx/429 (with `Retry-After`).
+ */
 export class SseStream {
   #open = true;
+  #started = false;
+  readonly #preamble: unknown[] = [];
   constructor(private readonly reply: FastifyReply) {
-    reply.raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
     reply.raw.on('close', () => {
       this.#open = false;
     });
+  }
+  /** Whether the headers (and so a 200) have been sent. */
+  get started(): boolean {
+    return this.#started;
+  }
+  /** Queues an event sent ahead of the first `send` (the chat role chunk); sent at once when already started. */
+  preamble(data: unknown): void {
+    if (this.#started) this.send(data);
+    else this.#preamble.push(data);
+  }
+  #start(): void {
+    if (this.#started) return;
+    this.#started = true;
+    this.reply.raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    for (const d of this.#preamble.splice(0)) this.reply.raw.write(`data: ${JSON.stringify(d)}\n\n`);
   }
   /** Whether the client is still connected. */
   get open(): boolean {
@@ -120,11 +146,16 @@ export class SseStream {
   }
   /** Sends one JSON event. */
   send(data: unknown): void {
-    if (this.#open) this.reply.raw.write(`data: ${JSON.stringify(data)}\n\n`);
+    if (!this.#open) return;
+    this.#start();
+    this.reply.raw.write(`data: ${JSON.stringify(data)}\n\n`);
   }
   /** Ends the stream with `[DONE]`. */
   done(): void {
-    if (this.#open) this.reply.raw.end('data: [DONE]\n\n');
+    if (this.#open) {
+      this.#start();
+      this.reply.raw.end('data: [DONE]\n\n');
+    }
     this.#open = false;
   }
 }

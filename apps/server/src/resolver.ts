@@ -18,6 +18,11 @@ export interface AdapterResolverOptions {
   readonly capacity: number;
   /** Whether requests still use an adapter outside the resolver's leases (e.g. the scheduler's queues). */
   readonly isBusy?: (name: string) => boolean;
+  /**
+   * Checks a found adapter directory before it is loaded (the server's adapter-path guard: inside a
+   * root after resolving symlinks, regular files, size caps); resolves to the directory to load.
+   */
+  readonly check?: (dir: string) => Promise<string>;
   /** Called after each on-demand load (metrics). */
   readonly onLoad?: (name: string) => void;
   /** Called after each eviction (metrics). */
@@ -135,13 +140,13 @@ export class AdapterResolver {
       const problem = adapterNameProblem(name);
       if (problem !== undefined) throw new RouterError(RouterCode.UNKNOWN_MODEL, `model '${name}' does not exist and is not a valid adapter name: ${problem}`);
       const dir = await this.#find(name);
-      if (dir === undefined) throw new RouterError(RouterCode.UNKNOWN_MODEL, `model '${name}' does not exist (not loaded, and no adapter directory '${name}' under ${this.#opts.roots.join(', ')})`);
+      if (dir === undefined) throw new RouterError(RouterCode.UNKNOWN_MODEL, `model '${name}' does not exist (not loaded, and no adapter directory '${name}' under the adapter roots)`);
       // #find awaited: another request may have started or finished this load meanwhile.
       if (this.#host.adapterNames.includes(name) || this.#loading.has(name)) continue;
       if (this.#host.adapterNames.length + this.#loading.size >= this.capacity && this.#victim(name) === undefined) {
         throw new PeftError(PeftCode.CACHE_FULL, `all ${String(this.capacity)} adapter slots hold adapters in use; retry when a request finishes`);
       }
-      const load = this.#host.loadAdapter(dir, name).then(() => {
+      const load = (this.#opts.check === undefined ? Promise.resolve(dir) : this.#opts.check(dir)).then((checked) => this.#host.loadAdapter(checked, name)).then(() => {
         this.#loads++;
         this.#lru.set(name, true);
         this.#opts.onLoad?.(name);

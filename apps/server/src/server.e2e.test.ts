@@ -84,7 +84,7 @@ describe('reference server (open access)', () => {
     expect((await post(base, '/v1/unload_lora_adapter', { lora_name: 'qv-copy' })).status).toBe(200);
     expect((await post(base, '/v1/completions', { ...greedy('qv-r8', 2), model: 'qv-copy' })).status).toBe(404);
     expect((await post(base, '/v1/load_lora_adapter', { lora_name: 'qv-r8', lora_path: `${root}llama/adapters/qv-r8` })).status).toBe(409);
-    expect((await post(base, '/v1/load_lora_adapter', { lora_name: 'bad', lora_path: `${root}nope` })).json.error.code).toBe('PEFT_IO');
+    expect((await post(base, '/v1/load_lora_adapter', { lora_name: 'bad', lora_path: `${root}nope` })).json.error.code).toBe('SERVER_ADAPTER_PATH');
   });
 
   it('validates requests with clear 4xx errors', async () => {
@@ -141,8 +141,8 @@ describe('reference server with tenants', () => {
   it('lets a tenant reach only its own adapters', async () => {
     expect((await post(base, '/v1/completions', greedy('qv-r8', 0))).status).toBe(401);
     expect((await post(base, '/v1/completions', greedy('qv-r8', 0), 'wrong-key-000')).status).toBe(401);
-    expect((await post(base, '/v1/completions', greedy('o-r2', 0), 'acme-key-123')).status).toBe(403);
-    expect((await post(base, '/v1/completions', greedy('base', 0), 'globex-key-456')).status).toBe(403);
+    expect((await post(base, '/v1/completions', greedy('o-r2', 0), 'acme-key-123')).status).toBe(404);
+    expect((await post(base, '/v1/completions', greedy('base', 0), 'globex-key-456')).status).toBe(404);
     const ok = await post(base, '/v1/completions', greedy('all-r16', 3), 'acme-key-123');
     expect(ok.json.choices[0].token_ids).toEqual(prompt('all-r16', 3).greedy_new_ids);
     const models = (await (await fetch(`${base}/v1/models`, { headers: { authorization: 'Bearer globex-key-456' } })).json()) as { data: { id: string }[] };

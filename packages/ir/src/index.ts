@@ -87,6 +87,7 @@ export type { GraphJson } from './json.js';
 export { PassManager } from './pass.js';
 export type { Pass, PassManagerOptions, PassRunResult, PassTiming } from './pass.js';
 export { bindDims, evaluateNode, interpret, recordWeightStore, seededRandom } from './interpret.js';
+export { jsonDepth } from './json-depth.js';
 export type { InterpretOptions, WeightStore } from './interpret.js';
 export { evalCost, graphCost } from './cost.js';
 export type { GraphCost } from './cost.js';

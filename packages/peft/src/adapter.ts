@@ -57,6 +57,29 @@ export interface LoraAdapter {
 
 const PREFIX = 'base_model.model.';
 
+/** Largest |value| an adapter tensor may hold (the f16 maximum); beyond it outputs overflow. */
+export const MAX_ADAPTER_VALUE = 65504;
+
+/**
+ * An adapter tensor as f32, validated: float dtypes (f16, bf16, f64) are converted at load so that
+ * every request runs the same f32 programs, other dtypes are `PEFT_BAD_TENSORS`, and a NaN, an
+ * infinity or a value beyond ±{@link MAX_ADAPTER_VALUE} is `PEFT_BAD_TENSORS` naming the key and
+ * the first bad index — refused at load rather than failing or corrupting every later request.
+ */
+export function checkedAdapterTensor(t: HostTensor, key: string): HostTensor {
+  if (t.dtype !== 'f32' && t.dtype !== 'f16' && t.dtype !== 'bf16' && t.dtype !== 'f64') {
+    throw new PeftError(PeftCode.BAD_TENSORS, `tensor '${key}' has dtype ${t.dtype}; adapter tensors must be floating point`);
+  }
+  const data = t.data instanceof Float32Array ? t.data : Float32Array.from(t.data as ArrayLike<number>);
+  for (let i = 0; i < data.length; i++) {
+    const v = data[i]!;
+    if (!(Math.abs(v) <= MAX_ADAPTER_VALUE)) {
+      throw new PeftError(PeftCode.BAD_TENSORS, `tensor '${key}' holds ${String(v)} at index ${String(i)}; adapter values must be finite and within ±${String(MAX_ADAPTER_VALUE)}`);
+    }
+  }
+  return t.dtype === 'f32' && data === t.data ? t : { dtype: 'f32', shape: t.shape, data };
+}
+
 function shapeText(s: readonly number[]): string {
   return `[${s.join(', ')}]`;
 }
@@ -94,7 +117,7 @@ export async function loadLoraAdapter(dir: string, opts: { readonly name?: strin
     const overrides = new Map<string, HostTensor>();
     let bytes = 0;
     for (const key of st.names()) {
-      const t = await st.readTensor(key);
+      const t = checkedAdapterTensor(await st.readTensor(key), key);
       bytes += t.data.byteLength;
       const k = key.startsWith(PREFIX) ? key.slice(PREFIX.length) : key;
       if (/\.lora_embedding_[AB]$|\.lora_embedding_[AB]\./.test(k) || k.includes('.lora_magnitude_vector')) {

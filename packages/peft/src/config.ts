@@ -1,20 +1,30 @@
+import { jsonDepth } from '@stageml/ir';
+import { RE2JS } from 're2js';
 import { z } from 'zod';
 import { PeftCode, PeftError } from './errors.js';
 
-const intRecord = z.record(z.string(), z.number().int().positive());
-const numRecord = z.record(z.string(), z.number());
+/** Largest |α| (`lora_alpha`, `alpha_pattern` values) an adapter may declare; beyond it the scale is absurd. */
+export const MAX_LORA_ALPHA = 65536;
+/** Longest regex (`target_modules`, pattern keys) a config may hold, in characters. */
+export const MAX_PATTERN_LENGTH = 1024;
+/** Deepest JSON nesting `adapter_config.json` may have. */
+export const MAX_CONFIG_DEPTH = 32;
+
+const alpha = z.number().refine((a) => Number.isFinite(a) && Math.abs(a) <= MAX_LORA_ALPHA, `must be a finite number with |alpha| <= ${String(MAX_LORA_ALPHA)}`);
+const intRecord = z.record(z.string().max(MAX_PATTERN_LENGTH), z.number().int().positive().max(1 << 20));
+const numRecord = z.record(z.string().max(MAX_PATTERN_LENGTH), alpha);
 
 /** The fields of PEFT's `adapter_config.json` StageML reads (others are ignored). */
 const schema = z.looseObject({
   peft_type: z.string().optional(),
-  r: z.number().int().positive(),
-  lora_alpha: z.number(),
+  r: z.number().int().positive().max(1 << 20),
+  lora_alpha: alpha,
   use_rslora: z.boolean().optional().default(false),
   rank_pattern: intRecord.nullish().transform((v) => v ?? {}),
   alpha_pattern: numRecord.nullish().transform((v) => v ?? {}),
-  target_modules: z.union([z.array(z.string()), z.string()]).nullish(),
+  target_modules: z.union([z.array(z.string()), z.string().max(MAX_PATTERN_LENGTH)]).nullish(),
   target_parameters: z.array(z.string()).nullish(),
-  exclude_modules: z.union([z.array(z.string()), z.string()]).nullish(),
+  exclude_modules: z.union([z.array(z.string()), z.string().max(MAX_PATTERN_LENGTH)]).nullish(),
   fan_in_fan_out: z.boolean().optional().default(false),
   bias: z.enum(['none', 'all', 'lora_only']).optional().default('none'),
   lora_bias: z.boolean().optional().default(false),
@@ -67,10 +77,14 @@ export interface LoraConfig {
  */
 export function parseLoraConfig(text: string, file = 'adapter_config.json'): LoraConfig {
   let raw: unknown;
+  const depth = jsonDepth(text);
+  if (depth > MAX_CONFIG_DEPTH) throw new PeftError(PeftCode.BAD_CONFIG, `${file} nests ${String(depth)} levels deep; the limit is ${String(MAX_CONFIG_DEPTH)}`);
   try {
     raw = JSON.parse(text);
   } catch (e) {
-    throw new PeftError(PeftCode.BAD_CONFIG, `${file} is not JSON: ${(e as Error).message}`, { cause: e });
+    // NOTE: the parser's message quotes the text; it is left out so that a config pointed at
+    // another file never echoes that file's contents.
+    throw new PeftError(PeftCode.BAD_CONFIG, `${file} is not valid JSON`, { cause: e });
   }
   const peftType = (raw as { peft_type?: unknown } | null)?.peft_type;
   if (peftType !== undefined && peftType !== 'LORA') {
@@ -87,6 +101,12 @@ export function parseLoraConfig(text: string, file = 'adapter_config.json'): Lor
   }
   if ((c.target_modules === null || c.target_modules === undefined || (Array.isArray(c.target_modules) && c.target_modules.length === 0)) && (c.target_parameters ?? []).length === 0) {
     throw new PeftError(PeftCode.BAD_CONFIG, `${file}: neither target_modules nor target_parameters names anything to adapt`);
+  }
+  for (const [field, v] of [['target_modules', c.target_modules], ['exclude_modules', c.exclude_modules]] as const) {
+    if (typeof v === 'string') fullMatcher(v, `${file}: field '${field}'`);
+  }
+  for (const [field, rec] of [['rank_pattern', c.rank_pattern], ['alpha_pattern', c.alpha_pattern]] as const) {
+    for (const k of Object.keys(rec)) patternMatcher(k, `${file}: field '${field}.${k.slice(0, 64)}'`);
   }
   const toList = (v: string | string[] | null | undefined): string[] | undefined => (v === null || v === undefined ? undefined : Array.isArray(v) ? v : [v]);
   return {
@@ -113,21 +133,70 @@ function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
+/** A compiled linear-time matcher: whether a whole module name matches. */
+type FullMatch = (name: string) => boolean;
+const compiled = new Map<string, FullMatch>();
+
+function cached(key: string, make: () => FullMatch): FullMatch {
+  let m = compiled.get(key);
+  if (m === undefined) {
+    m = make();
+    if (compiled.size >= 4096) compiled.clear();
+    compiled.set(key, m);
+  }
+  return m;
+}
+
+/**
+ * Compiles `source` for a full match (Python's `re.fullmatch`) with RE2 semantics: matching is
+ * linear in the name's length whatever the pattern, so a hostile config cannot freeze the server
+ * with catastrophic backtracking. Features RE2 lacks (backreferences, lookaround) are
+ * `PEFT_UNSUPPORTED` naming `where`; so is a syntax error.
+ */
+function fullMatcher(source: string, where: string): FullMatch {
+  return cached(`f\u0000${source}`, () => {
+    let re: RE2JS;
+    try {
+      re = RE2JS.compile(source);
+    } catch (e) {
+      throw new PeftError(PeftCode.UNSUPPORTED, `${where}: regex is not supported (${(e as Error).message.slice(0, 120)}); only linear-time (RE2) syntax is accepted`, { cause: e });
+    }
+    return (name) => re.matches(name);
+  });
+}
+
+/**
+ * PEFT's pattern-key matcher for `key`: `re.fullmatch(rf"(.*\.)?({key})", name)`, linear time.
+ * A key that is no regex at all (invalid in both RE2 and JavaScript) matches literally, as before;
+ * a key needing a backtracking feature is `PEFT_UNSUPPORTED`.
+ */
+function patternMatcher(key: string, where: string): FullMatch {
+  return cached(`p\u0000${key}`, () => {
+    try {
+      const re = RE2JS.compile(`(.*\\.)?(${key})`);
+      return (name) => re.matches(name);
+    } catch (e) {
+      let jsValid = true;
+      try {
+        new RegExp(key);
+      } catch {
+        jsValid = false;
+      }
+      if (jsValid) throw new PeftError(PeftCode.UNSUPPORTED, `${where}: regex is not supported (${(e as Error).message.slice(0, 120)}); only linear-time (RE2) syntax is accepted`, { cause: e });
+      const re = RE2JS.compile(`(.*\\.)?(${escapeRegExp(key)})`);
+      return (name) => re.matches(name);
+    }
+  });
+}
+
 /**
  * The pattern key PEFT would use for `module` among `keys`: an exact match, else the first key `k`
- * such that the module name matches `(.*\.)?k$` as a regex (PEFT's `get_pattern_key`).
+ * such that the module name fully matches `(.*\.)?k` as a regex (PEFT's `get_pattern_key`),
+ * matched by RE2 in linear time.
  */
 export function matchPatternKey(keys: readonly string[], module: string): string | undefined {
   if (keys.includes(module)) return module;
-  for (const k of keys) {
-    let re: RegExp;
-    try {
-      re = new RegExp(`^(.*\\.)?(${k})$`);
-    } catch {
-      re = new RegExp(`^(.*\\.)?(${escapeRegExp(k)})$`);
-    }
-    if (re.test(module)) return k;
-  }
+  for (const k of keys) if (patternMatcher(k, `pattern key '${k.slice(0, 64)}'`)(module)) return k;
   return undefined;
 }
 
@@ -169,7 +238,7 @@ function layerIndex(module: string, patterns: readonly string[] | undefined): nu
 export function targetsModule(cfg: LoraConfig, module: string): boolean {
   const matches = (spec: readonly string[] | string | undefined): boolean => {
     if (spec === undefined) return false;
-    if (typeof spec === 'string') return new RegExp(`^(?:${spec})$`).test(module);
+    if (typeof spec === 'string') return fullMatcher(spec, 'target_modules')(module);
     return spec.some((t) => module === t || module.endsWith(`.${t}`));
   };
   if (matches(cfg.excludeModules)) return false;

@@ -6,6 +6,8 @@
  *   changes numerics (r, lora_alpha, use_rslora, rank_pattern, alpha_pattern, target_modules as a
  *   list or regex, exclude_modules, layers_to_transform, fan_in_fan_out, bias, lora_bias,
  *   modules_to_save, target_parameters); DoRA and non-LoRA types are refused with a coded error.
+ *   Regexes match in linear time (RE2, `re.fullmatch` semantics); tensors are converted to f32
+ *   and checked finite and bounded at load.
  * - `checkAdapterAgainstBase`: shape checks naming the key and both shapes.
  * - `loraLinear`: a linear with a LoRA delta in residual or merged form, as plain IR.
  * - `bankLinearGrouped` / `bankLinearGathered`: mixed-adapter batches (SGMV / BGMV style) as IR ops
@@ -15,9 +17,9 @@
  */
 export { PeftCode, PeftError } from './errors.js';
 export type { PeftErrorCode } from './errors.js';
-export { alphaFor, matchPatternKey, parseLoraConfig, rankFor, scalingFor, targetsModule } from './config.js';
+export { MAX_CONFIG_DEPTH, MAX_LORA_ALPHA, MAX_PATTERN_LENGTH, alphaFor, matchPatternKey, parseLoraConfig, rankFor, scalingFor, targetsModule } from './config.js';
 export type { LoraConfig } from './config.js';
-export { checkAdapterAgainstBase, loadLoraAdapter } from './adapter.js';
+export { MAX_ADAPTER_VALUE, checkAdapterAgainstBase, checkedAdapterTensor, loadLoraAdapter } from './adapter.js';
 export type { LoraAdapter, LoraModule, LoraParameterFactors } from './adapter.js';
 export { loraLinear } from './attach.js';
 export type { LoraForm, LoraValues } from './attach.js';

@@ -4,14 +4,14 @@
  *
  * - `TenantRegistry` / `parseRouterConfig`: tenants, API keys and the adapters each may use,
  *   changeable at run time; requests name the base model or an adapter (vLLM's convention).
- * - `Scheduler`: continuous batching over a `CausalLM` — per-tenant queues with round-robin
- *   admission and caps, bounded queueing (admission control), sequences joining and leaving between
+ * - `Scheduler`: continuous batching over a `CausalLM` — per-tenant queues, each bounded on its
+ *   own, with weighted fair admission and caps (admission control), sequences joining and leaving between
  *   decode steps, staged (compiled plan) and fallback paths within one step, results scattered back
  *   in order, drain on shutdown.
  */
 export { RouterCode, RouterError } from './errors.js';
 export type { RouterErrorCode } from './errors.js';
-export { TenantRegistry, parseRouterConfig } from './registry.js';
+export { MAX_CONFIG_DEPTH, TenantRegistry, parseRouterConfig } from './registry.js';
 export type { Route, RouterConfig, Tenant } from './registry.js';
 export { Scheduler } from './scheduler.js';
 export type { GenerationRequest, GenerationResult, SchedulerOptions, SchedulerSnapshot } from './scheduler.js';

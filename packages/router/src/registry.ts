@@ -1,3 +1,4 @@
+import { jsonDepth } from '@stageml/ir';
 import { z } from 'zod';
 import { RouterCode, RouterError } from './errors.js';
 
@@ -7,6 +8,8 @@ const tenantSchema = z.strictObject({
   adapters: z.array(z.string().min(1)).default([]),
   base: z.boolean().default(true),
   max_running: z.number().int().positive().optional(),
+  max_queue: z.number().int().positive().optional(),
+  weight: z.number().positive().max(1e6).optional(),
 });
 
 const configSchema = z.strictObject({
@@ -26,6 +29,10 @@ export interface Tenant {
   readonly base: boolean;
   /** Most requests of this tenant running at once (fairness cap). */
   readonly maxRunning: number | undefined;
+  /** Most requests of this tenant waiting at once (its own queue bound; default: the server's). */
+  readonly maxQueue?: number | undefined;
+  /** Weight of this tenant in the fair sharing of batch slots (default 1). */
+  readonly weight?: number | undefined;
 }
 
 /** The router configuration file (`--config`), schema in docs/server.md. */
@@ -37,9 +44,14 @@ export interface RouterConfig {
   readonly staged: readonly string[] | undefined;
 }
 
+/** Deepest nesting a router config may have (a config is at most a few levels deep). */
+export const MAX_CONFIG_DEPTH = 32;
+
 /** Parses a router config (JSON text); malformed configs are `ROUTER_BAD_CONFIG` naming the field. */
 export function parseRouterConfig(text: string, file = 'config.json'): RouterConfig {
   let raw: unknown;
+  const depth = jsonDepth(text);
+  if (depth > MAX_CONFIG_DEPTH) throw new RouterError(RouterCode.BAD_CONFIG, `${file} nests ${String(depth)} levels deep; the limit is ${String(MAX_CONFIG_DEPTH)}`);
   try {
     raw = JSON.parse(text);
   } catch (e) {
@@ -62,7 +74,7 @@ export function parseRouterConfig(text: string, file = 'config.json'): RouterCon
     }
   }
   return {
-    tenants: c.tenants.map((t) => ({ name: t.name, apiKeys: t.api_keys, adapters: t.adapters, base: t.base, maxRunning: t.max_running })),
+    tenants: c.tenants.map((t) => ({ name: t.name, apiKeys: t.api_keys, adapters: t.adapters, base: t.base, maxRunning: t.max_running, maxQueue: t.max_queue, weight: t.weight })),
     adapters: c.adapters ?? {},
     staged: c.staged,
   };
@@ -123,26 +135,47 @@ export class TenantRegistry {
     return [...this.#tenants.values()];
   }
 
+  /** The tenant an API key belongs to, or undefined for none (exact match). */
+  tenantOfKey(apiKey: string | undefined): Tenant | undefined {
+    if (apiKey === undefined || apiKey === '') return undefined;
+    const name = this.#byKey.get(apiKey);
+    return name === undefined ? undefined : this.#tenants.get(name);
+  }
+
   /**
    * Resolves an API key and a requested model (the base model's name or an adapter name, vLLM's
-   * convention) to a route. No key when keys are required: `ROUTER_UNAUTHORIZED` (401); a key of
-   * no tenant: `ROUTER_UNAUTHORIZED`; a model the tenant may not use: `ROUTER_FORBIDDEN` (403); a
-   * model nobody serves: `ROUTER_UNKNOWN_MODEL` (404).
+   * convention) to a route. The key is checked first: none when keys are required, or a key of no
+   * tenant, is `ROUTER_UNAUTHORIZED` (401). A model nobody serves, and a model this tenant may not
+   * use, are both `ROUTER_UNKNOWN_MODEL` (404) with the same message, which names no other model:
+   * a tenant cannot learn another tenant's adapter names.
    */
   route(apiKey: string | undefined, model: string, known: { readonly baseModel: string; readonly adapters: ReadonlySet<string> }): Route {
     const isBase = model === known.baseModel;
-    if (!isBase && !known.adapters.has(model)) {
-      throw new RouterError(RouterCode.UNKNOWN_MODEL, `model '${model}' does not exist (serving ${[known.baseModel, ...known.adapters].join(', ')})`);
+    const unknown = (): RouterError => new RouterError(RouterCode.UNKNOWN_MODEL, `model '${model.slice(0, 128)}' does not exist or is not available to this key`, { hint: 'GET /v1/models lists the models this key may use' });
+    if (!this.authEnabled) {
+      if (!isBase && !known.adapters.has(model)) throw unknown();
+      return { tenant: 'anonymous', adapter: isBase ? undefined : model };
     }
-    if (!this.authEnabled) return { tenant: 'anonymous', adapter: isBase ? undefined : model };
     if (apiKey === undefined || apiKey === '') throw new RouterError(RouterCode.UNAUTHORIZED, 'an API key is required (Authorization: Bearer <key>)');
-    const name = this.#byKey.get(apiKey);
-    if (name === undefined) throw new RouterError(RouterCode.UNAUTHORIZED, 'the API key is not valid');
-    const t = this.#tenants.get(name)!;
-    if (isBase ? !t.base : !t.adapters.includes(model)) {
-      throw new RouterError(RouterCode.FORBIDDEN, `tenant '${t.name}' may not use model '${model}'`);
-    }
+    const t = this.tenantOfKey(apiKey);
+    if (t === undefined) throw new RouterError(RouterCode.UNAUTHORIZED, 'the API key is not valid');
+    if (isBase ? !t.base : !t.adapters.includes(model) || !known.adapters.has(model)) throw unknown();
     return { tenant: t.name, adapter: isBase ? undefined : model };
+  }
+
+  /** Grants `adapter` to the tenants named (all must exist, else `ROUTER_BAD_REQUEST` and nothing changes). */
+  grant(adapter: string, tenants: readonly string[]): void {
+    const missing = tenants.filter((n) => !this.#tenants.has(n));
+    if (missing.length > 0) throw new RouterError(RouterCode.BAD_REQUEST, `'tenants': no tenant named '${missing[0]!.slice(0, 64)}'`);
+    for (const n of tenants) {
+      const t = this.#tenants.get(n)!;
+      if (!t.adapters.includes(adapter)) this.#tenants.set(n, { ...t, adapters: [...t.adapters, adapter] });
+    }
+  }
+
+  /** Withdraws `adapter` from every tenant (on unload: a later adapter of that name is not granted to anyone). */
+  revoke(adapter: string): void {
+    for (const [n, t] of this.#tenants) if (t.adapters.includes(adapter)) this.#tenants.set(n, { ...t, adapters: t.adapters.filter((a) => a !== adapter) });
   }
 
   /** Models (base and adapters) a key may use, for `/v1/models`. */

@@ -89,6 +89,27 @@ describe('Scheduler', () => {
     expect(order.indexOf('polite')).toBeLessThan(2);
   });
 
+  it('bounds each tenant queue on its own: one tenant at its bound does not refuse another', async () => {
+    const s = new Scheduler(lm, { maxBatch: 1, maxQueue: 2 });
+    const jobs = [0, 1, 2].map((p) => s.submit(req('base', p, { tenant: 'flood', maxNewTokens: 2 })));
+    expect(s.isFull('flood')).toBe(true);
+    expect(() => s.submit(req('base', 3, { tenant: 'flood' }))).toThrow(expect.objectContaining({ code: 'ROUTER_QUEUE_FULL' }) as Error);
+    expect(s.isFull('quiet')).toBe(false);
+    jobs.push(s.submit(req('base', 3, { tenant: 'quiet', maxNewTokens: 2 })));
+    expect(s.snapshot().waitingByTenant).toEqual({ flood: 2, quiet: 1 });
+    await Promise.all(jobs);
+  });
+
+  it('shares batch slots by weight', async () => {
+    const order: string[] = [];
+    const s = new Scheduler(lm, { maxBatch: 4, tenantWeight: (t) => (t === 'heavy' ? 3 : 1) });
+    const blocker = s.submit(req('base', 0, { tenant: 'x', maxNewTokens: 1 }));
+    const jobs = ['heavy', 'light'].flatMap((tenant) => [0, 1, 2, 3].map((p) => s.submit(req('base', p, { tenant, maxNewTokens: 1, onToken: () => order.push(tenant) }))));
+    await Promise.all([blocker, ...jobs]);
+    // The first batch after the blocker: 3 slots of 4 to the tenant of weight 3.
+    expect(order.slice(0, 4).filter((t) => t === 'heavy')).toHaveLength(3);
+  });
+
   it('fails a request with a bad token with its coded error and keeps serving', async () => {
     const s = new Scheduler(lm);
     await expect(s.submit({ ...req('base', 0), prompt: [1, 9999] })).rejects.toMatchObject({ code: 'MODEL_BAD_TOKEN' });
@@ -108,11 +129,12 @@ describe('TenantRegistry', () => {
     expect(reg.visibleModels('key-bbbbbbbb', known)).toEqual(['o-r2']);
   });
 
-  it('refuses missing and unknown keys (401), other tenants adapters (403) and unknown models (404)', () => {
+  it('refuses missing and unknown keys (401); other tenants adapters and unknown models alike (404)', () => {
     expect(() => reg.route(undefined, 'qv-r8', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNAUTHORIZED' }) as Error);
     expect(() => reg.route('nope-nope-nope', 'qv-r8', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNAUTHORIZED' }) as Error);
-    expect(() => reg.route('key-aaaaaaaa', 'o-r2', known)).toThrow(expect.objectContaining({ code: 'ROUTER_FORBIDDEN' }) as Error);
-    expect(() => reg.route('key-bbbbbbbb', 'llama', known)).toThrow(expect.objectContaining({ code: 'ROUTER_FORBIDDEN' }) as Error);
+    expect(() => reg.route('key-aaaaaaaa', 'o-r2', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNKNOWN_MODEL' }) as Error);
+    expect(() => reg.route('key-bbbbbbbb', 'llama', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNKNOWN_MODEL' }) as Error);
+    expect(() => reg.route(undefined, 'gpt-4', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNAUTHORIZED' }) as Error);
     expect(() => reg.route('key-aaaaaaaa', 'gpt-4', known)).toThrow(expect.objectContaining({ code: 'ROUTER_UNKNOWN_MODEL' }) as Error);
   });
 

@@ -41,10 +41,18 @@ export interface GenerationResult {
 export interface SchedulerOptions {
   /** Most sequences decoded together (default 32). */
   readonly maxBatch?: number;
-  /** Most requests waiting for a slot (default 256); beyond it `submit` throws `ROUTER_QUEUE_FULL`. */
+  /**
+   * Most requests one tenant may have waiting for a slot (default 256); beyond it `submit` throws
+   * `ROUTER_QUEUE_FULL` for that tenant only. Each tenant's queue is bounded on its own, so a
+   * tenant at its bound never causes 429s for another.
+   */
   readonly maxQueue?: number;
   /** Most running requests per tenant (fairness cap), by tenant name. */
   readonly tenantCap?: (tenant: string) => number | undefined;
+  /** A tenant's own queue bound, overriding `maxQueue` (by tenant name). */
+  readonly tenantQueue?: (tenant: string) => number | undefined;
+  /** A tenant's weight in the fair sharing of batch slots (default 1; by tenant name). */
+  readonly tenantWeight?: (tenant: string) => number | undefined;
   /** Whether an adapter has a compiled plan (staged path); others take the fallback path. Default: all staged. */
   readonly isStaged?: (adapter: string) => boolean;
 }
@@ -70,13 +78,17 @@ export interface SchedulerSnapshot {
   readonly waiting: number;
   readonly runningByAdapter: Readonly<Record<string, number>>;
   readonly waitingByAdapter: Readonly<Record<string, number>>;
+  /** Running and waiting requests per tenant. */
+  readonly runningByTenant: Readonly<Record<string, number>>;
+  readonly waitingByTenant: Readonly<Record<string, number>>;
   readonly draining: boolean;
 }
 
 /**
- * Continuous batching over a `CausalLM`. Requests wait in per-tenant queues (bounded in total:
- * admission control) and are admitted round-robin across tenants, under per-tenant caps, into a
- * running set of at most `maxBatch` sequences. Between decode steps new sequences are prefilled and
+ * Continuous batching over a `CausalLM`. Requests wait in per-tenant queues, each bounded on its
+ * own (admission control: one tenant's flood fills only its own queue), and are admitted by
+ * weighted fair sharing — the free slot goes to the waiting tenant with the fewest running
+ * requests per unit of weight, under per-tenant caps — into a running set of at most `maxBatch` sequences. Between decode steps new sequences are prefilled and
  * join, finished ones leave. Each decode step runs every running sequence: those whose adapter has
  * a compiled plan (staged path) together in one mixed-adapter batch, the others (fallback path) in
  * one batch per adapter; rows with different histories share a step through left-padded, masked KV
@@ -87,11 +99,16 @@ export class Scheduler {
   readonly #maxBatch: number;
   readonly #maxQueue: number;
   readonly #tenantCap: (tenant: string) => number | undefined;
+  readonly #tenantQueue: (tenant: string) => number | undefined;
+  readonly #tenantWeight: (tenant: string) => number | undefined;
+  readonly #runningOf = new Map<string, number>();
+  /** When each tenant last got a slot (admission serial), for round-robin tie-breaking. */
+  readonly #lastServed = new Map<string, number>();
+  #serial = 0;
   readonly #isStaged: (adapter: string) => boolean;
   readonly #queues = new Map<string, Seq[]>();
   readonly #running: Seq[] = [];
   #waiting = 0;
-  #rr = 0;
   #pumping = false;
   #draining = false;
   #idle: (() => void)[] = [];
@@ -102,6 +119,8 @@ export class Scheduler {
     this.#maxBatch = opts.maxBatch ?? 32;
     this.#maxQueue = opts.maxQueue ?? 256;
     this.#tenantCap = opts.tenantCap ?? (() => undefined);
+    this.#tenantQueue = opts.tenantQueue ?? (() => undefined);
+    this.#tenantWeight = opts.tenantWeight ?? (() => undefined);
     this.#isStaged = opts.isStaged ?? (() => true);
   }
 
@@ -109,14 +128,40 @@ export class Scheduler {
   snapshot(): SchedulerSnapshot {
     const runningByAdapter: Record<string, number> = {};
     const waitingByAdapter: Record<string, number> = {};
-    for (const s of this.#running) runningByAdapter[s.req.adapter ?? ''] = (runningByAdapter[s.req.adapter ?? ''] ?? 0) + 1;
-    for (const q of this.#queues.values()) for (const s of q) waitingByAdapter[s.req.adapter ?? ''] = (waitingByAdapter[s.req.adapter ?? ''] ?? 0) + 1;
-    return { running: this.#running.length, waiting: this.#waiting, runningByAdapter, waitingByAdapter, draining: this.#draining };
+    const runningByTenant: Record<string, number> = {};
+    const waitingByTenant: Record<string, number> = {};
+    for (const s of this.#running) {
+      runningByAdapter[s.req.adapter ?? ''] = (runningByAdapter[s.req.adapter ?? ''] ?? 0) + 1;
+      runningByTenant[s.req.tenant] = (runningByTenant[s.req.tenant] ?? 0) + 1;
+    }
+    for (const [t, q] of this.#queues) {
+      if (q.length > 0) waitingByTenant[t] = q.length;
+      for (const s of q) waitingByAdapter[s.req.adapter ?? ''] = (waitingByAdapter[s.req.adapter ?? ''] ?? 0) + 1;
+    }
+    return { running: this.#running.length, waiting: this.#waiting, runningByAdapter, waitingByAdapter, runningByTenant, waitingByTenant, draining: this.#draining };
   }
 
-  /** Seconds a client should wait before retrying when the queue is full (a rough estimate). */
-  retryAfterSeconds(): number {
-    return Math.max(1, Math.ceil(this.#waiting / Math.max(1, this.#maxBatch)));
+  /** The queue bound of `tenant`. */
+  #queueBound(tenant: string): number {
+    return this.#tenantQueue(tenant) ?? this.#maxQueue;
+  }
+
+  /**
+   * Whether `tenant`'s queue is full, so that `submit` would throw `ROUTER_QUEUE_FULL`. O(1): the
+   * server calls it before reading a request's body (the cheap 429 path).
+   */
+  isFull(tenant: string): boolean {
+    return (this.#queues.get(tenant)?.length ?? 0) >= this.#queueBound(tenant);
+  }
+
+  /**
+   * Seconds a client of `tenant` should wait before retrying when its queue is full: the time for
+   * its waiting requests to get slots at its current share, at least 1 (a rough estimate).
+   */
+  retryAfterSeconds(tenant?: string): number {
+    const waiting = tenant === undefined ? this.#waiting : (this.#queues.get(tenant)?.length ?? 0);
+    const slots = tenant === undefined ? this.#maxBatch : Math.max(1, this.#runningOf.get(tenant) ?? 0, Math.min(this.#maxBatch, this.#tenantCap(tenant) ?? this.#maxBatch));
+    return Math.min(60, Math.max(1, Math.ceil(waiting / Math.max(1, slots))));
   }
 
   /**
@@ -125,7 +170,7 @@ export class Scheduler {
    */
   submit(req: GenerationRequest): Promise<GenerationResult> {
     if (this.#draining) throw new RouterError(RouterCode.DRAINING, 'the server is shutting down and accepts no new requests');
-    if (this.#waiting >= this.#maxQueue) throw new RouterError(RouterCode.QUEUE_FULL, `the queue is full (${String(this.#maxQueue)} waiting)`);
+    if (this.isFull(req.tenant)) throw new RouterError(RouterCode.QUEUE_FULL, `this tenant's queue is full (${String(this.#queueBound(req.tenant))} waiting)`);
     if (req.prompt.length === 0) throw new RouterError(RouterCode.BAD_REQUEST, 'the prompt is empty');
     const picker = makePicker(req.sampling);
     return new Promise<GenerationResult>((resolve, reject) => {
@@ -173,24 +218,37 @@ export class Scheduler {
     seq.reject(new RouterError(RouterCode.CANCELLED, 'the request was cancelled'));
   }
 
+  /**
+   * Fills free batch slots by weighted fair sharing: each slot goes to the tenant, among those
+   * waiting and below their cap, with the fewest running requests per unit of weight (ties: the
+   * tenant served least recently: round-robin). A tenant below its share therefore always gets the next slot.
+   */
   #admit(): Seq[] {
     const admitted: Seq[] = [];
-    const tenants = [...this.#queues.keys()];
-    let blocked = 0;
-    while (this.#running.length + admitted.length < this.#maxBatch && this.#waiting > 0 && blocked < tenants.length) {
-      const tenant = tenants[this.#rr++ % tenants.length]!;
-      const q = this.#queues.get(tenant)!;
-      const cap = this.#tenantCap(tenant);
-      const active = this.#running.filter((s) => s.req.tenant === tenant).length + admitted.filter((s) => s.req.tenant === tenant).length;
-      if (q.length === 0 || (cap !== undefined && active >= cap)) {
-        blocked++;
-        continue;
+    const active = this.#runningOf;
+    active.clear();
+    for (const s of this.#running) if (!s.done) active.set(s.req.tenant, (active.get(s.req.tenant) ?? 0) + 1);
+    while (this.#running.length + admitted.length < this.#maxBatch && this.#waiting > 0) {
+      let best: string | undefined;
+      let bestLoad = Infinity;
+      let bestServed = Infinity;
+      for (const [tenant, q] of this.#queues) {
+        if (q.length === 0) continue;
+        const n = active.get(tenant) ?? 0;
+        const cap = this.#tenantCap(tenant);
+        if (cap !== undefined && n >= cap) continue;
+        const load = n / Math.max(1e-9, this.#tenantWeight(tenant) ?? 1);
+        const served = this.#lastServed.get(tenant) ?? -1;
+        if (load < bestLoad || (load === bestLoad && served < bestServed)) [best, bestLoad, bestServed] = [tenant, load, served];
       }
-      blocked = 0;
-      admitted.push(q.shift()!);
+      if (best === undefined) break;
+      admitted.push(this.#queues.get(best)!.shift()!);
+      active.set(best, (active.get(best) ?? 0) + 1);
+      this.#lastServed.set(best, this.#serial++);
       this.#waiting--;
     }
     for (const [t, q] of this.#queues) if (q.length === 0) this.#queues.delete(t);
+    if (this.#lastServed.size > 4 * (this.#queues.size + 64)) for (const t of this.#lastServed.keys()) if (!this.#queues.has(t)) this.#lastServed.delete(t);
     return admitted;
   }
 

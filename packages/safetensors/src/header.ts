@@ -1,9 +1,16 @@
+import { jsonDepth } from '@stageml/ir';
 import { type SafetensorsDType, isSafetensorsDType, SAFETENSORS_DTYPES, safetensorsDTypeBytes } from './dtype.js';
 import { SafetensorsCode, SafetensorsError, type SafetensorsErrorCode } from './errors.js';
 import { findDuplicateKey } from './json-keys.js';
 
 /** Largest header the reader accepts, in bytes (the upstream `MAX_HEADER_SIZE`). */
 export const MAX_HEADER_BYTES = 100_000_000;
+
+/**
+ * Deepest JSON nesting a header may have. A valid header is 3 levels deep (root, tensor entry,
+ * shape); hostile nesting thousands deep would otherwise overflow recursive consumers.
+ */
+export const MAX_HEADER_DEPTH = 16;
 
 /** The reserved header key holding free-form string metadata. */
 export const METADATA_KEY = '__metadata__';
@@ -78,6 +85,8 @@ function parseJson(bytes: Uint8Array, file: string): Record<string, unknown> {
     throw new SafetensorsError(SafetensorsCode.BAD_JSON, 'header is not valid UTF-8', { file, cause });
   }
   let root: unknown;
+  const depth = jsonDepth(text);
+  if (depth > MAX_HEADER_DEPTH) fail(SafetensorsCode.BAD_JSON, `header nests ${String(depth)} levels deep; the limit is ${String(MAX_HEADER_DEPTH)}`, file);
   try {
     root = JSON.parse(text);
   } catch (cause) {

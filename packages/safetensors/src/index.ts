@@ -23,7 +23,7 @@ export {
   safetensorsDTypeOf,
 } from './dtype.js';
 export type { SafetensorsDType } from './dtype.js';
-export { MAX_HEADER_BYTES, METADATA_KEY, parseHeader, readHeaderLength } from './header.js';
+export { MAX_HEADER_BYTES, MAX_HEADER_DEPTH, METADATA_KEY, parseHeader, readHeaderLength } from './header.js';
 export type { SafetensorsHeader, TensorInfo } from './header.js';
 export { f16ToF32Bits, f32BitsToBf16, f32BitsToF16, f8e4m3ToNumber } from './float.js';
 export { decodeFloat32, decodeTensor } from './decode.js';

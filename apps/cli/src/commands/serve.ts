@@ -1,8 +1,8 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { parseRouterConfig } from '@stageml/router';
 import { createServer } from '@stageml/server';
-import { parseNonNegativeInt, parsePositiveInt } from '../args.js';
+import { parseHost, parseNonNegativeInt, parsePort, parsePositiveInt, parseSeconds } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
@@ -23,9 +23,18 @@ interface ServeOptions {
   maxBatch?: number;
   maxQueue?: number;
   adminKey?: string;
-  log?: boolean;
   adapterRoot?: string[];
+  shutdownTimeout?: number;
+  bodyTimeout?: number;
+  log?: boolean;
   replicaName?: string;
+}
+
+/** Fails with `CLI_IO` naming the flag unless `path` is an existing directory. */
+async function requireDir(path: string, flag: string): Promise<void> {
+  const s = await stat(path).catch(() => undefined);
+  if (s === undefined) throw new CliError(CliCode.IO, `${flag} '${path}' does not exist`);
+  if (!s.isDirectory()) throw new CliError(CliCode.IO, `${flag} '${path}' is not a directory`);
 }
 
 /** `stageml serve`: the reference server (OpenAI-compatible API) on a model and its adapters. */
@@ -41,16 +50,18 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--max-model-len <n>', 'prompt + completion tokens (default: the model\'s max_position_embeddings)', parsePositiveInt)
     .option('--api-key <key>', 'require Authorization: Bearer <key> on every /v1 request')
     .option('--adapters <dir>', 'a directory of PEFT adapter directories, loaded at start')
-    .option('--host <host>', 'address to listen on', '127.0.0.1')
-    .option('--port <n>', 'port (0: any free port)', parseNonNegativeInt, 8000)
+    .option('--host <host>', 'address to listen on', parseHost, '127.0.0.1')
+    .option('--port <n>', 'port (0: any free port)', parsePort, 8000)
     .option('--config <file>', 'tenants, API keys, adapters and staged plans (JSON, docs/server.md)')
     .option('--executor <name>', `executor: ${EXECUTOR_NAMES.join(', ')} (default: auto, the fastest measured here)`, 'auto')
     .option('--pad-token-id <id>', 'mask prompt tokens equal to this id (HF pad_token_id semantics)', parseNonNegativeInt)
     .option('--max-batch <n>', 'most sequences decoded together', parsePositiveInt)
     .option('--max-queue <n>', 'most queued requests before 429', parsePositiveInt)
-    .option('--admin-key <key>', 'key allowed to load/unload adapters when tenants are configured')
+    .option('--admin-key <key>', 'key guarding load/unload (always when set), /metrics and /ready details')
+    .option('--adapter-root <dir...>', 'adapter roots (repeatable): admin loads must read from inside one (default: --adapters), and a request for an adapter not loaded loads <root>/<name> on demand')
+    .option('--shutdown-timeout <s>', 'seconds to drain in-flight requests on SIGTERM before closing connections (default 30)', parseSeconds)
+    .option('--body-timeout <s>', 'seconds a client may take to send a request body (default 30)', parseSeconds)
     .option('--log', 'log every request')
-    .option('--adapter-root <dir...>', 'shared adapter root(s): a request for an adapter not loaded loads <dir>/<name> on demand (repeatable)')
     .option('--replica-name <name>', 'name sent in the x-stageml-replica header (default: hostname:port)')
     .action(async (positional: string | undefined, opts: ServeOptions) => {
       if ((positional === undefined) === (opts.model === undefined)) throw new CliError(CliCode.USAGE, 'give the model directory once: `stageml serve MODEL` or `--model MODEL`');
@@ -58,6 +69,9 @@ export function registerServe(program: Command, io: CliIo): void {
       if (opts.loraModules !== undefined && opts.enableLora !== true) throw new CliError(CliCode.USAGE, '--lora-modules needs --enable-lora');
       const loraModules = parseLoraModules(opts.loraModules ?? []);
       const [servedName, ...aliases] = opts.servedModelName ?? [];
+      await requireDir(modelDir, '--model');
+      if (opts.adapters !== undefined) await requireDir(opts.adapters, '--adapters');
+      for (const r of opts.adapterRoot ?? []) await requireDir(r, '--adapter-root');
       let config;
       if (opts.config !== undefined) {
         let text: string;
@@ -81,11 +95,21 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.maxBatch === undefined ? {} : { maxBatch: opts.maxBatch }),
         ...(opts.maxQueue === undefined ? {} : { maxQueue: opts.maxQueue }),
         ...(opts.adminKey === undefined ? {} : { adminKey: opts.adminKey }),
+        ...(opts.shutdownTimeout === undefined ? {} : { shutdownTimeoutMs: opts.shutdownTimeout }),
+        ...(opts.bodyTimeout === undefined ? {} : { bodyTimeoutMs: opts.bodyTimeout }),
         logger: opts.log === true,
         ...(opts.adapterRoot === undefined ? {} : { adapterRoots: opts.adapterRoot }),
         ...(opts.replicaName === undefined ? {} : { replicaName: opts.replicaName }),
       });
-      const address = await server.listen(opts.host, opts.port);
+      let address: string;
+      try {
+        address = await server.listen(opts.host, opts.port);
+      } catch (e) {
+        await server.shutdown().catch(() => undefined);
+        const code = (e as { code?: unknown }).code;
+        const why = code === 'EADDRINUSE' ? 'the address is already in use' : code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN' ? 'the address is not available on this machine' : code === 'EACCES' ? 'permission denied (ports below 1024 need privileges)' : (e as Error).message;
+        throw new CliError(CliCode.LISTEN, `cannot listen on ${opts.host}:${String(opts.port)}: ${why}`, { cause: e });
+      }
       const models = [server.modelName, ...server.lm.adapterNames];
       io.out(`stageml server ready on ${address} · model ${server.modelName} · adapters: ${server.lm.adapterNames.join(', ') || 'none'} · executor ${server.lm.executorName}`);
       io.out(`try: curl -s ${address}/v1/completions -H 'content-type: application/json'${opts.apiKey === undefined ? '' : " -H 'authorization: Bearer $KEY'"} -d '{"model": "${models[1] ?? models[0]!}", "prompt": "The staged program", "max_tokens": 12, "temperature": 0}'`);

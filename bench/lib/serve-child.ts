@@ -1,0 +1,36 @@
+// A reference server in its own process for the overload and soak suites, so that the load
+// generator does not share its event loop. Options come as JSON in STAGEML_BENCH_SERVER; the
+// address is printed as one line `listening <url>`. Stops on SIGTERM (or when stdin closes).
+import { type ExecutorName, selectExecutor } from '@stageml/runtime';
+import { parseRouterConfig } from '@stageml/router';
+import { createServer } from '@stageml/server';
+
+interface ChildOptions {
+  config?: unknown;
+  adminKey?: string;
+  adapterRoots?: string[];
+  maxBatch?: number;
+  maxQueue?: number;
+  executor?: string;
+}
+const o = JSON.parse(process.env['STAGEML_BENCH_SERVER'] ?? '{}') as ChildOptions;
+const { executor } = await selectExecutor({ force: (o.executor ?? 'auto') as ExecutorName | 'auto' });
+const server = await createServer({
+  modelDir: 'fixtures/peft-tiny/llama/base',
+  modelName: 'llama',
+  adaptersDir: 'fixtures/peft-tiny/llama/adapters',
+  executor,
+  ...(o.config === undefined ? {} : { config: parseRouterConfig(JSON.stringify(o.config)) }),
+  ...(o.adminKey === undefined ? {} : { adminKey: o.adminKey }),
+  ...(o.adapterRoots === undefined ? {} : { adapterRoots: o.adapterRoots }),
+  ...(o.maxBatch === undefined ? {} : { maxBatch: o.maxBatch }),
+  ...(o.maxQueue === undefined ? {} : { maxQueue: o.maxQueue }),
+});
+const address = await server.listen('127.0.0.1', 0);
+process.stdout.write(`listening ${address} executor ${executor.name}\n`);
+const stop = (): void => {
+  void server.shutdown().then(() => process.exit(0));
+};
+process.once('SIGTERM', stop);
+process.stdin.on('end', stop);
+process.stdin.resume();
