@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -104,7 +104,8 @@ describe.runIf(haveHaproxy || process.env['CI'] !== undefined)('stageml cluster 
   const summary: string[] = [];
 
   beforeAll(async () => {
-    for (const a of ADAPTERS) symlinkSync(join(fixtures, 'llama/adapters', a.fixture), join(root, a.name), 'dir');
+    // Copied, not linked: the adapter-path guard refuses links that leave the root.
+    for (const a of ADAPTERS) cpSync(join(fixtures, 'llama/adapters', a.fixture), join(root, a.name), { recursive: true });
     port = await freePorts(3);
     base = `http://127.0.0.1:${String(port)}`;
     cluster = spawn(process.execPath, ['--conditions=@stageml/source', '--import', 'tsx', join(repo, 'apps/cli/src/bin.ts'), 'cluster', '--replicas', '3', '--port', String(port), '--model', join(fixtures, 'llama/base'), '--served-model-name', 'llama', '--adapter-root', root, '--executor', 'interpreter', '--pad-token-id', '0', '--max-batch', '8', ...EXTRA_FLAGS], { cwd: repo, stdio: ['ignore', 'pipe', 'pipe'] });

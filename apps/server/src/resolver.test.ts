@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -168,7 +168,8 @@ describe('server with --adapter-root', () => {
 
   it('loads an adapter on its first request, names the replica on every response and counts loads', async () => {
     const root = mkdtempSync(join(tmpdir(), 'stageml-root-'));
-    symlinkSync(join(fixtures, 'llama/adapters/qv-r8'), join(root, 'team-a'), 'dir');
+    // Copied, not linked: the adapter-path guard refuses links that leave the root.
+    cpSync(join(fixtures, 'llama/adapters/qv-r8'), join(root, 'team-a'), { recursive: true });
     const server = await createServer({ modelDir: join(fixtures, 'llama/base'), modelName: 'llama', adapterRoots: [root], maxLoras: 3, replicaName: 'r-test', padTokenId: 0 });
     const base = await server.listen('127.0.0.1', 0);
     try {
@@ -186,6 +187,23 @@ describe('server with --adapter-root', () => {
       expect(metrics).toMatch(/^vllm:lora_requests_info\{running_lora_adapters="",waiting_lora_adapters="",max_lora="3"\} /m);
       expect(metrics).toMatch(/^vllm:num_requests_waiting\{model_name="llama"\} 0$/m);
       expect(metrics).toMatch(/^vllm:num_requests_running\{model_name="llama"\} 0$/m);
+    } finally {
+      await server.shutdown();
+    }
+  });
+
+  it('puts on-demand loads through the adapter-path guard: a link leaving the root is refused', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'stageml-root-'));
+    symlinkSync(join(fixtures, 'llama/adapters/qv-r8'), join(root, 'linked'), 'dir');
+    const server = await createServer({ modelDir: join(fixtures, 'llama/base'), modelName: 'llama', adapterRoots: [root], padTokenId: 0 });
+    const base = await server.listen('127.0.0.1', 0);
+    try {
+      const r = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'linked', prompt: [0, 52], max_tokens: 1 }) });
+      expect(r.status).toBe(400);
+      const err = ((await r.json()) as { error: { code: string; message: string } }).error;
+      expect(err.code).toBe('SERVER_ADAPTER_PATH');
+      expect(err.message).not.toContain(root);
+      expect(server.lm.adapterNames).not.toContain('linked');
     } finally {
       await server.shutdown();
     }
