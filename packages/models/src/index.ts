@@ -19,6 +19,7 @@ export { parseLlamaConfig, ropeInvFreqFor } from './hf-config.js';
 export type { LlamaConfig, RopeScaling } from './hf-config.js';
 export { adapterParamName, bankLinear, rowsInputName, singleAdapterLinear } from './linear-factories.js';
 export { loadTokenizer } from './tokenizer.js';
+export { readParam } from './checkpoint-map.js';
 export type { TextTokenizer } from './tokenizer.js';
 export { argmaxOf, checkSampling, makePicker } from './sampling.js';
 export type { SamplingOptions, TokenPicker } from './sampling.js';

@@ -1,0 +1,504 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { type Graph, type HostTensor, StageError, graphParams, hostTensor } from '@stageml/ir';
+import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, buildLlamaGraph, loadTokenizer, parseLlamaConfig, readParam, ropeInvFreqFor } from '@stageml/models';
+import { AdapterCache, type CacheLease, type LoraAdapter, PeftCode, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
+import { type Executor, type PreparedGraph, interpreterExecutor } from '@stageml/runtime';
+import { openCheckpoint } from '@stageml/safetensors';
+import { EngineCode, EngineError } from './errors.js';
+import { MASKED, SequenceKv, Staging } from './kv.js';
+import { ROW_SLOT_INPUT, type SlotModule, slotLinear } from './slot-linear.js';
+import { SlotTables } from './slots.js';
+
+/** Options of `Engine.load`. */
+export interface EngineOptions {
+  /** Executor that runs the program (default: the reference interpreter). */
+  readonly executor?: Executor;
+  /** Adapters resident in slots at once (vLLM `--max-loras`; default 16). */
+  readonly maxLoras?: number;
+  /** Rank of every slot; higher-rank adapters are refused at load (vLLM `--max-lora-rank`; default 64). */
+  readonly maxLoraRank?: number;
+  /** Parsed adapters kept on the host for re-warming a slot without reading the disk (default `maxLoras`). */
+  readonly maxCpuLoras?: number;
+  /** Most prompt tokens one prefill run takes (chunked prefill; default 64). */
+  readonly prefillChunk?: number;
+}
+
+/** Bytes the engine holds for the executor, by kind (its own accounting). */
+export interface EngineMemory {
+  /** Base weights, held once by the one prepared program. */
+  readonly weights: number;
+  /** Slot tables (A and B of every projection, all slots). */
+  readonly slots: number;
+  /** KV buffers of live sequences (capacity, not just the filled part). */
+  readonly kv: number;
+  /** Reusable staging buffers of multi-row steps. */
+  readonly staging: number;
+  /** Sum of the above. */
+  readonly total: number;
+}
+
+/** Counters of the engine. */
+export interface EngineStats {
+  /** Executor preparations made (one per program; adapters never add one). */
+  readonly preparations: number;
+  /** Program runs (prefill chunks and decode steps). */
+  readonly runs: number;
+  /** Adapters resident in slots now. */
+  readonly residentAdapters: number;
+  /** Live sequences. */
+  readonly sequences: number;
+}
+
+const BASE = '__base__';
+
+interface SlotEntry {
+  readonly adapter: LoraAdapter;
+  slot: number | undefined;
+}
+
+/**
+ * One request's state in the engine: its prompt, how much of it is prefilled, its resident KV
+ * cache and its adapter's slot. Made by `Engine.open`; ended by `Engine.release`.
+ */
+export class Sequence {
+  /** Prompt tokens already prefilled. */
+  prefilled = 0;
+  /** Rotary position of the next attended token. */
+  nextPosition = 0;
+  /** Slot of the adapter (0: base), once attached. */
+  slot: number | undefined;
+  /** Whether the sequence was released. */
+  released = false;
+  lease: CacheLease<SlotEntry> | undefined;
+
+  constructor(
+    /** Adapter name, or undefined for the base model. */
+    readonly adapter: string | undefined,
+    /** Prompt token ids. */
+    readonly prompt: readonly number[],
+    /** Per prompt token, 1 attended or 0 masked (padding). */
+    readonly promptMask: readonly number[],
+    /** The resident KV cache. */
+    readonly kv: SequenceKv,
+  ) {}
+
+  /** Whether the whole prompt is prefilled (the sequence decodes). */
+  get ready(): boolean {
+    return this.prefilled === this.prompt.length;
+  }
+}
+
+function positiveInt(name: string, v: number | undefined, dflt: number): number {
+  const x = v ?? dflt;
+  if (!Number.isSafeInteger(x) || x < 1) throw new EngineError(EngineCode.BAD_OPTIONS, `${name} must be a positive integer, got ${String(v)}`);
+  return x;
+}
+
+/**
+ * The serving engine: one compiled program per (model, executor, slot-table shape), holding the
+ * base weights once; adapters are data written into slot tables that every run takes as inputs
+ * (so a batch's adapter composition never prepares anything); each sequence's KV cache stays
+ * resident and grows in place; prefill runs in chunks and returns last-position logits only.
+ *
+ * Slots are managed by an `AdapterCache` (LRU among idle, unpinned adapters; single-flight loads);
+ * a second one holds parsed adapters on the host, bounded by `maxCpuLoras`. Adapters that cannot
+ * vary by row (whole-tensor overrides, MoE expert factors, LoRA bias) are refused at load with
+ * `ENGINE_BAD_ADAPTER`, so they never fail anyone else's batch.
+ */
+export class Engine {
+  readonly #executor: Executor;
+  readonly #program: PreparedGraph;
+  readonly #tables: SlotTables;
+  readonly #shapes: Map<string, readonly number[]>;
+  readonly #weightBytes: number;
+  readonly #registered = new Map<string, string>();
+  readonly #fresh = new Map<string, LoraAdapter>();
+  readonly #host: AdapterCache<LoraAdapter>;
+  readonly #slotCache: AdapterCache<SlotEntry>;
+  readonly #staging: Staging;
+  readonly #live = new Set<Sequence>();
+  readonly #prefillChunk: number;
+  readonly #kvShape: readonly [number, number];
+  #preparations: number;
+  #runs = 0;
+
+  private constructor(
+    /** The model directory. */
+    readonly dir: string,
+    /** The parsed config. */
+    readonly config: LlamaConfig,
+    /** The tokenizer, when the directory has one. */
+    readonly tokenizer: TextTokenizer | undefined,
+    parts: { executor: Executor; program: PreparedGraph; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number },
+  ) {
+    this.#executor = parts.executor;
+    this.#program = parts.program;
+    this.#tables = parts.tables;
+    this.#shapes = parts.shapes;
+    this.#weightBytes = parts.weightBytes;
+    this.#preparations = 1;
+    this.#prefillChunk = parts.prefillChunk;
+    this.#staging = new Staging(config.numLayers);
+    this.#kvShape = [config.numKvHeads, config.headDim];
+    this.#host = new AdapterCache<LoraAdapter>({
+      budgetBytes: parts.maxCpuLoras,
+      load: async (name) => {
+        const fresh = this.#fresh.get(name);
+        if (fresh !== undefined) return { value: fresh, bytes: 1 };
+        const dir = this.#registered.get(name);
+        if (dir === undefined) throw new EngineError(EngineCode.UNKNOWN_ADAPTER, `adapter '${name}' is not loaded`);
+        return { value: this.#validate(await loadLoraAdapter(dir, { name })), bytes: 1 };
+      },
+    });
+    const slotBytes = this.#tables.bytes / this.#tables.slots;
+    this.#slotCache = new AdapterCache<SlotEntry>({
+      budgetBytes: slotBytes * (this.#tables.slots - 1),
+      load: async (name) => {
+        const lease = await this.#host.acquire(name);
+        lease.release();
+        return { value: { adapter: lease.value, slot: undefined }, bytes: slotBytes };
+      },
+      dispose: (_name, entry) => {
+        if (entry.slot !== undefined) this.#tables.free(entry.slot);
+        entry.slot = undefined;
+      },
+    });
+  }
+
+  /**
+   * Loads `config.json`, the checkpoint and the tokenizer from `dir`, builds the slot program and
+   * prepares it once on the executor with the base weights (missing or wrongly shaped tensors are
+   * `MODEL_BAD_WEIGHT` naming file and key).
+   */
+  static async load(dir: string, opts: EngineOptions = {}): Promise<Engine> {
+    const maxLoras = positiveInt('maxLoras', opts.maxLoras, 16);
+    const rank = positiveInt('maxLoraRank', opts.maxLoraRank, 64);
+    const maxCpuLoras = positiveInt('maxCpuLoras', opts.maxCpuLoras, maxLoras);
+    const prefillChunk = positiveInt('prefillChunk', opts.prefillChunk, 64);
+    let cfgText: string;
+    try {
+      cfgText = await readFile(join(dir, 'config.json'), 'utf8');
+    } catch (e) {
+      throw new ModelError(ModelCode.IO, `cannot read ${join(dir, 'config.json')}: ${(e as Error).message}`, { cause: e });
+    }
+    const config = parseLlamaConfig(cfgText, join(dir, 'config.json'));
+    const modules: SlotModule[] = [];
+    const graph = engineGraph(config, maxLoras + 1, rank, modules);
+    const ckpt = await openCheckpoint(dir);
+    const weights = new Map<string, HostTensor>();
+    const shapes = new Map<string, readonly number[]>();
+    let weightBytes = 0;
+    try {
+      for (const p of graphParams(graph)) {
+        const t = await readParam(ckpt, dir, p.name, graph.values[p.results[0]!]!.type.shape as number[]);
+        weights.set(p.name, t);
+        shapes.set(p.name, t.shape);
+        weightBytes += t.data.byteLength;
+      }
+    } finally {
+      await ckpt.close();
+    }
+    const executor = opts.executor ?? interpreterExecutor;
+    const program = await executor.prepare(graph, { get: (n) => weights.get(n) });
+    const tables = new SlotTables(maxLoras + 1, rank, modules);
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, program, tables, shapes, weightBytes, maxCpuLoras, prefillChunk });
+  }
+
+  /** Names of loaded adapters (resident in a slot or not). */
+  get adapterNames(): string[] {
+    return [...this.#registered.keys()];
+  }
+
+  /** The executor running the program. */
+  get executorName(): string {
+    return this.#executor.name;
+  }
+
+  /** Slots N (including the base slot 0) and their rank R. */
+  get slotShape(): { readonly slots: number; readonly rank: number } {
+    return { slots: this.#tables.slots, rank: this.#tables.rank };
+  }
+
+  /** Executor-held bytes by kind. */
+  memory(): EngineMemory {
+    let kv = 0;
+    for (const s of this.#live) kv += s.kv.bytes;
+    const staging = this.#staging.bytes;
+    return { weights: this.#weightBytes, slots: this.#tables.bytes, kv, staging, total: this.#weightBytes + this.#tables.bytes + kv + staging };
+  }
+
+  /** Counters. */
+  stats(): EngineStats {
+    return { preparations: this.#preparations, runs: this.#runs, residentAdapters: this.#slotCache.stats().entries, sequences: this.#live.size };
+  }
+
+  #validate(adapter: LoraAdapter): LoraAdapter {
+    const refuse = (why: string): never => {
+      throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' ${why}`);
+    };
+    if (adapter.overrides.size > 0) {
+      refuse(`replaces whole tensors (${[...adapter.overrides.keys()].slice(0, 3).join(', ')}), which cannot vary by row in a shared batch; merge it into a base checkpoint and serve that instead`);
+    }
+    if (adapter.parameterFactors.length > 0) refuse(`targets parameters (${adapter.config.targetParameters.join(', ')}); expert LoRA is not served from slots`);
+    checkAdapterAgainstBase(adapter, (p) => this.#shapes.get(p) ?? (p === 'lm_head.weight' && this.config.tieWordEmbeddings ? this.#shapes.get('model.embed_tokens.weight') : undefined));
+    for (const m of adapter.modules.values()) {
+      if (!this.#tables.has(m.module)) refuse(`adapts '${m.module}', which is not a projection the engine serves`);
+      if (m.rank > this.#tables.rank) refuse(`has rank ${String(m.rank)} on '${m.module}', above the slot rank ${String(this.#tables.rank)} (raise --max-lora-rank)`);
+      if (m.biasB !== undefined) refuse(`has a LoRA bias on '${m.module}', which slots do not hold`);
+    }
+    return adapter;
+  }
+
+  /**
+   * Reads a PEFT adapter directory, validates it against this model and the slot shape, registers
+   * it and warms a slot for it (evicting the least recently used idle adapter when all are taken).
+   * A refused adapter (`ENGINE_BAD_ADAPTER`, PEFT errors) leaves the engine as it was.
+   */
+  async loadAdapter(dir: string, name?: string): Promise<LoraAdapter> {
+    const adapter = this.#validate(await loadLoraAdapter(dir, name === undefined ? {} : { name }));
+    if (adapter.name === BASE) throw new ModelError(ModelCode.BAD_ADAPTER, `'${BASE}' is reserved for the base model`);
+    if (this.#registered.has(adapter.name)) this.unloadAdapter(adapter.name);
+    this.#registered.set(adapter.name, dir);
+    this.#fresh.set(adapter.name, adapter);
+    try {
+      (await this.#host.acquire(adapter.name)).release();
+    } finally {
+      this.#fresh.delete(adapter.name);
+    }
+    try {
+      const lease = await this.#slotCache.acquire(adapter.name);
+      this.#assign(lease.value);
+      lease.release();
+    } catch (e) {
+      // Every slot is in use by running sequences: the adapter stays loaded and takes a slot later.
+      if (!(e instanceof StageError && e.code === PeftCode.CACHE_FULL)) throw e;
+    }
+    return adapter;
+  }
+
+  /** Forgets an adapter: frees (zeroes) its slot and its host copy. `PEFT_IN_USE` while sequences run on it. */
+  unloadAdapter(name: string): boolean {
+    if (!this.#registered.has(name)) return false;
+    this.#slotCache.evict(name);
+    this.#host.evict(name);
+    this.#registered.delete(name);
+    return true;
+  }
+
+  #assign(entry: SlotEntry): number {
+    entry.slot ??= this.#tables.write(entry.adapter);
+    return entry.slot;
+  }
+
+  /**
+   * Starts a sequence: validates the prompt (`MODEL_BAD_TOKEN`) and adapter (`MODEL_BAD_ADAPTER`
+   * when not loaded); `mask` marks padding (0) per prompt token. Attach it before running it.
+   */
+  open(adapter: string | null | undefined, prompt: readonly number[], mask?: readonly number[]): Sequence {
+    const name = adapter === null || adapter === undefined || adapter === BASE ? undefined : adapter;
+    if (name !== undefined && !this.#registered.has(name)) {
+      throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${name}' is not loaded (loaded: ${this.adapterNames.join(', ') || 'none'})`);
+    }
+    if (prompt.length === 0) throw new ModelError(ModelCode.BAD_OPTIONS, 'the prompt is empty');
+    prompt.forEach((t, i) => {
+      if (!Number.isInteger(t) || t < 0 || t >= this.config.vocabSize) {
+        throw new ModelError(ModelCode.BAD_TOKEN, `token id ${String(t)} at position ${String(i)} is outside the vocabulary [0, ${String(this.config.vocabSize)})`);
+      }
+    });
+    const m = mask ?? prompt.map(() => 1);
+    if (m.length !== prompt.length || m.some((v) => v !== 0 && v !== 1)) throw new ModelError(ModelCode.BAD_OPTIONS, `the mask must be ${String(prompt.length)} values of 0 or 1`);
+    const seq = new Sequence(name, prompt, m, new SequenceKv(this.config.numLayers, this.#kvShape[0] * this.#kvShape[1], Math.min(64, prompt.length + 16)));
+    this.#live.add(seq);
+    return seq;
+  }
+
+  /**
+   * Gives `seq` its adapter's slot (loading the adapter into one if needed). Resolves false when
+   * every slot is held by other running adapters (try again after a step); rejects when the
+   * adapter cannot be read.
+   */
+  async attach(seq: Sequence, signal?: AbortSignal): Promise<boolean> {
+    if (!this.#live.has(seq)) this.#bad(seq);
+    if (seq.slot !== undefined) return true;
+    if (seq.adapter === undefined) {
+      seq.slot = 0;
+      return true;
+    }
+    try {
+      const lease = await this.#slotCache.acquire(seq.adapter, signal === undefined ? {} : { signal });
+      if (seq.released) {
+        lease.release();
+        return false;
+      }
+      seq.lease = lease;
+      seq.slot = this.#assign(lease.value);
+      return true;
+    } catch (e) {
+      if (e instanceof StageError && e.code === PeftCode.CACHE_FULL) return false;
+      throw e;
+    }
+  }
+
+  /** Ends a sequence: frees its KV memory and its hold on the adapter's slot. Idempotent. */
+  release(seq: Sequence): void {
+    if (seq.released) return;
+    seq.released = true;
+    this.#live.delete(seq);
+    seq.lease?.release();
+    seq.lease = undefined;
+  }
+
+  #bad(seq: Sequence): never {
+    throw new EngineError(EngineCode.BAD_SEQUENCE, `the sequence (adapter ${seq.adapter ?? 'base'}) was released`);
+  }
+
+  #check(seq: Sequence): number {
+    if (seq.released || !this.#live.has(seq)) this.#bad(seq);
+    if (seq.slot === undefined) throw new EngineError(EngineCode.BAD_SEQUENCE, 'the sequence is not attached to a slot yet (call attach)');
+    return seq.slot;
+  }
+
+  async #run(inputs: Record<string, HostTensor>): Promise<Record<string, HostTensor>> {
+    Object.assign(inputs, this.#tables.inputs);
+    this.#runs++;
+    try {
+      return await this.#program.run(inputs);
+    } catch (e) {
+      if (e instanceof StageError) throw e;
+      throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${(e as Error).message}`, { cause: e });
+    }
+  }
+
+  #outputs(out: Record<string, HostTensor>): { k: Float32Array[]; v: Float32Array[] } {
+    const k: Float32Array[] = [];
+    const v: Float32Array[] = [];
+    for (let l = 0; l < this.config.numLayers; l++) {
+      k.push(out[`new_key.${String(l)}`]!.data as Float32Array);
+      v.push(out[`new_value.${String(l)}`]!.data as Float32Array);
+    }
+    return { k, v };
+  }
+
+  /**
+   * Prefills the next chunk (at most `prefillChunk` tokens) of `seq`'s prompt, appending its keys
+   * and values in place. Resolves to the last position's logits f32[vocab] when the prompt is done,
+   * otherwise undefined.
+   */
+  async prefill(seq: Sequence): Promise<Float32Array | undefined> {
+    const slot = this.#check(seq);
+    if (seq.ready) throw new EngineError(EngineCode.BAD_SEQUENCE, 'the prompt is already prefilled');
+    const start = seq.prefilled;
+    const count = Math.min(this.#prefillChunk, seq.prompt.length - start);
+    const ids = seq.prompt.slice(start, start + count);
+    const mask01 = seq.promptMask.slice(start, start + count);
+    let next = seq.nextPosition;
+    const positions = mask01.map((v) => (v === 1 ? next++ : 1));
+    const past = seq.kv.length;
+    const chunkMask = mask01.map((v) => (v === 1 ? 0 : MASKED));
+    const attention = new Float32Array(past + count);
+    attention.set(seq.kv.maskView());
+    attention.set(chunkMask, past);
+    const inputs: Record<string, HostTensor> = {
+      input_ids: hostTensor('i64', [1, count], ids),
+      position_ids: hostTensor('i64', [1, count], positions),
+      attention_mask: { dtype: 'f32', shape: [1, past + count], data: attention },
+      [ROW_SLOT_INPUT]: hostTensor('i64', [1], [slot]),
+    };
+    for (let l = 0; l < this.config.numLayers; l++) {
+      const view = seq.kv.view(l, this.#kvShape);
+      inputs[`past_key.${String(l)}`] = view.k;
+      inputs[`past_value.${String(l)}`] = view.v;
+    }
+    const out = await this.#run(inputs);
+    if (seq.released) return undefined;
+    const { k, v } = this.#outputs(out);
+    seq.kv.append(k, v, 0, chunkMask);
+    seq.prefilled += count;
+    seq.nextPosition = next;
+    return seq.ready ? (out['logits']!.data as Float32Array) : undefined;
+  }
+
+  /**
+   * One decode step over `seqs` (prefilled, attached), feeding `tokens[i]` to row i: a single row
+   * reads its KV buffers as zero-copy views; several rows are staged into reusable buffers (one
+   * copy per row and layer, padding masked). Appends each row's new key/value in place and resolves
+   * to each row's logits f32[vocab].
+   */
+  async decode(seqs: readonly Sequence[], tokens: readonly number[]): Promise<Float32Array[]> {
+    const rows = seqs.length;
+    if (rows === 0 || tokens.length !== rows) throw new EngineError(EngineCode.BAD_OPTIONS, `decode needs one token per sequence (${String(rows)} sequences, ${String(tokens.length)} tokens)`);
+    const slots = seqs.map((s) => {
+      const slot = this.#check(s);
+      if (!s.ready) throw new EngineError(EngineCode.BAD_SEQUENCE, 'a sequence in the decode batch is not prefilled yet');
+      return slot;
+    });
+    tokens.forEach((t, i) => {
+      if (!Number.isInteger(t) || t < 0 || t >= this.config.vocabSize) throw new ModelError(ModelCode.BAD_TOKEN, `token id ${String(t)} at row ${String(i)} is outside the vocabulary [0, ${String(this.config.vocabSize)})`);
+    });
+    const width = this.#kvShape[0] * this.#kvShape[1];
+    const past = Math.max(...seqs.map((s) => s.kv.length));
+    const inputs: Record<string, HostTensor> = {
+      input_ids: hostTensor('i64', [rows, 1], tokens),
+      position_ids: hostTensor('i64', [rows, 1], seqs.map((s) => s.nextPosition)),
+      [ROW_SLOT_INPUT]: hostTensor('i64', [rows], slots),
+    };
+    if (rows === 1) {
+      const s = seqs[0]!;
+      const attention = new Float32Array(past + 1);
+      attention.set(s.kv.maskView());
+      inputs['attention_mask'] = { dtype: 'f32', shape: [1, past + 1], data: attention };
+      for (let l = 0; l < this.config.numLayers; l++) {
+        const view = s.kv.view(l, this.#kvShape);
+        inputs[`past_key.${String(l)}`] = view.k;
+        inputs[`past_value.${String(l)}`] = view.v;
+      }
+    } else {
+      const buf = this.#staging.reserve(rows * past * width, rows * (past + 1));
+      const mask = buf.mask.subarray(0, rows * (past + 1));
+      seqs.forEach((s, r) => {
+        mask.set(s.kv.maskView(), r * (past + 1));
+        mask.fill(MASKED, r * (past + 1) + s.kv.length, r * (past + 1) + past);
+        mask[r * (past + 1) + past] = 0;
+      });
+      inputs['attention_mask'] = { dtype: 'f32', shape: [rows, past + 1], data: mask };
+      for (let l = 0; l < this.config.numLayers; l++) {
+        const k = buf.k[l]!;
+        const v = buf.v[l]!;
+        seqs.forEach((s, r) => {
+          s.kv.copyTo(l, k, v, r * past * width);
+        });
+        inputs[`past_key.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: k.subarray(0, rows * past * width) };
+        inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: v.subarray(0, rows * past * width) };
+      }
+    }
+    const out = await this.#run(inputs);
+    const { k, v } = this.#outputs(out);
+    const logits = out['logits']!.data as Float32Array;
+    const V = this.config.vocabSize;
+    return seqs.map((s, r) => {
+      if (!s.released) {
+        s.kv.append(k, v, r * width, [0]);
+        s.nextPosition++;
+      }
+      return logits.subarray(r * V, (r + 1) * V);
+    });
+  }
+}
+
+/**
+ * The engine's program graph: the Llama-family decoder with slot linears on every projection,
+ * position-major resident KV inputs, only this step's keys/values as outputs, last-position
+ * logits, and an additive key mask. `modules` receives every projection with slot tables.
+ */
+export function engineGraph(config: LlamaConfig, slots: number, rank: number, modules: SlotModule[]): Graph {
+  return buildLlamaGraph(config, {
+    name: config.modelType,
+    residentKv: true,
+    attentionMask: true,
+    lastLogitsOnly: true,
+    linear: slotLinear(slots, rank, modules),
+    invFreq: ropeInvFreqFor(config.headDim, config.ropeTheta, config.rope),
+    qkvBias: config.qkvBias,
+  });
+}

@@ -1,0 +1,90 @@
+import type { HostTensor } from '@stageml/ir';
+import type { LoraAdapter } from '@stageml/peft';
+import { type SlotModule, slotInputNames } from './slot-linear.js';
+
+interface Tables {
+  readonly spec: SlotModule;
+  readonly A: Float32Array;
+  readonly B: Float32Array;
+  readonly inputs: { readonly A: HostTensor; readonly B: HostTensor };
+}
+
+/**
+ * The slot tables of one program: for every projection, A f32[N, R, in] and B f32[N, out, R],
+ * allocated once (N·R·(in + out)·4 bytes per projection, whatever ranks are loaded) and fed to
+ * every run as zero-copy inputs. Slot 0 stays zero (base-only rows); slots 1…N−1 hold adapters.
+ */
+export class SlotTables {
+  readonly #tables = new Map<string, Tables>();
+  readonly #free: number[] = [];
+  /** The inputs of every run (the same objects each time: no copies). */
+  readonly inputs: Readonly<Record<string, HostTensor>>;
+  /** Bytes the tables occupy. */
+  readonly bytes: number;
+
+  constructor(
+    /** Slots N, including the base slot 0. */
+    readonly slots: number,
+    /** Rank R of every slot. */
+    readonly rank: number,
+    modules: readonly SlotModule[],
+  ) {
+    const inputs: Record<string, HostTensor> = {};
+    let bytes = 0;
+    for (const spec of modules) {
+      const A = new Float32Array(slots * rank * spec.inDim);
+      const B = new Float32Array(slots * spec.outDim * rank);
+      const names = slotInputNames(spec.module);
+      const t: Tables = {
+        spec,
+        A,
+        B,
+        inputs: { A: { dtype: 'f32', shape: [slots, rank, spec.inDim], data: A }, B: { dtype: 'f32', shape: [slots, spec.outDim, rank], data: B } },
+      };
+      inputs[names.A] = t.inputs.A;
+      inputs[names.B] = t.inputs.B;
+      bytes += (A.length + B.length) * 4;
+      this.#tables.set(spec.module, t);
+    }
+    this.inputs = inputs;
+    this.bytes = bytes;
+    for (let s = slots - 1; s >= 1; s--) this.#free.push(s);
+  }
+
+  /** Whether `module` has slot tables. */
+  has(module: string): boolean {
+    return this.#tables.has(module);
+  }
+
+  /** Slots not holding an adapter. */
+  get freeSlots(): number {
+    return this.#free.length;
+  }
+
+  /** Takes a free slot and writes `adapter`'s factors into it (scale folded into B). */
+  write(adapter: LoraAdapter): number {
+    const slot = this.#free.pop();
+    if (slot === undefined) throw new Error('no free slot (the adapter cache admits at most N − 1 adapters)');
+    const R = this.rank;
+    for (const m of adapter.modules.values()) {
+      const t = this.#tables.get(m.module)!;
+      const { inDim, outDim } = t.spec;
+      const a = m.A.data;
+      const bsrc = m.B.data;
+      t.A.set(a instanceof Float32Array ? a : Float32Array.from(a as ArrayLike<number>), slot * R * inDim);
+      const base = slot * outDim * R;
+      for (let o = 0; o < outDim; o++) for (let j = 0; j < m.rank; j++) t.B[base + o * R + j] = m.scale * bsrc[o * m.rank + j]!;
+    }
+    return slot;
+  }
+
+  /** Zeroes `slot` and returns it to the free list. */
+  free(slot: number): void {
+    const R = this.rank;
+    for (const t of this.#tables.values()) {
+      t.A.fill(0, slot * R * t.spec.inDim, (slot + 1) * R * t.spec.inDim);
+      t.B.fill(0, slot * t.spec.outDim * R, (slot + 1) * t.spec.outDim * R);
+    }
+    this.#free.push(slot);
+  }
+}
