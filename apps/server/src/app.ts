@@ -3,7 +3,7 @@ import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { StageError } from '@stageml/ir';
-import { CausalLM } from '@stageml/models';
+import { Engine } from '@stageml/engine';
 import { type Route, type RouterConfig, Scheduler, TenantRegistry } from '@stageml/router';
 import type { Executor } from '@stageml/runtime';
 import type { z } from 'zod';
@@ -40,12 +40,21 @@ export interface ServerOptions {
   readonly adminKey?: string;
   /** Log requests (pino through fastify). */
   readonly logger?: boolean;
+  /** Adapters resident in engine slots at once (vLLM `--max-loras`; default 16). */
+  readonly maxLoras?: number;
+  /** Rank of every engine slot (vLLM `--max-lora-rank`; default 64). */
+  readonly maxLoraRank?: number;
+  /** Parsed adapters kept on the host (vLLM `--max-cpu-loras`; default `maxLoras`). */
+  readonly maxCpuLoras?: number;
+  /** Most prompt tokens per prefill chunk (default 64). */
+  readonly prefillChunk?: number;
 }
 
 /** A running (or ready to listen) reference server. */
 export interface StageServer {
   readonly app: FastifyInstance;
-  readonly lm: CausalLM;
+  /** The serving engine (program, weights, adapter slots, resident KV). */
+  readonly lm: Engine;
   readonly scheduler: Scheduler;
   readonly registry: TenantRegistry;
   readonly modelName: string;
@@ -70,7 +79,13 @@ function parse<T>(schema: z.ZodType<T>, body: unknown): T {
 
 /** Builds the server: loads the model, adapters and tenants, and registers every route. */
 export async function createServer(opts: ServerOptions): Promise<StageServer> {
-  const lm = await CausalLM.load(opts.modelDir, opts.executor === undefined ? {} : { executor: opts.executor });
+  const lm = await Engine.load(opts.modelDir, {
+    ...(opts.executor === undefined ? {} : { executor: opts.executor }),
+    ...(opts.maxLoras === undefined ? {} : { maxLoras: opts.maxLoras }),
+    ...(opts.maxLoraRank === undefined ? {} : { maxLoraRank: opts.maxLoraRank }),
+    ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
+    ...(opts.prefillChunk === undefined ? {} : { prefillChunk: opts.prefillChunk }),
+  });
   const modelName = opts.modelName ?? (opts.modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   if (opts.adaptersDir !== undefined) {
     const dirs = (await readdir(opts.adaptersDir, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort();

@@ -1,5 +1,6 @@
 import type { FastifyReply } from 'fastify';
-import type { CausalLM, SamplingOptions } from '@stageml/models';
+import type { Engine } from '@stageml/engine';
+import type { SamplingOptions } from '@stageml/models';
 import type { GenerationResult, Route, Scheduler } from '@stageml/router';
 import type { ServerMetrics } from './metrics.js';
 import { ServerCode, ServerError } from './errors.js';
@@ -75,7 +76,7 @@ export class SseStream {
  * and records metrics. Throws coded errors for limits, queue-full and validation problems.
  */
 export async function runGeneration(
-  ctx: { lm: CausalLM; scheduler: Scheduler; metrics: ServerMetrics; limits: Limits; modelName: string },
+  ctx: { lm: Engine; scheduler: Scheduler; metrics: ServerMetrics; limits: Limits; modelName: string },
   route: Route,
   prompt: readonly number[],
   f: GenerationFields,

@@ -20,6 +20,9 @@ interface ServeOptions {
   maxQueue?: number;
   adminKey?: string;
   log?: boolean;
+  maxLoras?: number;
+  maxLoraRank?: number;
+  maxCpuLoras?: number;
 }
 
 /** `stageml serve`: the reference server (OpenAI-compatible API) on a model and its adapters. */
@@ -39,6 +42,9 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--max-queue <n>', 'most queued requests before 429', parsePositiveInt)
     .option('--admin-key <key>', 'key allowed to load/unload adapters when tenants are configured')
     .option('--log', 'log every request')
+    .option('--max-loras <n>', 'adapters resident in engine slots at once (default 16)', parsePositiveInt)
+    .option('--max-lora-rank <n>', 'rank of every slot; higher-rank adapters are refused (default 64)', parsePositiveInt)
+    .option('--max-cpu-loras <n>', 'parsed adapters kept on the host (default: --max-loras)', parsePositiveInt)
     .action(async (opts: ServeOptions) => {
       let config;
       if (opts.config !== undefined) {
@@ -61,6 +67,9 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.maxQueue === undefined ? {} : { maxQueue: opts.maxQueue }),
         ...(opts.adminKey === undefined ? {} : { adminKey: opts.adminKey }),
         logger: opts.log === true,
+        ...(opts.maxLoras === undefined ? {} : { maxLoras: opts.maxLoras }),
+        ...(opts.maxLoraRank === undefined ? {} : { maxLoraRank: opts.maxLoraRank }),
+        ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
       });
       const address = await server.listen(opts.host, opts.port);
       const models = [server.modelName, ...server.lm.adapterNames];
