@@ -18,3 +18,5 @@ export { ROW_SLOT_INPUT, slotInputNames, slotLinear } from './slot-linear.js';
 export type { SlotModule } from './slot-linear.js';
 export { SlotTables } from './slots.js';
 export { MASKED, SequenceKv, Staging } from './kv.js';
+export { writeRandomAdapter, writeRandomLlama } from './random-checkpoint.js';
+export type { RandomAdapterSpec } from './random-checkpoint.js';

@@ -1,0 +1,114 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { seededRandom } from '@stageml/ir';
+import { CausalLM, LLAMA_PROJECTIONS, type LlamaProjection, type LlamaShape, parseLlamaConfig } from '@stageml/models';
+import { type Executor, createOrtExecutor, interpreterExecutor, isOrtAvailable } from '@stageml/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Engine, writeRandomAdapter } from './index.js';
+
+const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/llama/', import.meta.url));
+const tmp = mkdtempSync(join(tmpdir(), 'stageml-engine-'));
+const config = parseLlamaConfig(readFileSync(`${root}base/config.json`, 'utf8'), 'config.json');
+const shape: LlamaShape = config;
+afterAll(() => {
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+/** Counts `prepare` calls of an executor. */
+function counting(inner: Executor): { executor: Executor; prepared: () => number } {
+  let n = 0;
+  return {
+    executor: {
+      name: inner.name,
+      prepare: (g, w) => {
+        n++;
+        return inner.prepare(g, w);
+      },
+    },
+    prepared: () => n,
+  };
+}
+
+function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  expect(a.length).toBe(b.length);
+  let d = 0;
+  for (let i = 0; i < a.length; i++) d = Math.max(d, Math.abs(a[i]! - b[i]!));
+  return d;
+}
+
+const PROMPTS = [
+  [1, 52, 317, 335, 262, 438, 309, 487],
+  [1, 54, 264, 479, 455],
+  [1, 500, 72, 283, 10, 90, 11, 4, 77, 21, 5],
+  [1, 9],
+];
+
+describe('Engine: adapters as data', () => {
+  const names: string[] = [];
+  let engine: Engine;
+  let count: () => number;
+  // Reference: each (adapter, prompt) run alone on CausalLM (PEFT-golden path), prefill then one decode token.
+  const ref = new Map<string, { prefill: Float32Array; decode: Float32Array }>();
+  const token = (p: number) => 7 + p;
+
+  beforeAll(async () => {
+    const rand = seededRandom(16);
+    for (let i = 0; i < 32; i++) {
+      const rank = 4 + Math.floor(rand() * 61);
+      const targets = LLAMA_PROJECTIONS.filter(() => rand() < 0.6);
+      const name = `a${String(i)}-r${String(rank)}`;
+      await writeRandomAdapter(join(tmp, name), shape, { rank, targets: (targets.length === 0 ? ['q_proj'] : targets) as LlamaProjection[], seed: 100 + i });
+      names.push(name);
+    }
+    const inner = (await isOrtAvailable()) ? await createOrtExecutor({ intraOpNumThreads: 1 }) : interpreterExecutor;
+    const c = counting(inner);
+    count = c.prepared;
+    engine = await Engine.load(`${root}base`, { executor: c.executor, maxLoras: 32, maxLoraRank: 64, prefillChunk: 4 });
+    const lm = await CausalLM.load(`${root}base`);
+    for (const n of names) {
+      await engine.loadAdapter(join(tmp, n), n);
+      await lm.loadAdapter(join(tmp, n), n);
+    }
+    for (const a of [undefined, ...names]) {
+      for (let p = 0; p < PROMPTS.length; p++) {
+        const pre = await lm.forward([PROMPTS[p]!], { adapters: [a] });
+        const V = config.vocabSize;
+        const dec = await lm.forward([[token(p)]], { adapters: [a], cache: pre.cache });
+        ref.set(`${a ?? ''}|${String(p)}`, { prefill: (pre.logits.data as Float32Array).slice(-V), decode: dec.logits.data as Float32Array });
+      }
+    }
+  }, 300_000);
+
+  it('1,000 random batch compositions over 32 adapters (ranks 4–64) and base rows: one preparation, each row equal to its adapter run alone', async () => {
+    expect(count()).toBe(1);
+    const rand = seededRandom(2026);
+    let worst = 0;
+    const seen = new Set<string>();
+    for (let c = 0; c < 1000; c++) {
+      const rows = 1 + Math.floor(rand() * 6);
+      const picks = Array.from({ length: rows }, () => ({ a: rand() < 0.15 ? undefined : names[Math.floor(rand() * names.length)], p: Math.floor(rand() * PROMPTS.length) }));
+      seen.add(picks.map((x) => x.a ?? '').sort().join(','));
+      const seqs = picks.map((x) => engine.open(x.a, PROMPTS[x.p]!));
+      for (const [i, s] of seqs.entries()) {
+        expect(await engine.attach(s)).toBe(true);
+        let logits: Float32Array | undefined;
+        while (!s.ready) logits = await engine.prefill(s);
+        worst = Math.max(worst, maxAbsDiff(logits!, ref.get(`${picks[i]!.a ?? ''}|${String(picks[i]!.p)}`)!.prefill));
+      }
+      const out = await engine.decode(seqs, picks.map((x) => token(x.p)));
+      out.forEach((logits, i) => {
+        worst = Math.max(worst, maxAbsDiff(logits, ref.get(`${picks[i]!.a ?? ''}|${String(picks[i]!.p)}`)!.decode));
+      });
+      for (const s of seqs) engine.release(s);
+    }
+    // Distinct adapter multisets (single-row batches repeat; the rest almost never do).
+    expect(seen.size).toBeGreaterThan(700);
+    expect(worst).toBeLessThan(1e-4);
+    // The constant: one executor preparation for the engine's lifetime, whatever the compositions.
+    expect(count()).toBe(1);
+    expect(engine.stats().preparations).toBe(1);
+    expect(engine.memory().kv).toBe(0);
+  }, 300_000);
+});
