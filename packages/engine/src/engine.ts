@@ -48,6 +48,8 @@ export interface EngineStats {
   readonly residentAdapters: number;
   /** Live sequences. */
   readonly sequences: number;
+  /** Adapter slots holding no adapter. */
+  readonly freeSlots: number;
 }
 
 const BASE = '__base__';
@@ -230,7 +232,12 @@ export class Engine {
 
   /** Counters. */
   stats(): EngineStats {
-    return { preparations: this.#preparations, runs: this.#runs, residentAdapters: this.#slotCache.stats().entries, sequences: this.#live.size };
+    return { preparations: this.#preparations, runs: this.#runs, residentAdapters: this.#slotCache.stats().entries, sequences: this.#live.size, freeSlots: this.#tables.freeSlots };
+  }
+
+  /** Whether the base slot and every free slot hold only zeros (an unloaded adapter leaves nothing behind). */
+  slotsAreClear(): boolean {
+    return this.#tables.freeSlotsAreZero();
   }
 
   #validate(adapter: LoraAdapter): LoraAdapter {

@@ -78,6 +78,19 @@ export class SlotTables {
     return slot;
   }
 
+  /** Whether the base slot and every free slot hold only zeros (what `free` guarantees). */
+  freeSlotsAreZero(): boolean {
+    const R = this.rank;
+    for (const slot of [0, ...this.#free]) {
+      for (const t of this.#tables.values()) {
+        const a = t.A.subarray(slot * R * t.spec.inDim, (slot + 1) * R * t.spec.inDim);
+        const b = t.B.subarray(slot * t.spec.outDim * R, (slot + 1) * t.spec.outDim * R);
+        if (a.some((x) => x !== 0) || b.some((x) => x !== 0)) return false;
+      }
+    }
+    return true;
+  }
+
   /** Zeroes `slot` and returns it to the free list. */
   free(slot: number): void {
     const R = this.rank;
