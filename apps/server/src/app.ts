@@ -145,10 +145,15 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     if (key === undefined) throw new StageError('ROUTER_UNAUTHORIZED', 'an API key is required');
     if (opts.adminKey === undefined || key !== opts.adminKey) throw new StageError('ROUTER_FORBIDDEN', 'only the admin key may load or unload adapters');
   };
-  const clientGone = (req: FastifyRequest): AbortSignal => {
+  const clientGone = (req: FastifyRequest, reply: FastifyReply): AbortSignal => {
     const ac = new AbortController();
     req.raw.on('close', () => {
       if (!req.raw.complete) ac.abort();
+    });
+    // The request body is complete long before the answer: a client gone mid-generation shows as the
+    // response's connection closing before the response finished (plain and SSE alike).
+    reply.raw.on('close', () => {
+      if (!reply.raw.writableFinished) ac.abort();
     });
     return ac.signal;
   };
@@ -204,7 +209,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
         const out = await runGeneration(gen, route, prompt, fields, (delta, tok) => {
           const ids = withIds ? { token_ids: [tok] } : {};
           sse.send(chunk(chat ? { delta: { content: delta }, finish_reason: null, ...ids } : { text: delta, logprobs: null, finish_reason: null, ...ids }));
-        }, clientGone(req));
+        }, clientGone(req, reply));
         sse.send({ ...chunk(chat ? { delta: {}, finish_reason: out.finishReason } : { text: '', logprobs: null, finish_reason: out.finishReason }), usage: usage(out) });
       } catch (e) {
         const status = statusOf(e);
@@ -213,7 +218,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
       sse.done();
       return reply;
     }
-    const out = await runGeneration(gen, route, prompt, fields, undefined, clientGone(req));
+    const out = await runGeneration(gen, route, prompt, fields, undefined, clientGone(req, reply));
     const ids = withIds ? { token_ids: out.ids } : {};
     const choice = chat
       ? { index: 0, message: { role: 'assistant', content: out.text }, finish_reason: out.finishReason, logprobs: null, ...ids }

@@ -1,0 +1,103 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { writeRandomAdapter } from '@stageml/engine';
+import { parseLlamaConfig } from '@stageml/models';
+import { type Executor, interpreterExecutor } from '@stageml/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type StageServer, createServer } from './index.js';
+
+const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
+const golden = JSON.parse(readFileSync(`${root}golden.json`, 'utf8')) as Record<string, unknown> & { families: { llama: { adapters: string[] } } };
+const ADAPTERS = golden.families.llama.adapters;
+const prompt = (model: string, p: number) => (golden[`llama.${model}`] as Record<string, { input_ids: number[]; greedy_new_ids: number[] }>)[`prompt${String(p)}`]!;
+const tmp = mkdtempSync(join(tmpdir(), 'stageml-server-engine-'));
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** The interpreter with a pause before every run, so a step lasts long enough to count steps. */
+const slowed: Executor = {
+  name: 'interpreter-slowed',
+  async prepare(g, w) {
+    const p = await interpreterExecutor.prepare(g, w);
+    return {
+      executor: p.executor,
+      async run(inputs) {
+        await sleep(10);
+        return p.run(inputs);
+      },
+      dispose: () => {
+        p.dispose();
+      },
+    };
+  },
+};
+
+function body(model: string, p: number, extra: Record<string, unknown> = {}) {
+  return { model: model === 'base' ? 'llama' : model, prompt: prompt(model, p).input_ids, max_tokens: 12, temperature: 0, ignore_eos: true, return_token_ids: true, ...extra };
+}
+
+describe('server on the engine', () => {
+  let server: StageServer;
+  let base: string;
+  beforeAll(async () => {
+    server = await createServer({ modelDir: `${root}llama/base`, modelName: 'llama', adaptersDir: `${root}llama/adapters`, padTokenId: 0, executor: slowed, maxLoras: 4, maxLoraRank: 16 });
+    base = await server.listen('127.0.0.1', 0);
+  });
+  afterAll(async () => {
+    await server.shutdown();
+    rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('frees the sequences of 6 abandoned requests (plain and SSE) within one step', async () => {
+    const models = ['base', ...ADAPTERS.slice(0, 2), ...ADAPTERS.slice(1, 4)];
+    const clients = models.map((m, i) => {
+      const ac = new AbortController();
+      const stream = i >= 3;
+      const done = fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body(m, i % 4, { max_tokens: 200, stream })), signal: ac.signal })
+        .then(async (r) => {
+          if (stream) await r.body!.getReader().read();
+          return r;
+        });
+      done.catch(() => undefined);
+      return { ac, done, stream };
+    });
+    // Every request decodes (the SSE ones have streamed their first event).
+    while (server.lm.stats().sequences < 6 || server.scheduler.snapshot().running < 6) await sleep(2);
+    for (const c of clients.filter((x) => x.stream)) await c.done;
+    await sleep(50);
+    const before = server.lm.stats().runs;
+    expect(server.lm.memory().kv).toBeGreaterThan(0);
+    for (const c of clients) c.ac.abort();
+    for (let i = 0; i < 2000 && server.lm.stats().sequences > 0; i++) await sleep(1);
+    // One step is a decode run over every row plus at most one prefill chunk: the step in flight
+    // when the clients went away finishes, and then their sequences are gone.
+    expect(server.lm.stats().runs - before).toBeLessThanOrEqual(2);
+    expect(server.scheduler.snapshot().running).toBe(0);
+    expect(server.lm.memory().kv).toBe(0);
+    await Promise.allSettled(clients.map((c) => c.done));
+    // And the server serves on.
+    const r = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body('qv-r8', 1)) });
+    expect(((await r.json()) as { choices: { token_ids: number[] }[] }).choices[0]!.token_ids).toEqual(prompt('qv-r8', 1).greedy_new_ids);
+  });
+
+  it('refuses a whole-tensor-override adapter at load with a coded error; every other tenant succeeds', async () => {
+    const shape = parseLlamaConfig(readFileSync(`${root}llama/base/config.json`, 'utf8'), 'config.json');
+    await writeRandomAdapter(join(tmp, 'head-override'), shape, { rank: 4, targets: ['q_proj'], overrideLmHead: true });
+    const post = (path: string, b: unknown) => fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b) });
+    const others = ['base', ...ADAPTERS].flatMap((m) => [0, 1].map(async (p) => {
+      const r = await post('/v1/completions', body(m, p));
+      expect(r.status).toBe(200);
+      expect(((await r.json()) as { choices: { token_ids: number[] }[] }).choices[0]!.token_ids, `${m} prompt${String(p)}`).toEqual(prompt(m, p).greedy_new_ids);
+    }));
+    const load = await post('/v1/load_lora_adapter', { lora_name: 'head-override', lora_path: join(tmp, 'head-override') });
+    expect(load.status).toBe(400);
+    const err = ((await load.json()) as { error: { code: string; message: string } }).error;
+    expect(err.code).toBe('ENGINE_BAD_ADAPTER');
+    expect(err.message).toContain('lm_head.weight');
+    await Promise.all(others);
+    expect(server.lm.adapterNames).not.toContain('head-override');
+    const asked = await post('/v1/completions', body('qv-r8', 0, { model: 'head-override' }));
+    expect(asked.status).toBe(404);
+  });
+});
