@@ -7,7 +7,7 @@ import { type Executor, type PreparedGraph, interpreterExecutor } from '@stageml
 import { openCheckpoint } from '@stageml/safetensors';
 import { EngineCode, EngineError } from './errors.js';
 import { MASKED, SequenceKv, Staging } from './kv.js';
-import { ROW_SLOT_INPUT, type SlotModule, slotLinear } from './slot-linear.js';
+import { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, chooseSlotForm, slotLinear } from './slot-linear.js';
 import { SlotTables } from './slots.js';
 
 /** Options of `Engine.load`. */
@@ -22,6 +22,18 @@ export interface EngineOptions {
   readonly maxCpuLoras?: number;
   /** Most prompt tokens one prefill run takes (chunked prefill; default 64). */
   readonly prefillChunk?: number;
+  /**
+   * Where the base weights live: `program` (default) hands them to the one prepared program as
+   * parameters (the executor may pre-pack them); `inputs` keeps one host copy that every run
+   * feeds as zero-copy inputs, so any number of programs share it.
+   */
+  readonly weights?: 'program' | 'inputs';
+  /**
+   * Slot form: `auto` (default) prepares both the gathered and the grouped program (two
+   * preparations for the engine's lifetime) and picks per step with `chooseSlotForm`; a fixed form
+   * prepares only that one.
+   */
+  readonly slotForm?: 'auto' | SlotForm;
 }
 
 /** Bytes the engine holds for the executor, by kind (its own accounting). */
@@ -44,6 +56,8 @@ export interface EngineStats {
   readonly preparations: number;
   /** Program runs (prefill chunks and decode steps). */
   readonly runs: number;
+  /** Runs by slot form. */
+  readonly runsByForm: Readonly<Record<SlotForm, number>>;
   /** Adapters resident in slots now. */
   readonly residentAdapters: number;
   /** Live sequences. */
@@ -110,7 +124,8 @@ function positiveInt(name: string, v: number | undefined, dflt: number): number 
  */
 export class Engine {
   readonly #executor: Executor;
-  readonly #program: PreparedGraph;
+  readonly #programs: Partial<Record<SlotForm, PreparedGraph>>;
+  readonly #runsByForm: Record<SlotForm, number> = { gathered: 0, grouped: 0 };
   readonly #tables: SlotTables;
   readonly #shapes: Map<string, readonly number[]>;
   readonly #weightBytes: number;
@@ -122,6 +137,7 @@ export class Engine {
   readonly #live = new Set<Sequence>();
   readonly #prefillChunk: number;
   readonly #kvShape: readonly [number, number];
+  readonly #weightInputs: Readonly<Record<string, HostTensor>>;
   #preparations: number;
   #runs = 0;
 
@@ -132,14 +148,15 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; program: PreparedGraph; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number },
+    parts: { executor: Executor; programs: Partial<Record<SlotForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>> },
   ) {
+    this.#weightInputs = parts.weightInputs;
     this.#executor = parts.executor;
-    this.#program = parts.program;
+    this.#programs = parts.programs;
     this.#tables = parts.tables;
     this.#shapes = parts.shapes;
     this.#weightBytes = parts.weightBytes;
-    this.#preparations = 1;
+    this.#preparations = Object.keys(parts.programs).length;
     this.#prefillChunk = parts.prefillChunk;
     this.#staging = new Staging(config.numLayers);
     this.#kvShape = [config.numKvHeads, config.headDim];
@@ -186,7 +203,9 @@ export class Engine {
     }
     const config = parseLlamaConfig(cfgText, join(dir, 'config.json'));
     const modules: SlotModule[] = [];
-    const graph = engineGraph(config, maxLoras + 1, rank, modules);
+    const forms: SlotForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? ['gathered', 'grouped'] : [opts.slotForm];
+    const graphs = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : []));
+    const graph = graphs[0]!;
     const ckpt = await openCheckpoint(dir);
     const weights = new Map<string, HostTensor>();
     const shapes = new Map<string, readonly number[]>();
@@ -202,9 +221,14 @@ export class Engine {
       await ckpt.close();
     }
     const executor = opts.executor ?? interpreterExecutor;
-    const program = await executor.prepare(graph, { get: (n) => weights.get(n) });
+    const asInputs = (opts.weights ?? 'inputs') === 'inputs';
+    const programs: Partial<Record<SlotForm, PreparedGraph>> = {};
+    for (const [i, f] of forms.entries()) {
+      programs[f] = asInputs ? await executor.prepare(paramsToInputs(graphs[i]!)) : await executor.prepare(graphs[i]!, { get: (n) => weights.get(n) });
+    }
+    const weightInputs = asInputs ? Object.fromEntries(weights) : {};
     const tables = new SlotTables(maxLoras + 1, rank, modules);
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, program, tables, shapes, weightBytes, maxCpuLoras, prefillChunk });
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs });
   }
 
   /** Names of loaded adapters (resident in a slot or not). */
@@ -232,7 +256,7 @@ export class Engine {
 
   /** Counters. */
   stats(): EngineStats {
-    return { preparations: this.#preparations, runs: this.#runs, residentAdapters: this.#slotCache.stats().entries, sequences: this.#live.size, freeSlots: this.#tables.freeSlots };
+    return { preparations: this.#preparations, runs: this.#runs, runsByForm: { ...this.#runsByForm }, residentAdapters: this.#slotCache.stats().entries, sequences: this.#live.size, freeSlots: this.#tables.freeSlots };
   }
 
   /** Whether the base slot and every free slot hold only zeros (an unloaded adapter leaves nothing behind). */
@@ -366,11 +390,24 @@ export class Engine {
     return seq.slot;
   }
 
-  async #run(inputs: Record<string, HostTensor>): Promise<Record<string, HostTensor>> {
-    Object.assign(inputs, this.#tables.inputs);
+  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[]): Promise<Record<string, HostTensor>> {
+    Object.assign(inputs, this.#tables.inputs, this.#weightInputs);
+    const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
+    const form: SlotForm = this.#programs.grouped === undefined ? 'gathered' : this.#programs.gathered === undefined ? 'grouped' : chooseSlotForm(rowSlots.length, groups.length);
+    if (form === 'gathered') inputs[ROW_SLOT_INPUT] = hostTensor('i64', [rowSlots.length], rowSlots);
+    else {
+      if (groups.length === 0) groups.push(0);
+      const onehot = new Float32Array(rowSlots.length * groups.length);
+      rowSlots.forEach((s, r) => {
+        if (s !== 0) onehot[r * groups.length + groups.indexOf(s)] = 1;
+      });
+      inputs[GROUP_SLOT_INPUT] = hostTensor('i64', [groups.length], groups);
+      inputs[ROW_GROUP_INPUT] = { dtype: 'f32', shape: [rowSlots.length, groups.length], data: onehot };
+    }
     this.#runs++;
+    this.#runsByForm[form]++;
     try {
-      return await this.#program.run(inputs);
+      return await this.#programs[form]!.run(inputs);
     } catch (e) {
       if (e instanceof StageError) throw e;
       throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${(e as Error).message}`, { cause: e });
@@ -410,14 +447,13 @@ export class Engine {
       input_ids: hostTensor('i64', [1, count], ids),
       position_ids: hostTensor('i64', [1, count], positions),
       attention_mask: { dtype: 'f32', shape: [1, past + count], data: attention },
-      [ROW_SLOT_INPUT]: hostTensor('i64', [1], [slot]),
     };
     for (let l = 0; l < this.config.numLayers; l++) {
       const view = seq.kv.view(l, this.#kvShape);
       inputs[`past_key.${String(l)}`] = view.k;
       inputs[`past_value.${String(l)}`] = view.v;
     }
-    const out = await this.#run(inputs);
+    const out = await this.#run(inputs, [slot]);
     if (seq.released) return undefined;
     const { k, v } = this.#outputs(out);
     seq.kv.append(k, v, 0, chunkMask);
@@ -448,7 +484,6 @@ export class Engine {
     const inputs: Record<string, HostTensor> = {
       input_ids: hostTensor('i64', [rows, 1], tokens),
       position_ids: hostTensor('i64', [rows, 1], seqs.map((s) => s.nextPosition)),
-      [ROW_SLOT_INPUT]: hostTensor('i64', [rows], slots),
     };
     if (rows === 1) {
       const s = seqs[0]!;
@@ -479,7 +514,7 @@ export class Engine {
         inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: v.subarray(0, rows * past * width) };
       }
     }
-    const out = await this.#run(inputs);
+    const out = await this.#run(inputs, slots);
     const { k, v } = this.#outputs(out);
     const logits = out['logits']!.data as Float32Array;
     const V = this.config.vocabSize;
@@ -498,14 +533,19 @@ export class Engine {
  * position-major resident KV inputs, only this step's keys/values as outputs, last-position
  * logits, and an additive key mask. `modules` receives every projection with slot tables.
  */
-export function engineGraph(config: LlamaConfig, slots: number, rank: number, modules: SlotModule[]): Graph {
+export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, rank: number, modules: SlotModule[]): Graph {
   return buildLlamaGraph(config, {
     name: config.modelType,
     residentKv: true,
     attentionMask: true,
     lastLogitsOnly: true,
-    linear: slotLinear(slots, rank, modules),
+    linear: slotLinear(form, slots, rank, modules),
     invFreq: ropeInvFreqFor(config.headDim, config.ropeTheta, config.rope),
     qkvBias: config.qkvBias,
   });
+}
+
+/** The same graph with every parameter turned into an input of the same name (weights fed per run). */
+function paramsToInputs(g: Graph): Graph {
+  return { ...g, nodes: g.nodes.map((n) => (n.kind === 'param' ? { kind: 'input' as const, name: n.name, operands: n.operands, results: n.results } : n)) };
 }

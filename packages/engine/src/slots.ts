@@ -10,7 +10,7 @@ interface Tables {
 }
 
 /**
- * The slot tables of one program: for every projection, A f32[N, R, in] and B f32[N, out, R],
+ * The slot tables of one program: for every projection, A f32[N, R, in] and B f32[N, R, out],
  * allocated once (N·R·(in + out)·4 bytes per projection, whatever ranks are loaded) and fed to
  * every run as zero-copy inputs. Slot 0 stays zero (base-only rows); slots 1…N−1 hold adapters.
  */
@@ -39,7 +39,7 @@ export class SlotTables {
         spec,
         A,
         B,
-        inputs: { A: { dtype: 'f32', shape: [slots, rank, spec.inDim], data: A }, B: { dtype: 'f32', shape: [slots, spec.outDim, rank], data: B } },
+        inputs: { A: { dtype: 'f32', shape: [slots, rank, spec.inDim], data: A }, B: { dtype: 'f32', shape: [slots, rank, spec.outDim], data: B } },
       };
       inputs[names.A] = t.inputs.A;
       inputs[names.B] = t.inputs.B;
@@ -72,8 +72,8 @@ export class SlotTables {
       const a = m.A.data;
       const bsrc = m.B.data;
       t.A.set(a instanceof Float32Array ? a : Float32Array.from(a as ArrayLike<number>), slot * R * inDim);
-      const base = slot * outDim * R;
-      for (let o = 0; o < outDim; o++) for (let j = 0; j < m.rank; j++) t.B[base + o * R + j] = m.scale * bsrc[o * m.rank + j]!;
+      const base = slot * R * outDim;
+      for (let o = 0; o < outDim; o++) for (let j = 0; j < m.rank; j++) t.B[base + j * outDim + o] = m.scale * bsrc[o * m.rank + j]!;
     }
     return slot;
   }
