@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { seededRandom } from '@stageml/ir';
-import { CausalLM, LLAMA_PROJECTIONS, type LlamaProjection, type LlamaShape, parseLlamaConfig } from '@stageml/models';
+import { CausalLM, LLAMA_PROJECTIONS, argmaxOf, type LlamaProjection, type LlamaShape, parseLlamaConfig } from '@stageml/models';
 import { type Executor, createOrtExecutor, interpreterExecutor, isOrtAvailable } from '@stageml/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, writeRandomAdapter } from './index.js';
@@ -45,13 +45,14 @@ const PROMPTS = [
   [1, 9],
 ];
 
+const token = (p: number) => 7 + p;
+
 describe('Engine: adapters as data', () => {
   const names: string[] = [];
   let engine: Engine;
   let count: () => number;
   // Reference: each (adapter, prompt) run alone on CausalLM (PEFT-golden path), prefill then one decode token.
   const ref = new Map<string, { prefill: Float32Array; decode: Float32Array }>();
-  const token = (p: number) => 7 + p;
 
   beforeAll(async () => {
     const rand = seededRandom(16);
@@ -114,4 +115,98 @@ describe('Engine: adapters as data', () => {
     expect(engine.stats().runsByForm.grouped).toBeGreaterThan(50);
     expect(engine.memory().kv).toBe(0);
   }, 300_000);
+});
+
+describe('Engine: adapters that cannot vary by row run in lanes of their own', () => {
+  const fixtures = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
+  const golden = JSON.parse(readFileSync(`${fixtures}golden.json`, 'utf8')) as Record<string, Record<string, { input_ids: number[]; greedy_new_ids: number[] }>>;
+
+  it('Mixtral: attn-r8, experts-r4 and base rows in one mixed batch each equal their goldens (logits and 12 greedy tokens)', async () => {
+    const { SafetensorsFile } = await import('@stageml/safetensors');
+    const f = await SafetensorsFile.open(`${fixtures}golden.safetensors`);
+    const engine = await Engine.load(`${fixtures}mixtral/base`, { maxLoras: 2, prefillChunk: 3 });
+    for (const a of ['attn-r8', 'experts-r4']) await engine.loadAdapter(`${fixtures}mixtral/adapters/${a}`, a);
+    const models = ['base', 'attn-r8', 'experts-r4'];
+    const V = engine.config.vocabSize;
+    for (let p = 0; p < 4; p++) {
+      // Logits goldens are of unmasked prompts (HF forward without a mask): last position, within 1e-4.
+      for (const m of models) {
+        const s = engine.open(m === 'base' ? undefined : m, golden[`mixtral.${m}`]![`prompt${String(p)}`]!.input_ids);
+        expect(await engine.attach(s)).toBe(true);
+        let logits: Float32Array | undefined;
+        while (!s.ready) logits = await engine.prefill(s);
+        const want = (await f.readTensor(`mixtral.${m}.prompt${String(p)}.logits`)).data;
+        expect(maxAbsDiff(logits!, want.subarray(want.length - V)), `${m} prompt${String(p)}`).toBeLessThanOrEqual(1e-4);
+        engine.release(s);
+      }
+      // Greedy goldens mask the pad id 0 (HF generate with pad_token_id = 0): decoded in mixed batches.
+      const seqs = models.map((m) => {
+        const ids = golden[`mixtral.${m}`]![`prompt${String(p)}`]!.input_ids;
+        return engine.open(m === 'base' ? undefined : m, ids, ids.map((t) => (t === 0 ? 0 : 1)));
+      });
+      const last: number[] = [];
+      const out: number[][] = models.map(() => []);
+      for (const [i, s] of seqs.entries()) {
+        expect(await engine.attach(s)).toBe(true);
+        let logits: Float32Array | undefined;
+        while (!s.ready) logits = await engine.prefill(s);
+        last[i] = argmaxOf(logits!);
+        out[i]!.push(last[i]!);
+      }
+      for (let k = 0; k < 11; k++) {
+        (await engine.decode(seqs, last)).forEach((l, i) => {
+          last[i] = argmaxOf(l);
+          out[i]!.push(last[i]!);
+        });
+      }
+      models.forEach((m, i) => {
+        expect(out[i], `${m} prompt${String(p)}`).toEqual(golden[`mixtral.${m}`]![`prompt${String(p)}`]!.greedy_new_ids);
+      });
+      for (const s of seqs) engine.release(s);
+    }
+    await f.close();
+    // Two slot programs plus one for the expert adapter's lane, all at load.
+    expect(engine.stats().preparations).toBe(3);
+    expect(engine.memory().lanes).toBeGreaterThan(0);
+    engine.unloadAdapter('experts-r4');
+    expect(engine.memory().lanes).toBe(0);
+  });
+
+  it('a whole-tensor-override adapter (modules_to_save lm_head) mixed with other adapters: every row equals its adapter alone', async () => {
+    await writeRandomAdapter(join(tmp, 'override'), shape, { rank: 8, targets: ['q_proj', 'down_proj'], overrideLmHead: true, seed: 5 });
+    await writeRandomAdapter(join(tmp, 'plain'), shape, { rank: 12, seed: 6 });
+    const engine = await Engine.load(`${root}base`, { maxLoras: 2 });
+    const lm = await CausalLM.load(`${root}base`);
+    for (const n of ['override', 'plain']) {
+      await engine.loadAdapter(join(tmp, n), n);
+      await lm.loadAdapter(join(tmp, n), n);
+    }
+    expect(engine.stats().preparations).toBe(2);
+    const picks = [{ a: 'override', p: 0 }, { a: undefined, p: 1 }, { a: 'plain', p: 2 }, { a: 'override', p: 3 }];
+    const seqs = picks.map((x) => engine.open(x.a, PROMPTS[x.p]!));
+    for (const s of seqs) {
+      await engine.attach(s);
+      while (!s.ready) await engine.prefill(s);
+    }
+    const out = await engine.decode(seqs, picks.map((x) => token(x.p)));
+    for (const [i, x] of picks.entries()) {
+      const pre = await lm.forward([PROMPTS[x.p]!], { adapters: [x.a] });
+      const dec = await lm.forward([[token(x.p)]], { adapters: [x.a], cache: pre.cache });
+      expect(maxAbsDiff(out[i]!, dec.logits.data), `${x.a ?? 'base'} row ${String(i)}`).toBeLessThan(1e-4);
+    }
+    expect(engine.memory().lanes).toBe(shape.vocabSize * shape.hiddenSize * 4);
+    for (const s of seqs) engine.release(s);
+  });
+
+  it('refuses an override of a tensor the model does not have, naming it, and stays as it was', async () => {
+    const tied = join(tmp, 'tied');
+    const { writeRandomLlama } = await import('./index.js');
+    await writeRandomLlama(tied, { ...shape, numLayers: 1, tieWordEmbeddings: true });
+    await writeRandomAdapter(join(tmp, 'head-on-tied'), { ...shape, numLayers: 1 }, { rank: 4, targets: ['q_proj'], overrideLmHead: true });
+    const engine = await Engine.load(tied, { maxLoras: 2 });
+    const before = engine.memory();
+    await expect(engine.loadAdapter(join(tmp, 'head-on-tied'), 'x')).rejects.toMatchObject({ code: 'ENGINE_BAD_ADAPTER', message: expect.stringContaining('lm_head.weight') as string });
+    expect(engine.adapterNames).toEqual([]);
+    expect(engine.memory()).toEqual(before);
+  });
 });

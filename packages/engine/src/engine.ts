@@ -1,8 +1,9 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type Graph, type HostTensor, StageError, graphParams, hostTensor } from '@stageml/ir';
-import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, buildLlamaGraph, loadTokenizer, parseLlamaConfig, readParam, ropeInvFreqFor } from '@stageml/models';
-import { AdapterCache, type CacheLease, type LoraAdapter, PeftCode, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
+import { type ExpertLora, expertLoraFor } from '@stageml/moe';
+import { type ExpertsFactory, type LlamaConfig, ModelCode, ModelError, type TextTokenizer, buildLlamaGraph, expertParamName, loadTokenizer, loraExperts, parseLlamaConfig, readParam, ropeInvFreqFor } from '@stageml/models';
+import { AdapterCache, type CacheLease, type LoraAdapter, PeftCode, checkAdapterAgainstBase, loadLoraAdapter, scalingFor } from '@stageml/peft';
 import { type Executor, type PreparedGraph, interpreterExecutor } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
 import { EngineCode, EngineError } from './errors.js';
@@ -46,6 +47,8 @@ export interface EngineMemory {
   readonly kv: number;
   /** Reusable staging buffers of multi-row steps. */
   readonly staging: number;
+  /** Dedicated lanes of adapters that cannot vary by row: their override tensors and expert factors. */
+  readonly lanes: number;
   /** Sum of the above. */
   readonly total: number;
 }
@@ -67,6 +70,17 @@ export interface EngineStats {
 }
 
 const BASE = '__base__';
+
+/**
+ * Where an adapter that cannot vary by row runs, in batches of its own: the shared slot programs
+ * with its whole-tensor overrides in place of the base tensors, or (expert LoRA) a program of its
+ * own whose base weights are the same shared inputs.
+ */
+interface Lane {
+  readonly programs: Partial<Record<SlotForm, PreparedGraph>>;
+  readonly weights: Readonly<Record<string, HostTensor>>;
+  readonly bytes: number;
+}
 
 interface SlotEntry {
   readonly adapter: LoraAdapter;
@@ -138,6 +152,9 @@ export class Engine {
   readonly #prefillChunk: number;
   readonly #kvShape: readonly [number, number];
   readonly #weightInputs: Readonly<Record<string, HostTensor>>;
+  readonly #lanes = new Map<string, Lane>();
+  readonly #rank: number;
+  readonly #slots: number;
   #preparations: number;
   #runs = 0;
 
@@ -151,6 +168,8 @@ export class Engine {
     parts: { executor: Executor; programs: Partial<Record<SlotForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>> },
   ) {
     this.#weightInputs = parts.weightInputs;
+    this.#rank = parts.tables.rank;
+    this.#slots = parts.tables.slots;
     this.#executor = parts.executor;
     this.#programs = parts.programs;
     this.#tables = parts.tables;
@@ -251,7 +270,9 @@ export class Engine {
     let kv = 0;
     for (const s of this.#live) kv += s.kv.bytes;
     const staging = this.#staging.bytes;
-    return { weights: this.#weightBytes, slots: this.#tables.bytes, kv, staging, total: this.#weightBytes + this.#tables.bytes + kv + staging };
+    let lanes = 0;
+    for (const l of this.#lanes.values()) lanes += l.bytes;
+    return { weights: this.#weightBytes, slots: this.#tables.bytes, kv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + staging + lanes };
   }
 
   /** Counters. */
@@ -268,10 +289,16 @@ export class Engine {
     const refuse = (why: string): never => {
       throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' ${why}`);
     };
+    const lanes = Object.keys(this.#weightInputs).length > 0;
     if (adapter.overrides.size > 0) {
-      refuse(`replaces whole tensors (${[...adapter.overrides.keys()].slice(0, 3).join(', ')}), which cannot vary by row in a shared batch; merge it into a base checkpoint and serve that instead`);
+      if (!lanes) refuse(`replaces whole tensors (${[...adapter.overrides.keys()].slice(0, 3).join(', ')}), which cannot vary by row; an engine with weights: 'program' cannot give it a lane of its own`);
+      for (const [k, t] of adapter.overrides) {
+        const want = this.#shapes.get(k);
+        if (want === undefined) refuse(`replaces '${k}', which is not a tensor of this model${k === 'lm_head.weight' && this.config.tieWordEmbeddings ? ' (lm_head is tied to the embeddings here)' : ''}`);
+        if (want!.join(',') !== t.shape.join(',')) refuse(`replaces '${k}' with shape [${t.shape.join(', ')}]; the model's is [${want!.join(', ')}]`);
+      }
     }
-    if (adapter.parameterFactors.length > 0) refuse(`targets parameters (${adapter.config.targetParameters.join(', ')}); expert LoRA is not served from slots`);
+    if (adapter.parameterFactors.length > 0 && !lanes) refuse(`targets parameters (${adapter.config.targetParameters.join(', ')}); an engine with weights: 'program' cannot give expert LoRA a lane of its own`);
     checkAdapterAgainstBase(adapter, (p) => this.#shapes.get(p) ?? (p === 'lm_head.weight' && this.config.tieWordEmbeddings ? this.#shapes.get('model.embed_tokens.weight') : undefined));
     for (const m of adapter.modules.values()) {
       if (!this.#tables.has(m.module)) refuse(`adapts '${m.module}', which is not a projection the engine serves`);
@@ -290,6 +317,8 @@ export class Engine {
     const adapter = this.#validate(await loadLoraAdapter(dir, name === undefined ? {} : { name }));
     if (adapter.name === BASE) throw new ModelError(ModelCode.BAD_ADAPTER, `'${BASE}' is reserved for the base model`);
     if (this.#registered.has(adapter.name)) this.unloadAdapter(adapter.name);
+    const lane = await this.#laneFor(adapter);
+    if (lane !== undefined) this.#lanes.set(adapter.name, lane);
     this.#registered.set(adapter.name, dir);
     this.#fresh.set(adapter.name, adapter);
     try {
@@ -308,13 +337,55 @@ export class Engine {
     return adapter;
   }
 
-  /** Forgets an adapter: frees (zeroes) its slot and its host copy. `PEFT_IN_USE` while sequences run on it. */
+  /** Forgets an adapter: frees (zeroes) its slot, its host copy and its lane. `PEFT_IN_USE` while sequences run on it. */
   unloadAdapter(name: string): boolean {
     if (!this.#registered.has(name)) return false;
     this.#slotCache.evict(name);
     this.#host.evict(name);
     this.#registered.delete(name);
+    const lane = this.#lanes.get(name);
+    this.#lanes.delete(name);
+    for (const p of Object.values(lane?.programs ?? {})) p.dispose();
     return true;
+  }
+
+  /**
+   * The lane of an adapter that cannot vary by row, or undefined for a plain slot adapter.
+   * Overrides reuse the slot programs with substituted weight inputs (no preparation); expert
+   * LoRA gets one program of its own (one preparation per such adapter, at load).
+   */
+  async #laneFor(adapter: LoraAdapter): Promise<Lane | undefined> {
+    if (adapter.overrides.size === 0 && adapter.parameterFactors.length === 0) return undefined;
+    const weights: Record<string, HostTensor> = { ...this.#weightInputs };
+    let bytes = 0;
+    for (const [k, t] of adapter.overrides) {
+      weights[k] = t;
+      bytes += t.data.byteLength;
+    }
+    if (adapter.parameterFactors.length === 0) return { programs: this.#programs, weights, bytes };
+    const moe = this.config.moe;
+    if (moe === undefined) throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' targets parameters (${adapter.config.targetParameters.join(', ')}), which ${this.config.modelType} models do not have`);
+    const shapes = { numExperts: moe.numExperts, hidden: this.config.hiddenSize, intermediate: this.config.intermediateSize };
+    const modules = new Set(adapter.parameterFactors.map((f) => f.module));
+    const byLayer = new Map<string, ExpertLora[]>();
+    for (let l = 0; l < this.config.numLayers; l++) {
+      const path = `model.layers.${String(l)}.mlp.experts`;
+      if (modules.delete(path)) byLayer.set(`model.layers.${String(l)}.mlp`, expertLoraFor(adapter, path, shapes, scalingFor(adapter.config, path)));
+    }
+    if (modules.size > 0) throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' targets '${[...modules][0]!}', which this model does not have`);
+    const values = new Map<string, HostTensor>();
+    for (const [layer, list] of byLayer) {
+      for (const x of list) {
+        values.set(expertParamName(adapter.name, layer, x.projection, 'lora_A'), x.A);
+        values.set(expertParamName(adapter.name, layer, x.projection, 'lora_B'), x.B);
+        bytes += x.A.data.byteLength + x.B.data.byteLength;
+      }
+    }
+    // A lane holds one adapter, so its batches have at most one distinct slot: the grouped form.
+    const graph = engineGraph(this.config, 'grouped', this.#slots, this.#rank, [], loraExperts(adapter.name, byLayer));
+    const program = await this.#executor.prepare(paramsToInputs(graph, (n) => this.#shapes.has(n)), { get: (n) => values.get(n) });
+    this.#preparations++;
+    return { programs: { grouped: program }, weights, bytes };
   }
 
   #assign(entry: SlotEntry): number {
@@ -390,10 +461,11 @@ export class Engine {
     return seq.slot;
   }
 
-  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[]): Promise<Record<string, HostTensor>> {
-    Object.assign(inputs, this.#tables.inputs, this.#weightInputs);
+  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined): Promise<Record<string, HostTensor>> {
+    const programs = lane?.programs ?? this.#programs;
+    Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
     const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
-    const form: SlotForm = this.#programs.grouped === undefined ? 'gathered' : this.#programs.gathered === undefined ? 'grouped' : chooseSlotForm(rowSlots.length, groups.length);
+    const form: SlotForm = programs.grouped === undefined ? 'gathered' : programs.gathered === undefined ? 'grouped' : chooseSlotForm(rowSlots.length, groups.length);
     if (form === 'gathered') inputs[ROW_SLOT_INPUT] = hostTensor('i64', [rowSlots.length], rowSlots);
     else {
       if (groups.length === 0) groups.push(0);
@@ -407,7 +479,7 @@ export class Engine {
     this.#runs++;
     this.#runsByForm[form]++;
     try {
-      return await this.#programs[form]!.run(inputs);
+      return await programs[form]!.run(inputs);
     } catch (e) {
       if (e instanceof StageError) throw e;
       throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${(e as Error).message}`, { cause: e });
@@ -453,7 +525,7 @@ export class Engine {
       inputs[`past_key.${String(l)}`] = view.k;
       inputs[`past_value.${String(l)}`] = view.v;
     }
-    const out = await this.#run(inputs, [slot]);
+    const out = await this.#run(inputs, [slot], seq.adapter === undefined ? undefined : this.#lanes.get(seq.adapter));
     if (seq.released) return undefined;
     const { k, v } = this.#outputs(out);
     seq.kv.append(k, v, 0, chunkMask);
@@ -469,8 +541,25 @@ export class Engine {
    * to each row's logits f32[vocab].
    */
   async decode(seqs: readonly Sequence[], tokens: readonly number[]): Promise<Float32Array[]> {
+    if (seqs.length === 0 || tokens.length !== seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, `decode needs one token per sequence (${String(seqs.length)} sequences, ${String(tokens.length)} tokens)`);
+    // Rows of adapters with a lane of their own run in batches of their own (one run per lane).
+    const byLane = new Map<string, number[]>();
+    seqs.forEach((s, i) => {
+      const key = s.adapter !== undefined && this.#lanes.has(s.adapter) ? s.adapter : '';
+      byLane.set(key, [...(byLane.get(key) ?? []), i]);
+    });
+    const result: Float32Array[] = new Array<Float32Array>(seqs.length);
+    for (const [key, idx] of byLane) {
+      const out = await this.#decodeBatch(idx.map((i) => seqs[i]!), idx.map((i) => tokens[i]!), key === '' ? undefined : this.#lanes.get(key));
+      idx.forEach((i, j) => {
+        result[i] = out[j]!;
+      });
+    }
+    return result;
+  }
+
+  async #decodeBatch(seqs: readonly Sequence[], tokens: readonly number[], lane: Lane | undefined): Promise<Float32Array[]> {
     const rows = seqs.length;
-    if (rows === 0 || tokens.length !== rows) throw new EngineError(EngineCode.BAD_OPTIONS, `decode needs one token per sequence (${String(rows)} sequences, ${String(tokens.length)} tokens)`);
     const slots = seqs.map((s) => {
       const slot = this.#check(s);
       if (!s.ready) throw new EngineError(EngineCode.BAD_SEQUENCE, 'a sequence in the decode batch is not prefilled yet');
@@ -514,7 +603,7 @@ export class Engine {
         inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: v.subarray(0, rows * past * width) };
       }
     }
-    const out = await this.#run(inputs, slots);
+    const out = await this.#run(inputs, slots, lane);
     const { k, v } = this.#outputs(out);
     const logits = out['logits']!.data as Float32Array;
     const V = this.config.vocabSize;
@@ -533,8 +622,9 @@ export class Engine {
  * position-major resident KV inputs, only this step's keys/values as outputs, last-position
  * logits, and an additive key mask. `modules` receives every projection with slot tables.
  */
-export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, rank: number, modules: SlotModule[]): Graph {
+export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, rank: number, modules: SlotModule[], experts?: ExpertsFactory): Graph {
   return buildLlamaGraph(config, {
+    ...(experts === undefined ? {} : { experts }),
     name: config.modelType,
     residentKv: true,
     attentionMask: true,
@@ -545,7 +635,7 @@ export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, 
   });
 }
 
-/** The same graph with every parameter turned into an input of the same name (weights fed per run). */
-function paramsToInputs(g: Graph): Graph {
-  return { ...g, nodes: g.nodes.map((n) => (n.kind === 'param' ? { kind: 'input' as const, name: n.name, operands: n.operands, results: n.results } : n)) };
+/** The same graph with parameters (those `which` selects; default all) turned into inputs of the same name (weights fed per run). */
+function paramsToInputs(g: Graph, which: (name: string) => boolean = () => true): Graph {
+  return { ...g, nodes: g.nodes.map((n) => (n.kind === 'param' && which(n.name) ? { kind: 'input' as const, name: n.name, operands: n.operands, results: n.results } : n)) };
 }
