@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { seededRandom } from '@stageml/ir';
-import { CausalLM, LLAMA_PROJECTIONS, argmaxOf, type LlamaProjection, type LlamaShape, parseLlamaConfig } from '@stageml/models';
+import { CausalLM, LLAMA_PROJECTIONS, argmaxOf, type LlamaShape, parseLlamaConfig } from '@stageml/models';
 import { type Executor, createOrtExecutor, interpreterExecutor, isOrtAvailable } from '@stageml/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, writeRandomAdapter } from './index.js';
@@ -60,7 +60,7 @@ describe('Engine: adapters as data', () => {
       const rank = 4 + Math.floor(rand() * 61);
       const targets = LLAMA_PROJECTIONS.filter(() => rand() < 0.6);
       const name = `a${String(i)}-r${String(rank)}`;
-      await writeRandomAdapter(join(tmp, name), shape, { rank, targets: (targets.length === 0 ? ['q_proj'] : targets) as LlamaProjection[], seed: 100 + i });
+      await writeRandomAdapter(join(tmp, name), shape, { rank, targets: (targets.length === 0 ? ['q_proj'] : targets), seed: 100 + i });
       names.push(name);
     }
     const inner = (await isOrtAvailable()) ? await createOrtExecutor({ intraOpNumThreads: 1 }) : interpreterExecutor;
@@ -151,12 +151,12 @@ describe('Engine: adapters that cannot vary by row run in lanes of their own', (
         let logits: Float32Array | undefined;
         while (!s.ready) logits = await engine.prefill(s);
         last[i] = argmaxOf(logits!);
-        out[i]!.push(last[i]!);
+        out[i]!.push(last[i]);
       }
       for (let k = 0; k < 11; k++) {
         (await engine.decode(seqs, last)).forEach((l, i) => {
           last[i] = argmaxOf(l);
-          out[i]!.push(last[i]!);
+          out[i]!.push(last[i]);
         });
       }
       models.forEach((m, i) => {

@@ -531,7 +531,8 @@ export class Engine {
     seq.kv.append(k, v, 0, chunkMask);
     seq.prefilled += count;
     seq.nextPosition = next;
-    return seq.ready ? (out['logits']!.data as Float32Array) : undefined;
+    // NOTE: `ready` is a getter; it changed with `prefilled` above.
+    return seq.prefilled === seq.prompt.length ? (out['logits']!.data as Float32Array) : undefined;
   }
 
   /**

@@ -1,5 +1,6 @@
 import type { HostTensor } from '@stageml/ir';
 import type { LoraAdapter } from '@stageml/peft';
+import { EngineCode, EngineError } from './errors.js';
 import { type SlotModule, slotInputNames } from './slot-linear.js';
 
 interface Tables {
@@ -64,7 +65,7 @@ export class SlotTables {
   /** Takes a free slot and writes `adapter`'s factors into it (scale folded into B). */
   write(adapter: LoraAdapter): number {
     const slot = this.#free.pop();
-    if (slot === undefined) throw new Error('no free slot (the adapter cache admits at most N − 1 adapters)');
+    if (slot === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `no free slot for '${adapter.name}' (all ${String(this.slots - 1)} adapter slots hold adapters)`);
     const R = this.rank;
     for (const m of adapter.modules.values()) {
       const t = this.#tables.get(m.module)!;

@@ -293,7 +293,7 @@ export class Scheduler {
           continue;
         }
         const decoding = this.#running.filter((s) => s.es?.ready === true);
-        const prefilling = this.#running.find((s) => s.es !== undefined && s.es.slot !== undefined && !s.es.ready);
+        const prefilling = this.#running.find((s) => s.es?.slot !== undefined && !s.es.ready);
         if (decoding.length === 0 && prefilling === undefined) {
           // Only sequences waiting for a slot load (or a free slot): their attach resumes the loop.
           if (this.#running.some((s) => s.attaching)) break;
