@@ -210,3 +210,72 @@ describe('Engine: adapters that cannot vary by row run in lanes of their own', (
     expect(engine.memory()).toEqual(before);
   });
 });
+
+describe('Engine: plans applied', () => {
+  const ADAPTERS = ['all-r16', 'mlp-r4-rslora', 'o-r2', 'qv-r8'];
+  let lm: CausalLM;
+  beforeAll(async () => {
+    lm = await CausalLM.load(`${root}base`);
+    for (const a of ADAPTERS) await lm.loadAdapter(`${root}adapters/${a}`, a);
+  });
+
+  async function mixedStepMatches(engine: Engine): Promise<void> {
+    const picks = [...ADAPTERS, undefined].map((a, i) => ({ a, p: i % PROMPTS.length }));
+    const seqs = picks.map((x) => engine.open(x.a, PROMPTS[x.p]!));
+    for (const s of seqs) {
+      expect(await engine.attach(s)).toBe(true);
+      while (!s.ready) await engine.prefill(s);
+    }
+    const out = await engine.decode(seqs, picks.map((x) => token(x.p)));
+    for (const [i, x] of picks.entries()) {
+      const pre = await lm.forward([PROMPTS[x.p]!], { adapters: [x.a] });
+      const dec = await lm.forward([[token(x.p)]], { adapters: [x.a], cache: pre.cache });
+      expect(maxAbsDiff(out[i]!, dec.logits.data), `${x.a ?? 'base'}`).toBeLessThan(1e-4);
+    }
+    for (const s of seqs) engine.release(s);
+  }
+
+  it('merges everything under an ample budget, nothing under a zero budget; results equal each adapter alone either way', async () => {
+    const ample = await Engine.load(`${root}base`, { maxLoras: 4, memoryBudget: 1e12 });
+    for (const a of ADAPTERS) await ample.loadAdapter(`${root}adapters/${a}`, a);
+    await mixedStepMatches(ample);
+    const merged = ample.plan().merged;
+    expect(Object.keys(merged).sort()).toEqual([...ADAPTERS].sort());
+    expect(merged['qv-r8']).toHaveLength(4);
+    expect(ample.memory().lanes).toBeGreaterThan(0);
+    expect(ample.plan().plan?.format).toBe('stageml.plan');
+    expect(ample.stats().preparations).toBe(2);
+
+    const none = await Engine.load(`${root}base`, { maxLoras: 4, memoryBudget: 0 });
+    for (const a of ADAPTERS) await none.loadAdapter(`${root}adapters/${a}`, a);
+    await mixedStepMatches(none);
+    expect(none.plan().merged).toEqual({});
+    expect(none.memory().lanes).toBe(0);
+  });
+
+  it('spends a tight budget on the adapter with the traffic, re-plans on unload, swapping between steps', async () => {
+    // q_proj (64×64) and v_proj (32×64) of both layers: the bytes of merging qv-r8 whole.
+    const budget = 2 * (64 * 64 + 32 * 64) * 4;
+    const engine = await Engine.load(`${root}base`, { maxLoras: 4, memoryBudget: budget });
+    for (const a of ADAPTERS) await engine.loadAdapter(`${root}adapters/${a}`, a);
+    for (let i = 0; i < 50; i++) engine.release(engine.open('qv-r8', PROMPTS[0]!));
+    engine.release(engine.open('o-r2', PROMPTS[1]!));
+    engine.replan();
+    await mixedStepMatches(engine);
+    expect(engine.plan().merged).toEqual({ 'qv-r8': ['model.layers.0.self_attn.q_proj', 'model.layers.0.self_attn.v_proj', 'model.layers.1.self_attn.q_proj', 'model.layers.1.self_attn.v_proj'] });
+    expect(engine.memory().lanes).toBe(budget);
+    const applied = engine.plan().applied;
+    // A sequence in flight on qv-r8 keeps decoding, with the same tokens, across the re-plan.
+    const s = engine.open('qv-r8', PROMPTS[2]!);
+    await engine.attach(s);
+    while (!s.ready) await engine.prefill(s);
+    engine.unloadAdapter('all-r16');
+    const [after] = await engine.decode([s], [token(2)]);
+    expect(engine.plan().applied).toBe(applied + 1);
+    const pre = await lm.forward([PROMPTS[2]!], { adapters: ['qv-r8'] });
+    const dec = await lm.forward([[token(2)]], { adapters: ['qv-r8'], cache: pre.cache });
+    expect(maxAbsDiff(after!, dec.logits.data)).toBeLessThan(1e-4);
+    engine.release(s);
+    expect(Object.keys(engine.plan().merged)).not.toContain('all-r16');
+  });
+});

@@ -9,7 +9,9 @@ import { openCheckpoint } from '@stageml/safetensors';
 import { EngineCode, EngineError } from './errors.js';
 import { MASKED, SequenceKv, Staging } from './kv.js';
 import { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, chooseSlotForm, slotLinear } from './slot-linear.js';
+import { type AppliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
 import { SlotTables } from './slots.js';
+import { type Plan, TrafficCounter } from '@stageml/planner';
 
 /** Options of `Engine.load`. */
 export interface EngineOptions {
@@ -35,6 +37,26 @@ export interface EngineOptions {
    * prepares only that one.
    */
   readonly slotForm?: 'auto' | SlotForm;
+  /**
+   * Bytes the planner may spend on merged weight copies (W + s·B·A of a projection, served in the
+   * adapter's lane); undefined: no planning, every adapter is a slot residual. Re-planned on load,
+   * unload and every `replanEvery` runs with live traffic, applied between steps.
+   */
+  readonly memoryBudget?: number;
+  /** Runs between periodic re-plans (default 512). */
+  readonly replanEvery?: number;
+}
+
+/** The plan the engine applies now (what `GET /v1/plan` shows). */
+export interface EnginePlan {
+  /** The budget of merged copies, or undefined when the engine does not plan. */
+  readonly memoryBudget: number | undefined;
+  /** The planner's plan (`stageml.plan` v1) last applied. */
+  readonly plan: Plan | undefined;
+  /** Per adapter, the modules served merged in its lane; all other modules are in its slot. */
+  readonly merged: Readonly<Record<string, readonly string[]>>;
+  /** Plans applied so far. */
+  readonly applied: number;
 }
 
 /** Bytes the engine holds for the executor, by kind (its own accounting). */
@@ -80,6 +102,15 @@ interface Lane {
   readonly programs: Partial<Record<SlotForm, PreparedGraph>>;
   readonly weights: Readonly<Record<string, HostTensor>>;
   readonly bytes: number;
+  /** Whether `programs` are the lane's own (expert LoRA), disposed with it. */
+  readonly dedicated: boolean;
+  readonly expertBytes: number;
+}
+
+/** An adapter with its factors' shapes only (what planning needs), so planning keeps no factor data. */
+function shapeOnly(a: LoraAdapter): LoraAdapter {
+  const empty = new Float32Array(0);
+  return { ...a, modules: new Map([...a.modules].map(([k, m]) => [k, { ...m, A: { ...m.A, data: empty }, B: { ...m.B, data: empty } }])), overrides: new Map(), parameterFactors: [] };
 }
 
 interface SlotEntry {
@@ -155,6 +186,15 @@ export class Engine {
   readonly #lanes = new Map<string, Lane>();
   readonly #rank: number;
   readonly #slots: number;
+  readonly #memoryBudget: number | undefined;
+  readonly #replanEvery: number;
+  readonly #traffic = new TrafficCounter();
+  readonly #entries = new Map<string, SlotEntry>();
+  readonly #shapesOf = new Map<string, LoraAdapter>();
+  #applied: AppliedPlan = { plan: undefined, merged: new Map() };
+  #plansApplied = 0;
+  #planDirty = false;
+  #runsAtPlan = 0;
   #preparations: number;
   #runs = 0;
 
@@ -165,10 +205,12 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<SlotForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>> },
+    parts: { executor: Executor; programs: Partial<Record<SlotForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; memoryBudget: number | undefined; replanEvery: number },
   ) {
     this.#weightInputs = parts.weightInputs;
     this.#rank = parts.tables.rank;
+    this.#memoryBudget = parts.memoryBudget;
+    this.#replanEvery = parts.replanEvery;
     this.#slots = parts.tables.slots;
     this.#executor = parts.executor;
     this.#programs = parts.programs;
@@ -197,9 +239,10 @@ export class Engine {
         lease.release();
         return { value: { adapter: lease.value, slot: undefined }, bytes: slotBytes };
       },
-      dispose: (_name, entry) => {
+      dispose: (name, entry) => {
         if (entry.slot !== undefined) this.#tables.free(entry.slot);
         entry.slot = undefined;
+        if (this.#entries.get(name) === entry) this.#entries.delete(name);
       },
     });
   }
@@ -214,6 +257,10 @@ export class Engine {
     const rank = positiveInt('maxLoraRank', opts.maxLoraRank, 64);
     const maxCpuLoras = positiveInt('maxCpuLoras', opts.maxCpuLoras, maxLoras);
     const prefillChunk = positiveInt('prefillChunk', opts.prefillChunk, 64);
+    const replanEvery = positiveInt('replanEvery', opts.replanEvery, 512);
+    const memoryBudget = opts.memoryBudget;
+    if (memoryBudget !== undefined && !(Number.isFinite(memoryBudget) && memoryBudget >= 0)) throw new EngineError(EngineCode.BAD_OPTIONS, `memoryBudget must be a number of bytes ≥ 0, got ${String(memoryBudget)}`);
+    if (memoryBudget !== undefined && opts.weights === 'program') throw new EngineError(EngineCode.BAD_OPTIONS, "memoryBudget (plans with merged copies) needs weights: 'inputs'");
     let cfgText: string;
     try {
       cfgText = await readFile(join(dir, 'config.json'), 'utf8');
@@ -247,7 +294,7 @@ export class Engine {
     }
     const weightInputs = asInputs ? Object.fromEntries(weights) : {};
     const tables = new SlotTables(maxLoras + 1, rank, modules);
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs });
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, memoryBudget, replanEvery });
   }
 
   /** Names of loaded adapters (resident in a slot or not). */
@@ -317,9 +364,11 @@ export class Engine {
     const adapter = this.#validate(await loadLoraAdapter(dir, name === undefined ? {} : { name }));
     if (adapter.name === BASE) throw new ModelError(ModelCode.BAD_ADAPTER, `'${BASE}' is reserved for the base model`);
     if (this.#registered.has(adapter.name)) this.unloadAdapter(adapter.name);
-    const lane = await this.#laneFor(adapter);
+    const lane = await this.#laneFor(adapter, undefined, undefined);
     if (lane !== undefined) this.#lanes.set(adapter.name, lane);
     this.#registered.set(adapter.name, dir);
+    this.#shapesOf.set(adapter.name, shapeOnly(adapter));
+    this.#planDirty = this.#memoryBudget !== undefined;
     this.#fresh.set(adapter.name, adapter);
     try {
       (await this.#host.acquire(adapter.name)).release();
@@ -343,9 +392,11 @@ export class Engine {
     this.#slotCache.evict(name);
     this.#host.evict(name);
     this.#registered.delete(name);
+    this.#shapesOf.delete(name);
+    this.#planDirty = this.#memoryBudget !== undefined;
     const lane = this.#lanes.get(name);
     this.#lanes.delete(name);
-    for (const p of Object.values(lane?.programs ?? {})) p.dispose();
+    if (lane?.dedicated === true) for (const p of Object.values(lane.programs)) p.dispose();
     return true;
   }
 
@@ -354,15 +405,23 @@ export class Engine {
    * Overrides reuse the slot programs with substituted weight inputs (no preparation); expert
    * LoRA gets one program of its own (one preparation per such adapter, at load).
    */
-  async #laneFor(adapter: LoraAdapter): Promise<Lane | undefined> {
-    if (adapter.overrides.size === 0 && adapter.parameterFactors.length === 0) return undefined;
+  async #laneFor(adapter: LoraAdapter, merged: ReadonlySet<string> | undefined, existing: Lane | undefined): Promise<Lane | undefined> {
+    if (adapter.overrides.size === 0 && adapter.parameterFactors.length === 0 && (merged === undefined || merged.size === 0)) return undefined;
     const weights: Record<string, HostTensor> = { ...this.#weightInputs };
     let bytes = 0;
     for (const [k, t] of adapter.overrides) {
       weights[k] = t;
       bytes += t.data.byteLength;
     }
-    if (adapter.parameterFactors.length === 0) return { programs: this.#programs, weights, bytes };
+    for (const module of merged ?? []) {
+      const m = adapter.modules.get(module);
+      const w = weights[`${module}.weight`];
+      if (m === undefined || w === undefined) continue;
+      weights[`${module}.weight`] = mergedWeight(w, m);
+      bytes += w.data.byteLength;
+    }
+    if (adapter.parameterFactors.length === 0) return { programs: this.#programs, weights, bytes, dedicated: false, expertBytes: 0 };
+    if (existing?.dedicated === true) return { programs: existing.programs, weights, bytes: bytes + existing.expertBytes, dedicated: true, expertBytes: existing.expertBytes };
     const moe = this.config.moe;
     if (moe === undefined) throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' targets parameters (${adapter.config.targetParameters.join(', ')}), which ${this.config.modelType} models do not have`);
     const shapes = { numExperts: moe.numExperts, hidden: this.config.hiddenSize, intermediate: this.config.intermediateSize };
@@ -374,23 +433,79 @@ export class Engine {
     }
     if (modules.size > 0) throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' targets '${[...modules][0]!}', which this model does not have`);
     const values = new Map<string, HostTensor>();
+    let expertBytes = 0;
     for (const [layer, list] of byLayer) {
       for (const x of list) {
         values.set(expertParamName(adapter.name, layer, x.projection, 'lora_A'), x.A);
         values.set(expertParamName(adapter.name, layer, x.projection, 'lora_B'), x.B);
-        bytes += x.A.data.byteLength + x.B.data.byteLength;
+        expertBytes += x.A.data.byteLength + x.B.data.byteLength;
       }
     }
     // A lane holds one adapter, so its batches have at most one distinct slot: the grouped form.
     const graph = engineGraph(this.config, 'grouped', this.#slots, this.#rank, [], loraExperts(adapter.name, byLayer));
     const program = await this.#executor.prepare(paramsToInputs(graph, (n) => this.#shapes.has(n)), { get: (n) => values.get(n) });
     this.#preparations++;
-    return { programs: { grouped: program }, weights, bytes };
+    return { programs: { grouped: program }, weights, bytes: bytes + expertBytes, dedicated: true, expertBytes };
   }
 
   #assign(entry: SlotEntry): number {
-    entry.slot ??= this.#tables.write(entry.adapter);
+    entry.slot ??= this.#tables.write(withoutModules(entry.adapter, this.#applied.merged.get(entry.adapter.name)));
+    this.#entries.set(entry.adapter.name, entry);
     return entry.slot;
+  }
+
+  /** The plan applied now. */
+  plan(): EnginePlan {
+    return {
+      memoryBudget: this.#memoryBudget,
+      plan: this.#applied.plan,
+      merged: Object.fromEntries([...this.#applied.merged].map(([a, m]) => [a, [...m].sort()])),
+      applied: this.#plansApplied,
+    };
+  }
+
+  /** Marks the plan for re-planning before the next step (e.g. after traffic shifted). */
+  replan(): void {
+    if (this.#memoryBudget !== undefined) this.#planDirty = true;
+  }
+
+  /**
+   * Re-plans and applies the result between steps (called at the start of every prefill and
+   * decode): adapters whose merged set changed get a new lane (merged copies) and their slot
+   * rewritten without the merged modules. Runs never see a half-applied plan: the scheduler does
+   * not start a run until this resolves.
+   */
+  async #applyPlan(): Promise<void> {
+    if (this.#memoryBudget === undefined) return;
+    if (!this.#planDirty && this.#runs - this.#runsAtPlan < this.#replanEvery) return;
+    this.#planDirty = false;
+    this.#runsAtPlan = this.#runs;
+    const snapshot = this.#traffic.snapshot('tokens');
+    const next = planMerges(this.config, [...this.#shapesOf.values()], this.#memoryBudget, this.#executor.name, Object.keys(snapshot.counts).length === 0 ? undefined : snapshot);
+    const same = (a: ReadonlySet<string> | undefined, b: ReadonlySet<string> | undefined): boolean => (a?.size ?? 0) === (b?.size ?? 0) && [...(a ?? [])].every((x) => b?.has(x) === true);
+    const changed = [...this.#registered.keys()].filter((n) => !same(this.#applied.merged.get(n), next.merged.get(n)));
+    const adapters = new Map<string, LoraAdapter>();
+    for (const name of changed) {
+      const entry = this.#entries.get(name);
+      if (entry !== undefined) adapters.set(name, entry.adapter);
+      else {
+        const lease = await this.#host.acquire(name);
+        adapters.set(name, lease.value);
+        lease.release();
+      }
+    }
+    const lanes = new Map<string, Lane | undefined>();
+    for (const name of changed) lanes.set(name, await this.#laneFor(adapters.get(name)!, next.merged.get(name), this.#lanes.get(name)));
+    // Everything is computed: apply synchronously, between two runs.
+    this.#applied = next;
+    this.#plansApplied++;
+    for (const name of changed) {
+      const lane = lanes.get(name);
+      if (lane === undefined) this.#lanes.delete(name);
+      else this.#lanes.set(name, lane);
+      const entry = this.#entries.get(name);
+      if (entry?.slot !== undefined) this.#tables.rewrite(entry.slot, withoutModules(entry.adapter, next.merged.get(name)));
+    }
   }
 
   /**
@@ -412,6 +527,7 @@ export class Engine {
     if (m.length !== prompt.length || m.some((v) => v !== 0 && v !== 1)) throw new ModelError(ModelCode.BAD_OPTIONS, `the mask must be ${String(prompt.length)} values of 0 or 1`);
     const seq = new Sequence(name, prompt, m, new SequenceKv(this.config.numLayers, this.#kvShape[0] * this.#kvShape[1], Math.min(64, prompt.length + 16)));
     this.#live.add(seq);
+    if (name !== undefined) this.#traffic.record(name, prompt.length);
     return seq;
   }
 
@@ -502,6 +618,8 @@ export class Engine {
    * otherwise undefined.
    */
   async prefill(seq: Sequence): Promise<Float32Array | undefined> {
+    this.#check(seq);
+    await this.#applyPlan();
     const slot = this.#check(seq);
     if (seq.ready) throw new EngineError(EngineCode.BAD_SEQUENCE, 'the prompt is already prefilled');
     const start = seq.prefilled;
@@ -542,6 +660,7 @@ export class Engine {
    * to each row's logits f32[vocab].
    */
   async decode(seqs: readonly Sequence[], tokens: readonly number[]): Promise<Float32Array[]> {
+    await this.#applyPlan();
     if (seqs.length === 0 || tokens.length !== seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, `decode needs one token per sequence (${String(seqs.length)} sequences, ${String(tokens.length)} tokens)`);
     // Rows of adapters with a lane of their own run in batches of their own (one run per lane).
     const byLane = new Map<string, number[]>();

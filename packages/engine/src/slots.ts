@@ -92,13 +92,25 @@ export class SlotTables {
     return true;
   }
 
-  /** Zeroes `slot` and returns it to the free list. */
-  free(slot: number): void {
+  /** Replaces the factors in an occupied `slot` with `adapter`'s (after a plan change). */
+  rewrite(slot: number, adapter: LoraAdapter): void {
+    this.#zero(slot);
+    this.#free.push(slot);
+    const again = this.write(adapter);
+    if (again !== slot) throw new EngineError(EngineCode.BAD_OPTIONS, `slot ${String(slot)} was not rewritten in place`);
+  }
+
+  #zero(slot: number): void {
     const R = this.rank;
     for (const t of this.#tables.values()) {
       t.A.fill(0, slot * R * t.spec.inDim, (slot + 1) * R * t.spec.inDim);
       t.B.fill(0, slot * t.spec.outDim * R, (slot + 1) * t.spec.outDim * R);
     }
+  }
+
+  /** Zeroes `slot` and returns it to the free list. */
+  free(slot: number): void {
+    this.#zero(slot);
     this.#free.push(slot);
   }
 }
