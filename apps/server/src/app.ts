@@ -48,6 +48,8 @@ export interface ServerOptions {
   readonly maxCpuLoras?: number;
   /** Most prompt tokens per prefill chunk (default 64). */
   readonly prefillChunk?: number;
+  /** Bytes the engine's planner may spend on merged weight copies (default: no planning). */
+  readonly memoryBudget?: number;
 }
 
 /** A running (or ready to listen) reference server. */
@@ -85,6 +87,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     ...(opts.maxLoraRank === undefined ? {} : { maxLoraRank: opts.maxLoraRank }),
     ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
     ...(opts.prefillChunk === undefined ? {} : { prefillChunk: opts.prefillChunk }),
+    ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
   });
   const modelName = opts.modelName ?? (opts.modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   if (opts.adaptersDir !== undefined) {
@@ -163,6 +166,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     if (draining) return reply.status(503).send({ status: 'draining' });
     return reply.send({ status: 'ready', model: modelName, adapters: lm.adapterNames });
   });
+  app.get('/v1/plan', () => ({ ...lm.plan(), memory: lm.memory(), stats: lm.stats() }));
   app.get('/metrics', async (_req, reply) => reply.header('content-type', metrics.registry.contentType).send(await metrics.registry.metrics()));
   app.get('/v1/models', (req) => ({
     object: 'list',

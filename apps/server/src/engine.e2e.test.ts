@@ -127,3 +127,32 @@ describe('server on the engine: Mixtral', () => {
     expect(server.lm.stats().preparations).toBe(3);
   });
 });
+
+describe('server on the engine: plans', () => {
+  it('GET /v1/plan shows the applied plan; re-planned after loading an adapter, every request golden', async () => {
+    const server = await createServer({ modelDir: `${root}llama/base`, modelName: 'llama', padTokenId: 0, maxLoras: 4, memoryBudget: 1e12 });
+    const base = await server.listen('127.0.0.1', 0);
+    try {
+      const post = (path: string, b: unknown) => fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b) });
+      expect((await post('/v1/load_lora_adapter', { lora_name: 'qv-r8', lora_path: `${root}llama/adapters/qv-r8` })).status).toBe(200);
+      const first = await post('/v1/completions', body('qv-r8', 0));
+      expect(((await first.json()) as { choices: { token_ids: number[] }[] }).choices[0]!.token_ids).toEqual(prompt('qv-r8', 0).greedy_new_ids);
+      const plan1 = (await (await fetch(`${base}/v1/plan`)).json()) as { memoryBudget: number; merged: Record<string, string[]>; applied: number; plan: { format: string } };
+      expect(plan1.memoryBudget).toBe(1e12);
+      expect(plan1.plan.format).toBe('stageml.plan');
+      expect(plan1.merged['qv-r8']).toHaveLength(4);
+      const running = post('/v1/completions', body('qv-r8', 1, { max_tokens: 40 }));
+      expect((await post('/v1/load_lora_adapter', { lora_name: 'o-r2', lora_path: `${root}llama/adapters/o-r2` })).status).toBe(200);
+      const other = await post('/v1/completions', body('o-r2', 2));
+      expect(((await other.json()) as { choices: { token_ids: number[] }[] }).choices[0]!.token_ids).toEqual(prompt('o-r2', 2).greedy_new_ids);
+      const long = (await (await running).json()) as { choices: { token_ids: number[] }[] };
+      expect(long.choices[0]!.token_ids.slice(0, 12)).toEqual(prompt('qv-r8', 1).greedy_new_ids);
+      const plan2 = (await (await fetch(`${base}/v1/plan`)).json()) as { merged: Record<string, string[]>; applied: number };
+      expect(plan2.applied).toBeGreaterThan(plan1.applied);
+      // Re-planned when o-r2 arrived (before it had traffic: a zero share gains nothing from a merge).
+      expect(plan2.merged['qv-r8']).toHaveLength(4);
+    } finally {
+      await server.shutdown();
+    }
+  });
+});

@@ -230,7 +230,7 @@ describe('Engine: plans applied', () => {
     for (const [i, x] of picks.entries()) {
       const pre = await lm.forward([PROMPTS[x.p]!], { adapters: [x.a] });
       const dec = await lm.forward([[token(x.p)]], { adapters: [x.a], cache: pre.cache });
-      expect(maxAbsDiff(out[i]!, dec.logits.data), `${x.a ?? 'base'}`).toBeLessThan(1e-4);
+      expect(maxAbsDiff(out[i]!, dec.logits.data), x.a ?? 'base').toBeLessThan(1e-4);
     }
     for (const s of seqs) engine.release(s);
   }

@@ -23,8 +23,8 @@ export function planMerges(config: LlamaConfig, adapters: readonly LoraAdapter[]
   const workload = llamaWorkload(config, withModules, { batch: 1, seq: 1, model: config.modelType, allowed: () => ['materialize', 'residual'] });
   const planner = new Planner(workload, { executor: { name: executor, supportsOp: () => true, lateBinding: true }, budgetCovers: 'materialized' });
   const known = new Set(withModules.map((a) => a.name));
-  const counts = trafficNow === undefined ? undefined : Object.entries(trafficNow.counts).filter(([n]) => known.has(n));
-  const usable = counts !== undefined && counts.some(([, c]) => c > 0) ? { ...trafficNow!, counts: Object.fromEntries(counts) } : undefined;
+  const counts = Object.entries(trafficNow?.counts ?? {}).filter(([n]) => known.has(n));
+  const usable = trafficNow !== undefined && counts.some(([, c]) => c > 0) ? { ...trafficNow, counts: Object.fromEntries(counts) } : undefined;
   const outcome = planner.plan(budgetBytes, usable);
   if (outcome.kind !== 'ok') return { plan: undefined, merged: new Map() };
   const merged = new Map<string, Set<string>>();

@@ -6,6 +6,7 @@ import { parseNonNegativeInt, parsePositiveInt } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
+import { parseBytes } from './plan.js';
 
 interface ServeOptions {
   model: string;
@@ -23,6 +24,7 @@ interface ServeOptions {
   maxLoras?: number;
   maxLoraRank?: number;
   maxCpuLoras?: number;
+  memoryBudget?: number;
 }
 
 /** `stageml serve`: the reference server (OpenAI-compatible API) on a model and its adapters. */
@@ -45,6 +47,7 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--max-loras <n>', 'adapters resident in engine slots at once (default 16)', parsePositiveInt)
     .option('--max-lora-rank <n>', 'rank of every slot; higher-rank adapters are refused (default 64)', parsePositiveInt)
     .option('--max-cpu-loras <n>', 'parsed adapters kept on the host (default: --max-loras)', parsePositiveInt)
+    .option('--memory-budget <bytes>', 'bytes the planner may spend on merged weight copies (64MiB, 2GB; default: no planning, all adapters in slots)', parseBytes)
     .action(async (opts: ServeOptions) => {
       let config;
       if (opts.config !== undefined) {
@@ -70,6 +73,7 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.maxLoras === undefined ? {} : { maxLoras: opts.maxLoras }),
         ...(opts.maxLoraRank === undefined ? {} : { maxLoraRank: opts.maxLoraRank }),
         ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
+        ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
       });
       const address = await server.listen(opts.host, opts.port);
       const models = [server.modelName, ...server.lm.adapterNames];
