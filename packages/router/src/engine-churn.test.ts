@@ -75,3 +75,22 @@ describe('Engine under adapter churn', () => {
     expect(engine.slotsAreClear()).toBe(true);
   }, 300_000);
 });
+
+describe('Chunked prefill', () => {
+  it('a long prompt arriving is prefilled one chunk per step while running streams keep decoding', async () => {
+    const engine = await Engine.load(`${root}base`, { prefillChunk: 4 });
+    const scheduler = new Scheduler(engine);
+    const events: string[] = [];
+    const running = scheduler.submit({ tenant: 'a', adapter: undefined, prompt: [1, 5, 9], maxNewTokens: 30, sampling: { greedy: true }, stopTokens: [], onToken: () => events.push('a') });
+    while (events.length < 2) await new Promise((r) => setTimeout(r, 1));
+    const runs0 = engine.stats().runs;
+    const long = Array.from({ length: 40 }, (_, i) => 3 + ((i * 37) % 500));
+    const arriving = scheduler.submit({ tenant: 'b', adapter: undefined, prompt: long, maxNewTokens: 1, sampling: { greedy: true }, stopTokens: [], onToken: () => events.push('b') });
+    await Promise.all([running, arriving]);
+    // 40 tokens in chunks of 4 take 10 steps; the running stream got a token in every one of them.
+    const before = events.slice(0, events.indexOf('b'));
+    expect(before.filter((e) => e === 'a').length).toBeGreaterThanOrEqual(2 + 10);
+    // Each of those steps was one decode run plus one prefill chunk, never a whole-prompt run.
+    expect(engine.stats().runs - runs0).toBeGreaterThanOrEqual(10 + 10);
+  });
+});
