@@ -23,7 +23,7 @@ const slowed: Executor = {
     return {
       executor: p.executor,
       async run(inputs) {
-        await sleep(10);
+        await sleep(25);
         return p.run(inputs);
       },
       dispose: () => {
