@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import client from 'prom-client';
 import { StageError } from '@stageml/ir';
 import { Engine } from '@stageml/engine';
 import { type Route, type RouterConfig, Scheduler, TenantRegistry } from '@stageml/router';
@@ -113,6 +114,35 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     isStaged: (a) => staged === undefined || staged.has(a),
   });
   const metrics = new ServerMetrics(modelName, () => scheduler.snapshot(), () => lm.adapterNames.length);
+  // The engine's own accounting and the applied plan, read at scrape time.
+  new client.Gauge({
+    name: 'stageml_engine_bytes',
+    help: 'Executor-held bytes by kind (weights, slots, kv, staging, lanes), as the engine accounts them.',
+    labelNames: ['kind'],
+    registers: [metrics.registry],
+    collect() {
+      const m = lm.memory();
+      for (const kind of ['weights', 'slots', 'kv', 'staging', 'lanes'] as const) this.set({ kind }, m[kind]);
+    },
+  });
+  new client.Gauge({
+    name: 'stageml_engine_merged_modules',
+    help: 'Projections the applied plan serves merged, by adapter (the others are slot residuals).',
+    labelNames: ['adapter'],
+    registers: [metrics.registry],
+    collect() {
+      this.reset();
+      for (const [adapter, modules] of Object.entries(lm.plan().merged)) this.set({ adapter }, modules.length);
+    },
+  });
+  new client.Gauge({
+    name: 'stageml_engine_preparations',
+    help: 'Executor preparations the engine made (constant: one per slot form, plus one per expert-LoRA adapter).',
+    registers: [metrics.registry],
+    collect() {
+      this.set(lm.stats().preparations);
+    },
+  });
   const limits: Limits = {
     maxPromptTokens: opts.maxPromptTokens ?? lm.config.maxPositions,
     maxNewTokens: opts.maxNewTokens ?? 256,

@@ -151,6 +151,10 @@ describe('server on the engine: plans', () => {
       expect(plan2.applied).toBeGreaterThan(plan1.applied);
       // Re-planned when o-r2 arrived (before it had traffic: a zero share gains nothing from a merge).
       expect(plan2.merged['qv-r8']).toHaveLength(4);
+      const scraped = await (await fetch(`${base}/metrics`)).text();
+      expect(scraped).toContain('stageml_engine_merged_modules{adapter="qv-r8"} 4');
+      expect(scraped).toMatch(/stageml_engine_bytes\{kind="weights"\} [1-9]/);
+      expect(scraped).toContain('stageml_engine_preparations 2');
     } finally {
       await server.shutdown();
     }
