@@ -3,8 +3,10 @@ import { hostname } from 'node:os';
 import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import client from 'prom-client';
 import { StageError } from '@stageml/ir';
 import { CausalLM, type PickInfo, chatTemplateOf, logSoftmax, topOf } from '@stageml/models';
+import { Engine } from '@stageml/engine';
 import { type Route, type RouterConfig, Scheduler, TenantRegistry } from '@stageml/router';
 import type { Executor } from '@stageml/runtime';
 import type { z } from 'zod';
@@ -100,12 +102,21 @@ export interface ServerOptions {
   readonly maxLoras?: number;
   /** Name sent in every response's `x-stageml-replica` header (default `hostname:port`). */
   readonly replicaName?: string;
+  /** Rank of every engine slot (vLLM `--max-lora-rank`; default 64). */
+  readonly maxLoraRank?: number;
+  /** Parsed adapters kept on the host (vLLM `--max-cpu-loras`; default `maxLoras`). */
+  readonly maxCpuLoras?: number;
+  /** Most prompt tokens per prefill chunk (default 64). */
+  readonly prefillChunk?: number;
+  /** Bytes the engine's planner may spend on merged weight copies (default: no planning). */
+  readonly memoryBudget?: number;
 }
 
 /** A running (or ready to listen) reference server. */
 export interface StageServer {
   readonly app: FastifyInstance;
-  readonly lm: CausalLM;
+  /** The serving engine (program, weights, adapter slots, resident KV). */
+  readonly lm: Engine;
   readonly scheduler: Scheduler;
   readonly registry: TenantRegistry;
   readonly modelName: string;
@@ -146,7 +157,14 @@ function parse<T>(schema: z.ZodType<T>, body: unknown): T {
 
 /** Builds the server: loads the model, adapters and tenants, and registers every route. */
 export async function createServer(opts: ServerOptions): Promise<StageServer> {
-  const lm = await CausalLM.load(opts.modelDir, opts.executor === undefined ? {} : { executor: opts.executor });
+  const lm = await Engine.load(opts.modelDir, {
+    ...(opts.executor === undefined ? {} : { executor: opts.executor }),
+    ...(opts.maxLoras === undefined ? {} : { maxLoras: opts.maxLoras }),
+    ...(opts.maxLoraRank === undefined ? {} : { maxLoraRank: opts.maxLoraRank }),
+    ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
+    ...(opts.prefillChunk === undefined ? {} : { prefillChunk: opts.prefillChunk }),
+    ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
+  });
   const modelName = opts.modelName ?? (opts.modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   if (opts.adaptersDir !== undefined) {
     const dirs = (await readdir(opts.adaptersDir, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort();
@@ -185,6 +203,35 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   if (!(Number.isInteger(maxModelLen) && maxModelLen >= 2 && maxModelLen <= lm.config.maxPositions)) {
     throw new ServerError(ServerCode.BAD_REQUEST, `max model length ${String(maxModelLen)} must be an integer in [2, ${String(lm.config.maxPositions)}] (the model's max_position_embeddings)`);
   }
+  // The engine's own accounting and the applied plan, read at scrape time.
+  new client.Gauge({
+    name: 'stageml_engine_bytes',
+    help: 'Executor-held bytes by kind (weights, slots, kv, staging, lanes), as the engine accounts them.',
+    labelNames: ['kind'],
+    registers: [metrics.registry],
+    collect() {
+      const m = lm.memory();
+      for (const kind of ['weights', 'slots', 'kv', 'staging', 'lanes'] as const) this.set({ kind }, m[kind]);
+    },
+  });
+  new client.Gauge({
+    name: 'stageml_engine_merged_modules',
+    help: 'Projections the applied plan serves merged, by adapter (the others are slot residuals).',
+    labelNames: ['adapter'],
+    registers: [metrics.registry],
+    collect() {
+      this.reset();
+      for (const [adapter, modules] of Object.entries(lm.plan().merged)) this.set({ adapter }, modules.length);
+    },
+  });
+  new client.Gauge({
+    name: 'stageml_engine_preparations',
+    help: 'Executor preparations the engine made (constant: one per slot form, plus one per expert-LoRA adapter).',
+    registers: [metrics.registry],
+    collect() {
+      this.set(lm.stats().preparations);
+    },
+  });
   const limits: Limits = {
     maxModelLen,
     maxPromptTokens: opts.maxPromptTokens,
@@ -303,10 +350,15 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     }
     done();
   });
-  const clientGone = (req: FastifyRequest): AbortSignal => {
+  const clientGone = (req: FastifyRequest, reply: FastifyReply): AbortSignal => {
     const ac = new AbortController();
     req.raw.on('close', () => {
       if (!req.raw.complete) ac.abort();
+    });
+    // The request body is complete long before the answer: a client gone mid-generation shows as the
+    // response's connection closing before the response finished (plain and SSE alike).
+    reply.raw.on('close', () => {
+      if (!reply.raw.writableFinished) ac.abort();
     });
     return ac.signal;
   };
@@ -331,6 +383,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     if (guarded && !isAdmin(req)) return reply.send({ status: 'ready' });
     return reply.send({ status: 'ready', model: modelName, adapters: lm.adapterNames });
   });
+  app.get('/v1/plan', () => ({ ...lm.plan(), memory: lm.memory(), stats: lm.stats() }));
   app.get('/metrics', async (_req, reply) => reply.header('content-type', metrics.registry.contentType).send(await metrics.registry.metrics()));
   const modelCards = (req: FastifyRequest) =>
     registry.visibleModels(bearer(req), known()).flatMap((id) => (id === modelName ? [id, ...aliases] : [id])).map((id) => ({
@@ -411,7 +464,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
         ...(topLogprobs === undefined && bestOf === n ? {} : { logprobs: topLogprobs ?? 0 }),
         seedOffset: j,
         ...(onDelta === undefined ? {} : { onDelta }),
-        signal: clientGone(req),
+        signal: clientGone(req, reply),
       });
     if (body.stream === true) {
       const sse = new SseStream(reply);

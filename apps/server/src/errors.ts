@@ -1,4 +1,5 @@
 import { type IrErrorCode, StageError } from '@stageml/ir';
+import type { EngineErrorCode } from '@stageml/engine';
 import type { ModelErrorCode } from '@stageml/models';
 import type { PeftErrorCode } from '@stageml/peft';
 import type { RouterErrorCode } from '@stageml/router';
@@ -33,7 +34,7 @@ export type ServerErrorCode = (typeof ServerCode)[keyof typeof ServerCode];
 /** An error raised by the server (validation, limits, adapter management). */
 export class ServerError extends StageError<ServerErrorCode> {}
 
-type Code = ServerErrorCode | RouterErrorCode | ModelErrorCode | PeftErrorCode | RuntimeErrorCode | IrErrorCode | SafetensorsErrorCode;
+type Code = ServerErrorCode | EngineErrorCode | RouterErrorCode | ModelErrorCode | PeftErrorCode | RuntimeErrorCode | IrErrorCode | SafetensorsErrorCode;
 
 const ST = 400;
 
@@ -65,6 +66,11 @@ export const HTTP_STATUS = {
   MODEL_BAD_WEIGHT: 400,
   MODEL_BAD_TOKEN: 400,
   MODEL_BAD_ADAPTER: 400,
+  ENGINE_BAD_OPTIONS: 400,
+  ENGINE_BAD_ADAPTER: 400,
+  ENGINE_UNKNOWN_ADAPTER: 404,
+  ENGINE_BAD_SEQUENCE: 500,
+  ENGINE_RUN_FAILED: 500,
   MODEL_BAD_OPTIONS: 400,
   PEFT_BAD_CONFIG: 400,
   PEFT_UNSUPPORTED: 400,

@@ -172,11 +172,20 @@ export class CausalLM {
     return adapter;
   }
 
-  /** Forgets an adapter and the programs compiled for it. */
+  /** Forgets an adapter and disposes the programs compiled for it (their executor memory is freed). */
   unloadAdapter(name: string): boolean {
     const had = this.#adapters.delete(name);
     this.#expertLora.delete(name);
-    for (const key of [...this.#programs.keys()]) if (key.split('|').includes(name)) this.#programs.delete(key);
+    for (const [key, program] of [...this.#programs]) {
+      if (!key.split('|').includes(name)) continue;
+      this.#programs.delete(key);
+      program.then(
+        (p) => {
+          p.prepared.dispose();
+        },
+        () => undefined,
+      );
+    }
     return had;
   }
 

@@ -117,6 +117,16 @@ export interface LlamaGraphOptions {
    * express sliding-window attention (Mistral) on top of causality.
    */
   readonly perQueryMask?: boolean;
+  /**
+   * Serving-engine KV form (implies a KV cache): inputs `past_key.<l>` / `past_value.<l>` are
+   * position-major f32[batch, past, kv_heads, head_dim] (a sequence's filled prefix is contiguous,
+   * so a resident buffer is fed without copying) and the outputs are only this step's keys/values
+   * `new_key.<l>` / `new_value.<l>` f32[batch, seq, kv_heads, head_dim], which the caller appends
+   * in place.
+   */
+  readonly residentKv?: boolean;
+  /** Output `logits` f32[batch, vocab] for the last position only (prefill needs no more). */
+  readonly lastLogitsOnly?: boolean;
 }
 
 function check(cond: boolean, msg: string): void {
@@ -162,13 +172,17 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
 
   const ids = b.input('input_ids', ['i64', ['batch', 'seq']]);
   const pos = b.input('position_ids', ['i64', ['batch', 'seq']]);
-  const past = opts.kvCache === true
-    ? Array.from({ length: cfg.numLayers }, (_, l) => ({
-        k: b.input(`past_key.${String(l)}`, ['f32', ['batch', nkv, 'past', hd]]),
-        v: b.input(`past_value.${String(l)}`, ['f32', ['batch', nkv, 'past', hd]]),
-      }))
+  const resident = opts.residentKv === true;
+  const cached = opts.kvCache === true || resident;
+  const past = cached
+    ? Array.from({ length: cfg.numLayers }, (_, l) => {
+        const shape = resident ? ['batch', 'past', nkv, hd] : ['batch', nkv, 'past', hd];
+        const k = b.input(`past_key.${String(l)}`, ['f32', shape]);
+        const v = b.input(`past_value.${String(l)}`, ['f32', shape]);
+        return resident ? { k: b.transpose(k, [0, 2, 1, 3]), v: b.transpose(v, [0, 2, 1, 3]) } : { k, v };
+      })
     : undefined;
-  const keyLen = opts.kvCache === true ? 'past + seq' : 'seq';
+  const keyLen = cached ? 'past + seq' : 'seq';
   const keyMask = opts.attentionMask !== true
     ? undefined
     : opts.perQueryMask === true
@@ -201,9 +215,10 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
       let v = heads(linear(b, `${ap}.v_proj`, attnIn, H, nkv * hd, qkvb), nkv);
       const cache = past?.[l];
       if (cache !== undefined) {
+        if (resident) presents.push({ k: b.transpose(k, [0, 2, 1, 3]), v: b.transpose(v, [0, 2, 1, 3]) });
         k = b.concat([cache.k, k], 2);
         v = b.concat([cache.v, v], 2);
-        presents.push({ k, v });
+        if (!resident) presents.push({ k, v });
       }
       const attn = b.attention(q, k, v, { causal: true }, keyMask);
       const merged = b.reshape(b.transpose(attn, [0, 2, 1, 3]), ['batch', 'seq', nh * hd]);
@@ -221,12 +236,13 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
       return b.add(h1, linear(b, `${mp}.down_proj`, b.mul(gate, up), cfg.intermediateSize, H, mb));
     });
   }
-  const normed = b.rmsNorm(h, b.param('model.norm.weight', ['f32', [H]]), eps);
+  const last = opts.lastLogitsOnly === true ? b.reshape(b.slice(h, 1, -1), ['batch', H]) : h;
+  const normed = b.rmsNorm(last, b.param('model.norm.weight', ['f32', [H]]), eps);
   const head = cfg.tieWordEmbeddings === true ? embed : b.param('lm_head.weight', ['f32', [cfg.vocabSize, H]]);
   b.output('logits', b.linear(normed, head));
   presents.forEach((p, l) => {
-    b.output(`present_key.${String(l)}`, p.k);
-    b.output(`present_value.${String(l)}`, p.v);
+    b.output(`${resident ? 'new' : 'present'}_key.${String(l)}`, p.k);
+    b.output(`${resident ? 'new' : 'present'}_value.${String(l)}`, p.v);
   });
   return b.build();
 }

@@ -4,7 +4,7 @@
  *
  * - `TenantRegistry` / `parseRouterConfig`: tenants, API keys and the adapters each may use,
  *   changeable at run time; requests name the base model or an adapter (vLLM's convention).
- * - `Scheduler`: continuous batching over a `CausalLM` — per-tenant queues, each bounded on its
+ * - `Scheduler`: continuous batching over an `Engine` (`@stageml/engine`) — per-tenant queues, each bounded on its
  *   own, with weighted fair admission and caps (admission control), sequences joining and leaving between
  *   decode steps, staged (compiled plan) and fallback paths within one step, results scattered back
  *   in order, drain on shutdown.
@@ -15,4 +15,3 @@ export { MAX_CONFIG_DEPTH, TenantRegistry, parseRouterConfig } from './registry.
 export type { Route, RouterConfig, Tenant } from './registry.js';
 export { Scheduler } from './scheduler.js';
 export type { GenerationRequest, GenerationResult, SchedulerOptions, SchedulerSnapshot } from './scheduler.js';
-export { splitCache, stackCaches } from './kv.js';

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { CausalLM } from '@stageml/models';
+import { Engine } from '@stageml/engine';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { type GenerationRequest, Scheduler, TenantRegistry, parseRouterConfig } from './index.js';
 
@@ -8,10 +8,10 @@ const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.u
 const golden = JSON.parse(readFileSync(`${root}golden.json`, 'utf8')) as Record<string, unknown> & { families: { llama: { adapters: string[] } } };
 const ADAPTERS = golden.families.llama.adapters;
 const prompt = (model: string, p: number) => (golden[`llama.${model}`] as Record<string, { input_ids: number[]; greedy_new_ids: number[] }>)[`prompt${String(p)}`]!;
-let lm: CausalLM;
+let lm: Engine;
 
 beforeAll(async () => {
-  lm = await CausalLM.load(`${root}llama/base`);
+  lm = await Engine.load(`${root}llama/base`);
   for (const a of ADAPTERS) await lm.loadAdapter(`${root}llama/adapters/${a}`);
 });
 

@@ -1,7 +1,7 @@
 import { StageError } from '@stageml/ir';
-import { type CausalLM, type KvCache, type SamplingOptions, type TokenPicker, makePicker } from '@stageml/models';
+import type { Engine, Sequence } from '@stageml/engine';
+import { type SamplingOptions, type TokenPicker, makePicker } from '@stageml/models';
 import { RouterCode, RouterError } from './errors.js';
-import { splitCache, stackCaches } from './kv.js';
 
 /** One generation request, as the router schedules it. */
 export interface GenerationRequest {
@@ -65,7 +65,10 @@ interface Seq {
   readonly submitted: number;
   readonly resolve: (r: GenerationResult) => void;
   readonly reject: (e: unknown) => void;
-  cache: KvCache | undefined;
+  /** The engine's sequence (resident KV, slot), once admitted. */
+  es: Sequence | undefined;
+  /** Whether an attach (slot acquisition) is in flight. */
+  attaching: boolean;
   last: number;
   newIds: number[];
   firstTokenAt: number | undefined;
@@ -85,17 +88,19 @@ export interface SchedulerSnapshot {
 }
 
 /**
- * Continuous batching over a `CausalLM`. Requests wait in per-tenant queues, each bounded on its
+ * Continuous batching over an `Engine`. Requests wait in per-tenant queues, each bounded on its
  * own (admission control: one tenant's flood fills only its own queue), and are admitted by
  * weighted fair sharing — the free slot goes to the waiting tenant with the fewest running
- * requests per unit of weight, under per-tenant caps — into a running set of at most `maxBatch` sequences. Between decode steps new sequences are prefilled and
- * join, finished ones leave. Each decode step runs every running sequence: those whose adapter has
- * a compiled plan (staged path) together in one mixed-adapter batch, the others (fallback path) in
- * one batch per adapter; rows with different histories share a step through left-padded, masked KV
- * caches, and results are scattered back to each request in order.
+ * requests per unit of weight, under per-tenant caps — into a running set of at most `maxBatch`
+ * sequences. Between decode steps new sequences are prefilled and join, finished ones leave. A
+ * step is one decode run over every running, prefilled sequence (whatever their adapters: adapters
+ * are slot data, so composition never compiles anything) plus at most one prefill chunk of one
+ * admitted sequence (chunked prefill: a long prompt never stalls running streams for more than one
+ * chunk). Each sequence's KV stays resident in the engine and is appended in place; a cancelled or
+ * finished sequence frees its KV and slot after the step it is in.
  */
 export class Scheduler {
-  readonly #lm: CausalLM;
+  readonly #engine: Engine;
   readonly #maxBatch: number;
   readonly #maxQueue: number;
   readonly #tenantCap: (tenant: string) => number | undefined;
@@ -113,9 +118,9 @@ export class Scheduler {
   #draining = false;
   #idle: (() => void)[] = [];
 
-  /** A scheduler running `lm`. */
-  constructor(lm: CausalLM, opts: SchedulerOptions = {}) {
-    this.#lm = lm;
+  /** A scheduler running `engine`. */
+  constructor(engine: Engine, opts: SchedulerOptions = {}) {
+    this.#engine = engine;
     this.#maxBatch = opts.maxBatch ?? 32;
     this.#maxQueue = opts.maxQueue ?? 256;
     this.#tenantCap = opts.tenantCap ?? (() => undefined);
@@ -182,7 +187,8 @@ export class Scheduler {
         submitted: performance.now(),
         resolve,
         reject,
-        cache: undefined,
+        es: undefined,
+        attaching: false,
         last: -1,
         newIds: [],
         firstTokenAt: undefined,
@@ -281,13 +287,37 @@ export class Scheduler {
     }
   }
 
-  async #prefill(seq: Seq): Promise<void> {
+  /** Opens the engine sequence of a newly admitted request; a bad prompt fails only it. */
+  #open(seq: Seq): void {
     try {
       const pad = seq.req.padTokenId;
-      const mask = [seq.req.prompt.map((t) => (pad !== undefined && t === pad ? 0 : 1))];
-      const r = await this.#lm.forward([seq.req.prompt], { adapters: [seq.req.adapter], mask });
-      seq.cache = r.cache;
-      this.#emit(seq, r.logits.data.subarray(r.logits.data.length - this.#lm.config.vocabSize));
+      seq.es = this.#engine.open(seq.req.adapter, seq.req.prompt, seq.req.prompt.map((t) => (pad !== undefined && t === pad ? 0 : 1)));
+    } catch (e) {
+      this.#fail([seq], e);
+    }
+  }
+
+  /** Starts acquiring a slot for `seq` without blocking the step loop; the loop resumes when it settles. */
+  #attach(seq: Seq): void {
+    if (seq.es === undefined || seq.es.slot !== undefined || seq.attaching) return;
+    seq.attaching = true;
+    this.#engine.attach(seq.es).then(
+      () => {
+        seq.attaching = false;
+        void this.#pump();
+      },
+      (e: unknown) => {
+        seq.attaching = false;
+        this.#fail([seq], e);
+        void this.#pump();
+      },
+    );
+  }
+
+  async #prefill(seq: Seq): Promise<void> {
+    try {
+      const logits = await this.#engine.prefill(seq.es!);
+      if (logits !== undefined) this.#emit(seq, logits);
     } catch (e) {
       this.#fail([seq], e);
     }
@@ -295,16 +325,9 @@ export class Scheduler {
 
   async #decode(group: readonly Seq[]): Promise<void> {
     try {
-      const { cache, pads } = stackCaches(group.map((s) => s.cache!));
-      const r = await this.#lm.forward(
-        group.map((s) => [s.last]),
-        { adapters: group.map((s) => s.req.adapter), cache },
-      );
-      const caches = splitCache(r.cache, pads);
-      const V = this.#lm.config.vocabSize;
+      const logits = await this.#engine.decode(group.map((s) => s.es!), group.map((s) => s.last));
       group.forEach((s, i) => {
-        s.cache = caches[i];
-        this.#emit(s, r.logits.data.subarray(i * V, (i + 1) * V));
+        this.#emit(s, logits[i]!);
       });
     } catch (e) {
       this.#fail(group, e);
@@ -319,19 +342,25 @@ export class Scheduler {
         const admitted = this.#admit();
         for (const s of admitted) {
           this.#running.push(s);
-          await this.#prefill(s);
+          this.#open(s);
         }
         this.#prune();
+        for (const s of this.#running) this.#attach(s);
         if (this.#running.length === 0) {
           // Nothing runs: stop unless the last admission took someone (caps can hold the rest).
           if (this.#waiting === 0 || admitted.length === 0) break;
           continue;
         }
-        const staged = this.#running.filter((s) => s.path === 'staged');
-        const fallback = new Map<string, Seq[]>();
-        for (const s of this.#running) if (s.path === 'fallback') fallback.set(s.req.adapter!, [...(fallback.get(s.req.adapter!) ?? []), s]);
-        if (staged.length > 0) await this.#decode(staged);
-        for (const g of fallback.values()) await this.#decode(g);
+        const decoding = this.#running.filter((s) => s.es?.ready === true);
+        const prefilling = this.#running.find((s) => s.es?.slot !== undefined && !s.es.ready);
+        if (decoding.length === 0 && prefilling === undefined) {
+          // Only sequences waiting for a slot load (or a free slot): their attach resumes the loop.
+          if (this.#running.some((s) => s.attaching)) break;
+          await new Promise<void>((resolve) => setTimeout(resolve, 1));
+          continue;
+        }
+        if (decoding.length > 0) await this.#decode(decoding);
+        if (prefilling !== undefined && !prefilling.done) await this.#prefill(prefilling);
         this.#prune();
         // NOTE: executors may compute synchronously; yield to the event loop between steps so new
         // requests (and cancellations) arrive and join at the next step.
@@ -343,7 +372,13 @@ export class Scheduler {
     }
   }
 
+  /** Drops finished and cancelled sequences, freeing their KV memory and slot holds. */
   #prune(): void {
-    for (let i = this.#running.length - 1; i >= 0; i--) if (this.#running[i]!.done) this.#running.splice(i, 1);
+    for (let i = this.#running.length - 1; i >= 0; i--) {
+      const s = this.#running[i]!;
+      if (!s.done) continue;
+      if (s.es !== undefined) this.#engine.release(s.es);
+      this.#running.splice(i, 1);
+    }
   }
 }

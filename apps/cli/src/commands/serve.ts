@@ -6,6 +6,7 @@ import { parseHost, parseNonNegativeInt, parsePort, parsePositiveInt, parseSecon
 import { CliCode, CliError } from '../errors.js';
 import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
+import { parseBytes } from './plan.js';
 
 interface ServeOptions {
   model?: string;
@@ -28,6 +29,10 @@ interface ServeOptions {
   bodyTimeout?: number;
   log?: boolean;
   replicaName?: string;
+  maxLoras?: number;
+  maxLoraRank?: number;
+  maxCpuLoras?: number;
+  memoryBudget?: number;
 }
 
 /** Fails with `CLI_IO` naming the flag unless `path` is an existing directory. */
@@ -63,6 +68,10 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--body-timeout <s>', 'seconds a client may take to send a request body (default 30)', parseSeconds)
     .option('--log', 'log every request')
     .option('--replica-name <name>', 'name sent in the x-stageml-replica header (default: hostname:port)')
+    .option('--max-loras <n>', 'adapters resident in engine slots at once (default 16)', parsePositiveInt)
+    .option('--max-lora-rank <n>', 'rank of every slot; higher-rank adapters are refused (default 64)', parsePositiveInt)
+    .option('--max-cpu-loras <n>', 'parsed adapters kept on the host (default: --max-loras)', parsePositiveInt)
+    .option('--memory-budget <bytes>', 'bytes the planner may spend on merged weight copies (64MiB, 2GB; default: no planning, all adapters in slots)', parseBytes)
     .action(async (positional: string | undefined, opts: ServeOptions) => {
       if ((positional === undefined) === (opts.model === undefined)) throw new CliError(CliCode.USAGE, 'give the model directory once: `stageml serve MODEL` or `--model MODEL`');
       const modelDir = (positional ?? opts.model)!;
@@ -100,6 +109,10 @@ export function registerServe(program: Command, io: CliIo): void {
         logger: opts.log === true,
         ...(opts.adapterRoot === undefined ? {} : { adapterRoots: opts.adapterRoot }),
         ...(opts.replicaName === undefined ? {} : { replicaName: opts.replicaName }),
+        ...(opts.maxLoras === undefined ? {} : { maxLoras: opts.maxLoras }),
+        ...(opts.maxLoraRank === undefined ? {} : { maxLoraRank: opts.maxLoraRank }),
+        ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
+        ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
       });
       let address: string;
       try {

@@ -1,0 +1,170 @@
+// Suite `serving`: the staged serving engine through the HTTP server, on a random-weight
+// SmolLM2-135M-shaped checkpoint (30 layers, hidden 576, MLP 1536, 9/3 heads, vocab 49152, tied
+// embeddings; f32) and 32 LoRA adapters (ranks 8–64 on all 7 projections), generated into
+// bench/tmp/serving on first run. Executor: onnxruntime (BENCH_THREADS intra-op threads, default 2).
+// Cases: 32 concurrent streams on 32 adapters vs 32 on one; first token for a never-seen adapter;
+// peak RSS vs weights + KV + factors; decode ms/token at context 1,024 vs 64; p99 inter-token
+// latency of 8 streams with and without a 1,024-token prefill arriving.
+import { existsSync } from 'node:fs';
+import { loadavg } from 'node:os';
+import { join } from 'node:path';
+import { writeRandomAdapter, writeRandomLlama } from '@stageml/engine';
+import { LLAMA_PROJECTIONS, type LlamaShape } from '@stageml/models';
+import { createOrtExecutor } from '@stageml/runtime';
+import { createServer } from '@stageml/server';
+import { type BenchCase, writeResults } from './lib/harness.js';
+
+const DIR = 'bench/tmp/serving';
+const SHAPE: LlamaShape & { maxPositions: number } = { vocabSize: 49152, hiddenSize: 576, intermediateSize: 1536, numLayers: 30, numHeads: 9, numKvHeads: 3, headDim: 64, tieWordEmbeddings: true, rmsNormEps: 1e-5, maxPositions: 2048 };
+const RANKS = Array.from({ length: 32 }, (_, i) => 8 + Math.round((56 * i) / 31));
+const NAMES = RANKS.map((r, i) => `a${String(i).padStart(2, '0')}-r${String(r)}`);
+const load0 = loadavg()[0]!;
+
+const t0 = performance.now();
+if (!existsSync(join(DIR, 'smol', 'config.json'))) await writeRandomLlama(join(DIR, 'smol'), SHAPE, 135);
+for (const [i, name] of NAMES.entries()) {
+  if (!existsSync(join(DIR, 'adapters', name, 'adapter_config.json'))) await writeRandomAdapter(join(DIR, 'adapters', name), SHAPE, { rank: RANKS[i]!, seed: 1000 + i });
+}
+if (!existsSync(join(DIR, 'fresh', 'adapter_config.json'))) await writeRandomAdapter(join(DIR, 'fresh'), SHAPE, { rank: 16, seed: 99 });
+const setupMs = performance.now() - t0;
+
+let peakRss = process.memoryUsage().rss;
+const sampler = setInterval(() => {
+  peakRss = Math.max(peakRss, process.memoryUsage().rss);
+}, 20);
+
+const threads = Number(process.env['BENCH_THREADS'] ?? 2);
+const server = await createServer({
+  modelDir: join(DIR, 'smol'),
+  modelName: 'smol',
+  adaptersDir: join(DIR, 'adapters'),
+  executor: await createOrtExecutor({ intraOpNumThreads: threads }),
+  maxBatch: 40,
+  maxLoras: 33,
+  maxLoraRank: 64,
+  maxCpuLoras: 2,
+  maxNewTokens: 64,
+});
+const base = await server.listen('127.0.0.1', 0);
+const engine = server.lm;
+
+/** Streams one completion; resolves to the arrival times (ms) of its tokens and its start. */
+async function stream(model: string, prompt: readonly number[], maxTokens: number): Promise<{ start: number; times: number[] }> {
+  const start = performance.now();
+  const r = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream: true, return_token_ids: true }) });
+  if (r.status !== 200) throw new Error(`status ${String(r.status)}: ${await r.text()}`);
+  const times: number[] = [];
+  const reader = r.body!.getReader();
+  const dec = new TextDecoder();
+  let buf = '';
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, { stream: true });
+    let i: number;
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const ev = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
+      const j = JSON.parse(ev.slice(6)) as { choices?: { token_ids?: number[] }[]; error?: { message: string } };
+      if (j.error !== undefined) throw new Error(j.error.message);
+      for (const _ of j.choices?.[0]?.token_ids ?? []) times.push(performance.now());
+    }
+  }
+  if (times.length !== maxTokens) throw new Error(`${model}: ${String(times.length)} of ${String(maxTokens)} tokens`);
+  return { start, times };
+}
+
+const promptOf = (len: number, seed: number): number[] => Array.from({ length: len }, (_, i) => 3 + ((seed * 7919 + i * 104729) % (SHAPE.vocabSize - 3)));
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 === 1 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+const quantile = (xs: number[], q: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))]!;
+const gaps = (times: number[]): number[] => times.slice(1).map((t, i) => t - times[i]!);
+
+async function concurrent(models: readonly string[], tokens: number): Promise<{ tokensPerSecond: number; decodeTokensPerSecond: number; wallMs: number }> {
+  const t = performance.now();
+  const runs = await Promise.all(models.map((m, i) => stream(m, promptOf(16, i), tokens)));
+  const wall = performance.now() - t;
+  // Decode-phase rate: from the moment every stream has its first token to the last token.
+  const allStarted = Math.max(...runs.map((r) => r.times[0]!));
+  const end = Math.max(...runs.map((r) => r.times.at(-1)!));
+  const after = runs.reduce((a, r) => a + r.times.filter((x) => x > allStarted).length, 0);
+  return { tokensPerSecond: (models.length * tokens) / (wall / 1000), decodeTokensPerSecond: after / ((end - allStarted) / 1000), wallMs: wall };
+}
+
+const cases: BenchCase[] = [];
+const notes: string[] = [];
+
+// Warm-up (first runs of each program).
+await stream('smol', promptOf(8, 1), 2);
+await concurrent(NAMES.slice(0, 4), 2);
+
+// 1. 32 streams on 32 adapters vs 32 on one.
+const TOK = 12;
+const one = await concurrent(NAMES.map(() => NAMES[16]!), TOK);
+const many = await concurrent(NAMES, TOK);
+cases.push({ name: '32 streams · 1 adapter (a16-r37): aggregate ms/token', medianMs: 1000 / one.tokensPerSecond, runs: 1, extra: { tokensPerSecond: one.tokensPerSecond, decodeTokensPerSecond: one.decodeTokensPerSecond, wallMs: one.wallMs } });
+cases.push({ name: '32 streams · 32 adapters (r8–64): aggregate ms/token', medianMs: 1000 / many.tokensPerSecond, runs: 1, baseline: '32 streams · 1 adapter (a16-r37): aggregate ms/token', ratio: one.tokensPerSecond / many.tokensPerSecond, extra: { tokensPerSecond: many.tokensPerSecond, decodeTokensPerSecond: many.decodeTokensPerSecond, wallMs: many.wallMs, throughputRatioManyOverOne: many.tokensPerSecond / one.tokensPerSecond } });
+
+// 2. First token for a never-seen adapter (load = read + validate + write its slot), vs a resident one.
+const tl = performance.now();
+const loadRes = await fetch(`${base}/v1/load_lora_adapter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lora_name: 'fresh', lora_path: join(DIR, 'fresh') }) });
+if (loadRes.status !== 200) throw new Error(`load: ${await loadRes.text()}`);
+const loadMs = performance.now() - tl;
+const fresh = await stream('fresh', promptOf(16, 77), 1);
+const resident = await stream(NAMES[3]!, promptOf(16, 77), 1);
+cases.push({ name: 'first token, resident adapter (TTFT)', medianMs: resident.times[0]! - resident.start, runs: 1 });
+cases.push({ name: 'first token, never-seen adapter (load + TTFT)', medianMs: loadMs + fresh.times[0]! - fresh.start, runs: 1, baseline: 'first token, resident adapter (TTFT)', ratio: (loadMs + fresh.times[0]! - fresh.start) / (resident.times[0]! - resident.start), budgetMs: 300, extra: { loadMs, ttftMs: fresh.times[0]! - fresh.start } });
+
+// 3. Decode ms/token at context 1,024 vs 64 (batch 1).
+const short = await stream(NAMES[5]!, promptOf(64, 5), 17);
+const long = await stream(NAMES[5]!, promptOf(1024, 5), 17);
+const shortMs = median(gaps(short.times));
+const longMs = median(gaps(long.times));
+cases.push({ name: 'decode ms/token, context 64, batch 1', medianMs: shortMs, runs: 16 });
+cases.push({ name: 'decode ms/token, context 1,024, batch 1', medianMs: longMs, runs: 16, baseline: 'decode ms/token, context 64, batch 1', ratio: longMs / shortMs });
+
+// 4. p99 inter-token latency of 8 streams, with and without a 1,024-token prefill arriving.
+const eight = NAMES.slice(8, 16);
+const quiet = await Promise.all(eight.map((m, i) => stream(m, promptOf(16, 200 + i), 24)));
+const busyStreams = eight.map((m, i) => stream(m, promptOf(16, 300 + i), 24));
+while (server.scheduler.snapshot().running < 8 || engine.stats().sequences < 8) await new Promise((r) => setTimeout(r, 5));
+await new Promise((r) => setTimeout(r, 300));
+const intruder = stream(NAMES[20]!, promptOf(1024, 9), 2);
+const busy = await Promise.all(busyStreams);
+await intruder;
+// Gaps after every stream's first token (the 8 streams' own prefills are not inter-token gaps).
+const itl = (runs: { times: number[] }[]): number[] => runs.flatMap((r) => gaps(r.times));
+const quietP99 = quantile(itl(quiet), 0.99);
+const busyP99 = quantile(itl(busy), 0.99);
+cases.push({ name: 'p99 inter-token latency, 8 streams', medianMs: quietP99, runs: itl(quiet).length, extra: { medianMs: median(itl(quiet)) } });
+cases.push({ name: 'p99 inter-token latency, 8 streams + 1,024-token prefill arriving', medianMs: busyP99, runs: itl(busy).length, baseline: 'p99 inter-token latency, 8 streams', ratio: busyP99 / quietP99, extra: { medianMs: median(itl(busy)) } });
+
+clearInterval(sampler);
+peakRss = Math.max(peakRss, process.memoryUsage().rss);
+const mem = engine.memory();
+const H = SHAPE.hiddenSize;
+const perRank = SHAPE.numLayers * (4 * H + 2 * 3 * 64 + 2 * H + 3 * (H + SHAPE.intermediateSize)) * 4; // bytes of A+B per unit rank, all 7 projections
+const factorBytes = [...RANKS, 16].reduce((a, r) => a + r * perRank, 0);
+const kvPerToken = 2 * SHAPE.numLayers * 3 * 64 * 4;
+// KV at the peak: 32 streams × (16 prompt + 12 new) positions, or one 1,024-token context (+ 8 streams).
+const kvPeak = Math.max(32 * 28, 1024 + 17 + 8 * 40) * kvPerToken;
+const accounted = mem.weights + kvPeak + factorBytes;
+cases.push({ name: 'peak RSS (MB)', medianMs: peakRss / 1e6, runs: 1, baseline: 'weights + KV + adapter factors (MB)', ratio: peakRss / accounted, extra: { weightsMB: mem.weights / 1e6, kvPeakMB: kvPeak / 1e6, factorsMB: factorBytes / 1e6, slotTablesMB: mem.slots / 1e6, stagingMB: mem.staging / 1e6 } });
+
+const ratio = one.tokensPerSecond / many.tokensPerSecond;
+notes.push(
+  `Load average at start ${load0.toFixed(2)}, at end ${loadavg()[0]!.toFixed(2)} (shared 2-core machine: absolute numbers are noisy; ratios come from the same run). Executor onnxruntime, ${String(threads)} intra-op threads. Setup (checkpoint + adapters generated or reused) ${(setupMs / 1000).toFixed(1)} s.`,
+  '',
+  `**32 adapters vs 1:** 32 streams on 32 adapters ran at ${many.tokensPerSecond.toFixed(1)} tok/s, on one adapter ${one.tokensPerSecond.toFixed(1)} tok/s (many/one = ${(1 / ratio).toFixed(2)}; decode phase ${many.decodeTokensPerSecond.toFixed(1)} vs ${one.decodeTokensPerSecond.toFixed(1)} tok/s). The ≥ 0.9× target is out of reach on a memory-bound CPU, and the arithmetic says why: a decode step must read each distinct adapter's factors once. One rank-37 adapter is 37 × ${(perRank / 1e6).toFixed(2)} MB = ${((37 * perRank) / 1e6).toFixed(0)} MB per step; 32 adapters of ranks 8–64 are ${((RANKS.reduce((a, r) => a + r, 0) * perRank) / 1e6).toFixed(0)} MB unpadded, and in R = 64 slots (the gathered form pads every row to the slot rank) 32 × 64 × ${(perRank / 1e6).toFixed(2)} MB = ${((32 * 64 * perRank) / 1e6).toFixed(0)} MB — against ${(mem.weights / 1e6).toFixed(0)} MB of base weights read once per step. One adapter uses the grouped form (G = 1: one gather, two small GEMMs); 32 use the gathered form.`,
+  '',
+  `**Never-seen adapter:** load (read ${((16 * perRank) / 1e6).toFixed(0)} MB safetensors + validate + write the slot) ${loadMs.toFixed(0)} ms, then TTFT ${(fresh.times[0]! - fresh.start).toFixed(0)} ms; nothing is compiled or prepared (engine preparations: ${String(engine.stats().preparations)} for the whole run).`,
+  '',
+  `**Memory:** peak RSS ${(peakRss / 1e6).toFixed(0)} MB vs weights ${(mem.weights / 1e6).toFixed(0)} MB + KV ${(kvPeak / 1e6).toFixed(0)} MB + adapter factors ${(factorBytes / 1e6).toFixed(0)} MB = ${(accounted / 1e6).toFixed(0)} MB (ratio ${(peakRss / accounted).toFixed(2)}). The slot tables themselves hold ${(mem.slots / 1e6).toFixed(0)} MB (N = 34 slots × R = 64, zero-padded: a rank-r adapter occupies an R-rank slot, so tables cost N·R·Σ(in+out)·4 bytes whatever is loaded; untouched pages of free slots are not resident). Weights are held once, by the engine, and fed to both programs as zero-copy inputs (onnxruntime does not copy f32 inputs: a 210 MB input to a tiny graph runs in 0.44 ms vs 0.10 ms for 4 KB).`,
+  '',
+  `**Context 1,024 vs 64:** ${longMs.toFixed(1)} vs ${shortMs.toFixed(1)} ms/token (${(longMs / shortMs).toFixed(2)}×). **Prefill interference:** p99 inter-token latency of 8 streams ${quietP99.toFixed(0)} ms quiet vs ${busyP99.toFixed(0)} ms with a 1,024-token prompt arriving (${(busyP99 / quietP99).toFixed(2)}×; the prompt is prefilled in 64-token chunks, one per step).`,
+);
+writeResults('serving', 'Staged serving engine through the HTTP server: SmolLM2-135M-shaped random checkpoint, 32 LoRA adapters (ranks 8–64, all 7 projections), onnxruntime.', cases, notes);
+await server.shutdown();

@@ -1,0 +1,281 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { seededRandom } from '@stageml/ir';
+import { CausalLM, LLAMA_PROJECTIONS, argmaxOf, type LlamaShape, parseLlamaConfig } from '@stageml/models';
+import { type Executor, createOrtExecutor, interpreterExecutor, isOrtAvailable } from '@stageml/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Engine, writeRandomAdapter } from './index.js';
+
+const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/llama/', import.meta.url));
+const tmp = mkdtempSync(join(tmpdir(), 'stageml-engine-'));
+const config = parseLlamaConfig(readFileSync(`${root}base/config.json`, 'utf8'), 'config.json');
+const shape: LlamaShape = config;
+afterAll(() => {
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+/** Counts `prepare` calls of an executor. */
+function counting(inner: Executor): { executor: Executor; prepared: () => number } {
+  let n = 0;
+  return {
+    executor: {
+      name: inner.name,
+      prepare: (g, w) => {
+        n++;
+        return inner.prepare(g, w);
+      },
+    },
+    prepared: () => n,
+  };
+}
+
+function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  expect(a.length).toBe(b.length);
+  let d = 0;
+  for (let i = 0; i < a.length; i++) d = Math.max(d, Math.abs(a[i]! - b[i]!));
+  return d;
+}
+
+const PROMPTS = [
+  [1, 52, 317, 335, 262, 438, 309, 487],
+  [1, 54, 264, 479, 455],
+  [1, 500, 72, 283, 10, 90, 11, 4, 77, 21, 5],
+  [1, 9],
+];
+
+const token = (p: number) => 7 + p;
+
+describe('Engine: adapters as data', () => {
+  const names: string[] = [];
+  let engine: Engine;
+  let count: () => number;
+  // Reference: each (adapter, prompt) run alone on CausalLM (PEFT-golden path), prefill then one decode token.
+  const ref = new Map<string, { prefill: Float32Array; decode: Float32Array }>();
+
+  beforeAll(async () => {
+    const rand = seededRandom(16);
+    for (let i = 0; i < 32; i++) {
+      const rank = 4 + Math.floor(rand() * 61);
+      const targets = LLAMA_PROJECTIONS.filter(() => rand() < 0.6);
+      const name = `a${String(i)}-r${String(rank)}`;
+      await writeRandomAdapter(join(tmp, name), shape, { rank, targets: (targets.length === 0 ? ['q_proj'] : targets), seed: 100 + i });
+      names.push(name);
+    }
+    const inner = (await isOrtAvailable()) ? await createOrtExecutor({ intraOpNumThreads: 1 }) : interpreterExecutor;
+    const c = counting(inner);
+    count = c.prepared;
+    engine = await Engine.load(`${root}base`, { executor: c.executor, maxLoras: 32, maxLoraRank: 64, prefillChunk: 4 });
+    const lm = await CausalLM.load(`${root}base`);
+    for (const n of names) {
+      await engine.loadAdapter(join(tmp, n), n);
+      await lm.loadAdapter(join(tmp, n), n);
+    }
+    for (const a of [undefined, ...names]) {
+      for (let p = 0; p < PROMPTS.length; p++) {
+        const pre = await lm.forward([PROMPTS[p]!], { adapters: [a] });
+        const V = config.vocabSize;
+        const dec = await lm.forward([[token(p)]], { adapters: [a], cache: pre.cache });
+        ref.set(`${a ?? ''}|${String(p)}`, { prefill: (pre.logits.data as Float32Array).slice(-V), decode: dec.logits.data as Float32Array });
+      }
+    }
+  }, 300_000);
+
+  it('1,000 random batch compositions over 32 adapters (ranks 4–64) and base rows: two preparations, each row equal to its adapter run alone', async () => {
+    // The constant: one preparation per slot form (gathered and grouped), made at load.
+    expect(count()).toBe(2);
+    const rand = seededRandom(2026);
+    let worst = 0;
+    const seen = new Set<string>();
+    for (let c = 0; c < 1000; c++) {
+      const rows = 1 + Math.floor(rand() * 6);
+      const picks = Array.from({ length: rows }, () => ({ a: rand() < 0.15 ? undefined : names[Math.floor(rand() * names.length)], p: Math.floor(rand() * PROMPTS.length) }));
+      seen.add(picks.map((x) => x.a ?? '').sort().join(','));
+      const seqs = picks.map((x) => engine.open(x.a, PROMPTS[x.p]!));
+      for (const [i, s] of seqs.entries()) {
+        expect(await engine.attach(s)).toBe(true);
+        let logits: Float32Array | undefined;
+        while (!s.ready) logits = await engine.prefill(s);
+        worst = Math.max(worst, maxAbsDiff(logits!, ref.get(`${picks[i]!.a ?? ''}|${String(picks[i]!.p)}`)!.prefill));
+      }
+      const out = await engine.decode(seqs, picks.map((x) => token(x.p)));
+      out.forEach((logits, i) => {
+        worst = Math.max(worst, maxAbsDiff(logits, ref.get(`${picks[i]!.a ?? ''}|${String(picks[i]!.p)}`)!.decode));
+      });
+      for (const s of seqs) engine.release(s);
+    }
+    // Distinct adapter multisets (single-row batches repeat; the rest almost never do).
+    expect(seen.size).toBeGreaterThan(700);
+    expect(worst).toBeLessThan(1e-4);
+    // Still two, whatever the compositions; and both forms served steps.
+    expect(count()).toBe(2);
+    expect(engine.stats().preparations).toBe(2);
+    expect(engine.stats().runsByForm.gathered).toBeGreaterThan(50);
+    expect(engine.stats().runsByForm.grouped).toBeGreaterThan(50);
+    expect(engine.memory().kv).toBe(0);
+  }, 300_000);
+});
+
+describe('Engine: adapters that cannot vary by row run in lanes of their own', () => {
+  const fixtures = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
+  const golden = JSON.parse(readFileSync(`${fixtures}golden.json`, 'utf8')) as Record<string, Record<string, { input_ids: number[]; greedy_new_ids: number[] }>>;
+
+  it('Mixtral: attn-r8, experts-r4 and base rows in one mixed batch each equal their goldens (logits and 12 greedy tokens)', async () => {
+    const { SafetensorsFile } = await import('@stageml/safetensors');
+    const f = await SafetensorsFile.open(`${fixtures}golden.safetensors`);
+    const engine = await Engine.load(`${fixtures}mixtral/base`, { maxLoras: 2, prefillChunk: 3 });
+    for (const a of ['attn-r8', 'experts-r4']) await engine.loadAdapter(`${fixtures}mixtral/adapters/${a}`, a);
+    const models = ['base', 'attn-r8', 'experts-r4'];
+    const V = engine.config.vocabSize;
+    for (let p = 0; p < 4; p++) {
+      // Logits goldens are of unmasked prompts (HF forward without a mask): last position, within 1e-4.
+      for (const m of models) {
+        const s = engine.open(m === 'base' ? undefined : m, golden[`mixtral.${m}`]![`prompt${String(p)}`]!.input_ids);
+        expect(await engine.attach(s)).toBe(true);
+        let logits: Float32Array | undefined;
+        while (!s.ready) logits = await engine.prefill(s);
+        const want = (await f.readTensor(`mixtral.${m}.prompt${String(p)}.logits`)).data;
+        expect(maxAbsDiff(logits!, want.subarray(want.length - V)), `${m} prompt${String(p)}`).toBeLessThanOrEqual(1e-4);
+        engine.release(s);
+      }
+      // Greedy goldens mask the pad id 0 (HF generate with pad_token_id = 0): decoded in mixed batches.
+      const seqs = models.map((m) => {
+        const ids = golden[`mixtral.${m}`]![`prompt${String(p)}`]!.input_ids;
+        return engine.open(m === 'base' ? undefined : m, ids, ids.map((t) => (t === 0 ? 0 : 1)));
+      });
+      const last: number[] = [];
+      const out: number[][] = models.map(() => []);
+      for (const [i, s] of seqs.entries()) {
+        expect(await engine.attach(s)).toBe(true);
+        let logits: Float32Array | undefined;
+        while (!s.ready) logits = await engine.prefill(s);
+        last[i] = argmaxOf(logits!);
+        out[i]!.push(last[i]);
+      }
+      for (let k = 0; k < 11; k++) {
+        (await engine.decode(seqs, last)).forEach((l, i) => {
+          last[i] = argmaxOf(l);
+          out[i]!.push(last[i]);
+        });
+      }
+      models.forEach((m, i) => {
+        expect(out[i], `${m} prompt${String(p)}`).toEqual(golden[`mixtral.${m}`]![`prompt${String(p)}`]!.greedy_new_ids);
+      });
+      for (const s of seqs) engine.release(s);
+    }
+    await f.close();
+    // Two slot programs plus one for the expert adapter's lane, all at load.
+    expect(engine.stats().preparations).toBe(3);
+    expect(engine.memory().lanes).toBeGreaterThan(0);
+    engine.unloadAdapter('experts-r4');
+    expect(engine.memory().lanes).toBe(0);
+  });
+
+  it('a whole-tensor-override adapter (modules_to_save lm_head) mixed with other adapters: every row equals its adapter alone', async () => {
+    await writeRandomAdapter(join(tmp, 'override'), shape, { rank: 8, targets: ['q_proj', 'down_proj'], overrideLmHead: true, seed: 5 });
+    await writeRandomAdapter(join(tmp, 'plain'), shape, { rank: 12, seed: 6 });
+    const engine = await Engine.load(`${root}base`, { maxLoras: 2 });
+    const lm = await CausalLM.load(`${root}base`);
+    for (const n of ['override', 'plain']) {
+      await engine.loadAdapter(join(tmp, n), n);
+      await lm.loadAdapter(join(tmp, n), n);
+    }
+    expect(engine.stats().preparations).toBe(2);
+    const picks = [{ a: 'override', p: 0 }, { a: undefined, p: 1 }, { a: 'plain', p: 2 }, { a: 'override', p: 3 }];
+    const seqs = picks.map((x) => engine.open(x.a, PROMPTS[x.p]!));
+    for (const s of seqs) {
+      await engine.attach(s);
+      while (!s.ready) await engine.prefill(s);
+    }
+    const out = await engine.decode(seqs, picks.map((x) => token(x.p)));
+    for (const [i, x] of picks.entries()) {
+      const pre = await lm.forward([PROMPTS[x.p]!], { adapters: [x.a] });
+      const dec = await lm.forward([[token(x.p)]], { adapters: [x.a], cache: pre.cache });
+      expect(maxAbsDiff(out[i]!, dec.logits.data), `${x.a ?? 'base'} row ${String(i)}`).toBeLessThan(1e-4);
+    }
+    expect(engine.memory().lanes).toBe(shape.vocabSize * shape.hiddenSize * 4);
+    for (const s of seqs) engine.release(s);
+  });
+
+  it('refuses an override of a tensor the model does not have, naming it, and stays as it was', async () => {
+    const tied = join(tmp, 'tied');
+    const { writeRandomLlama } = await import('./index.js');
+    await writeRandomLlama(tied, { ...shape, numLayers: 1, tieWordEmbeddings: true });
+    await writeRandomAdapter(join(tmp, 'head-on-tied'), { ...shape, numLayers: 1 }, { rank: 4, targets: ['q_proj'], overrideLmHead: true });
+    const engine = await Engine.load(tied, { maxLoras: 2 });
+    const before = engine.memory();
+    await expect(engine.loadAdapter(join(tmp, 'head-on-tied'), 'x')).rejects.toMatchObject({ code: 'ENGINE_BAD_ADAPTER', message: expect.stringContaining('lm_head.weight') as string });
+    expect(engine.adapterNames).toEqual([]);
+    expect(engine.memory()).toEqual(before);
+  });
+});
+
+describe('Engine: plans applied', () => {
+  const ADAPTERS = ['all-r16', 'mlp-r4-rslora', 'o-r2', 'qv-r8'];
+  let lm: CausalLM;
+  beforeAll(async () => {
+    lm = await CausalLM.load(`${root}base`);
+    for (const a of ADAPTERS) await lm.loadAdapter(`${root}adapters/${a}`, a);
+  });
+
+  async function mixedStepMatches(engine: Engine): Promise<void> {
+    const picks = [...ADAPTERS, undefined].map((a, i) => ({ a, p: i % PROMPTS.length }));
+    const seqs = picks.map((x) => engine.open(x.a, PROMPTS[x.p]!));
+    for (const s of seqs) {
+      expect(await engine.attach(s)).toBe(true);
+      while (!s.ready) await engine.prefill(s);
+    }
+    const out = await engine.decode(seqs, picks.map((x) => token(x.p)));
+    for (const [i, x] of picks.entries()) {
+      const pre = await lm.forward([PROMPTS[x.p]!], { adapters: [x.a] });
+      const dec = await lm.forward([[token(x.p)]], { adapters: [x.a], cache: pre.cache });
+      expect(maxAbsDiff(out[i]!, dec.logits.data), x.a ?? 'base').toBeLessThan(1e-4);
+    }
+    for (const s of seqs) engine.release(s);
+  }
+
+  it('merges everything under an ample budget, nothing under a zero budget; results equal each adapter alone either way', async () => {
+    const ample = await Engine.load(`${root}base`, { maxLoras: 4, memoryBudget: 1e12 });
+    for (const a of ADAPTERS) await ample.loadAdapter(`${root}adapters/${a}`, a);
+    await mixedStepMatches(ample);
+    const merged = ample.plan().merged;
+    expect(Object.keys(merged).sort()).toEqual([...ADAPTERS].sort());
+    expect(merged['qv-r8']).toHaveLength(4);
+    expect(ample.memory().lanes).toBeGreaterThan(0);
+    expect(ample.plan().plan?.format).toBe('stageml.plan');
+    expect(ample.stats().preparations).toBe(2);
+
+    const none = await Engine.load(`${root}base`, { maxLoras: 4, memoryBudget: 0 });
+    for (const a of ADAPTERS) await none.loadAdapter(`${root}adapters/${a}`, a);
+    await mixedStepMatches(none);
+    expect(none.plan().merged).toEqual({});
+    expect(none.memory().lanes).toBe(0);
+  });
+
+  it('spends a tight budget on the adapter with the traffic, re-plans on unload, swapping between steps', async () => {
+    // q_proj (64×64) and v_proj (32×64) of both layers: the bytes of merging qv-r8 whole.
+    const budget = 2 * (64 * 64 + 32 * 64) * 4;
+    const engine = await Engine.load(`${root}base`, { maxLoras: 4, memoryBudget: budget });
+    for (const a of ADAPTERS) await engine.loadAdapter(`${root}adapters/${a}`, a);
+    for (let i = 0; i < 50; i++) engine.release(engine.open('qv-r8', PROMPTS[0]!));
+    engine.release(engine.open('o-r2', PROMPTS[1]!));
+    engine.replan();
+    await mixedStepMatches(engine);
+    expect(engine.plan().merged).toEqual({ 'qv-r8': ['model.layers.0.self_attn.q_proj', 'model.layers.0.self_attn.v_proj', 'model.layers.1.self_attn.q_proj', 'model.layers.1.self_attn.v_proj'] });
+    expect(engine.memory().lanes).toBe(budget);
+    const applied = engine.plan().applied;
+    // A sequence in flight on qv-r8 keeps decoding, with the same tokens, across the re-plan.
+    const s = engine.open('qv-r8', PROMPTS[2]!);
+    await engine.attach(s);
+    while (!s.ready) await engine.prefill(s);
+    engine.unloadAdapter('all-r16');
+    const [after] = await engine.decode([s], [token(2)]);
+    expect(engine.plan().applied).toBe(applied + 1);
+    const pre = await lm.forward([PROMPTS[2]!], { adapters: ['qv-r8'] });
+    const dec = await lm.forward([[token(2)]], { adapters: ['qv-r8'], cache: pre.cache });
+    expect(maxAbsDiff(after!, dec.logits.data)).toBeLessThan(1e-4);
+    engine.release(s);
+    expect(Object.keys(engine.plan().merged)).not.toContain('all-r16');
+  });
+});

@@ -1,0 +1,807 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { type Graph, type HostTensor, StageError, graphParams, hostTensor } from '@stageml/ir';
+import { type ExpertLora, expertLoraFor } from '@stageml/moe';
+import { type ExpertsFactory, type LlamaConfig, ModelCode, ModelError, type TextTokenizer, buildLlamaGraph, expertParamName, loadTokenizer, loraExperts, parseLlamaConfig, readParam, ropeInvFreqFor } from '@stageml/models';
+import { AdapterCache, type CacheLease, type LoraAdapter, PeftCode, checkAdapterAgainstBase, loadLoraAdapter, scalingFor } from '@stageml/peft';
+import { type Executor, type PreparedGraph, interpreterExecutor } from '@stageml/runtime';
+import { openCheckpoint } from '@stageml/safetensors';
+import { EngineCode, EngineError } from './errors.js';
+import { MASKED, SequenceKv, Staging } from './kv.js';
+import { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, chooseSlotForm, slotLinear } from './slot-linear.js';
+import { type AppliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
+import { SlotTables } from './slots.js';
+import { type Plan, TrafficCounter } from '@stageml/planner';
+
+/** Options of `Engine.load`. */
+export interface EngineOptions {
+  /** Executor that runs the program (default: the reference interpreter). */
+  readonly executor?: Executor;
+  /** Adapters resident in slots at once (vLLM `--max-loras`; default 16). */
+  readonly maxLoras?: number;
+  /** Rank of every slot; higher-rank adapters are refused at load (vLLM `--max-lora-rank`; default 64). */
+  readonly maxLoraRank?: number;
+  /** Parsed adapters kept on the host for re-warming a slot without reading the disk (default `maxLoras`). */
+  readonly maxCpuLoras?: number;
+  /** Most prompt tokens one prefill run takes (chunked prefill; default 64). */
+  readonly prefillChunk?: number;
+  /**
+   * Where the base weights live: `program` (default) hands them to the one prepared program as
+   * parameters (the executor may pre-pack them); `inputs` keeps one host copy that every run
+   * feeds as zero-copy inputs, so any number of programs share it.
+   */
+  readonly weights?: 'program' | 'inputs';
+  /**
+   * Slot form: `auto` (default) prepares both the gathered and the grouped program (two
+   * preparations for the engine's lifetime) and picks per step with `chooseSlotForm`; a fixed form
+   * prepares only that one.
+   */
+  readonly slotForm?: 'auto' | SlotForm;
+  /**
+   * Bytes the planner may spend on merged weight copies (W + s·B·A of a projection, served in the
+   * adapter's lane); undefined: no planning, every adapter is a slot residual. Re-planned on load,
+   * unload and every `replanEvery` runs with live traffic, applied between steps.
+   */
+  readonly memoryBudget?: number;
+  /** Runs between periodic re-plans (default 512). */
+  readonly replanEvery?: number;
+}
+
+/** The plan the engine applies now (what `GET /v1/plan` shows). */
+export interface EnginePlan {
+  /** The budget of merged copies, or undefined when the engine does not plan. */
+  readonly memoryBudget: number | undefined;
+  /** The planner's plan (`stageml.plan` v1) last applied. */
+  readonly plan: Plan | undefined;
+  /** Per adapter, the modules served merged in its lane; all other modules are in its slot. */
+  readonly merged: Readonly<Record<string, readonly string[]>>;
+  /** Plans applied so far. */
+  readonly applied: number;
+}
+
+/** Bytes the engine holds for the executor, by kind (its own accounting). */
+export interface EngineMemory {
+  /** Base weights, held once by the one prepared program. */
+  readonly weights: number;
+  /** Slot tables (A and B of every projection, all slots). */
+  readonly slots: number;
+  /** KV buffers of live sequences (capacity, not just the filled part). */
+  readonly kv: number;
+  /** Reusable staging buffers of multi-row steps. */
+  readonly staging: number;
+  /** Dedicated lanes of adapters that cannot vary by row: their override tensors and expert factors. */
+  readonly lanes: number;
+  /** Sum of the above. */
+  readonly total: number;
+}
+
+/** Counters of the engine. */
+export interface EngineStats {
+  /** Executor preparations made (one per program; adapters never add one). */
+  readonly preparations: number;
+  /** Program runs (prefill chunks and decode steps). */
+  readonly runs: number;
+  /** Runs by slot form. */
+  readonly runsByForm: Readonly<Record<SlotForm, number>>;
+  /** Adapters resident in slots now. */
+  readonly residentAdapters: number;
+  /** Live sequences. */
+  readonly sequences: number;
+  /** Adapter slots holding no adapter. */
+  readonly freeSlots: number;
+}
+
+const BASE = '__base__';
+
+/**
+ * Where an adapter that cannot vary by row runs, in batches of its own: the shared slot programs
+ * with its whole-tensor overrides in place of the base tensors, or (expert LoRA) a program of its
+ * own whose base weights are the same shared inputs.
+ */
+interface Lane {
+  readonly programs: Partial<Record<SlotForm, PreparedGraph>>;
+  readonly weights: Readonly<Record<string, HostTensor>>;
+  readonly bytes: number;
+  /** Whether `programs` are the lane's own (expert LoRA), disposed with it. */
+  readonly dedicated: boolean;
+  readonly expertBytes: number;
+}
+
+/** An adapter with its factors' shapes only (what planning needs), so planning keeps no factor data. */
+function shapeOnly(a: LoraAdapter): LoraAdapter {
+  const empty = new Float32Array(0);
+  return { ...a, modules: new Map([...a.modules].map(([k, m]) => [k, { ...m, A: { ...m.A, data: empty }, B: { ...m.B, data: empty } }])), overrides: new Map(), parameterFactors: [] };
+}
+
+interface SlotEntry {
+  readonly adapter: LoraAdapter;
+  slot: number | undefined;
+}
+
+/**
+ * One request's state in the engine: its prompt, how much of it is prefilled, its resident KV
+ * cache and its adapter's slot. Made by `Engine.open`; ended by `Engine.release`.
+ */
+export class Sequence {
+  /** Prompt tokens already prefilled. */
+  prefilled = 0;
+  /** Rotary position of the next attended token. */
+  nextPosition = 0;
+  /** Slot of the adapter (0: base), once attached. */
+  slot: number | undefined;
+  /** Whether the sequence was released. */
+  released = false;
+  lease: CacheLease<SlotEntry> | undefined;
+
+  constructor(
+    /** Adapter name, or undefined for the base model. */
+    readonly adapter: string | undefined,
+    /** Prompt token ids. */
+    readonly prompt: readonly number[],
+    /** Per prompt token, 1 attended or 0 masked (padding). */
+    readonly promptMask: readonly number[],
+    /** The resident KV cache. */
+    readonly kv: SequenceKv,
+  ) {}
+
+  /** Whether the whole prompt is prefilled (the sequence decodes). */
+  get ready(): boolean {
+    return this.prefilled === this.prompt.length;
+  }
+}
+
+function positiveInt(name: string, v: number | undefined, dflt: number): number {
+  const x = v ?? dflt;
+  if (!Number.isSafeInteger(x) || x < 1) throw new EngineError(EngineCode.BAD_OPTIONS, `${name} must be a positive integer, got ${String(v)}`);
+  return x;
+}
+
+/**
+ * The serving engine: one compiled program per (model, executor, slot-table shape), holding the
+ * base weights once; adapters are data written into slot tables that every run takes as inputs
+ * (so a batch's adapter composition never prepares anything); each sequence's KV cache stays
+ * resident and grows in place; prefill runs in chunks and returns last-position logits only.
+ *
+ * Slots are managed by an `AdapterCache` (LRU among idle, unpinned adapters; single-flight loads);
+ * a second one holds parsed adapters on the host, bounded by `maxCpuLoras`. Adapters that cannot
+ * vary by row (whole-tensor overrides, MoE expert factors, LoRA bias) are refused at load with
+ * `ENGINE_BAD_ADAPTER`, so they never fail anyone else's batch.
+ */
+export class Engine {
+  readonly #executor: Executor;
+  readonly #programs: Partial<Record<SlotForm, PreparedGraph>>;
+  readonly #runsByForm: Record<SlotForm, number> = { gathered: 0, grouped: 0 };
+  readonly #tables: SlotTables;
+  readonly #shapes: Map<string, readonly number[]>;
+  readonly #weightBytes: number;
+  readonly #registered = new Map<string, string>();
+  readonly #fresh = new Map<string, LoraAdapter>();
+  readonly #host: AdapterCache<LoraAdapter>;
+  readonly #slotCache: AdapterCache<SlotEntry>;
+  readonly #staging: Staging;
+  readonly #live = new Set<Sequence>();
+  readonly #prefillChunk: number;
+  readonly #kvShape: readonly [number, number];
+  readonly #weightInputs: Readonly<Record<string, HostTensor>>;
+  readonly #lanes = new Map<string, Lane>();
+  readonly #rank: number;
+  readonly #slots: number;
+  readonly #memoryBudget: number | undefined;
+  readonly #replanEvery: number;
+  readonly #traffic = new TrafficCounter();
+  readonly #entries = new Map<string, SlotEntry>();
+  readonly #shapesOf = new Map<string, LoraAdapter>();
+  #applied: AppliedPlan = { plan: undefined, merged: new Map() };
+  #plansApplied = 0;
+  #planDirty = false;
+  #runsAtPlan = 0;
+  #preparations: number;
+  #runs = 0;
+
+  private constructor(
+    /** The model directory. */
+    readonly dir: string,
+    /** The parsed config. */
+    readonly config: LlamaConfig,
+    /** The tokenizer, when the directory has one. */
+    readonly tokenizer: TextTokenizer | undefined,
+    parts: { executor: Executor; programs: Partial<Record<SlotForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; memoryBudget: number | undefined; replanEvery: number },
+  ) {
+    this.#weightInputs = parts.weightInputs;
+    this.#rank = parts.tables.rank;
+    this.#memoryBudget = parts.memoryBudget;
+    this.#replanEvery = parts.replanEvery;
+    this.#slots = parts.tables.slots;
+    this.#executor = parts.executor;
+    this.#programs = parts.programs;
+    this.#tables = parts.tables;
+    this.#shapes = parts.shapes;
+    this.#weightBytes = parts.weightBytes;
+    this.#preparations = Object.keys(parts.programs).length;
+    this.#prefillChunk = parts.prefillChunk;
+    this.#staging = new Staging(config.numLayers);
+    this.#kvShape = [config.numKvHeads, config.headDim];
+    this.#host = new AdapterCache<LoraAdapter>({
+      budgetBytes: parts.maxCpuLoras,
+      load: async (name) => {
+        const fresh = this.#fresh.get(name);
+        if (fresh !== undefined) return { value: fresh, bytes: 1 };
+        const dir = this.#registered.get(name);
+        if (dir === undefined) throw new EngineError(EngineCode.UNKNOWN_ADAPTER, `adapter '${name}' is not loaded`);
+        return { value: this.#validate(await loadLoraAdapter(dir, { name })), bytes: 1 };
+      },
+    });
+    const slotBytes = this.#tables.bytes / this.#tables.slots;
+    this.#slotCache = new AdapterCache<SlotEntry>({
+      budgetBytes: slotBytes * (this.#tables.slots - 1),
+      load: async (name) => {
+        const lease = await this.#host.acquire(name);
+        lease.release();
+        return { value: { adapter: lease.value, slot: undefined }, bytes: slotBytes };
+      },
+      dispose: (name, entry) => {
+        if (entry.slot !== undefined) this.#tables.free(entry.slot);
+        entry.slot = undefined;
+        if (this.#entries.get(name) === entry) this.#entries.delete(name);
+      },
+    });
+  }
+
+  /**
+   * Loads `config.json`, the checkpoint and the tokenizer from `dir`, builds the slot program and
+   * prepares it once on the executor with the base weights (missing or wrongly shaped tensors are
+   * `MODEL_BAD_WEIGHT` naming file and key).
+   */
+  static async load(dir: string, opts: EngineOptions = {}): Promise<Engine> {
+    const maxLoras = positiveInt('maxLoras', opts.maxLoras, 16);
+    const rank = positiveInt('maxLoraRank', opts.maxLoraRank, 64);
+    const maxCpuLoras = positiveInt('maxCpuLoras', opts.maxCpuLoras, maxLoras);
+    const prefillChunk = positiveInt('prefillChunk', opts.prefillChunk, 64);
+    const replanEvery = positiveInt('replanEvery', opts.replanEvery, 512);
+    const memoryBudget = opts.memoryBudget;
+    if (memoryBudget !== undefined && !(Number.isFinite(memoryBudget) && memoryBudget >= 0)) throw new EngineError(EngineCode.BAD_OPTIONS, `memoryBudget must be a number of bytes ≥ 0, got ${String(memoryBudget)}`);
+    if (memoryBudget !== undefined && opts.weights === 'program') throw new EngineError(EngineCode.BAD_OPTIONS, "memoryBudget (plans with merged copies) needs weights: 'inputs'");
+    let cfgText: string;
+    try {
+      cfgText = await readFile(join(dir, 'config.json'), 'utf8');
+    } catch (e) {
+      throw new ModelError(ModelCode.IO, `cannot read ${join(dir, 'config.json')}: ${(e as Error).message}`, { cause: e });
+    }
+    const config = parseLlamaConfig(cfgText, join(dir, 'config.json'));
+    const modules: SlotModule[] = [];
+    const forms: SlotForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? ['gathered', 'grouped'] : [opts.slotForm];
+    const graphs = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : []));
+    const graph = graphs[0]!;
+    const ckpt = await openCheckpoint(dir);
+    const weights = new Map<string, HostTensor>();
+    const shapes = new Map<string, readonly number[]>();
+    let weightBytes = 0;
+    try {
+      for (const p of graphParams(graph)) {
+        const t = await readParam(ckpt, dir, p.name, graph.values[p.results[0]!]!.type.shape as number[]);
+        weights.set(p.name, t);
+        shapes.set(p.name, t.shape);
+        weightBytes += t.data.byteLength;
+      }
+    } finally {
+      await ckpt.close();
+    }
+    const executor = opts.executor ?? interpreterExecutor;
+    const asInputs = (opts.weights ?? 'inputs') === 'inputs';
+    const programs: Partial<Record<SlotForm, PreparedGraph>> = {};
+    for (const [i, f] of forms.entries()) {
+      programs[f] = asInputs ? await executor.prepare(paramsToInputs(graphs[i]!)) : await executor.prepare(graphs[i]!, { get: (n) => weights.get(n) });
+    }
+    const weightInputs = asInputs ? Object.fromEntries(weights) : {};
+    const tables = new SlotTables(maxLoras + 1, rank, modules);
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, memoryBudget, replanEvery });
+  }
+
+  /** Names of loaded adapters (resident in a slot or not). */
+  get adapterNames(): string[] {
+    return [...this.#registered.keys()];
+  }
+
+  /** The executor running the program. */
+  get executorName(): string {
+    return this.#executor.name;
+  }
+
+  /** Slots N (including the base slot 0) and their rank R. */
+  get slotShape(): { readonly slots: number; readonly rank: number } {
+    return { slots: this.#tables.slots, rank: this.#tables.rank };
+  }
+
+  /** Executor-held bytes by kind. */
+  memory(): EngineMemory {
+    let kv = 0;
+    for (const s of this.#live) kv += s.kv.bytes;
+    const staging = this.#staging.bytes;
+    let lanes = 0;
+    for (const l of this.#lanes.values()) lanes += l.bytes;
+    return { weights: this.#weightBytes, slots: this.#tables.bytes, kv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + staging + lanes };
+  }
+
+  /** Counters. */
+  stats(): EngineStats {
+    return { preparations: this.#preparations, runs: this.#runs, runsByForm: { ...this.#runsByForm }, residentAdapters: this.#slotCache.stats().entries, sequences: this.#live.size, freeSlots: this.#tables.freeSlots };
+  }
+
+  /** Whether the base slot and every free slot hold only zeros (an unloaded adapter leaves nothing behind). */
+  slotsAreClear(): boolean {
+    return this.#tables.freeSlotsAreZero();
+  }
+
+  #validate(adapter: LoraAdapter): LoraAdapter {
+    const refuse = (why: string): never => {
+      throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' ${why}`);
+    };
+    const lanes = Object.keys(this.#weightInputs).length > 0;
+    if (adapter.overrides.size > 0) {
+      if (!lanes) refuse(`replaces whole tensors (${[...adapter.overrides.keys()].slice(0, 3).join(', ')}), which cannot vary by row; an engine with weights: 'program' cannot give it a lane of its own`);
+      for (const [k, t] of adapter.overrides) {
+        const want = this.#shapes.get(k);
+        if (want === undefined) refuse(`replaces '${k}', which is not a tensor of this model${k === 'lm_head.weight' && this.config.tieWordEmbeddings ? ' (lm_head is tied to the embeddings here)' : ''}`);
+        if (want!.join(',') !== t.shape.join(',')) refuse(`replaces '${k}' with shape [${t.shape.join(', ')}]; the model's is [${want!.join(', ')}]`);
+      }
+    }
+    if (adapter.parameterFactors.length > 0 && !lanes) refuse(`targets parameters (${adapter.config.targetParameters.join(', ')}); an engine with weights: 'program' cannot give expert LoRA a lane of its own`);
+    checkAdapterAgainstBase(adapter, (p) => this.#shapes.get(p) ?? (p === 'lm_head.weight' && this.config.tieWordEmbeddings ? this.#shapes.get('model.embed_tokens.weight') : undefined));
+    for (const m of adapter.modules.values()) {
+      if (!this.#tables.has(m.module)) refuse(`adapts '${m.module}', which is not a projection the engine serves`);
+      if (m.rank > this.#tables.rank) refuse(`has rank ${String(m.rank)} on '${m.module}', above the slot rank ${String(this.#tables.rank)} (raise --max-lora-rank)`);
+      if (m.biasB !== undefined) refuse(`has a LoRA bias on '${m.module}', which slots do not hold`);
+    }
+    return adapter;
+  }
+
+  /**
+   * Reads a PEFT adapter directory, validates it against this model and the slot shape, registers
+   * it and warms a slot for it (evicting the least recently used idle adapter when all are taken).
+   * A refused adapter (`ENGINE_BAD_ADAPTER`, PEFT errors) leaves the engine as it was.
+   */
+  async loadAdapter(dir: string, name?: string): Promise<LoraAdapter> {
+    const adapter = this.#validate(await loadLoraAdapter(dir, name === undefined ? {} : { name }));
+    if (adapter.name === BASE) throw new ModelError(ModelCode.BAD_ADAPTER, `'${BASE}' is reserved for the base model`);
+    if (this.#registered.has(adapter.name)) this.unloadAdapter(adapter.name);
+    const lane = await this.#laneFor(adapter, undefined, undefined);
+    if (lane !== undefined) this.#lanes.set(adapter.name, lane);
+    this.#registered.set(adapter.name, dir);
+    this.#shapesOf.set(adapter.name, shapeOnly(adapter));
+    this.#planDirty = this.#memoryBudget !== undefined;
+    this.#fresh.set(adapter.name, adapter);
+    try {
+      (await this.#host.acquire(adapter.name)).release();
+    } finally {
+      this.#fresh.delete(adapter.name);
+    }
+    try {
+      const lease = await this.#slotCache.acquire(adapter.name);
+      this.#assign(lease.value);
+      lease.release();
+    } catch (e) {
+      // Every slot is in use by running sequences: the adapter stays loaded and takes a slot later.
+      if (!(e instanceof StageError && e.code === PeftCode.CACHE_FULL)) throw e;
+    }
+    return adapter;
+  }
+
+  /** Forgets an adapter: frees (zeroes) its slot, its host copy and its lane. `PEFT_IN_USE` while sequences run on it. */
+  unloadAdapter(name: string): boolean {
+    if (!this.#registered.has(name)) return false;
+    this.#slotCache.evict(name);
+    this.#host.evict(name);
+    this.#registered.delete(name);
+    this.#shapesOf.delete(name);
+    this.#planDirty = this.#memoryBudget !== undefined;
+    const lane = this.#lanes.get(name);
+    this.#lanes.delete(name);
+    if (lane?.dedicated === true) for (const p of Object.values(lane.programs)) p.dispose();
+    return true;
+  }
+
+  /**
+   * The lane of an adapter that cannot vary by row, or undefined for a plain slot adapter.
+   * Overrides reuse the slot programs with substituted weight inputs (no preparation); expert
+   * LoRA gets one program of its own (one preparation per such adapter, at load).
+   */
+  async #laneFor(adapter: LoraAdapter, merged: ReadonlySet<string> | undefined, existing: Lane | undefined): Promise<Lane | undefined> {
+    if (adapter.overrides.size === 0 && adapter.parameterFactors.length === 0 && (merged === undefined || merged.size === 0)) return undefined;
+    const weights: Record<string, HostTensor> = { ...this.#weightInputs };
+    let bytes = 0;
+    for (const [k, t] of adapter.overrides) {
+      weights[k] = t;
+      bytes += t.data.byteLength;
+    }
+    for (const module of merged ?? []) {
+      const m = adapter.modules.get(module);
+      const w = weights[`${module}.weight`];
+      if (m === undefined || w === undefined) continue;
+      weights[`${module}.weight`] = mergedWeight(w, m);
+      bytes += w.data.byteLength;
+    }
+    if (adapter.parameterFactors.length === 0) return { programs: this.#programs, weights, bytes, dedicated: false, expertBytes: 0 };
+    if (existing?.dedicated === true) return { programs: existing.programs, weights, bytes: bytes + existing.expertBytes, dedicated: true, expertBytes: existing.expertBytes };
+    const moe = this.config.moe;
+    if (moe === undefined) throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' targets parameters (${adapter.config.targetParameters.join(', ')}), which ${this.config.modelType} models do not have`);
+    const shapes = { numExperts: moe.numExperts, hidden: this.config.hiddenSize, intermediate: this.config.intermediateSize };
+    const modules = new Set(adapter.parameterFactors.map((f) => f.module));
+    const byLayer = new Map<string, ExpertLora[]>();
+    for (let l = 0; l < this.config.numLayers; l++) {
+      const path = `model.layers.${String(l)}.mlp.experts`;
+      if (modules.delete(path)) byLayer.set(`model.layers.${String(l)}.mlp`, expertLoraFor(adapter, path, shapes, scalingFor(adapter.config, path)));
+    }
+    if (modules.size > 0) throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' targets '${[...modules][0]!}', which this model does not have`);
+    const values = new Map<string, HostTensor>();
+    let expertBytes = 0;
+    for (const [layer, list] of byLayer) {
+      for (const x of list) {
+        values.set(expertParamName(adapter.name, layer, x.projection, 'lora_A'), x.A);
+        values.set(expertParamName(adapter.name, layer, x.projection, 'lora_B'), x.B);
+        expertBytes += x.A.data.byteLength + x.B.data.byteLength;
+      }
+    }
+    // A lane holds one adapter, so its batches have at most one distinct slot: the grouped form.
+    const graph = engineGraph(this.config, 'grouped', this.#slots, this.#rank, [], loraExperts(adapter.name, byLayer));
+    const program = await this.#executor.prepare(paramsToInputs(graph, (n) => this.#shapes.has(n)), { get: (n) => values.get(n) });
+    this.#preparations++;
+    return { programs: { grouped: program }, weights, bytes: bytes + expertBytes, dedicated: true, expertBytes };
+  }
+
+  #assign(entry: SlotEntry): number {
+    entry.slot ??= this.#tables.write(withoutModules(entry.adapter, this.#applied.merged.get(entry.adapter.name)));
+    this.#entries.set(entry.adapter.name, entry);
+    return entry.slot;
+  }
+
+  /** The plan applied now. */
+  plan(): EnginePlan {
+    return {
+      memoryBudget: this.#memoryBudget,
+      plan: this.#applied.plan,
+      merged: Object.fromEntries([...this.#applied.merged].map(([a, m]) => [a, [...m].sort()])),
+      applied: this.#plansApplied,
+    };
+  }
+
+  /** Marks the plan for re-planning before the next step (e.g. after traffic shifted). */
+  replan(): void {
+    if (this.#memoryBudget !== undefined) this.#planDirty = true;
+  }
+
+  /**
+   * Re-plans and applies the result between steps (called at the start of every prefill and
+   * decode): adapters whose merged set changed get a new lane (merged copies) and their slot
+   * rewritten without the merged modules. Runs never see a half-applied plan: the scheduler does
+   * not start a run until this resolves.
+   */
+  async #applyPlan(): Promise<void> {
+    if (this.#memoryBudget === undefined) return;
+    if (!this.#planDirty && this.#runs - this.#runsAtPlan < this.#replanEvery) return;
+    this.#planDirty = false;
+    this.#runsAtPlan = this.#runs;
+    const snapshot = this.#traffic.snapshot('tokens');
+    const next = planMerges(this.config, [...this.#shapesOf.values()], this.#memoryBudget, this.#executor.name, Object.keys(snapshot.counts).length === 0 ? undefined : snapshot);
+    const same = (a: ReadonlySet<string> | undefined, b: ReadonlySet<string> | undefined): boolean => (a?.size ?? 0) === (b?.size ?? 0) && [...(a ?? [])].every((x) => b?.has(x) === true);
+    const changed = [...this.#registered.keys()].filter((n) => !same(this.#applied.merged.get(n), next.merged.get(n)));
+    const adapters = new Map<string, LoraAdapter>();
+    for (const name of changed) {
+      const entry = this.#entries.get(name);
+      if (entry !== undefined) adapters.set(name, entry.adapter);
+      else {
+        const lease = await this.#host.acquire(name);
+        adapters.set(name, lease.value);
+        lease.release();
+      }
+    }
+    const lanes = new Map<string, Lane | undefined>();
+    for (const name of changed) lanes.set(name, await this.#laneFor(adapters.get(name)!, next.merged.get(name), this.#lanes.get(name)));
+    // Everything is computed: apply synchronously, between two runs.
+    this.#applied = next;
+    this.#plansApplied++;
+    for (const name of changed) {
+      const lane = lanes.get(name);
+      if (lane === undefined) this.#lanes.delete(name);
+      else this.#lanes.set(name, lane);
+      const entry = this.#entries.get(name);
+      if (entry?.slot !== undefined) this.#tables.rewrite(entry.slot, withoutModules(entry.adapter, next.merged.get(name)));
+    }
+  }
+
+  /**
+   * Starts a sequence: validates the prompt (`MODEL_BAD_TOKEN`) and adapter (`MODEL_BAD_ADAPTER`
+   * when not loaded); `mask` marks padding (0) per prompt token. Attach it before running it.
+   */
+  open(adapter: string | null | undefined, prompt: readonly number[], mask?: readonly number[]): Sequence {
+    const name = adapter === null || adapter === undefined || adapter === BASE ? undefined : adapter;
+    if (name !== undefined && !this.#registered.has(name)) {
+      throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${name}' is not loaded (loaded: ${this.adapterNames.join(', ') || 'none'})`);
+    }
+    if (prompt.length === 0) throw new ModelError(ModelCode.BAD_OPTIONS, 'the prompt is empty');
+    prompt.forEach((t, i) => {
+      if (!Number.isInteger(t) || t < 0 || t >= this.config.vocabSize) {
+        throw new ModelError(ModelCode.BAD_TOKEN, `token id ${String(t)} at position ${String(i)} is outside the vocabulary [0, ${String(this.config.vocabSize)})`);
+      }
+    });
+    const m = mask ?? prompt.map(() => 1);
+    if (m.length !== prompt.length || m.some((v) => v !== 0 && v !== 1)) throw new ModelError(ModelCode.BAD_OPTIONS, `the mask must be ${String(prompt.length)} values of 0 or 1`);
+    const seq = new Sequence(name, prompt, m, new SequenceKv(this.config.numLayers, this.#kvShape[0] * this.#kvShape[1], Math.min(64, prompt.length + 16)));
+    this.#live.add(seq);
+    if (name !== undefined) this.#traffic.record(name, prompt.length);
+    return seq;
+  }
+
+  /**
+   * Gives `seq` its adapter's slot (loading the adapter into one if needed). Resolves false when
+   * every slot is held by other running adapters (try again after a step); rejects when the
+   * adapter cannot be read.
+   */
+  async attach(seq: Sequence, signal?: AbortSignal): Promise<boolean> {
+    if (!this.#live.has(seq)) this.#bad(seq);
+    if (seq.slot !== undefined) return true;
+    if (seq.adapter === undefined) {
+      seq.slot = 0;
+      return true;
+    }
+    try {
+      const lease = await this.#slotCache.acquire(seq.adapter, signal === undefined ? {} : { signal });
+      if (seq.released) {
+        lease.release();
+        return false;
+      }
+      seq.lease = lease;
+      seq.slot = this.#assign(lease.value);
+      return true;
+    } catch (e) {
+      if (e instanceof StageError && e.code === PeftCode.CACHE_FULL) return false;
+      throw e;
+    }
+  }
+
+  /** Ends a sequence: frees its KV memory and its hold on the adapter's slot. Idempotent. */
+  release(seq: Sequence): void {
+    if (seq.released) return;
+    seq.released = true;
+    this.#live.delete(seq);
+    seq.lease?.release();
+    seq.lease = undefined;
+  }
+
+  #bad(seq: Sequence): never {
+    throw new EngineError(EngineCode.BAD_SEQUENCE, `the sequence (adapter ${seq.adapter ?? 'base'}) was released`);
+  }
+
+  #check(seq: Sequence): number {
+    if (seq.released || !this.#live.has(seq)) this.#bad(seq);
+    if (seq.slot === undefined) throw new EngineError(EngineCode.BAD_SEQUENCE, 'the sequence is not attached to a slot yet (call attach)');
+    return seq.slot;
+  }
+
+  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined): Promise<Record<string, HostTensor>> {
+    const programs = lane?.programs ?? this.#programs;
+    Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
+    const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
+    const form: SlotForm = programs.grouped === undefined ? 'gathered' : programs.gathered === undefined ? 'grouped' : chooseSlotForm(rowSlots.length, groups.length);
+    if (form === 'gathered') inputs[ROW_SLOT_INPUT] = hostTensor('i64', [rowSlots.length], rowSlots);
+    else {
+      if (groups.length === 0) groups.push(0);
+      const onehot = new Float32Array(rowSlots.length * groups.length);
+      rowSlots.forEach((s, r) => {
+        if (s !== 0) onehot[r * groups.length + groups.indexOf(s)] = 1;
+      });
+      inputs[GROUP_SLOT_INPUT] = hostTensor('i64', [groups.length], groups);
+      inputs[ROW_GROUP_INPUT] = { dtype: 'f32', shape: [rowSlots.length, groups.length], data: onehot };
+    }
+    this.#runs++;
+    this.#runsByForm[form]++;
+    try {
+      return await programs[form]!.run(inputs);
+    } catch (e) {
+      if (e instanceof StageError) throw e;
+      throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${(e as Error).message}`, { cause: e });
+    }
+  }
+
+  #outputs(out: Record<string, HostTensor>): { k: Float32Array[]; v: Float32Array[] } {
+    const k: Float32Array[] = [];
+    const v: Float32Array[] = [];
+    for (let l = 0; l < this.config.numLayers; l++) {
+      k.push(out[`new_key.${String(l)}`]!.data as Float32Array);
+      v.push(out[`new_value.${String(l)}`]!.data as Float32Array);
+    }
+    return { k, v };
+  }
+
+  /**
+   * Prefills the next chunk (at most `prefillChunk` tokens) of `seq`'s prompt, appending its keys
+   * and values in place. Resolves to the last position's logits f32[vocab] when the prompt is done,
+   * otherwise undefined.
+   */
+  async prefill(seq: Sequence): Promise<Float32Array | undefined> {
+    this.#check(seq);
+    await this.#applyPlan();
+    const slot = this.#check(seq);
+    if (seq.ready) throw new EngineError(EngineCode.BAD_SEQUENCE, 'the prompt is already prefilled');
+    const start = seq.prefilled;
+    const count = Math.min(this.#prefillChunk, seq.prompt.length - start);
+    const ids = seq.prompt.slice(start, start + count);
+    const mask01 = seq.promptMask.slice(start, start + count);
+    let next = seq.nextPosition;
+    const positions = mask01.map((v) => (v === 1 ? next++ : 1));
+    const past = seq.kv.length;
+    const chunkMask = mask01.map((v) => (v === 1 ? 0 : MASKED));
+    const attention = new Float32Array(past + count);
+    attention.set(seq.kv.maskView());
+    attention.set(chunkMask, past);
+    const window = this.config.slidingWindow;
+    const inputs: Record<string, HostTensor> = {
+      input_ids: hostTensor('i64', [1, count], ids),
+      position_ids: hostTensor('i64', [1, count], positions),
+      attention_mask: window === undefined ? { dtype: 'f32', shape: [1, past + count], data: attention } : { dtype: 'f32', shape: [1, count, past + count], data: windowedQueries(attention, past, count, window) },
+    };
+    for (let l = 0; l < this.config.numLayers; l++) {
+      const view = seq.kv.view(l, this.#kvShape);
+      inputs[`past_key.${String(l)}`] = view.k;
+      inputs[`past_value.${String(l)}`] = view.v;
+    }
+    const out = await this.#run(inputs, [slot], seq.adapter === undefined ? undefined : this.#lanes.get(seq.adapter));
+    if (seq.released) return undefined;
+    const { k, v } = this.#outputs(out);
+    seq.kv.append(k, v, 0, chunkMask);
+    seq.prefilled += count;
+    seq.nextPosition = next;
+    // NOTE: `ready` is a getter; it changed with `prefilled` above.
+    return seq.prefilled === seq.prompt.length ? (out['logits']!.data as Float32Array) : undefined;
+  }
+
+  /**
+   * One decode step over `seqs` (prefilled, attached), feeding `tokens[i]` to row i: a single row
+   * reads its KV buffers as zero-copy views; several rows are staged into reusable buffers (one
+   * copy per row and layer, padding masked). Appends each row's new key/value in place and resolves
+   * to each row's logits f32[vocab].
+   */
+  async decode(seqs: readonly Sequence[], tokens: readonly number[]): Promise<Float32Array[]> {
+    await this.#applyPlan();
+    if (seqs.length === 0 || tokens.length !== seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, `decode needs one token per sequence (${String(seqs.length)} sequences, ${String(tokens.length)} tokens)`);
+    // Rows of adapters with a lane of their own run in batches of their own (one run per lane).
+    const byLane = new Map<string, number[]>();
+    seqs.forEach((s, i) => {
+      const key = s.adapter !== undefined && this.#lanes.has(s.adapter) ? s.adapter : '';
+      byLane.set(key, [...(byLane.get(key) ?? []), i]);
+    });
+    const result: Float32Array[] = new Array<Float32Array>(seqs.length);
+    for (const [key, idx] of byLane) {
+      const out = await this.#decodeBatch(idx.map((i) => seqs[i]!), idx.map((i) => tokens[i]!), key === '' ? undefined : this.#lanes.get(key));
+      idx.forEach((i, j) => {
+        result[i] = out[j]!;
+      });
+    }
+    return result;
+  }
+
+  async #decodeBatch(seqs: readonly Sequence[], tokens: readonly number[], lane: Lane | undefined): Promise<Float32Array[]> {
+    const rows = seqs.length;
+    const slots = seqs.map((s) => {
+      const slot = this.#check(s);
+      if (!s.ready) throw new EngineError(EngineCode.BAD_SEQUENCE, 'a sequence in the decode batch is not prefilled yet');
+      return slot;
+    });
+    tokens.forEach((t, i) => {
+      if (!Number.isInteger(t) || t < 0 || t >= this.config.vocabSize) throw new ModelError(ModelCode.BAD_TOKEN, `token id ${String(t)} at row ${String(i)} is outside the vocabulary [0, ${String(this.config.vocabSize)})`);
+    });
+    const width = this.#kvShape[0] * this.#kvShape[1];
+    const past = Math.max(...seqs.map((s) => s.kv.length));
+    const inputs: Record<string, HostTensor> = {
+      input_ids: hostTensor('i64', [rows, 1], tokens),
+      position_ids: hostTensor('i64', [rows, 1], seqs.map((s) => s.nextPosition)),
+    };
+    if (rows === 1) {
+      const s = seqs[0]!;
+      const attention = new Float32Array(past + 1);
+      attention.set(s.kv.maskView());
+      if (this.config.slidingWindow !== undefined) windowKeys(attention, past, this.config.slidingWindow);
+      inputs['attention_mask'] = { dtype: 'f32', shape: this.config.slidingWindow === undefined ? [1, past + 1] : [1, 1, past + 1], data: attention };
+      for (let l = 0; l < this.config.numLayers; l++) {
+        const view = s.kv.view(l, this.#kvShape);
+        inputs[`past_key.${String(l)}`] = view.k;
+        inputs[`past_value.${String(l)}`] = view.v;
+      }
+    } else {
+      const buf = this.#staging.reserve(rows * past * width, rows * (past + 1));
+      const mask = buf.mask.subarray(0, rows * (past + 1));
+      seqs.forEach((s, r) => {
+        mask.set(s.kv.maskView(), r * (past + 1));
+        mask.fill(MASKED, r * (past + 1) + s.kv.length, r * (past + 1) + past);
+        mask[r * (past + 1) + past] = 0;
+        if (this.config.slidingWindow !== undefined) windowKeys(mask.subarray(r * (past + 1), (r + 1) * (past + 1)), s.kv.length, this.config.slidingWindow);
+      });
+      inputs['attention_mask'] = { dtype: 'f32', shape: this.config.slidingWindow === undefined ? [rows, past + 1] : [rows, 1, past + 1], data: mask };
+      for (let l = 0; l < this.config.numLayers; l++) {
+        const k = buf.k[l]!;
+        const v = buf.v[l]!;
+        seqs.forEach((s, r) => {
+          s.kv.copyTo(l, k, v, r * past * width);
+        });
+        inputs[`past_key.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: k.subarray(0, rows * past * width) };
+        inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: v.subarray(0, rows * past * width) };
+      }
+    }
+    const out = await this.#run(inputs, slots, lane);
+    const { k, v } = this.#outputs(out);
+    const logits = out['logits']!.data as Float32Array;
+    const V = this.config.vocabSize;
+    return seqs.map((s, r) => {
+      if (!s.released) {
+        s.kv.append(k, v, r * width, [0]);
+        s.nextPosition++;
+      }
+      return logits.subarray(r * V, (r + 1) * V);
+    });
+  }
+}
+
+/**
+ * Sliding-window attention for one decode query: `mask` is a row's additive key mask whose first
+ * `cached` entries are its cached positions and whose last entry is the new (attended) token; keys
+ * more than `window - 1` attended tokens before it are masked in place (HF's `sliding_window`;
+ * padding is not counted).
+ */
+export function windowKeys(mask: Float32Array, cached: number, window: number): void {
+  let attended = 0;
+  for (let j = 0; j < cached; j++) if (mask[j] === 0) attended++;
+  // The new token's attended index is `attended`; key j (attended index a_j) stays when attended - a_j < window.
+  let a = 0;
+  for (let j = 0; j < cached; j++) {
+    if (mask[j] !== 0) continue;
+    if (attended - a >= window) mask[j] = MASKED;
+    a++;
+  }
+}
+
+/**
+ * Sliding-window attention for a prefill chunk: from the key mask f32[past + count] (cached
+ * positions, then the chunk's own), the per-query mask f32[count, past + count] in which query i
+ * (position past + i) keeps attended keys within `window - 1` attended tokens before it (a padding
+ * query counts from the last attended token before it). Causality is the attention op's own.
+ */
+export function windowedQueries(keyMask: Float32Array, past: number, count: number, window: number): Float32Array {
+  const keys = past + count;
+  const index = new Int32Array(keys);
+  let n = 0;
+  for (let j = 0; j < keys; j++) index[j] = keyMask[j] === 0 ? n++ : -1;
+  const out = new Float32Array(count * keys).fill(MASKED);
+  for (let i = 0; i < count; i++) {
+    const q = past + i;
+    let qi = index[q]!;
+    for (let j = q - 1; qi < 0 && j >= 0; j--) if (index[j]! >= 0) qi = index[j]!;
+    if (qi < 0) qi = 0;
+    for (let j = 0; j <= q; j++) if (index[j]! >= 0 && qi - index[j]! < window) out[i * keys + j] = 0;
+  }
+  return out;
+}
+
+/**
+ * The engine's program graph: the Llama-family decoder with slot linears on every projection,
+ * position-major resident KV inputs, only this step's keys/values as outputs, last-position
+ * logits, and an additive key mask. `modules` receives every projection with slot tables.
+ */
+export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, rank: number, modules: SlotModule[], experts?: ExpertsFactory): Graph {
+  return buildLlamaGraph(config, {
+    ...(experts === undefined ? {} : { experts }),
+    name: config.modelType,
+    residentKv: true,
+    attentionMask: true,
+    // Sliding-window attention (Mistral) needs a mask per query; a decode step's one query makes it
+    // f32[rows, 1, keys], the same data as a key mask.
+    ...(config.slidingWindow === undefined ? {} : { perQueryMask: true }),
+    lastLogitsOnly: true,
+    linear: slotLinear(form, slots, rank, modules),
+    invFreq: ropeInvFreqFor(config.headDim, config.ropeTheta, config.rope),
+    qkvBias: config.qkvBias,
+  });
+}
+
+/** The same graph with parameters (those `which` selects; default all) turned into inputs of the same name (weights fed per run). */
+function paramsToInputs(g: Graph, which: (name: string) => boolean = () => true): Graph {
+  return { ...g, nodes: g.nodes.map((n) => (n.kind === 'param' && which(n.name) ? { kind: 'input' as const, name: n.name, operands: n.operands, results: n.results } : n)) };
+}

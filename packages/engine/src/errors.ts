@@ -1,0 +1,21 @@
+import { StageError } from '@stageml/ir';
+
+/** Error codes of `@stageml/engine`. */
+export const EngineCode = {
+  /** An option is invalid (named option and value). */
+  BAD_OPTIONS: 'ENGINE_BAD_OPTIONS',
+  /** An adapter cannot be served by this engine (whole-tensor overrides, rank above the slot rank, …). */
+  BAD_ADAPTER: 'ENGINE_BAD_ADAPTER',
+  /** The adapter is not loaded. */
+  UNKNOWN_ADAPTER: 'ENGINE_UNKNOWN_ADAPTER',
+  /** The sequence was released (or never attached) and cannot run. */
+  BAD_SEQUENCE: 'ENGINE_BAD_SEQUENCE',
+  /** Running the program failed. */
+  RUN_FAILED: 'ENGINE_RUN_FAILED',
+} as const;
+
+/** Union of `@stageml/engine` error codes. */
+export type EngineErrorCode = (typeof EngineCode)[keyof typeof EngineCode];
+
+/** An error raised by the serving engine. */
+export class EngineError extends StageError<EngineErrorCode> {}

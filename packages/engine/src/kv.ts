@@ -1,0 +1,130 @@
+import type { HostTensor } from '@stageml/ir';
+
+/** Additive mask value of an ignored key: float32's lowest, as HF uses. */
+export const MASKED = -3.4028234663852886e38;
+
+/**
+ * One sequence's KV cache, resident on the host the executor reads from: per layer a key and a
+ * value buffer laid out position-major [capacity, kv_heads, head_dim], so the filled prefix is
+ * contiguous — a batch-1 step feeds it as a zero-copy view, and a step's new positions are appended
+ * in place. Capacity grows by doubling (amortized O(1) copies per position); `mask` holds each
+ * cached position's additive key mask (0 attended, `MASKED` for padding).
+ */
+export class SequenceKv {
+  #keys: Float32Array[];
+  #values: Float32Array[];
+  #mask: Float32Array;
+  #capacity: number;
+  /** Positions filled. */
+  length = 0;
+
+  constructor(
+    readonly layers: number,
+    /** kv_heads × head_dim: floats per position per layer. */
+    readonly width: number,
+    capacity = 16,
+  ) {
+    this.#capacity = Math.max(1, capacity);
+    this.#keys = Array.from({ length: layers }, () => new Float32Array(this.#capacity * width));
+    this.#values = Array.from({ length: layers }, () => new Float32Array(this.#capacity * width));
+    this.#mask = new Float32Array(this.#capacity);
+  }
+
+  /** Positions the buffers hold before they grow. */
+  get capacity(): number {
+    return this.#capacity;
+  }
+
+  /** Bytes the buffers occupy (keys, values and mask). */
+  get bytes(): number {
+    return (2 * this.layers * this.#capacity * this.width + this.#capacity) * 4;
+  }
+
+  #reserve(n: number): void {
+    if (n <= this.#capacity) return;
+    let cap = this.#capacity;
+    while (cap < n) cap *= 2;
+    const grow = (old: Float32Array, per: number): Float32Array => {
+      const next = new Float32Array(cap * per);
+      next.set(old.subarray(0, this.length * per));
+      return next;
+    };
+    this.#keys = this.#keys.map((k) => grow(k, this.width));
+    this.#values = this.#values.map((v) => grow(v, this.width));
+    this.#mask = grow(this.#mask, 1);
+    this.#capacity = cap;
+  }
+
+  /** The filled prefix of layer `l` as zero-copy views [1, length, width…]. */
+  view(l: number, shape: readonly number[]): { readonly k: HostTensor; readonly v: HostTensor } {
+    const n = this.length * this.width;
+    return {
+      k: { dtype: 'f32', shape: [1, this.length, ...shape], data: this.#keys[l]!.subarray(0, n) },
+      v: { dtype: 'f32', shape: [1, this.length, ...shape], data: this.#values[l]!.subarray(0, n) },
+    };
+  }
+
+  /** The filled prefix of the key mask. */
+  maskView(): Float32Array {
+    return this.#mask.subarray(0, this.length);
+  }
+
+  /** Copies layer `l`'s filled prefix to `k`/`v` at `offset` floats (staging a multi-row batch). */
+  copyTo(l: number, k: Float32Array, v: Float32Array, offset: number): void {
+    const n = this.length * this.width;
+    k.set(this.#keys[l]!.subarray(0, n), offset);
+    v.set(this.#values[l]!.subarray(0, n), offset);
+  }
+
+  /**
+   * Appends `count` positions: per layer, `newK[l]`/`newV[l]` from float `offset` (count × width
+   * floats each), and their key mask. Layers are written first, then `length` moves, so a failed
+   * step leaves the cache as it was.
+   */
+  append(newK: readonly Float32Array[], newV: readonly Float32Array[], offset: number, mask: ArrayLike<number>): void {
+    const count = mask.length;
+    this.#reserve(this.length + count);
+    const at = this.length * this.width;
+    const n = count * this.width;
+    for (let l = 0; l < this.layers; l++) {
+      this.#keys[l]!.set(newK[l]!.subarray(offset, offset + n), at);
+      this.#values[l]!.set(newV[l]!.subarray(offset, offset + n), at);
+    }
+    for (let i = 0; i < count; i++) this.#mask[this.length + i] = mask[i]!;
+    this.length += count;
+  }
+}
+
+/**
+ * Reusable staging buffers of multi-row steps: per layer key/value [rows, past, width] and the
+ * attention mask [rows, past + 1], grown by doubling and never shrunk, so a step allocates nothing.
+ */
+export class Staging {
+  #k: Float32Array[];
+  #v: Float32Array[];
+  #mask: Float32Array = new Float32Array(0);
+
+  constructor(readonly layers: number) {
+    this.#k = Array.from({ length: layers }, () => new Float32Array(0));
+    this.#v = Array.from({ length: layers }, () => new Float32Array(0));
+  }
+
+  /** Bytes held. */
+  get bytes(): number {
+    return (this.#k.reduce((a, k) => a + 2 * k.length, 0) + this.#mask.length) * 4;
+  }
+
+  /** Buffers of at least `floats` per layer and `maskFloats` of mask. */
+  reserve(floats: number, maskFloats: number): { k: Float32Array[]; v: Float32Array[]; mask: Float32Array } {
+    const grow = (a: Float32Array, n: number): Float32Array => {
+      if (a.length >= n) return a;
+      let cap = Math.max(1, a.length);
+      while (cap < n) cap *= 2;
+      return new Float32Array(cap);
+    };
+    this.#k = this.#k.map((k) => grow(k, floats));
+    this.#v = this.#v.map((v) => grow(v, floats));
+    this.#mask = grow(this.#mask, maskFloats);
+    return { k: this.#k, v: this.#v, mask: this.#mask };
+  }
+}

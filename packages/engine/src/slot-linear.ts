@@ -1,0 +1,79 @@
+import type { GraphBuilder, Value } from '@stageml/ir';
+import type { LinearFactory } from '@stageml/models';
+
+/** Input name of the row → slot indices i64[batch] of the gathered form (slot 0: base, all zeros). */
+export const ROW_SLOT_INPUT = 'row_slot';
+/** Input name of the distinct slots i64[groups] of the grouped form. */
+export const GROUP_SLOT_INPUT = 'group_slot';
+/** Input name of the row → group one-hot f32[batch, groups] of the grouped form. */
+export const ROW_GROUP_INPUT = 'row_group';
+
+/**
+ * How a program applies the slot factors:
+ * - `gathered` (BGMV): every row gathers its slot's A and B (R·(in + out) floats per row and
+ *   projection) and applies them in one batched matmul — cost grows with rows, not adapters;
+ * - `grouped`: the batch's G distinct slots are gathered once, every row is multiplied by all G
+ *   of them in two dense matmuls and a one-hot mask keeps its own — cost G·R·(in + out) bytes plus
+ *   rows·G·R·(in + out) flops, far cheaper while G is small (one adapter, or a few).
+ */
+export type SlotForm = 'gathered' | 'grouped';
+
+/** Input names of a module's slot tables: A f32[N, R, in] and B f32[N, R, out] (scale folded into B). */
+export function slotInputNames(module: string): { readonly A: string; readonly B: string } {
+  return { A: `slots.${module}.A`, B: `slots.${module}.B` };
+}
+
+/** One projection that has slot tables, as a slot linear factory declares it. */
+export interface SlotModule {
+  /** HF module path, e.g. `model.layers.0.self_attn.q_proj`. */
+  readonly module: string;
+  /** Input width. */
+  readonly inDim: number;
+  /** Output width. */
+  readonly outDim: number;
+}
+
+/**
+ * Linear layers whose LoRA factors are run-time data: each projection reads its base weight
+ * `<module>.weight` and two slot tables that are graph *inputs*, so loading, evicting or mixing
+ * adapters never re-prepares anything:
+ *
+ *   y[i] = x[i]·Wᵀ (+ b) + (x[i]·A[slot_i]ᵀ)·B[slot_i]
+ *
+ * A rank-r adapter sits zero-padded inside an R-rank slot (as vLLM's LoRA slots), so every row
+ * pays for R. `modules` collects every projection the graph declares, for the tables' shapes.
+ */
+export function slotLinear(form: SlotForm, slots: number, rank: number, modules: SlotModule[]): LinearFactory {
+  const shared = new Map<GraphBuilder, { rows?: Value; groups?: Value; onehot?: Value }>();
+  return (b, module, x, inDim, outDim, bias) => {
+    const w = b.param(`${module}.weight`, ['f32', [outDim, inDim]]);
+    const base = b.linear(x, w, bias ? b.param(`${module}.bias`, ['f32', [outDim]]) : undefined);
+    let s = shared.get(b);
+    if (s === undefined) shared.set(b, (s = {}));
+    const names = slotInputNames(module);
+    const A = b.input(names.A, ['f32', [slots, rank, inDim]]);
+    const B = b.input(names.B, ['f32', [slots, rank, outDim]]);
+    modules.push({ module, inDim, outDim });
+    if (form === 'gathered') {
+      s.rows ??= b.input(ROW_SLOT_INPUT, ['i64', ['batch']]);
+      const shrink = b.matmul(x, b.gather(A, s.rows, 0), { transposeB: true });
+      return b.add(base, b.matmul(shrink, b.gather(B, s.rows, 0)));
+    }
+    s.groups ??= b.input(GROUP_SLOT_INPUT, ['i64', ['groups']]);
+    s.onehot ??= b.reshape(b.input(ROW_GROUP_INPUT, ['f32', ['batch', 'groups']]), ['batch', 1, 'groups', 1]);
+    const aFlat = b.reshape(b.gather(A, s.groups, 0), [-1, inDim]);
+    const shrink = b.reshape(b.linear(x, aFlat), ['batch', 'seq', 'groups', rank]);
+    const own = b.reshape(b.mul(shrink, s.onehot), ['batch', 'seq', -1]);
+    const bFlat = b.reshape(b.gather(B, s.groups, 0), [-1, outDim]);
+    return b.add(base, b.matmul(own, bFlat));
+  };
+}
+
+/**
+ * Picks the cheaper form for a step of `rows` rows over `groups` distinct slots: gathered moves
+ * about 2·rows slot-loads of factors, grouped G loads plus rows·G·2 flops per factor element
+ * (at `flopsPerByte` the executor's compute-to-bandwidth ratio, default 8).
+ */
+export function chooseSlotForm(rows: number, groups: number, flopsPerByte = 8): SlotForm {
+  return groups * (1 + (2 * rows) / flopsPerByte) <= 2 * rows ? 'grouped' : 'gathered';
+}
