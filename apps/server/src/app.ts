@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import client from 'prom-client';
 import { StageError } from '@stageml/ir';
-import { CausalLM, type PickInfo, chatTemplateOf, logSoftmax, topOf } from '@stageml/models';
+import { type PickInfo, chatTemplateOf, logSoftmax, topOf } from '@stageml/models';
 import { Engine } from '@stageml/engine';
 import { type Route, type RouterConfig, Scheduler, TenantRegistry } from '@stageml/router';
 import type { Executor } from '@stageml/runtime';
@@ -541,9 +541,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
 
   // Log-probabilities of the prompt's own tokens (echo with logprobs), from one prefill.
   const promptLogprobs = async (prompt: readonly number[], adapter: string | undefined, top: number): Promise<(PickInfo | null)[]> => {
-    const forward = (lm as { forward?: CausalLM['forward'] }).forward;
-    if (forward === undefined) throw new ServerError(ServerCode.BAD_REQUEST, "'echo' with 'logprobs' is not supported by this engine");
-    const { logits } = await forward.call(lm, [prompt], { adapters: [adapter] });
+    const logits = await lm.promptLogits(adapter, prompt);
     const V = lm.config.vocabSize;
     return prompt.map((t, i) => {
       if (i === 0) return null;

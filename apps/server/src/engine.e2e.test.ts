@@ -41,7 +41,7 @@ describe('server on the engine', () => {
   let server: StageServer;
   let base: string;
   beforeAll(async () => {
-    server = await createServer({ modelDir: `${root}llama/base`, modelName: 'llama', adaptersDir: `${root}llama/adapters`, padTokenId: 0, executor: slowed, maxLoras: 4, maxLoraRank: 16 });
+    server = await createServer({ modelDir: `${root}llama/base`, modelName: 'llama', adaptersDir: `${root}llama/adapters`, adapterRoots: [`${root}llama/adapters`, tmp], padTokenId: 0, executor: slowed, maxLoras: 4, maxLoraRank: 16 });
     base = await server.listen('127.0.0.1', 0);
   });
   afterAll(async () => {
@@ -130,7 +130,7 @@ describe('server on the engine: Mixtral', () => {
 
 describe('server on the engine: plans', () => {
   it('GET /v1/plan shows the applied plan; re-planned after loading an adapter, every request golden', async () => {
-    const server = await createServer({ modelDir: `${root}llama/base`, modelName: 'llama', padTokenId: 0, maxLoras: 4, memoryBudget: 1e12 });
+    const server = await createServer({ modelDir: `${root}llama/base`, modelName: 'llama', adapterRoots: [`${root}llama/adapters`], padTokenId: 0, maxLoras: 4, memoryBudget: 1e12 });
     const base = await server.listen('127.0.0.1', 0);
     try {
       const post = (path: string, b: unknown) => fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b) });

@@ -1,6 +1,5 @@
 import { randomInt } from 'node:crypto';
 import type { FastifyReply } from 'fastify';
-import type { Engine } from '@stageml/engine';
 import { type CausalLM, IncrementalDetokenizer, type PickInfo, type SamplingOptions } from '@stageml/models';
 import type { GenerationResult, Route, Scheduler } from '@stageml/router';
 import type { ServerMetrics } from './metrics.js';

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { type Graph, type HostTensor, StageError, graphParams, hostTensor } from '@stageml/ir';
 import { type ExpertLora, expertLoraFor } from '@stageml/moe';
 import { type ExpertsFactory, type LlamaConfig, ModelCode, ModelError, type TextTokenizer, buildLlamaGraph, expertParamName, loadTokenizer, loraExperts, parseLlamaConfig, readParam, ropeInvFreqFor } from '@stageml/models';
-import { AdapterCache, type CacheLease, type LoraAdapter, PeftCode, checkAdapterAgainstBase, loadLoraAdapter, scalingFor } from '@stageml/peft';
+import { AdapterCache, type CacheLease, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter, scalingFor } from '@stageml/peft';
 import { type Executor, type PreparedGraph, interpreterExecutor } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
 import { EngineCode, EngineError } from './errors.js';
@@ -196,6 +196,7 @@ export class Engine {
   #planDirty = false;
   #runsAtPlan = 0;
   #preparations: number;
+  #scoring: Promise<PreparedGraph> | undefined;
   #runs = 0;
 
   private constructor(
@@ -558,6 +559,63 @@ export class Engine {
     }
   }
 
+  /**
+   * Logits of every prompt position f32[prompt length, vocab] under `adapter` (prompt
+   * log-probabilities: OpenAI `echo` with `logprobs`). Runs a scoring program — the slot program
+   * with logits at every position, prepared on first use (one more preparation for the engine's
+   * life) and fed the same weights and slot tables. Adapters served on a program of their own (MoE
+   * expert LoRA) are `ENGINE_BAD_OPTIONS`; with weights held by the program it is too.
+   */
+  async promptLogits(adapter: string | null | undefined, prompt: readonly number[], mask?: readonly number[]): Promise<HostTensor> {
+    if (Object.keys(this.#weightInputs).length === 0) throw new EngineError(EngineCode.BAD_OPTIONS, "prompt logits need the engine's weights as inputs (weights: 'inputs')");
+    const seq = this.open(adapter, prompt, mask);
+    try {
+      const lane = seq.adapter === undefined ? undefined : this.#lanes.get(seq.adapter);
+      if (lane?.dedicated === true) throw new EngineError(EngineCode.BAD_OPTIONS, `prompt logits are not available for adapter '${seq.adapter!}' (it runs on a program of its own)`);
+      if (!(await this.attach(seq))) throw new PeftError(PeftCode.CACHE_FULL, 'every adapter slot is held by running adapters; retry when a request finishes');
+      const slot = this.#check(seq);
+      if (this.#scoring === undefined) {
+        this.#scoring = this.#executor.prepare(paramsToInputs(engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], undefined, { allLogits: true })));
+        this.#scoring.catch(() => {
+          this.#scoring = undefined;
+        });
+        this.#preparations++;
+      }
+      const program = await this.#scoring;
+      const count = prompt.length;
+      const keyMask = new Float32Array(count);
+      seq.promptMask.forEach((v, i) => {
+        if (v !== 1) keyMask[i] = MASKED;
+      });
+      let next = 0;
+      const window = this.config.slidingWindow;
+      const inputs: Record<string, HostTensor> = {
+        input_ids: hostTensor('i64', [1, count], prompt),
+        position_ids: hostTensor('i64', [1, count], seq.promptMask.map((v) => (v === 1 ? next++ : 1))),
+        attention_mask: window === undefined ? { dtype: 'f32', shape: [1, count], data: keyMask } : { dtype: 'f32', shape: [1, count, count], data: windowedQueries(keyMask, 0, count, window) },
+      };
+      for (let l = 0; l < this.config.numLayers; l++) {
+        const view = seq.kv.view(l, this.#kvShape);
+        inputs[`past_key.${String(l)}`] = view.k;
+        inputs[`past_value.${String(l)}`] = view.v;
+      }
+      Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
+      inputs[ROW_SLOT_INPUT] = hostTensor('i64', [1], [slot]);
+      this.#runs++;
+      let out: Record<string, HostTensor>;
+      try {
+        out = await program.run(inputs);
+      } catch (e) {
+        if (e instanceof StageError) throw e;
+        throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${(e as Error).message}`, { cause: e });
+      }
+      const logits = out['logits']!;
+      return { dtype: 'f32', shape: [count, this.config.vocabSize], data: logits.data };
+    } finally {
+      this.release(seq);
+    }
+  }
+
   /** Ends a sequence: frees its KV memory and its hold on the adapter's slot. Idempotent. */
   release(seq: Sequence): void {
     if (seq.released) return;
@@ -785,7 +843,7 @@ export function windowedQueries(keyMask: Float32Array, past: number, count: numb
  * position-major resident KV inputs, only this step's keys/values as outputs, last-position
  * logits, and an additive key mask. `modules` receives every projection with slot tables.
  */
-export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, rank: number, modules: SlotModule[], experts?: ExpertsFactory): Graph {
+export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, rank: number, modules: SlotModule[], experts?: ExpertsFactory, opts: { readonly allLogits?: boolean } = {}): Graph {
   return buildLlamaGraph(config, {
     ...(experts === undefined ? {} : { experts }),
     name: config.modelType,
@@ -794,7 +852,7 @@ export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, 
     // Sliding-window attention (Mistral) needs a mask per query; a decode step's one query makes it
     // f32[rows, 1, keys], the same data as a key mask.
     ...(config.slidingWindow === undefined ? {} : { perQueryMask: true }),
-    lastLogitsOnly: true,
+    lastLogitsOnly: opts.allLogits !== true,
     linear: slotLinear(form, slots, rank, modules),
     invFreq: ropeInvFreqFor(config.headDim, config.ropeTheta, config.rope),
     qkvBias: config.qkvBias,
