@@ -2,12 +2,13 @@ import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import type { Graph, HostTensor } from '@stageml/ir';
 import { stagedModelGraph } from '@stageml/models';
-import { type BundleManifest, specialize, writeBundle } from '@stageml/runtime';
+import { type BundleManifest, type SpecializeResult, specialize, writeBundle } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { parsePositiveInt } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import { loadGraphFile } from '../inspect.js';
 import type { CliIo } from '../io.js';
+import { type StageDType, castResidual, checkpointDType, parseStageDType } from '../stage-dtype.js';
 
 interface StageOptions {
   model?: string;
@@ -20,6 +21,14 @@ interface StageOptions {
   out: string;
   force?: boolean;
   json?: boolean;
+  dtype: StageDType;
+}
+
+/** Resolves `--dtype` (`checkpoint`: the model's stored float dtype; bare graphs: f32) and converts the residual. */
+async function withDType(opts: StageOptions, result: SpecializeResult): Promise<SpecializeResult> {
+  let dt = opts.dtype;
+  if (dt === 'checkpoint') dt = opts.model === undefined ? 'f32' : await checkpointDType(opts.model);
+  return dt === 'f32' ? result : castResidual(result, dt);
 }
 
 /** The annotation file of a bare graph: stages of inputs and parameters on `static < dynamic`. */
@@ -72,7 +81,7 @@ async function stageGraphFile(opts: StageOptions, graphPath: string): Promise<{ 
   const graph = loadGraphFile(graphPath);
   const annotations = await readAnnotations(opts.annotations);
   const values = await readWeights(opts.weights);
-  const result = specialize(graph, { annotations, cutoff: opts.cutoff, values: { get: (n) => values.get(n) } });
+  const result = await withDType(opts, specialize(graph, { annotations, cutoff: opts.cutoff, values: { get: (n) => values.get(n) } }));
   return { graph, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
 }
 
@@ -81,7 +90,7 @@ async function stageModel(opts: StageOptions, dir: string): Promise<{ graph: Gra
     ...(opts.adapter === undefined ? {} : { adapter: opts.adapter }),
     ...(opts.layers === undefined ? {} : { numLayers: opts.layers }),
   });
-  const result = specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: opts.cutoff, values: { get: (n) => m.values.get(n) } });
+  const result = await withDType(opts, specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: opts.cutoff, values: { get: (n) => m.values.get(n) } }));
   return { graph: m.graph, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
 }
 
@@ -89,7 +98,8 @@ async function stageModel(opts: StageOptions, dir: string): Promise<{ graph: Gra
  * `stageml stage`: specialize a model (with an optional adapter, over the serving lattice
  * `base < adapter < tenant < request < routing < token`) or a bare graph (over `static < dynamic`)
  * at a cutoff stage, and write the residual bundle (manifest.json, residual.ir,
- * constants.safetensors).
+ * constants.safetensors). `--dtype bf16|f16|checkpoint` converts the residual to that compute
+ * dtype (inputs and outputs stay f32; GPU code generators need bf16/f16).
  */
 export function registerStage(program: Command, io: CliIo): void {
   program
@@ -103,6 +113,7 @@ export function registerStage(program: Command, io: CliIo): void {
     .option('--weights <file>', 'values of the bare graph parameters (.safetensors)')
     .requiredOption('--cutoff <stage>', 'the last stage computed ahead of time (model: base, adapter, …; graph: static)')
     .requiredOption('--out <dir>', 'the bundle directory to write')
+    .option('--dtype <dtype>', 'compute dtype of the residual: f32, bf16, f16, or checkpoint (the float dtype the checkpoint stores; for GPU targets: gen triton|cuda need bf16/f16); inputs and outputs stay f32', parseStageDType, 'f32')
     .option('--force', 'replace an existing bundle directory')
     .option('--json', 'print the manifest as JSON')
     .action(async (opts: StageOptions) => {
