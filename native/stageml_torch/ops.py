@@ -309,10 +309,7 @@ def op_attention(x, a, ctx):
     mask = x[3] if len(x) > 3 else None
     hq, tq, d = q.shape[-3], q.shape[-2], q.shape[-1]
     hkv, tk = k.shape[-3], k.shape[-2]
-    if hq != hkv:
-        group = hq // hkv
-        k = k.repeat_interleave(group, dim=-3)
-        v = v.repeat_interleave(group, dim=-3)
+    group = hq // hkv
     scale = a.get("scale")
     scale = 1.0 / math.sqrt(d) if scale is None else _float(scale)
     causal = a.get("causal", False)
@@ -324,13 +321,21 @@ def op_attention(x, a, ctx):
         j = torch.arange(tk, device=q.device).reshape(1, tk)
         cm = torch.zeros((tq, tk), dtype=torch.float32, device=q.device).masked_fill(j > i + (tk - tq), -math.inf)
         bias = cm if bias is None else bias + cm
-    on_gpu = q.device.type == "cuda"
-    if _SDPA and on_gpu:
+    if _SDPA and q.device.type == "cuda":
         am = None if bias is None else bias.to(q.dtype).expand(list(q.shape[:-1]) + [tk])
+        if group > 1:
+            try:
+                return [F.scaled_dot_product_attention(q, k, v, attn_mask=am, scale=scale, enable_gqa=True)]
+            except TypeError:  # torch < 2.5: no enable_gqa
+                k = k.repeat_interleave(group, dim=-3)
+                v = v.repeat_interleave(group, dim=-3)
         try:
             return [F.scaled_dot_product_attention(q, k, v, attn_mask=am, scale=scale)]
         except TypeError:  # torch 2.0: no scale argument
             return [F.scaled_dot_product_attention(q * (scale * math.sqrt(d)), k, v, attn_mask=am)]
+    if group > 1:
+        k = k.repeat_interleave(group, dim=-3)
+        v = v.repeat_interleave(group, dim=-3)
     scores = torch.matmul(_f32(q), _f32(k).transpose(-1, -2)) * scale
     if bias is not None:
         scores = scores + bias

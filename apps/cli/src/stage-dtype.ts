@@ -40,6 +40,26 @@ export async function checkpointDType(dir: string): Promise<'f32' | 'bf16' | 'f1
   }
 }
 
+/**
+ * Names of the values of `g` computed from literals and integers alone (no parameter or float
+ * input among their ancestors), e.g. rotary frequency tables: when specialization folds one into
+ * the constant table it stays f32 (it is not a weight).
+ */
+function literalDerived(g: Graph): Set<string> {
+  const exact = new Array<boolean>(g.values.length).fill(false);
+  const out = new Set<string>();
+  for (const n of g.nodes) {
+    let ok: boolean;
+    if (n.kind === 'op') ok = n.operands.every((o) => exact[o] === true);
+    else ok = n.kind === 'input' && !['f64', 'f32', 'f16', 'bf16'].includes(g.values[n.results[0]!]!.type.dtype);
+    for (const r of n.results) {
+      exact[r] = ok;
+      if (ok) out.add(g.values[r]!.name);
+    }
+  }
+  return out;
+}
+
 /** Node indices in an order where each node follows the nodes defining its operands (stable otherwise). */
 function topoOrder(nodes: readonly { operands: readonly number[] }[], values: readonly { node: number }[]): number[] {
   const done = new Array<boolean>(nodes.length).fill(false);
@@ -72,7 +92,8 @@ function castTensor(t: HostTensor, dtype: DType): HostTensor {
  * the same signature. Parameter data is rounded to nearest even once; external parameters (not in
  * the constant table) must be supplied in `dtype`.
  */
-export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16'): SpecializeResult {
+export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', source?: Graph): SpecializeResult {
+  const keep = source === undefined ? new Set<string>() : literalDerived(source);
   const json = graphToJson(result.residual);
   type JsonNode = (typeof json.nodes)[number];
   const nodes: JsonNode[] = [];
@@ -107,7 +128,7 @@ export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16'): S
   const remap: number[] = [];
   for (const n of json.nodes) {
     if (n.kind !== 'op') {
-      const lower = n.kind === 'param' && n.results[0]!.type.dtype === 'f32';
+      const lower = n.kind === 'param' && n.results[0]!.type.dtype === 'f32' && !keep.has(n.results[0]!.name);
       remap.push(emit({ ...n, results: n.results.map((r) => (lower ? { name: r.name, type: { dtype, shape: r.type.shape } } : r)) }));
       continue;
     }
@@ -163,8 +184,8 @@ export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16'): S
     throw new CliError(CliCode.USAGE, `cannot convert the residual to ${dtype}: ${(e as Error).message}`, { cause: e });
   }
   const constants: Record<string, HostTensor> = {};
-  for (const [k, t] of Object.entries(result.constants)) constants[k] = t.dtype === 'f32' ? castTensor(t, dtype) : t;
-  const constantTypes = Object.fromEntries(Object.entries(result.constantTypes).map(([k, t]) => [k, t.dtype === 'f32' ? { dtype, shape: t.shape } : t]));
+  for (const [k, t] of Object.entries(result.constants)) constants[k] = t.dtype === 'f32' && !keep.has(k) ? castTensor(t, dtype) : t;
+  const constantTypes = Object.fromEntries(Object.entries(result.constantTypes).map(([k, t]) => [k, t.dtype === 'f32' && !keep.has(k) ? { dtype, shape: t.shape } : t]));
   const constantBytes = Object.values(constants).reduce((a, t) => a + t.data.length * (t.dtype === 'f64' || t.dtype === 'i64' ? 8 : t.dtype === 'bf16' || t.dtype === 'f16' ? 2 : t.dtype === 'i8' || t.dtype === 'u8' || t.dtype === 'bool' ? 1 : 4), 0);
   return { ...result, residual, constants, constantTypes, report: { ...result.report, residualOps: residual.nodes.filter((n) => n.kind === 'op').length, constantBytes } };
 }

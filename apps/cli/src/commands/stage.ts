@@ -25,10 +25,10 @@ interface StageOptions {
 }
 
 /** Resolves `--dtype` (`checkpoint`: the model's stored float dtype; bare graphs: f32) and converts the residual. */
-async function withDType(opts: StageOptions, result: SpecializeResult): Promise<SpecializeResult> {
+async function withDType(opts: StageOptions, result: SpecializeResult, source: Graph): Promise<SpecializeResult> {
   let dt = opts.dtype;
   if (dt === 'checkpoint') dt = opts.model === undefined ? 'f32' : await checkpointDType(opts.model);
-  return dt === 'f32' ? result : castResidual(result, dt);
+  return dt === 'f32' ? result : castResidual(result, dt, source);
 }
 
 /** The annotation file of a bare graph: stages of inputs and parameters on `static < dynamic`. */
@@ -81,7 +81,7 @@ async function stageGraphFile(opts: StageOptions, graphPath: string): Promise<{ 
   const graph = loadGraphFile(graphPath);
   const annotations = await readAnnotations(opts.annotations);
   const values = await readWeights(opts.weights);
-  const result = await withDType(opts, specialize(graph, { annotations, cutoff: opts.cutoff, values: { get: (n) => values.get(n) } }));
+  const result = await withDType(opts, specialize(graph, { annotations, cutoff: opts.cutoff, values: { get: (n) => values.get(n) } }), graph);
   return { graph, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
 }
 
@@ -90,7 +90,7 @@ async function stageModel(opts: StageOptions, dir: string): Promise<{ graph: Gra
     ...(opts.adapter === undefined ? {} : { adapter: opts.adapter }),
     ...(opts.layers === undefined ? {} : { numLayers: opts.layers }),
   });
-  const result = await withDType(opts, specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: opts.cutoff, values: { get: (n) => m.values.get(n) } }));
+  const result = await withDType(opts, specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: opts.cutoff, values: { get: (n) => m.values.get(n) } }), m.graph);
   return { graph: m.graph, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
 }
 

@@ -1,0 +1,104 @@
+"""Merges the device run's e2e.json and decode8b.json into bench/results/gpu-e2e.{json,md}.
+
+    python3 bench/gpu/report-e2e.py E2E_JSON DECODE_JSON --out-dir bench/results
+"""
+import argparse
+import json
+import os
+
+
+def fmt(x, spec="%.2f"):
+    return "-" if x is None else spec % x
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("e2e")
+    ap.add_argument("decode")
+    ap.add_argument("--out-dir", required=True)
+    args = ap.parse_args()
+    e2e = json.load(open(args.e2e))
+    dec = json.load(open(args.decode))
+    merged = {"suite": "gpu-e2e", "machine": dec["meta"]["device"], "e2e": e2e, "decode8b": dec}
+    with open(os.path.join(args.out_dir, "gpu-e2e.json"), "w") as f:
+        json.dump(merged, f, indent=1)
+
+    m = dec["meta"]
+    L = []
+    L.append("# GPU end to end (torch executor worker) on an %s" % m["device"])
+    L.append("")
+    L.append("Run %s; torch %s, transformers %s, peft %s. One device call (bench/gpu/device-e2e.sh); inputs prepared by "
+             "bench/gpu/prepare-e2e.ts on the CPU machine (Node is not on the GPU machine)." % (m["date"], m["torch"], m["transformers"], m["peft"]))
+    L.append("")
+    L.append("## Whole model on the GPU: our residual against transformers + PEFT (bf16, same GPU)")
+    L.append("")
+    L.append("Ours = the residual bundle (`stageml stage --dtype bf16`) run by `stageml_torch.Program` (the torch executor's worker) "
+             "on CUDA, greedy decode with the KV cache through the residual's `past_*`/`present_*`. HF = transformers + PEFT in bf16 "
+             "with the same (bf16-rounded) weights and adapter factors. f32 = the same HF model cast to f32 (reference). "
+             "rel = ‖logits − ref‖/‖ref‖ over the prefill logits.")
+    L.append("")
+    L.append("| case | prompt tokens | greedy ours = HF bf16 | first differing step | ours tokens = f32 greedy | HF bf16 tokens = f32 greedy | ours vs f32 rel | HF bf16 vs f32 rel | ours vs HF bf16 rel |")
+    L.append("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in e2e["results"]:
+        if "error" in r:
+            L.append("| %s | error: %s | | | | | | | |" % (r["case"], r["error"]))
+            continue
+        n = len(r["rows"][0]["ours"])
+        for x in r["rows"]:
+            L.append("| %s | %d | %s | %s | %d of %d | %d of %d | %.2e | %.2e | %.2e |" % (
+                r["case"], x["prompt_len"], "yes" if x["equal"] else "no", "-" if x["first_mismatch"] is None else str(x["first_mismatch"]),
+                x["ours_equal_f32_prefix"], n, x["hf_bf16_equal_f32_prefix"], n, x["ours_vs_f32_rel"], x["hf_bf16_vs_f32_rel"], x["ours_vs_hf_bf16_logits_rel"]))
+    L.append("")
+    L.append("fixture = fixtures/peft-tiny/llama with adapter all-r16 (12 new tokens); big8 = 8 layers, hidden 4096, intermediate 14336, "
+             "GQA 32/8, vocab 32000, random bf16 weights drawn on the GPU, r16 adapter (random A and B) on all seven projections "
+             "(16 new tokens). 'tokens = f32 greedy' counts the leading tokens equal to the f32 model's greedy continuation.")
+    L.append("")
+    L.append("## Llama-3-8B-shaped decode step, 64 adapters on all projections")
+    L.append("")
+    L.append("%s. Context %d positions (KV cache), batch b = b streams on b different adapters. Ours: the decode step as torch ops "
+             "(cuBLAS base GEMMs, SDPA, HF-exact norms and rotary) plus the generated SGMV shrink/expand kernels per projection "
+             "(`stageml gen triton` of a 64-adapter bank), one CUDA graph, median of replays. Base = the same step without adapters. "
+             "Byte floor = 1 + (adapter factor bytes the batch's adapters read) / (base weight bytes, %.1f GB), KV excluded." % (
+                 m["model"], m["context"], m["base_weight_bytes"] / 1e9))
+    L.append("")
+    L.append("| ranks (64 adapters) | batch | base ms | base tok/s | 64-adapter ms | 64-adapter tok/s | × base | byte floor × base |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in dec["steps"]:
+        L.append("| %s | %d | %.2f | %.0f | %.2f | %.0f | %.2f | %.2f |" % ("8/16/64 cycled" if r["mix"] == "mixed" else "all 8", r["batch"], r["base_ms"], r["base_tok_s"], r["lora_ms"], r["lora_tok_s"], r["lora_over_base"], r["byte_floor_ratio"]))
+    L.append("")
+    L.append("PEFT's mixed batch (`adapter_names`, eager, same model and adapters, KV cache of %d):" % m["context"])
+    L.append("")
+    L.append("| batch | PEFT mixed ms | HF base eager ms | PEFT mixed ÷ ours (64-adapter step) |")
+    L.append("| ---: | ---: | ---: | ---: |")
+    for r in dec["peft"]:
+        L.append("| %d | %.1f | %.1f | %s |" % (r["batch"], r["peft_mixed_ms"], r["hf_base_eager_ms"], fmt(r.get("peft_over_ours"), "%.0f×")))
+    L.append("")
+    c = dec["checks"].get("mixed", {})
+    if c:
+        L.append("Check (one step at position 0, 64 rows on 64 adapters): ours vs PEFT mixed batch rel %.2e, argmax agreement %.0f%% "
+                 "(the adapters move the logits by %.0f%%); base-only step vs HF base: rel %.1e, argmax agreement %.0f%%." % (
+                     c["ours_vs_peft_rel"], 100 * c["argmax_agree"], 100 * c["adapter_effect_rel"], c["ours_base_vs_hf_base_rel"], 100 * c["ours_base_argmax_agree"]))
+    L.append("")
+    L.append("## Against the targets")
+    L.append("")
+    s64 = next((r for r in dec["steps"] if r["mix"] == "mixed" and r["batch"] == 64), None)
+    r8 = next((r for r in dec["steps"] if r["mix"] == "r8" and r["batch"] == 64), None)
+    p64 = next((r for r in dec["peft"] if r["batch"] == 64), None)
+    if s64 and r8 and p64:
+        L.append("- 64 streams on 64 adapters ≤ 1.3× the base step: **missed** — %.2f× (ranks 8/16/64) and %.2f× (all r8). With these ranks "
+                 "the adapters' factors are %.0f%% (%.0f%%) of the base weights' bytes, so no kernel that reads them once per step can go "
+                 "under %.2f× (%.2f×); we are %.0f%% (%.0f%%) over that floor. ≤ 1.3× holds up to 4 streams." % (
+                     s64["lora_over_base"], r8["lora_over_base"], 100 * (s64["byte_floor_ratio"] - 1), 100 * (r8["byte_floor_ratio"] - 1),
+                     s64["byte_floor_ratio"], r8["byte_floor_ratio"], 100 * (s64["lora_over_base"] / s64["byte_floor_ratio"] - 1), 100 * (r8["lora_over_base"] / r8["byte_floor_ratio"] - 1)))
+        L.append("- ≥ 20× PEFT's mixed batch in the same run: **holds** — %.0f× at 64 streams (PEFT loops over adapters per module, eagerly)." % p64["peft_over_ours"])
+    L.append("- Greedy tokens equal to transformers + PEFT: holds on 2 of 4 fixture prompts, 0 of 3 big8 prompts; in every case HF's own bf16 "
+             "run also leaves the f32 model's greedy path (the random-weight models have near-ties that bf16 rounding flips), and our "
+             "logits are as close to f32 as HF bf16's (same order, within 10-15%). Logits within bf16 tolerance of f32: ≤ 1.2e-2 (fixture) and ≤ 3.8e-2 "
+             "(8 random layers) against HF bf16's 1.1e-2 and 3.3e-2.")
+    L.append("")
+    with open(os.path.join(args.out_dir, "gpu-e2e.md"), "w") as f:
+        f.write("\n".join(L))
+
+
+if __name__ == "__main__":
+    main()
