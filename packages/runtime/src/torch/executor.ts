@@ -32,6 +32,8 @@ export interface TorchExecutorOptions {
 
 /** What the worker said about itself at start. */
 export interface TorchWorkerInfo {
+  /** The Python interpreter running the worker. */
+  readonly python: string;
   readonly protocol: number;
   readonly worker: string;
   readonly torch: string;
@@ -253,6 +255,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
     });
   }
   const info: TorchWorkerInfo = {
+    python,
     protocol: Number(hello['protocol']),
     worker: String(hello['worker']),
     torch: String(hello['torch']),
