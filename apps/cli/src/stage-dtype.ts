@@ -167,7 +167,7 @@ export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', so
     for (const o of nodes[i]!.operands) mark(o);
   };
   for (const o of outputs) mark(o.value);
-  const order = topoOrder(nodes, newTypes).filter((i) => live[i] || nodes[i]!.kind !== 'op');
+  const order = topoOrder(nodes, newTypes).filter((i) => live[i] === true || nodes[i]!.kind !== 'op');
   const renumber = new Map<number, number>();
   const sorted: JsonNode[] = [];
   let nid = 0;

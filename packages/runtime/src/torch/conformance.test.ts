@@ -2,7 +2,7 @@
 // interpreter, on the shared conformance cases the tfjs and onnxruntime executors pass.
 import { type HostTensor, OP_KEYS, interpret } from '@stageml/ir';
 import { defaultTolerance } from '@stageml/testkit';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, expect, test } from 'vitest';
 
 import { CONFORMANCE_CASES, type ConformanceCase } from '../tfjs/conformance/index.js';
 import { type TorchExecutor, createTorchExecutor } from './index.js';
@@ -41,7 +41,7 @@ describeWithTorch('torch matches the interpreter', () => {
     executor = await createTorchExecutor({ device: 'cpu' });
   }, 120_000);
   afterAll(async () => {
-    await executor?.close();
+    await executor.close();
   });
 
   test('runs on the CPU worker', () => {

@@ -163,9 +163,10 @@ class WorkerConnection {
       if (this.#pending.length === 0) this.#idle();
       if (frame.header['ok'] === true) p.resolve(frame);
       else {
-        const code = String(frame.header['code'] ?? RuntimeCode.WORKER_FAILED);
-        const known = KNOWN_CODES.has(code) ? (code as RuntimeErrorCode) : RuntimeCode.WORKER_FAILED;
-        p.reject(new RuntimeError(known, `torch worker: ${String(frame.header['message'] ?? 'request failed')}`));
+        const code = frame.header['code'];
+        const message = frame.header['message'];
+        const known = typeof code === 'string' && KNOWN_CODES.has(code) ? (code as RuntimeErrorCode) : RuntimeCode.WORKER_FAILED;
+        p.reject(new RuntimeError(known, `torch worker: ${typeof message === 'string' ? message : 'request failed'}`));
       }
     }
   }
@@ -203,7 +204,11 @@ class WorkerConnection {
 
   async close(): Promise<void> {
     if (this.#dead !== undefined) return;
-    const exited = new Promise<void>((r) => this.#child.once('exit', () => r()));
+    const exited = new Promise<void>((r) => {
+      this.#child.once('exit', () => {
+        r();
+      });
+    });
     try {
       await this.request({ op: 'shutdown' });
     } catch {
@@ -256,7 +261,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
   }
   const info: TorchWorkerInfo = {
     python,
-    protocol: Number(hello['protocol']),
+    protocol: TORCH_PROTOCOL_VERSION,
     worker: String(hello['worker']),
     torch: String(hello['torch']),
     device: String(hello['device']),

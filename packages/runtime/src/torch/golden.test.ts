@@ -40,7 +40,7 @@ describeWithTorch('fixture goldens on the torch executor', () => {
     executor = await createTorchExecutor({ device: 'cpu' });
   }, 120_000);
   afterAll(async () => {
-    await executor?.close();
+    await executor.close();
   });
 
   async function checkFamily(lm: CausalLM, family: string, model: string): Promise<void> {

@@ -86,7 +86,11 @@ async function talk(python: string, frames: Buffer[]): Promise<{ replies: Record
   });
   for (const f of frames) child.stdin.write(f);
   child.stdin.end();
-  const code = await new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
+  const code = await new Promise<number | null>((r) => {
+    child.on('exit', (c) => {
+      r(c);
+    });
+  });
   return { replies, code };
 }
 
@@ -96,7 +100,7 @@ describeWithTorch('torch worker protocol', () => {
     executor = await createTorchExecutor({ device: 'cpu' });
   }, 120_000);
   afterAll(async () => {
-    await executor?.close();
+    await executor.close();
   });
 
   it('answers hello, refuses unknown requests and handles with coded errors, and exits at end of input', async () => {

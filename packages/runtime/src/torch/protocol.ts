@@ -124,19 +124,27 @@ export class FrameDecoder {
     } catch (e) {
       throw protocolError(`header is not JSON (${(e as Error).message})`);
     }
-    const list = header['tensors'] ?? [];
-    if (!Array.isArray(list)) throw protocolError('header.tensors is not a list');
+    const raw: unknown = header['tensors'] ?? [];
+    if (!Array.isArray(raw)) throw protocolError('header.tensors is not a list');
+    const list = raw as WireTensor[];
     let off = 4 + headLen;
     let total = off;
-    for (const t of list as WireTensor[]) total += Number(t.nbytes);
+    for (const t of list) {
+      if (!Number.isSafeInteger(t.nbytes) || t.nbytes < 0) throw protocolError(`tensor '${t.name}' has a bad byte count`);
+      total += t.nbytes;
+    }
     if (this.#size < total) return undefined;
     const all = this.#peek(total);
     const tensors: Record<string, HostTensor> = {};
-    for (const t of list as WireTensor[]) {
-      if (!DTYPES.has(t.dtype) || !Array.isArray(t.shape)) throw protocolError(`tensor '${String(t.name)}' has a bad dtype or shape`);
-      const n = t.shape.reduce((a, b) => a * b, 1);
-      if (n * wireBytes(t.dtype) !== t.nbytes) throw protocolError(`tensor '${t.name}' ${t.dtype}[${t.shape.join(', ')}] cannot be ${String(t.nbytes)} bytes`);
-      tensors[t.name] = { dtype: t.dtype, shape: [...t.shape], data: viewOf(t.dtype, all.subarray(off, off + t.nbytes)) };
+    for (const t of list) {
+      const shape: unknown = t.shape;
+      if (!DTYPES.has(t.dtype) || !Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && (d as number) >= 0)) {
+        throw protocolError(`tensor '${t.name}' has a bad dtype or shape`);
+      }
+      const dims = shape as number[];
+      const n = dims.reduce((a, b) => a * b, 1);
+      if (n * wireBytes(t.dtype) !== t.nbytes) throw protocolError(`tensor '${t.name}' ${t.dtype}[${dims.join(', ')}] cannot be ${String(t.nbytes)} bytes`);
+      tensors[t.name] = { dtype: t.dtype, shape: [...dims], data: viewOf(t.dtype, all.subarray(off, off + t.nbytes)) };
       off += t.nbytes;
     }
     const rest = this.#chunks[0]!.subarray(total);
