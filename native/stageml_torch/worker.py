@@ -13,11 +13,17 @@ from .protocol import read_frame, write_frame
 
 
 def pick_device(name):
+    """`auto`, `cpu`, `cuda` or `cuda:N`; a device torch does not see is `RT_BACKEND_UNAVAILABLE`."""
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise errors.WorkerError("RT_BACKEND_UNAVAILABLE", "device '%s' was asked for, but torch %s sees no CUDA device" % (name, torch.__version__))
-    return name
+    if name == "cpu":
+        return name
+    if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
+        index = int(name[5:]) if ":" in name else 0
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            raise errors.WorkerError("RT_BACKEND_UNAVAILABLE", "device '%s' was asked for, but torch %s sees %d CUDA device(s)" % (name, torch.__version__, torch.cuda.device_count() if torch.cuda.is_available() else 0))
+        return name
+    raise errors.WorkerError("RT_BACKEND_UNAVAILABLE", "unknown device '%s' (auto, cpu, cuda, cuda:N)" % name)
 
 
 class Worker:

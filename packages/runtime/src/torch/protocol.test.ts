@@ -112,6 +112,11 @@ describeWithTorch('torch worker protocol', () => {
     expect(replies[2]).toMatchObject({ ok: false, id: 3, code: 'RT_DISPOSED' });
   }, 60_000);
 
+  it('refuses a device torch does not see, naming it', async () => {
+    await expect(createTorchExecutor({ device: 'cuda:99' })).rejects.toMatchObject({ code: RuntimeCode.BACKEND_UNAVAILABLE, message: expect.stringContaining("'cuda:99'") });
+    await expect(createTorchExecutor({ device: 'tpu' })).rejects.toMatchObject({ code: RuntimeCode.BACKEND_UNAVAILABLE });
+  }, 60_000);
+
   it('reports a truncated frame and exits non-zero', async () => {
     const [len, body] = encodeFrame({ op: 'hello' });
     const { replies, code } = await talk(executor.info.python, [len!, body!.subarray(0, 3)]);
