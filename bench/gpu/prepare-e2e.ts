@@ -17,7 +17,7 @@ import type { LoraAdapter } from '@stageml/peft';
 import { type SpecializeResult, specialize, writeBundle } from '@stageml/runtime';
 import { generateTritonFromBundle } from '@stageml/triton-gen';
 import { castResidual } from '../../apps/cli/src/stage-dtype.js';
-import { bankGraph } from '../../packages/triton-gen/test/graphs.js';
+import { bankGraph, loraGraph } from '../../packages/triton-gen/test/graphs.js';
 
 const OUT = process.argv[2] ?? join(import.meta.dirname, 'out-e2e');
 const FIXTURE = join(import.meta.dirname, '../../fixtures/peft-tiny/llama');
@@ -96,3 +96,8 @@ for (const [s, d] of Object.entries(SHAPES)) {
   }
 }
 await writeFile(join(OUT, 'mixes.json'), JSON.stringify(MIXES));
+
+// 4. The generated fused LoRA linear (4096², bf16, r16, s = 2) that bench/gpu/splitk.py compares with.
+const loraDir = join(OUT, 'bundles', 'lora-bf16-r16');
+await writeBundle(loraDir, specialize(loraGraph('bf16', { inDim: 4096, outDim: 4096 }, 16), { cutoff: 'static', shapesOnly: true }), { overwrite: true });
+await generateTritonFromBundle(loraDir, join(OUT, 'triton', 'lora-bf16-r16'));
