@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type HostTensor, hostTensor, interpret } from '@stageml/ir';
+import { type HostTensor, deserializeGraph, hostTensor, interpret, printGraph } from '@stageml/ir';
 import { loadBundle } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -70,6 +70,8 @@ describe('stageml stage --dtype', () => {
     expect(m.inputs.find((i) => i.name === 'attention_mask')?.type).toBe('f32[batch, past + seq]');
     expect(m.outputs.every((o) => o.type.startsWith('f32['))).toBe(true);
     const b = await loadBundle(bundle);
+    // residual.json (for Python hosts) is the same residual as residual.ir.
+    expect(printGraph(deserializeGraph(readFileSync(join(bundle, 'residual.json'), 'utf8')))).toBe(printGraph(b.residual));
     // The rotary angles stay f32 (bf16 cannot hold positions past 256); cos/sin are cast where they meet bf16.
     expect(b.residual.values.find((v) => v.name === 'rope.mul')?.type.dtype).toBe('f32');
     expect(b.residual.values.find((v) => v.name === 'rope.cos.bf16')?.type.dtype).toBe('bf16');

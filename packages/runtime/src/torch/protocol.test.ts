@@ -1,9 +1,14 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { GraphBuilder, type HostTensor, hostTensor, interpret } from '@stageml/ir';
+import { GraphBuilder, type HostTensor, graphToJson, hostTensor, interpret } from '@stageml/ir';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
+import { writeBundle } from '../bundle.js';
 import { RuntimeCode } from '../errors.js';
+import { specialize } from '../specialize.js';
 import { FrameDecoder, type TorchExecutor, createTorchExecutor, encodeFrame } from './index.js';
 import { describeWithTorch } from './test-support.js';
 
@@ -122,6 +127,35 @@ describeWithTorch('torch worker protocol', () => {
     const { replies, code } = await talk(executor.info.python, [len!, body!.subarray(0, 3)]);
     expect(code).toBe(1);
     expect(replies[0]).toMatchObject({ ok: false, code: 'RT_WORKER_FAILED' });
+  }, 60_000);
+
+  it('loads a bundle from Python (stageml_torch.bundle) with constants and external parameters', async () => {
+    const b = new GraphBuilder('affine');
+    const x = b.input('x', ['f32', ['n', 3]]);
+    const w = b.param('w', ['f32', [2, 3]]);
+    const bias = b.param('bias', ['f32', [2]]);
+    b.output('y', b.linear(x, w, bias));
+    const g = b.build();
+    const dir = join(mkdtempSync(join(tmpdir(), 'stageml-torch-bundle-')), 'b');
+    const wv = hostTensor('f32', [2, 3], [1, 2, 3, 4, 5, 6]);
+    // w is static (a constant), bias dynamic (an external parameter supplied at load).
+    const result = specialize(g, { annotations: { params: { w: 'static', bias: 'dynamic' } }, cutoff: 'static', values: { get: (n) => (n === 'w' ? wv : undefined) } });
+    await writeBundle(dir, result);
+    writeFileSync(join(dir, 'residual.json'), JSON.stringify(graphToJson(result.residual)));
+    const script = [
+      'import json, sys, torch',
+      'from stageml_torch.bundle import load_bundle',
+      'p = load_bundle(sys.argv[1], "cpu", external={"bias": torch.tensor([0.5, -1.0])})',
+      'y = p.run({"x": torch.tensor([[1.0, 0.0, -1.0]])})["y"]',
+      'print(json.dumps(y.tolist()))',
+      'try:\n    load_bundle(sys.argv[1], "cpu")\nexcept Exception as e:\n    print(e.code)',
+    ].join('\n');
+    const r = spawnSync(executor.info.python, ['-c', script, dir], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: NATIVE } });
+    expect(r.stderr).toBe('');
+    const [y, code] = r.stdout.trim().split('\n');
+    const want = interpret(g, { inputs: { x: hostTensor('f32', [1, 3], [1, 0, -1]) }, weights: { w: wv, bias: hostTensor('f32', [2], [0.5, -1]) } })['y']!;
+    expect(JSON.parse(y!)).toEqual([Array.from(want.data)]);
+    expect(code).toBe('RT_MISSING_WEIGHT');
   }, 60_000);
 
   it('keeps parameters resident across runs and maps failures to coded errors, leaving the graph usable', async () => {
