@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU end-to-end run as one device command (from the carried folder holding native/, bench/gpu/,
 # bundles/, triton/, fixtures/ and mixes.json, as bench/gpu/stage-device.sh lays it out).
-# Usage: bash bench/gpu/device-e2e.sh OUTDIR [e2e|decode|kernels|all]
+# Usage: bash bench/gpu/device-e2e.sh OUTDIR [worker|e2e|decode|kernels|all]
 set -u
 OUTDIR=${1:?output directory}
 WHAT=${2:-all}
@@ -9,6 +9,10 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/native${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
 python3 -c "import torch, triton, transformers, peft; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)"
 START=$(date +%s)
+if [ "$WHAT" = worker ] || [ "$WHAT" = all ]; then
+  timeout 120 python3 bench/gpu/worker_smoke.py --root . --out "$OUTDIR/worker.json" > "$OUTDIR/worker.log" 2>&1
+  echo "worker exit $? after $(( $(date +%s) - START )) s"; grep -E '"(run_ok|logits_max_abs_diff_vs_in_process|decode_step_roundtrip_ms_median|exit_code|device|deviceName)"' "$OUTDIR/worker.log"
+fi
 if [ "$WHAT" = kernels ] || [ "$WHAT" = all ]; then
   timeout "${KERNEL_BUDGET:-240}" python3 bench/gpu/splitk.py --out "$OUTDIR/gpu-kernels.json" --generated triton/lora-bf16-r16 > "$OUTDIR/kernels.log" 2>&1
   echo "kernels exit $? after $(( $(date +%s) - START )) s"; grep -v "^ " "$OUTDIR/kernels.log" | tail -12
