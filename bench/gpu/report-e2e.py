@@ -62,7 +62,7 @@ def main():
                  "fixture-bf16, separate device call): hello reports `%s` on `%s`; prepare %.2f s; the prefill's logits equal in-process "
                  "`Program.run` exactly (max |Δ| %.1g); a bad handle is `%s`; dispose and shutdown answer ok, exit code %d. A decode step's "
                  "round trip over the protocol (KV cache in and out as host tensors, as the engine passes it today) took %.1f ms median "
-                 "for this 2-layer model — far above the in-process step; not investigated yet (KV residency and CUDA graphs in the executor are the planned fix)." % (
+                 "for this 2-layer model, far above the in-process steps of the runs above (about 8 ms once their lengths had been seen); not profiled yet, likely first-use cost per new KV length (each step's is new here); a static device-resident KV cache with CUDA graphs is the planned fix." % (
                      w["hello"]["torch"], w["hello"]["deviceName"], w["prepare_s"], w["logits_max_abs_diff_vs_in_process"], w["bad_handle"]["code"], w["exit_code"], w["decode_step_roundtrip_ms_median"]))
         L.append("")
     L.append("## Llama-3-8B-shaped decode step, 64 adapters on all projections")
