@@ -137,7 +137,7 @@ def case_fixture(root, device):
     round_adapters_to_bf16(hf)
     cfg = base.config
     rows = compare("fixture", prog, hf, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, prompts, 12, device, lambda: hf.float())
-    return {"case": "fixture", "bundle": "fixture-bf16 (stageml stage --dtype bf16 of fixtures/peft-tiny/llama + all-r16)", "rows": rows}
+    return {"case": "fixture", "fused_lora_linears": prog.fused, "bundle": "fixture-bf16 (stageml stage --dtype bf16 of fixtures/peft-tiny/llama + all-r16)", "rows": rows}
 
 
 def case_big8(root, device):
@@ -170,7 +170,7 @@ def case_big8(root, device):
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist() for n in (5, 17, 33)]
     rows = compare("big8", prog, hf, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, prompts, 16, device, lambda: hf.float())
-    return {"case": "big8", "config": cj, "adapter": "r16 alpha 32 on q,k,v,o,gate,up,down (random A and B)", "rows": rows}
+    return {"case": "big8", "fused_lora_linears": prog.fused, "config": cj, "adapter": "r16 alpha 32 on q,k,v,o,gate,up,down (random A and B)", "rows": rows}
 
 
 def main():

@@ -5,7 +5,8 @@ import torch
 
 from . import errors
 from .dims import bind_dims, evaluate_dim
-from .ops import DTYPES, HALF, NATIVE_HALF_ON_CUDA, OPS
+from .fuse import fuse_lora
+from .ops import DTYPES, HALF, NATIVE_HALF_ON_CUDA, OPS, _float
 
 GRAPH_FORMAT = "stageml.graph"
 GRAPH_VERSION = 1
@@ -80,6 +81,11 @@ class Program:
                 self.steps.append((key, OPS[key], n["operands"], n.get("attrs", {}), ids))
         self.param_env = bind_dims(param_entries)
         self.outputs = [(o["name"], o["value"]) for o in graph_json["outputs"]]
+        consts = {}
+        for key, _, _, attrs, ids in self.steps:
+            if key == "constant" and len(attrs.get("value", [])) == 1 and len(attrs.get("shape", [])) == 0:
+                consts[ids[0]] = _float(attrs["value"][0])
+        self.steps, self.fused = fuse_lora(self.steps, self.value_types, consts, self.params, [v for _, v in self.outputs], self.on_cuda)
         # Last use of each value, so intermediates are freed as soon as they are dead.
         last = {}
         for si, (_, _, operands, _, _) in enumerate(self.steps):

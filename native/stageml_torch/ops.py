@@ -397,4 +397,4 @@ OPS = {
 }
 
 # Ops whose operands stay in f16/bf16 on CUDA (tensor cores); on the CPU all half ops compute in f32.
-NATIVE_HALF_ON_CUDA = {"matmul", "linear", "groupedMatmul", "attention", "add", "sub", "mul", "gather", "indexSelect", "reshape", "transpose", "concat", "slice", "broadcastTo", "silu", "cast", "constant", "where"}
+NATIVE_HALF_ON_CUDA = {"loraLinear", "matmul", "linear", "groupedMatmul", "attention", "add", "sub", "mul", "gather", "indexSelect", "reshape", "transpose", "concat", "slice", "broadcastTo", "silu", "cast", "constant", "where"}

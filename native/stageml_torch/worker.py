@@ -43,7 +43,7 @@ class Worker:
             h = self.next_handle
             self.next_handle += 1
             self.programs[h] = prog
-            return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names()}, None
+            return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names(), "fusedLoraLinears": prog.fused}, None
         if op == "run":
             prog = self._program(header)
             with torch.no_grad():

@@ -81,8 +81,8 @@ describe('torch executor availability', () => {
 });
 
 /** Sends raw frames to a fresh worker and collects its replies until it exits. */
-async function talk(python: string, frames: Buffer[]): Promise<{ replies: Record<string, unknown>[]; code: number | null }> {
-  const child = spawn(python, ['-m', 'stageml_torch.worker', '--device', 'cpu'], { env: { ...process.env, PYTHONPATH: NATIVE }, stdio: ['pipe', 'pipe', 'ignore'] });
+async function talk(python: string, frames: Buffer[], env: Record<string, string> = {}): Promise<{ replies: Record<string, unknown>[]; code: number | null }> {
+  const child = spawn(python, ['-m', 'stageml_torch.worker', '--device', 'cpu'], { env: { ...process.env, PYTHONPATH: NATIVE, ...env }, stdio: ['pipe', 'pipe', 'ignore'] });
   const d = new FrameDecoder();
   const replies: Record<string, unknown>[] = [];
   child.stdout.on('data', (c: Buffer) => {
@@ -120,6 +120,28 @@ describeWithTorch('torch worker protocol', () => {
   it('refuses a device torch does not see, naming it', async () => {
     await expect(createTorchExecutor({ device: 'cuda:99' })).rejects.toMatchObject({ code: RuntimeCode.BACKEND_UNAVAILABLE, message: expect.stringContaining("'cuda:99'") });
     await expect(createTorchExecutor({ device: 'tpu' })).rejects.toMatchObject({ code: RuntimeCode.BACKEND_UNAVAILABLE });
+  }, 60_000);
+
+  it('fuses each LoRA linear into one step when asked (STAGEML_TORCH_FUSE=1), with the same result', async () => {
+    const b = new GraphBuilder('lora');
+    const x = b.input('x', ['f32', ['n', 8]]);
+    const w = b.param('W', ['f32', [4, 8]]);
+    const A = b.param('A', ['f32', [2, 8]]);
+    const B = b.param('B', ['f32', [4, 2]]);
+    b.output('y', b.add(b.linear(x, w), b.mul(b.linear(b.linear(x, A), B), b.constant([0.5], 'f32', []))));
+    const g = b.build();
+    const rnd = (n: number, k: number) => hostTensor('f32', [n, k], Array.from({ length: n * k }, (_, i) => Math.sin(i + n)));
+    const weights = { W: rnd(4, 8), A: rnd(2, 8), B: rnd(4, 2) };
+    const xs = rnd(3, 8);
+    const frames = [encodeFrame({ op: 'prepare', id: 1, graph: graphToJson(g) }, weights), encodeFrame({ op: 'run', id: 2, handle: 1 }, { x: xs })].flat();
+    for (const fuse of ['0', '1']) {
+      const { replies } = await talk(executor.info.python, frames, { STAGEML_TORCH_FUSE: fuse });
+      expect(replies[0]).toMatchObject({ ok: true, fusedLoraLinears: fuse === '1' ? 1 : 0 });
+      expect(replies[1]).toMatchObject({ ok: true });
+    }
+    const p = await executor.prepare(g, weights);
+    expect((await p.run({ x: xs }))['y']).toBeAllclose(interpret(g, { inputs: { x: xs }, weights })['y']!, { rtol: 1e-6, atol: 1e-6 });
+    p.dispose();
   }, 60_000);
 
   it('reports a truncated frame and exits non-zero', async () => {
