@@ -52,7 +52,7 @@ describe('stageml bench lora-layer', () => {
 
 describe('resolveExecutor', () => {
   it('accepts auto and every runtime executor', () => {
-    expect(EXECUTOR_NAMES).toEqual(['auto', 'onnxruntime', 'tfjs-wasm', 'tfjs-cpu', 'interpreter']);
+    expect(EXECUTOR_NAMES).toEqual(['auto', 'onnxruntime', 'tfjs-wasm', 'tfjs-cpu', 'interpreter', 'torch']);
   });
 
   it('defaults to STAGEML_EXECUTOR, else the interpreter', async () => {

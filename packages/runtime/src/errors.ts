@@ -24,6 +24,8 @@ export const RuntimeCode = {
   DISPOSED: 'RT_DISPOSED',
   /** A file or directory could not be read or written. */
   IO: 'RT_IO',
+  /** The torch worker process died, could not start, or broke the frame protocol. */
+  WORKER_FAILED: 'RT_WORKER_FAILED',
 } as const;
 
 /** Union of `@stageml/runtime` error codes. */

@@ -1,13 +1,15 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { Command } from 'commander';
-import type { Graph, HostTensor } from '@stageml/ir';
+import { type Graph, type HostTensor, graphToJson } from '@stageml/ir';
 import { stagedModelGraph } from '@stageml/models';
-import { type BundleManifest, specialize, writeBundle } from '@stageml/runtime';
+import { type BundleManifest, type SpecializeResult, specialize, writeBundle } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { parsePositiveInt } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import { loadGraphFile } from '../inspect.js';
 import type { CliIo } from '../io.js';
+import { type StageDType, castResidual, checkpointDType, parseStageDType } from '../stage-dtype.js';
 
 interface StageOptions {
   model?: string;
@@ -20,6 +22,14 @@ interface StageOptions {
   out: string;
   force?: boolean;
   json?: boolean;
+  dtype: StageDType;
+}
+
+/** Resolves `--dtype` (`checkpoint`: the model's stored float dtype; bare graphs: f32) and converts the residual. */
+async function withDType(opts: StageOptions, result: SpecializeResult, source: Graph): Promise<SpecializeResult> {
+  let dt = opts.dtype;
+  if (dt === 'checkpoint') dt = opts.model === undefined ? 'f32' : await checkpointDType(opts.model);
+  return dt === 'f32' ? result : castResidual(result, dt, source);
 }
 
 /** The annotation file of a bare graph: stages of inputs and parameters on `static < dynamic`. */
@@ -68,28 +78,29 @@ async function readWeights(path: string | undefined): Promise<Map<string, HostTe
   return values;
 }
 
-async function stageGraphFile(opts: StageOptions, graphPath: string): Promise<{ graph: Graph; manifest: BundleManifest }> {
+async function stageGraphFile(opts: StageOptions, graphPath: string): Promise<{ graph: Graph; residual: Graph; manifest: BundleManifest }> {
   const graph = loadGraphFile(graphPath);
   const annotations = await readAnnotations(opts.annotations);
   const values = await readWeights(opts.weights);
-  const result = specialize(graph, { annotations, cutoff: opts.cutoff, values: { get: (n) => values.get(n) } });
-  return { graph, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
+  const result = await withDType(opts, specialize(graph, { annotations, cutoff: opts.cutoff, values: { get: (n) => values.get(n) } }), graph);
+  return { graph, residual: result.residual, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
 }
 
-async function stageModel(opts: StageOptions, dir: string): Promise<{ graph: Graph; manifest: BundleManifest }> {
+async function stageModel(opts: StageOptions, dir: string): Promise<{ graph: Graph; residual: Graph; manifest: BundleManifest }> {
   const m = await stagedModelGraph(dir, {
     ...(opts.adapter === undefined ? {} : { adapter: opts.adapter }),
     ...(opts.layers === undefined ? {} : { numLayers: opts.layers }),
   });
-  const result = specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: opts.cutoff, values: { get: (n) => m.values.get(n) } });
-  return { graph: m.graph, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
+  const result = await withDType(opts, specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: opts.cutoff, values: { get: (n) => m.values.get(n) } }), m.graph);
+  return { graph: m.graph, residual: result.residual, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
 }
 
 /**
  * `stageml stage`: specialize a model (with an optional adapter, over the serving lattice
  * `base < adapter < tenant < request < routing < token`) or a bare graph (over `static < dynamic`)
  * at a cutoff stage, and write the residual bundle (manifest.json, residual.ir,
- * constants.safetensors).
+ * constants.safetensors, and residual.json, the IR's JSON form for Python hosts). `--dtype bf16|f16|checkpoint` converts the residual to that compute
+ * dtype (inputs and outputs stay f32; GPU code generators need bf16/f16).
  */
 export function registerStage(program: Command, io: CliIo): void {
   program
@@ -103,13 +114,20 @@ export function registerStage(program: Command, io: CliIo): void {
     .option('--weights <file>', 'values of the bare graph parameters (.safetensors)')
     .requiredOption('--cutoff <stage>', 'the last stage computed ahead of time (model: base, adapter, …; graph: static)')
     .requiredOption('--out <dir>', 'the bundle directory to write')
+    .option('--dtype <dtype>', 'compute dtype of the residual: f32, bf16, f16, or checkpoint (the float dtype the checkpoint stores; for GPU targets: gen triton|cuda need bf16/f16); inputs and outputs stay f32', parseStageDType, 'f32')
     .option('--force', 'replace an existing bundle directory')
     .option('--json', 'print the manifest as JSON')
     .action(async (opts: StageOptions) => {
       if ((opts.model === undefined) === (opts.graph === undefined)) throw new CliError(CliCode.USAGE, 'give exactly one of --model DIR or --graph FILE');
       if (opts.graph !== undefined && (opts.adapter !== undefined || opts.layers !== undefined)) throw new CliError(CliCode.USAGE, '--adapter and --layers apply to --model only');
       if (opts.model !== undefined && (opts.annotations !== undefined || opts.weights !== undefined)) throw new CliError(CliCode.USAGE, '--annotations and --weights apply to --graph only');
-      const { graph, manifest } = opts.model !== undefined ? await stageModel(opts, opts.model) : await stageGraphFile(opts, opts.graph!);
+      const { graph, residual, manifest } = opts.model !== undefined ? await stageModel(opts, opts.model) : await stageGraphFile(opts, opts.graph!);
+      // The residual's JSON form beside residual.ir, for hosts that load bundles without Node (stageml_torch.bundle).
+      try {
+        await writeFile(join(opts.out, 'residual.json'), JSON.stringify(graphToJson(residual)));
+      } catch (e) {
+        throw new CliError(CliCode.IO, `cannot write ${join(opts.out, 'residual.json')}: ${(e as Error).message}`, { cause: e });
+      }
       if (opts.json === true) {
         io.out(JSON.stringify(manifest, null, 2));
         return;

@@ -1,0 +1,191 @@
+import { type DType, type Graph, type HostTensor, deserializeGraph, graphToJson, rounderFor } from '@stageml/ir';
+import type { SpecializeResult } from '@stageml/runtime';
+import { openCheckpoint } from '@stageml/safetensors';
+import { CliCode, CliError } from './errors.js';
+
+/** Compute dtypes `stageml stage --dtype` accepts (`checkpoint`: the floating dtype the checkpoint stores). */
+export const STAGE_DTYPES = ['f32', 'bf16', 'f16', 'checkpoint'] as const;
+
+/** One of `STAGE_DTYPES`. */
+export type StageDType = (typeof STAGE_DTYPES)[number];
+
+/** Parses `--dtype`; anything else is `CLI_USAGE`. */
+export function parseStageDType(v: string): StageDType {
+  if ((STAGE_DTYPES as readonly string[]).includes(v)) return v as StageDType;
+  throw new CliError(CliCode.USAGE, `--dtype must be one of ${STAGE_DTYPES.join(', ')}, got '${v}'`);
+}
+
+const SAFETENSORS_FLOATS: Readonly<Record<string, 'f32' | 'bf16' | 'f16'>> = { F32: 'f32', BF16: 'bf16', F16: 'f16' };
+
+/**
+ * The floating dtype a model directory's checkpoint stores (the dtype of most of its float
+ * tensors, by element count). Errors: a checkpoint of another float type is `CLI_USAGE`.
+ */
+export async function checkpointDType(dir: string): Promise<'f32' | 'bf16' | 'f16'> {
+  const ckpt = await openCheckpoint(dir);
+  try {
+    const count = new Map<string, number>();
+    for (const n of ckpt.names()) {
+      const info = ckpt.info(n);
+      count.set(info.dtype, (count.get(info.dtype) ?? 0) + info.shape.reduce((a, b) => a * b, 1));
+    }
+    const top = [...count.entries()].filter(([d]) => d.startsWith('F') || d === 'BF16').sort((a, b) => b[1] - a[1])[0];
+    const dt = top === undefined ? undefined : SAFETENSORS_FLOATS[top[0]];
+    if (dt === undefined) {
+      throw new CliError(CliCode.USAGE, `the checkpoint in '${dir}' stores ${top?.[0] ?? 'no float tensors'}; --dtype checkpoint needs F32, BF16 or F16`, { hint: 'give --dtype f32, bf16 or f16' });
+    }
+    return dt;
+  } finally {
+    await ckpt.close();
+  }
+}
+
+/**
+ * Names of the values of `g` computed from literals and integers alone (no parameter or float
+ * input among their ancestors), e.g. rotary frequency tables: when specialization folds one into
+ * the constant table it stays f32 (it is not a weight).
+ */
+function literalDerived(g: Graph): Set<string> {
+  const exact = new Array<boolean>(g.values.length).fill(false);
+  const out = new Set<string>();
+  for (const n of g.nodes) {
+    let ok: boolean;
+    if (n.kind === 'op') ok = n.operands.every((o) => exact[o] === true);
+    else ok = n.kind === 'input' && !['f64', 'f32', 'f16', 'bf16'].includes(g.values[n.results[0]!]!.type.dtype);
+    for (const r of n.results) {
+      exact[r] = ok;
+      if (ok) out.add(g.values[r]!.name);
+    }
+  }
+  return out;
+}
+
+/** Node indices in an order where each node follows the nodes defining its operands (stable otherwise). */
+function topoOrder(nodes: readonly { operands: readonly number[] }[], values: readonly { node: number }[]): number[] {
+  const done = new Array<boolean>(nodes.length).fill(false);
+  const order: number[] = [];
+  const visit = (i: number): void => {
+    if (done[i]) return;
+    done[i] = true;
+    for (const o of nodes[i]!.operands) visit(values[o]!.node);
+    order.push(i);
+  };
+  for (let i = 0; i < nodes.length; i++) visit(i);
+  return order;
+}
+
+function castTensor(t: HostTensor, dtype: DType): HostTensor {
+  const round = rounderFor(dtype);
+  const data = new Float32Array(t.data.length);
+  for (let i = 0; i < data.length; i++) data[i] = round(t.data[i]!);
+  return { dtype, shape: t.shape, data };
+}
+
+/**
+ * Converts a residual computed in f32 to `dtype` (bf16 or f16): every f32 parameter and constant
+ * becomes `dtype`, and so does every f32 value computed from one. Values computed only from
+ * integers, literals and f32 inputs stay f32 (rotary angles from positions: bf16 cannot even hold
+ * positions past 256) and are rounded to `dtype` where they meet a `dtype` value (literals by a
+ * literal of that dtype, so LoRA scales stay scalar constants, other values by a cast), as
+ * Hugging Face casts cos/sin to the hidden states' dtype. The interface is unchanged: f32 inputs
+ * stay f32 and f32 outputs are cast back to f32, so callers (the engine's KV cache, logits) see
+ * the same signature. Parameter data is rounded to nearest even once; external parameters (not in
+ * the constant table) must be supplied in `dtype`.
+ */
+export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', source?: Graph): SpecializeResult {
+  const keep = source === undefined ? new Set<string>() : literalDerived(source);
+  const json = graphToJson(result.residual);
+  type JsonNode = (typeof json.nodes)[number];
+  const nodes: JsonNode[] = [];
+  const newTypes: { name: string; dtype: string; shape: (number | string)[]; node: number }[] = [];
+  const emit = (n: JsonNode): number => {
+    nodes.push(n);
+    const first = newTypes.length;
+    for (const r of n.results) newTypes.push({ name: r.name, dtype: r.type.dtype, shape: r.type.shape, node: nodes.length - 1 });
+    return first;
+  };
+  const taken = new Set(json.nodes.flatMap((n) => n.results.map((r) => r.name)));
+  const fresh = (base: string): string => {
+    let name = base;
+    for (let i = 1; taken.has(name); i++) name = `${base}_${String(i)}`;
+    taken.add(name);
+    return name;
+  };
+  const lowered = new Map<number, number>();
+  /** Value `v` (new id, f32) as `dtype`: a literal of that dtype, or a cast (made once). */
+  const asTarget = (v: number): number => {
+    const hit = lowered.get(v);
+    if (hit !== undefined) return hit;
+    const t = newTypes[v]!;
+    const def = nodes[t.node]!;
+    const id =
+      def.kind === 'op' && def.op === 'sml.constant'
+        ? emit({ ...def, attrs: { ...def.attrs, dtype }, results: [{ name: fresh(`${t.name}.${dtype}`), type: { dtype, shape: t.shape } }] })
+        : emit({ kind: 'op', op: 'sml.cast', operands: [v], attrs: { dtype }, results: [{ name: fresh(`${t.name}.${dtype}`), type: { dtype, shape: t.shape } }] });
+    lowered.set(v, id);
+    return id;
+  };
+  const remap: number[] = [];
+  for (const n of json.nodes) {
+    if (n.kind !== 'op') {
+      const lower = n.kind === 'param' && n.results[0]!.type.dtype === 'f32' && !keep.has(n.results[0]!.name);
+      remap.push(emit({ ...n, results: n.results.map((r) => (lower ? { name: r.name, type: { dtype, shape: r.type.shape } } : r)) }));
+      continue;
+    }
+    const operands = n.operands.map((o) => remap[o]!);
+    const mixed = operands.some((o) => newTypes[o]!.dtype === dtype);
+    const producesF32 = n.results.some((r) => r.type.dtype === 'f32');
+    if (!mixed || !producesF32) {
+      // Exact-derived f32 (or no f32 result): unchanged, but f32 operands meeting dtype ones are lowered.
+      const ops2 = mixed ? operands.map((o) => (newTypes[o]!.dtype === 'f32' ? asTarget(o) : o)) : operands;
+      const id = emit({ ...n, operands: ops2 });
+      for (let i = 0; i < n.results.length; i++) remap.push(id + i);
+      continue;
+    }
+    const attrs = n.attrs === undefined ? undefined : Object.fromEntries(Object.entries(n.attrs).map(([k, v]) => [k, k === 'dtype' && v === 'f32' ? dtype : v]));
+    const id = emit({
+      ...n,
+      operands: operands.map((o) => (newTypes[o]!.dtype === 'f32' ? asTarget(o) : o)),
+      ...(attrs === undefined ? {} : { attrs }),
+      results: n.results.map((r) => ({ name: r.name, type: { dtype: r.type.dtype === 'f32' ? dtype : r.type.dtype, shape: r.type.shape } })),
+    });
+    for (let i = 0; i < n.results.length; i++) remap.push(id + i);
+  }
+  const outputs = json.outputs.map((o) => {
+    const v = remap[o.value]!;
+    const t = newTypes[v]!;
+    if (result.residual.values[o.value]!.type.dtype !== 'f32' || t.dtype === 'f32') return { name: o.name, value: v };
+    return { name: o.name, value: emit({ kind: 'op', op: 'sml.cast', operands: [v], attrs: { dtype: 'f32' }, results: [{ name: fresh(`${t.name}.f32`), type: { dtype: 'f32', shape: t.shape } }] }) };
+  });
+  // Lowered literals and casts were appended after their first reader: put every node after its
+  // operands, and drop literals no longer read (their lowered copies replaced them).
+  const live = new Array<boolean>(nodes.length).fill(false);
+  const mark = (v: number): void => {
+    const i = newTypes[v]!.node;
+    if (live[i]) return;
+    live[i] = true;
+    for (const o of nodes[i]!.operands) mark(o);
+  };
+  for (const o of outputs) mark(o.value);
+  const order = topoOrder(nodes, newTypes).filter((i) => live[i] === true || nodes[i]!.kind !== 'op');
+  const renumber = new Map<number, number>();
+  const sorted: JsonNode[] = [];
+  let nid = 0;
+  for (const i of order) {
+    const n = nodes[i]!;
+    const firstOld = newTypes.findIndex((t) => t.node === i);
+    sorted.push({ ...n, operands: n.operands.map((o) => renumber.get(o)!) });
+    for (let r = 0; r < n.results.length; r++) renumber.set(firstOld + r, nid++);
+  }
+  let residual: Graph;
+  try {
+    residual = deserializeGraph({ ...json, nodes: sorted, outputs: outputs.map((o) => ({ name: o.name, value: renumber.get(o.value)! })) });
+  } catch (e) {
+    throw new CliError(CliCode.USAGE, `cannot convert the residual to ${dtype}: ${(e as Error).message}`, { cause: e });
+  }
+  const constants: Record<string, HostTensor> = {};
+  for (const [k, t] of Object.entries(result.constants)) constants[k] = t.dtype === 'f32' && !keep.has(k) ? castTensor(t, dtype) : t;
+  const constantTypes = Object.fromEntries(Object.entries(result.constantTypes).map(([k, t]) => [k, t.dtype === 'f32' && !keep.has(k) ? { dtype, shape: t.shape } : t]));
+  const constantBytes = Object.values(constants).reduce((a, t) => a + t.data.length * (t.dtype === 'f64' || t.dtype === 'i64' ? 8 : t.dtype === 'bf16' || t.dtype === 'f16' ? 2 : t.dtype === 'i8' || t.dtype === 'u8' || t.dtype === 'bool' ? 1 : 4), 0);
+  return { ...result, residual, constants, constantTypes, report: { ...result.report, residualOps: residual.nodes.filter((n) => n.kind === 'op').length, constantBytes } };
+}

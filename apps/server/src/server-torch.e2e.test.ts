@@ -1,0 +1,57 @@
+// The reference server on the torch executor (CPU torch here and in CI): the golden greedy tokens
+// of every adapter, alone and under a concurrent mixed load. CI must run it (Debian's
+// python3-torch); elsewhere it is skipped when Python 3 with torch is missing.
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type StageServer, createServer } from './index.js';
+
+const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
+const golden = JSON.parse(readFileSync(`${root}golden.json`, 'utf8')) as Record<string, unknown> & { families: { llama: { adapters: string[] } } };
+const ADAPTERS = golden.families.llama.adapters;
+const prompt = (model: string, p: number) => (golden[`llama.${model}`] as Record<string, { input_ids: number[]; greedy_new_ids: number[] }>)[`prompt${String(p)}`]!;
+const available = isTorchAvailable();
+
+async function completion(base: string, model: string, p: number): Promise<{ status: number; ids: number[] }> {
+  const body = { model: model === 'base' ? 'llama' : model, prompt: prompt(model, p).input_ids, max_tokens: 12, temperature: 0, ignore_eos: true, return_token_ids: true };
+  const r = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const json = (await r.json()) as { choices: { token_ids: number[] }[] };
+  return { status: r.status, ids: json.choices[0]!.token_ids };
+}
+
+if (!available && process.env['CI'] !== undefined) {
+  describe('reference server on the torch executor', () => {
+    it('needs Python 3 with torch', () => {
+      throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch');
+    });
+  });
+} else {
+  describe.skipIf(!available)('reference server on the torch executor', () => {
+    let executor: TorchExecutor;
+    let server: StageServer;
+    let base: string;
+    beforeAll(async () => {
+      executor = await createTorchExecutor({ device: 'cpu' });
+      server = await createServer({ modelDir: `${root}llama/base`, modelName: 'llama', adaptersDir: `${root}llama/adapters`, padTokenId: 0, maxBatch: 8, executor });
+      base = await server.listen('127.0.0.1', 0);
+    }, 120_000);
+    afterAll(async () => {
+      await server.shutdown();
+      await executor.close();
+    });
+
+    it('returns the golden greedy tokens for every adapter, alone and as a concurrent mixed load', async () => {
+      for (const model of ['base', ...ADAPTERS]) {
+        const r = await completion(base, model, 0);
+        expect(r.status).toBe(200);
+        expect(r.ids, model).toEqual(prompt(model, 0).greedy_new_ids);
+      }
+      const jobs = ['base', ...ADAPTERS].flatMap((model) => [1, 2, 3].map(async (p) => {
+        const r = await completion(base, model, p);
+        expect(r.ids, `${model} prompt${String(p)}`).toEqual(prompt(model, p).greedy_new_ids);
+      }));
+      await Promise.all(jobs);
+    }, 180_000);
+  });
+}

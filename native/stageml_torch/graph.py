@@ -1,0 +1,141 @@
+"""A residual graph (the IR's JSON form, `graphToJson`) prepared once on a device and run many
+times with torch."""
+
+import torch
+
+from . import errors
+from .dims import bind_dims, evaluate_dim
+from .fuse import fuse_lora
+from .ops import DTYPES, HALF, NATIVE_HALF_ON_CUDA, OPS, _float
+
+GRAPH_FORMAT = "stageml.graph"
+GRAPH_VERSION = 1
+
+
+def op_key(printed):
+    """`sml.rms_norm` → `rmsNorm` (the registry key)."""
+    name = printed[4:] if printed.startswith("sml.") else printed
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+class _Ctx:
+    __slots__ = ("device", "env", "generator")
+
+    def __init__(self, device, env, generator):
+        self.device = device
+        self.env = env
+        self.generator = generator
+
+    def dim(self, d):
+        return evaluate_dim(d, self.env)
+
+
+def check_graph(doc):
+    """Validates the JSON document's envelope and op names; raises `WorkerError`."""
+    if not isinstance(doc, dict) or doc.get("format") != GRAPH_FORMAT:
+        raise errors.WorkerError(errors.PROTOCOL, "graph must be a %s JSON document" % GRAPH_FORMAT)
+    if doc.get("version") != GRAPH_VERSION:
+        raise errors.WorkerError(errors.PROTOCOL, "graph JSON version %r is not supported (this worker reads %d)" % (doc.get("version"), GRAPH_VERSION))
+    for i, n in enumerate(doc["nodes"]):
+        if n["kind"] == "op" and op_key(n["op"]) not in OPS:
+            raise errors.WorkerError(errors.UNSUPPORTED, "node %d (%s): op %s has no torch lowering" % (i, n["results"][0]["name"], n["op"]))
+
+
+class Program:
+    """`graph_json` prepared on `device` with parameter tensors `params` (name → tensor).
+
+    Parameters are moved to the device once (resident); `run(inputs)` takes and returns tensors by
+    name. Missing parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`.
+    """
+
+    def __init__(self, graph_json, params, device="cpu", seed=0):
+        check_graph(graph_json)
+        self.doc = graph_json
+        self.name = graph_json["name"]
+        self.device = torch.device(device)
+        self.on_cuda = self.device.type == "cuda"
+        nodes = graph_json["nodes"]
+        self.value_types = []
+        self.steps = []
+        self.inputs = []
+        self.params = {}
+        param_entries = []
+        for n in nodes:
+            ids = list(range(len(self.value_types), len(self.value_types) + len(n["results"])))
+            for r in n["results"]:
+                self.value_types.append((r["name"], r["type"]["dtype"], r["type"]["shape"]))
+            if n["kind"] == "input":
+                self.inputs.append((n["results"][0]["name"], ids[0]))
+            elif n["kind"] == "param":
+                name, dtype, shape = self.value_types[ids[0]]
+                if name not in params:
+                    raise errors.WorkerError(errors.MISSING_WEIGHT, "parameter '%s' (%s%s) has no data" % (name, dtype, shape))
+                t = params[name]
+                if t.dtype != DTYPES[dtype]:
+                    raise errors.WorkerError(errors.BAD_VALUE, "parameter '%s' is %s, declared %s" % (name, t.dtype, dtype))
+                param_entries.append((name, shape, tuple(t.shape)))
+                self.params[ids[0]] = t.to(self.device).contiguous()
+            else:
+                key = op_key(n["op"])
+                self.steps.append((key, OPS[key], n["operands"], n.get("attrs", {}), ids))
+        self.param_env = bind_dims(param_entries)
+        self.outputs = [(o["name"], o["value"]) for o in graph_json["outputs"]]
+        consts = {}
+        for key, _, _, attrs, ids in self.steps:
+            if key == "constant" and len(attrs.get("value", [])) == 1 and len(attrs.get("shape", [])) == 0:
+                consts[ids[0]] = _float(attrs["value"][0])
+        self.steps, self.fused = fuse_lora(self.steps, self.value_types, consts, self.params, [v for _, v in self.outputs], self.on_cuda)
+        # Last use of each value, so intermediates are freed as soon as they are dead.
+        last = {}
+        for si, (_, _, operands, _, _) in enumerate(self.steps):
+            for v in operands:
+                last[v] = si
+        keep = {v for _, v in self.outputs}
+        self.free_after = [[v for v in operands if last.get(v) == si and v not in keep and v not in self.params] for si, (_, _, operands, _, _) in enumerate(self.steps)]
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+
+    def input_names(self):
+        return [n for n, _ in self.inputs]
+
+    def output_names(self):
+        return [n for n, _ in self.outputs]
+
+    def run(self, inputs):
+        """Runs on `inputs` (name → tensor, any device); returns name → tensor on the device."""
+        declared = {n for n, _ in self.inputs}
+        for k in inputs:
+            if k not in declared:
+                raise errors.WorkerError(errors.UNKNOWN_INPUT, "'%s' is not an input of @%s (inputs: %s)" % (k, self.name, ", ".join(sorted(declared)) or "none"))
+        env_vals = dict(self.params)
+        entries = []
+        for name, vid in self.inputs:
+            if name not in inputs:
+                _, dtype, shape = self.value_types[vid]
+                raise errors.WorkerError(errors.MISSING_INPUT, "input '%s' (%s%s) was not supplied" % (name, dtype, shape))
+            t = inputs[name]
+            _, dtype, shape = self.value_types[vid]
+            if t.dtype != DTYPES[dtype]:
+                raise errors.WorkerError(errors.BAD_VALUE, "input '%s' is %s, declared %s" % (name, t.dtype, dtype))
+            entries.append((name, shape, tuple(t.shape)))
+            env_vals[vid] = t.to(self.device, non_blocking=True)
+        env = bind_dims(entries, self.param_env)
+        ctx = _Ctx(self.device, env, self.generator)
+        for si, (key, fn, operands, attrs, ids) in enumerate(self.steps):
+            args = [env_vals[v] for v in operands]
+            half_native = self.on_cuda and key in NATIVE_HALF_ON_CUDA
+            if not half_native:
+                args = [a.float() if a.dtype in HALF else a for a in args]
+            try:
+                outs = fn(args, attrs, ctx)
+            except errors.WorkerError:
+                raise
+            except (RuntimeError, ValueError, IndexError, TypeError) as e:
+                raise errors.WorkerError(errors.EVAL, "node %s (%s): %s" % (self.value_types[ids[0]][0], key, e)) from e
+            for vid, t in zip(ids, outs):
+                want = DTYPES[self.value_types[vid][1]]
+                env_vals[vid] = t if t.dtype == want else t.to(want)
+            for v in self.free_after[si]:
+                env_vals.pop(v, None)
+        return {name: env_vals[vid] for name, vid in self.outputs}

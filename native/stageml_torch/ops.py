@@ -1,0 +1,400 @@
+"""Every op of the IR registry (packages/ir/src/ops) as a torch function.
+
+Each entry takes (operands, attrs, ctx) and returns a list of tensors; `ctx` carries the device,
+the dim bindings (`ctx.dim(d)`), the declared result dtypes and the random generator. Results are
+cast to their declared dtype by the caller. f16/bf16 norms, softmax and attention scores are
+computed in f32 and rounded once (as the reference interpreter rounds once); on the CPU every
+f16/bf16 op computes in f32 (CPU torch lacks or emulates half matmuls).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from . import errors
+
+DTYPES = {
+    "f64": torch.float64,
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "i64": torch.int64,
+    "i32": torch.int32,
+    "i8": torch.int8,
+    "u8": torch.uint8,
+    "bool": torch.bool,
+}
+
+HALF = (torch.float16, torch.bfloat16)
+_SDPA = hasattr(F, "scaled_dot_product_attention")
+
+
+def _float(v):
+    if isinstance(v, str):
+        return {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "-0": -0.0}[v]
+    return float(v)
+
+
+def _axis(a, rank):
+    return a + rank if a < 0 else a
+
+
+def _f32(t):
+    return t.float() if t.dtype in HALF else t
+
+
+# -- leaves -----------------------------------------------------------------------------------
+
+
+def op_constant(_, a, ctx):
+    shape = [ctx.dim(d) for d in a.get("shape", [])]
+    vals = [_float(v) for v in a["value"]]
+    dt = DTYPES[a.get("dtype", "f32")]
+    n = 1
+    for s in shape:
+        n *= s
+    if len(vals) == 1:
+        return [torch.full(shape, vals[0], dtype=torch.float64, device=ctx.device).to(dt)]
+    if len(vals) != n:
+        raise errors.WorkerError(errors.BAD_VALUE, "constant has %d values for shape %s" % (len(vals), shape))
+    return [torch.tensor(vals, dtype=torch.float64, device=ctx.device).reshape(shape).to(dt)]
+
+
+def op_iota(_, a, ctx):
+    shape = [ctx.dim(d) for d in a["shape"]]
+    axis = _axis(a.get("axis", 0), len(shape))
+    dt = DTYPES[a.get("dtype", "i64")]
+    view = [1] * len(shape)
+    view[axis] = shape[axis]
+    return [torch.arange(shape[axis], device=ctx.device, dtype=torch.float64).reshape(view).expand(shape).to(dt).contiguous()]
+
+
+def op_random_uniform(_, a, ctx):
+    shape = [ctx.dim(d) for d in a["shape"]]
+    dt = DTYPES[a.get("dtype", "f32")]
+    below_one = {torch.float32: 1 - 2 ** -24, torch.float16: 1 - 2 ** -11, torch.bfloat16: 1 - 2 ** -8}.get(dt, 1 - 2 ** -53)
+    # Clamped in f64 to the largest value below 1 of the dtype, so rounding cannot reach 1.
+    return [torch.rand(shape, generator=ctx.generator, device=ctx.device, dtype=torch.float64).clamp_max(below_one).to(dt)]
+
+
+# -- element-wise -----------------------------------------------------------------------------
+
+
+def _binary(f):
+    return lambda x, a, ctx: [f(x[0], x[1])]
+
+
+def _unary(f):
+    return lambda x, a, ctx: [f(x[0])]
+
+
+def op_gelu(x, a, ctx):
+    if a.get("approximate", "none") == "tanh":
+        return [F.gelu(x[0], approximate="tanh")]
+    return [F.gelu(x[0])]
+
+
+def op_cast(x, a, ctx):
+    dt = DTYPES[a["dtype"]]
+    t = x[0]
+    if dt == torch.bool:
+        return [t != 0]
+    if not dt.is_floating_point and t.dtype.is_floating_point:
+        # Truncate toward zero, then wrap (the interpreter's integer semantics).
+        d = t.double()
+        wide = torch.where(torch.isfinite(d), torch.trunc(d), torch.zeros_like(d)).to(torch.int64)
+        return [wide.to(dt)]
+    return [t.to(dt)]
+
+
+def op_div(x, a, ctx):
+    return [torch.div(x[0], x[1])]
+
+
+def op_rsqrt(x, a, ctx):
+    return [torch.rsqrt(x[0])]
+
+
+# -- linear algebra ---------------------------------------------------------------------------
+
+
+def op_matmul(x, a, ctx):
+    l, r = x
+    if a.get("transposeA", False):
+        l = l.transpose(-1, -2)
+    if a.get("transposeB", False):
+        r = r.transpose(-1, -2)
+    return [torch.matmul(l, r)]
+
+
+def op_linear(x, a, ctx):
+    bias = x[2] if len(x) > 2 else None
+    return [F.linear(x[0], x[1], bias)]
+
+
+def op_grouped_matmul(x, a, ctx):
+    inp, w, groups = x
+    if a.get("transposeW", False):
+        w = w.transpose(-1, -2)
+    out = torch.zeros(inp.shape[0], w.shape[2], dtype=inp.dtype, device=inp.device)
+    g = groups.long()
+    if g.numel() > 0 and (int(g.min()) < 0 or int(g.max()) >= w.shape[0]):
+        raise errors.WorkerError(errors.EVAL, "groupedMatmul: a group index is out of range [0, %d)" % w.shape[0])
+    for e in torch.unique(g).tolist():
+        rows = (g == e).nonzero(as_tuple=True)[0]
+        out.index_copy_(0, rows, torch.matmul(inp.index_select(0, rows), w[e]))
+    return [out]
+
+
+# -- reductions and norms ---------------------------------------------------------------------
+
+
+def _axes(a, rank):
+    axes = a.get("axes", [])
+    return list(range(rank)) if len(axes) == 0 else [_axis(v, rank) for v in axes]
+
+
+def op_sum(x, a, ctx):
+    t = x[0]
+    if t.dim() == 0:
+        return [t.clone()]
+    return [torch.sum(_f32(t), dim=_axes(a, t.dim()), keepdim=a.get("keepDims", False))]
+
+
+def op_mean(x, a, ctx):
+    t = x[0]
+    if t.dim() == 0:
+        return [t.clone()]
+    src = _f32(t) if t.dtype.is_floating_point else t.double()
+    return [torch.mean(src, dim=_axes(a, t.dim()), keepdim=a.get("keepDims", False))]
+
+
+def op_max(x, a, ctx):
+    t = x[0]
+    if t.dim() == 0:
+        return [t.clone()]
+    out = t
+    for ax in sorted(_axes(a, t.dim()), reverse=True):
+        out = torch.amax(out, dim=ax, keepdim=a.get("keepDims", False))
+    return [out]
+
+
+def op_argmax(x, a, ctx):
+    t = x[0]
+    if t.dim() == 0:
+        return [torch.zeros((), dtype=torch.int64, device=t.device)]
+    ax = _axis(a.get("axis", -1), t.dim())
+    src = t
+    if t.dtype.is_floating_point:
+        # NaN counts as the maximum: map it to +inf past every finite value and +inf itself.
+        src = torch.where(torch.isnan(t), torch.full_like(t, math.inf), t)
+        nan_first = torch.isnan(t).any(dim=ax, keepdim=True)
+        idx_nan = torch.isnan(t).to(torch.int8).argmax(dim=ax, keepdim=True)
+        idx = src.argmax(dim=ax, keepdim=True)
+        res = torch.where(nan_first, idx_nan, idx)
+        return [res if a.get("keepDims", False) else res.squeeze(ax)]
+    return [src.argmax(dim=ax, keepdim=a.get("keepDims", False))]
+
+
+def op_softmax(x, a, ctx):
+    t = x[0]
+    return [torch.softmax(_f32(t), dim=_axis(a.get("axis", -1), t.dim()))]
+
+
+def op_rms_norm(x, a, ctx):
+    t = _f32(x[0])
+    y = t * torch.rsqrt(t.pow(2).mean(dim=-1, keepdim=True) + a.get("eps", 1e-6))
+    if len(x) > 1:
+        y = y * _f32(x[1])
+    return [y]
+
+
+def op_layer_norm(x, a, ctx):
+    t = _f32(x[0])
+    w = _f32(x[1]) if len(x) > 1 else None
+    b = _f32(x[2]) if len(x) > 2 else None
+    return [F.layer_norm(t, (t.shape[-1],), w, b, a.get("eps", 1e-5))]
+
+
+# -- shapes and indexing ----------------------------------------------------------------------
+
+
+def op_reshape(x, a, ctx):
+    return [x[0].reshape([ctx.dim(d) for d in a["shape"]])]
+
+
+def op_transpose(x, a, ctx):
+    return [x[0].permute(a["perm"])]
+
+
+def op_broadcast_to(x, a, ctx):
+    return [x[0].expand([ctx.dim(d) for d in a["shape"]])]
+
+
+def op_concat(x, a, ctx):
+    return [torch.cat(list(x), dim=_axis(a["axis"], x[0].dim()))]
+
+
+def op_slice(x, a, ctx):
+    t = x[0]
+    ax = _axis(a["axis"], t.dim())
+    start = ctx.dim(a.get("start", 0))
+    end = ctx.dim(a["end"]) if "end" in a else None
+    idx = [slice(None)] * ax + [slice(start, end, a.get("step", 1))]
+    return [t[tuple(idx)]]
+
+
+def _index(idx, size, op):
+    i = idx.long()
+    if i.numel() > 0 and (int(i.min()) < 0 or int(i.max()) >= size):
+        raise errors.WorkerError(errors.EVAL, "%s: an index is out of range [0, %d)" % (op, size))
+    return i
+
+
+def op_gather(x, a, ctx):
+    table, idx = x
+    ax = _axis(a.get("axis", 0), table.dim())
+    i = _index(idx, table.shape[ax], "gather")
+    flat = torch.index_select(table, ax, i.reshape(-1))
+    return [flat.reshape(list(table.shape[:ax]) + list(idx.shape) + list(table.shape[ax + 1 :]))]
+
+
+def op_index_select(x, a, ctx):
+    t, idx = x
+    ax = _axis(a.get("axis", 0), t.dim())
+    return [torch.index_select(t, ax, _index(idx, t.shape[ax], "indexSelect"))]
+
+
+def op_scatter_add(x, a, ctx):
+    t, idx, up = x
+    ax = _axis(a.get("axis", 0), t.dim())
+    i = _index(idx, t.shape[ax], "scatterAdd")
+    if t.dtype in HALF:
+        return [_f32(t).index_add(ax, i, _f32(up))]
+    return [t.index_add(ax, i, up)]
+
+
+def op_where(x, a, ctx):
+    return [torch.where(x[0].bool(), x[1], x[2])]
+
+
+def op_topk(x, a, ctx):
+    t = x[0]
+    ax = _axis(a.get("axis", -1), t.dim())
+    largest = a.get("largest", True)
+    vals, idx = torch.sort(t, dim=ax, descending=largest, stable=True)
+    k = a["k"]
+    return [vals.narrow(ax, 0, k), idx.narrow(ax, 0, k)]
+
+
+# -- transformer ops --------------------------------------------------------------------------
+
+
+def op_rotary(x, a, ctx):
+    t, c, s = x
+    if a.get("interleaved", False):
+        ev, od = t[..., 0::2], t[..., 1::2]
+        rot = torch.stack((-od, ev), dim=-1).flatten(-2)
+    else:
+        h = t.shape[-1] // 2
+        rot = torch.cat((-t[..., h:], t[..., :h]), dim=-1)
+    if t.dtype in HALF:
+        return [_f32(t) * _f32(c) + _f32(rot) * _f32(s)]
+    return [t * c + rot * s]
+
+
+def op_attention(x, a, ctx):
+    q, k, v = x[0], x[1], x[2]
+    mask = x[3] if len(x) > 3 else None
+    hq, tq, d = q.shape[-3], q.shape[-2], q.shape[-1]
+    hkv, tk = k.shape[-3], k.shape[-2]
+    group = hq // hkv
+    scale = a.get("scale")
+    scale = 1.0 / math.sqrt(d) if scale is None else _float(scale)
+    causal = a.get("causal", False)
+    bias = None
+    if mask is not None:
+        bias = torch.zeros(mask.shape, dtype=torch.float32, device=q.device).masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else _f32(mask)
+    if causal:
+        i = torch.arange(tq, device=q.device).reshape(tq, 1)
+        j = torch.arange(tk, device=q.device).reshape(1, tk)
+        cm = torch.zeros((tq, tk), dtype=torch.float32, device=q.device).masked_fill(j > i + (tk - tq), -math.inf)
+        bias = cm if bias is None else bias + cm
+    if _SDPA and q.device.type == "cuda":
+        am = None if bias is None else bias.to(q.dtype).expand(list(q.shape[:-1]) + [tk])
+        if group > 1:
+            try:
+                return [F.scaled_dot_product_attention(q, k, v, attn_mask=am, scale=scale, enable_gqa=True)]
+            except TypeError:  # torch < 2.5: no enable_gqa
+                k = k.repeat_interleave(group, dim=-3)
+                v = v.repeat_interleave(group, dim=-3)
+        try:
+            return [F.scaled_dot_product_attention(q, k, v, attn_mask=am, scale=scale)]
+        except TypeError:  # torch 2.0: no scale argument
+            return [F.scaled_dot_product_attention(q * (scale * math.sqrt(d)), k, v, attn_mask=am)]
+    if group > 1:
+        k = k.repeat_interleave(group, dim=-3)
+        v = v.repeat_interleave(group, dim=-3)
+    scores = torch.matmul(_f32(q), _f32(k).transpose(-1, -2)) * scale
+    if bias is not None:
+        scores = scores + bias
+    return [torch.matmul(torch.softmax(scores, dim=-1), _f32(v))]
+
+
+OPS = {
+    "constant": op_constant,
+    "iota": op_iota,
+    "randomUniform": op_random_uniform,
+    "add": _binary(torch.add),
+    "sub": _binary(torch.sub),
+    "mul": _binary(torch.mul),
+    "div": op_div,
+    "pow": _binary(torch.pow),
+    "maximum": _binary(torch.maximum),
+    "minimum": _binary(torch.minimum),
+    "neg": _unary(torch.neg),
+    "abs": _unary(torch.abs),
+    "exp": _unary(torch.exp),
+    "log": _unary(torch.log),
+    "sqrt": _unary(torch.sqrt),
+    "rsqrt": op_rsqrt,
+    "tanh": _unary(torch.tanh),
+    "sigmoid": _unary(torch.sigmoid),
+    "silu": _unary(F.silu),
+    "gelu": op_gelu,
+    "sin": _unary(torch.sin),
+    "cos": _unary(torch.cos),
+    "equal": _binary(torch.eq),
+    "notEqual": _binary(torch.ne),
+    "less": _binary(torch.lt),
+    "lessEqual": _binary(torch.le),
+    "greater": _binary(torch.gt),
+    "greaterEqual": _binary(torch.ge),
+    "where": op_where,
+    "cast": op_cast,
+    "matmul": op_matmul,
+    "linear": op_linear,
+    "groupedMatmul": op_grouped_matmul,
+    "sum": op_sum,
+    "mean": op_mean,
+    "max": op_max,
+    "argmax": op_argmax,
+    "softmax": op_softmax,
+    "rmsNorm": op_rms_norm,
+    "layerNorm": op_layer_norm,
+    "reshape": op_reshape,
+    "transpose": op_transpose,
+    "broadcastTo": op_broadcast_to,
+    "concat": op_concat,
+    "slice": op_slice,
+    "gather": op_gather,
+    "indexSelect": op_index_select,
+    "scatterAdd": op_scatter_add,
+    "topk": op_topk,
+    "rotary": op_rotary,
+    "attention": op_attention,
+}
+
+# Ops whose operands stay in f16/bf16 on CUDA (tensor cores); on the CPU all half ops compute in f32.
+NATIVE_HALF_ON_CUDA = {"loraLinear", "matmul", "linear", "groupedMatmul", "attention", "add", "sub", "mul", "gather", "indexSelect", "reshape", "transpose", "concat", "slice", "broadcastTo", "silu", "cast", "constant", "where"}

@@ -1,0 +1,96 @@
+"""The one-launch split-K fused base + LoRA Triton kernel (bench/gpu/splitk.py measures it): every
+(N block, K split) program streams its W tile once and adds its slices of x·Wᵀ and t = x·Aᵀ into
+f32 accumulators; the last program of an N block to arrive adds s·t·Bᵀ, stores y and zeroes the
+accumulators and its counter, so calls need no memset. For decode-sized batches (≤ 64 rows)."""
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 64
+BLOCK_N, BLOCK_K = 128, 128
+
+
+def split_for(n, k):
+    """K splits: about one wave of programs (N/128 blocks × splits ≤ 160 on 132 SMs), splits dividing K
+    into 128-wide steps. bench/gpu/splitk.py's sweep at 4096² picked 128 × 4 × 128, 4 stages, 4 warps
+    for every row count; no autotuning at run time (it would stall the first call of every shape)."""
+    blocks = n // BLOCK_N
+    split = 1
+    while split < 16 and blocks * split * 2 <= 160 and k % (split * 2 * BLOCK_K) == 0:
+        split *= 2
+    return split
+
+
+@triton.jit(do_not_specialize=["M"])
+def _kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, y_acc_ptr, t_acc_ptr, count_ptr, scale, M, N: tl.constexpr, K: tl.constexpr,
+            R_PAD: tl.constexpr, RANK: tl.constexpr, MAXR: tl.constexpr, M_BUCKET: tl.constexpr,
+            BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, M_BUCKET)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_r = tl.arange(0, R_PAD)
+    k_per = K // SPLIT_K
+    k0 = pid_k * k_per
+    mask_m = offs_m < M
+    acc = tl.zeros((M_BUCKET, BLOCK_N), dtype=tl.float32)
+    acc_t = tl.zeros((M_BUCKET, R_PAD), dtype=tl.float32)
+    for kk in range(0, k_per, BLOCK_K):
+        offs_k = k0 + kk + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=mask_m[:, None], other=0.0)
+        w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :])
+        a = tl.load(a_ptr + offs_r[:, None] * K + offs_k[None, :], mask=(offs_r < RANK)[:, None], other=0.0)
+        acc = tl.dot(x, tl.trans(w), acc)
+        acc_t = tl.dot(x, tl.trans(a), acc_t)
+    y_acc = y_acc_ptr + offs_m[:, None] * N + offs_n[None, :]
+    t_acc = t_acc_ptr + pid_n * (MAXR * R_PAD) + offs_m[:, None] * R_PAD + offs_r[None, :]
+    tl.atomic_add(y_acc, acc, mask=mask_m[:, None], sem="relaxed")
+    tl.atomic_add(t_acc, acc_t, mask=mask_m[:, None], sem="relaxed")
+    tl.debug_barrier()
+    count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
+    if count == SPLIT_K - 1:
+        tot = tl.load(y_acc, mask=mask_m[:, None], other=0.0, cache_modifier=".cg")
+        t = tl.load(t_acc, mask=mask_m[:, None], other=0.0, cache_modifier=".cg")
+        b = tl.load(b_ptr + offs_n[:, None] * RANK + offs_r[None, :], mask=(offs_r < RANK)[None, :], other=0.0)
+        tot = tl.dot((t * scale).to(b.dtype), tl.trans(b), tot)
+        tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], tot.to(y_ptr.dtype.element_ty), mask=mask_m[:, None])
+        tl.store(y_acc, tl.zeros((M_BUCKET, BLOCK_N), dtype=tl.float32), mask=mask_m[:, None])
+        tl.store(t_acc, tl.zeros((M_BUCKET, R_PAD), dtype=tl.float32), mask=mask_m[:, None])
+        tl.atomic_xchg(count_ptr + pid_n, 0)
+
+
+_STATE = {}
+
+
+def _state(n, r_pad, device):
+    key = (n, r_pad, str(device))
+    st = _STATE.get(key)
+    if st is None:
+        st = (torch.zeros((MAX_ROWS, n), device=device, dtype=torch.float32),
+              torch.zeros((n // BLOCK_N, MAX_ROWS, r_pad), device=device, dtype=torch.float32),
+              torch.zeros((n // BLOCK_N,), device=device, dtype=torch.int32))
+        _STATE[key] = st
+    return st
+
+
+def lora_linear(x, w, a, b, scale):
+    """y [..., N] or None when the shapes do not suit the kernel (the caller then runs torch ops)."""
+    n, k = w.shape
+    rank = a.shape[0]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    if m == 0 or m > MAX_ROWS or rank > 128 or n % BLOCK_N != 0 or k % BLOCK_K != 0 or b.shape != (n, rank):
+        return None
+    if not (w.dtype == a.dtype == b.dtype == x.dtype):
+        return None
+    x2 = x2.contiguous()
+    r_pad = max(16, triton.next_power_of_2(rank))
+    # Two row tiles only (16, 64): each is compiled once per shape, never once per batch size.
+    mb = 16 if m <= 16 else 64
+    y_acc, t_acc, count = _state(n, r_pad, x.device)
+    y = torch.empty((m, n), device=x.device, dtype=x.dtype)
+    split = split_for(n, k)
+    _kernel[(n // BLOCK_N, split)](x2, w.contiguous(), a.contiguous(), b.contiguous(), y, y_acc, t_acc, count, scale, m, n, k, r_pad, rank, MAX_ROWS, mb,
+                                   BLOCK_N, split, BLOCK_K, num_warps=4, num_stages=4)
+    return y.reshape(*x.shape[:-1], n)

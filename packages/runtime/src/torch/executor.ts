@@ -1,0 +1,316 @@
+import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import type { Socket } from 'node:net';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type Graph, type HostTensor, graphToJson } from '@stageml/ir';
+import { RuntimeCode, type RuntimeErrorCode, RuntimeError } from '../errors.js';
+import { type Executor, type PreparedGraph, checkInputs, resolveWeights } from '../executor.js';
+import type { ValueSource } from '../values.js';
+import { FrameDecoder, TORCH_PROTOCOL_VERSION, encodeFrame } from './protocol.js';
+
+/** Environment variable naming the Python interpreter of the torch worker. */
+export const TORCH_PYTHON_ENV = 'STAGEML_PYTHON';
+/** Environment variable naming the directory that holds the `stageml_torch` package. */
+export const TORCH_PATH_ENV = 'STAGEML_TORCH_PATH';
+/** Environment variable choosing the worker's device (`auto`, `cpu`, `cuda`, `cuda:1`, …). */
+export const TORCH_DEVICE_ENV = 'STAGEML_TORCH_DEVICE';
+
+const APT_HINT = 'install Python 3 and PyTorch (Debian/Ubuntu: apt-get install python3 python3-torch; a CUDA host: pip install torch), or point STAGEML_PYTHON at an interpreter that has torch';
+
+/** Options of `createTorchExecutor`. */
+export interface TorchExecutorOptions {
+  /** Python interpreter (default: `STAGEML_PYTHON`, else the first of `python3`, `/usr/bin/python3` that imports torch). */
+  readonly python?: string;
+  /** Directory holding the `stageml_torch` package (default: `STAGEML_TORCH_PATH`, else the repository's `native/`). */
+  readonly packageDir?: string;
+  /** Device of the worker: `auto` (CUDA when torch sees it, else CPU), `cpu`, `cuda`, `cuda:N` (default: `STAGEML_TORCH_DEVICE`, else `auto`). */
+  readonly device?: string;
+  /** Receives the worker's stderr lines (default: dropped). */
+  readonly log?: (line: string) => void;
+}
+
+/** What the worker said about itself at start. */
+export interface TorchWorkerInfo {
+  /** The Python interpreter running the worker. */
+  readonly python: string;
+  readonly protocol: number;
+  readonly worker: string;
+  readonly torch: string;
+  readonly device: string;
+  readonly deviceName: string;
+  readonly cuda: boolean;
+}
+
+/** The torch executor: an `Executor` plus the worker's identity and a way to stop it. */
+export interface TorchExecutor extends Executor {
+  /** The worker's versions and device. */
+  readonly info: TorchWorkerInfo;
+  /** Stops the worker process; prepared graphs fail with `RT_DISPOSED` afterwards. */
+  close(): Promise<void>;
+}
+
+function findPackageDir(explicit: string | undefined): string {
+  const candidates: string[] = [];
+  const env = explicit ?? process.env[TORCH_PATH_ENV];
+  if (env !== undefined && env !== '') candidates.push(env);
+  else {
+    const starts: string[] = [process.cwd()];
+    try {
+      // NOTE: empty in the CJS build; the cwd search below still finds the repository.
+      const url = (import.meta as { url?: string }).url;
+      if (url !== undefined) starts.unshift(dirname(fileURLToPath(url)));
+    } catch {
+      // not a file URL: fall through to the cwd
+    }
+    for (const s of starts) {
+      let d = resolve(s);
+      for (let i = 0; i < 8; i++) {
+        candidates.push(join(d, 'native'));
+        const up = dirname(d);
+        if (up === d) break;
+        d = up;
+      }
+    }
+  }
+  const hit = candidates.find((c) => existsSync(join(c, 'stageml_torch', '__init__.py')));
+  if (hit === undefined) {
+    throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `the torch executor cannot find the stageml_torch package (looked in ${candidates.slice(0, 3).join(', ')}${candidates.length > 3 ? ', …' : ''})`, {
+      hint: `set ${TORCH_PATH_ENV} to the directory holding stageml_torch/ (the repository's native/)`,
+    });
+  }
+  return hit;
+}
+
+function findPython(explicit: string | undefined): string {
+  const env = explicit ?? process.env[TORCH_PYTHON_ENV];
+  const candidates = env !== undefined && env !== '' ? [env] : ['python3', '/usr/bin/python3'];
+  const reasons: string[] = [];
+  for (const py of candidates) {
+    const r = spawnSync(py, ['-c', 'import torch'], { encoding: 'utf8', timeout: 60_000 });
+    if (r.error !== undefined) {
+      reasons.push(`${py}: ${(r.error as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found' : r.error.message}`);
+      continue;
+    }
+    if (r.status === 0) return py;
+    const last = r.stderr.trim().split('\n').pop() ?? `exit ${String(r.status)}`;
+    reasons.push(`${py}: ${last}`);
+  }
+  throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `the torch executor needs Python 3 with torch (${reasons.join('; ')})`, { hint: APT_HINT });
+}
+
+interface Pending {
+  resolve: (f: { header: Record<string, unknown>; tensors: Record<string, HostTensor> }) => void;
+  reject: (e: Error) => void;
+}
+
+const KNOWN_CODES: ReadonlySet<string> = new Set(Object.values(RuntimeCode));
+
+/** The worker process and its request queue (one request in flight, replies in order). */
+class WorkerConnection {
+  readonly #child: ChildProcessWithoutNullStreams;
+  readonly #decoder = new FrameDecoder();
+  readonly #pending: Pending[] = [];
+  #nextId = 1;
+  #dead: RuntimeError | undefined;
+  #stderr: string[] = [];
+
+  constructor(python: string, packageDir: string, device: string, log: ((line: string) => void) | undefined) {
+    const env = { ...process.env, PYTHONPATH: [packageDir, process.env['PYTHONPATH']].filter((p) => p !== undefined && p !== '').join(':'), PYTHONUNBUFFERED: '1' };
+    this.#child = spawn(python, ['-m', 'stageml_torch.worker', '--device', device], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    this.#child.stdout.on('data', (chunk: Buffer) => {
+      this.#decoder.push(chunk);
+      this.#drain();
+    });
+    this.#child.stderr.setEncoding('utf8');
+    this.#child.stderr.on('data', (s: string) => {
+      for (const line of s.split('\n')) {
+        if (line === '') continue;
+        this.#stderr.push(line);
+        if (this.#stderr.length > 20) this.#stderr.shift();
+        log?.(line);
+      }
+    });
+    this.#child.on('error', (e) => {
+      this.#fail(new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `cannot start the torch worker (${python}): ${e.message}`, { cause: e, hint: APT_HINT }));
+    });
+    this.#child.on('exit', (code, signal) => {
+      const tail = this.#stderr.slice(-3).join(' | ');
+      this.#fail(new RuntimeError(RuntimeCode.WORKER_FAILED, `the torch worker exited (${signal ?? `code ${String(code)}`})${tail === '' ? '' : `: ${tail}`}`));
+    });
+    this.#child.stdin.on('error', () => {
+      // EPIPE after the worker died: the exit handler reports it.
+    });
+    this.#idle();
+  }
+
+  #drain(): void {
+    for (;;) {
+      let frame;
+      try {
+        frame = this.#decoder.next();
+      } catch (e) {
+        this.#fail(e as RuntimeError);
+        this.#child.kill();
+        return;
+      }
+      if (frame === undefined) return;
+      const p = this.#pending.shift();
+      if (p === undefined) {
+        this.#fail(new RuntimeError(RuntimeCode.WORKER_FAILED, 'torch worker protocol: a reply arrived with no request waiting'));
+        return;
+      }
+      if (this.#pending.length === 0) this.#idle();
+      if (frame.header['ok'] === true) p.resolve(frame);
+      else {
+        const code = frame.header['code'];
+        const message = frame.header['message'];
+        const known = typeof code === 'string' && KNOWN_CODES.has(code) ? (code as RuntimeErrorCode) : RuntimeCode.WORKER_FAILED;
+        p.reject(new RuntimeError(known, `torch worker: ${typeof message === 'string' ? message : 'request failed'}`));
+      }
+    }
+  }
+
+  #fail(e: RuntimeError): void {
+    this.#dead ??= e;
+    for (const p of this.#pending.splice(0)) p.reject(e);
+  }
+
+  // The worker must not keep Node alive while no request waits on it.
+  // (The pipes are net.Socket instances, which the stream types do not show.)
+  #idle(): void {
+    this.#child.unref();
+    for (const s of [this.#child.stdout, this.#child.stderr, this.#child.stdin] as unknown as Socket[]) s.unref();
+  }
+
+  #busy(): void {
+    this.#child.ref();
+    for (const s of [this.#child.stdout, this.#child.stderr, this.#child.stdin] as unknown as Socket[]) s.ref();
+  }
+
+  get alive(): boolean {
+    return this.#dead === undefined;
+  }
+
+  request(header: Record<string, unknown>, tensors: Readonly<Record<string, HostTensor>> = {}): Promise<{ header: Record<string, unknown>; tensors: Record<string, HostTensor> }> {
+    if (this.#dead !== undefined) return Promise.reject(this.#dead);
+    const chunks = encodeFrame({ ...header, id: this.#nextId++ }, tensors);
+    return new Promise((resolve, reject) => {
+      this.#pending.push({ resolve, reject });
+      this.#busy();
+      for (const c of chunks) this.#child.stdin.write(c);
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.#dead !== undefined) return;
+    const exited = new Promise<void>((r) => {
+      this.#child.once('exit', () => {
+        r();
+      });
+    });
+    try {
+      await this.request({ op: 'shutdown' });
+    } catch {
+      // already failing: kill below
+    }
+    this.#child.stdin.end();
+    const timer = setTimeout(() => this.#child.kill('SIGKILL'), 5000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Creates the torch executor (`torch`): a Python worker (`python3 -m stageml_torch.worker`,
+ * package in the repository's `native/`) that runs IR graphs with PyTorch on CUDA when torch sees
+ * a GPU, else on the CPU. The graph travels as the IR's JSON form and parameters as raw tensors
+ * over a framed stdio protocol (`encodeFrame`; docs/gpu.md); parameters stay resident on the
+ * worker's device between runs, each run moves only inputs and outputs.
+ *
+ * Numerics: f32/f64 compute natively; on CUDA, f16/bf16 matmuls and attention run on tensor cores
+ * with f32 accumulation, norms and softmax in f32; on the CPU every f16/bf16 op computes in f32
+ * and rounds to its type.
+ *
+ * Errors: no Python, or no torch in it, is `RT_BACKEND_UNAVAILABLE` with an install hint; a device
+ * torch does not see too; an op without a torch lowering `RT_UNSUPPORTED_OP`; input checks as
+ * every executor (`RT_MISSING_INPUT`, `RT_UNKNOWN_INPUT`, `RT_BAD_VALUE`); a failing op
+ * `RT_EVAL_FAILED` naming the node; a dead worker or a broken frame `RT_WORKER_FAILED`;
+ * `RT_DISPOSED` after `dispose()` or `close()`.
+ */
+export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Promise<TorchExecutor> {
+  const packageDir = findPackageDir(opts.packageDir);
+  const python = findPython(opts.python);
+  const device = opts.device ?? process.env[TORCH_DEVICE_ENV] ?? 'auto';
+  const conn = new WorkerConnection(python, packageDir, device, opts.log);
+  let hello;
+  try {
+    hello = (await conn.request({ op: 'hello' })).header;
+  } catch (e) {
+    await conn.close();
+    if (e instanceof RuntimeError && e.code === RuntimeCode.WORKER_FAILED) {
+      throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `the torch worker did not start: ${e.message}`, { cause: e, hint: APT_HINT });
+    }
+    throw e;
+  }
+  if (hello['protocol'] !== TORCH_PROTOCOL_VERSION) {
+    await conn.close();
+    throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `the torch worker speaks protocol ${String(hello['protocol'])}, this build speaks ${String(TORCH_PROTOCOL_VERSION)}`, {
+      hint: `${TORCH_PATH_ENV} may point at another version of stageml_torch`,
+    });
+  }
+  const info: TorchWorkerInfo = {
+    python,
+    protocol: TORCH_PROTOCOL_VERSION,
+    worker: String(hello['worker']),
+    torch: String(hello['torch']),
+    device: String(hello['device']),
+    deviceName: String(hello['deviceName']),
+    cuda: hello['cuda'] === true,
+  };
+  const name = `torch-${info.device.startsWith('cuda') ? 'cuda' : 'cpu'}`;
+  return {
+    name,
+    info,
+    close: () => conn.close(),
+    async prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph> {
+      const { values, bindings } = resolveWeights(graph, weights);
+      const params: Record<string, HostTensor> = {};
+      for (const [k, v] of values) params[k] = v;
+      const reply = await conn.request({ op: 'prepare', graph: graphToJson(graph) }, params);
+      const handle = reply.header['handle'];
+      let disposed = false;
+      const gone = (): RuntimeError => new RuntimeError(RuntimeCode.DISPOSED, `@${graph.name} on ${name} was disposed`);
+      return {
+        executor: name,
+        async run(inputs: Readonly<Record<string, HostTensor>>): Promise<Record<string, HostTensor>> {
+          if (disposed || !conn.alive) throw gone();
+          checkInputs(graph, inputs, bindings);
+          const out = await conn.request({ op: 'run', handle }, inputs);
+          const result: Record<string, HostTensor> = {};
+          for (const o of graph.outputs) {
+            const t = out.tensors[o.name];
+            if (t === undefined) throw new RuntimeError(RuntimeCode.WORKER_FAILED, `torch worker: the reply lacks output '${o.name}'`);
+            result[o.name] = t;
+          }
+          return result;
+        },
+        dispose(): void {
+          if (disposed) return;
+          disposed = true;
+          if (conn.alive) conn.request({ op: 'dispose', handle }).catch(() => undefined);
+        },
+      };
+    },
+  };
+}
+
+/** Whether Python 3 with torch is found here (the interpreter the torch executor would use). */
+export function isTorchAvailable(python?: string): boolean {
+  try {
+    findPython(python);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,201 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { GraphBuilder, type HostTensor, graphToJson, hostTensor, interpret } from '@stageml/ir';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import { writeBundle } from '../bundle.js';
+import { RuntimeCode } from '../errors.js';
+import { specialize } from '../specialize.js';
+import { FrameDecoder, type TorchExecutor, createTorchExecutor, encodeFrame } from './index.js';
+import { describeWithTorch } from './test-support.js';
+
+const NATIVE = fileURLToPath(new URL('../../../../native', import.meta.url));
+
+const samples: Record<string, HostTensor> = {
+  f64: hostTensor('f64', [2], [1.5, -2.25]),
+  f32: hostTensor('f32', [2, 2], [1, 2, 3, 4]),
+  f16: hostTensor('f16', [1], [0.5]),
+  bf16: hostTensor('bf16', [3], [1, -1, 2]),
+  i64: hostTensor('i64', [2], [2 ** 40, -3]),
+  i32: hostTensor('i32', [1], [-7]),
+  i8: hostTensor('i8', [2], [-128, 127]),
+  u8: hostTensor('u8', [1], [255]),
+  bool: hostTensor('bool', [2], [1, 0]),
+  empty: hostTensor('f32', [0, 4], []),
+};
+
+describe('torch worker frames', () => {
+  it('round-trips every dtype, delivered one byte at a time', () => {
+    const bytes = Buffer.concat([...encodeFrame({ op: 'a', n: 1 }, samples), ...encodeFrame({ op: 'b' })]);
+    const d = new FrameDecoder();
+    const frames = [];
+    for (const b of bytes) {
+      d.push(Buffer.from([b]));
+      for (let f = d.next(); f !== undefined; f = d.next()) frames.push(f);
+    }
+    expect(frames.map((f) => f.header['op'])).toEqual(['a', 'b']);
+    expect(d.buffered).toBe(0);
+    for (const [k, t] of Object.entries(samples)) {
+      const got = frames[0]!.tensors[k]!;
+      expect({ dtype: got.dtype, shape: got.shape, data: Array.from(got.data) }).toEqual({ dtype: t.dtype, shape: t.shape, data: Array.from(t.data) });
+    }
+  });
+
+  it('rejects a tensor whose byte count does not fit its shape, and a header that is not JSON', () => {
+    const [len, body] = encodeFrame({ op: 'x' }, { t: samples['f32']! });
+    const head = JSON.parse(body!.toString('utf8')) as { tensors: { nbytes: number }[] };
+    head.tensors[0]!.nbytes = 12;
+    const bad = Buffer.from(JSON.stringify(head));
+    const l2 = Buffer.alloc(4);
+    l2.writeUInt32LE(bad.byteLength, 0);
+    const d = new FrameDecoder();
+    d.push(Buffer.concat([l2, bad, Buffer.alloc(12)]));
+    expect(() => d.next()).toThrow(expect.objectContaining({ code: RuntimeCode.WORKER_FAILED }));
+    expect(len!.readUInt32LE(0)).toBe(body!.byteLength);
+    const d2 = new FrameDecoder();
+    const junk = Buffer.from('{nope');
+    const l3 = Buffer.alloc(4);
+    l3.writeUInt32LE(junk.byteLength, 0);
+    d2.push(Buffer.concat([l3, junk]));
+    expect(() => d2.next()).toThrow(/header is not JSON/);
+  });
+
+  it('refuses tensors that are not in their host storage', () => {
+    expect(() => encodeFrame({}, { t: { dtype: 'f32', shape: [2], data: new Float64Array(2) } })).toThrow(expect.objectContaining({ code: RuntimeCode.BAD_VALUE }));
+  });
+});
+
+describe('torch executor availability', () => {
+  it('is RT_BACKEND_UNAVAILABLE with an install hint when the interpreter is missing or lacks torch', async () => {
+    for (const python of ['/nonexistent/python3', '/bin/false']) {
+      await expect(createTorchExecutor({ python })).rejects.toMatchObject({ code: RuntimeCode.BACKEND_UNAVAILABLE, hint: expect.stringContaining('apt-get install python3 python3-torch') });
+    }
+  });
+
+  it('is RT_BACKEND_UNAVAILABLE when the stageml_torch package is not found', async () => {
+    await expect(createTorchExecutor({ packageDir: '/nonexistent' })).rejects.toMatchObject({ code: RuntimeCode.BACKEND_UNAVAILABLE });
+  });
+});
+
+/** Sends raw frames to a fresh worker and collects its replies until it exits. */
+async function talk(python: string, frames: Buffer[], env: Record<string, string> = {}): Promise<{ replies: Record<string, unknown>[]; code: number | null }> {
+  const child = spawn(python, ['-m', 'stageml_torch.worker', '--device', 'cpu'], { env: { ...process.env, PYTHONPATH: NATIVE, ...env }, stdio: ['pipe', 'pipe', 'ignore'] });
+  const d = new FrameDecoder();
+  const replies: Record<string, unknown>[] = [];
+  child.stdout.on('data', (c: Buffer) => {
+    d.push(c);
+    for (let f = d.next(); f !== undefined; f = d.next()) replies.push(f.header);
+  });
+  for (const f of frames) child.stdin.write(f);
+  child.stdin.end();
+  const code = await new Promise<number | null>((r) => {
+    child.on('exit', (c) => {
+      r(c);
+    });
+  });
+  return { replies, code };
+}
+
+describeWithTorch('torch worker protocol', () => {
+  let executor: TorchExecutor;
+  beforeAll(async () => {
+    executor = await createTorchExecutor({ device: 'cpu' });
+  }, 120_000);
+  afterAll(async () => {
+    await executor.close();
+  });
+
+  it('answers hello, refuses unknown requests and handles with coded errors, and exits at end of input', async () => {
+    const frames = [encodeFrame({ op: 'hello', id: 1 }), encodeFrame({ op: 'fly', id: 2 }), encodeFrame({ op: 'run', id: 3, handle: 99 })].flat();
+    const { replies, code } = await talk(executor.info.python, frames);
+    expect(code).toBe(0);
+    expect(replies[0]).toMatchObject({ ok: true, id: 1, protocol: 1, device: 'cpu' });
+    expect(replies[1]).toMatchObject({ ok: false, id: 2, code: 'RT_WORKER_FAILED' });
+    expect(replies[2]).toMatchObject({ ok: false, id: 3, code: 'RT_DISPOSED' });
+  }, 60_000);
+
+  it('refuses a device torch does not see, naming it', async () => {
+    await expect(createTorchExecutor({ device: 'cuda:99' })).rejects.toMatchObject({ code: RuntimeCode.BACKEND_UNAVAILABLE, message: expect.stringContaining("'cuda:99'") });
+    await expect(createTorchExecutor({ device: 'tpu' })).rejects.toMatchObject({ code: RuntimeCode.BACKEND_UNAVAILABLE });
+  }, 60_000);
+
+  it('fuses each LoRA linear into one step when asked (STAGEML_TORCH_FUSE=1), with the same result', async () => {
+    const b = new GraphBuilder('lora');
+    const x = b.input('x', ['f32', ['n', 8]]);
+    const w = b.param('W', ['f32', [4, 8]]);
+    const A = b.param('A', ['f32', [2, 8]]);
+    const B = b.param('B', ['f32', [4, 2]]);
+    b.output('y', b.add(b.linear(x, w), b.mul(b.linear(b.linear(x, A), B), b.constant([0.5], 'f32', []))));
+    const g = b.build();
+    const rnd = (n: number, k: number) => hostTensor('f32', [n, k], Array.from({ length: n * k }, (_, i) => Math.sin(i + n)));
+    const weights = { W: rnd(4, 8), A: rnd(2, 8), B: rnd(4, 2) };
+    const xs = rnd(3, 8);
+    const frames = [encodeFrame({ op: 'prepare', id: 1, graph: graphToJson(g) }, weights), encodeFrame({ op: 'run', id: 2, handle: 1 }, { x: xs })].flat();
+    for (const fuse of ['0', '1']) {
+      const { replies } = await talk(executor.info.python, frames, { STAGEML_TORCH_FUSE: fuse });
+      expect(replies[0]).toMatchObject({ ok: true, fusedLoraLinears: fuse === '1' ? 1 : 0 });
+      expect(replies[1]).toMatchObject({ ok: true });
+    }
+    const p = await executor.prepare(g, weights);
+    expect((await p.run({ x: xs }))['y']).toBeAllclose(interpret(g, { inputs: { x: xs }, weights })['y']!, { rtol: 1e-6, atol: 1e-6 });
+    p.dispose();
+  }, 60_000);
+
+  it('reports a truncated frame and exits non-zero', async () => {
+    const [len, body] = encodeFrame({ op: 'hello' });
+    const { replies, code } = await talk(executor.info.python, [len!, body!.subarray(0, 3)]);
+    expect(code).toBe(1);
+    expect(replies[0]).toMatchObject({ ok: false, code: 'RT_WORKER_FAILED' });
+  }, 60_000);
+
+  it('loads a bundle from Python (stageml_torch.bundle) with constants and external parameters', async () => {
+    const b = new GraphBuilder('affine');
+    const x = b.input('x', ['f32', ['n', 3]]);
+    const w = b.param('w', ['f32', [2, 3]]);
+    const bias = b.param('bias', ['f32', [2]]);
+    b.output('y', b.linear(x, w, bias));
+    const g = b.build();
+    const dir = join(mkdtempSync(join(tmpdir(), 'stageml-torch-bundle-')), 'b');
+    const wv = hostTensor('f32', [2, 3], [1, 2, 3, 4, 5, 6]);
+    // w is static (a constant), bias dynamic (an external parameter supplied at load).
+    const result = specialize(g, { annotations: { params: { w: 'static', bias: 'dynamic' } }, cutoff: 'static', values: { get: (n) => (n === 'w' ? wv : undefined) } });
+    await writeBundle(dir, result);
+    writeFileSync(join(dir, 'residual.json'), JSON.stringify(graphToJson(result.residual)));
+    const script = [
+      'import json, sys, torch',
+      'from stageml_torch.bundle import load_bundle',
+      'p = load_bundle(sys.argv[1], "cpu", external={"bias": torch.tensor([0.5, -1.0])})',
+      'y = p.run({"x": torch.tensor([[1.0, 0.0, -1.0]])})["y"]',
+      'print(json.dumps(y.tolist()))',
+      'try:\n    load_bundle(sys.argv[1], "cpu")\nexcept Exception as e:\n    print(e.code)',
+    ].join('\n');
+    const r = spawnSync(executor.info.python, ['-c', script, dir], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: NATIVE } });
+    expect(r.stderr).toBe('');
+    const [y, code] = r.stdout.trim().split('\n');
+    const want = interpret(g, { inputs: { x: hostTensor('f32', [1, 3], [1, 0, -1]) }, weights: { w: wv, bias: hostTensor('f32', [2], [0.5, -1]) } })['y']!;
+    expect(JSON.parse(y!)).toEqual([Array.from(want.data)]);
+    expect(code).toBe('RT_MISSING_WEIGHT');
+  }, 60_000);
+
+  it('keeps parameters resident across runs and maps failures to coded errors, leaving the graph usable', async () => {
+    const b = new GraphBuilder('emb');
+    const table = b.param('table', ['f32', [4, 3]]);
+    const ids = b.input('ids', ['i64', ['n']]);
+    b.output('y', b.gather(table, ids));
+    const g = b.build();
+    const weights = { table: hostTensor('f32', [4, 3], Array.from({ length: 12 }, (_, i) => i)) };
+    const p = await executor.prepare(g, weights);
+    const good = { ids: hostTensor('i64', [2], [3, 0]) };
+    expect(Array.from((await p.run(good))['y']!.data)).toEqual(Array.from(interpret(g, { inputs: good, weights })['y']!.data));
+    await expect(p.run({ ids: hostTensor('i64', [1], [7]) })).rejects.toMatchObject({ code: RuntimeCode.EVAL_FAILED, message: expect.stringContaining('gather') });
+    await expect(p.run({ ids: hostTensor('f32', [1], [0]) })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE });
+    await expect(p.run({})).rejects.toMatchObject({ code: RuntimeCode.MISSING_INPUT });
+    expect(Array.from((await p.run(good))['y']!.data)).toEqual([9, 10, 11, 0, 1, 2]);
+    p.dispose();
+    await expect(p.run(good)).rejects.toMatchObject({ code: RuntimeCode.DISPOSED });
+    await expect(executor.prepare(g, {})).rejects.toMatchObject({ code: RuntimeCode.MISSING_WEIGHT });
+  }, 60_000);
+});
