@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { StageError } from '@stageml/ir';
 import { CausalLM } from '@stageml/models';
-import { type Route, type RouterConfig, Scheduler, TenantRegistry } from '@stageml/router';
+import { PeftCode, PeftError } from '@stageml/peft';
+import { type Route, RouterCode, type RouterConfig, RouterError, Scheduler, TenantRegistry } from '@stageml/router';
 import type { Executor } from '@stageml/runtime';
 import type { z } from 'zod';
 import { renderChat } from './chat-template.js';
@@ -122,13 +123,13 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
 
   const routeOf = (req: FastifyRequest, model: string): Route => registry.route(bearer(req), model, known());
   const ensureOpen = (): void => {
-    if (draining) throw new StageError('ROUTER_DRAINING', 'the server is shutting down and accepts no new requests');
+    if (draining) throw new RouterError(RouterCode.DRAINING, 'the server is shutting down and accepts no new requests');
   };
   const requireAdmin = (req: FastifyRequest): void => {
     if (!registry.authEnabled) return;
     const key = bearer(req);
-    if (key === undefined) throw new StageError('ROUTER_UNAUTHORIZED', 'an API key is required');
-    if (opts.adminKey === undefined || key !== opts.adminKey) throw new StageError('ROUTER_FORBIDDEN', 'only the admin key may load or unload adapters');
+    if (key === undefined) throw new RouterError(RouterCode.UNAUTHORIZED, 'an API key is required');
+    if (opts.adminKey === undefined || key !== opts.adminKey) throw new RouterError(RouterCode.FORBIDDEN, 'only the admin key may load or unload adapters');
   };
   const clientGone = (req: FastifyRequest): AbortSignal => {
     const ac = new AbortController();
@@ -225,7 +226,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   app.post('/v1/unload_lora_adapter', (req) => {
     requireAdmin(req);
     const body = parse(unloadAdapterSchema, req.body);
-    if (!lm.adapterNames.includes(body.lora_name)) throw new StageError('PEFT_UNKNOWN_ADAPTER', `adapter '${body.lora_name}' is not loaded`);
+    if (!lm.adapterNames.includes(body.lora_name)) throw new PeftError(PeftCode.UNKNOWN_ADAPTER, `adapter '${body.lora_name}' is not loaded`);
     const s = scheduler.snapshot();
     if ((s.runningByAdapter[body.lora_name] ?? 0) + (s.waitingByAdapter[body.lora_name] ?? 0) > 0) {
       throw new ServerError(ServerCode.ADAPTER_BUSY, `adapter '${body.lora_name}' has requests in flight; try again when they finish`);

@@ -16,6 +16,8 @@
  */
 export { IrCode, IrError, StageError } from './errors.js';
 export type { IrErrorCode, NodeRef, StageErrorOptions } from './errors.js';
+export { ERROR_CLASSES, classifyError, errorCodeInfo, errorMessage, registerErrorCodes, registeredErrorCodes } from './error-classes.js';
+export type { ErrorClass, ErrorClassInfo, ErrorClassTable, ErrorCodeInfo, ErrorCodeSpec } from './error-classes.js';
 export {
   DTYPES,
   allocData,

@@ -1,17 +1,9 @@
 import type { OpKey } from '@stageml/ir';
-import { TFJS_RULES, type TfRuleTable, isTfjsBackend } from '@stageml/runtime';
+import { type ExecutorCapabilities, executorCapabilities as knownExecutorCapabilities } from '@stageml/runtime';
 import { PlanCode, PlanError } from './errors.js';
 import { PLAN_KINDS, type PlanKind } from './workload.js';
 
-/** What an executor can run, as far as plan kinds are concerned. */
-export interface ExecutorCapabilities {
-  /** Executor name (`interpreter`, `tfjs-wasm`, …). */
-  readonly name: string;
-  /** Whether the executor lowers op `op`. */
-  readonly supportsOp: (op: OpKey) => boolean;
-  /** Whether factors may be bound at request time (the generic path `fallback` needs). */
-  readonly lateBinding: boolean;
-}
+export type { ExecutorCapabilities } from '@stageml/runtime';
 
 /**
  * The IR ops each kind's form executes per request (as `@stageml/peft` builds them): merged linear;
@@ -26,22 +18,15 @@ export const KIND_OPS: Readonly<Record<PlanKind, readonly OpKey[]>> = {
 };
 
 /**
- * Capabilities of a known executor by name: `interpreter` runs every op; `tfjs-<backend>` runs the
- * ops whose `TFJS_RULES` entry is a lowering. Both bind late inputs. Unknown names are
- * `PLAN_BAD_OPTION`.
+ * Capabilities of a known executor by name, as the executors declare them (`interpreter`,
+ * `onnxruntime`, `tfjs-<backend>`, and any executor added with `registerExecutorCapabilities`).
+ * Unknown names are `PLAN_BAD_OPTION`; a custom executor can be described with an
+ * `ExecutorCapabilities` object instead of a name.
  */
 export function executorCapabilities(name: string): ExecutorCapabilities {
-  if (name === 'interpreter') return { name, supportsOp: () => true, lateBinding: true };
-  const backend = name.startsWith('tfjs-') ? name.slice('tfjs-'.length) : undefined;
-  if (backend !== undefined && isTfjsBackend(backend)) {
-    const rules: TfRuleTable = TFJS_RULES;
-    return {
-      name,
-      supportsOp: (op) => rules[op].kind !== 'unsupported',
-      lateBinding: true,
-    };
-  }
-  throw new PlanError(PlanCode.BAD_OPTION, `unknown executor '${name}' (known: interpreter, tfjs-<backend>)`, {
+  const caps = knownExecutorCapabilities(name);
+  if (caps !== undefined) return caps;
+  throw new PlanError(PlanCode.BAD_OPTION, `unknown executor '${name}' (known: interpreter, onnxruntime, tfjs-<backend>)`, {
     hint: 'describe a custom executor with an ExecutorCapabilities object',
   });
 }

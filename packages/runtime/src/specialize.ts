@@ -6,6 +6,7 @@ import {
   analyzeBindingTimes,
   annotate,
 } from '@stageml/annotations';
+import type { SpecializeReport } from '@stageml/bundle';
 import {
   type AttrsIn,
   type Graph,
@@ -56,31 +57,8 @@ export interface SpecializeOptions {
   readonly shapesOnly?: boolean;
 }
 
-/** What specialization did, for logs and the CLI. */
-export interface SpecializeReport {
-  /** Cutoff stage. */
-  readonly cutoff: string;
-  /** The lattice, as `a < b < …`. */
-  readonly lattice: string;
-  /** Op nodes of the original graph. */
-  readonly originalOps: number;
-  /** Static op nodes evaluated (only those the residual needs). */
-  readonly foldedOps: number;
-  /** Static op nodes not evaluated because nothing later uses them. */
-  readonly skippedStaticOps: number;
-  /** Op nodes of the residual. */
-  readonly residualOps: number;
-  /** Dynamic op nodes dropped because no output uses them. */
-  readonly deadOps: number;
-  /** Constants in the table. */
-  readonly constants: number;
-  /** Bytes of the constant table (host storage). */
-  readonly constantBytes: number;
-  /** Residual inputs. */
-  readonly residualInputs: readonly string[];
-  /** Symbolic FLOPs of the residual and of the original graph. */
-  readonly flops: { readonly original: string; readonly residual: string };
-}
+// NOTE: the report is stored in bundle manifests, so its type lives with the bundle format.
+export type { SpecializeReport } from '@stageml/bundle';
 
 /** A residual program and the constants it runs with. */
 export interface SpecializeResult {

@@ -1,8 +1,8 @@
 import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import type { Graph, OpNode } from '@stageml/ir';
-import { loadBundle } from '@stageml/runtime';
-import { type ResidualKernel, recognizeResidual } from '@stageml/triton-gen/patterns';
+import { loadBundle } from '@stageml/bundle';
+import { type ResidualKernel, recognizeResidual } from '@stageml/kernel-patterns';
 import { ABI_HEADER } from './cuda-abi.js';
 import { GEMM_TEMPLATES } from './cuda-gemm.js';
 import { GROUPED_TEMPLATES } from './cuda-grouped.js';

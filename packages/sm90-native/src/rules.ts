@@ -1,5 +1,5 @@
 import type { OpKey } from '@stageml/ir';
-import type { ResidualKernelKind } from '@stageml/triton-gen/patterns';
+import type { ResidualKernelKind } from '@stageml/kernel-patterns';
 
 /** How the sm90 backend handles one op. */
 export type Sm90Rule =

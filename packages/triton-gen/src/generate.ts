@@ -1,7 +1,7 @@
 import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import type { Graph, OpNode } from '@stageml/ir';
-import { loadBundle } from '@stageml/runtime';
+import { loadBundle } from '@stageml/bundle';
 import { emitCheck } from './emit-check.js';
 import { emitCommonModule } from './emit-common.js';
 import { emitKernelModule } from './emit-kernels.js';
