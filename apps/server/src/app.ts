@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { readFile, readdir } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { StageError } from '@stageml/ir';
 import { CausalLM } from '@stageml/models';
-import { PeftCode, PeftError } from '@stageml/peft';
+import { PeftCode, PeftError, findAdapterDirs } from '@stageml/peft';
 import { type Route, RouterCode, type RouterConfig, RouterError, Scheduler, TenantRegistry } from '@stageml/router';
 import type { Executor } from '@stageml/runtime';
 import type { z } from 'zod';
@@ -20,7 +20,7 @@ export interface ServerOptions {
   readonly modelDir: string;
   /** Name clients use for the base model (default: the directory name). */
   readonly modelName?: string;
-  /** A directory of PEFT adapter directories to load at start (one per subdirectory). */
+  /** A PEFT adapter directory, or a directory of them (one per subdirectory), to load at start. */
   readonly adaptersDir?: string;
   /** Tenants, keys, adapter directories and staged plans. */
   readonly config?: RouterConfig;
@@ -74,8 +74,8 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   const lm = await CausalLM.load(opts.modelDir, opts.executor === undefined ? {} : { executor: opts.executor });
   const modelName = opts.modelName ?? (opts.modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   if (opts.adaptersDir !== undefined) {
-    const dirs = (await readdir(opts.adaptersDir, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort();
-    for (const d of dirs) await lm.loadAdapter(join(opts.adaptersDir, d), d);
+    // One adapter directory, or a directory of them (PEFT_BAD_CONFIG when it is neither).
+    for (const a of await findAdapterDirs(opts.adaptersDir)) await lm.loadAdapter(a.dir, a.name);
   }
   for (const [name, dir] of Object.entries(opts.config?.adapters ?? {})) await lm.loadAdapter(dir, name);
   let chatTemplate: string | undefined;

@@ -1,4 +1,4 @@
-import { mkdir, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 /** Whether `path` exists (any kind of entry). */
@@ -27,4 +27,21 @@ export async function writeDirAtomic(dir: string, fill: (tmp: string) => Promise
     await rm(tmp, { recursive: true, force: true });
     throw e;
   }
+}
+
+/** Whether `path` holds something a write would destroy: a non-empty directory or any other entry. */
+export async function isOccupied(path: string): Promise<boolean> {
+  try {
+    const st = await stat(path);
+    return !st.isDirectory() || (await readdir(path)).length > 0;
+  } catch {
+    return false;
+  }
+}
+
+/** Writes `files` (name → text) as directory `dir` with `writeDirAtomic`. */
+export async function writeFilesAtomic(dir: string, files: Readonly<Record<string, string>>): Promise<void> {
+  await writeDirAtomic(dir, async (tmp) => {
+    for (const [name, text] of Object.entries(files)) await writeFile(join(tmp, name), text);
+  });
 }

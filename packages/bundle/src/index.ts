@@ -15,4 +15,4 @@ export { BUNDLE_FORMAT, BUNDLE_VERSION } from './manifest.js';
 export type { BundleManifest, SpecializeReport } from './manifest.js';
 export { loadBundle, writeBundle } from './bundle.js';
 export type { BundleContents, BundleData, WriteBundleOptions } from './bundle.js';
-export { pathExists, writeDirAtomic } from './atomic-dir.js';
+export { isOccupied, pathExists, writeDirAtomic, writeFilesAtomic } from './atomic-dir.js';

@@ -18,6 +18,8 @@ export type { PeftErrorCode } from './errors.js';
 export { alphaFor, matchPatternKey, parseLoraConfig, rankFor, scalingFor, targetsModule } from './config.js';
 export type { LoraConfig } from './config.js';
 export { checkAdapterAgainstBase, loadLoraAdapter } from './adapter.js';
+export { findAdapterDirs } from './adapter-dirs.js';
+export type { AdapterDir } from './adapter-dirs.js';
 export type { LoraAdapter, LoraModule, LoraParameterFactors } from './adapter.js';
 export { loraLinear } from './attach.js';
 export type { LoraForm, LoraValues } from './attach.js';

@@ -40,4 +40,4 @@ export { emitLauncher } from './emit-launch.js';
 export { BENCH_ROWS, emitCheck } from './emit-check.js';
 export { emitCommonModule } from './emit-common.js';
 export { generateTriton, generateTritonFromBundle, writeGenerated } from './generate.js';
-export type { HostOp, TritonOptions, TritonOutput } from './generate.js';
+export type { HostOp, TritonOptions, TritonOutput, TritonWriteOptions } from './generate.js';

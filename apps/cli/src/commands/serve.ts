@@ -29,7 +29,7 @@ export function registerServe(program: Command, io: CliIo): void {
     .description('serve a model and its adapters behind an OpenAI-compatible HTTP API')
     .requiredOption('--model <dir>', 'Hugging Face model directory')
     .option('--served-model-name <name>', 'name clients use for the base model (default: the directory name)')
-    .option('--adapters <dir>', 'a directory of PEFT adapter directories, loaded at start')
+    .option('--adapters <dir>', 'a PEFT adapter directory, or a directory of them, loaded at start')
     .option('--host <host>', 'address to listen on', '127.0.0.1')
     .option('--port <n>', 'port (0: any free port)', parseNonNegativeInt, 8000)
     .option('--config <file>', 'tenants, API keys, adapters and staged plans (JSON, docs/server.md)')
