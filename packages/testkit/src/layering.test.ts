@@ -35,10 +35,11 @@ const packages: Pkg[] = ['packages', 'apps'].flatMap((group) =>
   }),
 );
 const byName = new Map(packages.map((p) => [p.manifest.name, p]));
-// Test tooling (vitest, fast-check) is a root devDependency shared by every package's tests; the
-// root's links to our own packages do not count, so a test must declare the packages it uses.
+// Test tooling (vitest, fast-check and the private @stageml/testkit) is a root devDependency shared by
+// every package's tests, so no published package lists the private testkit; the root's links to our
+// other packages do not count, so a test must declare the packages it uses.
 const rootManifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as Manifest;
-const testTooling = Object.keys(rootManifest.devDependencies ?? {}).filter((d) => !d.startsWith('@stageml/'));
+const testTooling = Object.keys(rootManifest.devDependencies ?? {}).filter((d) => !d.startsWith('@stageml/') || d === '@stageml/testkit');
 
 /** The bundle-format package and every code generator: none may depend on an executor. */
 const LOWERINGS = ['@stageml/bundle', '@stageml/kernel-patterns', '@stageml/onnx-lower', '@stageml/mlir-lower', '@stageml/triton-gen', '@stageml/sm90-native'];
