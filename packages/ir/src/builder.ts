@@ -222,6 +222,10 @@ export class GraphBuilder {
   iota(shape: readonly (Dim | string)[], axis = 0, dtype: DType = 'i64'): Value {
     return this.op('iota', [], { shape: tensorType(dtype, shape).shape, axis, dtype });
   }
+  /** Fresh uniform samples in [0, 1) of `shape` (random: never folded or CSE'd). */
+  randomUniform(shape: readonly (Dim | string)[], dtype: DType = 'f32'): Value {
+    return this.op('randomUniform', [], { shape: tensorType(dtype, shape).shape, dtype });
+  }
   /** a + b. */
   add(a: Value, b: Value): Value {
     return this.op('add', [a, b]);
@@ -302,6 +306,30 @@ export class GraphBuilder {
   where(cond: Value, a: Value, b: Value): Value {
     return this.op('where', [cond, a, b]);
   }
+  /** a = b (bool). */
+  equal(a: Value, b: Value): Value {
+    return this.op('equal', [a, b]);
+  }
+  /** a ≠ b (bool). */
+  notEqual(a: Value, b: Value): Value {
+    return this.op('notEqual', [a, b]);
+  }
+  /** a < b (bool). */
+  less(a: Value, b: Value): Value {
+    return this.op('less', [a, b]);
+  }
+  /** a ≤ b (bool). */
+  lessEqual(a: Value, b: Value): Value {
+    return this.op('lessEqual', [a, b]);
+  }
+  /** a > b (bool). */
+  greater(a: Value, b: Value): Value {
+    return this.op('greater', [a, b]);
+  }
+  /** a ≥ b (bool). */
+  greaterEqual(a: Value, b: Value): Value {
+    return this.op('greaterEqual', [a, b]);
+  }
   /** Converts to `dtype`. */
   cast(x: Value, dtype: DType): Value {
     return this.op('cast', [x], { dtype });
@@ -313,6 +341,10 @@ export class GraphBuilder {
   /** x · wᵀ (+ bias). */
   linear(x: Value, w: Value, bias?: Value): Value {
     return this.op('linear', bias === undefined ? [x, w] : [x, w, bias]);
+  }
+  /** Rows of `x` each multiplied by the expert weight its `groups` entry names (MoE). */
+  groupedMatmul(x: Value, w: Value, groups: Value, attrs: AttrsIn<'groupedMatmul'> = {}): Value {
+    return this.op('groupedMatmul', [x, w, groups], attrs);
   }
   /** Σ over axes. */
   sum(x: Value, axes: readonly number[] = [], keepDims = false): Value {

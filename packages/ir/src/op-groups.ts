@@ -10,7 +10,7 @@ export const TRAITS: readonly Trait[] = ['elementwise', 'broadcasting', 'commuta
  * of listing op names, so a new op joins its groups by declaring its traits.
  */
 export const OP_GROUPS: Readonly<Record<Trait, readonly OpKey[]>> = Object.freeze(
-  Object.fromEntries(TRAITS.map((t) => [t, Object.freeze(OP_KEYS.filter((k) => (OPS[k].traits as readonly Trait[]).includes(t)))])) as Record<Trait, readonly OpKey[]>,
+  Object.fromEntries(TRAITS.map((t) => [t, Object.freeze(OP_KEYS.filter((k) => OPS[k].traits.includes(t)))])) as Record<Trait, readonly OpKey[]>,
 );
 
 const SETS = new Map<Trait, ReadonlySet<OpKey>>(TRAITS.map((t) => [t, new Set(OP_GROUPS[t])]));
