@@ -6,6 +6,7 @@ import type { EvalContext } from './op-def.js';
 import { opDef } from './ops/index.js';
 import type { HostTensor } from './tensor.js';
 import { type TensorType, concreteShape, typeToString } from './types.js';
+import { errorMessage } from './error-classes.js';
 
 /** Where parameter data comes from: a weight store keyed by parameter name. */
 export interface WeightStore {
@@ -113,7 +114,7 @@ export function evaluateNode(g: Graph, nodeIndex: number, operands: readonly Hos
     out = def.evaluate(operands, attrs, ctx);
   } catch (e) {
     if (e instanceof StageError) throw new IrError(IrCode.EVAL_ERROR, e.message, { at, cause: e });
-    throw new IrError(IrCode.EVAL_ERROR, `${def.name} failed: ${e instanceof Error ? e.message : String(e)}`, { at, cause: e });
+    throw new IrError(IrCode.EVAL_ERROR, `${def.name} failed: ${errorMessage(e)}`, { at, cause: e });
   }
   node.results.forEach((id, k) => {
     const t = g.values[id]!.type;
@@ -122,7 +123,7 @@ export function evaluateNode(g: Graph, nodeIndex: number, operands: readonly Hos
     try {
       want = concreteShape(t, bindings);
     } catch (e) {
-      throw new IrError(IrCode.EVAL_ERROR, (e as Error).message, { at, cause: e });
+      throw new IrError(IrCode.EVAL_ERROR, errorMessage(e), { at, cause: e });
     }
     if (got?.dtype !== t.dtype || got.shape.length !== want.length || got.shape.some((d, i) => d !== want[i])) {
       throw new IrError(

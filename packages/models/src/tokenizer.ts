@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { ModelCode, ModelError } from './errors.js';
+import { errorMessage } from '@stageml/ir';
 
 /** Text ↔ token ids through a Hugging Face `tokenizer.json` (via @huggingface/tokenizers). */
 export interface TextTokenizer {
@@ -21,21 +22,21 @@ export async function loadTokenizer(dir: string): Promise<TextTokenizer | undefi
     json = await readFile(join(dir, 'tokenizer.json'), 'utf8');
   } catch (e) {
     if ((e as { code?: string }).code === 'ENOENT') return undefined;
-    throw new ModelError(ModelCode.IO, `cannot read ${join(dir, 'tokenizer.json')}: ${(e as Error).message}`, { cause: e });
+    throw new ModelError(ModelCode.IO, `cannot read ${join(dir, 'tokenizer.json')}: ${errorMessage(e)}`, { cause: e });
   }
   let config: unknown = {};
   try {
     config = JSON.parse(await readFile(join(dir, 'tokenizer_config.json'), 'utf8'));
   } catch (e) {
     if ((e as { code?: string }).code !== 'ENOENT') {
-      throw new ModelError(ModelCode.BAD_CONFIG, `${join(dir, 'tokenizer_config.json')}: ${(e as Error).message}`, { cause: e });
+      throw new ModelError(ModelCode.BAD_CONFIG, `${join(dir, 'tokenizer_config.json')}: ${errorMessage(e)}`, { cause: e });
     }
   }
   let tok: Tokenizer;
   try {
     tok = new Tokenizer(JSON.parse(json) as object, config as object);
   } catch (e) {
-    throw new ModelError(ModelCode.BAD_CONFIG, `${join(dir, 'tokenizer.json')}: ${(e as Error).message}`, { cause: e });
+    throw new ModelError(ModelCode.BAD_CONFIG, `${join(dir, 'tokenizer.json')}: ${errorMessage(e)}`, { cause: e });
   }
   return {
     encode: (text) => tok.encode(text).ids,

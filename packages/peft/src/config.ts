@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { PeftCode, PeftError } from './errors.js';
+import { errorMessage } from '@stageml/ir';
 
 const intRecord = z.record(z.string(), z.number().int().positive());
 const numRecord = z.record(z.string(), z.number());
@@ -70,7 +71,7 @@ export function parseLoraConfig(text: string, file = 'adapter_config.json'): Lor
   try {
     raw = JSON.parse(text);
   } catch (e) {
-    throw new PeftError(PeftCode.BAD_CONFIG, `${file} is not JSON: ${(e as Error).message}`, { cause: e });
+    throw new PeftError(PeftCode.BAD_CONFIG, `${file} is not JSON: ${errorMessage(e)}`, { cause: e });
   }
   const peftType = (raw as { peft_type?: unknown } | null)?.peft_type;
   if (peftType !== undefined && peftType !== 'LORA') {

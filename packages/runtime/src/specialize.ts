@@ -30,6 +30,7 @@ import {
   opDef,
   seededRandom,
   typeToString,
+  errorMessage,
 } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from './errors.js';
 import { type ValueSource, toStore } from './values.js';
@@ -207,7 +208,7 @@ export function specialize(graph: Graph, opts: SpecializeOptions): SpecializeRes
   try {
     bindings = bindDims(leaves, {}, { allowUnbound: true });
   } catch (e) {
-    throw new RuntimeError(RuntimeCode.BAD_VALUE, e instanceof Error ? e.message : String(e), { cause: e });
+    throw new RuntimeError(RuntimeCode.BAD_VALUE, errorMessage(e), { cause: e });
   }
 
   const ctx = { random: seededRandom(0) };

@@ -1,7 +1,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
-import { type DType, parseDType } from '@stageml/ir';
+import { type DType, parseDType, errorMessage } from '@stageml/ir';
 import { parseLlamaConfig } from '@stageml/models';
 import { type LoraAdapter, findAdapterDirs, loadLoraAdapter } from '@stageml/peft';
 import {
@@ -88,7 +88,7 @@ async function readText(path: string, what: string): Promise<string> {
   try {
     return await readFile(path, 'utf8');
   } catch (e) {
-    throw new CliError(CliCode.IO, `cannot read ${what} '${path}': ${(e as Error).message}`, { cause: e });
+    throw new CliError(CliCode.IO, `cannot read ${what} '${path}': ${errorMessage(e)}`, { cause: e });
   }
 }
 
@@ -96,7 +96,7 @@ async function writeText(path: string, text: string, what: string): Promise<void
   try {
     await writeFile(path, text);
   } catch (e) {
-    throw new CliError(CliCode.IO, `cannot write ${what} '${path}': ${(e as Error).message}`, { cause: e });
+    throw new CliError(CliCode.IO, `cannot write ${what} '${path}': ${errorMessage(e)}`, { cause: e });
   }
 }
 
