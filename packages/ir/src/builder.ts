@@ -37,9 +37,12 @@ export interface ApplyOptions {
 
 const NAME_RE = /^[A-Za-z0-9_.$\-/:]+$/;
 
-// NOTE: JSON prints NaN and ±Infinity as null and −0 as 0, so `constant(NaN)` and
-// `constant(Infinity)` (or 0 and −0) would intern to one node; spell those numbers out.
-function internReplacer(_key: string, v: unknown): unknown {
+/**
+ * A `JSON.stringify` replacer for hash-consing keys. JSON prints NaN and ±Infinity as null and −0
+ * as 0, so `constant(NaN)` and `constant(Infinity)` (or 0 and −0) would intern to one node; this
+ * spells those numbers out.
+ */
+export function internKeyReplacer(_key: string, v: unknown): unknown {
   return typeof v === 'number' && (!Number.isFinite(v) || Object.is(v, -0)) ? `#${Object.is(v, -0) ? '-0' : String(v)}` : v;
 }
 
@@ -159,7 +162,7 @@ export class GraphBuilder {
     }
     const norm = normalizeAttrs(def.name, def.attrs, (attrs ?? {}), at);
     const ids = operands.map((v) => v.id);
-    const internKey = this.#intern && def.effect === 'pure' ? `${key}(${ids.join(',')})${JSON.stringify(norm, internReplacer)}` : undefined;
+    const internKey = this.#intern && def.effect === 'pure' ? `${key}(${ids.join(',')})${JSON.stringify(norm, internKeyReplacer)}` : undefined;
     if (internKey !== undefined) {
       const hit = this.#interned.get(internKey);
       if (hit !== undefined) return hit.map((id) => this.#handle(id));

@@ -41,6 +41,7 @@ export {
   dimMul,
   dimProduct,
   dimSub,
+  dimAsSymbol,
   dimSymbols,
   dimToString,
   evalDim,
@@ -79,7 +80,7 @@ export { OP_GROUPS, TRAITS, hasTrait, opsWithTrait } from './op-groups.js';
 export type { AttrsIn, AttrsOf, OpKey } from './ops/index.js';
 export { graphInputs, graphOps, graphParams, graphStats, resultOf, valueType, valueUsers } from './graph.js';
 export type { Graph, GraphNode, GraphOutput, InputNode, OpNode, ParamNode, SourceSpan, ValueId, ValueInfo } from './graph.js';
-export { GraphBuilder, traceGraph } from './builder.js';
+export { GraphBuilder, internKeyReplacer, traceGraph } from './builder.js';
 export type { ApplyOptions, BuilderOptions, Value } from './builder.js';
 export { checkGraph, verifyGraph } from './verify.js';
 export { printAttr, printFloat, printGraph, printName } from './print.js';
@@ -89,7 +90,7 @@ export { GRAPH_JSON_FORMAT, GRAPH_JSON_VERSION, deserializeGraph, graphToJson, s
 export type { GraphJson } from './json.js';
 export { PassManager } from './pass.js';
 export type { Pass, PassManagerOptions, PassRunResult, PassTiming } from './pass.js';
-export { bindDims, evaluateNode, interpret, recordWeightStore, seededRandom } from './interpret.js';
+export { asWeightStore, bindDims, evaluateNode, interpret, recordWeightStore, seededRandom } from './interpret.js';
 export type { InterpretOptions, WeightStore } from './interpret.js';
 export { evalCost, graphCost } from './cost.js';
 export type { GraphCost } from './cost.js';

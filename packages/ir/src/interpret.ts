@@ -1,5 +1,5 @@
 import { concretizeAttrs } from './attrs.js';
-import { type Dim, type DimBindings, dimSymbols, dimToString, evalDim } from './dim.js';
+import { type DimBindings, dimAsSymbol, dimSymbols, dimToString, evalDim } from './dim.js';
 import { IrCode, IrError, type NodeRef, StageError } from './errors.js';
 import type { Graph, OpNode, ValueId } from './graph.js';
 import type { EvalContext } from './op-def.js';
@@ -41,15 +41,10 @@ export function recordWeightStore(rec: Readonly<Record<string, HostTensor>>): We
   return { get: (name) => (Object.hasOwn(rec, name) ? rec[name] : undefined) };
 }
 
-function asStore(w: InterpretOptions['weights']): WeightStore {
+/** A weight store for a store, a plain record of tensors, or nothing (an empty store). */
+export function asWeightStore(w: WeightStore | Readonly<Record<string, HostTensor>> | undefined): WeightStore {
   if (w === undefined) return { get: () => undefined };
   return typeof (w as WeightStore).get === 'function' ? (w as WeightStore) : recordWeightStore(w as Record<string, HostTensor>);
-}
-
-function isSimpleSymbol(d: Dim): string | undefined {
-  if (typeof d === 'number' || d.constant !== 0 || d.terms.length !== 1) return undefined;
-  const t = d.terms[0]!;
-  return t.coef === 1 && t.vars.length === 1 ? t.vars[0] : undefined;
 }
 
 /**
@@ -70,7 +65,7 @@ export function bindDims(
       throw new IrError(IrCode.BINDING_MISMATCH, `'${name}' must have rank ${String(type.shape.length)} (${typeToString(type)}), got shape [${value.shape.join(', ')}]`);
     }
     type.shape.forEach((d, i) => {
-      const s = isSimpleSymbol(d);
+      const s = dimAsSymbol(d);
       const actual = value.shape[i]!;
       if (s === undefined) return;
       const prev = b[s];
@@ -143,7 +138,7 @@ export function evaluateNode(g: Graph, nodeIndex: number, operands: readonly Hos
  */
 export function interpret(g: Graph, opts: InterpretOptions = {}): Record<string, HostTensor> {
   const inputs = opts.inputs ?? {};
-  const store = asStore(opts.weights);
+  const store = asWeightStore(opts.weights);
   const env = new Map<ValueId, HostTensor>();
   const leaves: { name: string; type: TensorType; value: HostTensor }[] = [];
   for (const n of g.nodes) {

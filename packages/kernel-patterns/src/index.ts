@@ -9,8 +9,12 @@
  *   matches it had to drop (a symbolic dim a kernel specializes on) and the nodes no kernel covers.
  * - The shapes themselves (`LORA_LINEAR`, `BANK_GROUP_STEP`, `BANK_GATHERED`, `MOE_LORA`,
  *   `loraDelta`) are exported as patterns, so other tools can match them too.
+ * - The rule shape every kernel backend's exhaustive op table uses (`KernelRule`, `kernelRule`,
+ *   `unsupportedRule`, `hostReasonOf`).
  */
 export { recognizeResidual } from './recognize.js';
+export { hostReasonOf, kernelRule, unsupportedRule } from './kernel-rules.js';
+export type { KernelRule, KernelRuleTable } from './kernel-rules.js';
 export { BANK_GATHERED, BANK_GROUP_STEP, BASE_LINEAR, LORA_LINEAR, MOE_LORA, loraDelta } from './shapes.js';
 export type {
   BankGatheredKernel,

@@ -9,6 +9,7 @@ import {
 import type { SpecializeReport } from '@stageml/bundle';
 import {
   type AttrsIn,
+  dimAsSymbol,
   type Graph,
   GraphBuilder,
   type HostTensor,
@@ -79,12 +80,6 @@ function resolveAnnotations(graph: Graph, opts: SpecializeOptions): Annotations 
   const a = opts.annotations;
   if (a !== undefined && 'stages' in a && 'lattice' in a) return a;
   return annotate(graph, opts.lattice ?? TWO_STAGE, a);
-}
-
-function simpleSymbol(d: Dim): string | undefined {
-  if (typeof d === 'number' || d.constant !== 0 || d.terms.length !== 1) return undefined;
-  const t = d.terms[0]!;
-  return t.coef === 1 && t.vars.length === 1 ? t.vars[0] : undefined;
 }
 
 function dimAttrs(n: OpNode): Dim[] {
@@ -171,12 +166,12 @@ export function specialize(graph: Graph, opts: SpecializeOptions): SpecializeRes
     if (neededStatic[i] !== 1 && neededDynamic[i] !== 1 && !isKeptInput(i)) return;
     for (const r of n.results) for (const d of graph.values[r]!.type.shape) for (const name of dimSymbols(d)) mentioned.add(name);
     if (n.kind === 'op') for (const d of dimAttrs(n)) for (const name of dimSymbols(d)) mentioned.add(name);
-    else if (neededStatic[i] === 1) for (const d of graph.values[n.results[0]!]!.type.shape) if (simpleSymbol(d) !== undefined) bound.add(simpleSymbol(d)!);
+    else if (neededStatic[i] === 1) for (const d of graph.values[n.results[0]!]!.type.shape) if (dimAsSymbol(d) !== undefined) bound.add(dimAsSymbol(d)!);
   });
   graph.nodes.forEach((n, i) => {
     if (n.kind === 'op' || neededStatic[i] === 1 || !isStatic(n.results[0]!)) return;
     for (const d of graph.values[n.results[0]!]!.type.shape) {
-      const name = simpleSymbol(d);
+      const name = dimAsSymbol(d);
       if (name !== undefined && mentioned.has(name) && !bound.has(name)) {
         neededStatic[i] = 1;
         bound.add(name);

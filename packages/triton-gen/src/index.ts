@@ -17,6 +17,8 @@
 export { TritonCode, TritonError } from './errors.js';
 export type { TritonErrorCode } from './errors.js';
 export { recognizeResidual } from './patterns.js';
+// The kernel spec types (ResidualKernel, LoraLinearKernel, …) of @stageml/kernel-patterns.
+export type * from './patterns.js';
 export type {
   BankGatheredKernel,
   BankGroup,

@@ -1,17 +1,4 @@
 // Kept so `@stageml/triton-gen/patterns` goes on working: the recognizer moved to
 // @stageml/kernel-patterns, which every GPU backend shares.
 export { recognizeResidual } from '@stageml/kernel-patterns';
-export type {
-  BankGatheredKernel,
-  BankGroup,
-  BankGroupedKernel,
-  KernelCommon,
-  LoraFactors,
-  LoraLinearKernel,
-  MoeLoraKernel,
-  PatternDType,
-  PatternRejection,
-  Recognition,
-  ResidualKernel,
-  ResidualKernelKind,
-} from '@stageml/kernel-patterns';
+export type * from '@stageml/kernel-patterns';
