@@ -74,9 +74,10 @@ export type { AttrInput, AttrSchema, AttrSpec, AttrTsType, AttrValue, AttrValues
 export { broadcastStrides, forEachIndex, hostTensor, scalar, sizeOf, stridesOf, toArray, zeros } from './tensor.js';
 export type { HostTensor } from './tensor.js';
 export { defineOp, operandArity, snakeCase } from './op-def.js';
-export type { Effect, EvalContext, OpCost, OpDef, OpSpec, Trait } from './op-def.js';
+export type { Decomposition, Effect, EvalContext, OpCost, OpDef, OpSpec, Trait } from './op-def.js';
 export { OPS, OP_KEYS, isOpKey, opDef, opKeyByName } from './ops/index.js';
 export { OP_GROUPS, TRAITS, hasTrait, opsWithTrait } from './op-groups.js';
+export { COMPOSITE_OPS, expandComposites } from './decompose.js';
 export type { AttrsIn, AttrsOf, OpKey } from './ops/index.js';
 export { graphInputs, graphOps, graphParams, graphStats, resultOf, valueType, valueUsers } from './graph.js';
 export type { Graph, GraphNode, GraphOutput, InputNode, OpNode, ParamNode, SourceSpan, ValueId, ValueInfo } from './graph.js';
