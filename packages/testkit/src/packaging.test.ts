@@ -71,14 +71,14 @@ function newestMtime(dir: string): number {
 }
 
 /**
- * Whether `n`'s dist is missing or older than its sources, manifest or build config (or those of
- * the packages it bundles types from): like turbo's cache, a fresh build is reused.
+ * Whether `n`'s dist is missing or older than its sources, manifest or build config: like turbo's
+ * cache, a fresh build is reused (dependencies stay external in the bundle and its types).
  */
 function stale(n: Name): boolean {
   const outs = ['index.js', 'index.d.ts'].map((f) => join(pkgDir(n), 'dist', f));
   if (!outs.every((f) => existsSync(f))) return true;
   const built = Math.min(...outs.map((f) => statSync(f).mtimeMs));
-  const inputs = [n, ...stagemlDeps(n)].flatMap((d) => [newestMtime(join(pkgDir(d), 'src')), statSync(join(pkgDir(d), 'package.json')).mtimeMs, statSync(join(pkgDir(d), 'tsup.config.ts')).mtimeMs]);
+  const inputs = [newestMtime(join(pkgDir(n), 'src')), statSync(join(pkgDir(n), 'package.json')).mtimeMs, statSync(join(pkgDir(n), 'tsup.config.ts')).mtimeMs];
   return Math.max(...inputs) > built;
 }
 
