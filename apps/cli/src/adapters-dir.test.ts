@@ -3,19 +3,12 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { createServer } from '@stageml/server';
 import { describe, expect, it } from 'vitest';
-import { ExitCode, runCli } from './index.js';
+import { ExitCode } from './index.js';
+import { fixture as repoFixture, runCaptured as run } from './test-fixtures.js';
 
-const fixture = (p: string): string => fileURLToPath(new URL(`../../../fixtures/peft-tiny/${p}`, import.meta.url));
-
-async function run(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await runCli(args, { out: (l) => out.push(l), err: (l) => err.push(l) });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
+const fixture = (p: string): string => repoFixture(`peft-tiny/${p}`);
 
 describe('--adapters with one adapter directory', () => {
   const dir = mkdtempSync(join(tmpdir(), 'stageml-adapters-'));

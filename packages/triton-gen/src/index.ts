@@ -19,20 +19,6 @@ export type { TritonErrorCode } from './errors.js';
 export { recognizeResidual } from './patterns.js';
 // The kernel spec types (ResidualKernel, LoraLinearKernel, …) of @stageml/kernel-patterns.
 export type * from './patterns.js';
-export type {
-  BankGatheredKernel,
-  BankGroup,
-  BankGroupedKernel,
-  KernelCommon,
-  LoraFactors,
-  LoraLinearKernel,
-  MoeLoraKernel,
-  PatternDType,
-  PatternRejection,
-  Recognition,
-  ResidualKernel,
-  ResidualKernelKind,
-} from './patterns.js';
 export { hostReason, tritonRules, unsupported } from './rules.js';
 export type { TritonRule } from './rules.js';
 export { isTritonDType, rankPad } from './python.js';
