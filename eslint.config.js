@@ -1,4 +1,4 @@
-// Type-aware lint for every package and app (STYLE.md §6.8).
+// Type-aware lint for every package and app: zero warnings, coded errors, TSDoc on exports.
 import js from '@eslint/js';
 import jsdoc from 'eslint-plugin-jsdoc';
 import tseslint from 'typescript-eslint';
@@ -34,7 +34,7 @@ export default tseslint.config(
     rules: {
       'no-restricted-syntax': [
         'error',
-        { selector: "NewExpression[callee.name='Error']", message: 'Throw a coded StageError subclass (STYLE.md §6.5).' },
+        { selector: "NewExpression[callee.name='Error']", message: 'Throw a coded StageError subclass (a package errors.ts class; see docs/architecture.md, Errors).' },
       ],
     },
   },

@@ -4,7 +4,7 @@ import { defineConfig } from 'tsup';
 // @stageml/sm90-native reads the same kernel specs (see README, "Pattern recognition").
 export default defineConfig({
   entry: ['src/index.ts', 'src/patterns.ts'],
-  format: ['esm', 'cjs'],
+  format: ['esm'],
   dts: true,
   sourcemap: true,
   clean: true,

@@ -38,12 +38,12 @@ describe('stageml bench lora-layer', () => {
     expect(JSON.parse(r.out)).toMatchObject({ executor: 'interpreter' });
   });
 
-  it('rejects unknown suites (exit 2) and executors (exit 3, RT_BACKEND_UNAVAILABLE)', async () => {
+  it('rejects unknown suites (exit 2) and executors (exit 5, RT_BACKEND_UNAVAILABLE)', async () => {
     const suite = await run(['bench', 'gemm', '--dim', '8', '--rank', '1', '--batch', '1']);
     expect(suite.code).toBe(ExitCode.USAGE);
     expect(suite.err).toContain('error[CLI_USAGE]');
     const ex = await run(['bench', 'lora-layer', '--dim', '8', '--rank', '1', '--batch', '1', '--executor', 'tpu']);
-    expect(ex.code).toBe(ExitCode.INVALID_INPUT);
+    expect(ex.code).toBe(ExitCode.UNAVAILABLE);
     expect(ex.err).toContain('error[RT_BACKEND_UNAVAILABLE]');
     const bad = await run(['bench', 'lora-layer', '--dim', '0', '--rank', '1', '--batch', '1']);
     expect(bad.code).toBe(ExitCode.USAGE);

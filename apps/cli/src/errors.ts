@@ -1,7 +1,7 @@
-import { StageError } from '@stageml/ir';
+import { StageError, registerErrorCodes } from '@stageml/ir';
 
 /** Error codes of the `stageml` command itself. */
-export const CliCode = {
+export const CliCode = registerErrorCodes({
   /** A file could not be read or written. */
   IO: 'CLI_IO',
   /** A flag or argument is invalid. */
@@ -12,7 +12,17 @@ export const CliCode = {
   CLUSTER_FAILED: 'CLI_CLUSTER_FAILED',
   /** The server cannot listen on the address (in use, not available, permission). */
   LISTEN: 'CLI_LISTEN',
-} as const;
+  /** The demo's self-check failed (a bug: the IR text round trip was not exact). */
+  DEMO: 'CLI_DEMO',
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  IO: 'io',
+  USAGE: { class: 'input', exitCode: 2 },
+  DEMO: 'internal',
+  HAPROXY_MISSING: 'unavailable',
+  CLUSTER_FAILED: 'internal',
+  LISTEN: 'io',
+});
 
 /** Union of CLI error codes. */
 export type CliErrorCode = (typeof CliCode)[keyof typeof CliCode];

@@ -16,6 +16,7 @@ import {
   typeBytes,
   typeToString,
   verifyGraph,
+  errorMessage,
 } from '@stageml/ir';
 import { CliCode, CliError } from './errors.js';
 
@@ -25,7 +26,7 @@ export function loadGraphFile(path: string): Graph {
   try {
     text = readFileSync(path, 'utf8');
   } catch (e) {
-    throw new CliError(CliCode.IO, `cannot read '${path}': ${(e as Error).message}`, { cause: e });
+    throw new CliError(CliCode.IO, `cannot read '${path}': ${errorMessage(e)}`, { cause: e });
   }
   const g = path.endsWith('.json') || text.trimStart().startsWith('{') ? deserializeGraph(text) : parseGraph(text);
   verifyGraph(g);

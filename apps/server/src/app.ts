@@ -7,7 +7,8 @@ import client from 'prom-client';
 import { StageError } from '@stageml/ir';
 import { type PickInfo, chatTemplateOf, logSoftmax, topOf } from '@stageml/models';
 import { Engine } from '@stageml/engine';
-import { type Route, type RouterConfig, Scheduler, TenantRegistry } from '@stageml/router';
+import { PeftCode, PeftError, findAdapterDirs } from '@stageml/peft';
+import { type Route, RouterCode, type RouterConfig, RouterError, Scheduler, TenantRegistry } from '@stageml/router';
 import type { Executor } from '@stageml/runtime';
 import type { z } from 'zod';
 import { chatPromptIds, renderChat } from './chat-template.js';
@@ -51,7 +52,7 @@ export interface ServerOptions {
   readonly maxModelLen?: number;
   /** KV-cache usage in [0, 1] for `vllm:kv_cache_usage_perc` (0 when not given). */
   readonly kvCacheUsage?: () => number;
-  /** A directory of PEFT adapter directories to load at start (one per subdirectory). */
+  /** A PEFT adapter directory, or a directory of them (one per subdirectory), to load at start. */
   readonly adaptersDir?: string;
   /** Tenants, keys, adapter directories and staged plans. */
   readonly config?: RouterConfig;
@@ -167,8 +168,8 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   });
   const modelName = opts.modelName ?? (opts.modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   if (opts.adaptersDir !== undefined) {
-    const dirs = (await readdir(opts.adaptersDir, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort();
-    for (const d of dirs) await lm.loadAdapter(join(opts.adaptersDir, d), d);
+    // One adapter directory, or a directory of them (PEFT_BAD_CONFIG when it is neither).
+    for (const a of await findAdapterDirs(opts.adaptersDir)) await lm.loadAdapter(a.dir, a.name);
   }
   for (const [name, dir] of Object.entries(opts.config?.adapters ?? {})) await lm.loadAdapter(dir, name);
   for (const [name, dir] of Object.entries(opts.loraModules ?? {})) await lm.loadAdapter(dir, name);
@@ -278,13 +279,13 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
 
   const routeOf = (req: FastifyRequest, model: string): Route => registry.route(bearer(req), model, known());
   const ensureOpen = (): void => {
-    if (draining) throw new StageError('ROUTER_DRAINING', 'the server is shutting down and accepts no new requests');
+    if (draining) throw new RouterError(RouterCode.DRAINING, 'the server is shutting down and accepts no new requests');
   };
   const requireAdmin = (req: FastifyRequest): void => {
     if (!guarded) return;
     const key = bearer(req);
-    if (key === undefined) throw new StageError('ROUTER_UNAUTHORIZED', 'an API key is required');
-    if (opts.adminKey === undefined || !sameKey(key, opts.adminKey)) throw new StageError('ROUTER_FORBIDDEN', 'only the admin key may do this');
+    if (key === undefined) throw new RouterError(RouterCode.UNAUTHORIZED, 'an API key is required');
+    if (opts.adminKey === undefined || !sameKey(key, opts.adminKey)) throw new RouterError(RouterCode.FORBIDDEN, 'only the admin key may do this');
   };
   const isAdmin = (req: FastifyRequest): boolean => {
     const key = bearer(req);
@@ -319,9 +320,9 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
         let tenant = 'anonymous';
         if (registry.authEnabled) {
           const key = bearer(req);
-          if (key === undefined || key === '') throw new StageError('ROUTER_UNAUTHORIZED', 'an API key is required (Authorization: Bearer <key>)');
+          if (key === undefined || key === '') throw new RouterError(RouterCode.UNAUTHORIZED, 'an API key is required (Authorization: Bearer <key>)');
           const t = registry.tenantOfKey(key);
-          if (t === undefined) throw new StageError('ROUTER_UNAUTHORIZED', 'the API key is not valid');
+          if (t === undefined) throw new RouterError(RouterCode.UNAUTHORIZED, 'the API key is not valid');
           tenant = t.name;
         }
         tenantOf.set(req, tenant);
@@ -630,7 +631,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     requireAdmin(req);
     const body = parse(unloadAdapterSchema, req.body);
     if (loading.has(body.lora_name)) throw new ServerError(ServerCode.ADAPTER_BUSY, `adapter '${body.lora_name}' is being loaded; try again when the load finishes`);
-    if (!lm.adapterNames.includes(body.lora_name)) throw new StageError('PEFT_UNKNOWN_ADAPTER', `adapter '${body.lora_name}' is not loaded`);
+    if (!lm.adapterNames.includes(body.lora_name)) throw new PeftError(PeftCode.UNKNOWN_ADAPTER, `adapter '${body.lora_name}' is not loaded`);
     const s = scheduler.snapshot();
     if ((s.runningByAdapter[body.lora_name] ?? 0) + (s.waitingByAdapter[body.lora_name] ?? 0) > 0) {
       throw new ServerError(ServerCode.ADAPTER_BUSY, `adapter '${body.lora_name}' has requests in flight; try again when they finish`);

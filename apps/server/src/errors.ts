@@ -1,13 +1,7 @@
-import { type IrErrorCode, StageError } from '@stageml/ir';
-import type { EngineErrorCode } from '@stageml/engine';
-import type { ModelErrorCode } from '@stageml/models';
-import type { PeftErrorCode } from '@stageml/peft';
-import type { RouterErrorCode } from '@stageml/router';
-import type { RuntimeErrorCode } from '@stageml/runtime';
-import type { SafetensorsErrorCode } from '@stageml/safetensors';
+import { StageError, classifyError, errorCodeInfo, registerErrorCodes } from '@stageml/ir';
 
 /** Error codes of the reference server itself. */
-export const ServerCode = {
+export const ServerCode = registerErrorCodes({
   /** The request body failed validation (the message names the field). */
   BAD_REQUEST: 'SERVER_BAD_REQUEST',
   /** The body exceeds the size limit. */
@@ -26,7 +20,18 @@ export const ServerCode = {
   ADAPTER_TIMEOUT: 'SERVER_ADAPTER_TIMEOUT',
   /** The request body did not arrive within the body timeout. */
   BODY_TIMEOUT: 'SERVER_BODY_TIMEOUT',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  BAD_REQUEST: 'input',
+  BODY_TOO_LARGE: { class: 'input', httpStatus: 413 },
+  TOO_MANY_TOKENS: 'input',
+  ADAPTER_BUSY: { class: 'unavailable', httpStatus: 409 },
+  ADAPTER_EXISTS: { class: 'input', httpStatus: 409 },
+  NOT_FOUND: { class: 'input', httpStatus: 404 },
+  ADAPTER_PATH: 'input',
+  ADAPTER_TIMEOUT: { class: 'unavailable', httpStatus: 504 },
+  BODY_TIMEOUT: { class: 'input', httpStatus: 408 },
+});
 
 /** Union of server error codes. */
 export type ServerErrorCode = (typeof ServerCode)[keyof typeof ServerCode];
@@ -34,106 +39,14 @@ export type ServerErrorCode = (typeof ServerCode)[keyof typeof ServerCode];
 /** An error raised by the server (validation, limits, adapter management). */
 export class ServerError extends StageError<ServerErrorCode> {}
 
-type Code = ServerErrorCode | EngineErrorCode | RouterErrorCode | ModelErrorCode | PeftErrorCode | RuntimeErrorCode | IrErrorCode | SafetensorsErrorCode;
-
-const ST = 400;
-
 /**
- * HTTP status of every error code the server can meet, in one table (STYLE §6.5): input errors
- * are 4xx, failures of the server's own machinery 5xx.
+ * HTTP status of an error code, derived from the class its package registered it with
+ * (`registerErrorCodes` in `@stageml/ir`): input errors are 4xx, failures of the server's own
+ * machinery 5xx. Unregistered codes are 500.
  */
-export const HTTP_STATUS = {
-  SERVER_BAD_REQUEST: 400,
-  SERVER_BODY_TOO_LARGE: 413,
-  SERVER_TOO_MANY_TOKENS: 400,
-  SERVER_ADAPTER_BUSY: 409,
-  SERVER_ADAPTER_EXISTS: 409,
-  SERVER_NOT_FOUND: 404,
-  SERVER_ADAPTER_PATH: 400,
-  SERVER_ADAPTER_TIMEOUT: 504,
-  SERVER_BODY_TIMEOUT: 408,
-  ROUTER_UNAUTHORIZED: 401,
-  ROUTER_FORBIDDEN: 403,
-  ROUTER_UNKNOWN_MODEL: 404,
-  ROUTER_QUEUE_FULL: 429,
-  ROUTER_DRAINING: 503,
-  ROUTER_BAD_CONFIG: 500,
-  ROUTER_BAD_REQUEST: 400,
-  ROUTER_CANCELLED: 499,
-  MODEL_UNSUPPORTED_ARCH: 400,
-  MODEL_BAD_CONFIG: 400,
-  MODEL_IO: 400,
-  MODEL_BAD_WEIGHT: 400,
-  MODEL_BAD_TOKEN: 400,
-  MODEL_BAD_ADAPTER: 400,
-  ENGINE_BAD_OPTIONS: 400,
-  ENGINE_BAD_ADAPTER: 400,
-  ENGINE_UNKNOWN_ADAPTER: 404,
-  ENGINE_BAD_SEQUENCE: 500,
-  ENGINE_RUN_FAILED: 500,
-  MODEL_BAD_OPTIONS: 400,
-  PEFT_BAD_CONFIG: 400,
-  PEFT_UNSUPPORTED: 400,
-  PEFT_IO: 400,
-  PEFT_UNKNOWN_MODULE: 400,
-  PEFT_SHAPE_MISMATCH: 400,
-  PEFT_BAD_TENSORS: 400,
-  PEFT_CACHE_FULL: 507,
-  PEFT_IN_USE: 409,
-  PEFT_BAD_ARGUMENT: 400,
-  PEFT_UNKNOWN_ADAPTER: 404,
-  RT_MISSING_VALUE: 500,
-  RT_BAD_VALUE: 400,
-  RT_EVAL_FAILED: 500,
-  RT_MISSING_INPUT: 500,
-  RT_UNKNOWN_INPUT: 500,
-  RT_MISSING_WEIGHT: 500,
-  RT_BAD_BUNDLE: 500,
-  RT_BACKEND_UNAVAILABLE: 500,
-  RT_UNSUPPORTED_OP: 500,
-  RT_DISPOSED: 500,
-  RT_IO: 500,
-  RT_WORKER_FAILED: 500,
-  IR_SHAPE_MISMATCH: 500,
-  IR_DTYPE_MISMATCH: 500,
-  IR_TYPE_MISMATCH: 500,
-  IR_UNDEFINED_VALUE: 500,
-  IR_UNKNOWN_OP: 500,
-  IR_OPERAND_COUNT: 500,
-  IR_BAD_ATTR: 500,
-  IR_DUPLICATE_NAME: 500,
-  IR_MALFORMED_GRAPH: 500,
-  IR_INVALID_DIM: 500,
-  IR_UNKNOWN_DTYPE: 500,
-  IR_PARSE_ERROR: 500,
-  IR_BAD_JSON: 500,
-  IR_JSON_VERSION: 500,
-  IR_MISSING_INPUT: 500,
-  IR_MISSING_WEIGHT: 500,
-  IR_BINDING_MISMATCH: 500,
-  IR_EVAL_ERROR: 500,
-  IR_PASS_FAILED: 500,
-  ST_HEADER_TOO_LARGE: ST,
-  ST_BAD_JSON: ST,
-  ST_DUPLICATE_KEY: ST,
-  ST_BAD_HEADER: ST,
-  ST_BAD_DTYPE: ST,
-  ST_BAD_SHAPE: ST,
-  ST_OFFSETS: ST,
-  ST_OVERLAP: ST,
-  ST_GAP: ST,
-  ST_SIZE_MISMATCH: ST,
-  ST_TRUNCATED: ST,
-  ST_BAD_METADATA: ST,
-  ST_INT_RANGE: ST,
-  ST_BAD_TENSOR: ST,
-  ST_MISSING_TENSOR: ST,
-  ST_MISSING_SHARD: ST,
-  ST_NO_CHECKPOINT: ST,
-  ST_BAD_INDEX: ST,
-  ST_CLOSED: 500,
-  ST_IO: ST,
-} as const satisfies Record<Code, number>;
+export function httpStatusOf(code: string): number {
+  return errorCodeInfo(code)?.httpStatus ?? 500;
+}
 
 /** OpenAI-style error type for a status. */
 export function errorType(status: number): string {
@@ -145,8 +58,7 @@ export function errorType(status: number): string {
   return 'invalid_request_error';
 }
 
-/** Status for any thrown value: coded errors by table, anything else 500. */
+/** Status for any thrown value: coded errors by their registered class, anything else 500. */
 export function statusOf(e: unknown): number {
-  if (e instanceof StageError) return (HTTP_STATUS as Record<string, number>)[String(e.code)] ?? 500;
-  return 500;
+  return classifyError(e).httpStatus;
 }

@@ -9,6 +9,6 @@
  */
 export { createServer } from './app.js';
 export type { ServerOptions, StageServer } from './app.js';
-export { HTTP_STATUS, ServerCode, ServerError } from './errors.js';
+export { ServerCode, ServerError, httpStatusOf, statusOf } from './errors.js';
 export type { ServerErrorCode } from './errors.js';
 export { renderChat } from './chat-template.js';

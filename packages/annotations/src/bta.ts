@@ -1,4 +1,4 @@
-import { type Dim, type DimBindings, type Graph, dimSum, dimSymbols, dimToString, evalDim, opDef } from '@stageml/ir';
+import { type Dim, type DimBindings, type Graph, dimAsSymbol, dimSum, dimSymbols, dimToString, evalDim, opDef } from '@stageml/ir';
 import type { Annotations } from './annotate.js';
 import type { StageIndex, StageLattice } from './lattice.js';
 
@@ -12,12 +12,6 @@ export interface BindingTimes {
   readonly nodeStage: Int32Array;
   /** Stage at which each dimension symbol becomes known (from the leaves whose shapes bind it). */
   readonly symbolStage: ReadonlyMap<string, StageIndex>;
-}
-
-function isSimpleSymbol(d: Dim): string | undefined {
-  if (typeof d === 'number' || d.constant !== 0 || d.terms.length !== 1) return undefined;
-  const t = d.terms[0]!;
-  return t.coef === 1 && t.vars.length === 1 ? t.vars[0] : undefined;
 }
 
 /**
@@ -41,7 +35,7 @@ export function analyzeBindingTimes(graph: Graph, ann: Annotations): BindingTime
     if (n.kind === 'op') continue;
     const stage = ann.stages.get(n.name) ?? (n.kind === 'input' ? lattice.top : lattice.bottom);
     for (const d of graph.values[n.results[0]!]!.type.shape) {
-      const s = isSimpleSymbol(d);
+      const s = dimAsSymbol(d);
       if (s !== undefined) symbolStage.set(s, Math.min(symbolStage.get(s) ?? lattice.top, stage));
     }
   }

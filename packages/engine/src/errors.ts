@@ -1,7 +1,7 @@
-import { StageError } from '@stageml/ir';
+import { StageError, registerErrorCodes } from '@stageml/ir';
 
 /** Error codes of `@stageml/engine`. */
-export const EngineCode = {
+export const EngineCode = registerErrorCodes({
   /** An option is invalid (named option and value). */
   BAD_OPTIONS: 'ENGINE_BAD_OPTIONS',
   /** An adapter cannot be served by this engine (whole-tensor overrides, rank above the slot rank, …). */
@@ -12,7 +12,14 @@ export const EngineCode = {
   BAD_SEQUENCE: 'ENGINE_BAD_SEQUENCE',
   /** Running the program failed. */
   RUN_FAILED: 'ENGINE_RUN_FAILED',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  BAD_OPTIONS: 'input',
+  BAD_ADAPTER: 'input',
+  UNKNOWN_ADAPTER: { class: 'input', httpStatus: 404 },
+  BAD_SEQUENCE: 'internal',
+  RUN_FAILED: 'internal',
+});
 
 /** Union of `@stageml/engine` error codes. */
 export type EngineErrorCode = (typeof EngineCode)[keyof typeof EngineCode];

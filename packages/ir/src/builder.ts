@@ -37,9 +37,12 @@ export interface ApplyOptions {
 
 const NAME_RE = /^[A-Za-z0-9_.$\-/:]+$/;
 
-// NOTE: JSON prints NaN and ±Infinity as null and −0 as 0, so `constant(NaN)` and
-// `constant(Infinity)` (or 0 and −0) would intern to one node; spell those numbers out.
-function internReplacer(_key: string, v: unknown): unknown {
+/**
+ * A `JSON.stringify` replacer for hash-consing keys. JSON prints NaN and ±Infinity as null and −0
+ * as 0, so `constant(NaN)` and `constant(Infinity)` (or 0 and −0) would intern to one node; this
+ * spells those numbers out.
+ */
+export function internKeyReplacer(_key: string, v: unknown): unknown {
   return typeof v === 'number' && (!Number.isFinite(v) || Object.is(v, -0)) ? `#${Object.is(v, -0) ? '-0' : String(v)}` : v;
 }
 
@@ -159,7 +162,7 @@ export class GraphBuilder {
     }
     const norm = normalizeAttrs(def.name, def.attrs, (attrs ?? {}), at);
     const ids = operands.map((v) => v.id);
-    const internKey = this.#intern && def.effect === 'pure' ? `${key}(${ids.join(',')})${JSON.stringify(norm, internReplacer)}` : undefined;
+    const internKey = this.#intern && def.effect === 'pure' ? `${key}(${ids.join(',')})${JSON.stringify(norm, internKeyReplacer)}` : undefined;
     if (internKey !== undefined) {
       const hit = this.#interned.get(internKey);
       if (hit !== undefined) return hit.map((id) => this.#handle(id));
@@ -221,6 +224,10 @@ export class GraphBuilder {
   /** Indices along `axis` of `shape`. */
   iota(shape: readonly (Dim | string)[], axis = 0, dtype: DType = 'i64'): Value {
     return this.op('iota', [], { shape: tensorType(dtype, shape).shape, axis, dtype });
+  }
+  /** Fresh uniform samples in [0, 1) of `shape` (random: never folded or CSE'd). */
+  randomUniform(shape: readonly (Dim | string)[], dtype: DType = 'f32'): Value {
+    return this.op('randomUniform', [], { shape: tensorType(dtype, shape).shape, dtype });
   }
   /** a + b. */
   add(a: Value, b: Value): Value {
@@ -302,6 +309,30 @@ export class GraphBuilder {
   where(cond: Value, a: Value, b: Value): Value {
     return this.op('where', [cond, a, b]);
   }
+  /** a = b (bool). */
+  equal(a: Value, b: Value): Value {
+    return this.op('equal', [a, b]);
+  }
+  /** a ≠ b (bool). */
+  notEqual(a: Value, b: Value): Value {
+    return this.op('notEqual', [a, b]);
+  }
+  /** a < b (bool). */
+  less(a: Value, b: Value): Value {
+    return this.op('less', [a, b]);
+  }
+  /** a ≤ b (bool). */
+  lessEqual(a: Value, b: Value): Value {
+    return this.op('lessEqual', [a, b]);
+  }
+  /** a > b (bool). */
+  greater(a: Value, b: Value): Value {
+    return this.op('greater', [a, b]);
+  }
+  /** a ≥ b (bool). */
+  greaterEqual(a: Value, b: Value): Value {
+    return this.op('greaterEqual', [a, b]);
+  }
   /** Converts to `dtype`. */
   cast(x: Value, dtype: DType): Value {
     return this.op('cast', [x], { dtype });
@@ -313,6 +344,10 @@ export class GraphBuilder {
   /** x · wᵀ (+ bias). */
   linear(x: Value, w: Value, bias?: Value): Value {
     return this.op('linear', bias === undefined ? [x, w] : [x, w, bias]);
+  }
+  /** Rows of `x` each multiplied by the expert weight its `groups` entry names (MoE). */
+  groupedMatmul(x: Value, w: Value, groups: Value, attrs: AttrsIn<'groupedMatmul'> = {}): Value {
+    return this.op('groupedMatmul', [x, w, groups], attrs);
   }
   /** Σ over axes. */
   sum(x: Value, axes: readonly number[] = [], keepDims = false): Value {

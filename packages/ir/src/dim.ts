@@ -388,3 +388,10 @@ class DimParser {
     return sym(m[0]);
   }
 }
+
+/** The symbol a dim is when it is exactly one symbol (`batch`, not `2·batch` or `batch + 1`), else undefined. */
+export function dimAsSymbol(d: Dim): string | undefined {
+  if (typeof d === 'number' || d.constant !== 0 || d.terms.length !== 1) return undefined;
+  const t = d.terms[0]!;
+  return t.coef === 1 && t.vars.length === 1 ? t.vars[0] : undefined;
+}

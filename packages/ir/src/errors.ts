@@ -1,61 +1,12 @@
-/** Where in a graph (or in parsed text) an error points. */
-export interface NodeRef {
-  /** Name of the graph the node belongs to, when known. */
-  readonly graph?: string | undefined;
-  /** Index of the node in the graph's topological order. */
-  readonly node?: number | undefined;
-  /** Name of the value involved, when one is. */
-  readonly value?: string | undefined;
-  /** 1-based source position when the graph was parsed from text. */
-  readonly line?: number | undefined;
-  /** 1-based column of the source position. */
-  readonly column?: number | undefined;
-}
+import { registerErrorCodes } from './error-classes.js';
+import { StageError } from './stage-error.js';
 
-/** Options every coded error accepts. */
-export interface StageErrorOptions {
-  /** The IR node (or source position) the error points at. */
-  readonly at?: NodeRef | undefined;
-  /** A suggestion for the user. */
-  readonly hint?: string | undefined;
-  /** The foreign error this one wraps. */
-  readonly cause?: unknown;
-}
-
-/**
- * Base class of every coded error in StageML. The code is public API: tests and tools match on it,
- * never on the message.
- */
-export class StageError<C extends string = string> extends Error {
-  /** Stable error code, e.g. `IR_SHAPE_MISMATCH`. */
-  readonly code: C;
-  /** The node or source position the error points at. */
-  readonly at: NodeRef | undefined;
-  /** A suggestion for the user. */
-  readonly hint: string | undefined;
-
-  /** Creates an error with a stable code, a message and optional location, hint and cause. */
-  constructor(code: C, message: string, opts: StageErrorOptions = {}) {
-    super(formatMessage(message, opts.at), opts.cause === undefined ? undefined : { cause: opts.cause });
-    this.name = new.target.name;
-    this.code = code;
-    this.at = opts.at;
-    this.hint = opts.hint;
-  }
-}
-
-function formatMessage(message: string, at: NodeRef | undefined): string {
-  if (at === undefined) return message;
-  const parts: string[] = [];
-  if (at.line !== undefined) parts.push(`${String(at.line)}:${String(at.column ?? 1)}`);
-  if (at.graph !== undefined) parts.push(`@${at.graph}`);
-  if (at.value !== undefined) parts.push(`%${at.value}`);
-  else if (at.node !== undefined) parts.push(`node ${String(at.node)}`);
-  return parts.length === 0 ? message : `${parts.join(' ')}: ${message}`;
-}
+// The base class lives in its own module so the error-class registry can use it without a cycle.
+export { StageError } from './stage-error.js';
+export type { NodeRef, StageErrorOptions } from './stage-error.js';
 
 /** Error codes of `@stageml/ir`. */
-export const IrCode = {
+export const IrCode = registerErrorCodes({
   /** Operand types violate the op's shape rule. */
   SHAPE_MISMATCH: 'IR_SHAPE_MISMATCH',
   /** Operand dtypes violate the op's dtype rule. */
@@ -94,7 +45,32 @@ export const IrCode = {
   EVAL_ERROR: 'IR_EVAL_ERROR',
   /** A pass failed, or produced a graph that does not verify. */
   PASS_FAILED: 'IR_PASS_FAILED',
-} as const;
+  /** An error code was registered twice with different classes, or with a status outside its class. */
+  ERROR_REGISTRY: 'IR_ERROR_REGISTRY',
+}, {
+  // A graph, its text or JSON form, or the values bound to it were rejected: the caller's input.
+  SHAPE_MISMATCH: 'input',
+  DTYPE_MISMATCH: 'input',
+  TYPE_MISMATCH: 'input',
+  UNDEFINED_VALUE: 'input',
+  UNKNOWN_OP: 'input',
+  OPERAND_COUNT: 'input',
+  BAD_ATTR: 'input',
+  DUPLICATE_NAME: 'input',
+  MALFORMED_GRAPH: 'input',
+  INVALID_DIM: 'input',
+  UNKNOWN_DTYPE: 'input',
+  PARSE_ERROR: 'input',
+  BAD_JSON: 'input',
+  JSON_VERSION: 'input',
+  MISSING_INPUT: 'input',
+  MISSING_WEIGHT: 'input',
+  BINDING_MISMATCH: 'input',
+  EVAL_ERROR: 'input',
+  // A pass that breaks the graph is a bug in the pass.
+  PASS_FAILED: 'internal',
+  ERROR_REGISTRY: 'internal',
+});
 
 /** Union of `@stageml/ir` error codes. */
 export type IrErrorCode = (typeof IrCode)[keyof typeof IrCode];

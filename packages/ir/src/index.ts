@@ -16,6 +16,8 @@
  */
 export { IrCode, IrError, StageError } from './errors.js';
 export type { IrErrorCode, NodeRef, StageErrorOptions } from './errors.js';
+export { ERROR_CLASSES, classifyError, errorCodeInfo, errorMessage, registerErrorCodes, registeredErrorCodes } from './error-classes.js';
+export type { ErrorClass, ErrorClassInfo, ErrorClassTable, ErrorCodeInfo, ErrorCodeSpec } from './error-classes.js';
 export {
   DTYPES,
   allocData,
@@ -39,6 +41,7 @@ export {
   dimMul,
   dimProduct,
   dimSub,
+  dimAsSymbol,
   dimSymbols,
   dimToString,
   evalDim,
@@ -71,12 +74,14 @@ export type { AttrInput, AttrSchema, AttrSpec, AttrTsType, AttrValue, AttrValues
 export { broadcastStrides, forEachIndex, hostTensor, scalar, sizeOf, stridesOf, toArray, zeros } from './tensor.js';
 export type { HostTensor } from './tensor.js';
 export { defineOp, operandArity, snakeCase } from './op-def.js';
-export type { Effect, EvalContext, OpCost, OpDef, OpSpec, Trait } from './op-def.js';
+export type { Decomposition, Effect, EvalContext, OpCost, OpDef, OpSpec, Trait } from './op-def.js';
 export { OPS, OP_KEYS, isOpKey, opDef, opKeyByName } from './ops/index.js';
+export { OP_GROUPS, TRAITS, hasTrait, opsWithTrait } from './op-groups.js';
+export { COMPOSITE_OPS, expandComposites } from './decompose.js';
 export type { AttrsIn, AttrsOf, OpKey } from './ops/index.js';
 export { graphInputs, graphOps, graphParams, graphStats, resultOf, valueType, valueUsers } from './graph.js';
 export type { Graph, GraphNode, GraphOutput, InputNode, OpNode, ParamNode, SourceSpan, ValueId, ValueInfo } from './graph.js';
-export { GraphBuilder, traceGraph } from './builder.js';
+export { GraphBuilder, internKeyReplacer, traceGraph } from './builder.js';
 export type { ApplyOptions, BuilderOptions, Value } from './builder.js';
 export { checkGraph, verifyGraph } from './verify.js';
 export { printAttr, printFloat, printGraph, printName } from './print.js';
@@ -86,7 +91,7 @@ export { GRAPH_JSON_FORMAT, GRAPH_JSON_VERSION, deserializeGraph, graphToJson, s
 export type { GraphJson } from './json.js';
 export { PassManager } from './pass.js';
 export type { Pass, PassManagerOptions, PassRunResult, PassTiming } from './pass.js';
-export { bindDims, evaluateNode, interpret, recordWeightStore, seededRandom } from './interpret.js';
+export { asWeightStore, bindDims, evaluateNode, interpret, recordWeightStore, seededRandom } from './interpret.js';
 export { jsonDepth } from './json-depth.js';
 export type { InterpretOptions, WeightStore } from './interpret.js';
 export { evalCost, graphCost } from './cost.js';

@@ -1,11 +1,12 @@
 import { concretizeAttrs } from './attrs.js';
-import { type Dim, type DimBindings, dimSymbols, dimToString, evalDim } from './dim.js';
+import { type DimBindings, dimAsSymbol, dimSymbols, dimToString, evalDim } from './dim.js';
 import { IrCode, IrError, type NodeRef, StageError } from './errors.js';
 import type { Graph, OpNode, ValueId } from './graph.js';
 import type { EvalContext } from './op-def.js';
 import { opDef } from './ops/index.js';
 import type { HostTensor } from './tensor.js';
 import { type TensorType, concreteShape, typeToString } from './types.js';
+import { errorMessage } from './error-classes.js';
 
 /** Where parameter data comes from: a weight store keyed by parameter name. */
 export interface WeightStore {
@@ -40,15 +41,10 @@ export function recordWeightStore(rec: Readonly<Record<string, HostTensor>>): We
   return { get: (name) => (Object.hasOwn(rec, name) ? rec[name] : undefined) };
 }
 
-function asStore(w: InterpretOptions['weights']): WeightStore {
+/** A weight store for a store, a plain record of tensors, or nothing (an empty store). */
+export function asWeightStore(w: WeightStore | Readonly<Record<string, HostTensor>> | undefined): WeightStore {
   if (w === undefined) return { get: () => undefined };
   return typeof (w as WeightStore).get === 'function' ? (w as WeightStore) : recordWeightStore(w as Record<string, HostTensor>);
-}
-
-function isSimpleSymbol(d: Dim): string | undefined {
-  if (typeof d === 'number' || d.constant !== 0 || d.terms.length !== 1) return undefined;
-  const t = d.terms[0]!;
-  return t.coef === 1 && t.vars.length === 1 ? t.vars[0] : undefined;
 }
 
 /**
@@ -69,7 +65,7 @@ export function bindDims(
       throw new IrError(IrCode.BINDING_MISMATCH, `'${name}' must have rank ${String(type.shape.length)} (${typeToString(type)}), got shape [${value.shape.join(', ')}]`);
     }
     type.shape.forEach((d, i) => {
-      const s = isSimpleSymbol(d);
+      const s = dimAsSymbol(d);
       const actual = value.shape[i]!;
       if (s === undefined) return;
       const prev = b[s];
@@ -113,7 +109,7 @@ export function evaluateNode(g: Graph, nodeIndex: number, operands: readonly Hos
     out = def.evaluate(operands, attrs, ctx);
   } catch (e) {
     if (e instanceof StageError) throw new IrError(IrCode.EVAL_ERROR, e.message, { at, cause: e });
-    throw new IrError(IrCode.EVAL_ERROR, `${def.name} failed: ${e instanceof Error ? e.message : String(e)}`, { at, cause: e });
+    throw new IrError(IrCode.EVAL_ERROR, `${def.name} failed: ${errorMessage(e)}`, { at, cause: e });
   }
   node.results.forEach((id, k) => {
     const t = g.values[id]!.type;
@@ -122,7 +118,7 @@ export function evaluateNode(g: Graph, nodeIndex: number, operands: readonly Hos
     try {
       want = concreteShape(t, bindings);
     } catch (e) {
-      throw new IrError(IrCode.EVAL_ERROR, (e as Error).message, { at, cause: e });
+      throw new IrError(IrCode.EVAL_ERROR, errorMessage(e), { at, cause: e });
     }
     if (got?.dtype !== t.dtype || got.shape.length !== want.length || got.shape.some((d, i) => d !== want[i])) {
       throw new IrError(
@@ -142,7 +138,7 @@ export function evaluateNode(g: Graph, nodeIndex: number, operands: readonly Hos
  */
 export function interpret(g: Graph, opts: InterpretOptions = {}): Record<string, HostTensor> {
   const inputs = opts.inputs ?? {};
-  const store = asStore(opts.weights);
+  const store = asWeightStore(opts.weights);
   const env = new Map<ValueId, HostTensor>();
   const leaves: { name: string; type: TensorType; value: HostTensor }[] = [];
   for (const n of g.nodes) {

@@ -6,6 +6,7 @@ import { isOpKey, opDef } from './ops/index.js';
 import { printFloat } from './print.js';
 import type { TensorType } from './types.js';
 import { verifyGraph } from './verify.js';
+import { errorMessage } from './error-classes.js';
 
 /** Version of the JSON graph format this build writes and reads. */
 export const GRAPH_JSON_VERSION = 1;
@@ -166,7 +167,7 @@ export function deserializeGraph(input: unknown): Graph {
     try {
       doc = JSON.parse(input);
     } catch (e) {
-      throw new IrError(IrCode.BAD_JSON, `not JSON: ${(e as Error).message}`, { cause: e });
+      throw new IrError(IrCode.BAD_JSON, `not JSON: ${errorMessage(e)}`, { cause: e });
     }
   }
   const root = obj(doc, '$');

@@ -1,4 +1,5 @@
 import type { AttrSchema, AttrValues } from './attrs.js';
+import type { GraphBuilder, Value } from './builder.js';
 import { type Dim, dimAdd, dimSum } from './dim.js';
 import { IrCode, IrError } from './errors.js';
 import type { HostTensor } from './tensor.js';
@@ -64,7 +65,16 @@ export interface OpDef<K extends string = string, A extends AttrSchema = AttrSch
   readonly cost: (operands: readonly TensorType[], results: readonly TensorType[], attrs: AttrValues<A>) => OpCost;
   /** Reference semantics over host tensors, with symbolic attributes already made concrete. */
   readonly evaluate: (operands: readonly HostTensor[], attrs: AttrValues<A>, ctx: EvalContext) => HostTensor[];
+  /**
+   * For a composite op: the same computation in primitive ops, built with `b` (absent operands
+   * left out). A backend needs the primitives plus, optionally, a fused rule; `expandComposites`
+   * rewrites a graph into the decomposition.
+   */
+  readonly decompose?: Decomposition<A> | undefined;
 }
+
+/** How a composite op is built from primitive ops: one value per result. */
+export type Decomposition<A extends AttrSchema = AttrSchema> = (b: GraphBuilder, operands: readonly Value[], attrs: AttrValues<A>) => Value[];
 
 /** The fields `defineOp` takes (key given, name derived, defaults for the rest). */
 export interface OpSpec<K extends string, A extends AttrSchema> {
@@ -80,6 +90,8 @@ export interface OpSpec<K extends string, A extends AttrSchema> {
   /** FLOPs per execution; bytes default to operand plus result bytes. */
   readonly flops?: (operands: readonly TensorType[], results: readonly TensorType[], attrs: AttrValues<A>) => Dim;
   readonly evaluate: (operands: readonly HostTensor[], attrs: AttrValues<A>, ctx: EvalContext) => HostTensor[];
+  /** Composite ops: the computation in primitive ops (see `OpDef.decompose`). */
+  readonly decompose?: Decomposition<A>;
 }
 
 /** `loraResidual` → `lora_residual`. */
@@ -113,6 +125,7 @@ export function defineOp<const K extends string, const A extends AttrSchema = Re
       bytes: dimAdd(bytesOf(ops), bytesOf(res)),
     }),
     evaluate: spec.evaluate,
+    ...(spec.decompose === undefined ? {} : { decompose: spec.decompose }),
   };
 }
 

@@ -1,6 +1,7 @@
 import { IrCode, IrError, StageError } from './errors.js';
 import type { Graph } from './graph.js';
 import { verifyGraph } from './verify.js';
+import { errorMessage } from './error-classes.js';
 
 /** A named graph transformation. Passes return a new graph and never mutate their input. */
 export interface Pass {
@@ -64,7 +65,7 @@ export class PassManager {
         if (this.#verifyEach) verifyGraph(g);
       } catch (e) {
         const code = e instanceof StageError ? `${String(e.code)}: ` : '';
-        throw new IrError(IrCode.PASS_FAILED, `pass '${p.name}' failed: ${code}${e instanceof Error ? e.message : String(e)}`, {
+        throw new IrError(IrCode.PASS_FAILED, `pass '${p.name}' failed: ${code}${errorMessage(e)}`, {
           cause: e,
           at: e instanceof StageError ? e.at : undefined,
         });

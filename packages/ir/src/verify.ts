@@ -6,6 +6,7 @@ import type { Graph, GraphNode, GraphOutput } from './graph.js';
 import { operandArity } from './op-def.js';
 import { isOpKey, opDef } from './ops/index.js';
 import { type TensorType, typeEquals, typeToString } from './types.js';
+import { errorMessage } from './error-classes.js';
 
 const NAME_RE = /^[A-Za-z0-9_.$\-/:]+$/;
 
@@ -36,7 +37,7 @@ function checkType(t: TensorType, at: NodeRef): void {
     try {
       checkDim(d, `dim ${String(i)}`);
     } catch (e) {
-      throw new IrError(IrCode.INVALID_DIM, (e as Error).message, { at, cause: e });
+      throw new IrError(IrCode.INVALID_DIM, errorMessage(e), { at, cause: e });
     }
   });
 }

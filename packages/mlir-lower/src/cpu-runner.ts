@@ -1,4 +1,4 @@
-import { type DType, type HostTensor, allocData, f16FromBits, sizeOf } from '@stageml/ir';
+import { type DType, type HostTensor, allocData, f16FromBits, sizeOf, errorMessage } from '@stageml/ir';
 import { LowerCode, LowerError } from './errors.js';
 import { denseAttr } from './literals.js';
 import { type MlirFunction, type MlirResource, printModule } from './lower.js';
@@ -172,7 +172,7 @@ export async function runMlirOnCpu(calls: readonly RunnerCall[], tools: MlirTool
   try {
     tensors = parseRunnerOutput(ran.output, printed);
   } catch (e) {
-    return { status: 'error', stage: 'parse', diagnostics: (e as Error).message };
+    return { status: 'error', stage: 'parse', diagnostics: errorMessage(e) };
   }
   const outputs: Record<string, HostTensor>[] = calls.map(() => ({}));
   printed.forEach((p, i) => {

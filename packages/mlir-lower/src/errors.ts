@@ -1,7 +1,7 @@
-import { StageError } from '@stageml/ir';
+import { StageError, registerErrorCodes } from '@stageml/ir';
 
 /** Error codes of `@stageml/mlir-lower`. Codes are public API: never renamed or reused. */
-export const LowerCode = {
+export const LowerCode = registerErrorCodes({
   /** The graph uses an op this lowering cannot express; the message names the op and the reason. */
   UNSUPPORTED_OP: 'LOWER_UNSUPPORTED_OP',
   /** A symbolic dimension cannot be computed from the function's arguments. */
@@ -14,7 +14,15 @@ export const LowerCode = {
   TOOL_MISSING: 'LOWER_TOOL_MISSING',
   /** An MLIR tool ran and failed (verification or execution); the message carries its diagnostics. */
   TOOL_FAILED: 'LOWER_TOOL_FAILED',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  UNSUPPORTED_OP: 'input',
+  UNBOUND_DIM: 'input',
+  BAD_CONSTANT: 'input',
+  BAD_OPTIONS: 'input',
+  TOOL_MISSING: 'unavailable',
+  TOOL_FAILED: 'internal',
+});
 
 /** Union of `@stageml/mlir-lower` error codes. */
 export type LowerErrorCode = (typeof LowerCode)[keyof typeof LowerCode];

@@ -3,7 +3,8 @@ import { type MlirRule, unsupported } from './rule.js';
 import { binaryRule, broadcastToRule, castRule, compareRule, geluRule, unaryRule, whereRule } from './rules/elementwise.js';
 import { constantRule, gatherRule, indexSelectRule, iotaRule, scatterAddRule } from './rules/indexing.js';
 import { groupedMatmulRule, linearRule, matmulRule } from './rules/linalg.js';
-import { attentionRule, rotaryRule } from './rules/nn.js';
+import { decomposed } from './rules/decomposed.js';
+import { attentionRule } from './rules/nn.js';
 import { argmaxRule, layerNormRule, maxRule, meanRule, rmsNormRule, softmaxRule, sumRule } from './rules/reduce.js';
 import { concatRule, reshapeRule, sliceRule, transposeRule } from './rules/shape.js';
 import { topkRule } from './rules/topk.js';
@@ -64,7 +65,8 @@ export const mlirRules = {
   indexSelect: indexSelectRule,
   scatterAdd: scatterAddRule,
   topk: topkRule,
-  rotary: rotaryRule,
+  // Composite: lowered through the registry's decomposition (slices, concat, neg, mul, add).
+  rotary: decomposed('rotary'),
   attention: attentionRule,
 } satisfies { readonly [K in OpKey]: MlirRule<K> };
 

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type AnnotationSpec, SERVING_STAGES, type StageLattice } from '@stageml/annotations';
-import { type Graph, type HostTensor, graphParams } from '@stageml/ir';
+import { type Graph, type HostTensor, graphParams, errorMessage } from '@stageml/ir';
 import { type ExpertLora, expertLoraFor } from '@stageml/moe';
 import { type LoraAdapter, type LoraForm, checkAdapterAgainstBase, loadLoraAdapter, scalingFor } from '@stageml/peft';
 import { openCheckpoint } from '@stageml/safetensors';
@@ -51,7 +51,7 @@ export async function stagedModelGraph(dir: string, opts: StagedModelOptions = {
   try {
     cfgText = await readFile(join(dir, 'config.json'), 'utf8');
   } catch (e) {
-    throw new ModelError(ModelCode.IO, `cannot read ${join(dir, 'config.json')}: ${(e as Error).message}`, { cause: e });
+    throw new ModelError(ModelCode.IO, `cannot read ${join(dir, 'config.json')}: ${errorMessage(e)}`, { cause: e });
   }
   const full = parseLlamaConfig(cfgText, join(dir, 'config.json'));
   const layers = opts.numLayers ?? full.numLayers;

@@ -1,7 +1,7 @@
-import { StageError } from '@stageml/ir';
+import { StageError, registerErrorCodes } from '@stageml/ir';
 
 /** Error codes of `@stageml/models`. */
-export const ModelCode = {
+export const ModelCode = registerErrorCodes({
   /** The checkpoint's architecture (`model_type` / `architectures`) is not supported. */
   UNSUPPORTED_ARCH: 'MODEL_UNSUPPORTED_ARCH',
   /** A config field is missing, of the wrong type, or has a value StageML does not run (named). */
@@ -16,7 +16,16 @@ export const ModelCode = {
   BAD_ADAPTER: 'MODEL_BAD_ADAPTER',
   /** Generation options are invalid (temperature, top-p, top-k, max tokens, …). */
   BAD_OPTIONS: 'MODEL_BAD_OPTIONS',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  UNSUPPORTED_ARCH: 'input',
+  BAD_CONFIG: 'input',
+  IO: { class: 'io', httpStatus: 400 },
+  BAD_WEIGHT: 'input',
+  BAD_TOKEN: 'input',
+  BAD_ADAPTER: 'input',
+  BAD_OPTIONS: 'input',
+});
 
 /** Union of `@stageml/models` error codes. */
 export type ModelErrorCode = (typeof ModelCode)[keyof typeof ModelCode];

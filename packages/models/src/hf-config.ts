@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { ModelCode, ModelError } from './errors.js';
 import type { LlamaShape } from './llama-graph.js';
+import { errorMessage } from '@stageml/ir';
 
 /** Rotary scaling of a Llama-family config (HF `rope_parameters` / `rope_scaling`). */
 export type RopeScaling =
@@ -126,7 +127,7 @@ export function parseLlamaConfig(text: string, file = 'config.json'): LlamaConfi
   try {
     raw = JSON.parse(text);
   } catch (e) {
-    throw new ModelError(ModelCode.BAD_CONFIG, `${file} is not JSON: ${(e as Error).message}`, { cause: e });
+    throw new ModelError(ModelCode.BAD_CONFIG, `${file} is not JSON: ${errorMessage(e)}`, { cause: e });
   }
   const type = (raw as { model_type?: unknown } | null)?.model_type;
   if (typeof type !== 'string' || !LLAMA_FAMILY.has(type)) {

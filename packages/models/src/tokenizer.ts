@@ -2,6 +2,7 @@ import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { ModelCode, ModelError } from './errors.js';
+import { errorMessage } from '@stageml/ir';
 
 /** Text ↔ token ids through a Hugging Face `tokenizer.json` (via @huggingface/tokenizers). */
 export interface TextTokenizer {
@@ -88,14 +89,14 @@ export async function loadTokenizer(dir: string): Promise<TextTokenizer | undefi
     try {
       config = JSON.parse(configText) as Record<string, unknown>;
     } catch (e) {
-      throw new ModelError(ModelCode.BAD_CONFIG, `${join(dir, 'tokenizer_config.json')}: ${(e as Error).message}`, { cause: e });
+      throw new ModelError(ModelCode.BAD_CONFIG, `${join(dir, 'tokenizer_config.json')}: ${errorMessage(e)}`, { cause: e });
     }
   }
   let tok: Tokenizer;
   try {
     tok = new Tokenizer(JSON.parse(json) as object, config);
   } catch (e) {
-    throw new ModelError(ModelCode.BAD_CONFIG, `${join(dir, 'tokenizer.json')}: ${(e as Error).message}`, { cause: e });
+    throw new ModelError(ModelCode.BAD_CONFIG, `${join(dir, 'tokenizer.json')}: ${errorMessage(e)}`, { cause: e });
   }
   const specialTokens: Record<string, string> = {};
   for (const k of ['bos_token', 'eos_token', 'pad_token', 'unk_token']) {

@@ -1,14 +1,19 @@
-import { StageError, type StageErrorOptions } from '@stageml/ir';
+import { StageError, type StageErrorOptions, registerErrorCodes } from '@stageml/ir';
 
 /** Error codes of `@stageml/moe`. */
-export const MoeCode = {
+export const MoeCode = registerErrorCodes({
   /** Expert factors or weights do not fit the MoE block's shapes (named). */
   SHAPE_MISMATCH: 'MOE_SHAPE_MISMATCH',
   /** A MoE plan is malformed, of another version, or inconsistent with the model (named). */
   BAD_PLAN: 'MOE_BAD_PLAN',
   /** An adapter's parameter-targeted factors cannot be matched to expert tensors. */
   BAD_ADAPTER: 'MOE_BAD_ADAPTER',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  SHAPE_MISMATCH: 'input',
+  BAD_PLAN: 'input',
+  BAD_ADAPTER: 'input',
+});
 
 /** Union of `@stageml/moe` error codes. */
 export type MoeErrorCode = (typeof MoeCode)[keyof typeof MoeCode];

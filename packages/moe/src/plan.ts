@@ -1,6 +1,7 @@
 import type { ExpertProjection } from './block.js';
 import type { ExpertLora } from './expert-lora.js';
 import { MoePlanError } from './errors.js';
+import { errorMessage } from '@stageml/ir';
 
 /** `format` field of every MoE plan document. */
 export const MOE_PLAN_FORMAT = 'stageml.moe-plan';
@@ -195,7 +196,7 @@ export function parseMoePlan(text: string, shape?: MoeModelShape): MoePlan {
   try {
     doc = JSON.parse(text);
   } catch (e) {
-    throw new MoePlanError('$', `not JSON: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    throw new MoePlanError('$', `not JSON: ${errorMessage(e)}`, { cause: e });
   }
   return checkMoePlan(doc, shape);
 }

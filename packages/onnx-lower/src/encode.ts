@@ -1,7 +1,7 @@
 import { open } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { create, toBinary } from '@bufbuild/protobuf';
-import { dimToString } from '@stageml/ir';
+import { dimToString, errorMessage } from '@stageml/ir';
 import { GraphProtoSchema, ModelProtoSchema, OperatorSetIdProtoSchema, type TensorProto } from 'onnx-buf';
 
 import { OnnxCode, OnnxLowerError } from './errors.js';
@@ -111,7 +111,7 @@ export async function writeOnnx(path: string, model: OnnxModel, opts: { readonly
         for (let done = 0; done < p.data.byteLength; ) done += (await fh.write(p.data, done, p.data.byteLength - done, p.offset + done)).bytesWritten;
       }
     } catch (e) {
-      throw new OnnxLowerError(OnnxCode.IO, `cannot write ${file}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+      throw new OnnxLowerError(OnnxCode.IO, `cannot write ${file}: ${errorMessage(e)}`, { cause: e });
     } finally {
       await fh?.close();
     }

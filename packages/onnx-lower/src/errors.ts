@@ -1,7 +1,7 @@
-import { StageError } from '@stageml/ir';
+import { StageError, registerErrorCodes } from '@stageml/ir';
 
 /** Error codes of `@stageml/onnx-lower`. */
-export const OnnxCode = {
+export const OnnxCode = registerErrorCodes({
   /** An op has no ONNX lowering (its rule is `unsupported(reason)`); the message names the op and the reason. */
   UNSUPPORTED_OP: 'ONNX_UNSUPPORTED_OP',
   /** A symbolic dim mentions a symbol no graph input carries as a plain axis, so it cannot be computed at run time. */
@@ -12,7 +12,14 @@ export const OnnxCode = {
   BAD_GRAPH: 'ONNX_BAD_GRAPH',
   /** Writing a model or its external data failed. */
   IO: 'ONNX_IO',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  UNSUPPORTED_OP: 'input',
+  UNBOUND_SYMBOL: 'input',
+  BAD_WEIGHT: 'input',
+  BAD_GRAPH: 'input',
+  IO: 'io',
+});
 
 /** Union of `@stageml/onnx-lower` error codes. */
 export type OnnxErrorCode = (typeof OnnxCode)[keyof typeof OnnxCode];

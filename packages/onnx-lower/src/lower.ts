@@ -14,6 +14,7 @@ import {
   graphParams,
   opDef,
   substituteDim,
+  errorMessage,
 } from '@stageml/ir';
 import type { NodeProto } from 'onnx-buf';
 
@@ -123,7 +124,7 @@ export function lowerToOnnx(graph: Graph, opts: LowerOnnxOptions = {}): OnnxMode
   try {
     statics = bindDims(params);
   } catch (e) {
-    throw new OnnxLowerError(OnnxCode.BAD_WEIGHT, e instanceof Error ? e.message : String(e), { cause: e });
+    throw new OnnxLowerError(OnnxCode.BAD_WEIGHT, errorMessage(e), { cause: e });
   }
   const subst = (t: TensorType): TensorType => ({ dtype: t.dtype, shape: t.shape.map((d) => substituteDim(d, statics)) });
   const spec = (name: string, type: TensorType): OnnxTensorSpec => ({ name, dtype: type.dtype, elemType: computeType(type.dtype), shape: subst(type).shape });
@@ -176,7 +177,7 @@ export function lowerToOnnx(graph: Graph, opts: LowerOnnxOptions = {}): OnnxMode
     } catch (e) {
       if (e instanceof StageError && e.at !== undefined) throw e;
       const code = e instanceof OnnxLowerError ? e.code : OnnxCode.BAD_GRAPH;
-      const msg = e instanceof Error ? e.message : String(e);
+      const msg = errorMessage(e);
       throw new OnnxLowerError(code, `lowering ${opDef(n.op).name} (%${String(at.value)}) failed: ${msg}`, { at, cause: e });
     }
     n.results.forEach((v, k) => {

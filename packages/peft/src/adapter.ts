@@ -4,6 +4,7 @@ import type { HostTensor } from '@stageml/ir';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { type LoraConfig, alphaFor, parseLoraConfig, rankFor, scalingFor } from './config.js';
 import { PeftCode, PeftError } from './errors.js';
+import { errorMessage } from '@stageml/ir';
 
 /** LoRA factors of one module: Δy = scale · (x·Aᵀ)·Bᵀ (+ biasB). */
 export interface LoraModule {
@@ -97,7 +98,7 @@ export async function loadLoraAdapter(dir: string, opts: { readonly name?: strin
   try {
     cfgText = await readFile(cfgPath, 'utf8');
   } catch (e) {
-    throw new PeftError(PeftCode.IO, `cannot read ${cfgPath}: ${(e as Error).message}`, { cause: e });
+    throw new PeftError(PeftCode.IO, `cannot read ${cfgPath}: ${errorMessage(e)}`, { cause: e });
   }
   const config = parseLoraConfig(cfgText, cfgPath);
   const file = join(dir, 'adapter_model.safetensors');
@@ -108,8 +109,8 @@ export async function loadLoraAdapter(dir: string, opts: { readonly name?: strin
     if (e instanceof PeftError) throw e;
     const code = (e as { code?: unknown }).code;
     throw code === 'ST_IO'
-      ? new PeftError(PeftCode.IO, `cannot read ${file}: ${(e as Error).message}`, { cause: e })
-      : new PeftError(PeftCode.BAD_TENSORS, `${file}: ${(e as Error).message}`, { cause: e });
+      ? new PeftError(PeftCode.IO, `cannot read ${file}: ${errorMessage(e)}`, { cause: e })
+      : new PeftError(PeftCode.BAD_TENSORS, `${file}: ${errorMessage(e)}`, { cause: e });
   }
   try {
     const factors = new Map<string, { A?: HostTensor; B?: HostTensor; biasB?: HostTensor }>();
@@ -167,7 +168,7 @@ export async function loadLoraAdapter(dir: string, opts: { readonly name?: strin
     return { name: opts.name ?? basename(dir), dir, config, modules, parameterFactors, overrides, bytes };
   } catch (e) {
     if (e instanceof PeftError) throw e;
-    throw new PeftError(PeftCode.BAD_TENSORS, `${file}: ${(e as Error).message}`, { cause: e });
+    throw new PeftError(PeftCode.BAD_TENSORS, `${file}: ${errorMessage(e)}`, { cause: e });
   } finally {
     await st.close();
   }

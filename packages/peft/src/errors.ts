@@ -1,7 +1,7 @@
-import { StageError } from '@stageml/ir';
+import { StageError, registerErrorCodes } from '@stageml/ir';
 
 /** Error codes of `@stageml/peft`. */
-export const PeftCode = {
+export const PeftCode = registerErrorCodes({
   /** `adapter_config.json` is missing a field, has a wrong type, or is not JSON. */
   BAD_CONFIG: 'PEFT_BAD_CONFIG',
   /** The adapter uses a feature StageML does not run (DoRA, a non-LoRA PEFT type, …), named in the message. */
@@ -22,7 +22,19 @@ export const PeftCode = {
   BAD_ARGUMENT: 'PEFT_BAD_ARGUMENT',
   /** An adapter name is unknown to a bank or cache. */
   UNKNOWN_ADAPTER: 'PEFT_UNKNOWN_ADAPTER',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  BAD_CONFIG: 'input',
+  UNSUPPORTED: 'input',
+  IO: { class: 'io', httpStatus: 400 },
+  UNKNOWN_MODULE: 'input',
+  SHAPE_MISMATCH: 'input',
+  BAD_TENSORS: 'input',
+  CACHE_FULL: { class: 'unavailable', httpStatus: 507 },
+  IN_USE: { class: 'unavailable', httpStatus: 409 },
+  BAD_ARGUMENT: 'input',
+  UNKNOWN_ADAPTER: { class: 'input', httpStatus: 404 },
+});
 
 /** Union of `@stageml/peft` error codes. */
 export type PeftErrorCode = (typeof PeftCode)[keyof typeof PeftCode];

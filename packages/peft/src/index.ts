@@ -20,6 +20,8 @@ export type { PeftErrorCode } from './errors.js';
 export { MAX_CONFIG_DEPTH, MAX_LORA_ALPHA, MAX_PATTERN_LENGTH, alphaFor, matchPatternKey, parseLoraConfig, rankFor, scalingFor, targetsModule } from './config.js';
 export type { LoraConfig } from './config.js';
 export { MAX_ADAPTER_VALUE, checkAdapterAgainstBase, checkedAdapterTensor, loadLoraAdapter } from './adapter.js';
+export { findAdapterDirs } from './adapter-dirs.js';
+export type { AdapterDir } from './adapter-dirs.js';
 export type { LoraAdapter, LoraModule, LoraParameterFactors } from './adapter.js';
 export { loraLinear } from './attach.js';
 export type { LoraForm, LoraValues } from './attach.js';

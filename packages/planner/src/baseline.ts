@@ -16,7 +16,7 @@ export interface PopularityOptions {
 }
 
 /**
- * The original StageML's rule (`residual_planner.py`, planner-quant.md §2.4), for comparison:
+ * The original Python StageML's rule (its `residual_planner.py`), for comparison:
  * adapters in order of decreasing traffic (ties by name, code-point order); each is materialized
  * whole (every unit) when that fits the remaining budget — first fit, no early stop — and the
  * rest run `residual`. Rank, shape and bytes never affect the order. Where the budget also counts

@@ -1,5 +1,5 @@
 import { cpus } from 'node:os';
-import { GraphBuilder, hostTensor } from '@stageml/ir';
+import { GraphBuilder, hostTensor, errorMessage } from '@stageml/ir';
 import type { Executor } from '@stageml/runtime';
 import { PlanCode, PlanError } from './errors.js';
 
@@ -131,7 +131,7 @@ export function parseCalibration(text: string): Calibration {
   try {
     doc = JSON.parse(text);
   } catch (e) {
-    throw new PlanError(PlanCode.BAD_CALIBRATION, `not JSON: ${e instanceof Error ? e.message : String(e)}`, { path: '$', cause: e });
+    throw new PlanError(PlanCode.BAD_CALIBRATION, `not JSON: ${errorMessage(e)}`, { path: '$', cause: e });
   }
   return checkCalibration(doc);
 }

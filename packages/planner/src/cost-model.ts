@@ -1,4 +1,4 @@
-import type { AttrValue, DimBindings, Graph, OpKey, TensorType } from '@stageml/ir';
+import { type AttrValue, type DimBindings, type Graph, type OpKey, type TensorType, opsWithTrait } from '@stageml/ir';
 import { type AnalyticCostOptions, type CostEstimate, type CostModel, analyticCostModel, evalDimAt } from '@stageml/rewrite';
 import { type Calibration, type GemmMeasurement, gemmShapeClass } from './calibration.js';
 import { PlanCode, PlanError } from './errors.js';
@@ -20,7 +20,8 @@ export interface PlannerCostOptions extends AnalyticCostOptions {
   readonly calibration?: Calibration;
 }
 
-const CONTRACTIONS = new Set<OpKey>(['linear', 'matmul', 'groupedMatmul']);
+// Contractions by registry trait: a new `contraction` op is costed from GEMM measurements too.
+const CONTRACTIONS = opsWithTrait('contraction');
 
 /** (k, n) of a contraction op from its weight-like operand; m follows from the FLOP count. */
 function contractionKN(op: OpKey, operands: readonly TensorType[], attrs: Readonly<Record<string, AttrValue>>, sizes: DimBindings): [number, number] {

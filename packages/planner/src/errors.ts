@@ -1,11 +1,11 @@
-import { StageError, type StageErrorOptions } from '@stageml/ir';
+import { StageError, type StageErrorOptions, registerErrorCodes } from '@stageml/ir';
 
 /**
  * Error codes of `@stageml/planner`. Codes are public API: never renamed or reused. Expected
  * outcomes (an infeasible budget, a rejected quantization) are returned as discriminated unions,
  * never thrown; these codes are for invalid input and violated plan invariants.
  */
-export const PlanCode = {
+export const PlanCode = registerErrorCodes({
   /** An option is out of range (a budget that is not a non-negative integer, batch ≤ 0, a penalty < 1, …). */
   BAD_OPTION: 'PLAN_BAD_OPTION',
   /** The workload is malformed: duplicate adapters or units, non-positive dims or ranks, an empty allowed-kind set. */
@@ -39,7 +39,24 @@ export const PlanCode = {
    * the code exists for callers that must turn it into an error (the `stageml plan` command).
    */
   INFEASIBLE: 'PLAN_INFEASIBLE',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  BAD_OPTION: 'input',
+  BAD_WORKLOAD: 'input',
+  BAD_TRAFFIC: 'input',
+  BAD_CALIBRATION: 'input',
+  BAD_DOCUMENT: 'input',
+  UNKNOWN_UNIT: 'input',
+  DUPLICATE_UNIT: 'input',
+  MISSING_UNIT: 'input',
+  SHAPE_MISMATCH: 'input',
+  OVER_BUDGET: 'input',
+  KIND_NOT_ALLOWED: 'input',
+  NOT_EXECUTABLE: 'input',
+  ACCOUNTING_MISMATCH: 'internal',
+  BAD_QUANT_CONFIG: 'input',
+  INFEASIBLE: 'input',
+});
 
 /** Union of `@stageml/planner` error codes. */
 export type PlanErrorCode = (typeof PlanCode)[keyof typeof PlanCode];

@@ -212,7 +212,7 @@ describe('solveKnapsack', () => {
   });
 
   it('beats the popularity-first greedy on the original study instance', () => {
-    // planner-quant.md §3.4: a0 r4 rc120, a1 r8 rc90, a2 r16 rc25, a3 r4 rc10; 256 B each; cost n·E·r,
+    // The original's benchmark instance: a0 r4 rc120, a1 r8 rc90, a2 r16 rc25, a3 r4 rc10; 256 B each; cost n·E·r,
     // or n·E when materialized and hot (rc ≥ 20). The study's brute force gives 3280/2020/1270/550;
     // the popularity rule 3280/2560/1300/550.
     const adapters = [

@@ -1,4 +1,4 @@
-import { type DType, isDType } from '@stageml/ir';
+import { type DType, isDType, errorMessage } from '@stageml/ir';
 import { PlanCode, PlanError } from './errors.js';
 import { PLAN_KINDS, type PlanKind, type UnitRef, isPlanKind } from './workload.js';
 
@@ -189,7 +189,7 @@ export function parsePlan(text: string): Plan {
   try {
     doc = JSON.parse(text);
   } catch (e) {
-    throw new PlanError(PlanCode.BAD_DOCUMENT, `not JSON: ${e instanceof Error ? e.message : String(e)}`, { path: '$', cause: e });
+    throw new PlanError(PlanCode.BAD_DOCUMENT, `not JSON: ${errorMessage(e)}`, { path: '$', cause: e });
   }
   return checkPlan(doc);
 }

@@ -166,6 +166,9 @@ describe('Planner', () => {
     };
     expect(executableKinds(noBank)).toEqual(['materialize', 'residual']);
     expect(executableKinds(executorCapabilities('tfjs-cpu'))).toEqual(['materialize', 'residual', 'grouped-bank', 'fallback']);
+    // onnxruntime (the default executor) is described by its rule table, like every executor.
+    expect(executableKinds(executorCapabilities('onnxruntime'))).toEqual(['materialize', 'residual', 'grouped-bank', 'fallback']);
+    expectCode(() => executorCapabilities('no-such-executor'), PlanCode.BAD_OPTION);
     const planner = new Planner(llama, { executor: noBank });
     const plan = okPlan(planner, planner.unconstrainedMemory());
     expect(new Set(plan.units.map((u) => u.kind)).has('fallback')).toBe(false);

@@ -1,4 +1,5 @@
 import { PlanCode, PlanError } from './errors.js';
+import { errorMessage } from '@stageml/ir';
 
 function show(v: unknown): string {
   return v === undefined ? 'nothing' : JSON.stringify(v);
@@ -68,7 +69,7 @@ export function parseTraffic(text: string): Traffic {
   try {
     doc = JSON.parse(text);
   } catch (e) {
-    throw new PlanError(PlanCode.BAD_TRAFFIC, `not JSON: ${e instanceof Error ? e.message : String(e)}`, { path: '$', cause: e });
+    throw new PlanError(PlanCode.BAD_TRAFFIC, `not JSON: ${errorMessage(e)}`, { path: '$', cause: e });
   }
   return checkTraffic(doc);
 }

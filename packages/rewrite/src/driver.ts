@@ -1,5 +1,5 @@
 import { analyzeBindingTimes } from '@stageml/annotations';
-import { type Graph, type OpKey, type Pass, StageError, typeEquals, typeToString, verifyGraph } from '@stageml/ir';
+import { type Graph, type OpKey, type Pass, StageError, typeEquals, typeToString, verifyGraph, errorMessage } from '@stageml/ir';
 import { type ResolvedContext, type RewriteContextOptions, resolveContext } from './context.js';
 import { RewriteError, RwCode } from './errors.js';
 import { matchPattern } from './match.js';
@@ -174,13 +174,13 @@ function verifyAfter(session: RewriteSession, r: Rule, node: string): void {
     verifyGraph(materialize(session.wg));
   } catch (e) {
     const code = e instanceof StageError ? `${String(e.code)}: ` : '';
-    throw new RewriteError(RwCode.VERIFY_FAILED, `after rule '${r.name}' rewrote %${node}: ${code}${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    throw new RewriteError(RwCode.VERIFY_FAILED, `after rule '${r.name}' rewrote %${node}: ${code}${errorMessage(e)}`, { cause: e });
   }
 }
 
 function failed(r: Rule, root: string, phase: string, e: unknown): never {
   if (e instanceof RewriteError) throw e;
-  throw new RewriteError(RwCode.RULE_FAILED, `rule '${r.name}' threw in ${phase} at %${root}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+  throw new RewriteError(RwCode.RULE_FAILED, `rule '${r.name}' threw in ${phase} at %${root}: ${errorMessage(e)}`, { cause: e });
 }
 
 /** Matches, guards, builds and cost-checks one rule at one value; undefined when it does not apply. */

@@ -1,7 +1,7 @@
-import { StageError } from '@stageml/ir';
+import { StageError, registerErrorCodes } from '@stageml/ir';
 
 /** Error codes of `@stageml/rewrite`. */
-export const RwCode = {
+export const RwCode = registerErrorCodes({
   /** A pattern is malformed: unknown op, wrong operand count, unknown attribute, `commutative` on an op without the trait. */
   BAD_PATTERN: 'RW_BAD_PATTERN',
   /** A rule is malformed (bad name) or misbehaved (its builder declared an input or parameter, returned a foreign value, or used the value it replaces). */
@@ -16,7 +16,16 @@ export const RwCode = {
   VERIFY_FAILED: 'RW_VERIFY_FAILED',
   /** A driver or context option is out of range (iterations, sizes, budget, cost-model parameters). */
   BAD_OPTION: 'RW_BAD_OPTION',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  BAD_PATTERN: 'input',
+  BAD_RULE: 'input',
+  DUPLICATE_RULE: 'input',
+  RULE_FAILED: 'internal',
+  TYPE_CHANGED: 'internal',
+  VERIFY_FAILED: 'internal',
+  BAD_OPTION: 'input',
+});
 
 /** Union of `@stageml/rewrite` error codes. */
 export type RwErrorCode = (typeof RwCode)[keyof typeof RwCode];

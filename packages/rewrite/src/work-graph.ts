@@ -8,6 +8,7 @@ import {
   type TensorType,
   type ValueId,
   type ValueInfo,
+  internKeyReplacer,
   isDefaultAttr,
   opDef,
   printAttr,
@@ -39,19 +40,13 @@ export interface WorkNode {
   readonly node: number;
 }
 
-// NOTE: JSON prints NaN and ±Infinity as null and −0 as 0; spell them out so that distinct
-// literals never share a hash-consing key.
-function keyReplacer(_k: string, v: unknown): unknown {
-  return typeof v === 'number' && (!Number.isFinite(v) || Object.is(v, -0)) ? `#${Object.is(v, -0) ? '-0' : String(v)}` : v;
-}
-
 const isOdd = (x: unknown): boolean => typeof x === 'number' && (!Number.isFinite(x) || Object.is(x, -0));
 
 /** Text of attributes for hash-consing keys. */
 export function attrKeyOf(attrs: Readonly<Record<string, AttrValue>>): string {
   // The replacer is slow; only literals that hold a NaN, an infinity or a −0 need it.
   const odd = Object.values(attrs).some((v) => isOdd(v) || (Array.isArray(v) && v.some(isOdd)));
-  return JSON.stringify(attrs, odd ? keyReplacer : undefined);
+  return JSON.stringify(attrs, odd ? internKeyReplacer : undefined);
 }
 
 /** Hash-consing key of a pure op application (operands sorted for commutative ops), else undefined. */

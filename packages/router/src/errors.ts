@@ -1,7 +1,7 @@
-import { StageError } from '@stageml/ir';
+import { StageError, registerErrorCodes } from '@stageml/ir';
 
 /** Error codes of `@stageml/router`. */
-export const RouterCode = {
+export const RouterCode = registerErrorCodes({
   /** No API key was given where one is required. */
   UNAUTHORIZED: 'ROUTER_UNAUTHORIZED',
   /** The API key is valid but its tenant may not use the requested model or adapter. */
@@ -18,7 +18,17 @@ export const RouterCode = {
   BAD_REQUEST: 'ROUTER_BAD_REQUEST',
   /** A request was cancelled (client gone) before it finished. */
   CANCELLED: 'ROUTER_CANCELLED',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  UNAUTHORIZED: { class: 'input', httpStatus: 401 },
+  FORBIDDEN: { class: 'input', httpStatus: 403 },
+  UNKNOWN_MODEL: { class: 'input', httpStatus: 404 },
+  QUEUE_FULL: { class: 'unavailable', httpStatus: 429 },
+  DRAINING: 'unavailable',
+  BAD_CONFIG: 'input',
+  BAD_REQUEST: 'input',
+  CANCELLED: { class: 'input', httpStatus: 499 },
+});
 
 /** Union of `@stageml/router` error codes. */
 export type RouterErrorCode = (typeof RouterCode)[keyof typeof RouterCode];

@@ -1,6 +1,7 @@
 import { jsonDepth } from '@stageml/ir';
 import { z } from 'zod';
 import { RouterCode, RouterError } from './errors.js';
+import { errorMessage } from '@stageml/ir';
 
 const tenantSchema = z.strictObject({
   name: z.string().min(1),
@@ -55,7 +56,7 @@ export function parseRouterConfig(text: string, file = 'config.json'): RouterCon
   try {
     raw = JSON.parse(text);
   } catch (e) {
-    throw new RouterError(RouterCode.BAD_CONFIG, `${file} is not JSON: ${(e as Error).message}`, { cause: e });
+    throw new RouterError(RouterCode.BAD_CONFIG, `${file} is not JSON: ${errorMessage(e)}`, { cause: e });
   }
   const parsed = configSchema.safeParse(raw);
   if (!parsed.success) {

@@ -1,7 +1,7 @@
-import { StageError } from '@stageml/ir';
+import { StageError, registerErrorCodes } from '@stageml/ir';
 
 /** Error codes of `@stageml/runtime`. */
-export const RuntimeCode = {
+export const RuntimeCode = registerErrorCodes({
   /** A value needed at or before the cutoff (input or parameter) was not supplied. */
   MISSING_VALUE: 'RT_MISSING_VALUE',
   /** A supplied value has the wrong dtype or shape for its declared type. */
@@ -14,8 +14,6 @@ export const RuntimeCode = {
   UNKNOWN_INPUT: 'RT_UNKNOWN_INPUT',
   /** A parameter's data is in neither the constants nor the weight store. */
   MISSING_WEIGHT: 'RT_MISSING_WEIGHT',
-  /** A residual bundle is missing, corrupt, or of another version. */
-  BAD_BUNDLE: 'RT_BAD_BUNDLE',
   /** A requested executor backend is unknown or failed to load. */
   BACKEND_UNAVAILABLE: 'RT_BACKEND_UNAVAILABLE',
   /** An executor cannot run an op of the graph. */
@@ -26,7 +24,20 @@ export const RuntimeCode = {
   IO: 'RT_IO',
   /** The torch worker process died, could not start, or broke the frame protocol. */
   WORKER_FAILED: 'RT_WORKER_FAILED',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  MISSING_VALUE: 'input',
+  BAD_VALUE: 'input',
+  EVAL_FAILED: 'input',
+  MISSING_INPUT: 'input',
+  UNKNOWN_INPUT: 'input',
+  MISSING_WEIGHT: 'input',
+  BACKEND_UNAVAILABLE: 'unavailable',
+  UNSUPPORTED_OP: 'input',
+  DISPOSED: 'internal',
+  IO: 'io',
+  WORKER_FAILED: 'internal',
+});
 
 /** Union of `@stageml/runtime` error codes. */
 export type RuntimeErrorCode = (typeof RuntimeCode)[keyof typeof RuntimeCode];

@@ -1,4 +1,4 @@
-import { type Graph, type HostTensor, type WeightStore, bindDims, graphInputs, graphParams, typeToString } from '@stageml/ir';
+import { type Graph, type HostTensor, type WeightStore, bindDims, graphInputs, graphParams, typeToString, errorMessage } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from './errors.js';
 import { type ValueSource, toStore } from './values.js';
 
@@ -38,7 +38,7 @@ export function resolveWeights(graph: Graph, weights: ValueSource | undefined): 
   try {
     return { store, values, bindings: bindDims(entries) };
   } catch (e) {
-    throw new RuntimeError(RuntimeCode.BAD_VALUE, e instanceof Error ? e.message : String(e), { cause: e });
+    throw new RuntimeError(RuntimeCode.BAD_VALUE, errorMessage(e), { cause: e });
   }
 }
 
@@ -62,6 +62,6 @@ export function checkInputs(graph: Graph, inputs: Readonly<Record<string, HostTe
   try {
     return bindDims(entries, paramBindings);
   } catch (e) {
-    throw new RuntimeError(RuntimeCode.BAD_VALUE, e instanceof Error ? e.message : String(e), { cause: e });
+    throw new RuntimeError(RuntimeCode.BAD_VALUE, errorMessage(e), { cause: e });
   }
 }

@@ -25,6 +25,10 @@ export type { Executor, PreparedGraph } from './executor.js';
 export { interpreterExecutor } from './interpreter-executor.js';
 export { BUNDLE_FORMAT, BUNDLE_VERSION, loadBundle, writeBundle } from './bundle.js';
 export type { BundleManifest, LoadedBundle, WriteBundleOptions } from './bundle.js';
+export { BundleCode, BundleError } from '@stageml/bundle';
+export type { BundleContents, BundleData, BundleErrorCode } from '@stageml/bundle';
+export { capabilitiesFromRules, executorCapabilities, registerExecutorCapabilities } from './capabilities.js';
+export type { ExecutorCapabilities, RuleKinds } from './capabilities.js';
 export { compileStaged } from './compile.js';
 export type { CompileStagedOptions, StagedAnnotations, StagedProgram } from './compile.js';
 export {

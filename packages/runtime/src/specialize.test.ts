@@ -98,7 +98,7 @@ describe('specialize on a LoRA layer', () => {
     const prepared = await interpreterExecutor.prepare(loaded.residual, loaded.constants);
     const got = (await prepared.run({ x }))['y']!;
     expect(got).toBeAllclose(interpret(mergedLayer(), { inputs: { x }, weights })['y']!, { rtol: 1e-5, atol: 1e-6 });
-    await expect(writeBundle(dir, r)).rejects.toMatchObject({ code: 'RT_IO' });
+    await expect(writeBundle(dir, r)).rejects.toMatchObject({ code: 'BUNDLE_IO' });
     await writeBundle(dir, r, { overwrite: true, plan: { version: 1 } });
     expect((await loadBundle(dir)).plan).toEqual({ version: 1 });
   });
@@ -142,7 +142,7 @@ describe('executors and bundles reject bad input', () => {
     await expect(interpreterExecutor.prepare(r.residual, {})).rejects.toMatchObject({ code: 'RT_MISSING_WEIGHT' });
   });
 
-  it('rejects corrupt bundles with RT_BAD_BUNDLE', async () => {
+  it('rejects corrupt bundles with BUNDLE_INVALID', async () => {
     const r = specialize(mergedLayer(), { lattice: SERVING_STAGES, annotations, cutoff: 'adapter', values: weights });
     const root = tmp();
     const cases: [string, (dir: string) => void][] = [
@@ -158,7 +158,7 @@ describe('executors and bundles reject bad input', () => {
       const dir = join(root, name.replace(/ /g, '-'));
       await writeBundle(dir, r);
       corrupt(dir);
-      await expect(loadBundle(dir), name).rejects.toMatchObject({ code: 'RT_BAD_BUNDLE' });
+      await expect(loadBundle(dir), name).rejects.toMatchObject({ code: 'BUNDLE_INVALID' });
     }
   });
 });

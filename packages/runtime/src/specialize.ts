@@ -6,8 +6,10 @@ import {
   analyzeBindingTimes,
   annotate,
 } from '@stageml/annotations';
+import type { SpecializeReport } from '@stageml/bundle';
 import {
   type AttrsIn,
+  dimAsSymbol,
   type Graph,
   GraphBuilder,
   type HostTensor,
@@ -29,6 +31,7 @@ import {
   opDef,
   seededRandom,
   typeToString,
+  errorMessage,
 } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from './errors.js';
 import { type ValueSource, toStore } from './values.js';
@@ -56,31 +59,8 @@ export interface SpecializeOptions {
   readonly shapesOnly?: boolean;
 }
 
-/** What specialization did, for logs and the CLI. */
-export interface SpecializeReport {
-  /** Cutoff stage. */
-  readonly cutoff: string;
-  /** The lattice, as `a < b < …`. */
-  readonly lattice: string;
-  /** Op nodes of the original graph. */
-  readonly originalOps: number;
-  /** Static op nodes evaluated (only those the residual needs). */
-  readonly foldedOps: number;
-  /** Static op nodes not evaluated because nothing later uses them. */
-  readonly skippedStaticOps: number;
-  /** Op nodes of the residual. */
-  readonly residualOps: number;
-  /** Dynamic op nodes dropped because no output uses them. */
-  readonly deadOps: number;
-  /** Constants in the table. */
-  readonly constants: number;
-  /** Bytes of the constant table (host storage). */
-  readonly constantBytes: number;
-  /** Residual inputs. */
-  readonly residualInputs: readonly string[];
-  /** Symbolic FLOPs of the residual and of the original graph. */
-  readonly flops: { readonly original: string; readonly residual: string };
-}
+// NOTE: the report is stored in bundle manifests, so its type lives with the bundle format.
+export type { SpecializeReport } from '@stageml/bundle';
 
 /** A residual program and the constants it runs with. */
 export interface SpecializeResult {
@@ -100,12 +80,6 @@ function resolveAnnotations(graph: Graph, opts: SpecializeOptions): Annotations 
   const a = opts.annotations;
   if (a !== undefined && 'stages' in a && 'lattice' in a) return a;
   return annotate(graph, opts.lattice ?? TWO_STAGE, a);
-}
-
-function simpleSymbol(d: Dim): string | undefined {
-  if (typeof d === 'number' || d.constant !== 0 || d.terms.length !== 1) return undefined;
-  const t = d.terms[0]!;
-  return t.coef === 1 && t.vars.length === 1 ? t.vars[0] : undefined;
 }
 
 function dimAttrs(n: OpNode): Dim[] {
@@ -192,12 +166,12 @@ export function specialize(graph: Graph, opts: SpecializeOptions): SpecializeRes
     if (neededStatic[i] !== 1 && neededDynamic[i] !== 1 && !isKeptInput(i)) return;
     for (const r of n.results) for (const d of graph.values[r]!.type.shape) for (const name of dimSymbols(d)) mentioned.add(name);
     if (n.kind === 'op') for (const d of dimAttrs(n)) for (const name of dimSymbols(d)) mentioned.add(name);
-    else if (neededStatic[i] === 1) for (const d of graph.values[n.results[0]!]!.type.shape) if (simpleSymbol(d) !== undefined) bound.add(simpleSymbol(d)!);
+    else if (neededStatic[i] === 1) for (const d of graph.values[n.results[0]!]!.type.shape) if (dimAsSymbol(d) !== undefined) bound.add(dimAsSymbol(d)!);
   });
   graph.nodes.forEach((n, i) => {
     if (n.kind === 'op' || neededStatic[i] === 1 || !isStatic(n.results[0]!)) return;
     for (const d of graph.values[n.results[0]!]!.type.shape) {
-      const name = simpleSymbol(d);
+      const name = dimAsSymbol(d);
       if (name !== undefined && mentioned.has(name) && !bound.has(name)) {
         neededStatic[i] = 1;
         bound.add(name);
@@ -229,7 +203,7 @@ export function specialize(graph: Graph, opts: SpecializeOptions): SpecializeRes
   try {
     bindings = bindDims(leaves, {}, { allowUnbound: true });
   } catch (e) {
-    throw new RuntimeError(RuntimeCode.BAD_VALUE, e instanceof Error ? e.message : String(e), { cause: e });
+    throw new RuntimeError(RuntimeCode.BAD_VALUE, errorMessage(e), { cause: e });
   }
 
   const ctx = { random: seededRandom(0) };

@@ -1,12 +1,11 @@
-import { type HostTensor, type WeightStore, recordWeightStore } from '@stageml/ir';
+import { type HostTensor, type WeightStore, asWeightStore } from '@stageml/ir';
 
 /** Concrete values by name: a weight store or a plain record of tensors. */
 export type ValueSource = WeightStore | Readonly<Record<string, HostTensor>>;
 
 /** Normalizes a value source to a weight store. */
 export function toStore(src: ValueSource | undefined): WeightStore {
-  if (src === undefined) return { get: () => undefined };
-  return typeof (src as WeightStore).get === 'function' ? (src as WeightStore) : recordWeightStore(src as Record<string, HostTensor>);
+  return asWeightStore(src);
 }
 
 /** A store that looks names up in each store in turn. */

@@ -1,7 +1,7 @@
 import { readFile, stat } from 'node:fs/promises';
 import { dirname, isAbsolute, join } from 'node:path';
 
-import { type HostTensor, type WeightStore, recordWeightStore } from '@stageml/ir';
+import { type HostTensor, type WeightStore, recordWeightStore, errorMessage } from '@stageml/ir';
 
 import { SafetensorsCode, SafetensorsError } from './errors.js';
 import { SafetensorsFile } from './file.js';
@@ -191,7 +191,7 @@ async function readIndex(path: string): Promise<IndexFile> {
   } catch (e) {
     if (e instanceof SafetensorsError) throw e;
     if (e instanceof TypeError) throw badIndex(path, 'index is not valid UTF-8', e);
-    throw new SafetensorsError(SafetensorsCode.IO, `cannot read index: ${e instanceof Error ? e.message : String(e)}`, { file: path, cause: e });
+    throw new SafetensorsError(SafetensorsCode.IO, `cannot read index: ${errorMessage(e)}`, { file: path, cause: e });
   }
   let root: unknown;
   try {

@@ -1,10 +1,10 @@
-import { StageError, type StageErrorOptions } from '@stageml/ir';
+import { StageError, type StageErrorOptions, registerErrorCodes } from '@stageml/ir';
 
 /**
  * Error codes of `@stageml/safetensors`. Codes are public API: they are never renamed or reused,
  * and tests match on them, never on messages.
  */
-export const SafetensorsCode = {
+export const SafetensorsCode = registerErrorCodes({
   /** The 8-byte header length exceeds the 100 MB limit (or does not fit in 53 bits). */
   HEADER_TOO_LARGE: 'ST_HEADER_TOO_LARGE',
   /** The header is not valid UTF-8, does not start with `{`, or is not well-formed JSON. */
@@ -45,7 +45,29 @@ export const SafetensorsCode = {
   CLOSED: 'ST_CLOSED',
   /** A file-system operation failed (open, read, write, rename); `cause` holds the system error. */
   IO: 'ST_IO',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  HEADER_TOO_LARGE: 'input',
+  BAD_JSON: 'input',
+  DUPLICATE_KEY: 'input',
+  BAD_HEADER: 'input',
+  BAD_DTYPE: 'input',
+  BAD_SHAPE: 'input',
+  OFFSETS: 'input',
+  OVERLAP: 'input',
+  GAP: 'input',
+  SIZE_MISMATCH: 'input',
+  TRUNCATED: 'input',
+  BAD_METADATA: 'input',
+  INT_RANGE: 'input',
+  BAD_TENSOR: 'input',
+  MISSING_TENSOR: 'input',
+  MISSING_SHARD: 'input',
+  NO_CHECKPOINT: 'input',
+  BAD_INDEX: 'input',
+  CLOSED: 'internal',
+  IO: { class: 'io', httpStatus: 400 },
+});
 
 /** Union of `@stageml/safetensors` error codes. */
 export type SafetensorsErrorCode = (typeof SafetensorsCode)[keyof typeof SafetensorsCode];

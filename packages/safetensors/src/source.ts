@@ -1,6 +1,7 @@
 import { type FileHandle, open } from 'node:fs/promises';
 
 import { SafetensorsCode, SafetensorsError } from './errors.js';
+import { errorMessage } from '@stageml/ir';
 
 /**
  * Random-access bytes the lazy reader pulls from. `SafetensorsFile` reads the 8-byte prefix, the
@@ -22,7 +23,7 @@ export interface ByteSource {
 }
 
 function ioError(action: string, label: string, cause: unknown): SafetensorsError {
-  const reason = cause instanceof Error ? cause.message : String(cause);
+  const reason = errorMessage(cause);
   return new SafetensorsError(SafetensorsCode.IO, `cannot ${action}: ${reason}`, { file: label, cause });
 }
 

@@ -4,6 +4,7 @@ import { basename, dirname, join } from 'node:path';
 
 import { type TensorInputs, planSafetensors } from './encode.js';
 import { SafetensorsCode, SafetensorsError } from './errors.js';
+import { errorMessage } from '@stageml/ir';
 
 /**
  * Serializes tensors to one in-memory safetensors file (layout in `planSafetensors`). Raw
@@ -44,7 +45,7 @@ async function writeAll(handle: FileHandle, bytes: Uint8Array, position: number)
 }
 
 function ioError(action: string, file: string, cause: unknown): SafetensorsError {
-  const reason = cause instanceof Error ? cause.message : String(cause);
+  const reason = errorMessage(cause);
   return new SafetensorsError(SafetensorsCode.IO, `cannot ${action}: ${reason}`, { file, cause });
 }
 

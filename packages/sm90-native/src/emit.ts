@@ -1,4 +1,4 @@
-import type { BankGatheredKernel, BankGroupedKernel, LoraLinearKernel, MoeLoraKernel, ResidualKernel } from '@stageml/triton-gen/patterns';
+import type { BankGatheredKernel, BankGroupedKernel, LoraLinearKernel, MoeLoraKernel, ResidualKernel } from '@stageml/kernel-patterns';
 
 /** Element types the tensor-core kernels take. */
 export type Sm90DType = 'f16' | 'bf16';

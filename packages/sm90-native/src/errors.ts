@@ -1,7 +1,7 @@
-import { StageError } from '@stageml/ir';
+import { StageError, registerErrorCodes } from '@stageml/ir';
 
 /** Error codes of `@stageml/sm90-native`. */
-export const Sm90Code = {
+export const Sm90Code = registerErrorCodes({
   /** An op of the residual has no CUDA kernel (strict mode): the reason comes from the rule table. */
   UNSUPPORTED_OP: 'SM90_UNSUPPORTED_OP',
   /** A recognized pattern computes in a dtype the tensor-core kernels do not take (only f16, bf16). */
@@ -16,7 +16,16 @@ export const Sm90Code = {
   NO_KERNELS: 'SM90_NO_KERNELS',
   /** The output directory could not be written. */
   IO: 'SM90_IO',
-} as const;
+}, {
+  // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
+  UNSUPPORTED_OP: 'input',
+  UNSUPPORTED_DTYPE: 'input',
+  UNSUPPORTED_PATTERN: 'input',
+  BAD_SHAPE: 'input',
+  DYNAMIC_DIM: 'input',
+  NO_KERNELS: 'input',
+  IO: 'io',
+});
 
 /** Union of `@stageml/sm90-native` error codes. */
 export type Sm90ErrorCode = (typeof Sm90Code)[keyof typeof Sm90Code];

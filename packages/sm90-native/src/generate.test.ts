@@ -96,5 +96,8 @@ describe('generateCudaFromBundle', () => {
     const manifest = JSON.parse(readFileSync(join(root, 'gen', 'manifest.json'), 'utf8')) as { arch: string; entries: { kind: string }[] };
     expect(manifest.arch).toBe('sm_90a');
     expect(manifest.entries.map((e) => e.kind)).toEqual(['moe']);
+    // A second run into the now non-empty directory is refused without overwrite.
+    await expect(generateCudaFromBundle(join(root, 'bundle'), join(root, 'gen'))).rejects.toMatchObject({ code: Sm90Code.IO });
+    await generateCudaFromBundle(join(root, 'bundle'), join(root, 'gen'), { overwrite: true });
   });
 });

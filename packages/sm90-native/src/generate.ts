@@ -1,8 +1,6 @@
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
-import type { Graph, OpNode } from '@stageml/ir';
-import { loadBundle } from '@stageml/runtime';
-import { type ResidualKernel, recognizeResidual } from '@stageml/triton-gen/patterns';
+import { type Graph, type OpNode, errorMessage } from '@stageml/ir';
+import { isOccupied, loadBundle, writeFilesAtomic } from '@stageml/bundle';
+import { type ResidualKernel, recognizeResidual } from '@stageml/kernel-patterns';
 import { ABI_HEADER } from './cuda-abi.js';
 import { GEMM_TEMPLATES } from './cuda-gemm.js';
 import { GROUPED_TEMPLATES } from './cuda-grouped.js';
@@ -123,24 +121,36 @@ export function generateCuda(g: Graph, opts: CudaOptions = {}): CudaOutput {
   return { files, kernels, entries, hostOps };
 }
 
-/** Writes generated files into `dir` atomically (a temporary sibling renamed into place); `SM90_IO` on failure. */
-export async function writeCudaDir(dir: string, files: Readonly<Record<string, string>>): Promise<void> {
-  const tmp = join(dirname(dir), `.${basename(dir)}.tmp-${String(process.pid)}-${String(Date.now())}`);
+/** Options of `writeCudaDir`. */
+export interface CudaWriteOptions {
+  /** Replace a non-empty directory (default false: its files are not ours to delete; the CLI: --force). */
+  readonly overwrite?: boolean;
+}
+
+async function refuseOccupied(dir: string, opts: CudaWriteOptions): Promise<void> {
+  if (opts.overwrite !== true && (await isOccupied(dir))) {
+    throw new Sm90Error(Sm90Code.IO, `output directory '${dir}' exists and is not empty`, { hint: 'pass overwrite: true (the CLI: --force) to replace it' });
+  }
+}
+
+/**
+ * Writes generated files into `dir` atomically (a temporary sibling renamed into place; on failure
+ * `dir` is left as it was). A non-empty `dir` is refused unless `overwrite`; `SM90_IO` on failure.
+ */
+export async function writeCudaDir(dir: string, files: Readonly<Record<string, string>>, opts: CudaWriteOptions = {}): Promise<void> {
+  await refuseOccupied(dir, opts);
   try {
-    await mkdir(tmp, { recursive: true });
-    for (const [name, text] of Object.entries(files)) await writeFile(join(tmp, name), text);
-    await rm(dir, { recursive: true, force: true });
-    await rename(tmp, dir);
+    await writeFilesAtomic(dir, files);
   } catch (e) {
-    await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
-    throw new Sm90Error(Sm90Code.IO, `cannot write '${dir}': ${(e as Error).message}`, { cause: e });
+    throw new Sm90Error(Sm90Code.IO, `cannot write '${dir}': ${errorMessage(e)}`, { cause: e });
   }
 }
 
 /** `stageml gen cuda`: loads a residual bundle, generates, and writes the files into `outDir`. */
-export async function generateCudaFromBundle(bundleDir: string, outDir: string, opts: CudaOptions = {}): Promise<CudaOutput> {
+export async function generateCudaFromBundle(bundleDir: string, outDir: string, opts: CudaOptions & CudaWriteOptions = {}): Promise<CudaOutput> {
+  await refuseOccupied(outDir, opts); // before any work: the files there are not ours
   const bundle = await loadBundle(bundleDir);
   const out = generateCuda(bundle.residual, opts);
-  await writeCudaDir(outDir, out.files);
+  await writeCudaDir(outDir, out.files, opts);
   return out;
 }

@@ -21,7 +21,7 @@ export type { Sm90Rule } from './rules.js';
 export { GEMM_TILES, GROUPED_BLOCK_M, MOE_TILE, cudaRankPad, emitCudaUnit, fitStages, unitHash } from './emit.js';
 export type { GemmConfig, RegistryEntry, Sm90DType, Sm90Kernel } from './emit.js';
 export { MAX_RANK, generateCuda, generateCudaFromBundle, writeCudaDir } from './generate.js';
-export type { CudaHostOp, CudaOptions, CudaOutput } from './generate.js';
+export type { CudaHostOp, CudaOptions, CudaOutput, CudaWriteOptions } from './generate.js';
 export { compileCuda, compileCudaAsync, nvccCommand, parsePtxasReport } from './nvcc.js';
 export type { NvccOptions, NvccResult, NvccTarget, PtxasEntry } from './nvcc.js';
 export { ABI_HEADER } from './cuda-abi.js';

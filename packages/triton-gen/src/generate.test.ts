@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SERVING_STAGES } from '@stageml/annotations';
@@ -114,5 +114,18 @@ describe('generateTritonFromBundle', () => {
     await writeBundle(join(root, 'bundle'), r);
     writeFileSync(join(root, 'file'), '');
     await expect(generateTritonFromBundle(join(root, 'bundle'), join(root, 'file', 'gen'))).rejects.toMatchObject({ code: TritonCode.IO });
+  });
+
+  it('refuses a non-empty output directory unless overwrite, leaving its files alone', async () => {
+    const g = loraGraph('f16', { inDim: 64, outDim: 32 }, 8);
+    const r = specialize(g, { lattice: SERVING_STAGES, annotations: { inputs: { x: 'request' }, params: { W: 'base', A: 'adapter', B: 'adapter' } }, cutoff: 'adapter', shapesOnly: true });
+    const root = tmp();
+    await writeBundle(join(root, 'bundle'), r);
+    mkdirSync(join(root, 'gen'));
+    writeFileSync(join(root, 'gen', 'notes.txt'), 'mine');
+    await expect(generateTritonFromBundle(join(root, 'bundle'), join(root, 'gen'))).rejects.toMatchObject({ code: TritonCode.IO });
+    expect(readFileSync(join(root, 'gen', 'notes.txt'), 'utf8')).toBe('mine');
+    await generateTritonFromBundle(join(root, 'bundle'), join(root, 'gen'), { overwrite: true });
+    expect(readdirSync(join(root, 'gen'))).not.toContain('notes.txt');
   });
 });

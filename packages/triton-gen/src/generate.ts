@@ -1,7 +1,5 @@
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
-import type { Graph, OpNode } from '@stageml/ir';
-import { loadBundle } from '@stageml/runtime';
+import { type Graph, type OpNode, errorMessage } from '@stageml/ir';
+import { isOccupied, loadBundle, writeFilesAtomic } from '@stageml/bundle';
 import { emitCheck } from './emit-check.js';
 import { emitCommonModule } from './emit-common.js';
 import { emitKernelModule } from './emit-kernels.js';
@@ -163,27 +161,36 @@ export function generateTriton(g: Graph, opts: TritonOptions = {}): TritonOutput
   return { files, kernels, hostOps };
 }
 
+/** Options of `writeGenerated`. */
+export interface TritonWriteOptions {
+  /** Replace a non-empty directory (default false: its files are not ours to delete; the CLI: --force). */
+  readonly overwrite?: boolean;
+}
+
+async function refuseOccupied(dir: string, opts: TritonWriteOptions): Promise<void> {
+  if (opts.overwrite !== true && (await isOccupied(dir))) {
+    throw new TritonError(TritonCode.IO, `output directory '${dir}' exists and is not empty`, { hint: 'pass overwrite: true (the CLI: --force) to replace it' });
+  }
+}
+
 /**
- * Writes generated files into `dir`, which appears complete or not at all (a temporary sibling
- * is renamed into place; an existing directory is replaced). I/O failures are `TRITON_IO`.
+ * Writes generated files into `dir` atomically (a temporary sibling renamed into place; on failure
+ * `dir` is left as it was). A non-empty `dir` is refused unless `overwrite`; `TRITON_IO` on failure.
  */
-export async function writeGenerated(dir: string, files: Readonly<Record<string, string>>): Promise<void> {
-  const tmp = join(dirname(dir), `.${basename(dir)}.tmp-${String(process.pid)}-${String(Date.now())}`);
+export async function writeGenerated(dir: string, files: Readonly<Record<string, string>>, opts: TritonWriteOptions = {}): Promise<void> {
+  await refuseOccupied(dir, opts);
   try {
-    await mkdir(tmp, { recursive: true });
-    for (const [name, text] of Object.entries(files)) await writeFile(join(tmp, name), text);
-    await rm(dir, { recursive: true, force: true });
-    await rename(tmp, dir);
+    await writeFilesAtomic(dir, files);
   } catch (e) {
-    await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
-    throw new TritonError(TritonCode.IO, `cannot write '${dir}': ${(e as Error).message}`, { cause: e });
+    throw new TritonError(TritonCode.IO, `cannot write '${dir}': ${errorMessage(e)}`, { cause: e });
   }
 }
 
 /** `stageml gen triton`: loads a residual bundle, generates, and writes the files into `outDir`. */
-export async function generateTritonFromBundle(bundleDir: string, outDir: string, opts: TritonOptions = {}): Promise<TritonOutput> {
+export async function generateTritonFromBundle(bundleDir: string, outDir: string, opts: TritonOptions & TritonWriteOptions = {}): Promise<TritonOutput> {
+  await refuseOccupied(outDir, opts); // before any work: the files there are not ours
   const bundle = await loadBundle(bundleDir);
   const out = generateTriton(bundle.residual, opts);
-  await writeGenerated(outDir, out.files);
+  await writeGenerated(outDir, out.files, opts);
   return out;
 }

@@ -17,20 +17,8 @@
 export { TritonCode, TritonError } from './errors.js';
 export type { TritonErrorCode } from './errors.js';
 export { recognizeResidual } from './patterns.js';
-export type {
-  BankGatheredKernel,
-  BankGroup,
-  BankGroupedKernel,
-  KernelCommon,
-  LoraFactors,
-  LoraLinearKernel,
-  MoeLoraKernel,
-  PatternDType,
-  PatternRejection,
-  Recognition,
-  ResidualKernel,
-  ResidualKernelKind,
-} from './patterns.js';
+// The kernel spec types (ResidualKernel, LoraLinearKernel, …) of @stageml/kernel-patterns.
+export type * from './patterns.js';
 export { hostReason, tritonRules, unsupported } from './rules.js';
 export type { TritonRule } from './rules.js';
 export { isTritonDType, rankPad } from './python.js';
@@ -40,4 +28,4 @@ export { emitLauncher } from './emit-launch.js';
 export { BENCH_ROWS, emitCheck } from './emit-check.js';
 export { emitCommonModule } from './emit-common.js';
 export { generateTriton, generateTritonFromBundle, writeGenerated } from './generate.js';
-export type { HostOp, TritonOptions, TritonOutput } from './generate.js';
+export type { HostOp, TritonOptions, TritonOutput, TritonWriteOptions } from './generate.js';

@@ -1,30 +1,24 @@
 import type { OpKey } from '@stageml/ir';
-import type { ResidualKernelKind } from './patterns.js';
+import { type KernelRule, hostReasonOf, kernelRule, unsupportedRule } from '@stageml/kernel-patterns';
 
-/** How the Triton backend handles one op. */
-export type TritonRule =
-  | {
-      readonly kind: 'kernel';
-      /** Patterns the op is lowered inside. */
-      readonly patterns: readonly ResidualKernelKind[];
-      /** Why an occurrence outside those patterns is left to the host executor. */
-      readonly outside: string;
-    }
-  | { readonly kind: 'unsupported'; readonly reason: string };
+/** How the Triton backend handles one op (the shared kernel-backend rule shape). */
+export type TritonRule = KernelRule;
 
-function kernel(patterns: readonly ResidualKernelKind[], outside: string): TritonRule {
-  return { kind: 'kernel', patterns, outside };
-}
+const kernel = kernelRule;
 
 /** An op the Triton backend emits no kernel for, with the reason (`TRITON_UNSUPPORTED_OP` in strict mode). */
 export function unsupported(reason: string): TritonRule {
-  return { kind: 'unsupported', reason };
+  return unsupportedRule(reason);
 }
 
 const ELEMENTWISE = unsupported('elementwise ops are not fused yet: the host executor runs them between kernels');
 const ROUTING = unsupported('routing and normalization run on the host executor; triton-gen emits GEMM-family kernels');
 const SHAPE = unsupported('layout ops run on the host executor (the kernels read contiguous row-major operands)');
 const OUTSIDE = 'outside a LoRA, bank or MoE pattern it runs on the host executor';
+
+// NOTE: this table looks like @stageml/sm90-native's on purpose (a duplicate the duplicates report lists
+// and we keep): each backend states its own rule and reason per op, in its own exhaustive table; the
+// shared rule shape and helpers live in @stageml/kernel-patterns.
 
 /**
  * The Triton backend's rule for every registry op. A complete mapped type checked with
@@ -86,6 +80,5 @@ export const tritonRules = {
 
 /** Why the backend leaves an op node of kind `op` to the host executor. */
 export function hostReason(op: OpKey): string {
-  const r: TritonRule = tritonRules[op];
-  return r.kind === 'kernel' ? r.outside : r.reason;
+  return hostReasonOf(tritonRules, op);
 }

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import { StageError } from '@stageml/ir';
 import { runDemo } from '../demo.js';
+import { CliCode, CliError } from '../errors.js';
 import type { CliIo } from '../io.js';
 
 /** `stageml demo`: build, verify, print and re-parse a Llama-7B-shaped graph. */
@@ -12,6 +12,6 @@ export function registerDemo(program: Command, io: CliIo): void {
     .action((opts: { json?: boolean }) => {
       const report = runDemo(opts.json === true ? () => undefined : io.out);
       if (opts.json === true) io.out(JSON.stringify(report));
-      if (!report.roundTrip) throw new StageError('CLI_DEMO', 'the text round trip was not exact');
+      if (!report.roundTrip) throw new CliError(CliCode.DEMO, 'the text round trip was not exact');
     });
 }

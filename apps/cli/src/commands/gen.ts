@@ -7,6 +7,7 @@ interface GenOptions {
   out: string;
   strict?: boolean;
   json?: boolean;
+  force?: boolean;
 }
 
 interface GenSummary {
@@ -39,22 +40,24 @@ export function registerGen(program: Command, io: CliIo): void {
     .command('triton')
     .description('Triton kernels + launchers + check-and-bench scripts for the bundle\'s LoRA, bank and MoE patterns')
     .argument('<bundle>', 'residual bundle directory (from stageml stage)')
-    .requiredOption('--out <dir>', 'output directory (replaced)')
+    .requiredOption('--out <dir>', 'output directory (an existing non-empty one only with --force)')
+    .option('--force', 'replace an existing non-empty output directory')
     .option('--strict', 'fail (TRITON_UNSUPPORTED_OP) when an op is left to the host executor')
     .option('--json', 'print a JSON summary')
     .action(async (bundle: string, opts: GenOptions) => {
-      const r = await generateTritonFromBundle(bundle, opts.out, { strict: opts.strict === true });
+      const r = await generateTritonFromBundle(bundle, opts.out, { strict: opts.strict === true, overwrite: opts.force === true });
       report(io, { target: 'triton', out: opts.out, kernels: r.kernels, hostOps: r.hostOps, files: Object.keys(r.files) }, opts.json);
     });
   gen
     .command('cuda')
     .description('CUDA C++ (sm_90a, tensor cores) for the bundle\'s LoRA, bank and MoE patterns; build with native/build.py')
     .argument('<bundle>', 'residual bundle directory (from stageml stage)')
-    .requiredOption('--out <dir>', 'output directory (replaced)')
+    .requiredOption('--out <dir>', 'output directory (an existing non-empty one only with --force)')
+    .option('--force', 'replace an existing non-empty output directory')
     .option('--strict', 'fail (SM90_UNSUPPORTED_OP) when an op is left to the host executor')
     .option('--json', 'print a JSON summary')
     .action(async (bundle: string, opts: GenOptions) => {
-      const r = await generateCudaFromBundle(bundle, opts.out, { strict: opts.strict === true });
+      const r = await generateCudaFromBundle(bundle, opts.out, { strict: opts.strict === true, overwrite: opts.force === true });
       report(io, { target: 'cuda', out: opts.out, kernels: r.kernels, hostOps: r.hostOps, files: Object.keys(r.files) }, opts.json);
     });
 }

@@ -5,6 +5,7 @@ import { loadBundle } from '@stageml/runtime';
 import { parseNonNegativeInt } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import type { CliIo } from '../io.js';
+import { errorMessage } from '@stageml/ir';
 
 interface LowerMlirOptions {
   out: string;
@@ -47,7 +48,7 @@ export function registerLower(program: Command, io: CliIo): void {
       try {
         await writeFile(opts.out, module.text);
       } catch (e) {
-        throw new CliError(CliCode.IO, `cannot write '${opts.out}': ${(e as Error).message}`, { cause: e });
+        throw new CliError(CliCode.IO, `cannot write '${opts.out}': ${errorMessage(e)}`, { cause: e });
       }
       let verified: boolean | undefined;
       if (opts.verify === true) {

@@ -1,9 +1,9 @@
-import { readFile, readdir, writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
-import { type DType, parseDType } from '@stageml/ir';
+import { type DType, parseDType, errorMessage } from '@stageml/ir';
 import { parseLlamaConfig } from '@stageml/models';
-import { type LoraAdapter, loadLoraAdapter } from '@stageml/peft';
+import { type LoraAdapter, findAdapterDirs, loadLoraAdapter } from '@stageml/peft';
 import {
   type BudgetCovers,
   type Planner as PlannerType,
@@ -88,7 +88,7 @@ async function readText(path: string, what: string): Promise<string> {
   try {
     return await readFile(path, 'utf8');
   } catch (e) {
-    throw new CliError(CliCode.IO, `cannot read ${what} '${path}': ${(e as Error).message}`, { cause: e });
+    throw new CliError(CliCode.IO, `cannot read ${what} '${path}': ${errorMessage(e)}`, { cause: e });
   }
 }
 
@@ -96,7 +96,7 @@ async function writeText(path: string, text: string, what: string): Promise<void
   try {
     await writeFile(path, text);
   } catch (e) {
-    throw new CliError(CliCode.IO, `cannot write ${what} '${path}': ${(e as Error).message}`, { cause: e });
+    throw new CliError(CliCode.IO, `cannot write ${what} '${path}': ${errorMessage(e)}`, { cause: e });
   }
 }
 
@@ -141,16 +141,8 @@ async function quantizationGate(opts: PlanOptions, spec: string, adapters: reado
 
 async function loadPlanner(opts: PlanOptions): Promise<{ planner: PlannerType; gate: GateRow[] | undefined }> {
   const config = parseLlamaConfig(await readText(join(opts.model, 'config.json'), 'model config'), join(opts.model, 'config.json'));
-  let names: string[];
-  try {
-    names = (await readdir(opts.adapters, { withFileTypes: true }))
-      .filter((e) => e.isDirectory())
-      .map((e) => e.name)
-      .sort();
-  } catch (e) {
-    throw new CliError(CliCode.IO, `cannot list adapters in '${opts.adapters}': ${(e as Error).message}`, { cause: e });
-  }
-  const adapters = await Promise.all(names.map((n) => loadLoraAdapter(join(opts.adapters, n), { name: n })));
+  const dirs = await findAdapterDirs(opts.adapters);
+  const adapters = await Promise.all(dirs.map((a) => loadLoraAdapter(a.dir, { name: a.name })));
   const gate = opts.quantize === undefined ? undefined : await quantizationGate(opts, opts.quantize, adapters);
   const rejected = new Set((gate ?? []).filter((g) => !g.accepted).map((g) => `${g.adapter}|${g.projection}|${String(g.rank)}`));
   const allowed = (adapter: string, g: { projection: string; rank: number }): PlanKind[] | undefined => {
@@ -183,7 +175,7 @@ export function registerPlan(program: Command, io: CliIo): void {
     .command('plan')
     .description('choose materialize / residual / grouped-bank / fallback per (adapter, layer, projection) under a memory budget, exactly, and explain why')
     .requiredOption('--model <dir>', 'Hugging Face model directory (config.json)')
-    .requiredOption('--adapters <dir>', 'a directory of PEFT adapter directories')
+    .requiredOption('--adapters <dir>', 'a PEFT adapter directory, or a directory of them')
     .requiredOption('--budget <bytes>', 'memory budget for resident adapter constants (bytes, or with a unit: 64MiB, 2GB)', parseBytes)
     .option('--traffic <file>', 'stageml.traffic v1 JSON with request or token counts per adapter (default: equal traffic)')
     .option('--batch <n>', 'requests per step the costs assume', parsePositiveInt, 8)

@@ -7,6 +7,7 @@ import { parseIds, parseNames } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import { resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
+import { errorMessage } from '@stageml/ir';
 
 interface RunOptions {
   model: string;
@@ -29,7 +30,7 @@ export async function loadModelWithAdapters(opts: { model: string; adapter?: str
     try {
       entries = (await readdir(opts.adapters, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort();
     } catch (e) {
-      throw new CliError(CliCode.IO, `cannot list adapters in '${opts.adapters}': ${(e as Error).message}`, { cause: e });
+      throw new CliError(CliCode.IO, `cannot list adapters in '${opts.adapters}': ${errorMessage(e)}`, { cause: e });
     }
     for (const name of entries) await lm.loadAdapter(join(opts.adapters, name), name);
   }

@@ -54,7 +54,7 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--lora-modules <modules...>', "adapters to load at start: name=path, or JSON {\"name\": …, \"path\": …}")
     .option('--max-model-len <n>', 'prompt + completion tokens (default: the model\'s max_position_embeddings)', parsePositiveInt)
     .option('--api-key <key>', 'require Authorization: Bearer <key> on every /v1 request')
-    .option('--adapters <dir>', 'a directory of PEFT adapter directories, loaded at start')
+    .option('--adapters <dir>', 'a PEFT adapter directory, or a directory of them, loaded at start')
     .option('--host <host>', 'address to listen on', parseHost, '127.0.0.1')
     .option('--port <n>', 'port (0: any free port)', parsePort, 8000)
     .option('--config <file>', 'tenants, API keys, adapters and staged plans (JSON, docs/server.md)')

@@ -2,6 +2,7 @@ import { attr } from '../attrs.js';
 import { type Dim, dimAdd, dimDivExact, dimEquals, dimProduct, dimToString } from '../dim.js';
 import { allocData, rounderFor } from '../dtype.js';
 import { IrCode, IrError } from '../errors.js';
+import type { Value } from '../builder.js';
 import { defineOp, dtypeError, shapeError } from '../op-def.js';
 import { type HostTensor, broadcastStrides, forEachIndex, sizeOf } from '../tensor.js';
 import { type TensorType, broadcastShapes, shapeEquals, shapeToString } from '../types.js';
@@ -30,6 +31,22 @@ export const rotary = defineOp({
   },
   flops: perElementFlops(3),
   evaluate: ([x, c, s], a) => [evalRotary(x!, c!, s!, a.interleaved)],
+  decompose: (b, [x, c, s], a) => {
+    const shape = x!.type.shape;
+    const last = shape.length - 1;
+    const d = shape[last]!;
+    const half = dimDivExact(d, 2)!;
+    let rot: Value;
+    if (a.interleaved) {
+      // Pairs (x_{2i}, x_{2i+1}) on a new last axis: rot = (−x_{2i+1}, x_{2i}).
+      const pairs = b.reshape(x!, [...shape.slice(0, last), half, 2]);
+      const swapped = b.concat([b.neg(b.slice(pairs, last + 1, 1, 2)), b.slice(pairs, last + 1, 0, 1)], last + 1);
+      rot = b.reshape(swapped, shape);
+    } else {
+      rot = b.concat([b.neg(b.slice(x!, last, half, d)), b.slice(x!, last, 0, half)], last);
+    }
+    return [b.add(b.mul(x!, c!), b.mul(rot, s!))];
+  },
 });
 
 function evalRotary(x: HostTensor, c: HostTensor, s: HostTensor, interleaved: boolean): HostTensor {

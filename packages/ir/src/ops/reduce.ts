@@ -240,6 +240,11 @@ export const rmsNorm = defineOp({
   },
   flops: perElementFlops(4),
   evaluate: ([x, w], a) => [evalNorm(x!, w, undefined, a.eps, false, x!.dtype)],
+  decompose: (b, [x, w], a) => {
+    const ms = b.mean(b.mul(x!, x!), [x!.type.shape.length - 1], true);
+    const y = b.mul(x!, b.rsqrt(b.add(ms, b.scalar(a.eps, x!.type.dtype))));
+    return [w === undefined ? y : b.mul(y, w)];
+  },
 });
 
 /** y = (x − μ) / √(σ² + ε) · w + b over the last axis. */

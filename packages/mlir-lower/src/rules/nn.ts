@@ -3,52 +3,9 @@ import { type ValueRef, broadcastMap, identityMap } from '../emitter.js';
 import { LowerCode, LowerError } from '../errors.js';
 import type { MlirRuleFn } from '../rule.js';
 import { scalarBinary, scalarSelect, scalarUnary } from '../scalar.js';
-import { elementType, tensorTypeOf } from '../types.js';
+import { elementType } from '../types.js';
 import { multiplyAccumulate } from './linalg.js';
 import { dimAsFloat, lowest, reduceAxes } from './reduce.js';
-
-/**
- * y = x·cos + rot(x)·sin: one generic over x whose body reads the rotation partner of each
- * element with `tensor.extract` (x[…, j ± d/2] for half-split pairs, x[…, j ± 1] interleaved).
- */
-export const rotaryRule: MlirRuleFn<'rotary'> = ({ e, attrs, operands, results, names }) => {
-  const [x, cos, sin] = operands as [ValueRef, ValueRef, ValueRef];
-  const out = results[0]!;
-  const rank = out.shape.length;
-  const dtype = out.dtype;
-  const d = x.type.shape[rank - 1]!;
-  const half = typeof d === 'number' ? e.index(d / 2) : e.prologueLet(`arith.divui ${e.dim(d)}, ${e.index(2)} : index`);
-  return e.generic(
-    {
-      loops: rank,
-      ins: [
-        { value: x, map: identityMap(rank) },
-        { value: cos, map: broadcastMap(cos.type.shape, out.shape) },
-        { value: sin, map: broadcastMap(sin.type.shape, out.shape) },
-      ],
-      outs: [{ value: e.empty(out, `${names[0]!}_init`), map: identityMap(rank) }],
-      body: ([xv, c, s]) => {
-        const idx = Array.from({ length: rank }, (_, i) => e.let(`linalg.index ${String(i)} : index`));
-        const j = idx[rank - 1]!;
-        let first: string;
-        let partner: string;
-        if (attrs.interleaved) {
-          const odd = e.let(`arith.remui ${j}, ${e.index(2)} : index`);
-          first = e.let(`arith.cmpi eq, ${odd}, ${e.index(0)} : index`);
-          partner = scalarSelect(e, first, e.let(`arith.addi ${j}, ${e.index(1)} : index`), e.let(`arith.subi ${j}, ${e.index(1)} : index`), 'index');
-        } else {
-          first = e.let(`arith.cmpi ult, ${j}, ${half} : index`);
-          partner = scalarSelect(e, first, e.let(`arith.addi ${j}, ${half} : index`), e.let(`arith.subi ${j}, ${half} : index`), 'index');
-        }
-        const xp = e.let(`tensor.extract ${x.ssa}[${[...idx.slice(0, -1), partner].join(', ')}] : ${tensorTypeOf(x.type)}`);
-        const neg = e.let(`arith.negf ${xp} : ${elementType(dtype)}`);
-        const rot = scalarSelect(e, first, neg, xp, dtype);
-        return [scalarBinary(e, 'add', dtype, scalarBinary(e, 'mul', dtype, xv!, c!), scalarBinary(e, 'mul', dtype, rot, s!))];
-      },
-    },
-    names[0]!,
-  );
-};
 
 /**
  * y = softmax(q·kᵀ·scale + mask) · v over [..., heads, seq, dim], as six generics: scores

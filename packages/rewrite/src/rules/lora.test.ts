@@ -7,7 +7,7 @@ import { addMergeLora, defaultRules, loraServingSpec, rewriteGreedy } from '../i
 const fixture = parseGraph(readFileSync(fileURLToPath(new URL('../../../../fixtures/ir/lora-layer.ir', import.meta.url)), 'utf8'));
 
 describe('add.merge-lora', () => {
-  // Regression (core-staging.md §6.2, §11.3 #15): the original rule matched torch.add(a, b,
+  // Regression, from the original Python StageML: its rule matched torch.add(a, b,
   // alpha=k) — traced as add(a, mul(b, k)) — and dropped alpha, computing a wrong result.
   test('keeps the alpha of an alpha-scaled add', () => {
     const b = new GraphBuilder('alpha');

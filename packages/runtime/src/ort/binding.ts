@@ -1,3 +1,5 @@
+import { errorMessage } from '@stageml/ir';
+
 /** Element types the ORT executor exchanges tensors in (the compute types of `@stageml/onnx-lower`). */
 export type OrtDataType = 'float32' | 'float64' | 'int64' | 'int32' | 'bool';
 
@@ -56,7 +58,7 @@ async function importOrt(): Promise<OrtLoad> {
     const specifier: string = MODULE;
     mod = await import(specifier);
   } catch (e) {
-    return { ok: false, reason: `cannot import ${MODULE} (${e instanceof Error ? e.message : String(e)})`, cause: e };
+    return { ok: false, reason: `cannot import ${MODULE} (${errorMessage(e)})`, cause: e };
   }
   // A CommonJS module imported from ESM may put its exports on `default`.
   const m = mod as Partial<OrtModule> & { default?: Partial<OrtModule> };

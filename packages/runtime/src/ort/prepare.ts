@@ -1,4 +1,4 @@
-import { type Graph, type HostTensor, StageError, evalDim } from '@stageml/ir';
+import { type Graph, type HostTensor, StageError, evalDim, errorMessage } from '@stageml/ir';
 import { type ExternalTensor, OnnxCode, type OnnxModel, type OnnxRuleTable, encodeOnnx, lowerToOnnx } from '@stageml/onnx-lower';
 
 import { RuntimeCode, RuntimeError } from '../errors.js';
@@ -37,7 +37,7 @@ function outputTensors(cfg: OrtPrepareConfig, model: OnnxModel, direct: Readonly
 }
 
 function detail(e: unknown): string {
-  return e instanceof StageError ? `${String(e.code)}: ${e.message}` : e instanceof Error ? e.message : String(e);
+  return e instanceof StageError ? `${String(e.code)}: ${e.message}` : errorMessage(e);
 }
 
 function lower(graph: Graph, values: ReadonlyMap<string, HostTensor>, rules: OnnxRuleTable | undefined): OnnxModel {

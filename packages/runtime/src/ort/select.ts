@@ -1,7 +1,7 @@
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { arch, cpus, platform, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type Graph, GraphBuilder, type HostTensor, interpret, seededRandom } from '@stageml/ir';
+import { type Graph, GraphBuilder, type HostTensor, interpret, seededRandom, errorMessage } from '@stageml/ir';
 
 import { RuntimeCode, RuntimeError } from '../errors.js';
 import type { Executor } from '../executor.js';
@@ -176,7 +176,7 @@ async function choose(candidates: readonly ExecutorName[], cacheFile: string | f
       probeMs[name] = await measure(executor, probe, expected);
       executors.set(name, executor);
     } catch (e) {
-      failures.push(`${name}: ${e instanceof Error ? e.message : String(e)}`);
+      failures.push(`${name}: ${errorMessage(e)}`);
     }
   }
   const ranked = [...executors.keys()].sort((a, b) => probeMs[a]! - probeMs[b]!);

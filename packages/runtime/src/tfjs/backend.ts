@@ -1,6 +1,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 
 import { RuntimeCode, RuntimeError } from '../errors.js';
+import { errorMessage } from '@stageml/ir';
 
 /** A TensorFlow.js backend the tfjs executor can run on, in order of preference. */
 export type TfjsBackend = 'node-gpu' | 'node' | 'wasm' | 'cpu';
@@ -90,7 +91,7 @@ async function loadOnce(backend: TfjsBackend, threads: number | undefined): Prom
   try {
     await importBackend(backend, threads);
   } catch (e) {
-    return { ok: false, reason: `cannot import its package (${e instanceof Error ? e.message : String(e)})`, cause: e };
+    return { ok: false, reason: `cannot import its package (${errorMessage(e)})`, cause: e };
   }
   const factory: unknown = tf.findBackendFactory(name);
   if (factory === null || factory === undefined) return { ok: false, reason: `its package registered no '${name}' engine backend` };
@@ -99,7 +100,7 @@ async function loadOnce(backend: TfjsBackend, threads: number | undefined): Prom
   try {
     ok = await tf.setBackend(name);
   } catch (e) {
-    return { ok: false, reason: `initialization threw (${e instanceof Error ? e.message : String(e)})`, cause: e };
+    return { ok: false, reason: `initialization threw (${errorMessage(e)})`, cause: e };
   } finally {
     if (previous !== undefined && previous !== name && isInitialized(previous)) await tf.setBackend(previous);
   }

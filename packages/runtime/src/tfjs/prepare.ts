@@ -10,6 +10,7 @@ import {
   StageError,
   concretizeAttrs,
   opDef,
+  errorMessage,
 } from '@stageml/ir';
 
 import { RuntimeCode, RuntimeError } from '../errors.js';
@@ -67,7 +68,7 @@ function nodeRef(graph: Graph, index: number, node: OpNode): NodeRef {
 }
 
 function failure(graph: Graph, step: Extract<Step, { kind: 'op' }>, backend: TfjsBackend, e: unknown): RuntimeError {
-  const detail = e instanceof StageError ? `${e.code}: ${e.message}` : e instanceof Error ? e.message : String(e);
+  const detail = e instanceof StageError ? `${e.code}: ${e.message}` : errorMessage(e);
   return new RuntimeError(RuntimeCode.EVAL_FAILED, `${opDef(step.node.op).name} (%${String(step.at.value)}) failed on tfjs-${backend}: ${detail}`, {
     at: step.at,
     cause: e,

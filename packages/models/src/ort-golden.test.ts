@@ -1,17 +1,16 @@
 // The fixture goldens (transformers + PEFT logits and greedy ids) through the onnxruntime executor.
-// NOTE: @stageml/models sits above @stageml/runtime, so this test resolves it through the root
-// workspace's devDependencies rather than a dependency of this package (which would be a cycle).
+// NOTE: it lives here, not in @stageml/runtime, because models sits above runtime (a test in
+// runtime importing models would be an undeclared dependency and a cycle).
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { HostTensor } from '@stageml/ir';
-import { CausalLM, generate } from '@stageml/models';
+import { type Executor, createOrtExecutor } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { CausalLM } from './causal-lm.js';
+import { generate } from './generate.js';
 
-import type { Executor } from '../executor.js';
-import { createOrtExecutor } from './index.js';
-
-const root = fileURLToPath(new URL('../../../../fixtures/peft-tiny/', import.meta.url));
+const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
 interface Golden {
   families: { llama: { adapters: string[] }; mixtral: { adapters: string[] } };
   'llama.mixed': { adapter_names: string[]; input_ids: number[] };

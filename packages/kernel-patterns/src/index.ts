@@ -1,0 +1,32 @@
+/**
+ * @packageDocumentation
+ * `@stageml/kernel-patterns`: the kernel-sized shapes of residual graphs, written in the rewrite
+ * pattern language (`m.*` of `@stageml/rewrite`) and shared by every GPU code generator
+ * (`@stageml/triton-gen`, `@stageml/sm90-native`).
+ *
+ * - `recognizeResidual(graph)` finds fused LoRA linears (and plain linears), SGMV banks, BGMV banks
+ *   and MoE expert GEMMs (with or without expert LoRA) and returns plain-data kernel specs, the
+ *   matches it had to drop (a symbolic dim a kernel specializes on) and the nodes no kernel covers.
+ * - The shapes themselves (`LORA_LINEAR`, `BANK_GROUP_STEP`, `BANK_GATHERED`, `MOE_LORA`,
+ *   `loraDelta`) are exported as patterns, so other tools can match them too.
+ * - The rule shape every kernel backend's exhaustive op table uses (`KernelRule`, `kernelRule`,
+ *   `unsupportedRule`, `hostReasonOf`).
+ */
+export { recognizeResidual } from './recognize.js';
+export { hostReasonOf, kernelRule, unsupportedRule } from './kernel-rules.js';
+export type { KernelRule, KernelRuleTable } from './kernel-rules.js';
+export { BANK_GATHERED, BANK_GROUP_STEP, BASE_LINEAR, LORA_LINEAR, MOE_LORA, loraDelta } from './shapes.js';
+export type {
+  BankGatheredKernel,
+  BankGroup,
+  BankGroupedKernel,
+  KernelCommon,
+  LoraFactors,
+  LoraLinearKernel,
+  MoeLoraKernel,
+  PatternDType,
+  PatternRejection,
+  Recognition,
+  ResidualKernel,
+  ResidualKernelKind,
+} from './kernel-types.js';

@@ -1,0 +1,50 @@
+import { OP_KEYS, type OpKey } from '@stageml/ir';
+import { ONNX_RULES } from '@stageml/onnx-lower';
+import { TFJS_RULES, isTfjsBackend } from './tfjs/index.js';
+
+/** What an executor can run, as far as planning is concerned. */
+export interface ExecutorCapabilities {
+  /** Executor name (`interpreter`, `onnxruntime`, `tfjs-wasm`, …). */
+  readonly name: string;
+  /** Whether the executor runs op `op`. */
+  readonly supportsOp: (op: OpKey) => boolean;
+  /** Whether factors may be bound at request time (inputs supplied per run). */
+  readonly lateBinding: boolean;
+}
+
+/** A backend's exhaustive rule table, as far as capabilities go: each op lowers or is unsupported. */
+export type RuleKinds = Readonly<Record<OpKey, { readonly kind: string }>>;
+
+/** Capabilities of an executor whose ops are the `lower` entries of an exhaustive rule table. */
+export function capabilitiesFromRules(name: string, rules: RuleKinds, lateBinding = true): ExecutorCapabilities {
+  const supported = new Set(OP_KEYS.filter((op) => rules[op].kind !== 'unsupported'));
+  return { name, supportsOp: (op) => supported.has(op), lateBinding };
+}
+
+type Provider = (name: string) => ExecutorCapabilities | undefined;
+const providers: Provider[] = [
+  (name) => (name === 'interpreter' ? { name, supportsOp: () => true, lateBinding: true } : undefined),
+  (name) => (name === 'onnxruntime' ? capabilitiesFromRules(name, ONNX_RULES) : undefined),
+  (name) => (name.startsWith('tfjs-') && isTfjsBackend(name.slice('tfjs-'.length)) ? capabilitiesFromRules(name, TFJS_RULES) : undefined),
+];
+
+/**
+ * Adds the capabilities of further executors (a provider answers for the names it knows, undefined
+ * for others); later providers are asked first.
+ */
+export function registerExecutorCapabilities(provider: Provider): void {
+  providers.unshift(provider);
+}
+
+/**
+ * Capabilities of a known executor by name: `interpreter` runs every op; `onnxruntime` and
+ * `tfjs-<backend>` run the ops their rule tables lower; all bind late inputs. Undefined for a
+ * name no provider knows.
+ */
+export function executorCapabilities(name: string): ExecutorCapabilities | undefined {
+  for (const p of providers) {
+    const caps = p(name);
+    if (caps !== undefined) return caps;
+  }
+  return undefined;
+}
