@@ -50,7 +50,7 @@ describe('stageml cluster', () => {
   it('reports a missing haproxy with CLI_HAPROXY_MISSING and the apt hint', async () => {
     expect(() => checkHaproxy('/nonexistent/haproxy')).toThrow(expect.objectContaining({ code: 'CLI_HAPROXY_MISSING' }));
     const r = await run(['cluster', '--replicas', '2', '--port', '9000', '--haproxy', '/nonexistent/haproxy', '--model', 'x']);
-    expect(r.code).toBe(ExitCode.INVALID_INPUT);
+    expect(r.code).toBe(ExitCode.UNAVAILABLE);
     expect(r.err).toContain('error[CLI_HAPROXY_MISSING]');
     expect(r.err).toContain('apt-get install -y haproxy');
   });

@@ -73,7 +73,7 @@ function importedPackages(text: string): string[] {
 
 /** Test code may use devDependencies: test files, type tests and test-only fixtures. */
 function isTestFile(rel: string): boolean {
-  return /\.test(-d)?\.ts$/.test(rel) || /(^|\/)test-fixtures\.ts$/.test(rel) || rel.split('/').includes('conformance');
+  return /\.test(-d)?\.ts$/.test(rel) || /(^|\/)test-(fixtures|support)\.ts$/.test(rel) || rel.split('/').includes('conformance');
 }
 
 function transitive(name: string, seen = new Set<string>()): Set<string> {

@@ -1,18 +1,30 @@
 // The fixture goldens (transformers + PEFT logits and greedy ids) through the torch executor (CPU
 // torch here and in CI), the whole engine (`CausalLM`, `generate`) on top of the worker.
-// NOTE: @stageml/models sits above @stageml/runtime, so this test resolves it through the root
-// workspace's devDependencies rather than a dependency of this package (which would be a cycle).
+// It lives in @stageml/models, which sits above @stageml/runtime (the executor's package), so no
+// package depends on one above it.
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { HostTensor } from '@stageml/ir';
-import { CausalLM, generate } from '@stageml/models';
+import { RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CausalLM } from './causal-lm.js';
+import { generate } from './generate.js';
 
-import { type TorchExecutor, createTorchExecutor } from './index.js';
-import { describeWithTorch } from './test-support.js';
+/** A `describe` that needs Python 3 with torch: failing in CI when torch is missing, skipped elsewhere. */
+function describeWithTorch(name: string, fn: () => void): void {
+  if (!isTorchAvailable() && process.env['CI'] !== undefined) {
+    describe(name, () => {
+      it('needs Python 3 with torch', () => {
+        throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)');
+      });
+    });
+    return;
+  }
+  describe.skipIf(!isTorchAvailable())(name, fn);
+}
 
-const root = fileURLToPath(new URL('../../../../fixtures/peft-tiny/', import.meta.url));
+const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
 interface Golden {
   families: { llama: { adapters: string[] }; mixtral: { adapters: string[] } };
   'llama.mixed': { adapter_names: string[]; input_ids: number[] };
