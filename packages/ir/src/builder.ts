@@ -314,6 +314,13 @@ export class GraphBuilder {
   linear(x: Value, w: Value, bias?: Value): Value {
     return this.op('linear', bias === undefined ? [x, w] : [x, w, bias]);
   }
+  /**
+   * x · dequantize(qweight, scales, zeroPoints)ᵀ: a linear layer over a block-quantized weight
+   * (see the `quantizedLinear` op for the layout).
+   */
+  quantizedLinear(x: Value, qweight: Value, scales: Value, zeroPoints: Value | undefined, attrs: AttrsIn<'quantizedLinear'>): Value {
+    return this.op('quantizedLinear', zeroPoints === undefined ? [x, qweight, scales] : [x, qweight, scales, zeroPoints], attrs);
+  }
   /** Σ over axes. */
   sum(x: Value, axes: readonly number[] = [], keepDims = false): Value {
     return this.op('sum', [x], { axes, keepDims });

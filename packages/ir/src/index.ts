@@ -73,6 +73,8 @@ export type { HostTensor } from './tensor.js';
 export { defineOp, operandArity, snakeCase } from './op-def.js';
 export type { Effect, EvalContext, OpCost, OpDef, OpSpec, Trait } from './op-def.js';
 export { OPS, OP_KEYS, isOpKey, opDef, opKeyByName } from './ops/index.js';
+export { dequantizeWeight, quantBlockBytes, quantBlocks, quantZeroPointBytes, quantizeWeight, unpackCode } from './ops/quant.js';
+export type { PackedWeight, WeightQuantOptions } from './ops/quant.js';
 export type { AttrsIn, AttrsOf, OpKey } from './ops/index.js';
 export { graphInputs, graphOps, graphParams, graphStats, resultOf, valueType, valueUsers } from './graph.js';
 export type { Graph, GraphNode, GraphOutput, InputNode, OpNode, ParamNode, SourceSpan, ValueId, ValueInfo } from './graph.js';

@@ -24,6 +24,8 @@ export const RuntimeCode = {
   DISPOSED: 'RT_DISPOSED',
   /** A file or directory could not be read or written. */
   IO: 'RT_IO',
+  /** A weight quantization spec or request is invalid. */
+  BAD_QUANT: 'RT_BAD_QUANT',
 } as const;
 
 /** Union of `@stageml/runtime` error codes. */
