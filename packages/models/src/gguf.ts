@@ -403,6 +403,12 @@ export function ggufModuleName(module: string): string {
   return `blk.${m[1]!}.${GGUF_PROJ[m[2]!]!}`;
 }
 
+function vocabToken(i: number): string {
+  if (i < 3) return ['<unk>', '<s>', '</s>'][i]!;
+  if (i < 259) return `<0x${(i - 3).toString(16).toUpperCase().padStart(2, '0')}>`;
+  return `<t${String(i)}>`;
+}
+
 function f32Of(t: HostTensor): Float32Array {
   return t.data instanceof Float32Array ? t.data : Float32Array.from(t.data as ArrayLike<number>);
 }
@@ -426,6 +432,7 @@ export async function writeLlamaGguf(
   };
   const H = config.hiddenSize;
   const V = config.vocabSize;
+  if (V < 259) throw new ModelError(ModelCode.BAD_OPTIONS, `llama.cpp's SPM vocabulary needs at least 259 tokens (3 special + 256 bytes), the model has ${String(V)}`);
   const meta: Record<string, GgufValue> = {
     'general.architecture': 'llama',
     'general.name': opts.name ?? 'stageml-export',
@@ -441,9 +448,10 @@ export async function writeLlamaGguf(
     'llama.attention.layer_norm_rms_epsilon': { f32: config.rmsNormEps },
     'llama.vocab_size': { u32: V },
     'tokenizer.ggml.model': 'llama',
-    'tokenizer.ggml.tokens': { strings: Array.from({ length: V }, (_, i) => (i === 0 ? '<unk>' : i === 1 ? '<s>' : i === 2 ? '</s>' : `<t${String(i)}>`)) },
+    // Llama's SPM layout: <unk>, <s>, </s>, then the 256 byte tokens llama.cpp's SPM vocab needs.
+    'tokenizer.ggml.tokens': { strings: Array.from({ length: V }, (_, i) => vocabToken(i)) },
     'tokenizer.ggml.scores': { f32s: new Float32Array(V) },
-    'tokenizer.ggml.token_type': { i32s: Int32Array.from({ length: V }, (_, i) => (i === 0 ? 2 : i < 3 ? 3 : 1)) },
+    'tokenizer.ggml.token_type': { i32s: Int32Array.from({ length: V }, (_, i) => (i === 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1)) },
     'tokenizer.ggml.bos_token_id': { u32: 1 },
     'tokenizer.ggml.eos_token_id': { u32: 2 },
     'tokenizer.ggml.unknown_token_id': { u32: 0 },
