@@ -3,7 +3,7 @@ import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { StageError } from '@stageml/ir';
-import { CausalLM } from '@stageml/models';
+import { CausalLM, type CausalLMOptions } from '@stageml/models';
 import { type Route, type RouterConfig, Scheduler, TenantRegistry } from '@stageml/router';
 import type { Executor } from '@stageml/runtime';
 import type { z } from 'zod';
@@ -25,6 +25,8 @@ export interface ServerOptions {
   readonly config?: RouterConfig;
   /** Executor running the model (default: the reference interpreter). */
   readonly executor?: Executor;
+  /** Weight-only quantization of the model's linear layers (`stageml serve --quantize`). */
+  readonly quantize?: CausalLMOptions['quantize'];
   /** Most sequences decoded together (default 32). */
   readonly maxBatch?: number;
   /** Most queued requests before 429 (default 256). */
@@ -70,7 +72,7 @@ function parse<T>(schema: z.ZodType<T>, body: unknown): T {
 
 /** Builds the server: loads the model, adapters and tenants, and registers every route. */
 export async function createServer(opts: ServerOptions): Promise<StageServer> {
-  const lm = await CausalLM.load(opts.modelDir, opts.executor === undefined ? {} : { executor: opts.executor });
+  const lm = await CausalLM.load(opts.modelDir, { ...(opts.executor === undefined ? {} : { executor: opts.executor }), ...(opts.quantize === undefined ? {} : { quantize: opts.quantize }) });
   const modelName = opts.modelName ?? (opts.modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   if (opts.adaptersDir !== undefined) {
     const dirs = (await readdir(opts.adaptersDir, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort();

@@ -6,6 +6,7 @@ import { parseNonNegativeInt, parsePositiveInt } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
+import { parseMaxError, quantizeOptions } from '../quantize.js';
 
 interface ServeOptions {
   model: string;
@@ -20,6 +21,8 @@ interface ServeOptions {
   maxQueue?: number;
   adminKey?: string;
   log?: boolean;
+  quantize?: string;
+  maxError?: number;
 }
 
 /** `stageml serve`: the reference server (OpenAI-compatible API) on a model and its adapters. */
@@ -39,7 +42,10 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--max-queue <n>', 'most queued requests before 429', parsePositiveInt)
     .option('--admin-key <key>', 'key allowed to load/unload adapters when tenants are configured')
     .option('--log', 'log every request')
+    .option('--quantize <spec>', 'weight-only quantization of the linear layers: int8, int4 (blocks of 32), int8:g128, int4:channel, …:asym, or auto (with --max-error)')
+    .option('--max-error <e>', 'with --quantize auto: the largest relative weight error per projection', parseMaxError)
     .action(async (opts: ServeOptions) => {
+      const quantize = quantizeOptions(opts.quantize, opts.maxError);
       let config;
       if (opts.config !== undefined) {
         let text: string;
@@ -54,6 +60,7 @@ export function registerServe(program: Command, io: CliIo): void {
         modelDir: opts.model,
         ...(opts.servedModelName === undefined ? {} : { modelName: opts.servedModelName }),
         executor: await resolveExecutor(opts.executor, { log: (line) => { io.out(line); } }),
+        ...(quantize === undefined ? {} : { quantize }),
         ...(opts.adapters === undefined ? {} : { adaptersDir: opts.adapters }),
         ...(config === undefined ? {} : { config }),
         ...(opts.padTokenId === undefined ? {} : { padTokenId: opts.padTokenId }),

@@ -2,12 +2,13 @@ import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import type { Graph, HostTensor } from '@stageml/ir';
 import { stagedModelGraph } from '@stageml/models';
-import { type BundleManifest, specialize, writeBundle } from '@stageml/runtime';
+import { type BundleManifest, type SpecializeResult, quantizeStaged, specialize, writeBundle } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { parsePositiveInt } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import { loadGraphFile } from '../inspect.js';
 import type { CliIo } from '../io.js';
+import { parseMaxError, quantizeOptions } from '../quantize.js';
 
 interface StageOptions {
   model?: string;
@@ -20,6 +21,8 @@ interface StageOptions {
   out: string;
   force?: boolean;
   json?: boolean;
+  quantize?: string;
+  maxError?: number;
 }
 
 /** The annotation file of a bare graph: stages of inputs and parameters on `static < dynamic`. */
@@ -68,11 +71,17 @@ async function readWeights(path: string | undefined): Promise<Map<string, HostTe
   return values;
 }
 
+/** `--quantize`: the residual's linear weights as packed int8/int4 constants (LoRA factors stay f32). */
+function quantized(opts: StageOptions, result: SpecializeResult): SpecializeResult {
+  const q = quantizeOptions(opts.quantize, opts.maxError);
+  return q === undefined ? result : quantizeStaged(result, q);
+}
+
 async function stageGraphFile(opts: StageOptions, graphPath: string): Promise<{ graph: Graph; manifest: BundleManifest }> {
   const graph = loadGraphFile(graphPath);
   const annotations = await readAnnotations(opts.annotations);
   const values = await readWeights(opts.weights);
-  const result = specialize(graph, { annotations, cutoff: opts.cutoff, values: { get: (n) => values.get(n) } });
+  const result = quantized(opts, specialize(graph, { annotations, cutoff: opts.cutoff, values: { get: (n) => values.get(n) } }));
   return { graph, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
 }
 
@@ -81,7 +90,7 @@ async function stageModel(opts: StageOptions, dir: string): Promise<{ graph: Gra
     ...(opts.adapter === undefined ? {} : { adapter: opts.adapter }),
     ...(opts.layers === undefined ? {} : { numLayers: opts.layers }),
   });
-  const result = specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: opts.cutoff, values: { get: (n) => m.values.get(n) } });
+  const result = quantized(opts, specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: opts.cutoff, values: { get: (n) => m.values.get(n) } }));
   return { graph: m.graph, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
 }
 
@@ -105,7 +114,10 @@ export function registerStage(program: Command, io: CliIo): void {
     .requiredOption('--out <dir>', 'the bundle directory to write')
     .option('--force', 'replace an existing bundle directory')
     .option('--json', 'print the manifest as JSON')
+    .option('--quantize <spec>', 'weight-only quantization of the residual linear weights: int8, int4 (blocks of 32), int8:g128, int4:channel, …:asym, or auto (with --max-error)')
+    .option('--max-error <e>', 'with --quantize auto: the largest relative weight error per projection (int4, else int8, else f32)', parseMaxError)
     .action(async (opts: StageOptions) => {
+      quantizeOptions(opts.quantize, opts.maxError);
       if ((opts.model === undefined) === (opts.graph === undefined)) throw new CliError(CliCode.USAGE, 'give exactly one of --model DIR or --graph FILE');
       if (opts.graph !== undefined && (opts.adapter !== undefined || opts.layers !== undefined)) throw new CliError(CliCode.USAGE, '--adapter and --layers apply to --model only');
       if (opts.model !== undefined && (opts.annotations !== undefined || opts.weights !== undefined)) throw new CliError(CliCode.USAGE, '--annotations and --weights apply to --graph only');
@@ -118,5 +130,6 @@ export function registerStage(program: Command, io: CliIo): void {
       io.out(`staged @${graph.name} at '${manifest.cutoff}' into ${opts.out}`);
       io.out(`  residual: ${String(r?.residualOps ?? 0)} ops (of ${String(r?.originalOps ?? 0)}), ${String(manifest.inputs.length)} inputs, ${String(manifest.params.length)} parameters`);
       io.out(`  constants: ${String(r?.constants ?? 0)} tensors, ${String(r?.constantBytes ?? 0)} bytes`);
+      if (opts.quantize !== undefined) io.out(`  quantized (${opts.quantize}): ${String(manifest.params.filter((p) => p.name.endsWith('.qweight')).length)} linear weights`);
     });
 }
