@@ -208,12 +208,11 @@ class Bytes {
 }
 
 function writeValue(w: Bytes, v: GgufValue): void {
-  const typed = (t: number, n: number, f: (dv: DataView) => void, bytes: number) => {
+  const typed = (t: number, f: (dv: DataView) => void, bytes: number): void => {
     w.u32(t);
     const b = new Uint8Array(bytes);
     f(new DataView(b.buffer));
     w.push(b);
-    void n;
   };
   if (typeof v === 'string') {
     w.u32(VT.STRING);
@@ -221,10 +220,10 @@ function writeValue(w: Bytes, v: GgufValue): void {
   } else if (typeof v === 'boolean') {
     w.u32(VT.BOOL);
     w.push(Uint8Array.of(v ? 1 : 0));
-  } else if ('u32' in v) typed(VT.U32, 1, (d) => d.setUint32(0, v.u32, true), 4);
-  else if ('i32' in v) typed(VT.I32, 1, (d) => d.setInt32(0, v.i32, true), 4);
-  else if ('f32' in v) typed(VT.F32, 1, (d) => d.setFloat32(0, v.f32, true), 4);
-  else if ('u64' in v) typed(VT.U64, 1, (d) => d.setBigUint64(0, BigInt(v.u64), true), 8);
+  } else if ('u32' in v) typed(VT.U32, (d) => { d.setUint32(0, v.u32, true); }, 4);
+  else if ('i32' in v) typed(VT.I32, (d) => { d.setInt32(0, v.i32, true); }, 4);
+  else if ('f32' in v) typed(VT.F32, (d) => { d.setFloat32(0, v.f32, true); }, 4);
+  else if ('u64' in v) typed(VT.U64, (d) => { d.setBigUint64(0, BigInt(v.u64), true); }, 8);
   else if ('strings' in v) {
     w.u32(VT.ARRAY);
     w.u32(VT.STRING);
@@ -426,7 +425,7 @@ export async function writeLlamaGguf(
   opts: { readonly type: GgmlTypeName; readonly embedType?: GgmlTypeName; readonly name?: string },
 ): Promise<void> {
   const get = (k: string): HostTensor => {
-    const t = weights instanceof Map ? weights.get(k) : (weights as Record<string, HostTensor>)[k];
+    const t: HostTensor | undefined = weights instanceof Map ? (weights as ReadonlyMap<string, HostTensor>).get(k) : (weights as Readonly<Record<string, HostTensor | undefined>>)[k];
     if (t === undefined) throw new ModelError(ModelCode.BAD_WEIGHT, `checkpoint has no '${k}'`);
     return t;
   };

@@ -4,6 +4,7 @@ import { quantBlocks } from '@stageml/ir';
 import type { OnnxGraphBuilder } from './builder.js';
 import { conform } from './convert.js';
 import { type ComputeElemType, ElemType, computeType } from './dtypes.js';
+import { OnnxCode, OnnxLowerError } from './errors.js';
 import { type Lowering, lowering } from './rule.js';
 
 /** The onnxruntime contrib-op domain (`MatMulNBits`, `SkipSimplifiedLayerNormalization`, …). */
@@ -64,7 +65,7 @@ export function quantizedLinearLowering(opts: QuantizedLinearLoweringOptions = {
     if (zp !== undefined) ins.push(b.op('Reshape', [u8(3, zp), b.int64s([-1])]));
     return [b.msOp('MatMulNBits', ins, { K, N: out, bits: attrs.bits, block_size: attrs.blockSize, accuracy_level: accuracyLevel })];
   }
-  if (typeof out !== 'number') throw new Error('quantizedLinear needs a static number of outputs');
+  if (typeof out !== 'number') throw new OnnxLowerError(OnnxCode.BAD_GRAPH, 'quantizedLinear needs a static number of outputs');
   const bs = attrs.blockSize;
   const t = computeType(operands[0]!.dtype);
   const codes = unpack(b, q!, attrs.bits, [out, blocks], Math.ceil((bs * attrs.bits) / 8), t); // [out, blocks, ≥bs]

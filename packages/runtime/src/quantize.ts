@@ -129,7 +129,7 @@ export function quantizeLinears(graph: Graph, constants: Readonly<Record<string,
       packed = quantizeWeight(w.data, out, inF, { bits: s.bits, blockSize: blockSizeFor(s, inF), symmetric: s.symmetric ?? true });
       if (opts.cache !== undefined) {
         let m = opts.cache.get(w);
-        if (m === undefined) opts.cache.set(w, (m = new Map()));
+        if (m === undefined) opts.cache.set(w, (m = new Map<string, PackedWeight>()));
         m.set(key, packed);
       }
     }
@@ -179,7 +179,7 @@ export function quantizeLinears(graph: Graph, constants: Readonly<Record<string,
       map[v0] = bias === undefined ? y : b.add(y, map[bias]!);
       return;
     }
-    const res = b.apply(n.op, n.operands.map((v) => map[v]!), n.attrs as never, { names: n.results.map((r) => graph.values[r]!.name) });
+    const res = b.apply(n.op, n.operands.map((v) => map[v]!), n.attrs, { names: n.results.map((r) => graph.values[r]!.name) });
     n.results.forEach((r, k) => (map[r] = res[k]));
   });
   for (const o of graph.outputs) b.output(o.name, map[o.value]!);

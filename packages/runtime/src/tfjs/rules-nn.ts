@@ -288,7 +288,7 @@ export const quantizedLinear: Lowering<'quantizedLinear'> = lowering<'quantizedL
   const { bits, blockSize, inFeatures } = attrs;
   const blocks = Math.ceil(inFeatures / blockSize);
   const dequant = (q: tf.Tensor, s: tf.Tensor, zp: tf.Tensor | undefined): tf.Tensor => {
-    const out = q.shape[0]!;
+    const out = q.shape[0];
     const codes = tf.slice(unpackCodes(q, bits), [0, 0, 0], [out, blocks, blockSize]);
     const z = zp === undefined ? tf.scalar(2 ** (bits - 1)) : tf.expandDims(tf.slice(unpackCodes(zp, bits), [0, 0], [out, blocks]), -1);
     const w = tf.mul(tf.sub(codes, z), tf.expandDims(tf.cast(s, 'float32'), -1));
@@ -305,6 +305,6 @@ export const quantizedLinear: Lowering<'quantizedLinear'> = lowering<'quantizedL
     }
     const rows = x!.shape.slice(0, -1);
     const y2 = tf.matMul(tf.reshape(x!, [rows.reduce((p, d) => p * d, 1), inFeatures]), wt);
-    return [tf.reshape(y2, [...rows, q!.shape[0]!])];
+    return [tf.reshape(y2, [...rows, q!.shape[0]])];
   };
 });
