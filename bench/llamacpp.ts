@@ -5,7 +5,7 @@
 // compared first; then prefill (128 tokens), decode at batch 1 (base, one LoRA) and 8 streams
 // (base, 8 different adapters) per precision pair: f32/F32, int8/Q8_0, int4/Q4_0.
 //
-// Usage: pnpm bench llamacpp [-- --shapes smol,tiny --pairs f32,int8,int4]
+// Usage: pnpm bench llamacpp [-- --shapes smol,tiny --pairs f32,int8,int4 --threads 2]
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
@@ -49,7 +49,6 @@ const PAIRS = [
 const RANK = 16;
 const ALPHA = 32;
 const ADAPTERS = 8;
-const THREADS = 2;
 const PREFILL = 128;
 const PROJ = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj'];
 
@@ -58,6 +57,11 @@ function arg(name: string): string | undefined {
   return i < 0 ? undefined : process.argv[i + 1];
 }
 const wantShapes = new Set((arg('shapes') ?? 'smol,tiny').split(','));
+/**
+ * Threads of each engine (default 2). On a loaded machine llama.cpp's spinning 2-thread barrier
+ * collapses (measured 0.7 decode tok/s at load 24 vs 25 with one thread), so compare at 1 there.
+ */
+const THREADS = Number(arg('threads') ?? 2);
 const pairsArg = arg('pairs');
 const pairsOf = (s: Shape): Set<string> => new Set(pairsArg === undefined ? s.pairs : pairsArg.split(','));
 
@@ -256,9 +260,14 @@ for (const s of SHAPES) {
     const lm = await CausalLM.load(dir, { executor, ...(p.ours === undefined ? {} : { quantize: parseWeightQuantSpec(p.ours) }) });
     for (const n of names) await lm.loadAdapter(join(dir, 'adapters', n), n);
     const model: LlamaModel = await llama.loadModel({ modelPath: join(dir, `model-${p.gguf}.gguf`) });
+    // Contexts live only while their cases run: each holds a ggml thread pool that polls for work.
     const base = await model.createContext({ contextSize: 512, sequences: 8, threads: THREADS, batchSize: 512 });
-    const loraCtxs: LlamaContext[] = [];
-    for (const n of names) loraCtxs.push(await model.createContext({ contextSize: 256, sequences: 1, threads: THREADS, lora: { adapters: [{ filePath: join(dir, `lora-${n}.gguf`) }] } }));
+    const loraContexts = async (n: number): Promise<LlamaContext[]> => {
+      const out: LlamaContext[] = [];
+      for (const a of names.slice(0, n)) out.push(await model.createContext({ contextSize: 256, sequences: 1, threads: THREADS, lora: { adapters: [{ filePath: join(dir, `lora-${a}.gguf`) }] } }));
+      return out;
+    };
+    let loraCtxs = await loraContexts(1);
     rss();
     // Greedy agreement: 3 prompts × 16 tokens, base and adapter a0.
     const gp = prompts(s.vocab, 3, 12, 1);
@@ -298,10 +307,13 @@ for (const s of SHAPES) {
     await measure('prefill 128', async () => { const t0 = performance.now(); await lm.forward([long]); return PREFILL / ((performance.now() - t0) / 1000); }, () => llamaPrefill(base, long), 'one sequence');
     await measure('decode b1', () => oursDecode(lm, [short8[0]!], s.steps, [undefined]), () => llamaDecode([base], [short8[0]!], s.steps), 'one sequence');
     await measure('decode b1 LoRA', () => oursDecode(lm, [short8[0]!], s.steps, ['a0']), () => llamaDecode([loraCtxs[0]!], [short8[0]!], s.steps), 'context with the adapter');
+    for (const c of loraCtxs) await c.dispose();
     await measure('8 streams base', () => oursDecode(lm, short8, s.steps, new Array<undefined>(8).fill(undefined)), () => llamaDecode([base], short8, s.steps), 'one context, 8 sequences');
+    await base.dispose();
+    loraCtxs = await loraContexts(ADAPTERS);
+    rss();
     await measure('8 streams 8 adapters', () => oursDecode(lm, short8, s.steps, names), () => llamaDecode(loraCtxs, short8, s.steps), 'one context per adapter, concurrent');
     for (const c of loraCtxs) await c.dispose();
-    await base.dispose();
     await model.dispose();
   }
   rmSync(dir, { recursive: true, force: true });
@@ -326,7 +338,7 @@ const fmt = (v: number) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
 const md: string[] = [
   '# llamacpp',
   '',
-  'Our CPU path (CausalLM on onnxruntime 1.30, 2 intra-op threads; int8/int4 = block-32 symmetric weights through `com.microsoft` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, 2 threads) in the same process and run, on random-weight checkpoints converted to GGUF by `writeLlamaGguf` / `writeLoraGguf`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians; ratio = ours ÷ llama.cpp.',
+  `Our CPU path (CausalLM on onnxruntime 1.30, ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
   '',
   `Date: ${doc.date} · ${String(doc.machine.cpus)}× ${doc.machine.cpuModel}, ${String(doc.machine.memoryGiB)} GiB · load average at start ${loads['start']!.map((x) => x.toFixed(2)).join(' ')}, at end ${loads['end']!.map((x) => x.toFixed(2)).join(' ')} (shared machine) · wall ${String(doc.wallSeconds)} s · peak RSS ${String(doc.peakRssGiB)} GiB`,
   '',
