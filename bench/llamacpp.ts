@@ -346,6 +346,14 @@ const md: string[] = [
   '| --- | --- | --- | ---: | ---: | ---: | --- |',
   ...results.map((r) => `| ${r.shape} | ${r.pair === 'f32' ? 'f32 / F32' : r.pair === 'int8' ? 'int8 / Q8_0' : 'int4 / Q4_0'} | ${r.case} | ${fmt(r.ours)} | ${fmt(r.llamacpp)} | ${r.ratio.toFixed(2)} | ${r.peer} |`),
   '',
+  `Shapes: ${SHAPES.map((s) => `${s.key} = ${s.name} (${String(s.layers)} layers, hidden ${String(s.hidden)}, intermediate ${String(s.inter)}, heads ${String(s.heads)}/${String(s.kv)}, vocab ${String(s.vocab)}${s.tied ? ', tied embeddings' : ''}; pairs ${(pairsArg?.split(',') ?? s.pairs).join(', ')}; ${String(s.steps)} decode steps per stream)`).join('; ')}. TinyLlama at f32 is left out by default: ~4.4 GB of f32 weights in each engine (plus onnxruntime's transposed copy) does not fit beside six other helpers on the shared 24 GiB machine.`,
+  '',
+  THREADS === 1
+    ? 'One thread per engine: on this shared machine (load 10–26 from other helpers when this ran) llama.cpp with 2 threads collapses — its spinning thread barrier waits on descheduled threads: 0.5–0.8 decode tok/s at F32 against 23–28 with 1 thread, measured back to back — so the 2-thread comparison of docs/peers is not reproducible here; 1 thread is the fair setting for both.'
+    : `${String(THREADS)} threads per engine.`,
+  '',
+  `8 streams 8 adapters: ours runs one mixed batch (8 rows, one adapter each, SGMV-style bank); llama.cpp applies LoRA per context, so its best way is one context per adapter, run concurrently under one thread budget.`,
+  '',
   'Greedy agreement (3 prompts × 16 tokens, base and adapter a0): ' + checks.filter((c) => 'greedyEqual' in c).map((c) => `${String(c['shape'])} ${String(c['pair'])}: ${String(c['greedyEqual'])}`).join(', ') + '. Quantized pairs use different rounding (ours: scale max|w|/7 or /127 in f32, codes ±7/±127; Q4_0: d = max/−8 in f16), so their tokens may part after a near tie.',
   '',
 ];
