@@ -5,7 +5,8 @@
 // compared first; then prefill (128 tokens), decode at batch 1 (base, one LoRA) and 8 streams
 // (base, 8 different adapters) per precision pair: f32/F32, int8/Q8_0, int4/Q4_0.
 //
-// Usage: pnpm bench llamacpp [-- --shapes smol,tiny --pairs f32,int8,int4 --threads 2]
+// Usage: LLAMACPP_THREADS=1 pnpm bench llamacpp (or node … bench/llamacpp.ts --shapes smol,tiny
+// --pairs f32,int8,int4 --threads 2; LLAMACPP_SHAPES / LLAMACPP_PAIRS likewise)
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
@@ -52,9 +53,10 @@ const ADAPTERS = 8;
 const PREFILL = 128;
 const PROJ = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj'];
 
+/** `--name value` on the command line, else `LLAMACPP_<NAME>` in the environment (`pnpm bench` passes no flags). */
 function arg(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);
-  return i < 0 ? undefined : process.argv[i + 1];
+  return i < 0 ? process.env[`LLAMACPP_${name.toUpperCase()}`] : process.argv[i + 1];
 }
 const wantShapes = new Set((arg('shapes') ?? 'smol,tiny').split(','));
 /**
