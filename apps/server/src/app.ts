@@ -6,7 +6,7 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest }
 import client from 'prom-client';
 import { StageError } from '@stageml/ir';
 import { type PickInfo, chatTemplateOf, logSoftmax, topOf } from '@stageml/models';
-import { Engine } from '@stageml/engine';
+import { Engine, type EngineOptions } from '@stageml/engine';
 import { PeftCode, PeftError, findAdapterDirs } from '@stageml/peft';
 import { type Route, RouterCode, type RouterConfig, RouterError, Scheduler, TenantRegistry } from '@stageml/router';
 import type { Executor } from '@stageml/runtime';
@@ -58,6 +58,8 @@ export interface ServerOptions {
   readonly config?: RouterConfig;
   /** Executor running the model (default: the reference interpreter). */
   readonly executor?: Executor;
+  /** Weight-only quantization of the model's linear layers (`stageml serve --quantize`). */
+  readonly quantize?: EngineOptions['quantize'];
   /** Most sequences decoded together (default 32). */
   readonly maxBatch?: number;
   /** Most queued requests before 429 (default 256). */
@@ -165,6 +167,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
     ...(opts.prefillChunk === undefined ? {} : { prefillChunk: opts.prefillChunk }),
     ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
+    ...(opts.quantize === undefined ? {} : { quantize: opts.quantize }),
   });
   const modelName = opts.modelName ?? (opts.modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   if (opts.adaptersDir !== undefined) {

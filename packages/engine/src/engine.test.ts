@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { seededRandom } from '@stageml/ir';
 import { CausalLM, LLAMA_PROJECTIONS, argmaxOf, type LlamaShape, parseLlamaConfig } from '@stageml/models';
-import { type Executor, createOrtExecutor, interpreterExecutor, isOrtAvailable } from '@stageml/runtime';
+import { type Executor, createOrtExecutor, interpreterExecutor, isOrtAvailable, parseWeightQuantSpec } from '@stageml/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, writeRandomAdapter } from './index.js';
 
@@ -277,5 +277,35 @@ describe('Engine: plans applied', () => {
     expect(maxAbsDiff(after!, dec.logits.data)).toBeLessThan(1e-4);
     engine.release(s);
     expect(Object.keys(engine.plan().merged)).not.toContain('all-r16');
+  });
+});
+
+const ORT_HERE = await isOrtAvailable();
+
+describe('Engine with quantized weights', () => {
+  it.skipIf(!ORT_HERE)('packs int8/int4 weights once and equals CausalLM quantized the same way (last-position logits, with an adapter)', async () => {
+    const executor = await createOrtExecutor();
+    const prompt = [0, 52, 317, 44, 9];
+    for (const spec of ['int8', 'int4']) {
+      const quantize = parseWeightQuantSpec(spec);
+      const engine = await Engine.load(`${root}base`, { executor, quantize, maxLoras: 2, maxLoraRank: 16 });
+      await engine.loadAdapter(`${root}adapters/qv-r8`, 'qv-r8');
+      const lm = await CausalLM.load(`${root}base`, { executor, quantize });
+      await lm.loadAdapter(`${root}adapters/qv-r8`, 'qv-r8');
+      for (const a of [undefined, 'qv-r8']) {
+        const s = engine.open(a, prompt);
+        expect(await engine.attach(s)).toBe(true);
+        let logits: Float32Array | undefined;
+        while (!s.ready) logits = await engine.prefill(s);
+        engine.release(s);
+        const ref = await lm.forward([prompt], { adapters: [a] });
+        const V = config.vocabSize;
+        expect(maxAbsDiff(logits!, ref.logits.data.subarray((prompt.length - 1) * V))).toBeLessThan(1e-4);
+      }
+      // Quantized weights are smaller than the f32 checkpoint in the engine's own accounting.
+      const f32 = await Engine.load(`${root}base`, { executor, maxLoras: 2, maxLoraRank: 16 });
+      expect(engine.memory().weights).toBeLessThan(f32.memory().weights);
+      await expect(Engine.load(`${root}base`, { executor, quantize, memoryBudget: 1e9 })).rejects.toMatchObject({ code: 'ENGINE_BAD_OPTIONS' });
+    }
   });
 });

@@ -4,7 +4,7 @@ import { type Graph, type HostTensor, StageError, graphParams, hostTensor } from
 import { type ExpertLora, expertLoraFor } from '@stageml/moe';
 import { type ExpertsFactory, type LlamaConfig, ModelCode, ModelError, type TextTokenizer, buildLlamaGraph, expertParamName, loadTokenizer, loraExperts, parseLlamaConfig, readParam, ropeInvFreqFor } from '@stageml/models';
 import { AdapterCache, type CacheLease, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter, scalingFor } from '@stageml/peft';
-import { type Executor, type PreparedGraph, interpreterExecutor } from '@stageml/runtime';
+import { type Executor, type PreparedGraph, type QuantizeLinearsOptions, type WeightQuantSpec, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
 import { EngineCode, EngineError } from './errors.js';
 import { MASKED, SequenceKv, Staging } from './kv.js';
@@ -31,6 +31,13 @@ export interface EngineOptions {
    * feeds as zero-copy inputs, so any number of programs share it.
    */
   readonly weights?: 'program' | 'inputs';
+  /**
+   * Weight-only quantization of the base model's linear layers (`quantizeLinears` of
+   * `@stageml/runtime`: int8/int4 codes with f32 scales; slot factors stay f32, as QLoRA keeps
+   * them). Quantized weights are packed once and handed to the programs as parameters, so it
+   * implies `weights: 'program'` (and so no `memoryBudget` plans or prompt logits).
+   */
+  readonly quantize?: WeightQuantSpec | QuantizeLinearsOptions;
   /**
    * Slot form: `auto` (default) prepares both the gathered and the grouped program (two
    * preparations for the engine's lifetime) and picks per step with `chooseSlotForm`; a fixed form
@@ -261,7 +268,8 @@ export class Engine {
     const replanEvery = positiveInt('replanEvery', opts.replanEvery, 512);
     const memoryBudget = opts.memoryBudget;
     if (memoryBudget !== undefined && !(Number.isFinite(memoryBudget) && memoryBudget >= 0)) throw new EngineError(EngineCode.BAD_OPTIONS, `memoryBudget must be a number of bytes ≥ 0, got ${String(memoryBudget)}`);
-    if (memoryBudget !== undefined && opts.weights === 'program') throw new EngineError(EngineCode.BAD_OPTIONS, "memoryBudget (plans with merged copies) needs weights: 'inputs'");
+    if (memoryBudget !== undefined && (opts.weights === 'program' || opts.quantize !== undefined)) throw new EngineError(EngineCode.BAD_OPTIONS, "memoryBudget (plans with merged copies) needs weights: 'inputs' (and no quantize)");
+    if (opts.quantize !== undefined && opts.weights === 'inputs') throw new EngineError(EngineCode.BAD_OPTIONS, "quantize packs the weights into the programs: it needs weights: 'program'");
     let cfgText: string;
     try {
       cfgText = await readFile(join(dir, 'config.json'), 'utf8');
@@ -288,10 +296,18 @@ export class Engine {
       await ckpt.close();
     }
     const executor = opts.executor ?? interpreterExecutor;
-    const asInputs = (opts.weights ?? 'inputs') === 'inputs';
+    const asInputs = opts.quantize === undefined && (opts.weights ?? 'inputs') === 'inputs';
     const programs: Partial<Record<SlotForm, PreparedGraph>> = {};
+    // One cache for every program, so each weight is packed once and the packed copy is shared.
+    const quantize = opts.quantize === undefined ? undefined : 'bits' in opts.quantize ? { spec: opts.quantize, cache: new WeakMap() } : { ...opts.quantize, cache: opts.quantize.cache ?? new WeakMap() };
     for (const [i, f] of forms.entries()) {
-      programs[f] = asInputs ? await executor.prepare(paramsToInputs(graphs[i]!)) : await executor.prepare(graphs[i]!, { get: (n) => weights.get(n) });
+      if (asInputs) programs[f] = await executor.prepare(paramsToInputs(graphs[i]!));
+      else if (quantize === undefined) programs[f] = await executor.prepare(graphs[i]!, { get: (n) => weights.get(n) });
+      else {
+        const q = quantizeLinears(graphs[i]!, Object.fromEntries(weights), quantize);
+        if (i === 0) weightBytes = Object.values(q.constants).reduce((a, t) => a + t.data.byteLength, 0);
+        programs[f] = await executor.prepare(q.graph, { get: (n) => q.constants[n] });
+      }
     }
     const weightInputs = asInputs ? Object.fromEntries(weights) : {};
     const tables = new SlotTables(maxLoras + 1, rank, modules);

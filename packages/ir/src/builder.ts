@@ -349,6 +349,14 @@ export class GraphBuilder {
   groupedMatmul(x: Value, w: Value, groups: Value, attrs: AttrsIn<'groupedMatmul'> = {}): Value {
     return this.op('groupedMatmul', [x, w, groups], attrs);
   }
+
+  /**
+   * x · dequantize(qweight, scales, zeroPoints)ᵀ: a linear layer over a block-quantized weight
+   * (see the `quantizedLinear` op for the layout).
+   */
+  quantizedLinear(x: Value, qweight: Value, scales: Value, zeroPoints: Value | undefined, attrs: AttrsIn<'quantizedLinear'>): Value {
+    return this.op('quantizedLinear', zeroPoints === undefined ? [x, qweight, scales] : [x, qweight, scales, zeroPoints], attrs);
+  }
   /** Σ over axes. */
   sum(x: Value, axes: readonly number[] = [], keepDims = false): Value {
     return this.op('sum', [x], { axes, keepDims });

@@ -78,6 +78,8 @@ export type { Decomposition, Effect, EvalContext, OpCost, OpDef, OpSpec, Trait }
 export { OPS, OP_KEYS, isOpKey, opDef, opKeyByName } from './ops/index.js';
 export { OP_GROUPS, TRAITS, hasTrait, opsWithTrait } from './op-groups.js';
 export { COMPOSITE_OPS, expandComposites } from './decompose.js';
+export { dequantizeWeight, quantBlockBytes, quantBlocks, quantZeroPointBytes, quantizeWeight, unpackCode } from './ops/quant.js';
+export type { PackedWeight, WeightQuantOptions } from './ops/quant.js';
 export type { AttrsIn, AttrsOf, OpKey } from './ops/index.js';
 export { graphInputs, graphOps, graphParams, graphStats, resultOf, valueType, valueUsers } from './graph.js';
 export type { Graph, GraphNode, GraphOutput, InputNode, OpNode, ParamNode, SourceSpan, ValueId, ValueInfo } from './graph.js';

@@ -49,6 +49,7 @@ export const mlirRules = {
   matmul: matmulRule,
   linear: linearRule,
   groupedMatmul: groupedMatmulRule,
+  quantizedLinear: unsupported('block-quantized weights (u8 codes, per-block scales) have no linalg lowering yet; dequantize first (the weights are constants) or lower through ONNX'),
   sum: sumRule,
   mean: meanRule,
   max: maxRule,

@@ -4,7 +4,7 @@ import { SERVING_STAGES } from '@stageml/annotations';
 import { type Graph, type HostTensor, StageError, graphInputs, graphParams, hostTensor, zeros } from '@stageml/ir';
 import { type ExpertLora, expertLoraFor } from '@stageml/moe';
 import { type LoraAdapter, type LoraForm, checkAdapterAgainstBase, loadLoraAdapter, scalingFor } from '@stageml/peft';
-import { type Executor, type PreparedGraph, interpreterExecutor, specialize } from '@stageml/runtime';
+import { type Executor, type PreparedGraph, type QuantizeLinearsOptions, type WeightQuantSpec, interpreterExecutor, quantizeLinears, specialize } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
 import { ModelCode, ModelError } from './errors.js';
 import { readParam } from './checkpoint-map.js';
@@ -19,6 +19,13 @@ export interface CausalLMOptions {
   readonly executor?: Executor;
   /** How single-adapter programs apply LoRA (default `residual`, as PEFT computes). */
   readonly form?: LoraForm;
+  /**
+   * Weight-only quantization of every program's linear layers after staging (`quantizeLinears`):
+   * a spec (`parseWeightQuantSpec('int8')`) for every base projection and the LM head, or full
+   * options (a per-weight `choose`, e.g. the planner's `weightQuantChooser` for `--quantize auto`).
+   * LoRA factors stay f32. Default: none (f32).
+   */
+  readonly quantize?: WeightQuantSpec | QuantizeLinearsOptions;
 }
 
 /** Key/value cache of a batch after some positions: per-layer tensors [batch, kv_heads, past, head_dim]. */
@@ -90,6 +97,7 @@ export class CausalLM {
   readonly #executor: Executor;
   readonly #form: LoraForm;
   readonly #invFreq: number[];
+  readonly #quantize: QuantizeLinearsOptions | undefined;
 
   private constructor(
     /** The model directory. */
@@ -105,6 +113,13 @@ export class CausalLM {
     this.#executor = opts.executor ?? interpreterExecutor;
     this.#form = opts.form ?? 'residual';
     this.#invFreq = ropeInvFreqFor(config.headDim, config.ropeTheta, config.rope);
+    const q = opts.quantize;
+    this.#quantize = q === undefined ? undefined : 'bits' in q ? { spec: q, cache: new WeakMap() } : { ...q, cache: q.cache ?? new WeakMap() };
+  }
+
+  /** The weight quantization programs are compiled with, if any. */
+  get quantization(): QuantizeLinearsOptions | undefined {
+    return this.#quantize;
   }
 
   /**
@@ -255,8 +270,9 @@ export class CausalLM {
       cutoff: 'adapter',
       values: { get: (n) => values.get(n) },
     });
-    const prepared = await this.#executor.prepare(result.residual, result.constants);
-    return { prepared, residual: result.residual, inputs: new Set(graphInputs(result.residual).map((n) => n.name)) };
+    const staged = this.#quantize === undefined ? { graph: result.residual, constants: result.constants } : quantizeLinears(result.residual, result.constants, this.#quantize);
+    const prepared = await this.#executor.prepare(staged.graph, staged.constants);
+    return { prepared, residual: staged.graph, inputs: new Set(graphInputs(staged.graph).map((n) => n.name)) };
   }
 
   /** An empty cache for `rows` sequences. */

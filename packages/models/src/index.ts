@@ -34,3 +34,5 @@ export type { CausalLMOptions, ForwardResult, KvCache, RowAdapters } from './cau
 export { generate } from './generate.js';
 export type { GenerateOptions, GenerateResult } from './generate.js';
 export { stagedModelGraph, type StagedModelGraph, type StagedModelOptions } from './bundle-graph.js';
+export { GGML_TYPE, decodeGgml, encodeGgml, fromF16, ggufModuleName, parseGguf, permuteRotaryRows, writeGguf, writeLlamaGguf, writeLoraGguf } from './gguf.js';
+export type { GgmlTypeName, GgufFile, GgufLoraModule, GgufTensor, GgufValue } from './gguf.js';

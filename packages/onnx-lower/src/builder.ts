@@ -87,6 +87,16 @@ export class OnnxGraphBuilder {
     this.nodes.push(nodeProto(opType, inputs, outputs, `${this.#scope}/${opType}#${String(this.nodes.length)}`, attrs));
   }
 
+  /**
+   * Emits a single-result node of onnxruntime's `com.microsoft` contrib domain (`MatMulNBits`);
+   * the encoded model then imports that domain. Only onnxruntime runs such models.
+   */
+  msOp(opType: string, inputs: readonly string[], attrs: Readonly<Record<string, OnnxAttr>> = {}): string {
+    const out = this.fresh(`${this.#scope}/${opType}`);
+    this.nodes.push(nodeProto(opType, inputs, [out], `${this.#scope}/${opType}#${String(this.nodes.length)}`, attrs, 'com.microsoft'));
+    return out;
+  }
+
   /** Whether `name` is an initializer or a cached tensor that later nodes may reuse (never rename it). */
   isShared(name: string): boolean {
     return this.#shared.has(name);

@@ -86,7 +86,10 @@ export function encodeOnnx(model: OnnxModel, opts: EncodeOnnxOptions = {}): Enco
   });
   const proto = create(ModelProtoSchema, {
     irVersion: BigInt(ONNX_IR_VERSION),
-    opsetImport: [create(OperatorSetIdProtoSchema, { domain: '', version: BigInt(model.opset) })],
+    opsetImport: [
+      create(OperatorSetIdProtoSchema, { domain: '', version: BigInt(model.opset) }),
+      ...(model.nodes.some((n) => n.domain === 'com.microsoft') ? [create(OperatorSetIdProtoSchema, { domain: 'com.microsoft', version: 1n })] : []),
+    ],
     producerName: 'stageml',
     producerVersion: '0.1.0',
     graph,

@@ -3,7 +3,7 @@
  * `@stageml/onnx-lower`: StageML IR → ONNX.
  *
  * - `lowerToOnnx(graph, { weights })` lowers a (residual) graph to an ONNX model of opset
- *   `ONNX_OPSET` (default domain only): parameters become initializers, inputs keep their names
+ *   `ONNX_OPSET` (default domain; `com.microsoft` MatMulNBits for quantized linears): parameters become initializers, inputs keep their names
  *   with symbolic dims as `dim_param` (computed at run time from input shapes where ops need them),
  *   and every op lowers through `ONNX_RULES`, an exhaustive table over `OpKey`.
  * - `encodeOnnx` / `writeOnnx` serialize with `@bufbuild/protobuf` and the official onnx.proto
@@ -24,6 +24,8 @@ export { conform, convert } from './convert.js';
 export { exactLowering, lowering, unsupported } from './rule.js';
 export type { LowerContext, Lowering, OnnxRule, OnnxRuleTable, Unsupported } from './rule.js';
 export { ONNX_RULES } from './rules.js';
+export { MS_DOMAIN, quantizedLinearLowering, usesMatMulNBits } from './rules-quant.js';
+export type { QuantizedLinearLoweringOptions } from './rules-quant.js';
 export { ONNX_IR_VERSION, ONNX_OPSET, lowerToOnnx } from './lower.js';
 export type { LowerOnnxOptions, OnnxModel, OnnxTensorSpec } from './lower.js';
 export { encodeOnnx, writeOnnx } from './encode.js';

@@ -1,4 +1,5 @@
 import {
+  type AttrsOf,
   type DType,
   type Dim,
   type Graph,
@@ -20,10 +21,11 @@ import type { NodeProto } from 'onnx-buf';
 
 import { type InitializerSpec, OnnxGraphBuilder } from './builder.js';
 import { conform } from './convert.js';
-import { type ElemType, computeType, hostBytes } from './dtypes.js';
+import { ElemType, computeType, hostBytes } from './dtypes.js';
 import { OnnxCode, OnnxLowerError } from './errors.js';
 import type { Lowering, OnnxRuleTable } from './rule.js';
 import { ONNX_RULES } from './rules.js';
+import { usesMatMulNBits } from './rules-quant.js';
 
 /** The ONNX opset the lowering targets (default domain). */
 export const ONNX_OPSET = 18;
@@ -95,6 +97,30 @@ function renameSince(nodes: NodeProto[], start: number, from: string, to: string
 }
 
 /**
+ * The u8 parameters that travel as UINT8 initializers: every use is the codes or zero points of a
+ * quantized linear lowered to MatMulNBits (4× smaller than the int32 compute type, and read by the
+ * kernel in place).
+ */
+function nativeU8Params(graph: Graph, subst: (t: TensorType) => TensorType): Set<string> {
+  const uses = new Map<ValueId, boolean>();
+  for (const n of graph.nodes) {
+    if (n.kind !== 'op') continue;
+    n.operands.forEach((v, i) => {
+      const ok = n.op === 'quantizedLinear' && (i === 1 || i === 3) && usesMatMulNBits(n.attrs as AttrsOf<'quantizedLinear'>, subst(graph.values[n.operands[0]!]!.type));
+      uses.set(v, (uses.get(v) ?? true) && ok);
+    });
+  }
+  for (const o of graph.outputs) uses.set(o.value, false);
+  const out = new Set<string>();
+  for (const n of graph.nodes) if (n.kind === 'param' && graph.values[n.results[0]!]!.type.dtype === 'u8' && uses.get(n.results[0]!) === true) out.add(n.name);
+  return out;
+}
+
+function u8Bytes(t: HostTensor): Uint8Array<ArrayBuffer> {
+  return t.data instanceof Uint8Array ? new Uint8Array(t.data.buffer as ArrayBuffer, t.data.byteOffset, t.data.byteLength) : Uint8Array.from(t.data as ArrayLike<number>);
+}
+
+/**
  * Lowers a (residual) graph to an ONNX model: parameters become initializers, inputs keep their
  * names with symbolic dims as `dim_param`, and every op lowers through the rule table to standard
  * ONNX ops of opset `ONNX_OPSET`. Tensor names follow the IR's value names. Each IR dtype travels
@@ -147,6 +173,7 @@ export function lowerToOnnx(graph: Graph, opts: LowerOnnxOptions = {}): OnnxMode
     }
   }
 
+  const native = nativeU8Params(graph, subst);
   const names = new Array<string | undefined>(graph.values.length);
   graph.nodes.forEach((n, i) => {
     if (n.kind === 'input') {
@@ -155,7 +182,9 @@ export function lowerToOnnx(graph: Graph, opts: LowerOnnxOptions = {}): OnnxMode
     }
     if (n.kind === 'param') {
       const p = params.find((x) => x.name === n.name)!;
-      const init: InitializerSpec = { name: n.name, elemType: computeType(p.type.dtype), dims: [...p.value.shape], raw: hostBytes(p.value) };
+      const init: InitializerSpec = native.has(n.name)
+        ? { name: n.name, elemType: ElemType.UINT8, dims: [...p.value.shape], raw: u8Bytes(p.value) }
+        : { name: n.name, elemType: computeType(p.type.dtype), dims: [...p.value.shape], raw: hostBytes(p.value) };
       b.initializers.push(init);
       names[n.results[0]!] = n.name;
       return;
@@ -172,6 +201,10 @@ export function lowerToOnnx(graph: Graph, opts: LowerOnnxOptions = {}): OnnxMode
         inputs: n.operands.map((v) => names[v]!),
         operands: n.operands.map((v) => subst(graph.values[v]!.type)),
         results: n.results.map((v) => subst(graph.values[v]!.type)),
+        native: n.operands.map((v) => {
+          const src = graph.nodes[graph.values[v]!.node]!;
+          return src.kind === 'param' && native.has(src.name);
+        }),
       });
       outs = results.map((r, k) => (rule.exact ? r : conform(b, r, graph.values[n.results[k]!]!.type.dtype)));
     } catch (e) {

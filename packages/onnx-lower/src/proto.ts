@@ -36,10 +36,11 @@ export function attributeProto(name: string, v: OnnxAttr): AttributeProto {
   return create(AttributeProtoSchema, { name, type: AttributeProto_AttributeType.FLOATS, floats: [...(v as { readonly floats: readonly number[] }).floats] });
 }
 
-/** Builds a NodeProto of the default (ai.onnx) domain. */
-export function nodeProto(opType: string, inputs: readonly string[], outputs: readonly string[], name: string, attrs: Readonly<Record<string, OnnxAttr>>): NodeProto {
+/** Builds a NodeProto of the default (ai.onnx) domain, or of `domain` (`com.microsoft`). */
+export function nodeProto(opType: string, inputs: readonly string[], outputs: readonly string[], name: string, attrs: Readonly<Record<string, OnnxAttr>>, domain = ''): NodeProto {
   return create(NodeProtoSchema, {
     opType,
+    domain,
     name,
     input: [...inputs],
     output: [...outputs],

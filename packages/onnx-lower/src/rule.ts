@@ -14,6 +14,11 @@ export interface LowerContext<K extends OpKey> {
   readonly operands: readonly TensorType[];
   /** IR types of the results (statically known symbols substituted). */
   readonly results: readonly TensorType[];
+  /**
+   * Per operand, true when it travels in its own narrow ONNX type rather than its compute type:
+   * u8 parameters that only feed kernels reading them natively (MatMulNBits codes and zero points).
+   */
+  readonly native?: readonly boolean[];
 }
 
 /** A lowering of op `K`: emits ONNX nodes and returns the result tensors' names. */

@@ -2,6 +2,7 @@ import { UNARY, binary, cast, compare, gelu, nanPropagating, rsqrt, silu, where 
 import { gather, indexSelect, scatterAdd, topk } from './rules-index.js';
 import { argmax, groupedMatmul, layerNorm, linear, matmul, max, mean, rmsNorm, softmax, sum } from './rules-linalg.js';
 import { attention, rotary } from './rules-nn.js';
+import { quantizedLinear } from './rules-quant.js';
 import { broadcastTo, concat, constant, iota, randomUniform, reshape, slice, transpose } from './rules-shape.js';
 import type { OnnxRuleTable } from './rule.js';
 
@@ -9,7 +10,7 @@ import type { OnnxRuleTable } from './rule.js';
  * How every op of the IR registry lowers to standard ONNX (opset `ONNX_OPSET`, default domain
  * only): a complete mapped type over `OpKey` checked with `satisfies`, so adding an op to `OPS`
  * fails this build until it has a lowering or an `unsupported(reason)` entry. Every op currently
- * lowers; composites (rmsNorm, gelu, silu, rotary, attention, groupedMatmul, NaN-aware max/argmax/
+ * lowers; `quantizedLinear` uses onnxruntime's `com.microsoft` MatMulNBits where it can; composites (rmsNorm, gelu, silu, rotary, attention, groupedMatmul, NaN-aware max/argmax/
  * topk) are built from standard ops.
  */
 export const ONNX_RULES = {
@@ -46,6 +47,7 @@ export const ONNX_RULES = {
   matmul,
   linear,
   groupedMatmul,
+  quantizedLinear,
   sum,
   mean,
   max,

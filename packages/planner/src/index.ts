@@ -56,5 +56,5 @@ export type { ExplanationRow, SweepPoint } from './explain.js';
 export { MOE_UNIT_KINDS, llamaWorkload } from './llama.js';
 export type { ModelWorkloadOptions } from './llama.js';
 export { toMoePlan } from './moe-bridge.js';
-export { acceptQuantization, analyzeQuantization, dequantizedAt, kindsAfterGate, outputErrorBound, parseQuantConfig, quantizeSymmetric, roundHalfEven } from './quant.js';
-export type { OutputErrorBound, QuantAnalysis, QuantAnalysisInput, QuantConfig, QuantDecision, QuantizedMatrix } from './quant.js';
+export { acceptQuantization, analyzeQuantization, dequantizedAt, kindsAfterGate, outputErrorBound, parseQuantConfig, quantizeSymmetric, quantizedLinearErrorBound, roundHalfEven, weightQuantChooser, weightQuantizationError } from './quant.js';
+export type { OutputErrorBound, QuantAnalysis, QuantAnalysisInput, QuantConfig, QuantDecision, QuantizedMatrix, WeightQuantCandidate, WeightQuantError } from './quant.js';

@@ -1,4 +1,4 @@
-import type { HostTensor } from '@stageml/ir';
+import { type HostTensor, type PackedWeight, dequantizeWeight, quantizeWeight } from '@stageml/ir';
 import { PlanCode, PlanError } from './errors.js';
 import { PLAN_KINDS, type PlanKind } from './workload.js';
 
@@ -302,4 +302,136 @@ export function parseQuantConfig(spec: string): QuantConfig {
 /** The kinds a unit may take after the gate: every kind when accepted, all but `materialize` when rejected. */
 export function kindsAfterGate(decision: QuantDecision): PlanKind[] {
   return PLAN_KINDS.filter((k) => decision.kind === 'accept' || k !== 'materialize');
+}
+
+/** Measured error of a packed (executable) weight against the weight it came from. */
+export interface WeightQuantError {
+  /** Per [out, blocks] block: max |Ŵ − W| over the block, plus f32 rounding of the dequantized value. */
+  readonly entryBound: Float64Array;
+  /** Inputs per block. */
+  readonly blockSize: number;
+  /** Bound on ‖Ŵ − W‖_F. */
+  readonly frobenius: number;
+  /** ‖W‖_F. */
+  readonly reference: number;
+  /** frobenius / reference: bounds the RMS relative output error for isotropic inputs. */
+  readonly relative: number;
+  /** The dequantized weight Ŵ [out, in] (float64). */
+  readonly dequantized: Float64Array;
+}
+
+const F32_U = 2 ** -24;
+
+/**
+ * Measures what executing `packed` (a `quantizedLinear`'s operands) instead of `weight` [out, in]
+ * changes: entrywise |Ŵ − W| per block (a posteriori, exact in float64; plus 2⁻²⁴|Ŵ| for kernels
+ * that form Ŵ in f32), and the relative Frobenius error the quantization gate compares.
+ */
+export function weightQuantizationError(weight: HostTensor, packed: PackedWeight): WeightQuantError {
+  const [out, inF] = dims(weight, 'weight');
+  const { bits, blockSize, inFeatures } = packed.attrs;
+  if (inFeatures !== inF || packed.qweight.shape[0] !== out) throw new PlanError(PlanCode.BAD_QUANT_CONFIG, `packed weight is [${String(packed.qweight.shape[0])}, ${String(inFeatures)}], the weight [${String(out)}, ${String(inF)}]`);
+  const deq = dequantizeWeight(packed.qweight, packed.scales, packed.zeroPoints, bits, blockSize, inFeatures);
+  const blocks = Math.ceil(inF / blockSize);
+  const entryBound = new Float64Array(out * blocks);
+  let e2 = 0;
+  let r2 = 0;
+  for (let o = 0; o < out; o++) {
+    for (let i = 0; i < inF; i++) {
+      const k = o * inF + i;
+      const e = Math.abs(deq[k]! - weight.data[k]!) + F32_U * Math.abs(deq[k]!);
+      const bi = o * blocks + Math.floor(i / blockSize);
+      if (e > entryBound[bi]!) entryBound[bi] = e;
+      e2 += e * e;
+      r2 += weight.data[k]! * weight.data[k]!;
+    }
+  }
+  const frobenius = Math.sqrt(e2) * (1 + 1e-12);
+  const reference = Math.sqrt(r2);
+  return { entryBound, blockSize, frobenius, reference, relative: reference > 0 ? frobenius / reference : frobenius > 0 ? Number.POSITIVE_INFINITY : 0, dequantized: deq };
+}
+
+/**
+ * A sound bound on ‖X·Ŵᵀ(computed) − X·Wᵀ‖_F for activations X [n, in] when a kernel runs the
+ * packed weight: per output, Σ_blocks entryBound·‖x_block‖₁ (the weight's error), plus, with
+ * `int8Activations` (onnxruntime MatMulNBits accuracy level 4, llama.cpp's Q8_0/Q4_0 dot
+ * products), (s/2)·Σᵢ|Ŵ_oi| with s = max|x_row| / 127 (any activation blocking rounds each x_i by
+ * at most half its block's step, and no block's step exceeds the row's), plus (K + 16)·2⁻²²·Σᵢ|x_i||Ŵ_oi|
+ * for f32 accumulation and scale arithmetic.
+ */
+export function quantizedLinearErrorBound(err: WeightQuantError, x: HostTensor, opts: { readonly int8Activations?: boolean } = {}): OutputErrorBound {
+  const [n, inF] = dims(x, 'x');
+  const out = err.dequantized.length / inF;
+  if (!Number.isInteger(out)) throw new PlanError(PlanCode.BAD_QUANT_CONFIG, `x has ${String(inF)} features, which do not divide the weight`);
+  const nb = Math.ceil(inF / err.blockSize);
+  const slack = (inF + 16) * 2 ** -22;
+  let bound2 = 0;
+  let ref2 = 0;
+  const absBlock = new Float64Array(nb);
+  for (let t = 0; t < n; t++) {
+    absBlock.fill(0);
+    let amax = 0;
+    for (let i = 0; i < inF; i++) {
+      const v = Math.abs(x.data[t * inF + i]!);
+      absBlock[Math.floor(i / err.blockSize)] = absBlock[Math.floor(i / err.blockSize)]! + v;
+      amax = Math.max(amax, v);
+    }
+    const half = opts.int8Activations === true ? (amax / 127 / 2) * (1 + 1e-5) : 0;
+    for (let o = 0; o < out; o++) {
+      let b = 0;
+      for (let k = 0; k < nb; k++) b += err.entryBound[o * nb + k]! * absBlock[k]!;
+      let absW = 0;
+      let absXW = 0;
+      let y = 0;
+      for (let i = 0; i < inF; i++) {
+        const w = err.dequantized[o * inF + i]!;
+        const xv = x.data[t * inF + i]!;
+        absW += Math.abs(w);
+        absXW += Math.abs(w * xv);
+        y += (w * xv);
+      }
+      b += half * absW + slack * absXW;
+      bound2 += b * b;
+      ref2 += y * y;
+    }
+  }
+  const bound = Math.sqrt(bound2) * (1 + 1e-12);
+  const reference = Math.sqrt(ref2);
+  return { bound, reference, relative: reference > 0 ? bound / reference : bound > 0 ? Number.POSITIVE_INFINITY : 0 };
+}
+
+/** A weight quantization candidate of `weightQuantChooser`, as `quantizeWeight` takes it. */
+export interface WeightQuantCandidate {
+  readonly bits: 4 | 8;
+  readonly blockSize: number;
+  readonly symmetric?: boolean;
+}
+
+/**
+ * `--quantize auto --max-error E`: per weight, the first candidate (default int4 then int8, blocks
+ * of 32, symmetric) whose relative weight error ‖Ŵ − W‖_F / ‖W‖_F (the gate's `relative-weight`
+ * measure) is ≤ `maxError`; `undefined` (stay f32) when none is. Decisions are recorded in
+ * `decisions` by weight name.
+ */
+export function weightQuantChooser(
+  maxError: number,
+  candidates: readonly WeightQuantCandidate[] = [{ bits: 4, blockSize: 32 }, { bits: 8, blockSize: 32 }],
+  decisions?: Map<string, { readonly choice: WeightQuantCandidate | undefined; readonly relative: number }>,
+): (name: string, weight: HostTensor) => WeightQuantCandidate | undefined {
+  if (!(maxError >= 0) || !Number.isFinite(maxError)) throw new PlanError(PlanCode.BAD_QUANT_CONFIG, `max error must be a finite number ≥ 0, got ${String(maxError)}`);
+  return (name, weight) => {
+    if (name.startsWith('adapter.') || /lora/i.test(name)) return undefined;
+    const [out, inF] = dims(weight, name);
+    let last = Number.POSITIVE_INFINITY;
+    for (const c of candidates) {
+      const packed = quantizeWeight(weight.data, out, inF, { bits: c.bits, blockSize: c.blockSize, symmetric: c.symmetric ?? true });
+      last = weightQuantizationError(weight, packed).relative;
+      if (last <= maxError) {
+        decisions?.set(name, { choice: c, relative: last });
+        return c;
+      }
+    }
+    decisions?.set(name, { choice: undefined, relative: last });
+    return undefined;
+  };
 }

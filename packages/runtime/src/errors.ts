@@ -24,6 +24,8 @@ export const RuntimeCode = registerErrorCodes({
   IO: 'RT_IO',
   /** The torch worker process died, could not start, or broke the frame protocol. */
   WORKER_FAILED: 'RT_WORKER_FAILED',
+  /** A weight quantization spec or request is invalid. */
+  BAD_QUANT: 'RT_BAD_QUANT',
 }, {
   // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
   MISSING_VALUE: 'input',
@@ -37,6 +39,7 @@ export const RuntimeCode = registerErrorCodes({
   DISPOSED: 'internal',
   IO: 'io',
   WORKER_FAILED: 'internal',
+  BAD_QUANT: 'input',
 });
 
 /** Union of `@stageml/runtime` error codes. */

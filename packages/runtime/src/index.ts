@@ -19,6 +19,8 @@ export type { RuntimeErrorCode } from './errors.js';
 export { chainStores, toStore } from './values.js';
 export type { ValueSource } from './values.js';
 export { specialize } from './specialize.js';
+export { formatWeightQuantSpec, isLoraParamName, parseWeightQuantSpec, quantizeLinears, quantizeStaged } from './quantize.js';
+export type { QuantizeLinearsOptions, QuantizeLinearsResult, QuantizedWeightInfo, WeightQuantSpec } from './quantize.js';
 export type { SpecializeOptions, SpecializeReport, SpecializeResult } from './specialize.js';
 export { checkInputs, resolveWeights } from './executor.js';
 export type { Executor, PreparedGraph } from './executor.js';

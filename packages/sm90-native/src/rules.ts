@@ -58,6 +58,7 @@ export const sm90Rules = {
   matmul: kernel(['bankGathered'], `batched matmuls are lowered as BGMV shrink/expand; ${OUTSIDE}`),
   linear: kernel(['loraLinear', 'bankGrouped', 'bankGathered'], 'every f16/bf16 linear is a kernel (plain or fused with its LoRA)'),
   groupedMatmul: kernel(['moeLora'], 'every f16/bf16 grouped matmul is a kernel (plain or fused with its expert LoRA)'),
+  quantizedLinear: unsupported('no sm_90a weight-only quantized GEMM yet: the host executor runs it'),
   sum: ROUTING,
   mean: ROUTING,
   max: ROUTING,

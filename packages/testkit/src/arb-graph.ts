@@ -318,6 +318,20 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
     const bias = c.bool() ? param(ctx, x.type.dtype, [out]) : undefined;
     return [ctx.b.linear(x, w, bias)];
   },
+  quantizedLinear: (ctx, c) => {
+    const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) >= 1 && isStaticDim(v.type.shape[rankOf(v) - 1]!) && (v.type.shape[rankOf(v) - 1] as number) > 0);
+    if (x === undefined) return undefined;
+    const out = c.range(1, 3);
+    const inFeatures = x.type.shape[rankOf(x) - 1] as number;
+    if (!fits([...x.type.shape.slice(0, -1), out])) return undefined;
+    const bits = c.bool() ? 8 : 4;
+    const blockSize = bits === 4 ? 2 * c.range(1, 2) : c.range(1, 3);
+    const blocks = Math.ceil(inFeatures / blockSize);
+    const q = param(ctx, 'u8', [out, blocks, Math.ceil((blockSize * bits) / 8)]);
+    const s = param(ctx, x.type.dtype, [out, blocks]);
+    const zp = c.bool() ? param(ctx, 'u8', [out, Math.ceil((blocks * bits) / 8)]) : undefined;
+    return [ctx.b.quantizedLinear(x, q, s, zp, { bits, blockSize, inFeatures })];
+  },
   sum: reduceGen('sum'),
   mean: reduceGen('mean'),
   max: reduceGen('max'),

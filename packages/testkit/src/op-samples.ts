@@ -248,6 +248,18 @@ export const opSamples: OpSamplers = {
         .tuple(arbHostTensor(t(dtype, [n, k])), arbHostTensor(t(dtype, transposeW ? [e, m, k] : [e, k, m])), indices(gType, [n], e))
         .map(([x, w, groups]) => ({ operands: [x, w, groups], attrs: { transposeW } })),
     ),
+  quantizedLinear: fc
+    .tuple(dtypeOf(FLOAT), shapeOf(0, 2), dim(1, 6), dim(), fc.constantFrom<4 | 8>(4, 8), fc.integer({ min: 1, max: 4 }), fc.boolean())
+    .chain(([dtype, lead, inFeatures, out, bits, half, zp]) => {
+      const blockSize = bits === 4 ? 2 * half : half;
+      const blocks = Math.ceil(inFeatures / blockSize);
+      const bb = Math.ceil((blockSize * bits) / 8);
+      const zb = Math.ceil((blocks * bits) / 8);
+      return sample<'quantizedLinear'>(
+        tensors([t(dtype, [...lead, inFeatures]), t('u8', [out, blocks, bb]), t(dtype, [out, blocks]), ...(zp ? [t('u8', [out, zb])] : [])]),
+        { bits, blockSize, inFeatures },
+      );
+    }),
   attention: fc
     .tuple(dtypeOf(FLOAT), shapeOf(0, 1), dim(1, 2), dim(1, 2), dim(0, 3), dim(0, 3), dim(1, 3), dim(1, 3))
     .chain(([dtype, batch, hkv, group, tq, tk, d, dv]) =>

@@ -58,6 +58,7 @@ export const tritonRules = {
   matmul: kernel(['bankGathered'], `batched matmuls are lowered as BGMV shrink/expand; ${OUTSIDE}`),
   linear: kernel(['loraLinear', 'bankGrouped', 'bankGathered'], 'every linear is a kernel (plain or fused with its LoRA)'),
   groupedMatmul: kernel(['moeLora'], 'every grouped matmul is a kernel (plain or fused with its expert LoRA)'),
+  quantizedLinear: unsupported('no weight-only quantized GEMM kernel yet: the host executor runs it (onnxruntime MatMulNBits)'),
   sum: ROUTING,
   mean: ROUTING,
   max: ROUTING,

@@ -7,6 +7,7 @@ import { CliCode, CliError } from '../errors.js';
 import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
 import { parseBytes } from './plan.js';
+import { parseMaxError, quantizeOptions } from '../quantize.js';
 
 interface ServeOptions {
   model?: string;
@@ -33,6 +34,8 @@ interface ServeOptions {
   maxLoraRank?: number;
   maxCpuLoras?: number;
   memoryBudget?: number;
+  quantize?: string;
+  maxError?: number;
 }
 
 /** Fails with `CLI_IO` naming the flag unless `path` is an existing directory. */
@@ -72,6 +75,8 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--max-lora-rank <n>', 'rank of every slot; higher-rank adapters are refused (default 64)', parsePositiveInt)
     .option('--max-cpu-loras <n>', 'parsed adapters kept on the host (default: --max-loras)', parsePositiveInt)
     .option('--memory-budget <bytes>', 'bytes the planner may spend on merged weight copies (64MiB, 2GB; default: no planning, all adapters in slots)', parseBytes)
+    .option('--quantize <spec>', 'weight-only quantization of the linear layers: int8, int4 (blocks of 32), int8:g128, int4:channel, …:asym, or auto (with --max-error)')
+    .option('--max-error <e>', 'with --quantize auto: the largest relative weight error per projection', parseMaxError)
     .action(async (positional: string | undefined, opts: ServeOptions) => {
       if ((positional === undefined) === (opts.model === undefined)) throw new CliError(CliCode.USAGE, 'give the model directory once: `stageml serve MODEL` or `--model MODEL`');
       const modelDir = (positional ?? opts.model)!;
@@ -81,6 +86,7 @@ export function registerServe(program: Command, io: CliIo): void {
       await requireDir(modelDir, '--model');
       if (opts.adapters !== undefined) await requireDir(opts.adapters, '--adapters');
       for (const r of opts.adapterRoot ?? []) await requireDir(r, '--adapter-root');
+      const quantize = quantizeOptions(opts.quantize, opts.maxError);
       let config;
       if (opts.config !== undefined) {
         let text: string;
@@ -98,6 +104,7 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.maxModelLen === undefined ? {} : { maxModelLen: opts.maxModelLen }),
         ...(opts.apiKey === undefined ? {} : { apiKey: opts.apiKey }),
         executor: await resolveExecutor(opts.executor, { log: (line) => { io.out(line); } }),
+        ...(quantize === undefined ? {} : { quantize }),
         ...(opts.adapters === undefined ? {} : { adaptersDir: opts.adapters }),
         ...(config === undefined ? {} : { config }),
         ...(opts.padTokenId === undefined ? {} : { padTokenId: opts.padTokenId }),

@@ -3,13 +3,14 @@ import { join } from 'node:path';
 import type { Command } from 'commander';
 import { type Graph, type HostTensor, graphToJson } from '@stageml/ir';
 import { stagedModelGraph } from '@stageml/models';
-import { type BundleManifest, type SpecializeResult, specialize, writeBundle } from '@stageml/runtime';
+import { type BundleManifest, type SpecializeResult, quantizeStaged, specialize, writeBundle } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { parsePositiveInt } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import { loadGraphFile } from '../inspect.js';
 import type { CliIo } from '../io.js';
 import { type StageDType, castResidual, checkpointDType, parseStageDType } from '../stage-dtype.js';
+import { parseMaxError, quantizeOptions } from '../quantize.js';
 
 interface StageOptions {
   model?: string;
@@ -23,10 +24,22 @@ interface StageOptions {
   force?: boolean;
   json?: boolean;
   dtype: StageDType;
+  quantize?: string;
+  maxError?: number;
 }
 
-/** Resolves `--dtype` (`checkpoint`: the model's stored float dtype; bare graphs: f32) and converts the residual. */
+/**
+ * Resolves `--dtype` (`checkpoint`: the model's stored float dtype; bare graphs: f32) and converts
+ * the residual, or with `--quantize` packs its linear weights as int8/int4 constants (LoRA factors
+ * stay f32; a bf16/f16 checkpoint is quantized from its stored values). Quantized residuals run
+ * with f32 activations, so `--quantize` with `--dtype bf16|f16` is a usage error.
+ */
 async function withDType(opts: StageOptions, result: SpecializeResult, source: Graph): Promise<SpecializeResult> {
+  const q = quantizeOptions(opts.quantize, opts.maxError);
+  if (q !== undefined) {
+    if (opts.dtype === 'bf16' || opts.dtype === 'f16') throw new CliError(CliCode.USAGE, `--quantize runs with f32 activations: it cannot be combined with --dtype ${opts.dtype}`);
+    return quantizeStaged(result, q);
+  }
   let dt = opts.dtype;
   if (dt === 'checkpoint') dt = opts.model === undefined ? 'f32' : await checkpointDType(opts.model);
   return dt === 'f32' ? result : castResidual(result, dt, source);
@@ -117,7 +130,10 @@ export function registerStage(program: Command, io: CliIo): void {
     .option('--dtype <dtype>', 'compute dtype of the residual: f32, bf16, f16, or checkpoint (the float dtype the checkpoint stores; for GPU targets: gen triton|cuda need bf16/f16); inputs and outputs stay f32', parseStageDType, 'f32')
     .option('--force', 'replace an existing bundle directory')
     .option('--json', 'print the manifest as JSON')
+    .option('--quantize <spec>', 'weight-only quantization of the residual linear weights: int8, int4 (blocks of 32), int8:g128, int4:channel, …:asym, or auto (with --max-error)')
+    .option('--max-error <e>', 'with --quantize auto: the largest relative weight error per projection (int4, else int8, else f32)', parseMaxError)
     .action(async (opts: StageOptions) => {
+      quantizeOptions(opts.quantize, opts.maxError);
       if ((opts.model === undefined) === (opts.graph === undefined)) throw new CliError(CliCode.USAGE, 'give exactly one of --model DIR or --graph FILE');
       if (opts.graph !== undefined && (opts.adapter !== undefined || opts.layers !== undefined)) throw new CliError(CliCode.USAGE, '--adapter and --layers apply to --model only');
       if (opts.model !== undefined && (opts.annotations !== undefined || opts.weights !== undefined)) throw new CliError(CliCode.USAGE, '--annotations and --weights apply to --graph only');
@@ -136,5 +152,6 @@ export function registerStage(program: Command, io: CliIo): void {
       io.out(`staged @${graph.name} at '${manifest.cutoff}' into ${opts.out}`);
       io.out(`  residual: ${String(r?.residualOps ?? 0)} ops (of ${String(r?.originalOps ?? 0)}), ${String(manifest.inputs.length)} inputs, ${String(manifest.params.length)} parameters`);
       io.out(`  constants: ${String(r?.constants ?? 0)} tensors, ${String(r?.constantBytes ?? 0)} bytes`);
+      if (opts.quantize !== undefined) io.out(`  quantized (${opts.quantize}): ${String(manifest.params.filter((p) => p.name.endsWith('.qweight')).length)} linear weights`);
     });
 }

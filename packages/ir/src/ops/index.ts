@@ -33,6 +33,7 @@ import {
 import { constant, gather, indexSelect, iota, scatterAdd, topk } from './indexing.js';
 import { linear, matmul } from './linalg.js';
 import { groupedMatmul } from './moe.js';
+import { quantizedLinear } from './quant.js';
 import { attention, randomUniform, rotary } from './nn.js';
 import { argmax, layerNorm, max, mean, rmsNorm, softmax, sum } from './reduce.js';
 import { broadcastTo, concat, reshape, slice, transpose } from './shape.js';
@@ -77,6 +78,7 @@ export const OPS = {
   matmul,
   linear,
   groupedMatmul,
+  quantizedLinear,
   sum,
   mean,
   max,

@@ -266,3 +266,45 @@ export const attention: Lowering<'attention'> = lowering<'attention'>((attrs, ct
     return [tf.reshape(tf.matMul(p, v!), [...lead, hq, tq, dv])];
   };
 });
+
+/** Byte codes [.., n] (int32) as float codes [.., n·8/bits] (4-bit: low nibble first). */
+function unpackCodes(bytes: tf.Tensor, bits: number): tf.Tensor {
+  const f = tf.cast(bytes, 'float32');
+  if (bits === 8) return f;
+  const hi = tf.floor(tf.div(f, 16));
+  const lo = tf.sub(f, tf.mul(hi, 16));
+  const s = f.shape;
+  return tf.reshape(tf.stack([lo, hi], -1), [...s.slice(0, -1), s[s.length - 1]! * 2]);
+}
+
+/**
+ * y = x · dequantize(q)ᵀ: the weight is dequantized with tensor ops ((code − zp)·scale per block,
+ * padding cut) and multiplied as `linear` does. A resident weight (seen on a second run) is
+ * dequantized once and kept, so steady-state runs cost an f32 linear (tfjs has no int kernels).
+ */
+export const quantizedLinear: Lowering<'quantizedLinear'> = lowering<'quantizedLinear'>((attrs, ctx) => {
+  const seen = new WeakSet<tf.Tensor>();
+  const cache = new WeakMap<tf.Tensor, tf.Tensor>();
+  const { bits, blockSize, inFeatures } = attrs;
+  const blocks = Math.ceil(inFeatures / blockSize);
+  const dequant = (q: tf.Tensor, s: tf.Tensor, zp: tf.Tensor | undefined): tf.Tensor => {
+    const out = q.shape[0];
+    const codes = tf.slice(unpackCodes(q, bits), [0, 0, 0], [out, blocks, blockSize]);
+    const z = zp === undefined ? tf.scalar(2 ** (bits - 1)) : tf.expandDims(tf.slice(unpackCodes(zp, bits), [0, 0], [out, blocks]), -1);
+    const w = tf.mul(tf.sub(codes, z), tf.expandDims(tf.cast(s, 'float32'), -1));
+    const flat = tf.slice(tf.reshape(w, [out, blocks * blockSize]), [0, 0], [out, inFeatures]);
+    // Transposed once: tfjs-wasm's plain matmul is much faster than a transposed-B one.
+    return tf.transpose(ctx.operands[0]!.dtype === 'f32' ? flat : tf.cast(flat, tfDType(ctx.operands[0]!.dtype)));
+  };
+  return ([x, q, s, zp]) => {
+    let wt = cache.get(q!);
+    if (wt === undefined || wt.isDisposed) {
+      wt = dequant(q!, s!, zp);
+      if (seen.has(q!)) cache.set(q!, ctx.keep(wt));
+      else seen.add(q!);
+    }
+    const rows = x!.shape.slice(0, -1);
+    const y2 = tf.matMul(tf.reshape(x!, [rows.reduce((p, d) => p * d, 1), inFeatures]), wt);
+    return [tf.reshape(y2, [...rows, q!.shape[0]])];
+  };
+});

@@ -1,7 +1,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 
 import { binary, cast, compare, gelu, nanPropagating, silu, unary, where } from './rules-elementwise.js';
-import { argmax, attention, groupedMatmul, layerNorm, linear, matmul, max, mean, rmsNorm, rotary, softmax, sum } from './rules-nn.js';
+import { argmax, attention, groupedMatmul, layerNorm, linear, matmul, max, mean, quantizedLinear, rmsNorm, rotary, softmax, sum } from './rules-nn.js';
 import {
   broadcastTo,
   concat,
@@ -60,6 +60,7 @@ export const TFJS_RULES = {
   matmul,
   linear,
   groupedMatmul,
+  quantizedLinear,
   sum,
   mean,
   max,

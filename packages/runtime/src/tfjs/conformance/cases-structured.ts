@@ -1,7 +1,16 @@
+import { quantizeWeight, seededRandom } from '@stageml/ir';
+
 import { conformanceCase as c, t, widened } from './case.js';
 
 const NAN = Number.NaN;
 const NEG_INF = Number.NEGATIVE_INFINITY;
+
+/**
+ * onnxruntime's MatMulNBits (accuracy level 4) rounds activations in [−2, 2) to int8 steps of
+ * max|x|/127 ≈ 0.016, so an output over 48–64 unit weights moves by up to ~0.5 (typically ~0.05);
+ * the sound bound is `@stageml/planner`'s `quantizedLinearErrorBound`, tested in models.
+ */
+const INT8_ACTIVATIONS = { rtol: 0.05, atol: 0.2 };
 
 /** Cases of the contraction, reduction, normalization, shape, indexing and attention ops. */
 export const STRUCTURED_CASES = {
@@ -29,6 +38,12 @@ export const STRUCTURED_CASES = {
       b.op('groupedMatmul', [x!, w!, g!]),
       ...[b.op('groupedMatmul', [h!, v!, g!])].flatMap((y) => [y, b.cast(y, 'f32')]),
     ]),
+  ],
+  quantizedLinear: [
+    quantCase('quantizedLinear int8 g16 (MatMulNBits)', 8, 16, 48, 5, true, 3, INT8_ACTIVATIONS),
+    quantCase('quantizedLinear int4 g32 asym (MatMulNBits)', 4, 32, 64, 3, false, 2, INT8_ACTIVATIONS),
+    quantCase('quantizedLinear int4 g3 asym, partial block (dequantize + MatMul)', 4, 4, 7, 3, false, 2),
+    quantCase('quantizedLinear int8 per-channel (dequantize + MatMul)', 8, 5, 5, 4, true, 3),
   ],
   sum: [
     c('sum all axes', [t('f32', [2, 3, 4])], (b, [x]) => b.sum(x!)),
@@ -147,3 +162,21 @@ export const STRUCTURED_CASES = {
     ),
   ],
 } as const;
+
+
+/**
+ * A quantized linear case from a quantized random weight. MatMulNBits-eligible cases get a loose
+ * tolerance: onnxruntime's default lowering (accuracy level 4) quantizes activations to int8.
+ */
+function quantCase(name: string, bits: 4 | 8, blockSize: number, inF: number, out: number, symmetric: boolean, rows: number, tol?: { rtol: number; atol: number }) {
+  const rnd = seededRandom(inF * 31 + out);
+  const w = Array.from({ length: out * inF }, () => rnd() * 2 - 1);
+  const p = quantizeWeight(w, out, inF, { bits, blockSize, symmetric });
+  const ops = [
+    t('f32', ['n', inF], { dims: [rows, inF] }),
+    t('u8', p.qweight.shape, { param: true, values: Array.from(p.qweight.data) }),
+    t('f32', p.scales.shape, { param: true, values: Array.from(p.scales.data) }),
+    ...(p.zeroPoints === undefined ? [] : [t('u8', p.zeroPoints.shape, { param: true, values: Array.from(p.zeroPoints.data) })]),
+  ];
+  return c(name, ops, (b, [x, q, s, z]) => b.quantizedLinear(x!, q!, s!, z, p.attrs), tol === undefined ? {} : { tol });
+}

@@ -1,0 +1,363 @@
+// Suite `llamacpp`: our CPU path (CausalLM on onnxruntime, 2 threads) against llama.cpp
+// (node-llama-cpp 3.21.1, prebuilt CPU binary, 2 threads) in the same run, on random-weight
+// checkpoints with SmolLM2-135M's and TinyLlama-1.1B's shapes and 8 LoRA adapters (r = 16, all 7
+// projections), converted to GGUF by @stageml/models' writer. Greedy tokens of both engines are
+// compared first; then prefill (128 tokens), decode at batch 1 (base, one LoRA) and 8 streams
+// (base, 8 different adapters) per precision pair: f32/F32, int8/Q8_0, int4/Q4_0.
+//
+// Usage: LLAMACPP_THREADS=1 pnpm bench llamacpp (or node … bench/llamacpp.ts --shapes smol,tiny
+// --pairs f32,int8,int4 --threads 2; LLAMACPP_SHAPES / LLAMACPP_PAIRS likewise)
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { type HostTensor, graphParams } from '@stageml/ir';
+import { CausalLM, type KvCache, buildLlamaGraph, parseLlamaConfig, writeLlamaGguf, writeLoraGguf } from '@stageml/models';
+import { createOrtExecutor, parseWeightQuantSpec } from '@stageml/runtime';
+import { writeSafetensors } from '@stageml/safetensors';
+import { type Llama, type LlamaContext, LlamaLogLevel, type LlamaModel, type Token, getLlama } from 'node-llama-cpp';
+import { RESULTS_DIR } from './lib/harness.js';
+
+interface Shape {
+  readonly key: string;
+  readonly name: string;
+  readonly layers: number;
+  readonly hidden: number;
+  readonly inter: number;
+  readonly heads: number;
+  readonly kv: number;
+  readonly vocab: number;
+  readonly tied: boolean;
+  /** Repetitions per case (median reported). */
+  readonly reps: number;
+  /** Decode steps per stream per repetition. */
+  readonly steps: number;
+  /**
+   * Precision pairs run by default. TinyLlama at f32 needs ~4.4 GB of weights in each engine plus
+   * onnxruntime's transposed copy; on the shared 24 GiB machine it runs only with `--pairs f32`.
+   */
+  readonly pairs: readonly string[];
+}
+
+const SHAPES: readonly Shape[] = [
+  { key: 'smol', name: 'SmolLM2-135M shape', layers: 30, hidden: 576, inter: 1536, heads: 9, kv: 3, vocab: 49152, tied: true, reps: 3, steps: 16, pairs: ['f32', 'int8', 'int4'] },
+  { key: 'tiny', name: 'TinyLlama-1.1B shape', layers: 22, hidden: 2048, inter: 5632, heads: 32, kv: 4, vocab: 32000, tied: false, reps: 1, steps: 8, pairs: ['int8', 'int4'] },
+];
+const PAIRS = [
+  { key: 'f32', ours: undefined, gguf: 'F32' },
+  { key: 'int8', ours: 'int8', gguf: 'Q8_0' },
+  { key: 'int4', ours: 'int4', gguf: 'Q4_0' },
+] as const;
+const RANK = 16;
+const ALPHA = 32;
+const ADAPTERS = 8;
+const PREFILL = 128;
+const PROJ = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj'];
+
+/** `--name value` on the command line, else `LLAMACPP_<NAME>` in the environment (`pnpm bench` passes no flags). */
+function arg(name: string): string | undefined {
+  const i = process.argv.indexOf(`--${name}`);
+  return i < 0 ? process.env[`LLAMACPP_${name.toUpperCase()}`] : process.argv[i + 1];
+}
+const wantShapes = new Set((arg('shapes') ?? 'smol,tiny').split(','));
+/**
+ * Threads of each engine (default 2). On a loaded machine llama.cpp's spinning 2-thread barrier
+ * collapses (measured 0.7 decode tok/s at load 24 vs 25 with one thread), so compare at 1 there.
+ */
+const THREADS = Number(arg('threads') ?? 2);
+const pairsArg = arg('pairs');
+const pairsOf = (s: Shape): Set<string> => new Set(pairsArg === undefined ? s.pairs : pairsArg.split(','));
+
+/** Uniform in [−a, a) from a 32-bit LCG (deterministic, fast). */
+function uniform(n: number, seed: number, a: number): Float32Array {
+  const out = new Float32Array(n);
+  let s = (seed * 2654435761) >>> 0;
+  for (let i = 0; i < n; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    out[i] = ((s / 4294967296) * 2 - 1) * a;
+  }
+  return out;
+}
+
+function mkdir(p: string): string {
+  mkdirSync(p, { recursive: true });
+  return p;
+}
+
+/** Writes config.json + model.safetensors and 8 PEFT adapters; returns the weights. */
+async function makeCheckpoint(s: Shape, dir: string): Promise<Map<string, HostTensor>> {
+  const cfg = {
+    architectures: ['LlamaForCausalLM'], model_type: 'llama', vocab_size: s.vocab, hidden_size: s.hidden, intermediate_size: s.inter, num_hidden_layers: s.layers,
+    num_attention_heads: s.heads, num_key_value_heads: s.kv, rms_norm_eps: 1e-5, rope_theta: 10000, max_position_embeddings: 2048, tie_word_embeddings: s.tied, bos_token_id: 1, eos_token_id: 2,
+  };
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(cfg));
+  const g = buildLlamaGraph({ vocabSize: s.vocab, hiddenSize: s.hidden, intermediateSize: s.inter, numLayers: s.layers, numHeads: s.heads, numKvHeads: s.kv, tieWordEmbeddings: s.tied });
+  const w = new Map<string, HostTensor>();
+  graphParams(g).forEach((p, i) => {
+    const shape = g.values[p.results[0]!]!.type.shape as number[];
+    const n = shape.reduce((a, b) => a * b, 1);
+    // Unit-gain projections, unit-scale embeddings: peaked logits, so greedy choices are stable.
+    const a = p.name.includes('norm') ? 0 : p.name === 'model.embed_tokens.weight' ? Math.sqrt(3) : p.name === 'lm_head.weight' ? 0.35 : Math.sqrt(3 / shape[1]!);
+    w.set(p.name, { dtype: 'f32', shape, data: a === 0 ? new Float32Array(n).fill(1) : uniform(n, i + 1, a) });
+  });
+  await writeSafetensors(join(dir, 'model.safetensors'), Object.fromEntries(w));
+  for (let k = 0; k < ADAPTERS; k++) {
+    const ad = mkdir(join(dir, 'adapters', `a${String(k)}`));
+    writeFileSync(join(ad, 'adapter_config.json'), JSON.stringify({ peft_type: 'LORA', r: RANK, lora_alpha: ALPHA, target_modules: PROJ.map((p) => p.split('.')[1]), bias: 'none', use_rslora: false, use_dora: false, fan_in_fan_out: false }));
+    const t: Record<string, HostTensor> = {};
+    for (let l = 0; l < s.layers; l++) {
+      for (const [j, p] of PROJ.entries()) {
+        const wt = w.get(`model.layers.${String(l)}.${p}.weight`)!;
+        const [out, inF] = wt.shape as [number, number];
+        const key = `base_model.model.model.layers.${String(l)}.${p}`;
+        const seed = 1000 + k * 1000 + l * 10 + j;
+        t[`${key}.lora_A.weight`] = { dtype: 'f32', shape: [RANK, inF], data: uniform(RANK * inF, seed, Math.sqrt(3 / inF)) };
+        t[`${key}.lora_B.weight`] = { dtype: 'f32', shape: [out, RANK], data: uniform(out * RANK, seed + 7, 0.02) };
+      }
+    }
+    await writeSafetensors(join(ad, 'adapter_model.safetensors'), t);
+  }
+  return w;
+}
+
+async function makeGguf(s: Shape, dir: string, w: Map<string, HostTensor>): Promise<void> {
+  const config = parseLlamaConfig(readFileSync(join(dir, 'config.json'), 'utf8'));
+  for (const p of PAIRS) if (pairsOf(s).has(p.key)) await writeLlamaGguf(join(dir, `model-${p.gguf}.gguf`), config, w, { type: p.gguf, name: s.name });
+  const { loadLoraAdapter } = await import('@stageml/peft');
+  for (let k = 0; k < ADAPTERS; k++) {
+    const a = await loadLoraAdapter(join(dir, 'adapters', `a${String(k)}`), { name: `a${String(k)}` });
+    await writeLoraGguf(join(dir, `lora-a${String(k)}.gguf`), config, ALPHA, [...a.modules.values()].map((m) => ({ module: m.module, A: m.A, B: m.B })));
+  }
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 === 1 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
+function argmaxLast(logits: HostTensor, rows: number): number[] {
+  const V = logits.shape[logits.shape.length - 1]!;
+  const per = logits.data.length / rows;
+  return Array.from({ length: rows }, (_, r) => {
+    let best = 0;
+    let bv = Number.NEGATIVE_INFINITY;
+    const o = r * per + per - V;
+    for (let i = 0; i < V; i++) if (logits.data[o + i]! > bv) bv = logits.data[o + (best = i)]!;
+    return best;
+  });
+}
+
+function prompts(vocab: number, n: number, len: number, seed: number): number[][] {
+  return Array.from({ length: n }, (_, r) => Array.from({ length: len }, (_, i) => 3 + ((seed * 7919 + r * 104729 + i * 15485863) % (vocab - 3))));
+}
+
+// ---- ours ----
+
+async function oursGreedy(lm: CausalLM, prompt: number[], steps: number, adapter?: string): Promise<number[]> {
+  let { logits, cache } = await lm.forward([prompt], { adapters: [adapter] });
+  const out: number[] = [];
+  for (let t = 0; t < steps; t++) {
+    const tok = argmaxLast(logits, 1)[0]!;
+    out.push(tok);
+    if (t + 1 < steps) ({ logits, cache } = await lm.forward([[tok]], { adapters: [adapter], cache }));
+  }
+  return out;
+}
+
+/** Decode tokens/s over `rows` streams (after an untimed prefill of all but the last prompt token). */
+async function oursDecode(lm: CausalLM, ps: number[][], steps: number, adapters: (string | undefined)[]): Promise<number> {
+  const rows = ps.length;
+  const pre = await lm.forward(ps.map((p) => p.slice(0, -1)), { adapters });
+  let cache: KvCache = pre.cache;
+  let toks = ps.map((p) => p[p.length - 1]!);
+  const t0 = performance.now();
+  for (let t = 0; t < steps; t++) {
+    const r = await lm.forward(toks.map((x) => [x]), { adapters, cache });
+    cache = r.cache;
+    toks = argmaxLast(r.logits, rows);
+  }
+  return (rows * steps) / ((performance.now() - t0) / 1000);
+}
+
+// ---- llama.cpp ----
+
+async function llamaGreedy(ctx: LlamaContext, prompt: number[], steps: number): Promise<number[]> {
+  const seq = ctx.getSequence();
+  const out: number[] = [];
+  try {
+    for await (const t of seq.evaluate(prompt as Token[], { temperature: 0, yieldEogToken: true })) {
+      out.push(t);
+      if (out.length >= steps) break;
+    }
+  } finally {
+    seq.dispose();
+  }
+  return out;
+}
+
+async function llamaDecode(ctxs: LlamaContext[], ps: number[][], steps: number): Promise<number> {
+  // One sequence per prompt; prompt k runs on context k mod ctxs.length.
+  const seqs = ps.map((_, k) => ctxs[k % ctxs.length]!.getSequence());
+  try {
+    await Promise.all(seqs.map((s, k) => s.evaluateWithoutGeneratingNewTokens(ps[k]!.slice(0, -1) as Token[])));
+    const t0 = performance.now();
+    await Promise.all(
+      seqs.map(async (s, k) => {
+        let n = 0;
+        for await (const _t of s.evaluate([ps[k]![ps[k]!.length - 1]!] as Token[], { temperature: 0, yieldEogToken: true })) {
+          if (++n >= steps) break;
+        }
+      }),
+    );
+    return (ps.length * steps) / ((performance.now() - t0) / 1000);
+  } finally {
+    for (const s of seqs) s.dispose();
+  }
+}
+
+async function llamaPrefill(ctx: LlamaContext, prompt: number[]): Promise<number> {
+  const seq = ctx.getSequence();
+  try {
+    const t0 = performance.now();
+    await seq.evaluateWithoutGeneratingNewTokens(prompt as Token[]);
+    return prompt.length / ((performance.now() - t0) / 1000);
+  } finally {
+    seq.dispose();
+  }
+}
+
+// ---- run ----
+
+interface CaseResult {
+  shape: string;
+  pair: string;
+  case: string;
+  ours: number;
+  llamacpp: number;
+  ratio: number;
+  peer: string;
+}
+
+const CASES = ['prefill 128', 'decode b1', 'decode b1 LoRA', '8 streams base', '8 streams 8 adapters'] as const;
+const results: CaseResult[] = [];
+const checks: Record<string, unknown>[] = [];
+const loads: Record<string, number[]> = { start: loadavg() };
+const started = Date.now();
+const tmpRoot = mkdir(join('bench', 'tmp', 'llamacpp'));
+const llama: Llama = await getLlama({ gpu: false, build: 'never', maxThreads: THREADS, logLevel: LlamaLogLevel.error });
+const executor = await createOrtExecutor({ intraOpNumThreads: THREADS });
+let peakRss = 0;
+const rss = () => (peakRss = Math.max(peakRss, process.memoryUsage.rss()));
+
+for (const s of SHAPES) {
+  if (!wantShapes.has(s.key)) continue;
+  const dir = mkdir(join(tmpRoot, s.key));
+  console.log(`[${s.key}] writing random checkpoint, adapters and GGUF files`);
+  const w = await makeCheckpoint(s, dir);
+  await makeGguf(s, dir, w);
+  w.clear();
+  const names = Array.from({ length: ADAPTERS }, (_, k) => `a${String(k)}`);
+  for (const p of PAIRS) {
+    if (!pairsOf(s).has(p.key)) continue;
+    console.log(`[${s.key} ${p.key}] loading`);
+    const lm = await CausalLM.load(dir, { executor, ...(p.ours === undefined ? {} : { quantize: parseWeightQuantSpec(p.ours) }) });
+    for (const n of names) await lm.loadAdapter(join(dir, 'adapters', n), n);
+    const model: LlamaModel = await llama.loadModel({ modelPath: join(dir, `model-${p.gguf}.gguf`) });
+    // Contexts live only while their cases run: each holds a ggml thread pool that polls for work.
+    const base = await model.createContext({ contextSize: 512, sequences: 8, threads: THREADS, batchSize: 512 });
+    const loraContexts = async (n: number): Promise<LlamaContext[]> => {
+      const out: LlamaContext[] = [];
+      for (const a of names.slice(0, n)) out.push(await model.createContext({ contextSize: 256, sequences: 1, threads: THREADS, lora: { adapters: [{ filePath: join(dir, `lora-${a}.gguf`) }] } }));
+      return out;
+    };
+    let loraCtxs = await loraContexts(1);
+    rss();
+    // Greedy agreement: 3 prompts × 16 tokens, base and adapter a0.
+    const gp = prompts(s.vocab, 3, 12, 1);
+    let equal = 0;
+    let total = 0;
+    for (const [adapter, ctx] of [[undefined, base], ['a0', loraCtxs[0]!]] as const) {
+      for (const pr of gp) {
+        const a = await oursGreedy(lm, pr, 16, adapter);
+        const b = await llamaGreedy(ctx, pr, 16);
+        const same = a.findIndex((t, i) => t !== b[i]);
+        total++;
+        if (same < 0) equal++;
+        else checks.push({ shape: s.key, pair: p.key, adapter: adapter ?? 'base', firstDifference: same, ours: a, llamacpp: b });
+      }
+    }
+    checks.push({ shape: s.key, pair: p.key, greedyEqual: `${String(equal)}/${String(total)}` });
+    console.log(`[${s.key} ${p.key}] greedy sequences equal: ${String(equal)}/${String(total)}`);
+    if (p.key === 'f32' && equal !== total) console.warn(`[${s.key}] WARNING: f32 greedy tokens differ between the engines`);
+    const measure = async (name: (typeof CASES)[number], ours: () => Promise<number>, peer: () => Promise<number>, peerName: string): Promise<void> => {
+      const o: number[] = [];
+      const l: number[] = [];
+      for (let r = 0; r < s.reps; r++) {
+        o.push(await ours());
+        l.push(await peer());
+        rss();
+      }
+      const res = { shape: s.key, pair: p.key, case: name, ours: median(o), llamacpp: median(l), ratio: median(o) / median(l), peer: peerName };
+      results.push(res);
+      console.log(`[${s.key} ${p.key}] ${name}: ours ${res.ours.toFixed(1)} tok/s, llama.cpp ${res.llamacpp.toFixed(1)} tok/s, ratio ${res.ratio.toFixed(2)}`);
+    };
+    const long = prompts(s.vocab, 1, PREFILL, 2)[0]!;
+    const short8 = prompts(s.vocab, 8, 8, 3);
+    // Warm both (programs compile on first use).
+    await lm.forward([long]);
+    await llamaPrefill(base, long);
+    await lm.forward(short8.map((x) => x.slice(0, 2)), { adapters: names });
+    await measure('prefill 128', async () => { const t0 = performance.now(); await lm.forward([long]); return PREFILL / ((performance.now() - t0) / 1000); }, () => llamaPrefill(base, long), 'one sequence');
+    await measure('decode b1', () => oursDecode(lm, [short8[0]!], s.steps, [undefined]), () => llamaDecode([base], [short8[0]!], s.steps), 'one sequence');
+    await measure('decode b1 LoRA', () => oursDecode(lm, [short8[0]!], s.steps, ['a0']), () => llamaDecode([loraCtxs[0]!], [short8[0]!], s.steps), 'context with the adapter');
+    for (const c of loraCtxs) await c.dispose();
+    await measure('8 streams base', () => oursDecode(lm, short8, s.steps, new Array<undefined>(8).fill(undefined)), () => llamaDecode([base], short8, s.steps), 'one context, 8 sequences');
+    await base.dispose();
+    loraCtxs = await loraContexts(ADAPTERS);
+    rss();
+    await measure('8 streams 8 adapters', () => oursDecode(lm, short8, s.steps, names), () => llamaDecode(loraCtxs, short8, s.steps), 'one context per adapter, concurrent');
+    for (const c of loraCtxs) await c.dispose();
+    await model.dispose();
+  }
+  rmSync(dir, { recursive: true, force: true });
+}
+loads['end'] = loadavg();
+
+const doc = {
+  suite: 'llamacpp',
+  date: new Date().toISOString(),
+  machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version },
+  peer: 'node-llama-cpp 3.21.1 (llama.cpp prebuilt CPU binary)',
+  threads: THREADS,
+  loadavg: loads,
+  wallSeconds: Math.round((Date.now() - started) / 1000),
+  peakRssGiB: Math.round((peakRss / 2 ** 30) * 100) / 100,
+  greedy: checks,
+  cases: results,
+};
+mkdirSync(RESULTS_DIR, { recursive: true });
+writeFileSync(join(RESULTS_DIR, 'llamacpp.json'), `${JSON.stringify(doc, null, 2)}\n`);
+const fmt = (v: number) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
+const md: string[] = [
+  '# llamacpp',
+  '',
+  `Our CPU path (CausalLM on onnxruntime 1.30, ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
+  '',
+  `Date: ${doc.date} · ${String(doc.machine.cpus)}× ${doc.machine.cpuModel}, ${String(doc.machine.memoryGiB)} GiB · load average at start ${loads['start']!.map((x) => x.toFixed(2)).join(' ')}, at end ${loads['end']!.map((x) => x.toFixed(2)).join(' ')} (shared machine) · wall ${String(doc.wallSeconds)} s · peak RSS ${String(doc.peakRssGiB)} GiB`,
+  '',
+  '| shape | pair | case | ours tok/s | llama.cpp tok/s | ours ÷ llama.cpp | llama.cpp serves it as |',
+  '| --- | --- | --- | ---: | ---: | ---: | --- |',
+  ...results.map((r) => `| ${r.shape} | ${r.pair === 'f32' ? 'f32 / F32' : r.pair === 'int8' ? 'int8 / Q8_0' : 'int4 / Q4_0'} | ${r.case} | ${fmt(r.ours)} | ${fmt(r.llamacpp)} | ${r.ratio.toFixed(2)} | ${r.peer} |`),
+  '',
+  `Shapes: ${SHAPES.map((s) => `${s.key} = ${s.name} (${String(s.layers)} layers, hidden ${String(s.hidden)}, intermediate ${String(s.inter)}, heads ${String(s.heads)}/${String(s.kv)}, vocab ${String(s.vocab)}${s.tied ? ', tied embeddings' : ''}; pairs ${(pairsArg?.split(',') ?? s.pairs).join(', ')}; ${String(s.steps)} decode steps per stream)`).join('; ')}. TinyLlama at f32 is left out by default: ~4.4 GB of f32 weights in each engine (plus onnxruntime's transposed copy) does not fit beside six other helpers on the shared 24 GiB machine.`,
+  '',
+  THREADS === 1
+    ? 'One thread per engine: on this shared machine (load 10–26 from other helpers when this ran) llama.cpp with 2 threads collapses — its spinning thread barrier waits on descheduled threads: 0.5–0.8 decode tok/s at F32 against 23–28 with 1 thread, measured back to back — so the 2-thread comparison of docs/peers is not reproducible here; 1 thread is the fair setting for both.'
+    : `${String(THREADS)} threads per engine.`,
+  '',
+  `8 streams 8 adapters: ours runs one mixed batch (8 rows, one adapter each, SGMV-style bank); llama.cpp applies LoRA per context, so its best way is one context per adapter, run concurrently under one thread budget.`,
+  '',
+  'Greedy agreement (3 prompts × 16 tokens, base and adapter a0): ' + checks.filter((c) => 'greedyEqual' in c).map((c) => `${String(c['shape'])} ${String(c['pair'])}: ${String(c['greedyEqual'])}`).join(', ') + '. Quantized pairs use different rounding (ours: scale max|w|/7 or /127 in f32, codes ±7/±127; Q4_0: d = max/−8 in f16), so their tokens may part after a near tie.',
+  '',
+];
+writeFileSync(join(RESULTS_DIR, 'llamacpp.md'), md.join('\n'));
+process.stdout.write(md.join('\n'));
