@@ -133,6 +133,33 @@ def op_linear(x, a, ctx):
     return [F.linear(x[0], x[1], bias)]
 
 
+def _unpack_codes(packed, bits, n):
+    """Codes of a packed u8 row tensor [..., bytes] (bits 8: one per byte; 4: low nibble first), first n."""
+    d = packed.to(torch.int32)
+    if bits == 8:
+        return d[..., :n]
+    codes = torch.stack([d & 0x0F, d >> 4], dim=-1).reshape(*d.shape[:-1], -1)
+    return codes[..., :n]
+
+
+def op_quantized_linear(x, a, ctx):
+    """y = x . dequantize(q)^T in onnxruntime's MatMulNBits layout (see the IR op quantizedLinear)."""
+    inp, q, scales = x[0], x[1], x[2]
+    zp = x[3] if len(x) > 3 else None
+    bits = int(a.get("bits", 8))
+    block = int(a["blockSize"])
+    in_features = int(a["inFeatures"])
+    out_f, blocks = int(q.shape[0]), int(q.shape[1])
+    codes = _unpack_codes(q, bits, block)
+    if zp is None:
+        z = torch.full((out_f, blocks), 2 ** (bits - 1), dtype=torch.int32, device=q.device)
+    else:
+        z = _unpack_codes(zp, bits, blocks)
+    w = (codes - z.unsqueeze(-1)).to(scales.dtype) * scales.unsqueeze(-1)
+    w = w.reshape(out_f, blocks * block)[:, :in_features]
+    return [F.linear(inp, w.to(inp.dtype))]
+
+
 def op_grouped_matmul(x, a, ctx):
     inp, w, groups = x
     if a.get("transposeW", False):
@@ -376,6 +403,7 @@ OPS = {
     "matmul": op_matmul,
     "linear": op_linear,
     "groupedMatmul": op_grouped_matmul,
+    "quantizedLinear": op_quantized_linear,
     "sum": op_sum,
     "mean": op_mean,
     "max": op_max,

@@ -1,3 +1,5 @@
+// Weight-only quantization on the fixture Llama, checked against this package's error bounds (it
+// lives here, above @stageml/models, so no package depends on one above it).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,11 +8,11 @@ import { fileURLToPath } from 'node:url';
 import { SERVING_STAGES } from '@stageml/annotations';
 import { GraphBuilder, type HostTensor, interpret, quantizeWeight, seededRandom } from '@stageml/ir';
 import { usesMatMulNBits } from '@stageml/onnx-lower';
-import { quantizedLinearErrorBound, weightQuantizationError } from '@stageml/planner';
 import { type Executor, createOrtExecutor, isOrtAvailable, loadBundle, parseWeightQuantSpec, quantizeStaged, specialize, writeBundle } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CausalLM, buildLlamaGraph, parseLlamaConfig } from './index.js';
+import { CausalLM, buildLlamaGraph, parseLlamaConfig } from '@stageml/models';
+import { quantizedLinearErrorBound, weightQuantizationError } from './index.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
 const base = `${root}llama/base`;
