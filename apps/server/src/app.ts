@@ -58,7 +58,7 @@ export interface ServerOptions {
   readonly apiKey?: string;
   /** Prompt plus completion tokens (vLLM's `--max-model-len`; default and maximum: the model's positions). */
   readonly maxModelLen?: number;
-  /** KV-cache usage in [0, 1] for `vllm:kv_cache_usage_perc` (0 when not given). */
+  /** KV-cache usage in [0, 1] for `vllm:kv_cache_usage_perc` (default: the engine's KV bytes held ÷ maxBatch × maxModelLen × KV bytes per token). */
   readonly kvCacheUsage?: () => number;
   /** A PEFT adapter directory, or a directory of them (one per subdirectory), to load at start. */
   readonly adaptersDir?: string;
@@ -221,6 +221,11 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   const maxModelLen = opts.maxModelLen ?? lm.config.maxPositions;
   if (!(Number.isInteger(maxModelLen) && maxModelLen >= 2 && maxModelLen <= lm.config.maxPositions)) {
     throw new ServerError(ServerCode.BAD_REQUEST, `max model length ${String(maxModelLen)} must be an integer in [2, ${String(lm.config.maxPositions)}] (the model's max_position_embeddings)`);
+  }
+  if (opts.kvCacheUsage === undefined) {
+    // vllm:kv_cache_usage_perc from the engine: KV bytes held by live sequences ÷ the KV the server may hold (every batch row at the full length).
+    const kvCapacity = (opts.maxBatch ?? 32) * maxModelLen * lm.kvBytesPerToken;
+    metrics.setKvCacheUsage(() => Math.min(1, lm.memory().kv / kvCapacity));
   }
   // The engine's own accounting and the applied plan, read at scrape time.
   new client.Gauge({

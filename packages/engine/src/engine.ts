@@ -333,6 +333,11 @@ export class Engine {
     return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, memoryBudget, replanEvery, fixedPlan });
   }
 
+  /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
+  get kvBytesPerToken(): number {
+    return (2 * this.config.numLayers * this.#kvShape[0] * this.#kvShape[1] + 1) * 4;
+  }
+
   /** Names of loaded adapters (resident in a slot or not). */
   get adapterNames(): string[] {
     return [...this.#registered.keys()];
