@@ -18,6 +18,7 @@ import { type GenerationFields, type Limits, type Outcome, type RunOptions, SseS
 import { type CompletionLogprobs, chatLogprobs, completionLogprobs, mergeCompletionLogprobs } from './logprobs.js';
 import { ServerMetrics, registerResolverMetrics } from './metrics.js';
 import { AdapterResolver } from './resolver.js';
+import { checkPlanAdapters, readServingBundle } from './serving-bundle.js';
 import {
   type ChatRequest,
   type CompletionRequest,
@@ -38,8 +39,15 @@ const SERVER_VERSION = (JSON.parse(await readFile(new URL('../package.json', imp
 
 /** Options of `createServer`. */
 export interface ServerOptions {
-  /** Hugging Face model directory. */
-  readonly modelDir: string;
+  /** Hugging Face model directory (required unless `bundle` gives it). */
+  readonly modelDir?: string;
+  /**
+   * A bundle written by `stageml stage --model` (`stageml serve --bundle`): serves its source model
+   * and adapters and applies its `plan.json` as written (never re-planned). Excludes `modelDir`
+   * and `memoryBudget`; a missing or malformed bundle, or a plan naming adapters that are not
+   * loaded, is `BUNDLE_INVALID` (a bad plan document: the planner's `PLAN_*` codes).
+   */
+  readonly bundle?: string;
   /** Name clients use for the base model (default: the directory name). */
   readonly modelName?: string;
   /** More names clients may use for the base model (vLLM's several `--served-model-name`s). */
@@ -50,7 +58,7 @@ export interface ServerOptions {
   readonly apiKey?: string;
   /** Prompt plus completion tokens (vLLM's `--max-model-len`; default and maximum: the model's positions). */
   readonly maxModelLen?: number;
-  /** KV-cache usage in [0, 1] for `vllm:kv_cache_usage_perc` (0 when not given). */
+  /** KV-cache usage in [0, 1] for `vllm:kv_cache_usage_perc` (default: the engine's KV bytes held ÷ maxBatch × maxModelLen × KV bytes per token). */
   readonly kvCacheUsage?: () => number;
   /** A PEFT adapter directory, or a directory of them (one per subdirectory), to load at start. */
   readonly adaptersDir?: string;
@@ -160,22 +168,29 @@ function parse<T>(schema: z.ZodType<T>, body: unknown): T {
 
 /** Builds the server: loads the model, adapters and tenants, and registers every route. */
 export async function createServer(opts: ServerOptions): Promise<StageServer> {
-  const lm = await Engine.load(opts.modelDir, {
+  if ((opts.modelDir === undefined) === (opts.bundle === undefined)) throw new ServerError(ServerCode.BAD_REQUEST, 'give exactly one of modelDir or bundle');
+  if (opts.bundle !== undefined && opts.memoryBudget !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'a bundle applies its plan.json as written: memoryBudget does not apply');
+  const bundle = opts.bundle === undefined ? undefined : await readServingBundle(opts.bundle);
+  const modelDir = bundle?.modelDir ?? opts.modelDir!;
+  const lm = await Engine.load(modelDir, {
     ...(opts.executor === undefined ? {} : { executor: opts.executor }),
     ...(opts.maxLoras === undefined ? {} : { maxLoras: opts.maxLoras }),
     ...(opts.maxLoraRank === undefined ? {} : { maxLoraRank: opts.maxLoraRank }),
     ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
     ...(opts.prefillChunk === undefined ? {} : { prefillChunk: opts.prefillChunk }),
     ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
+    ...(bundle?.plan === undefined ? {} : { plan: bundle.plan }),
     ...(opts.quantize === undefined ? {} : { quantize: opts.quantize }),
   });
-  const modelName = opts.modelName ?? (opts.modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
+  const modelName = opts.modelName ?? (modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   if (opts.adaptersDir !== undefined) {
     // One adapter directory, or a directory of them (PEFT_BAD_CONFIG when it is neither).
     for (const a of await findAdapterDirs(opts.adaptersDir)) await lm.loadAdapter(a.dir, a.name);
   }
   for (const [name, dir] of Object.entries(opts.config?.adapters ?? {})) await lm.loadAdapter(dir, name);
   for (const [name, dir] of Object.entries(opts.loraModules ?? {})) await lm.loadAdapter(dir, name);
+  for (const [name, dir] of Object.entries(bundle?.adapters ?? {})) await lm.loadAdapter(dir, name);
+  if (bundle !== undefined) checkPlanAdapters(opts.bundle!, bundle.plan, lm.adapterNames);
   const aliases = new Set((opts.modelAliases ?? []).filter((a) => a !== modelName));
   /** The name a request's `model` routes to: aliases of the base model route as the base model. */
   const resolveName = (model: string): string => (aliases.has(model) ? modelName : model);
@@ -206,6 +221,11 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   const maxModelLen = opts.maxModelLen ?? lm.config.maxPositions;
   if (!(Number.isInteger(maxModelLen) && maxModelLen >= 2 && maxModelLen <= lm.config.maxPositions)) {
     throw new ServerError(ServerCode.BAD_REQUEST, `max model length ${String(maxModelLen)} must be an integer in [2, ${String(lm.config.maxPositions)}] (the model's max_position_embeddings)`);
+  }
+  if (opts.kvCacheUsage === undefined) {
+    // vllm:kv_cache_usage_perc from the engine: KV bytes held by live sequences ÷ the KV the server may hold (every batch row at the full length).
+    const kvCapacity = (opts.maxBatch ?? 32) * maxModelLen * lm.kvBytesPerToken;
+    metrics.setKvCacheUsage(() => Math.min(1, lm.memory().kv / kvCapacity));
   }
   // The engine's own accounting and the applied plan, read at scrape time.
   new client.Gauge({
@@ -261,7 +281,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   const adapterRoots = opts.adapterRoots ?? (opts.adaptersDir === undefined ? [] : [opts.adaptersDir]);
   const loading = new Set<string>();
   const guarded = registry.authEnabled || opts.adminKey !== undefined;
-  const hidden = [opts.modelDir, ...adapterRoots, ...(opts.adaptersDir === undefined ? [] : [opts.adaptersDir])].map((d) => d.replace(/[/\\]+$/, ''));
+  const hidden = [modelDir, ...adapterRoots, ...(opts.adaptersDir === undefined ? [] : [opts.adaptersDir])].map((d) => d.replace(/[/\\]+$/, ''));
   const redactForTenant = (message: string): string => redactPaths(message, hidden).replace(/ \((?:loaded|serving)[^)]*\)/g, '');
   app.setErrorHandler((err: unknown, _req, reply) => {
     const fe = err as { code?: string; statusCode?: number; message?: string };

@@ -278,6 +278,34 @@ describe('Engine: plans applied', () => {
     engine.release(s);
     expect(Object.keys(engine.plan().merged)).not.toContain('all-r16');
   });
+
+  it('applies a fixed plan as written (never re-planned) and refuses a plan that does not fit', async () => {
+    const planned = await Engine.load(`${root}base`, { maxLoras: 4, memoryBudget: 2 * (64 * 64 + 32 * 64) * 4 });
+    for (const a of ADAPTERS) await planned.loadAdapter(`${root}adapters/${a}`, a);
+    await mixedStepMatches(planned);
+    const plan = planned.plan().plan!;
+    const fixed = await Engine.load(`${root}base`, { maxLoras: 4, plan, replanEvery: 1 });
+    for (const a of ADAPTERS) await fixed.loadAdapter(`${root}adapters/${a}`, a);
+    expect(fixed.plan().plan).toEqual(plan);
+    expect(fixed.plan().memoryBudget).toBeUndefined();
+    for (let i = 0; i < 20; i++) fixed.release(fixed.open('o-r2', PROMPTS[1]!));
+    fixed.replan();
+    await mixedStepMatches(fixed);
+    await mixedStepMatches(fixed);
+    expect(fixed.plan().merged).toEqual(planned.plan().merged);
+    expect(fixed.plan().applied).toBe(1);
+
+    await expect(Engine.load(`${root}base`, { plan, memoryBudget: 1 })).rejects.toMatchObject({ code: 'ENGINE_BAD_OPTIONS' });
+    await expect(Engine.load(`${root}base`, { plan: { ...plan, units: 'none' } as unknown as typeof plan })).rejects.toMatchObject({ code: 'PLAN_BAD_DOCUMENT' });
+    // A merged unit on a layer its adapter does not have (the model has 2): refused at load, nothing registered.
+    const i = plan.units.findIndex((u) => u.kind === 'materialize');
+    expect(i).toBeGreaterThanOrEqual(0);
+    const target = plan.units[i]!.adapter;
+    const wrong = { ...plan, units: plan.units.map((u, j) => (j === i ? { ...u, layer: 99 } : u)) };
+    const refusing = await Engine.load(`${root}base`, { maxLoras: 4, plan: wrong });
+    await expect(refusing.loadAdapter(`${root}adapters/${target}`, target)).rejects.toMatchObject({ code: 'ENGINE_BAD_OPTIONS' });
+    expect(refusing.adapterNames).toEqual([]);
+  });
 });
 
 const ORT_HERE = await isOrtAvailable();

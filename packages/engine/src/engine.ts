@@ -9,9 +9,9 @@ import { openCheckpoint } from '@stageml/safetensors';
 import { EngineCode, EngineError } from './errors.js';
 import { MASKED, SequenceKv, Staging } from './kv.js';
 import { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, chooseSlotForm, slotLinear } from './slot-linear.js';
-import { type AppliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
+import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
 import { SlotTables } from './slots.js';
-import { type Plan, TrafficCounter } from '@stageml/planner';
+import { type Plan, TrafficCounter, checkPlan, validatePlanDocument } from '@stageml/planner';
 
 /** Options of `Engine.load`. */
 export interface EngineOptions {
@@ -52,6 +52,13 @@ export interface EngineOptions {
   readonly memoryBudget?: number;
   /** Runs between periodic re-plans (default 512). */
   readonly replanEvery?: number;
+  /**
+   * A fixed plan (`stageml.plan` v1, e.g. a bundle's `plan.json`) applied as written instead of
+   * planning: its `materialize` units of loaded adapters are served merged, everything else stays
+   * in slots; it is never replaced (no re-plans). Checked at load (`PLAN_BAD_DOCUMENT` and the
+   * planner's other document codes); excludes `memoryBudget`; needs `weights: 'inputs'`.
+   */
+  readonly plan?: Plan;
 }
 
 /** The plan the engine applies now (what `GET /v1/plan` shows). */
@@ -194,6 +201,9 @@ export class Engine {
   readonly #rank: number;
   readonly #slots: number;
   readonly #memoryBudget: number | undefined;
+  readonly #fixedPlan: Plan | undefined;
+  /** Whether plans are applied at all (a budget to plan under, or a fixed plan). */
+  readonly #planning: boolean;
   readonly #replanEvery: number;
   readonly #traffic = new TrafficCounter();
   readonly #entries = new Map<string, SlotEntry>();
@@ -213,11 +223,13 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<SlotForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; memoryBudget: number | undefined; replanEvery: number },
+    parts: { executor: Executor; programs: Partial<Record<SlotForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined },
   ) {
     this.#weightInputs = parts.weightInputs;
     this.#rank = parts.tables.rank;
     this.#memoryBudget = parts.memoryBudget;
+    this.#fixedPlan = parts.fixedPlan;
+    this.#planning = parts.memoryBudget !== undefined || parts.fixedPlan !== undefined;
     this.#replanEvery = parts.replanEvery;
     this.#slots = parts.tables.slots;
     this.#executor = parts.executor;
@@ -269,6 +281,13 @@ export class Engine {
     const memoryBudget = opts.memoryBudget;
     if (memoryBudget !== undefined && !(Number.isFinite(memoryBudget) && memoryBudget >= 0)) throw new EngineError(EngineCode.BAD_OPTIONS, `memoryBudget must be a number of bytes ≥ 0, got ${String(memoryBudget)}`);
     if (memoryBudget !== undefined && (opts.weights === 'program' || opts.quantize !== undefined)) throw new EngineError(EngineCode.BAD_OPTIONS, "memoryBudget (plans with merged copies) needs weights: 'inputs' (and no quantize)");
+    let fixedPlan: Plan | undefined;
+    if (opts.plan !== undefined) {
+      if (memoryBudget !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, 'give a memoryBudget to plan under or a fixed plan, not both');
+      if (opts.weights === 'program' || opts.quantize !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, "a plan (merged copies) needs weights: 'inputs' (and no quantize)");
+      fixedPlan = checkPlan(opts.plan);
+      validatePlanDocument(fixedPlan);
+    }
     if (opts.quantize !== undefined && opts.weights === 'inputs') throw new EngineError(EngineCode.BAD_OPTIONS, "quantize packs the weights into the programs: it needs weights: 'program'");
     let cfgText: string;
     try {
@@ -311,7 +330,12 @@ export class Engine {
     }
     const weightInputs = asInputs ? Object.fromEntries(weights) : {};
     const tables = new SlotTables(maxLoras + 1, rank, modules);
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, memoryBudget, replanEvery });
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, memoryBudget, replanEvery, fixedPlan });
+  }
+
+  /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
+  get kvBytesPerToken(): number {
+    return (2 * this.config.numLayers * this.#kvShape[0] * this.#kvShape[1] + 1) * 4;
   }
 
   /** Names of loaded adapters (resident in a slot or not). */
@@ -380,12 +404,14 @@ export class Engine {
   async loadAdapter(dir: string, name?: string): Promise<LoraAdapter> {
     const adapter = this.#validate(await loadLoraAdapter(dir, name === undefined ? {} : { name }));
     if (adapter.name === BASE) throw new ModelError(ModelCode.BAD_ADAPTER, `'${BASE}' is reserved for the base model`);
+    // A fixed plan must fit the adapter (every merged unit one of its modules) before anything changes.
+    if (this.#fixedPlan !== undefined) appliedPlan(this.#fixedPlan, [shapeOnly(adapter)]);
     if (this.#registered.has(adapter.name)) this.unloadAdapter(adapter.name);
     const lane = await this.#laneFor(adapter, undefined, undefined);
     if (lane !== undefined) this.#lanes.set(adapter.name, lane);
     this.#registered.set(adapter.name, dir);
     this.#shapesOf.set(adapter.name, shapeOnly(adapter));
-    this.#planDirty = this.#memoryBudget !== undefined;
+    this.#planDirty = this.#planning;
     this.#fresh.set(adapter.name, adapter);
     try {
       (await this.#host.acquire(adapter.name)).release();
@@ -410,7 +436,7 @@ export class Engine {
     this.#host.evict(name);
     this.#registered.delete(name);
     this.#shapesOf.delete(name);
-    this.#planDirty = this.#memoryBudget !== undefined;
+    this.#planDirty = this.#planning;
     const lane = this.#lanes.get(name);
     this.#lanes.delete(name);
     if (lane?.dedicated === true) for (const p of Object.values(lane.programs)) p.dispose();
@@ -475,7 +501,8 @@ export class Engine {
   plan(): EnginePlan {
     return {
       memoryBudget: this.#memoryBudget,
-      plan: this.#applied.plan,
+      // A fixed plan is the plan from the start; its merges apply before the first step.
+      plan: this.#fixedPlan ?? this.#applied.plan,
       merged: Object.fromEntries([...this.#applied.merged].map(([a, m]) => [a, [...m].sort()])),
       applied: this.#plansApplied,
     };
@@ -493,12 +520,12 @@ export class Engine {
    * not start a run until this resolves.
    */
   async #applyPlan(): Promise<void> {
-    if (this.#memoryBudget === undefined) return;
-    if (!this.#planDirty && this.#runs - this.#runsAtPlan < this.#replanEvery) return;
+    if (!this.#planning) return;
+    if (!this.#planDirty && (this.#fixedPlan !== undefined || this.#runs - this.#runsAtPlan < this.#replanEvery)) return;
     this.#planDirty = false;
     this.#runsAtPlan = this.#runs;
     const snapshot = this.#traffic.snapshot('tokens');
-    const next = planMerges(this.config, [...this.#shapesOf.values()], this.#memoryBudget, this.#executor.name, Object.keys(snapshot.counts).length === 0 ? undefined : snapshot);
+    const next = this.#fixedPlan !== undefined ? appliedPlan(this.#fixedPlan, [...this.#shapesOf.values()]) : planMerges(this.config, [...this.#shapesOf.values()], this.#memoryBudget ?? 0, this.#executor.name, Object.keys(snapshot.counts).length === 0 ? undefined : snapshot);
     const same = (a: ReadonlySet<string> | undefined, b: ReadonlySet<string> | undefined): boolean => (a?.size ?? 0) === (b?.size ?? 0) && [...(a ?? [])].every((x) => b?.has(x) === true);
     const changed = [...this.#registered.keys()].filter((n) => !same(this.#applied.merged.get(n), next.merged.get(n)));
     const adapters = new Map<string, LoraAdapter>();

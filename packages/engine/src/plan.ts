@@ -2,6 +2,7 @@ import type { HostTensor } from '@stageml/ir';
 import type { LlamaConfig } from '@stageml/models';
 import type { LoraAdapter, LoraModule } from '@stageml/peft';
 import { type Plan, Planner, type Traffic, llamaWorkload } from '@stageml/planner';
+import { EngineCode, EngineError } from './errors.js';
 
 /** The decisions the engine applies: per adapter, the modules served merged (the rest stay in its slot). */
 export interface AppliedPlan {
@@ -27,17 +28,29 @@ export function planMerges(config: LlamaConfig, adapters: readonly LoraAdapter[]
   const usable = trafficNow !== undefined && counts.some(([, c]) => c > 0) ? { ...trafficNow, counts: Object.fromEntries(counts) } : undefined;
   const outcome = planner.plan(budgetBytes, usable);
   if (outcome.kind !== 'ok') return { plan: undefined, merged: new Map() };
+  return appliedPlan(outcome.plan, withModules);
+}
+
+/**
+ * The merges a given plan makes for the loaded `adapters`: every `materialize` unit of a loaded
+ * adapter names a module it serves merged; units of adapters not loaded are skipped (they apply
+ * once the adapter is loaded). A unit naming a module the adapter does not have is
+ * `ENGINE_BAD_OPTIONS`, so a plan made for other adapters is never half applied.
+ */
+export function appliedPlan(plan: Plan, adapters: readonly LoraAdapter[]): AppliedPlan {
   const merged = new Map<string, Set<string>>();
-  const byPath = new Map(withModules.map((a) => [a.name, new Map([...a.modules.values()].map((m) => [pathKey(m.module), m.module]))]));
-  for (const u of outcome.plan.units) {
+  const byPath = new Map(adapters.map((a) => [a.name, new Map([...a.modules.values()].map((m) => [pathKey(m.module), m.module]))]));
+  for (const u of plan.units) {
     if (u.kind !== 'materialize' || u.expert !== undefined) continue;
-    const module = byPath.get(u.adapter)?.get(`${String(u.layer)}.${u.projection}`);
-    if (module === undefined) continue;
+    const modules = byPath.get(u.adapter);
+    if (modules === undefined) continue;
+    const module = modules.get(`${String(u.layer)}.${u.projection}`);
+    if (module === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `the plan merges layer ${String(u.layer)} ${u.projection} of adapter '${u.adapter}', which that adapter does not have`);
     const set = merged.get(u.adapter) ?? new Set<string>();
     set.add(module);
     merged.set(u.adapter, set);
   }
-  return { plan: outcome.plan, merged };
+  return { plan, merged };
 }
 
 function pathKey(module: string): string {

@@ -36,6 +36,7 @@ interface ServeOptions {
   memoryBudget?: number;
   quantize?: string;
   maxError?: number;
+  bundle?: string;
 }
 
 /** Fails with `CLI_IO` naming the flag unless `path` is an existing directory. */
@@ -77,13 +78,17 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--memory-budget <bytes>', 'bytes the planner may spend on merged weight copies (64MiB, 2GB; default: no planning, all adapters in slots)', parseBytes)
     .option('--quantize <spec>', 'weight-only quantization of the linear layers: int8, int4 (blocks of 32), int8:g128, int4:channel, …:asym, or auto (with --max-error)')
     .option('--max-error <e>', 'with --quantize auto: the largest relative weight error per projection', parseMaxError)
+    .option('--bundle <dir>', 'serve a bundle of `stageml stage --model`: its source model and adapters, with its plan.json applied as written (instead of MODEL)')
     .action(async (positional: string | undefined, opts: ServeOptions) => {
-      if ((positional === undefined) === (opts.model === undefined)) throw new CliError(CliCode.USAGE, 'give the model directory once: `stageml serve MODEL` or `--model MODEL`');
-      const modelDir = (positional ?? opts.model)!;
+      if (opts.bundle !== undefined && (positional !== undefined || opts.model !== undefined)) throw new CliError(CliCode.USAGE, '--bundle gives the model: drop MODEL / --model');
+      if (opts.bundle !== undefined && opts.memoryBudget !== undefined) throw new CliError(CliCode.USAGE, '--bundle applies its plan.json as written: --memory-budget does not apply');
+      if (opts.bundle === undefined && (positional === undefined) === (opts.model === undefined)) throw new CliError(CliCode.USAGE, 'give the model directory once: `stageml serve MODEL` or `--model MODEL` (or `--bundle DIR`)');
+      const modelDir = positional ?? opts.model;
       if (opts.loraModules !== undefined && opts.enableLora !== true) throw new CliError(CliCode.USAGE, '--lora-modules needs --enable-lora');
       const loraModules = parseLoraModules(opts.loraModules ?? []);
       const [servedName, ...aliases] = opts.servedModelName ?? [];
-      await requireDir(modelDir, '--model');
+      if (modelDir !== undefined) await requireDir(modelDir, '--model');
+      if (opts.bundle !== undefined) await requireDir(opts.bundle, '--bundle');
       if (opts.adapters !== undefined) await requireDir(opts.adapters, '--adapters');
       for (const r of opts.adapterRoot ?? []) await requireDir(r, '--adapter-root');
       const quantize = quantizeOptions(opts.quantize, opts.maxError);
@@ -98,7 +103,8 @@ export function registerServe(program: Command, io: CliIo): void {
         config = parseRouterConfig(text, opts.config);
       }
       const server = await createServer({
-        modelDir,
+        ...(modelDir === undefined ? {} : { modelDir }),
+        ...(opts.bundle === undefined ? {} : { bundle: opts.bundle }),
         ...(servedName === undefined ? {} : { modelName: servedName, modelAliases: aliases }),
         ...(Object.keys(loraModules).length === 0 ? {} : { loraModules }),
         ...(opts.maxModelLen === undefined ? {} : { maxModelLen: opts.maxModelLen }),

@@ -1,11 +1,15 @@
 import { readFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { type Graph, type HostTensor, graphToJson } from '@stageml/ir';
-import { stagedModelGraph } from '@stageml/models';
+import { parseLlamaConfig, stagedModelGraph } from '@stageml/models';
+import { findAdapterDirs, loadLoraAdapter } from '@stageml/peft';
+import { type Plan, PlanCode, PlanError, Planner, formatBytes, llamaWorkload, planToJson, validatePlan } from '@stageml/planner';
+import { defaultRules, loraServingSpec, rewriteGreedy } from '@stageml/rewrite';
 import { type BundleManifest, type SpecializeResult, quantizeStaged, specialize, writeBundle } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { parsePositiveInt } from '../args.js';
+import { parseBytes } from './plan.js';
 import { CliCode, CliError } from '../errors.js';
 import { loadGraphFile } from '../inspect.js';
 import type { CliIo } from '../io.js';
@@ -26,6 +30,8 @@ interface StageOptions {
   dtype: StageDType;
   quantize?: string;
   maxError?: number;
+  adapters?: string;
+  budget?: number;
 }
 
 /**
@@ -99,20 +105,65 @@ async function stageGraphFile(opts: StageOptions, graphPath: string): Promise<{ 
   return { graph, residual: result.residual, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
 }
 
+/** Format and version of a bundle's `rewrite.json` (docs/bundle.md). */
+export const REWRITE_LOG_FORMAT = 'stageml.rewrite';
+/** The `rewrite.json` version this CLI writes. */
+export const REWRITE_LOG_VERSION = 1;
+
+/**
+ * The serving plan of a bundle (`plan.json`, `stageml.plan` v1): what the engine can apply, per
+ * (adapter, layer, projection) `materialize` (a merged copy, charged to `budget`) or `residual`
+ * (the adapter's slot), for the adapters `dirs`, validated with the planner's own validator.
+ */
+async function servingPlan(model: string, dirs: readonly { name: string; dir: string }[], budget: number): Promise<Plan | undefined> {
+  const adapters = (await Promise.all(dirs.map((a) => loadLoraAdapter(a.dir, { name: a.name })))).filter((a) => a.modules.size > 0);
+  if (adapters.length === 0) return undefined;
+  let cfgText: string;
+  try {
+    cfgText = await readFile(join(model, 'config.json'), 'utf8');
+  } catch (e) {
+    throw new CliError(CliCode.IO, `cannot read ${join(model, 'config.json')}: ${(e as Error).message}`, { cause: e });
+  }
+  const config = parseLlamaConfig(cfgText, join(model, 'config.json'));
+  // The engine serves a unit merged (materialize) or from its slot (residual): nothing else.
+  const workload = llamaWorkload(config, adapters, { batch: 1, seq: 1, model: basename(resolve(model)), allowed: () => ['materialize', 'residual'] });
+  const planner = new Planner(workload, { executor: { name: 'engine', supportsOp: () => true, lateBinding: true }, budgetCovers: 'materialized' });
+  const outcome = planner.plan(budget);
+  if (outcome.kind === 'infeasible') throw new PlanError(PlanCode.INFEASIBLE, `no plan fits ${String(budget)} bytes: the least memory any plan needs is ${String(outcome.minMemory)} bytes (${formatBytes(outcome.minMemory)})`, { hint: 'raise --budget' });
+  validatePlan(outcome.plan, planner);
+  return outcome.plan;
+}
+
 async function stageModel(opts: StageOptions, dir: string): Promise<{ graph: Graph; residual: Graph; manifest: BundleManifest }> {
   const m = await stagedModelGraph(dir, {
     ...(opts.adapter === undefined ? {} : { adapter: opts.adapter }),
     ...(opts.layers === undefined ? {} : { numLayers: opts.layers }),
   });
+  // The rewrite library over the serving lattice, as `stageml inspect --rewrite` runs it: its log goes into the bundle.
+  const rewrite = rewriteGreedy(m.graph, [defaultRules], { context: { lattice: 'serving', annotations: loraServingSpec(m.graph), cutoff: opts.cutoff, sizes: { batch: 1, seq: 1 } } });
+  const adapterDirs = opts.adapters !== undefined ? await findAdapterDirs(opts.adapters) : opts.adapter !== undefined ? await findAdapterDirs(opts.adapter) : [];
+  const plan = await servingPlan(dir, adapterDirs, opts.budget ?? 0);
   const result = await withDType(opts, specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: opts.cutoff, values: { get: (n) => m.values.get(n) } }), m.graph);
-  return { graph: m.graph, residual: result.residual, manifest: await writeBundle(opts.out, result, { overwrite: opts.force === true }) };
+  const written = await writeBundle(opts.out, result, { overwrite: opts.force === true, ...(plan === undefined ? {} : { plan: JSON.parse(planToJson(plan)) as unknown }) });
+  // What `stageml serve --bundle` reads: the source model and adapters (absolute), and where the rewrite log is.
+  const manifest = { ...written, rewrite: 'rewrite.json', source: { model: resolve(dir), adapters: Object.fromEntries(adapterDirs.map((a) => [a.name, resolve(a.dir)])) } };
+  const log = { format: REWRITE_LOG_FORMAT, version: REWRITE_LOG_VERSION, graph: rewrite.graph.name, cutoff: opts.cutoff, sizes: { batch: 1, seq: 1 }, stop: rewrite.stop, iterations: rewrite.iterations, applied: rewrite.applied, estimate: rewrite.estimate, log: rewrite.log };
+  try {
+    await writeFile(join(opts.out, 'rewrite.json'), `${JSON.stringify(log, null, 2)}\n`);
+    await writeFile(join(opts.out, 'manifest.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+  } catch (e) {
+    throw new CliError(CliCode.IO, `cannot write ${opts.out}: ${(e as Error).message}`, { cause: e });
+  }
+  return { graph: m.graph, residual: result.residual, manifest };
 }
 
 /**
  * `stageml stage`: specialize a model (with an optional adapter, over the serving lattice
  * `base < adapter < tenant < request < routing < token`) or a bare graph (over `static < dynamic`)
  * at a cutoff stage, and write the residual bundle (manifest.json, residual.ir,
- * constants.safetensors, and residual.json, the IR's JSON form for Python hosts). `--dtype bf16|f16|checkpoint` converts the residual to that compute
+ * constants.safetensors, and residual.json, the IR's JSON form for Python hosts; for a model also
+ * plan.json, the serving plan of its adapters under `--budget`, rewrite.json, the rewrite library's
+ * log, and `source` in the manifest, the model and adapter directories `serve --bundle` loads). `--dtype bf16|f16|checkpoint` converts the residual to that compute
  * dtype (inputs and outputs stay f32; GPU code generators need bf16/f16).
  */
 export function registerStage(program: Command, io: CliIo): void {
@@ -132,10 +183,13 @@ export function registerStage(program: Command, io: CliIo): void {
     .option('--json', 'print the manifest as JSON')
     .option('--quantize <spec>', 'weight-only quantization of the residual linear weights: int8, int4 (blocks of 32), int8:g128, int4:channel, …:asym, or auto (with --max-error)')
     .option('--max-error <e>', 'with --quantize auto: the largest relative weight error per projection (int4, else int8, else f32)', parseMaxError)
+    .option('--adapters <dir>', 'the adapters the bundle serves (a PEFT adapter directory, or a directory of them; default: --adapter): planned into plan.json and loaded by `serve --bundle`')
+    .option('--budget <bytes>', 'bytes plan.json may spend on merged weight copies (64MiB, 2GB; default 0: every adapter served from its slot)', parseBytes)
     .action(async (opts: StageOptions) => {
       quantizeOptions(opts.quantize, opts.maxError);
       if ((opts.model === undefined) === (opts.graph === undefined)) throw new CliError(CliCode.USAGE, 'give exactly one of --model DIR or --graph FILE');
       if (opts.graph !== undefined && (opts.adapter !== undefined || opts.layers !== undefined)) throw new CliError(CliCode.USAGE, '--adapter and --layers apply to --model only');
+      if (opts.graph !== undefined && (opts.adapters !== undefined || opts.budget !== undefined)) throw new CliError(CliCode.USAGE, '--adapters and --budget apply to --model only');
       if (opts.model !== undefined && (opts.annotations !== undefined || opts.weights !== undefined)) throw new CliError(CliCode.USAGE, '--annotations and --weights apply to --graph only');
       const { graph, residual, manifest } = opts.model !== undefined ? await stageModel(opts, opts.model) : await stageGraphFile(opts, opts.graph!);
       // The residual's JSON form beside residual.ir, for hosts that load bundles without Node (stageml_torch.bundle).
