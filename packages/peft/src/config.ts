@@ -2,7 +2,6 @@ import { jsonDepth } from '@stageml/ir';
 import { RE2JS } from 're2js';
 import { z } from 'zod';
 import { PeftCode, PeftError } from './errors.js';
-import { errorMessage } from '@stageml/ir';
 
 /** Largest |α| (`lora_alpha`, `alpha_pattern` values) an adapter may declare; beyond it the scale is absurd. */
 export const MAX_LORA_ALPHA = 65536;
