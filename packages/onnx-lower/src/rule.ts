@@ -1,4 +1,4 @@
-import type { AttrsOf, OpKey, TensorType } from '@stageml/ir';
+import { type AttrsOf, type OpKey, type TensorType, type UnsupportedRule, unsupportedRule } from '@stageml/ir';
 
 import type { OnnxGraphBuilder } from './builder.js';
 
@@ -33,12 +33,8 @@ export interface Lowering<K extends OpKey> {
   readonly exact: boolean;
 }
 
-/** An op the ONNX lowering cannot express faithfully, and why. */
-export interface Unsupported {
-  readonly kind: 'unsupported';
-  /** Why; it becomes the `ONNX_UNSUPPORTED_OP` message. */
-  readonly reason: string;
-}
+/** An op the ONNX lowering cannot express faithfully, and why (`reason` becomes the `ONNX_UNSUPPORTED_OP` message). */
+export type Unsupported = UnsupportedRule;
 
 /** How the ONNX lowering handles op `K`. */
 export type OnnxRule<K extends OpKey> = Lowering<K> | Unsupported;
@@ -58,5 +54,5 @@ export function exactLowering<K extends OpKey>(lower: (ctx: LowerContext<K>) => 
 
 /** Marks an op as not expressible in ONNX; lowering a graph that uses it fails with `ONNX_UNSUPPORTED_OP`. */
 export function unsupported(reason: string): Unsupported {
-  return { kind: 'unsupported', reason };
+  return unsupportedRule(reason);
 }

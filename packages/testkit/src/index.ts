@@ -22,3 +22,5 @@ export { Chooser } from './chooser.js';
 export { opSamples } from './op-samples.js';
 export type { OpSample, OpSamplers } from './op-samples.js';
 export { expectCode, thrownBy } from './errors.js';
+export { expectMatchesInterpreter } from './conformance.js';
+export type { CaseExecutor, ExecutorCase, ExecutorCaseOptions } from './conformance.js';

@@ -1,7 +1,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { type Graph, type HostTensor, graphToJson } from '@stageml/ir';
+import { type Graph, type HostTensor, graphToJson, errorMessage } from '@stageml/ir';
 import { stagedModelGraph } from '@stageml/models';
 import { type BundleManifest, type SpecializeResult, quantizeStaged, specialize, writeBundle } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
@@ -61,7 +61,7 @@ async function readAnnotations(path: string | undefined): Promise<AnnotationFile
   try {
     raw = JSON.parse(await readFile(path, 'utf8'));
   } catch (e) {
-    throw new CliError(CliCode.IO, `cannot read annotations '${path}': ${(e as Error).message}`, { cause: e });
+    throw new CliError(CliCode.IO, `cannot read annotations '${path}': ${errorMessage(e)}`, { cause: e });
   }
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new CliError(CliCode.USAGE, `annotations '${path}' must be a JSON object`);
   for (const [k, v] of Object.entries(raw as Record<string, unknown>)) {
@@ -81,7 +81,7 @@ async function readWeights(path: string | undefined): Promise<Map<string, HostTe
   try {
     file = await SafetensorsFile.open(path);
   } catch (e) {
-    throw new CliError(CliCode.IO, `cannot open weights '${path}': ${(e as Error).message}`, { cause: e });
+    throw new CliError(CliCode.IO, `cannot open weights '${path}': ${errorMessage(e)}`, { cause: e });
   }
   try {
     for (const name of file.names()) values.set(name, await file.readTensor(name));
@@ -142,7 +142,7 @@ export function registerStage(program: Command, io: CliIo): void {
       try {
         await writeFile(join(opts.out, 'residual.json'), JSON.stringify(graphToJson(residual)));
       } catch (e) {
-        throw new CliError(CliCode.IO, `cannot write ${join(opts.out, 'residual.json')}: ${(e as Error).message}`, { cause: e });
+        throw new CliError(CliCode.IO, `cannot write ${join(opts.out, 'residual.json')}: ${errorMessage(e)}`, { cause: e });
       }
       if (opts.json === true) {
         io.out(JSON.stringify(manifest, null, 2));
