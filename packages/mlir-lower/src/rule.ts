@@ -1,6 +1,8 @@
 import { type AttrsOf, type HostTensor, type OpKey, type TensorType, type UnsupportedRule, isUnsupportedRule, unsupportedRule } from '@stageml/ir';
 import type { FunctionEmitter, ValueRef } from './emitter.js';
 
+// NOTE: shaped like the other backends' rule contexts on purpose (the duplicates report lists it): each
+// backend's rule sees its own emitter and value kind; only the `unsupported` entry is shared (@stageml/ir).
 /** What a rule sees of the node it lowers. */
 export interface RuleContext<K extends OpKey> {
   /** The function being written. */

@@ -2,6 +2,8 @@ import { type AttrsOf, type OpKey, type TensorType, type UnsupportedRule, unsupp
 
 import type { OnnxGraphBuilder } from './builder.js';
 
+// NOTE: shaped like the other backends' rule contexts on purpose (the duplicates report lists it): each
+// backend's rule sees its own emitter and value kind; only the `unsupported` entry is shared (@stageml/ir).
 /** What a lowering sees when it translates one IR node. */
 export interface LowerContext<K extends OpKey> {
   /** The builder to emit nodes, constants and run-time dims with. */

@@ -3,14 +3,17 @@ import { expect } from 'vitest';
 
 import { defaultTolerance } from './allclose.js';
 
-/** One executor conformance case (the shape of `@stageml/runtime`'s shared conformance cases). */
+/** One small graph exercising an op, with its data and how to compare an executor with the interpreter on it. */
 export interface ExecutorCase {
   /** What the case covers (shown on failure). */
   readonly name: string;
+  /** The graph; outputs are `out` or `out0`, `out1`, …. */
   readonly graph: Graph;
+  /** Input values by name. */
   readonly inputs: Readonly<Record<string, HostTensor>>;
+  /** Parameter values by name. */
   readonly weights: Readonly<Record<string, HostTensor>>;
-  /** A tolerance override. */
+  /** A tolerance override; where set, the case table says why. */
   readonly tol?: { readonly rtol: number; readonly atol: number };
   /** `values`: allclose to the interpreter; `range`: random, so dtype, shape and [0, 1) only. */
   readonly compare: 'values' | 'range';
