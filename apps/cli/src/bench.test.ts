@@ -1,13 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { ExitCode, runCli } from './index.js';
+import { ExitCode } from './index.js';
 import { DEFAULT_EXECUTOR, EXECUTOR_NAMES, resolveExecutor } from './executors.js';
-
-async function run(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await runCli(args, { out: (l) => out.push(l), err: (l) => err.push(l) });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
+import { runCaptured as run } from './test-fixtures.js';
 
 afterEach(() => {
   vi.unstubAllEnvs();

@@ -5,17 +5,11 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { checkHaproxy, renderHaproxyConfig } from './commands/cluster.js';
-import { ExitCode, runCli } from './index.js';
+import { ExitCode } from './index.js';
+import { runCaptured as run } from './test-fixtures.js';
 
 const template = readFileSync(fileURLToPath(new URL('../../../deploy/haproxy/haproxy.cfg.tmpl', import.meta.url)), 'utf8');
 const haveHaproxy = spawnSync('haproxy', ['-v']).status === 0;
-
-async function run(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await runCli(args, { out: (l) => out.push(l), err: (l) => err.push(l) });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
 
 describe('HAProxy config', () => {
   const cfg = renderHaproxyConfig(template, { bind: '127.0.0.1:9000', servers: [['replica-1', '127.0.0.1:9001'], ['replica-2', '127.0.0.1:9002']], hashBalanceFactor: 150 });

@@ -1,16 +1,10 @@
 import { fileURLToPath } from 'node:url';
 import { parseGraph, verifyGraph } from '@stageml/ir';
 import { describe, expect, it } from 'vitest';
-import { ExitCode, runCli } from './index.js';
+import { ExitCode } from './index.js';
+import { runCaptured as run } from './test-fixtures.js';
 
 const fixture = fileURLToPath(new URL('../../../fixtures/ir/lora-layer.ir', import.meta.url));
-
-async function run(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await runCli(args, { out: (l) => out.push(l), err: (l) => err.push(l) });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
 
 interface Report {
   stop: string;

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ExitCode, runCli } from './index.js';
+import { ExitCode } from './index.js';
+import { runCaptured as run } from './test-fixtures.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
 const golden = JSON.parse(readFileSync(`${root}golden.json`, 'utf8')) as Record<string, unknown>;
@@ -12,13 +13,6 @@ const tmp = mkdtempSync(join(tmpdir(), 'stageml-cli-models-'));
 afterAll(() => {
   rmSync(tmp, { recursive: true, force: true });
 });
-
-async function run(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await runCli(args, { out: (l) => out.push(l), err: (l) => err.push(l) });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
 
 async function maxDiff(file: string, key: string, goldenKey: string): Promise<number> {
   const a = await SafetensorsFile.open(file);

@@ -120,41 +120,15 @@ describe('stageml plan', () => {
   });
 
   it('gates materialization on the quantization bound of each merged weight', async () => {
-    const strict = await run([
-      'plan',
-      '--model',
-      model,
-      '--adapters',
-      adapters,
-      '--budget',
-      '1MiB',
-      '--quantize',
-      'int4',
-      '--quant-threshold',
-      '0',
-      '--out',
-      join(dir, 'q0.json'),
-      '--json',
-    ]);
+    // One plan per quantization gate: the spec, its error threshold and the plan file (plus extra flags).
+    const planQuantized = (spec: string, threshold: string, out: string, ...extra: string[]): ReturnType<typeof run> =>
+      run(['plan', '--model', model, '--adapters', adapters, '--budget', '1MiB', '--quantize', spec, '--quant-threshold', threshold, '--out', join(dir, out), ...extra]);
+    const strict = await planQuantized('int4', '0', 'q0.json', '--json');
     expect(strict.code).toBe(ExitCode.OK);
     const s0 = JSON.parse(strict.out) as { kinds: Record<string, number>; quantization: { groups: { accepted: boolean; bound: number }[] } };
     expect(s0.kinds['materialize']).toBe(0);
     expect(s0.quantization.groups.every((g) => !g.accepted && g.bound > 0)).toBe(true);
-    const loose = await run([
-      'plan',
-      '--model',
-      model,
-      '--adapters',
-      adapters,
-      '--budget',
-      '1MiB',
-      '--quantize',
-      'int8:g32',
-      '--quant-threshold',
-      '1',
-      '--out',
-      join(dir, 'q1.json'),
-    ]);
+    const loose = await planQuantized('int8:g32', '1', 'q1.json');
     expect(loose.code).toBe(ExitCode.OK);
     expect(loose.out).toMatch(/quantization gate int8:g32 ≤ 1: materialize rejected for 0 of 12 groups/);
     expect(readFileSync(join(dir, 'q1.json'), 'utf8')).toContain('"materialize"');

@@ -1,19 +1,10 @@
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { loadBundle } from '@stageml/runtime';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ExitCode, runCli } from './index.js';
-
-const fixture = (p: string): string => fileURLToPath(new URL(`../../../fixtures/${p}`, import.meta.url));
-
-async function run(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await runCli(args, { out: (l) => out.push(l), err: (l) => err.push(l) });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
+import { ExitCode } from './index.js';
+import { fixture, runCaptured as run } from './test-fixtures.js';
 
 describe('stageml stage --quantize', () => {
   let dir: string;

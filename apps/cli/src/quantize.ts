@@ -1,5 +1,6 @@
 import { weightQuantChooser } from '@stageml/planner';
 import { type QuantizeLinearsOptions, type WeightQuantSpec, parseWeightQuantSpec } from '@stageml/runtime';
+import { errorMessage } from '@stageml/ir';
 import { CliCode, CliError } from './errors.js';
 
 /** Per-weight decisions of `--quantize auto`, by weight name. */
@@ -24,7 +25,7 @@ export function quantizeOptions(spec: string | undefined, maxError: number | und
   try {
     return { spec: parseWeightQuantSpec(spec) };
   } catch (e) {
-    throw new CliError(CliCode.USAGE, (e as Error).message, { cause: e, hint: 'use int8, int4, int8:g128, int4:channel, int4:g32:asym or auto' });
+    throw new CliError(CliCode.USAGE, errorMessage(e), { cause: e, hint: 'use int8, int4, int8:g128, int4:channel, int4:g32:asym or auto' });
   }
 }
 

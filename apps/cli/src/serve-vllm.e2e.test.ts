@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ExitCode, runCli } from './index.js';
+import { ExitCode } from './index.js';
+import { runCaptured as run } from './test-fixtures.js';
 
 // `stageml serve` with vLLM's command line, as a real process, on the v2 fixtures
 // (tools/gen_fixtures_v2.py: transformers 5.17 + PEFT 0.21).
@@ -13,13 +14,6 @@ const repo = fileURLToPath(new URL('../../../', import.meta.url));
 const v2 = `${repo}fixtures/hf-v2/`;
 const golden = JSON.parse(readFileSync(`${v2}golden.json`, 'utf8')) as Record<string, any>;
 const prompt = (model: string, i: number): { input_ids: number[]; greedy_new_ids: number[] } => golden[`mistral.${model}`].prompts[`prompt${String(i)}`];
-
-async function run(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await runCli(args, { out: (l) => out.push(l), err: (l) => err.push(l) });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
 
 describe('stageml generate on the sliding-window Mistral', () => {
   it('stageml run writes logits equal to the transformers golden (window 16, 30+ tokens), base and adapter', async () => {

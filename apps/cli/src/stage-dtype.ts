@@ -1,4 +1,4 @@
-import { type DType, type Graph, type HostTensor, deserializeGraph, graphToJson, rounderFor } from '@stageml/ir';
+import { type DType, type Graph, type HostTensor, deserializeGraph, graphToJson, rounderFor, errorMessage } from '@stageml/ir';
 import type { SpecializeResult } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
 import { CliCode, CliError } from './errors.js';
@@ -181,7 +181,7 @@ export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', so
   try {
     residual = deserializeGraph({ ...json, nodes: sorted, outputs: outputs.map((o) => ({ name: o.name, value: renumber.get(o.value)! })) });
   } catch (e) {
-    throw new CliError(CliCode.USAGE, `cannot convert the residual to ${dtype}: ${(e as Error).message}`, { cause: e });
+    throw new CliError(CliCode.USAGE, `cannot convert the residual to ${dtype}: ${errorMessage(e)}`, { cause: e });
   }
   const constants: Record<string, HostTensor> = {};
   for (const [k, t] of Object.entries(result.constants)) constants[k] = t.dtype === 'f32' && !keep.has(k) ? castTensor(t, dtype) : t;

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { readFile } from 'node:fs/promises';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import client from 'prom-client';
-import { StageError } from '@stageml/ir';
+import { StageError, errorMessage } from '@stageml/ir';
 import { type PickInfo, chatTemplateOf, logSoftmax, topOf } from '@stageml/models';
 import { Engine, type EngineOptions } from '@stageml/engine';
 import { PeftCode, PeftError, findAdapterDirs } from '@stageml/peft';
@@ -286,7 +286,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     const fe = err as { code?: string; statusCode?: number; message?: string };
     let status = statusOf(err);
     let code = err instanceof StageError ? String(err.code) : 'SERVER_ERROR';
-    let message = err instanceof Error ? err.message : String(err);
+    let message = errorMessage(err);
     if (!(err instanceof StageError) && fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE') [status, code, message] = [413, ServerCode.BODY_TOO_LARGE, 'the request body is too large'];
     else if (!(err instanceof StageError) && typeof fe.statusCode === 'number' && fe.statusCode < 500) [status, code] = [fe.statusCode, ServerCode.BAD_REQUEST];
     if (status === 429) void reply.header('retry-after', String(scheduler.retryAfterSeconds(tenantOf.get(_req))));
@@ -521,7 +521,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
         // HTTP error with its status, never a 200 with an error event.
         if (!sse.started) throw e;
         const status = statusOf(e);
-        sse.send({ error: { message: e instanceof Error ? e.message : String(e), type: errorType(status), code: e instanceof StageError ? String(e.code) : 'SERVER_ERROR' } });
+        sse.send({ error: { message: errorMessage(e), type: errorType(status), code: e instanceof StageError ? String(e.code) : 'SERVER_ERROR' } });
       }
       sse.done();
       return reply;

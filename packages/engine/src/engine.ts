@@ -1,8 +1,6 @@
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { type Graph, type HostTensor, StageError, graphParams, hostTensor } from '@stageml/ir';
+import { type Graph, type HostTensor, StageError, errorMessage, graphParams, hostTensor } from '@stageml/ir';
 import { type ExpertLora, expertLoraFor } from '@stageml/moe';
-import { type ExpertsFactory, type LlamaConfig, ModelCode, ModelError, type TextTokenizer, buildLlamaGraph, expertParamName, loadTokenizer, loraExperts, parseLlamaConfig, readParam, ropeInvFreqFor } from '@stageml/models';
+import { type ExpertsFactory, type LlamaConfig, ModelCode, ModelError, type TextTokenizer, buildLlamaGraph, expertParamName, loadTokenizer, loraExperts, readLlamaConfig, readParam, ropeInvFreqFor } from '@stageml/models';
 import { AdapterCache, type CacheLease, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter, scalingFor } from '@stageml/peft';
 import { type Executor, type PreparedGraph, type QuantizeLinearsOptions, type WeightQuantSpec, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
@@ -289,13 +287,7 @@ export class Engine {
       validatePlanDocument(fixedPlan);
     }
     if (opts.quantize !== undefined && opts.weights === 'inputs') throw new EngineError(EngineCode.BAD_OPTIONS, "quantize packs the weights into the programs: it needs weights: 'program'");
-    let cfgText: string;
-    try {
-      cfgText = await readFile(join(dir, 'config.json'), 'utf8');
-    } catch (e) {
-      throw new ModelError(ModelCode.IO, `cannot read ${join(dir, 'config.json')}: ${(e as Error).message}`, { cause: e });
-    }
-    const config = parseLlamaConfig(cfgText, join(dir, 'config.json'));
+    const config = await readLlamaConfig(dir);
     const modules: SlotModule[] = [];
     const forms: SlotForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? ['gathered', 'grouped'] : [opts.slotForm];
     const graphs = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : []));
@@ -645,13 +637,7 @@ export class Engine {
       Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
       inputs[ROW_SLOT_INPUT] = hostTensor('i64', [1], [slot]);
       this.#runs++;
-      let out: Record<string, HostTensor>;
-      try {
-        out = await program.run(inputs);
-      } catch (e) {
-        if (e instanceof StageError) throw e;
-        throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${(e as Error).message}`, { cause: e });
-      }
+      const out = await runProgram(program, inputs);
       const logits = out['logits']!;
       return { dtype: 'f32', shape: [count, this.config.vocabSize], data: logits.data };
     } finally {
@@ -695,12 +681,7 @@ export class Engine {
     }
     this.#runs++;
     this.#runsByForm[form]++;
-    try {
-      return await programs[form]!.run(inputs);
-    } catch (e) {
-      if (e instanceof StageError) throw e;
-      throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${(e as Error).message}`, { cause: e });
-    }
+    return runProgram(programs[form]!, inputs);
   }
 
   #outputs(out: Record<string, HostTensor>): { k: Float32Array[]; v: Float32Array[] } {
@@ -838,6 +819,16 @@ export class Engine {
       }
       return logits.subarray(r * V, (r + 1) * V);
     });
+  }
+}
+
+/** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */
+async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>): Promise<Record<string, HostTensor>> {
+  try {
+    return await program.run(inputs);
+  } catch (e) {
+    if (e instanceof StageError) throw e;
+    throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${errorMessage(e)}`, { cause: e });
   }
 }
 

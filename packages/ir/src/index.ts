@@ -97,4 +97,6 @@ export { asWeightStore, bindDims, evaluateNode, interpret, recordWeightStore, se
 export { jsonDepth } from './json-depth.js';
 export type { InterpretOptions, WeightStore } from './interpret.js';
 export { evalCost, graphCost } from './cost.js';
+export { isUnsupportedRule, unsupportedRule } from './backend-rule.js';
+export type { UnsupportedRule } from './backend-rule.js';
 export type { GraphCost } from './cost.js';

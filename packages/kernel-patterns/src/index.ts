@@ -10,10 +10,12 @@
  * - The shapes themselves (`LORA_LINEAR`, `BANK_GROUP_STEP`, `BANK_GATHERED`, `MOE_LORA`,
  *   `loraDelta`) are exported as patterns, so other tools can match them too.
  * - The rule shape every kernel backend's exhaustive op table uses (`KernelRule`, `kernelRule`,
- *   `unsupportedRule`, `hostReasonOf`).
+ *   `unsupportedRule`, `hostReasonOf`), and `byKernelFamily`, the per-family emitter dispatch.
  */
 export { recognizeResidual } from './recognize.js';
 export { hostReasonOf, kernelRule, unsupportedRule } from './kernel-rules.js';
+export { byKernelFamily } from './kernel-family.js';
+export type { KernelFamilyEmitters } from './kernel-family.js';
 export type { KernelRule, KernelRuleTable } from './kernel-rules.js';
 export { BANK_GATHERED, BANK_GROUP_STEP, BASE_LINEAR, LORA_LINEAR, MOE_LORA, loraDelta } from './shapes.js';
 export type {

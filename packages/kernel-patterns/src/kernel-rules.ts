@@ -1,4 +1,4 @@
-import type { OpKey } from '@stageml/ir';
+import { type OpKey, type UnsupportedRule, unsupportedRule as irUnsupportedRule } from '@stageml/ir';
 import type { ResidualKernelKind } from './kernel-types.js';
 
 /**
@@ -13,7 +13,7 @@ export type KernelRule =
       /** Why an occurrence outside those patterns is left to the host executor. */
       readonly outside: string;
     }
-  | { readonly kind: 'unsupported'; readonly reason: string };
+  | UnsupportedRule;
 
 /** A backend's exhaustive rule table (adding an op to `OPS` fails its build until handled). */
 export type KernelRuleTable = Readonly<Record<OpKey, KernelRule>>;
@@ -25,7 +25,7 @@ export function kernelRule(patterns: readonly ResidualKernelKind[], outside: str
 
 /** An op the backend emits no kernel for, with the reason. */
 export function unsupportedRule(reason: string): KernelRule {
-  return { kind: 'unsupported', reason };
+  return irUnsupportedRule(reason);
 }
 
 /** Why a backend with rule table `rules` leaves an op node of kind `op` to the host executor. */

@@ -1,6 +1,8 @@
-import type { AttrsOf, HostTensor, OpKey, TensorType } from '@stageml/ir';
+import { type AttrsOf, type HostTensor, type OpKey, type TensorType, type UnsupportedRule, isUnsupportedRule, unsupportedRule } from '@stageml/ir';
 import type { FunctionEmitter, ValueRef } from './emitter.js';
 
+// NOTE: shaped like the other backends' rule contexts on purpose (the duplicates report lists it): each
+// backend's rule sees its own emitter and value kind; only the `unsupported` entry is shared (@stageml/ir).
 /** What a rule sees of the node it lowers. */
 export interface RuleContext<K extends OpKey> {
   /** The function being written. */
@@ -23,22 +25,18 @@ export interface RuleContext<K extends OpKey> {
 /** Lowers one node: returns one SSA value per result. */
 export type MlirRuleFn<K extends OpKey> = (ctx: RuleContext<K>) => readonly ValueRef[];
 
-/** A rule table entry saying the op cannot be lowered, and why. */
-export interface UnsupportedRule {
-  readonly kind: 'unsupported';
-  /** Why the op has no MLIR lowering (becomes the `LOWER_UNSUPPORTED_OP` message). */
-  readonly reason: string;
-}
+/** A rule table entry saying the op cannot be lowered, and why (the shared `@stageml/ir` shape). */
+export type { UnsupportedRule } from '@stageml/ir';
 
 /** How the MLIR lowering handles op `K`: a lowering function or an `unsupported` entry. */
 export type MlirRule<K extends OpKey> = MlirRuleFn<K> | UnsupportedRule;
 
 /** Marks an op as having no MLIR lowering; `reason` is reported in `LOWER_UNSUPPORTED_OP`. */
 export function unsupported(reason: string): UnsupportedRule {
-  return { kind: 'unsupported', reason };
+  return unsupportedRule(reason);
 }
 
 /** Whether a rule table entry is `unsupported(…)`. */
 export function isUnsupported<K extends OpKey>(rule: MlirRule<K>): rule is UnsupportedRule {
-  return typeof rule !== 'function';
+  return isUnsupportedRule(rule);
 }

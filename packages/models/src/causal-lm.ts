@@ -1,14 +1,12 @@
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { SERVING_STAGES } from '@stageml/annotations';
-import { type Graph, type HostTensor, StageError, graphInputs, graphParams, hostTensor, zeros } from '@stageml/ir';
+import { type Graph, type HostTensor, StageError, graphInputs, graphParams, hostTensor, zeros, errorMessage } from '@stageml/ir';
 import { type ExpertLora, expertLoraFor } from '@stageml/moe';
 import { type LoraAdapter, type LoraForm, checkAdapterAgainstBase, loadLoraAdapter, scalingFor } from '@stageml/peft';
 import { type Executor, type PreparedGraph, type QuantizeLinearsOptions, type WeightQuantSpec, interpreterExecutor, quantizeLinears, specialize } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
 import { ModelCode, ModelError } from './errors.js';
 import { readParam } from './checkpoint-map.js';
-import { type LlamaConfig, parseLlamaConfig, ropeInvFreqFor } from './hf-config.js';
+import { type LlamaConfig, readLlamaConfig, ropeInvFreqFor } from './hf-config.js';
 import { adapterParamName, bankLinear, expertParamName, loraExperts, rowsInputName, singleAdapterLinear } from './linear-factories.js';
 import { type LinearFactory, buildLlamaGraph } from './llama-graph.js';
 import { type TextTokenizer, loadTokenizer } from './tokenizer.js';
@@ -128,13 +126,7 @@ export class CausalLM {
    * shaped tensors are `MODEL_BAD_WEIGHT` naming file and key).
    */
   static async load(dir: string, opts: CausalLMOptions = {}): Promise<CausalLM> {
-    let cfgText: string;
-    try {
-      cfgText = await readFile(join(dir, 'config.json'), 'utf8');
-    } catch (e) {
-      throw new ModelError(ModelCode.IO, `cannot read ${join(dir, 'config.json')}: ${(e as Error).message}`, { cause: e });
-    }
-    const config = parseLlamaConfig(cfgText, join(dir, 'config.json'));
+    const config = await readLlamaConfig(dir);
     const graph = buildLlamaGraph(config, { qkvBias: config.qkvBias });
     const ckpt = await openCheckpoint(dir);
     const weights = new Map<string, HostTensor>();
@@ -351,7 +343,7 @@ export class CausalLM {
       out = await program.prepared.run(inputs);
     } catch (e) {
       if (e instanceof StageError) throw e;
-      throw new ModelError(ModelCode.BAD_OPTIONS, `running the model failed: ${(e as Error).message}`, { cause: e });
+      throw new ModelError(ModelCode.BAD_OPTIONS, `running the model failed: ${errorMessage(e)}`, { cause: e });
     }
     const tensors: Record<string, HostTensor> = {};
     for (let l = 0; l < this.config.numLayers; l++) {

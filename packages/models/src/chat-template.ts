@@ -1,4 +1,5 @@
 import { Template } from '@huggingface/jinja';
+import { errorMessage } from '@stageml/ir';
 import { ModelCode, ModelError } from './errors.js';
 import type { TextTokenizer } from './tokenizer.js';
 
@@ -26,7 +27,7 @@ function compile(source: string): Template {
     try {
       t = new Template(source);
     } catch (e) {
-      throw new ModelError(ModelCode.BAD_CONFIG, `the chat template does not parse: ${(e as Error).message}`, { cause: e });
+      throw new ModelError(ModelCode.BAD_CONFIG, `the chat template does not parse: ${errorMessage(e)}`, { cause: e });
     }
     if (compiled.size > 32) compiled.clear();
     compiled.set(source, t);
@@ -60,7 +61,7 @@ export function renderChatTemplate(
       add_generation_prompt: opts.addGenerationPrompt ?? true,
     });
   } catch (e) {
-    throw new ModelError(ModelCode.BAD_OPTIONS, `rendering the chat template failed: ${(e as Error).message}`, { cause: e });
+    throw new ModelError(ModelCode.BAD_OPTIONS, `rendering the chat template failed: ${errorMessage(e)}`, { cause: e });
   }
 }
 

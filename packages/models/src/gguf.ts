@@ -1,5 +1,5 @@
 import { open } from 'node:fs/promises';
-import type { HostTensor } from '@stageml/ir';
+import { type HostTensor, errorMessage, f16Bits, f16FromBits } from '@stageml/ir';
 import { ModelCode, ModelError } from './errors.js';
 import type { LlamaConfig } from './hf-config.js';
 
@@ -41,48 +41,8 @@ export interface GgufTensor {
 const ALIGN = 32;
 const QK = 32;
 
-function f16(v: number): number {
-  // Round-to-nearest-even float32 → float16 bits.
-  const f = new Float32Array([v]);
-  const x = new Uint32Array(f.buffer)[0]!;
-  const sign = (x >>> 16) & 0x8000;
-  const exp = (x >>> 23) & 0xff;
-  let mant = x & 0x7fffff;
-  if (exp === 0xff) return sign | 0x7c00 | (mant !== 0 ? 0x200 : 0);
-  let e = exp - 127 + 15;
-  if (e >= 0x1f) return sign | 0x7c00;
-  if (e <= 0) {
-    if (e < -10) return sign;
-    mant |= 0x800000;
-    const shift = 14 - e;
-    const half = 1 << (shift - 1);
-    let r = mant >>> shift;
-    const rem = mant & ((1 << shift) - 1);
-    if (rem > half || (rem === half && (r & 1) === 1)) r++;
-    return sign | r;
-  }
-  let r = mant >>> 13;
-  const rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem === 0x1000 && (r & 1) === 1)) {
-    r++;
-    if (r === 0x400) {
-      r = 0;
-      e++;
-      if (e >= 0x1f) return sign | 0x7c00;
-    }
-  }
-  return sign | (e << 10) | r;
-}
-
-/** float16 bits → number. */
-export function fromF16(h: number): number {
-  const s = h & 0x8000 ? -1 : 1;
-  const e = (h >> 10) & 0x1f;
-  const m = h & 0x3ff;
-  if (e === 0) return s * m * 2 ** -24;
-  if (e === 0x1f) return m === 0 ? s * Infinity : Number.NaN;
-  return s * (1 + m / 1024) * 2 ** (e - 15);
-}
+/** float16 bits → number (`f16FromBits` of `@stageml/ir`, kept under this name for the package's API). */
+export const fromF16: (h: number) => number = f16FromBits;
 
 /** Bytes of a tensor of `n` elements (a multiple of 32 for the block types). */
 function typeBytes(type: GgmlTypeName, n: number): number {
@@ -109,7 +69,7 @@ export function encodeGgml(type: GgmlTypeName, x: Float32Array): Uint8Array {
     return out;
   }
   if (type === 'F16') {
-    for (let i = 0; i < n; i++) dv.setUint16(2 * i, f16(x[i]!), true);
+    for (let i = 0; i < n; i++) dv.setUint16(2 * i, f16Bits(x[i]!), true);
     return out;
   }
   const bb = type === 'Q8_0' ? 34 : 18;
@@ -121,7 +81,7 @@ export function encodeGgml(type: GgmlTypeName, x: Float32Array): Uint8Array {
       for (let j = 0; j < QK; j++) amax = Math.max(amax, Math.abs(x[lo + j]!));
       const d = amax / 127;
       const id = d !== 0 ? 1 / d : 0;
-      dv.setUint16(o, f16(d), true);
+      dv.setUint16(o, f16Bits(d), true);
       for (let j = 0; j < QK; j++) dv.setInt8(o + 2 + j, Math.round(Math.fround(x[lo + j]! * id)));
     } else {
       let amax = 0;
@@ -135,7 +95,7 @@ export function encodeGgml(type: GgmlTypeName, x: Float32Array): Uint8Array {
       }
       const d = Math.fround(max / -8);
       const id = d !== 0 ? Math.fround(1 / d) : 0;
-      dv.setUint16(o, f16(d), true);
+      dv.setUint16(o, f16Bits(d), true);
       for (let j = 0; j < QK / 2; j++) {
         const x0 = Math.min(15, Math.trunc(Math.fround(Math.fround(x[lo + j]! * id) + 8.5)));
         const x1 = Math.min(15, Math.trunc(Math.fround(Math.fround(x[lo + QK / 2 + j]! * id) + 8.5)));
@@ -286,7 +246,7 @@ export async function writeGguf(path: string, metadata: Readonly<Record<string, 
     await fh.truncate(dataStart + offset);
   } catch (e) {
     if (e instanceof ModelError) throw e;
-    throw new ModelError(ModelCode.IO, `cannot write ${path}: ${(e as Error).message}`, { cause: e });
+    throw new ModelError(ModelCode.IO, `cannot write ${path}: ${errorMessage(e)}`, { cause: e });
   } finally {
     await fh?.close();
   }

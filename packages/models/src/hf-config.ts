@@ -1,3 +1,5 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { z } from 'zod';
 import { ModelCode, ModelError } from './errors.js';
 import type { LlamaShape } from './llama-graph.js';
@@ -205,4 +207,19 @@ export function ropeInvFreqFor(headDim: number, theta: number, rope: RopeScaling
       });
     }
   }
+}
+
+/**
+ * Reads and parses `dir/config.json` (`parseLlamaConfig`); an unreadable file is `MODEL_IO` naming
+ * the path, a malformed one `MODEL_BAD_CONFIG`.
+ */
+export async function readLlamaConfig(dir: string): Promise<LlamaConfig> {
+  const file = join(dir, 'config.json');
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (e) {
+    throw new ModelError(ModelCode.IO, `cannot read ${file}: ${errorMessage(e)}`, { cause: e });
+  }
+  return parseLlamaConfig(text, file);
 }

@@ -33,7 +33,7 @@ async function readOptional(path: string): Promise<string | undefined> {
     return await readFile(path, 'utf8');
   } catch (e) {
     if ((e as { code?: string }).code === 'ENOENT' || (e as { code?: string }).code === 'ENOTDIR') return undefined;
-    throw new ModelError(ModelCode.IO, `cannot read ${path}: ${(e as Error).message}`, { cause: e });
+    throw new ModelError(ModelCode.IO, `cannot read ${path}: ${errorMessage(e)}`, { cause: e });
   }
 }
 

@@ -1,7 +1,9 @@
-import type { AttrsOf, OpKey, TensorType } from '@stageml/ir';
+import { type AttrsOf, type OpKey, type TensorType, type UnsupportedRule, unsupportedRule } from '@stageml/ir';
 
 import type { OnnxGraphBuilder } from './builder.js';
 
+// NOTE: shaped like the other backends' rule contexts on purpose (the duplicates report lists it): each
+// backend's rule sees its own emitter and value kind; only the `unsupported` entry is shared (@stageml/ir).
 /** What a lowering sees when it translates one IR node. */
 export interface LowerContext<K extends OpKey> {
   /** The builder to emit nodes, constants and run-time dims with. */
@@ -33,12 +35,8 @@ export interface Lowering<K extends OpKey> {
   readonly exact: boolean;
 }
 
-/** An op the ONNX lowering cannot express faithfully, and why. */
-export interface Unsupported {
-  readonly kind: 'unsupported';
-  /** Why; it becomes the `ONNX_UNSUPPORTED_OP` message. */
-  readonly reason: string;
-}
+/** An op the ONNX lowering cannot express faithfully, and why (`reason` becomes the `ONNX_UNSUPPORTED_OP` message). */
+export type Unsupported = UnsupportedRule;
 
 /** How the ONNX lowering handles op `K`. */
 export type OnnxRule<K extends OpKey> = Lowering<K> | Unsupported;
@@ -58,5 +56,5 @@ export function exactLowering<K extends OpKey>(lower: (ctx: LowerContext<K>) => 
 
 /** Marks an op as not expressible in ONNX; lowering a graph that uses it fails with `ONNX_UNSUPPORTED_OP`. */
 export function unsupported(reason: string): Unsupported {
-  return { kind: 'unsupported', reason };
+  return unsupportedRule(reason);
 }

@@ -6,6 +6,8 @@ import { quantizedLinear } from './rules-quant.js';
 import { broadcastTo, concat, constant, iota, randomUniform, reshape, slice, transpose } from './rules-shape.js';
 import type { OnnxRuleTable } from './rule.js';
 
+// NOTE: the key list repeats `OPS` and the tfjs/MLIR tables on purpose (the duplicates report lists it):
+// each backend's exhaustive per-op rule table is its own, and `satisfies` checks it against the registry.
 /**
  * How every op of the IR registry lowers to standard ONNX (opset `ONNX_OPSET`, default domain
  * only): a complete mapped type over `OpKey` checked with `satisfies`, so adding an op to `OPS`

@@ -1,4 +1,4 @@
-import { jsonDepth } from '@stageml/ir';
+import { errorMessage, jsonDepth } from '@stageml/ir';
 import { RE2JS } from 're2js';
 import { z } from 'zod';
 import { PeftCode, PeftError } from './errors.js';
@@ -159,7 +159,7 @@ function fullMatcher(source: string, where: string): FullMatch {
     try {
       re = RE2JS.compile(source);
     } catch (e) {
-      throw new PeftError(PeftCode.UNSUPPORTED, `${where}: regex is not supported (${(e as Error).message.slice(0, 120)}); only linear-time (RE2) syntax is accepted`, { cause: e });
+      throw new PeftError(PeftCode.UNSUPPORTED, `${where}: regex is not supported (${errorMessage(e).slice(0, 120)}); only linear-time (RE2) syntax is accepted`, { cause: e });
     }
     return (name) => re.matches(name);
   });
@@ -182,7 +182,7 @@ function patternMatcher(key: string, where: string): FullMatch {
       } catch {
         jsValid = false;
       }
-      if (jsValid) throw new PeftError(PeftCode.UNSUPPORTED, `${where}: regex is not supported (${(e as Error).message.slice(0, 120)}); only linear-time (RE2) syntax is accepted`, { cause: e });
+      if (jsValid) throw new PeftError(PeftCode.UNSUPPORTED, `${where}: regex is not supported (${errorMessage(e).slice(0, 120)}); only linear-time (RE2) syntax is accepted`, { cause: e });
       const re = RE2JS.compile(`(.*\\.)?(${escapeRegExp(key)})`);
       return (name) => re.matches(name);
     }

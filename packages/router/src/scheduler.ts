@@ -1,4 +1,4 @@
-import { StageError } from '@stageml/ir';
+import { StageError, errorMessage } from '@stageml/ir';
 import type { Engine, Sequence } from '@stageml/engine';
 import { type SamplingOptions, type TokenPicker, makePicker } from '@stageml/models';
 import { RouterCode, RouterError } from './errors.js';
@@ -283,7 +283,7 @@ export class Scheduler {
     for (const s of seqs) {
       if (s.done) continue;
       s.done = true;
-      s.reject(e instanceof StageError ? e : new RouterError(RouterCode.BAD_REQUEST, e instanceof Error ? e.message : String(e), { cause: e }));
+      s.reject(e instanceof StageError ? e : new RouterError(RouterCode.BAD_REQUEST, errorMessage(e), { cause: e }));
     }
   }
 

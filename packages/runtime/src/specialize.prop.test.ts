@@ -1,24 +1,15 @@
 import { test } from '@fast-check/vitest';
 import { SERVING_STAGES } from '@stageml/annotations';
 import { type Graph, type HostTensor, graphInputs, graphParams, interpret, printGraph } from '@stageml/ir';
-import { GRAPH_OPS, arbGraphWithData } from '@stageml/testkit';
+import { arbStagedGraph } from '@stageml/testkit';
 import fc from 'fast-check';
 import { describe, expect } from 'vitest';
 import { specialize } from './index.js';
 
-// Random ops draw from a stream, so "equal outputs" is not meaningful for them; BTA keeps them
-// late (tested in @stageml/annotations).
-const OPS = GRAPH_OPS.filter((k) => k !== 'randomUniform');
-
-const arbCase = arbGraphWithData({ maxNodes: 10, ops: OPS }).chain((data) => {
-  const leaves = [...graphInputs(data.graph), ...graphParams(data.graph)];
-  return fc.record({
-    data: fc.constant(data),
-    stages: fc.array(fc.nat(SERVING_STAGES.top), { minLength: leaves.length, maxLength: leaves.length }),
-    cut1: fc.nat(SERVING_STAGES.top),
-    cut2: fc.nat(SERVING_STAGES.top),
-  });
-});
+// Random ops are left out (arbStagedGraph); BTA keeps them late (tested in @stageml/annotations).
+const arbCase = fc
+  .tuple(arbStagedGraph({ maxNodes: 10, top: SERVING_STAGES.top }), fc.nat(SERVING_STAGES.top), fc.nat(SERVING_STAGES.top))
+  .map(([staged, cut1, cut2]) => ({ ...staged, cut1, cut2 }));
 
 type Case = typeof arbCase extends fc.Arbitrary<infer C> ? C : never;
 

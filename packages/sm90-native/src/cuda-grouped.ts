@@ -1,3 +1,5 @@
+// NOTE: the split-K partial reduction below repeats cuda-gemm.ts's on purpose (the duplicates report lists it):
+// each kernel inlines it into its own tile loop, and the emitted header is pinned by the golden snapshot.
 /** Second half of `stageml_sm90.cuh`: grouped shrink/expand templates and the checked host launch helpers. */
 export const GROUPED_TEMPLATES = `// ---- grouped shrink (SGMV / BGMV / single adapter) ------------------------------------------
 // One CTA per (block of ≤16 rows of one adapter, K split); 4 warps each take one k16 step of every

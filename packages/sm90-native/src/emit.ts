@@ -1,4 +1,4 @@
-import type { BankGatheredKernel, BankGroupedKernel, LoraLinearKernel, MoeLoraKernel, ResidualKernel } from '@stageml/kernel-patterns';
+import { type BankGatheredKernel, type BankGroupedKernel, type LoraLinearKernel, type MoeLoraKernel, type ResidualKernel, byKernelFamily } from '@stageml/kernel-patterns';
 
 /** Element types the tensor-core kernels take. */
 export type Sm90DType = 'f16' | 'bf16';
@@ -232,13 +232,5 @@ ${registry([entry], ['launch'])}
 
 /** The CUDA translation unit (`<name>.cu`) of one kernel and the registry entries it adds. */
 export function emitCudaUnit(k: Sm90Kernel): { text: string; entries: RegistryEntry[] } {
-  switch (k.kind) {
-    case 'loraLinear':
-      return linear(k);
-    case 'bankGrouped':
-    case 'bankGathered':
-      return bank(k);
-    case 'moeLora':
-      return moe(k);
-  }
+  return byKernelFamily(k, { loraLinear: linear, bank, moe });
 }

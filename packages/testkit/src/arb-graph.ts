@@ -629,3 +629,23 @@ export function arbGraphWithData(opts: GraphArbOptions = {}): fc.Arbitrary<Graph
 export function graphSymbols(g: Graph): string[] {
   return [...new Set(g.values.flatMap((v) => v.type.shape.flatMap(dimSymbols)))].sort();
 }
+
+/** A random graph with data and a binding-time stage for each leaf (`arbStagedGraph`). */
+export interface StagedGraph {
+  readonly data: GraphWithData;
+  /** One stage in [0, top] per leaf: the graph's inputs, then its parameters. */
+  readonly stages: number[];
+}
+
+/**
+ * Random graphs of at most `maxNodes` nodes with data (no `randomUniform`: outputs of random ops are
+ * not comparable across graphs that draw a different number of times), each leaf given a random
+ * stage in [0, `top`]: the cases of the staging and specialization properties.
+ */
+export function arbStagedGraph(opts: { readonly maxNodes: number; readonly top: number }): fc.Arbitrary<StagedGraph> {
+  const ops = GRAPH_OPS.filter((k) => k !== 'randomUniform');
+  return arbGraphWithData({ maxNodes: opts.maxNodes, ops }).chain((data) => {
+    const leaves = graphInputs(data.graph).length + graphParams(data.graph).length;
+    return fc.record({ data: fc.constant(data), stages: fc.array(fc.nat(opts.top), { minLength: leaves, maxLength: leaves }) });
+  });
+}

@@ -16,9 +16,11 @@ export { allcloseReport, defaultTolerance, formatAllcloseReport, toBeAllclose } 
 export type { AllcloseOptions, AllcloseReport } from './allclose.js';
 export { arbDType, arbDim, arbHostTensor, arbTensorType } from './arb-tensor.js';
 export type { HostTensorOptions, TensorTypeOptions } from './arb-tensor.js';
-export { GRAPH_OPS, arbGraph, arbGraphWithData, graphSymbols } from './arb-graph.js';
-export type { GraphArbOptions, GraphWithData } from './arb-graph.js';
+export { GRAPH_OPS, arbGraph, arbGraphWithData, arbStagedGraph, graphSymbols } from './arb-graph.js';
+export type { GraphArbOptions, GraphWithData, StagedGraph } from './arb-graph.js';
 export { Chooser } from './chooser.js';
 export { opSamples } from './op-samples.js';
 export type { OpSample, OpSamplers } from './op-samples.js';
 export { expectCode, thrownBy } from './errors.js';
+export { expectMatchesInterpreter } from './conformance.js';
+export type { CaseExecutor, ExecutorCase, ExecutorCaseOptions } from './conformance.js';

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { errorMessage } from '@stageml/ir';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 const bin = (name: string): string => join(root, 'node_modules', '.bin', name);
@@ -125,7 +126,7 @@ beforeAll(async () => {
         join(project, 'tsconfig.json'),
         JSON.stringify({ compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', strict: true, noEmit: true, types: [] }, files: ['check.mts', 'check.cts'] }),
       );
-      const run = (args: string[]): Promise<string> => sh(process.execPath, args, project).catch((e: unknown) => `FAILED ${e instanceof Error ? e.message : String(e)}`);
+      const run = (args: string[]): Promise<string> => sh(process.execPath, args, project).catch((e: unknown) => `FAILED ${errorMessage(e)}`);
       const [esm, cjs, tsc] = await Promise.all([run(['esm.mjs']), run(['cjs.cjs']), run([join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'])]);
       results.set(n, { esm, cjs, tsc });
     }),

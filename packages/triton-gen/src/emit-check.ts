@@ -1,4 +1,5 @@
 import type { BankGatheredKernel, BankGroupedKernel, LoraLinearKernel, MoeLoraKernel } from './patterns.js';
+import { byKernelFamily } from '@stageml/kernel-patterns';
 import { type TritonKernel, pyHeader } from './python.js';
 
 /** Default bench row counts by kernel kind (check rows add ragged sizes in the same buckets). */
@@ -240,15 +241,7 @@ def parts(inp, out):
 }
 
 function specific(k: TritonKernel): string {
-  switch (k.kind) {
-    case 'loraLinear':
-      return loraLinear(k);
-    case 'bankGrouped':
-    case 'bankGathered':
-      return bank(k);
-    case 'moeLora':
-      return moe(k);
-  }
+  return byKernelFamily(k, { loraLinear, bank, moe });
 }
 
 /**

@@ -1,4 +1,5 @@
 import type { BankGatheredKernel, BankGroupedKernel, LoraLinearKernel, MoeLoraKernel, ResidualKernel } from './patterns.js';
+import { byKernelFamily } from '@stageml/kernel-patterns';
 import { type TritonKernel, pyFloat, pyHeader } from './python.js';
 
 const CHECK = `
@@ -248,13 +249,5 @@ ${lora ? '    _check("a", a, (NUM_EXPERTS, RANK, IN_DIM))\n    _check("b", b, (N
 
 /** The launcher module (`<name>_launch.py`): argument checks, row metadata and kernel launches. */
 export function emitLauncher(k: TritonKernel): string {
-  switch (k.kind) {
-    case 'loraLinear':
-      return loraLinear(k);
-    case 'bankGrouped':
-    case 'bankGathered':
-      return bank(k);
-    case 'moeLora':
-      return moe(k);
-  }
+  return byKernelFamily(k, { loraLinear, bank, moe });
 }

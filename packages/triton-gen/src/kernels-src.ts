@@ -1,3 +1,5 @@
+// NOTE: the shrink/expand bodies repeat their prologue on purpose (the duplicates report lists it): each
+// @triton.jit kernel is compiled alone, so the emitted Python (pinned by the golden snapshots) inlines it.
 // Triton kernel bodies. They read their problem constants (K, N, R, R_PAD, SCALE, …) from
 // module-level `tl.constexpr` globals that `emit-kernels.ts` writes above them, so one body
 // serves every specialization and the row count M stays a run-time value.

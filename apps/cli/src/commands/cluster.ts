@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
+import { errorMessage } from '@stageml/ir';
 import { parsePositiveInt } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import type { CliIo } from '../io.js';
@@ -150,7 +151,7 @@ export function registerCluster(program: Command, io: CliIo): void {
       try {
         template = readFileSync(templatePath, 'utf8');
       } catch (e) {
-        throw new CliError(CliCode.IO, `cannot read '${templatePath}': ${(e as Error).message}`, { cause: e });
+        throw new CliError(CliCode.IO, `cannot read '${templatePath}': ${errorMessage(e)}`, { cause: e });
       }
       const names = Array.from({ length: opts.replicas }, (_, i) => `replica-${String(i + 1)}`);
       const config = renderHaproxyConfig(template, {

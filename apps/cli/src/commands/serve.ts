@@ -2,6 +2,7 @@ import { readFile, stat } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { parseRouterConfig } from '@stageml/router';
 import { createServer } from '@stageml/server';
+import { errorMessage } from '@stageml/ir';
 import { parseHost, parseNonNegativeInt, parsePort, parsePositiveInt, parseSeconds } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
@@ -98,7 +99,7 @@ export function registerServe(program: Command, io: CliIo): void {
         try {
           text = await readFile(opts.config, 'utf8');
         } catch (e) {
-          throw new CliError(CliCode.IO, `cannot read '${opts.config}': ${(e as Error).message}`, { cause: e });
+          throw new CliError(CliCode.IO, `cannot read '${opts.config}': ${errorMessage(e)}`, { cause: e });
         }
         config = parseRouterConfig(text, opts.config);
       }
@@ -133,7 +134,7 @@ export function registerServe(program: Command, io: CliIo): void {
       } catch (e) {
         await server.shutdown().catch(() => undefined);
         const code = (e as { code?: unknown }).code;
-        const why = code === 'EADDRINUSE' ? 'the address is already in use' : code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN' ? 'the address is not available on this machine' : code === 'EACCES' ? 'permission denied (ports below 1024 need privileges)' : (e as Error).message;
+        const why = code === 'EADDRINUSE' ? 'the address is already in use' : code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN' ? 'the address is not available on this machine' : code === 'EACCES' ? 'permission denied (ports below 1024 need privileges)' : errorMessage(e);
         throw new CliError(CliCode.LISTEN, `cannot listen on ${opts.host}:${String(opts.port)}: ${why}`, { cause: e });
       }
       const models = [server.modelName, ...server.lm.adapterNames];

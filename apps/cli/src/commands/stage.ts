@@ -1,7 +1,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { type Graph, type HostTensor, graphToJson } from '@stageml/ir';
+import { type Graph, type HostTensor, errorMessage, graphToJson } from '@stageml/ir';
 import { parseLlamaConfig, stagedModelGraph } from '@stageml/models';
 import { findAdapterDirs, loadLoraAdapter } from '@stageml/peft';
 import { type Plan, PlanCode, PlanError, Planner, formatBytes, llamaWorkload, planToJson, validatePlan } from '@stageml/planner';
@@ -67,7 +67,7 @@ async function readAnnotations(path: string | undefined): Promise<AnnotationFile
   try {
     raw = JSON.parse(await readFile(path, 'utf8'));
   } catch (e) {
-    throw new CliError(CliCode.IO, `cannot read annotations '${path}': ${(e as Error).message}`, { cause: e });
+    throw new CliError(CliCode.IO, `cannot read annotations '${path}': ${errorMessage(e)}`, { cause: e });
   }
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new CliError(CliCode.USAGE, `annotations '${path}' must be a JSON object`);
   for (const [k, v] of Object.entries(raw as Record<string, unknown>)) {
@@ -87,7 +87,7 @@ async function readWeights(path: string | undefined): Promise<Map<string, HostTe
   try {
     file = await SafetensorsFile.open(path);
   } catch (e) {
-    throw new CliError(CliCode.IO, `cannot open weights '${path}': ${(e as Error).message}`, { cause: e });
+    throw new CliError(CliCode.IO, `cannot open weights '${path}': ${errorMessage(e)}`, { cause: e });
   }
   try {
     for (const name of file.names()) values.set(name, await file.readTensor(name));
@@ -196,7 +196,7 @@ export function registerStage(program: Command, io: CliIo): void {
       try {
         await writeFile(join(opts.out, 'residual.json'), JSON.stringify(graphToJson(residual)));
       } catch (e) {
-        throw new CliError(CliCode.IO, `cannot write ${join(opts.out, 'residual.json')}: ${(e as Error).message}`, { cause: e });
+        throw new CliError(CliCode.IO, `cannot write ${join(opts.out, 'residual.json')}: ${errorMessage(e)}`, { cause: e });
       }
       if (opts.json === true) {
         io.out(JSON.stringify(manifest, null, 2));

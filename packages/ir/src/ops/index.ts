@@ -38,6 +38,8 @@ import { attention, randomUniform, rotary } from './nn.js';
 import { argmax, layerNorm, max, mean, rmsNorm, softmax, sum } from './reduce.js';
 import { broadcastTo, concat, reshape, slice, transpose } from './shape.js';
 
+// NOTE: every backend's rule table repeats this key list on purpose (the duplicates report lists it):
+// the tables are mapped types over `OpKey`, so each must name every op to build.
 /**
  * The op registry: every op the IR knows, defined once. The verifier, printer, parser,
  * interpreter, binding-time analysis, cost model and every lowering read these definitions; a

@@ -1,38 +1,11 @@
-import { type HostTensor, OP_KEYS, interpret } from '@stageml/ir';
+import { OP_KEYS } from '@stageml/ir';
 import { ONNX_RULES, type OnnxRuleTable } from '@stageml/onnx-lower';
-import { defaultTolerance } from '@stageml/testkit';
+import { expectMatchesInterpreter } from '@stageml/testkit';
 import { beforeAll, describe, expect, test } from 'vitest';
 
 import type { Executor } from '../executor.js';
-import { CONFORMANCE_CASES, type ConformanceCase } from '../tfjs/conformance/index.js';
+import { CONFORMANCE_CASES } from '../tfjs/conformance/index.js';
 import { createOrtExecutor } from './index.js';
-
-function toleranceOf(c: ConformanceCase, expected: HostTensor): { rtol: number; atol: number } {
-  return c.tol !== undefined ? { ...c.tol } : defaultTolerance(expected.dtype);
-}
-
-async function checkCase(executor: Executor, c: ConformanceCase): Promise<void> {
-  const expected = interpret(c.graph, { inputs: c.inputs, weights: c.weights });
-  const prepared = await executor.prepare(c.graph, c.weights);
-  try {
-    for (let run = 0; run < 2; run++) {
-      const actual = await prepared.run(c.inputs);
-      expect(Object.keys(actual).sort(), c.name).toEqual(Object.keys(expected).sort());
-      for (const [name, want] of Object.entries(expected)) {
-        const got = actual[name]!;
-        if (c.compare === 'range') {
-          expect({ dtype: got.dtype, shape: got.shape }, `${c.name}: ${name}`).toEqual({ dtype: want.dtype, shape: want.shape });
-          expect(Array.from(got.data).every((v) => v >= 0 && v < 1), `${c.name}: ${name} in [0, 1)`).toBe(true);
-          if (got.data.length >= 64) expect(new Set(got.data).size, `${c.name}: ${name} varies`).toBeGreaterThan(1);
-        } else {
-          expect(got, `${c.name}: ${name} (run ${String(run + 1)})`).toBeAllclose(want, toleranceOf(c, want));
-        }
-      }
-    }
-  } finally {
-    prepared.dispose();
-  }
-}
 
 describe('onnxruntime matches the interpreter', () => {
   let executor: Executor;
@@ -46,6 +19,6 @@ describe('onnxruntime matches the interpreter', () => {
   });
 
   test.each([...OP_KEYS])('%s', async (key) => {
-    for (const c of CONFORMANCE_CASES[key]) await checkCase(executor, c);
+    for (const c of CONFORMANCE_CASES[key]) await expectMatchesInterpreter(executor, c);
   });
 });

@@ -1,5 +1,5 @@
 import type * as tf from '@tensorflow/tfjs-core';
-import type { AttrsOf, OpKey, TensorType } from '@stageml/ir';
+import { type AttrsOf, type OpKey, type TensorType, type UnsupportedRule, unsupportedRule } from '@stageml/ir';
 
 import type { TfjsBackend } from './backend.js';
 
@@ -42,12 +42,8 @@ export interface Lowering<K extends OpKey> {
   readonly exact: boolean;
 }
 
-/** An op the tfjs executor cannot run faithfully, and why. */
-export interface Unsupported {
-  readonly kind: 'unsupported';
-  /** Why; it becomes the `RT_UNSUPPORTED_OP` message at prepare time. */
-  readonly reason: string;
-}
+/** An op the tfjs executor cannot run faithfully, and why (`reason` becomes the `RT_UNSUPPORTED_OP` message at prepare time). */
+export type Unsupported = UnsupportedRule;
 
 /** How the tfjs executor handles op `K`: a lowering or an `unsupported` entry. */
 export type TfRule<K extends OpKey> = Lowering<K> | Unsupported;
@@ -67,5 +63,5 @@ export function exactLowering<K extends OpKey>(lower: (attrs: AttrsOf<K>, ctx: L
 
 /** Marks an op as not runnable on tfjs; preparing a graph that uses it fails with `RT_UNSUPPORTED_OP`. */
 export function unsupported(reason: string): Unsupported {
-  return { kind: 'unsupported', reason };
+  return unsupportedRule(reason);
 }

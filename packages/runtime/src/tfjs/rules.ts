@@ -18,6 +18,8 @@ import {
 } from './rules-shape.js';
 import type { TfRuleTable } from './rule.js';
 
+// NOTE: the key list repeats `OPS` and the ONNX/MLIR tables on purpose (the duplicates report lists it):
+// each backend's exhaustive per-op rule table is its own, and `satisfies` checks it against the registry.
 /**
  * How the tfjs executor runs every op of the IR registry: a complete mapped type over `OpKey`
  * checked with `satisfies`, so adding an op to `OPS` fails this build until it has a lowering or an

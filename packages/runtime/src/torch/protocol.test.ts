@@ -4,13 +4,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { GraphBuilder, type HostTensor, graphToJson, hostTensor, interpret } from '@stageml/ir';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
 import { writeBundle } from '../bundle.js';
 import { RuntimeCode } from '../errors.js';
 import { specialize } from '../specialize.js';
-import { FrameDecoder, type TorchExecutor, createTorchExecutor, encodeFrame } from './index.js';
-import { describeWithTorch } from './test-support.js';
+import { FrameDecoder, createTorchExecutor, encodeFrame } from './index.js';
+import { describeWithTorch, useCpuTorchExecutor } from './test-support.js';
 
 const NATIVE = fileURLToPath(new URL('../../../../native', import.meta.url));
 
@@ -100,17 +100,11 @@ async function talk(python: string, frames: Buffer[], env: Record<string, string
 }
 
 describeWithTorch('torch worker protocol', () => {
-  let executor: TorchExecutor;
-  beforeAll(async () => {
-    executor = await createTorchExecutor({ device: 'cpu' });
-  }, 120_000);
-  afterAll(async () => {
-    await executor.close();
-  });
+  const torch = useCpuTorchExecutor();
 
   it('answers hello, refuses unknown requests and handles with coded errors, and exits at end of input', async () => {
     const frames = [encodeFrame({ op: 'hello', id: 1 }), encodeFrame({ op: 'fly', id: 2 }), encodeFrame({ op: 'run', id: 3, handle: 99 })].flat();
-    const { replies, code } = await talk(executor.info.python, frames);
+    const { replies, code } = await talk(torch().info.python, frames);
     expect(code).toBe(0);
     expect(replies[0]).toMatchObject({ ok: true, id: 1, protocol: 1, device: 'cpu' });
     expect(replies[1]).toMatchObject({ ok: false, id: 2, code: 'RT_WORKER_FAILED' });
@@ -135,18 +129,18 @@ describeWithTorch('torch worker protocol', () => {
     const xs = rnd(3, 8);
     const frames = [encodeFrame({ op: 'prepare', id: 1, graph: graphToJson(g) }, weights), encodeFrame({ op: 'run', id: 2, handle: 1 }, { x: xs })].flat();
     for (const fuse of ['0', '1']) {
-      const { replies } = await talk(executor.info.python, frames, { STAGEML_TORCH_FUSE: fuse });
+      const { replies } = await talk(torch().info.python, frames, { STAGEML_TORCH_FUSE: fuse });
       expect(replies[0]).toMatchObject({ ok: true, fusedLoraLinears: fuse === '1' ? 1 : 0 });
       expect(replies[1]).toMatchObject({ ok: true });
     }
-    const p = await executor.prepare(g, weights);
+    const p = await torch().prepare(g, weights);
     expect((await p.run({ x: xs }))['y']).toBeAllclose(interpret(g, { inputs: { x: xs }, weights })['y']!, { rtol: 1e-6, atol: 1e-6 });
     p.dispose();
   }, 60_000);
 
   it('reports a truncated frame and exits non-zero', async () => {
     const [len, body] = encodeFrame({ op: 'hello' });
-    const { replies, code } = await talk(executor.info.python, [len!, body!.subarray(0, 3)]);
+    const { replies, code } = await talk(torch().info.python, [len!, body!.subarray(0, 3)]);
     expect(code).toBe(1);
     expect(replies[0]).toMatchObject({ ok: false, code: 'RT_WORKER_FAILED' });
   }, 60_000);
@@ -172,7 +166,7 @@ describeWithTorch('torch worker protocol', () => {
       'print(json.dumps(y.tolist()))',
       'try:\n    load_bundle(sys.argv[1], "cpu")\nexcept Exception as e:\n    print(e.code)',
     ].join('\n');
-    const r = spawnSync(executor.info.python, ['-c', script, dir], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: NATIVE } });
+    const r = spawnSync(torch().info.python, ['-c', script, dir], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: NATIVE } });
     expect(r.stderr).toBe('');
     const [y, code] = r.stdout.trim().split('\n');
     const want = interpret(g, { inputs: { x: hostTensor('f32', [1, 3], [1, 0, -1]) }, weights: { w: wv, bias: hostTensor('f32', [2], [0.5, -1]) } })['y']!;
@@ -187,7 +181,7 @@ describeWithTorch('torch worker protocol', () => {
     b.output('y', b.gather(table, ids));
     const g = b.build();
     const weights = { table: hostTensor('f32', [4, 3], Array.from({ length: 12 }, (_, i) => i)) };
-    const p = await executor.prepare(g, weights);
+    const p = await torch().prepare(g, weights);
     const good = { ids: hostTensor('i64', [2], [3, 0]) };
     expect(Array.from((await p.run(good))['y']!.data)).toEqual(Array.from(interpret(g, { inputs: good, weights })['y']!.data));
     await expect(p.run({ ids: hostTensor('i64', [1], [7]) })).rejects.toMatchObject({ code: RuntimeCode.EVAL_FAILED, message: expect.stringContaining('gather') });
@@ -196,6 +190,6 @@ describeWithTorch('torch worker protocol', () => {
     expect(Array.from((await p.run(good))['y']!.data)).toEqual([9, 10, 11, 0, 1, 2]);
     p.dispose();
     await expect(p.run(good)).rejects.toMatchObject({ code: RuntimeCode.DISPOSED });
-    await expect(executor.prepare(g, {})).rejects.toMatchObject({ code: RuntimeCode.MISSING_WEIGHT });
+    await expect(torch().prepare(g, {})).rejects.toMatchObject({ code: RuntimeCode.MISSING_WEIGHT });
   }, 60_000);
 });

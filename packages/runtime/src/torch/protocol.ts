@@ -1,4 +1,5 @@
 import type { DType, HostTensor, TensorData } from '@stageml/ir';
+import { errorMessage } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from '../errors.js';
 
 /** Version of the worker protocol this build speaks (native/stageml_torch/protocol.py). */
@@ -122,7 +123,7 @@ export class FrameDecoder {
     try {
       header = JSON.parse(this.#peek(4 + headLen).subarray(4).toString('utf8')) as Record<string, unknown>;
     } catch (e) {
-      throw protocolError(`header is not JSON (${(e as Error).message})`);
+      throw protocolError(`header is not JSON (${errorMessage(e)})`);
     }
     const raw: unknown = header['tensors'] ?? [];
     if (!Array.isArray(raw)) throw protocolError('header.tensors is not a list');

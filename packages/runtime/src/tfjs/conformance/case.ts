@@ -1,6 +1,5 @@
 import {
   type DType,
-  type Graph,
   GraphBuilder,
   type HostTensor,
   type OpKey,
@@ -10,22 +9,10 @@ import {
   seededRandom,
   sizeOf,
 } from '@stageml/ir';
+import type { ExecutorCase } from '@stageml/testkit';
 
-/** One small graph exercising an op, with its data and how to compare executors on it. */
-export interface ConformanceCase {
-  /** What the case covers (shown on failure). */
-  readonly name: string;
-  /** The graph; outputs are `out` or `out0`, `out1`, …. */
-  readonly graph: Graph;
-  /** Input values by name. */
-  readonly inputs: Readonly<Record<string, HostTensor>>;
-  /** Parameter values by name. */
-  readonly weights: Readonly<Record<string, HostTensor>>;
-  /** A tolerance override; where set, the case table says why. */
-  readonly tol?: { readonly rtol: number; readonly atol: number };
-  /** `values` (default): allclose to the interpreter; `range`: random, so dtype, shape and [0, 1) only. */
-  readonly compare: 'values' | 'range';
-}
+/** One small graph exercising an op, with its data and how to compare executors on it (testkit's `ExecutorCase`). */
+export type ConformanceCase = ExecutorCase;
 
 /** Cases for every registry op: a complete mapped type, so a new op without cases fails typecheck. */
 export type ConformanceTable = Readonly<Record<OpKey, readonly ConformanceCase[]>>;
