@@ -38,6 +38,8 @@ const server = await createServer({
   modelDir: join(DIR, 'smol'),
   modelName: 'smol',
   adaptersDir: join(DIR, 'adapters'),
+  // The never-seen adapter is loaded over the admin route from DIR/fresh: inside an allowed root.
+  adapterRoots: [DIR],
   executor: await createOrtExecutor({ intraOpNumThreads: threads }),
   maxBatch: 40,
   maxLoras: 33,

@@ -192,10 +192,14 @@ export async function runGeneration(
     inner.abort();
   };
   opts.signal?.addEventListener('abort', onAbort, { once: true });
-  /** Sends the text past `sent` with the tokens since the last delta; empty deltas wait unless `final`. */
+  /**
+   * Sends the text past `sent` with the tokens since the last delta. An empty delta waits for text
+   * unless `final` — or the model has no tokenizer: then the token ids are all a stream carries, so
+   * each goes out as it is chosen.
+   */
   const release = (visible: string, final = false): void => {
     const delta = visible.slice(sent.length);
-    if (delta === '' && (!final || pendingIds.length === 0)) return;
+    if (delta === '' && (pendingIds.length === 0 || (!final && detok !== undefined))) return;
     sent = visible;
     opts.onDelta?.(delta, pendingIds, pendingPicks);
     pendingIds = [];
