@@ -116,7 +116,7 @@ export interface ServerOptions {
   readonly maxLoraRank?: number;
   /** Parsed adapters kept on the host (vLLM `--max-cpu-loras`; default `maxLoras`). */
   readonly maxCpuLoras?: number;
-  /** Most prompt tokens per prefill chunk (default 64). */
+  /** Most prompt tokens per prefill chunk (default 32). */
   readonly prefillChunk?: number;
   /** Bytes the engine's planner may spend on merged weight copies (default: no planning). */
   readonly memoryBudget?: number;

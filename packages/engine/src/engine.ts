@@ -21,7 +21,10 @@ export interface EngineOptions {
   readonly maxLoraRank?: number;
   /** Parsed adapters kept on the host for re-warming a slot without reading the disk (default `maxLoras`). */
   readonly maxCpuLoras?: number;
-  /** Most prompt tokens one prefill run takes (chunked prefill; default 64). */
+  /**
+   * Most prompt tokens one prefill run takes (chunked prefill; default 32: on the CPU a 64-token
+   * chunk beside 8 decoding streams raised their p99 inter-token latency 2.4×, 32 tokens 1.5×).
+   */
   readonly prefillChunk?: number;
   /**
    * Where the base weights live: `program` (default) hands them to the one prepared program as
@@ -274,7 +277,7 @@ export class Engine {
     const maxLoras = positiveInt('maxLoras', opts.maxLoras, 16);
     const rank = positiveInt('maxLoraRank', opts.maxLoraRank, 64);
     const maxCpuLoras = positiveInt('maxCpuLoras', opts.maxCpuLoras, maxLoras);
-    const prefillChunk = positiveInt('prefillChunk', opts.prefillChunk, 64);
+    const prefillChunk = positiveInt('prefillChunk', opts.prefillChunk, 32);
     const replanEvery = positiveInt('replanEvery', opts.replanEvery, 512);
     const memoryBudget = opts.memoryBudget;
     if (memoryBudget !== undefined && !(Number.isFinite(memoryBudget) && memoryBudget >= 0)) throw new EngineError(EngineCode.BAD_OPTIONS, `memoryBudget must be a number of bytes ≥ 0, got ${String(memoryBudget)}`);
