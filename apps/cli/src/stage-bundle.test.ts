@@ -2,13 +2,14 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type HostTensor, hostTensor, interpret } from '@stageml/ir';
+import { interpret } from '@stageml/ir';
 import { parsePlan, validatePlanDocument } from '@stageml/planner';
 import { loadBundle } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { createServer } from '@stageml/server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExitCode, runCli } from './index.js';
+import { prefillInputs } from './test-fixtures.js';
 
 const fixture = (p: string): string => fileURLToPath(new URL(`../../../fixtures/${p}`, import.meta.url));
 const golden = JSON.parse(readFileSync(fixture('peft-tiny/golden.json'), 'utf8')) as Record<string, unknown> & { families: { llama: { adapters: string[] } } };
@@ -23,19 +24,6 @@ async function run(args: string[]): Promise<{ code: number; out: string; err: st
 }
 
 /** Inputs of one prefill of `ids` through a staged Llama residual with an empty KV cache. */
-function prefill(ids: number[], layers: number, kvHeads: number, headDim: number): Record<string, HostTensor> {
-  const t = ids.length;
-  const inputs: Record<string, HostTensor> = {
-    input_ids: hostTensor('i64', [1, t], ids),
-    position_ids: hostTensor('i64', [1, t], ids.map((_, i) => i)),
-    attention_mask: hostTensor('f32', [1, t], new Array<number>(t).fill(0)),
-  };
-  for (let l = 0; l < layers; l++) {
-    inputs[`past_key.${String(l)}`] = hostTensor('f32', [1, kvHeads, 0, headDim], []);
-    inputs[`past_value.${String(l)}`] = hostTensor('f32', [1, kvHeads, 0, headDim], []);
-  }
-  return inputs;
-}
 
 describe('stageml stage writes plan.json; serve --bundle applies it', () => {
   let dir: string;
@@ -76,7 +64,7 @@ describe('stageml stage writes plan.json; serve --bundle applies it', () => {
     const f = await SafetensorsFile.open(fixture('peft-tiny/golden.safetensors'));
     const want = await f.readTensor('llama.qv-r8.prompt0.logits');
     await f.close();
-    const logits = interpret(b.residual, { inputs: prefill(prompt('qv-r8', 0).input_ids, 2, 2, 16), weights: b.constants })['logits']!;
+    const logits = interpret(b.residual, { inputs: prefillInputs(prompt('qv-r8', 0).input_ids, 2, 2, 16), weights: b.constants })['logits']!;
     let worst = 0;
     for (let i = 0; i < want.data.length; i++) worst = Math.max(worst, Math.abs(logits.data[i]! - want.data[i]!));
     expect(worst).toBeLessThan(1e-3);

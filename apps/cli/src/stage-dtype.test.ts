@@ -1,12 +1,12 @@
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type HostTensor, deserializeGraph, hostTensor, interpret, printGraph } from '@stageml/ir';
+import { type HostTensor, deserializeGraph, interpret, printGraph } from '@stageml/ir';
 import { loadBundle } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExitCode } from './index.js';
-import { fixture, runCaptured as run } from './test-fixtures.js';
+import { fixture, prefillInputs, runCaptured as run } from './test-fixtures.js';
 
 interface Manifest {
   inputs: { name: string; type: string }[];
@@ -15,19 +15,6 @@ interface Manifest {
 }
 
 /** Inputs of one prefill of `ids` through a staged Llama residual with an empty KV cache. */
-function prefill(ids: number[], layers: number, kvHeads: number, headDim: number): Record<string, HostTensor> {
-  const t = ids.length;
-  const inputs: Record<string, HostTensor> = {
-    input_ids: hostTensor('i64', [1, t], ids),
-    position_ids: hostTensor('i64', [1, t], ids.map((_, i) => i)),
-    attention_mask: hostTensor('f32', [1, t], new Array<number>(t).fill(0)),
-  };
-  for (let l = 0; l < layers; l++) {
-    inputs[`past_key.${String(l)}`] = hostTensor('f32', [1, kvHeads, 0, headDim], []);
-    inputs[`past_value.${String(l)}`] = hostTensor('f32', [1, kvHeads, 0, headDim], []);
-  }
-  return inputs;
-}
 
 function relError(a: HostTensor, b: HostTensor): number {
   let num = 0;
@@ -68,7 +55,7 @@ describe('stageml stage --dtype', () => {
     expect(b.residual.values.find((v) => v.name === 'rope.cos.bf16')?.type.dtype).toBe('bf16');
     expect(b.constants['model.embed_tokens.weight']?.dtype).toBe('bf16');
     const ids = golden['llama.all-r16']['prompt0']!.input_ids;
-    const out = interpret(b.residual, { inputs: prefill(ids, 2, 2, 16), weights: b.constants });
+    const out = interpret(b.residual, { inputs: prefillInputs(ids, 2, 2, 16), weights: b.constants });
     const logits = out['logits']!;
     expect(logits.dtype).toBe('f32');
     const err = relError({ ...logits, shape: logits.shape.slice(1) }, want);

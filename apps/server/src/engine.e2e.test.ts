@@ -4,34 +4,17 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { writeRandomAdapter } from '@stageml/engine';
 import { CausalLM, generate, parseLlamaConfig } from '@stageml/models';
-import { type Executor, interpreterExecutor } from '@stageml/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StageServer, createServer } from './index.js';
+import { sleep, slowedInterpreter } from './test-support.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
 const golden = JSON.parse(readFileSync(`${root}golden.json`, 'utf8')) as Record<string, unknown> & { families: { llama: { adapters: string[] } } };
 const ADAPTERS = golden.families.llama.adapters;
 const prompt = (model: string, p: number) => (golden[`llama.${model}`] as Record<string, { input_ids: number[]; greedy_new_ids: number[] }>)[`prompt${String(p)}`]!;
 const tmp = mkdtempSync(join(tmpdir(), 'stageml-server-engine-'));
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** The interpreter with a pause before every run, so a step lasts long enough to count steps. */
-const slowed: Executor = {
-  name: 'interpreter-slowed',
-  async prepare(g, w) {
-    const p = await interpreterExecutor.prepare(g, w);
-    return {
-      executor: p.executor,
-      async run(inputs) {
-        await sleep(25);
-        return p.run(inputs);
-      },
-      dispose: () => {
-        p.dispose();
-      },
-    };
-  },
-};
+/** The interpreter with a pause before every run (a step lasts long enough to observe). */
+const slowed = slowedInterpreter(25);
 
 function body(model: string, p: number, extra: Record<string, unknown> = {}) {
   return { model: model === 'base' ? 'llama' : model, prompt: prompt(model, p).input_ids, max_tokens: 12, temperature: 0, ignore_eos: true, return_token_ids: true, ...extra };

@@ -1,30 +1,13 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { type Executor, interpreterExecutor } from '@stageml/runtime';
 import { describe, expect, it } from 'vitest';
 import { createServer } from './index.js';
+import { sleep, slowedInterpreter } from './test-support.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
 const golden = JSON.parse(readFileSync(`${root}golden.json`, 'utf8')) as Record<string, Record<string, { input_ids: number[] }>>;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** The interpreter with a pause before every run, so a request lasts long enough to scrape. */
-const slowed: Executor = {
-  name: 'interpreter-slowed',
-  async prepare(g, w) {
-    const p = await interpreterExecutor.prepare(g, w);
-    return {
-      executor: p.executor,
-      async run(inputs) {
-        await sleep(20);
-        return p.run(inputs);
-      },
-      dispose: () => {
-        p.dispose();
-      },
-    };
-  },
-};
+/** The interpreter with a pause before every run (a step lasts long enough to observe). */
+const slowed = slowedInterpreter(20);
 
 describe('vllm:kv_cache_usage_perc from the engine', () => {
   it('reads the KV bytes live sequences hold ÷ maxBatch × maxModelLen × KV bytes per token, 0 when idle', async () => {
