@@ -78,8 +78,13 @@ export interface EnginePlan {
 export interface EngineMemory {
   /** Base weights, held once by the one prepared program. */
   readonly weights: number;
-  /** Slot tables (A and B of every projection, all slots). */
+  /**
+   * Slot tables reserved (A and B of every projection, all slots at the slot rank): address space
+   * fixed at load; only the rows adapters write become resident memory.
+   */
   readonly slots: number;
+  /** Factors of the adapters in slots now, unpadded (rank r, not the slot rank): the tables' resident part. */
+  readonly slotFactors: number;
   /** KV buffers of live sequences (capacity, not just the filled part). */
   readonly kv: number;
   /** Reusable staging buffers of multi-row steps. */
@@ -129,7 +134,12 @@ function shapeOnly(a: LoraAdapter): LoraAdapter {
 }
 
 interface SlotEntry {
-  readonly adapter: LoraAdapter;
+  /**
+   * The parsed adapter until its factors are written into the slot tables, then its shapes only:
+   * the tables are the one copy a resident adapter's factors have (a plan change re-reads them
+   * through the host cache).
+   */
+  adapter: LoraAdapter;
   slot: number | undefined;
 }
 
@@ -355,7 +365,7 @@ export class Engine {
     const staging = this.#staging.bytes;
     let lanes = 0;
     for (const l of this.#lanes.values()) lanes += l.bytes;
-    return { weights: this.#weightBytes, slots: this.#tables.bytes, kv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + staging + lanes };
+    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + staging + lanes };
   }
 
   /** Counters. */
@@ -487,7 +497,10 @@ export class Engine {
   }
 
   #assign(entry: SlotEntry): number {
-    entry.slot ??= this.#tables.write(withoutModules(entry.adapter, this.#applied.merged.get(entry.adapter.name)));
+    if (entry.slot === undefined) {
+      entry.slot = this.#tables.write(withoutModules(entry.adapter, this.#applied.merged.get(entry.adapter.name)));
+      entry.adapter = shapeOnly(entry.adapter);
+    }
     this.#entries.set(entry.adapter.name, entry);
     return entry.slot;
   }
@@ -525,13 +538,10 @@ export class Engine {
     const changed = [...this.#registered.keys()].filter((n) => !same(this.#applied.merged.get(n), next.merged.get(n)));
     const adapters = new Map<string, LoraAdapter>();
     for (const name of changed) {
-      const entry = this.#entries.get(name);
-      if (entry !== undefined) adapters.set(name, entry.adapter);
-      else {
-        const lease = await this.#host.acquire(name);
-        adapters.set(name, lease.value);
-        lease.release();
-      }
+      // Resident entries keep shapes only: the factors come from the host cache (or the disk).
+      const lease = await this.#host.acquire(name);
+      adapters.set(name, lease.value);
+      lease.release();
     }
     const lanes = new Map<string, Lane | undefined>();
     for (const name of changed) lanes.set(name, await this.#laneFor(adapters.get(name)!, next.merged.get(name), this.#lanes.get(name)));
@@ -543,7 +553,7 @@ export class Engine {
       if (lane === undefined) this.#lanes.delete(name);
       else this.#lanes.set(name, lane);
       const entry = this.#entries.get(name);
-      if (entry?.slot !== undefined) this.#tables.rewrite(entry.slot, withoutModules(entry.adapter, next.merged.get(name)));
+      if (entry?.slot !== undefined) this.#tables.rewrite(entry.slot, withoutModules(adapters.get(name)!, next.merged.get(name)));
     }
   }
 

@@ -18,6 +18,10 @@ interface Tables {
 export class SlotTables {
   readonly #tables = new Map<string, Tables>();
   readonly #free: number[] = [];
+  /** Per slot, the most rank rows ever written (what `#zero` must clear; the rest were never touched). */
+  readonly #written: Int32Array;
+  /** Per occupied slot, the bytes of the factors written (unpadded). */
+  readonly #factorBytes = new Map<number, number>();
   /** The inputs of every run (the same objects each time: no copies). */
   readonly inputs: Readonly<Record<string, HostTensor>>;
   /** Bytes the tables occupy. */
@@ -49,6 +53,7 @@ export class SlotTables {
     }
     this.inputs = inputs;
     this.bytes = bytes;
+    this.#written = new Int32Array(slots);
     for (let s = slots - 1; s >= 1; s--) this.#free.push(s);
   }
 
@@ -67,6 +72,7 @@ export class SlotTables {
     const slot = this.#free.pop();
     if (slot === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `no free slot for '${adapter.name}' (all ${String(this.slots - 1)} adapter slots hold adapters)`);
     const R = this.rank;
+    let bytes = 0;
     for (const m of adapter.modules.values()) {
       const t = this.#tables.get(m.module)!;
       const { inDim, outDim } = t.spec;
@@ -74,8 +80,14 @@ export class SlotTables {
       const bsrc = m.B.data;
       t.A.set(a instanceof Float32Array ? a : Float32Array.from(a as ArrayLike<number>), slot * R * inDim);
       const base = slot * R * outDim;
-      for (let o = 0; o < outDim; o++) for (let j = 0; j < m.rank; j++) t.B[base + j * outDim + o] = m.scale * bsrc[o * m.rank + j]!;
+      for (let j = 0; j < m.rank; j++) {
+        const row = base + j * outDim;
+        for (let o = 0; o < outDim; o++) t.B[row + o] = m.scale * bsrc[o * m.rank + j]!;
+      }
+      this.#written[slot] = Math.max(this.#written[slot]!, m.rank);
+      bytes += m.rank * (inDim + outDim) * 4;
     }
+    this.#factorBytes.set(slot, bytes);
     return slot;
   }
 
@@ -100,12 +112,23 @@ export class SlotTables {
     if (again !== slot) throw new EngineError(EngineCode.BAD_OPTIONS, `slot ${String(slot)} was not rewritten in place`);
   }
 
+  /** Bytes of the factors in occupied slots (unpadded: rank r of an adapter, not the slot rank). */
+  get factorBytes(): number {
+    let n = 0;
+    for (const b of this.#factorBytes.values()) n += b;
+    return n;
+  }
+
   #zero(slot: number): void {
+    // Only the rows ever written: the padding rows beyond were never touched (their pages are not
+    // resident), and writing zeros there would make them so.
     const R = this.rank;
+    const r = this.#written[slot]!;
     for (const t of this.#tables.values()) {
-      t.A.fill(0, slot * R * t.spec.inDim, (slot + 1) * R * t.spec.inDim);
-      t.B.fill(0, slot * t.spec.outDim * R, (slot + 1) * t.spec.outDim * R);
+      t.A.fill(0, slot * R * t.spec.inDim, (slot * R + r) * t.spec.inDim);
+      t.B.fill(0, slot * t.spec.outDim * R, (slot * R + r) * t.spec.outDim);
     }
+    this.#factorBytes.delete(slot);
   }
 
   /** Zeroes `slot` and returns it to the free list. */

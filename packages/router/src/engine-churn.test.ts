@@ -62,6 +62,12 @@ describe('Engine under adapter churn', () => {
     await scheduler.drain();
     // While adapters are loaded, at most maxLoras of them are resident in slots.
     expect(engine.stats().residentAdapters).toBeLessThanOrEqual(6);
+    // Resident factors are counted unpadded (rank r of each adapter, not the slot rank 16).
+    const perRank = shape.numLayers * (2 * shape.hiddenSize + (shape.hiddenSize + shape.numKvHeads * shape.headDim) + (shape.intermediateSize + shape.hiddenSize)) * 4;
+    const mid = engine.memory().slotFactors;
+    expect(mid).toBeGreaterThan(0);
+    expect(mid % perRank).toBe(0);
+    expect(mid).toBeLessThan(engine.stats().residentAdapters * 16 * perRank);
     for (const n of [...loaded]) engine.unloadAdapter(n);
     const end = engine.memory();
     expect(engine.stats()).toMatchObject({ preparations: 2, residentAdapters: 0, sequences: 0, freeSlots: 6 });
@@ -70,6 +76,7 @@ describe('Engine under adapter churn', () => {
     expect(end.weights).toBe(start.weights);
     expect(end.slots).toBe(start.slots);
     expect(end.kv).toBe(0);
+    expect(end.slotFactors).toBe(0);
     expect(end.staging).toBeLessThanOrEqual((2 * shape.numLayers * 8 * 8 * shape.numKvHeads * shape.headDim + 8 * 9) * 4 * 2);
     expect(end.total - end.staging).toBe(start.total);
     expect(engine.slotsAreClear()).toBe(true);
