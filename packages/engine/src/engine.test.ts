@@ -117,7 +117,7 @@ describe('Engine: adapters as data', () => {
   }, 300_000);
 });
 
-describe('Engine: adapters that cannot vary by row run in lanes of their own', () => {
+describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in lanes', () => {
   const fixtures = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
   const golden = JSON.parse(readFileSync(`${fixtures}golden.json`, 'utf8')) as Record<string, Record<string, { input_ids: number[]; greedy_new_ids: number[] }>>;
 
@@ -165,11 +165,49 @@ describe('Engine: adapters that cannot vary by row run in lanes of their own', (
       for (const s of seqs) engine.release(s);
     }
     await f.close();
-    // Two slot programs plus one for the expert adapter's lane, all at load.
-    expect(engine.stats().preparations).toBe(3);
-    expect(engine.memory().lanes).toBeGreaterThan(0);
-    engine.unloadAdapter('experts-r4');
+    // Expert factors live in the expert slot tables: the two slot programs serve everything, each
+    // mixed decode step is one run, and nothing needs a lane.
+    expect(engine.stats().preparations).toBe(2);
     expect(engine.memory().lanes).toBe(0);
+    const runs = engine.stats().runs;
+    const mixed = models.map((m) => engine.open(m === 'base' ? undefined : m, [1, 5, 9]));
+    for (const s of mixed) {
+      expect(await engine.attach(s)).toBe(true);
+      while (!s.ready) await engine.prefill(s);
+    }
+    const afterPrefill = engine.stats().runs;
+    await engine.decode(mixed, [3, 3, 3]);
+    expect(engine.stats().runs - afterPrefill).toBe(1);
+    expect(afterPrefill - runs).toBe(3);
+    for (const s of mixed) engine.release(s);
+    const withExperts = engine.memory().slotFactors;
+    engine.unloadAdapter('experts-r4');
+    expect(engine.memory().slotFactors).toBeLessThan(withExperts);
+    expect(engine.slotsAreClear()).toBe(true);
+  });
+
+  it('Mixtral on onnxruntime: attn-r8, experts-r4 and base decoded in shared batches give their greedy goldens', async () => {
+    const engine = await Engine.load(`${fixtures}mixtral/base`, { maxLoras: 2, executor: await createOrtExecutor({}) });
+    for (const a of ['attn-r8', 'experts-r4']) await engine.loadAdapter(`${fixtures}mixtral/adapters/${a}`, a);
+    const models = ['base', 'attn-r8', 'experts-r4'];
+    for (let p = 0; p < 4; p++) {
+      const seqs = models.map((m) => {
+        const ids = golden[`mixtral.${m}`]![`prompt${String(p)}`]!.input_ids;
+        return engine.open(m === 'base' ? undefined : m, ids, ids.map((t) => (t === 0 ? 0 : 1)));
+      });
+      const last: number[] = [];
+      const out: number[][] = models.map(() => []);
+      for (const [i, s] of seqs.entries()) {
+        expect(await engine.attach(s)).toBe(true);
+        let logits: Float32Array | undefined;
+        while (!s.ready) logits = await engine.prefill(s);
+        out[i]!.push((last[i] = argmaxOf(logits!)));
+      }
+      for (let k = 0; k < 11; k++) (await engine.decode(seqs, last)).forEach((l, i) => out[i]!.push((last[i] = argmaxOf(l))));
+      models.forEach((m, i) => expect(out[i], `${m} prompt${String(p)}`).toEqual(golden[`mixtral.${m}`]![`prompt${String(p)}`]!.greedy_new_ids));
+      for (const s of seqs) engine.release(s);
+    }
+    expect(engine.stats().preparations).toBe(2);
   });
 
   it('a whole-tensor-override adapter (modules_to_save lm_head) mixed with other adapters: every row equals its adapter alone', async () => {

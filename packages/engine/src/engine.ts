@@ -1,14 +1,14 @@
 import { type Graph, type HostTensor, StageError, errorMessage, graphParams, hostTensor } from '@stageml/ir';
-import { type ExpertLora, expertLoraFor } from '@stageml/moe';
-import { type ExpertsFactory, type LlamaConfig, ModelCode, ModelError, type TextTokenizer, buildLlamaGraph, expertParamName, loadTokenizer, loraExperts, readLlamaConfig, readParam, ropeInvFreqFor } from '@stageml/models';
+import { MoeError, expertLoraFor } from '@stageml/moe';
+import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, buildLlamaGraph, loadTokenizer, readLlamaConfig, readParam, ropeInvFreqFor } from '@stageml/models';
 import { AdapterCache, type CacheLease, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter, scalingFor } from '@stageml/peft';
 import { type Executor, type PreparedGraph, type QuantizeLinearsOptions, type WeightQuantSpec, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
 import { EngineCode, EngineError } from './errors.js';
 import { MASKED, SequenceKv, Staging } from './kv.js';
-import { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, chooseSlotForm, slotLinear } from './slot-linear.js';
+import { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm, slotExperts, slotLinear } from './slot-linear.js';
 import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
-import { SlotTables } from './slots.js';
+import { type ExpertSlotFactors, SlotTables } from './slots.js';
 import { type Plan, TrafficCounter, checkPlan, validatePlanDocument } from '@stageml/planner';
 
 /** Options of `Engine.load`. */
@@ -89,7 +89,7 @@ export interface EngineMemory {
   readonly kv: number;
   /** Reusable staging buffers of multi-row steps. */
   readonly staging: number;
-  /** Dedicated lanes of adapters that cannot vary by row: their override tensors and expert factors. */
+  /** Lanes of adapters that cannot vary by row: their override tensors and the plan's merged copies. */
   readonly lanes: number;
   /** Sum of the above. */
   readonly total: number;
@@ -115,16 +115,11 @@ const BASE = '__base__';
 
 /**
  * Where an adapter that cannot vary by row runs, in batches of its own: the shared slot programs
- * with its whole-tensor overrides in place of the base tensors, or (expert LoRA) a program of its
- * own whose base weights are the same shared inputs.
+ * with its whole-tensor overrides (or the plan's merged copies) in place of the base tensors.
  */
 interface Lane {
-  readonly programs: Partial<Record<SlotForm, PreparedGraph>>;
   readonly weights: Readonly<Record<string, HostTensor>>;
   readonly bytes: number;
-  /** Whether `programs` are the lane's own (expert LoRA), disposed with it. */
-  readonly dedicated: boolean;
-  readonly expertBytes: number;
 }
 
 /** An adapter with its factors' shapes only (what planning needs), so planning keeps no factor data. */
@@ -188,9 +183,11 @@ function positiveInt(name: string, v: number | undefined, dflt: number): number 
  * resident and grows in place; prefill runs in chunks and returns last-position logits only.
  *
  * Slots are managed by an `AdapterCache` (LRU among idle, unpinned adapters; single-flight loads);
- * a second one holds parsed adapters on the host, bounded by `maxCpuLoras`. Adapters that cannot
- * vary by row (whole-tensor overrides, MoE expert factors, LoRA bias) are refused at load with
- * `ENGINE_BAD_ADAPTER`, so they never fail anyone else's batch.
+ * a second one holds parsed adapters on the host, bounded by `maxCpuLoras`. MoE expert LoRA
+ * (PEFT `target_parameters`) lives in expert slot tables beside the attention factors, so
+ * attention adapters, expert adapters and base rows share batches. Whole-tensor overrides run in
+ * lanes (batches of their own on the same programs); LoRA bias is refused at load with
+ * `ENGINE_BAD_ADAPTER` — neither ever fails anyone else's batch.
  */
 export class Engine {
   readonly #executor: Executor;
@@ -391,7 +388,7 @@ export class Engine {
         if (want!.join(',') !== t.shape.join(',')) refuse(`replaces '${k}' with shape [${t.shape.join(', ')}]; the model's is [${want!.join(', ')}]`);
       }
     }
-    if (adapter.parameterFactors.length > 0 && !lanes) refuse(`targets parameters (${adapter.config.targetParameters.join(', ')}); an engine with weights: 'program' cannot give expert LoRA a lane of its own`);
+    this.#expertFactors(adapter);
     checkAdapterAgainstBase(adapter, (p) => this.#shapes.get(p) ?? (p === 'lm_head.weight' && this.config.tieWordEmbeddings ? this.#shapes.get('model.embed_tokens.weight') : undefined));
     for (const m of adapter.modules.values()) {
       if (!this.#tables.has(m.module)) refuse(`adapts '${m.module}', which is not a projection the engine serves`);
@@ -412,7 +409,7 @@ export class Engine {
     // A fixed plan must fit the adapter (every merged unit one of its modules) before anything changes.
     if (this.#fixedPlan !== undefined) appliedPlan(this.#fixedPlan, [shapeOnly(adapter)]);
     if (this.#registered.has(adapter.name)) this.unloadAdapter(adapter.name);
-    const lane = await this.#laneFor(adapter, undefined, undefined);
+    const lane = this.#laneFor(adapter, undefined);
     if (lane !== undefined) this.#lanes.set(adapter.name, lane);
     this.#registered.set(adapter.name, dir);
     this.#shapesOf.set(adapter.name, shapeOnly(adapter));
@@ -442,19 +439,17 @@ export class Engine {
     this.#registered.delete(name);
     this.#shapesOf.delete(name);
     this.#planDirty = this.#planning;
-    const lane = this.#lanes.get(name);
     this.#lanes.delete(name);
-    if (lane?.dedicated === true) for (const p of Object.values(lane.programs)) p.dispose();
     return true;
   }
 
   /**
-   * The lane of an adapter that cannot vary by row, or undefined for a plain slot adapter.
-   * Overrides reuse the slot programs with substituted weight inputs (no preparation); expert
-   * LoRA gets one program of its own (one preparation per such adapter, at load).
+   * The lane of an adapter that cannot vary by row, or undefined for a plain slot adapter: the
+   * slot programs with its overrides (and the plan's merged copies) substituted among the weight
+   * inputs — no preparation.
    */
-  async #laneFor(adapter: LoraAdapter, merged: ReadonlySet<string> | undefined, existing: Lane | undefined): Promise<Lane | undefined> {
-    if (adapter.overrides.size === 0 && adapter.parameterFactors.length === 0 && (merged === undefined || merged.size === 0)) return undefined;
+  #laneFor(adapter: LoraAdapter, merged: ReadonlySet<string> | undefined): Lane | undefined {
+    if (adapter.overrides.size === 0 && (merged === undefined || merged.size === 0)) return undefined;
     const weights: Record<string, HostTensor> = { ...this.#weightInputs };
     let bytes = 0;
     for (const [k, t] of adapter.overrides) {
@@ -468,37 +463,43 @@ export class Engine {
       weights[`${module}.weight`] = mergedWeight(w, m);
       bytes += w.data.byteLength;
     }
-    if (adapter.parameterFactors.length === 0) return { programs: this.#programs, weights, bytes, dedicated: false, expertBytes: 0 };
-    if (existing?.dedicated === true) return { programs: existing.programs, weights, bytes: bytes + existing.expertBytes, dedicated: true, expertBytes: existing.expertBytes };
+    return { weights, bytes };
+  }
+
+  /**
+   * An adapter's MoE expert factors (PEFT `target_parameters`) per expert-projection table, scale
+   * per module; `ENGINE_BAD_ADAPTER` naming what does not fit this model or the slot rank.
+   */
+  #expertFactors(adapter: LoraAdapter): ExpertSlotFactors[] {
+    if (adapter.parameterFactors.length === 0) return [];
+    const refuse = (why: string): never => {
+      throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' ${why}`);
+    };
     const moe = this.config.moe;
-    if (moe === undefined) throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' targets parameters (${adapter.config.targetParameters.join(', ')}), which ${this.config.modelType} models do not have`);
-    const shapes = { numExperts: moe.numExperts, hidden: this.config.hiddenSize, intermediate: this.config.intermediateSize };
-    const modules = new Set(adapter.parameterFactors.map((f) => f.module));
-    const byLayer = new Map<string, ExpertLora[]>();
-    for (let l = 0; l < this.config.numLayers; l++) {
-      const path = `model.layers.${String(l)}.mlp.experts`;
-      if (modules.delete(path)) byLayer.set(`model.layers.${String(l)}.mlp`, expertLoraFor(adapter, path, shapes, scalingFor(adapter.config, path)));
-    }
-    if (modules.size > 0) throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' targets '${[...modules][0]!}', which this model does not have`);
-    const values = new Map<string, HostTensor>();
-    let expertBytes = 0;
-    for (const [layer, list] of byLayer) {
+    if (moe === undefined) refuse(`targets parameters (${adapter.config.targetParameters.join(', ')}), which ${this.config.modelType} models do not have`);
+    const shapes = { numExperts: moe!.numExperts, hidden: this.config.hiddenSize, intermediate: this.config.intermediateSize };
+    const out: ExpertSlotFactors[] = [];
+    for (const path of new Set(adapter.parameterFactors.map((f) => f.module))) {
+      const layer = /^model\.layers\.(\d+)\.mlp\.experts$/.exec(path);
+      if (layer === null || Number(layer[1]) >= this.config.numLayers) refuse(`targets '${path}', which this model does not have`);
+      let list;
+      try {
+        list = expertLoraFor(adapter, path, shapes, scalingFor(adapter.config, path));
+      } catch (e) {
+        if (e instanceof MoeError) refuse(e.message.replace(`adapter '${adapter.name}': `, ''));
+        throw e;
+      }
       for (const x of list) {
-        values.set(expertParamName(adapter.name, layer, x.projection, 'lora_A'), x.A);
-        values.set(expertParamName(adapter.name, layer, x.projection, 'lora_B'), x.B);
-        expertBytes += x.A.data.byteLength + x.B.data.byteLength;
+        if (x.rank > this.#tables.rank) refuse(`has rank ${String(x.rank)} on '${path}' (${x.projection}), above the slot rank ${String(this.#tables.rank)} (raise --max-lora-rank)`);
+        out.push({ module: `${path}.${x.projection}`, A: x.A, B: x.B, rank: x.rank, scale: x.scale });
       }
     }
-    // A lane holds one adapter, so its batches have at most one distinct slot: the grouped form.
-    const graph = engineGraph(this.config, 'grouped', this.#slots, this.#rank, [], loraExperts(adapter.name, byLayer));
-    const program = await this.#executor.prepare(paramsToInputs(graph, (n) => this.#shapes.has(n)), { get: (n) => values.get(n) });
-    this.#preparations++;
-    return { programs: { grouped: program }, weights, bytes: bytes + expertBytes, dedicated: true, expertBytes };
+    return out;
   }
 
   #assign(entry: SlotEntry): number {
     if (entry.slot === undefined) {
-      entry.slot = this.#tables.write(withoutModules(entry.adapter, this.#applied.merged.get(entry.adapter.name)));
+      entry.slot = this.#tables.write(withoutModules(entry.adapter, this.#applied.merged.get(entry.adapter.name)), this.#expertFactors(entry.adapter));
       entry.adapter = shapeOnly(entry.adapter);
     }
     this.#entries.set(entry.adapter.name, entry);
@@ -544,7 +545,7 @@ export class Engine {
       lease.release();
     }
     const lanes = new Map<string, Lane | undefined>();
-    for (const name of changed) lanes.set(name, await this.#laneFor(adapters.get(name)!, next.merged.get(name), this.#lanes.get(name)));
+    for (const name of changed) lanes.set(name, this.#laneFor(adapters.get(name)!, next.merged.get(name)));
     // Everything is computed: apply synchronously, between two runs.
     this.#applied = next;
     this.#plansApplied++;
@@ -553,7 +554,7 @@ export class Engine {
       if (lane === undefined) this.#lanes.delete(name);
       else this.#lanes.set(name, lane);
       const entry = this.#entries.get(name);
-      if (entry?.slot !== undefined) this.#tables.rewrite(entry.slot, withoutModules(adapters.get(name)!, next.merged.get(name)));
+      if (entry?.slot !== undefined) this.#tables.rewrite(entry.slot, withoutModules(adapters.get(name)!, next.merged.get(name)), this.#expertFactors(adapters.get(name)!));
     }
   }
 
@@ -611,19 +612,18 @@ export class Engine {
    * Logits of every prompt position f32[prompt length, vocab] under `adapter` (prompt
    * log-probabilities: OpenAI `echo` with `logprobs`). Runs a scoring program — the slot program
    * with logits at every position, prepared on first use (one more preparation for the engine's
-   * life) and fed the same weights and slot tables. Adapters served on a program of their own (MoE
-   * expert LoRA) are `ENGINE_BAD_OPTIONS`; with weights held by the program it is too.
+   * life) and fed the same weights and slot tables. With weights held by the program it is
+   * `ENGINE_BAD_OPTIONS`.
    */
   async promptLogits(adapter: string | null | undefined, prompt: readonly number[], mask?: readonly number[]): Promise<HostTensor> {
     if (Object.keys(this.#weightInputs).length === 0) throw new EngineError(EngineCode.BAD_OPTIONS, "prompt logits need the engine's weights as inputs (weights: 'inputs')");
     const seq = this.open(adapter, prompt, mask);
     try {
       const lane = seq.adapter === undefined ? undefined : this.#lanes.get(seq.adapter);
-      if (lane?.dedicated === true) throw new EngineError(EngineCode.BAD_OPTIONS, `prompt logits are not available for adapter '${seq.adapter!}' (it runs on a program of its own)`);
       if (!(await this.attach(seq))) throw new PeftError(PeftCode.CACHE_FULL, 'every adapter slot is held by running adapters; retry when a request finishes');
       const slot = this.#check(seq);
       if (this.#scoring === undefined) {
-        this.#scoring = this.#executor.prepare(paramsToInputs(engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], undefined, { allLogits: true })));
+        this.#scoring = this.#executor.prepare(paramsToInputs(engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], { allLogits: true })));
         this.#scoring.catch(() => {
           this.#scoring = undefined;
         });
@@ -649,6 +649,7 @@ export class Engine {
       }
       Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
       inputs[ROW_SLOT_INPUT] = hostTensor('i64', [1], [slot]);
+      this.#tokenSlots(inputs, [slot]);
       this.#runs++;
       const out = await runProgram(program, inputs);
       const logits = out['logits']!;
@@ -677,11 +678,19 @@ export class Engine {
     return seq.slot;
   }
 
+  /** MoE models: each token's slot for the expert tables (rows × positions of `input_ids`). */
+  #tokenSlots(inputs: Record<string, HostTensor>, rowSlots: readonly number[]): void {
+    if (this.config.moe === undefined) return;
+    const seq = inputs['input_ids']!.shape[1] as number;
+    inputs[TOKEN_SLOT_INPUT] = hostTensor('i64', [rowSlots.length * seq], rowSlots.flatMap((s) => new Array<number>(seq).fill(s)));
+  }
+
   async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined): Promise<Record<string, HostTensor>> {
-    const programs = lane?.programs ?? this.#programs;
+    const programs = this.#programs;
     Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
     const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
     const form: SlotForm = programs.grouped === undefined ? 'gathered' : programs.gathered === undefined ? 'grouped' : chooseSlotForm(rowSlots.length, groups.length);
+    this.#tokenSlots(inputs, rowSlots);
     if (form === 'gathered') inputs[ROW_SLOT_INPUT] = hostTensor('i64', [rowSlots.length], rowSlots);
     else {
       if (groups.length === 0) groups.push(0);
@@ -888,11 +897,13 @@ export function windowedQueries(keyMask: Float32Array, past: number, count: numb
 /**
  * The engine's program graph: the Llama-family decoder with slot linears on every projection,
  * position-major resident KV inputs, only this step's keys/values as outputs, last-position
- * logits, and an additive key mask. `modules` receives every projection with slot tables.
+ * logits, and an additive key mask; MoE layers take expert LoRA factors from slot tables too.
+ * `modules` receives every projection (and expert projection) with slot tables.
  */
-export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, rank: number, modules: SlotModule[], experts?: ExpertsFactory, opts: { readonly allLogits?: boolean } = {}): Graph {
+export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, rank: number, modules: SlotModule[], opts: { readonly allLogits?: boolean } = {}): Graph {
   return buildLlamaGraph(config, {
-    ...(experts === undefined ? {} : { experts }),
+    // MoE layers: expert LoRA factors in slot tables too (token_slot picks each routed row's).
+    ...(config.moe === undefined ? {} : { experts: slotExperts(slots, rank, modules) }),
     name: config.modelType,
     residentKv: true,
     attentionMask: true,

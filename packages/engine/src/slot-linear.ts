@@ -1,5 +1,6 @@
 import type { GraphBuilder, Value } from '@stageml/ir';
-import type { LinearFactory } from '@stageml/models';
+import type { ExpertsFactory, LinearFactory } from '@stageml/models';
+import { moeBlock } from '@stageml/moe';
 
 /** Input name of the row → slot indices i64[batch] of the gathered form (slot 0: base, all zeros). */
 export const ROW_SLOT_INPUT = 'row_slot';
@@ -23,14 +24,22 @@ export function slotInputNames(module: string): { readonly A: string; readonly B
   return { A: `slots.${module}.A`, B: `slots.${module}.B` };
 }
 
-/** One projection that has slot tables, as a slot linear factory declares it. */
+/** Input name of the token → slot indices i64[tokens] of MoE expert factors (both forms). */
+export const TOKEN_SLOT_INPUT = 'token_slot';
+
+/** One projection that has slot tables, as a slot linear or slot experts factory declares it. */
 export interface SlotModule {
-  /** HF module path, e.g. `model.layers.0.self_attn.q_proj`. */
+  /** HF module path, e.g. `model.layers.0.self_attn.q_proj` or `model.layers.0.mlp.experts.gate_up_proj`. */
   readonly module: string;
   /** Input width. */
   readonly inDim: number;
   /** Output width. */
   readonly outDim: number;
+  /**
+   * Experts E of a MoE expert projection: its tables are A f32[N·E, R, in] and B f32[N·E, out, R]
+   * (slot-major, PEFT's per-expert layout), indexed by slot·E + expert per routed row.
+   */
+  readonly experts?: number;
 }
 
 /**
@@ -76,4 +85,37 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
  */
 export function chooseSlotForm(rows: number, groups: number, flopsPerByte = 8): SlotForm {
   return groups * (1 + (2 * rows) / flopsPerByte) <= 2 * rows ? 'grouped' : 'gathered';
+}
+
+/**
+ * MoE layers whose expert LoRA factors are run-time data, like `slotLinear`'s: every expert
+ * projection reads slot tables A f32[N·E, R, in] and B f32[N·E, out, R] (scale folded into B)
+ * as graph inputs, and each routed (token, expert) row uses the factors of its token's slot
+ * (`token_slot` i64[tokens]; slot 0 zeros) — so attention adapters, expert adapters and base rows
+ * share one batch and one program, grouped by expert as the base experts are.
+ */
+export function slotExperts(slots: number, rank: number, modules: SlotModule[]): ExpertsFactory {
+  const tokenSlots = new Map<GraphBuilder, Value>();
+  return (b, module, x, s) => {
+    let ts = tokenSlots.get(b);
+    if (ts === undefined) tokenSlots.set(b, (ts = b.input(TOKEN_SLOT_INPUT, ['i64', ['tokens']])));
+    const E = s.numExperts;
+    const table = (projection: 'gate_up_proj' | 'down_proj', inDim: number, outDim: number) => {
+      const name = `${module}.experts.${projection}`;
+      modules.push({ module: name, inDim, outDim, experts: E });
+      const names = slotInputNames(name);
+      return { A: b.input(names.A, ['f32', [slots * E, rank, inDim]]), B: b.input(names.B, ['f32', [slots * E, outDim, rank]]), scale: 1, tokenSlots: ts };
+    };
+    return moeBlock(
+      b,
+      x,
+      {
+        router: b.param(`${module}.gate.weight`, ['f32', [E, s.hidden]]),
+        gateUp: b.param(`${module}.experts.gate_up_proj`, ['f32', [E, 2 * s.intermediate, s.hidden]]),
+        down: b.param(`${module}.experts.down_proj`, ['f32', [E, s.hidden, s.intermediate]]),
+        lora: { gate_up_proj: table('gate_up_proj', s.hidden, 2 * s.intermediate), down_proj: table('down_proj', s.intermediate, s.hidden) },
+      },
+      { topK: s.topK, normalize: true },
+    );
+  };
 }

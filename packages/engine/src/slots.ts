@@ -5,15 +5,31 @@ import { type SlotModule, slotInputNames } from './slot-linear.js';
 
 interface Tables {
   readonly spec: SlotModule;
+  /** Matrices per slot: 1, or E for an expert projection. */
+  readonly per: number;
   readonly A: Float32Array;
   readonly B: Float32Array;
   readonly inputs: { readonly A: HostTensor; readonly B: HostTensor };
 }
 
+/** One adapter's factors of a MoE expert projection, every expert: A [E, r, in], B [E, out, r]. */
+export interface ExpertSlotFactors {
+  /** The table's module, `<layer>.mlp.experts.gate_up_proj` or `….down_proj`. */
+  readonly module: string;
+  readonly A: HostTensor;
+  readonly B: HostTensor;
+  readonly rank: number;
+  readonly scale: number;
+}
+
+const f32 = (d: HostTensor['data']): Float32Array => (d instanceof Float32Array ? d : Float32Array.from(d as ArrayLike<number>));
+
 /**
- * The slot tables of one program: for every projection, A f32[N, R, in] and B f32[N, R, out],
- * allocated once (N·R·(in + out)·4 bytes per projection, whatever ranks are loaded) and fed to
- * every run as zero-copy inputs. Slot 0 stays zero (base-only rows); slots 1…N−1 hold adapters.
+ * The slot tables of one program: for every projection, A f32[N, R, in] and B f32[N, R, out]
+ * (MoE expert projections: A f32[N·E, R, in] and B f32[N·E, out, R]), allocated once
+ * (N·R·(in + out)·4 bytes per projection and expert of address space, whatever ranks are loaded;
+ * only written rows become resident) and fed to every run as zero-copy inputs. Slot 0 stays zero
+ * (base-only rows); slots 1…N−1 hold adapters.
  */
 export class SlotTables {
   readonly #tables = new Map<string, Tables>();
@@ -37,14 +53,19 @@ export class SlotTables {
     const inputs: Record<string, HostTensor> = {};
     let bytes = 0;
     for (const spec of modules) {
-      const A = new Float32Array(slots * rank * spec.inDim);
-      const B = new Float32Array(slots * spec.outDim * rank);
+      const per = spec.experts ?? 1;
+      const A = new Float32Array(slots * per * rank * spec.inDim);
+      const B = new Float32Array(slots * per * spec.outDim * rank);
       const names = slotInputNames(spec.module);
       const t: Tables = {
         spec,
+        per,
         A,
         B,
-        inputs: { A: { dtype: 'f32', shape: [slots, rank, spec.inDim], data: A }, B: { dtype: 'f32', shape: [slots, rank, spec.outDim], data: B } },
+        inputs: {
+          A: { dtype: 'f32', shape: [slots * per, rank, spec.inDim], data: A },
+          B: { dtype: 'f32', shape: spec.experts === undefined ? [slots, rank, spec.outDim] : [slots * per, spec.outDim, rank], data: B },
+        },
       };
       inputs[names.A] = t.inputs.A;
       inputs[names.B] = t.inputs.B;
@@ -62,13 +83,18 @@ export class SlotTables {
     return this.#tables.has(module);
   }
 
+  /** Experts E of an expert projection's tables (undefined: a plain projection or none). */
+  expertsOf(module: string): number | undefined {
+    return this.#tables.get(module)?.spec.experts;
+  }
+
   /** Slots not holding an adapter. */
   get freeSlots(): number {
     return this.#free.length;
   }
 
-  /** Takes a free slot and writes `adapter`'s factors into it (scale folded into B). */
-  write(adapter: LoraAdapter): number {
+  /** Takes a free slot and writes `adapter`'s factors (and its expert factors) into it (scale folded into B). */
+  write(adapter: LoraAdapter, experts: readonly ExpertSlotFactors[] = []): number {
     const slot = this.#free.pop();
     if (slot === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `no free slot for '${adapter.name}' (all ${String(this.slots - 1)} adapter slots hold adapters)`);
     const R = this.rank;
@@ -76,9 +102,8 @@ export class SlotTables {
     for (const m of adapter.modules.values()) {
       const t = this.#tables.get(m.module)!;
       const { inDim, outDim } = t.spec;
-      const a = m.A.data;
       const bsrc = m.B.data;
-      t.A.set(a instanceof Float32Array ? a : Float32Array.from(a as ArrayLike<number>), slot * R * inDim);
+      t.A.set(f32(m.A.data), slot * R * inDim);
       const base = slot * R * outDim;
       for (let j = 0; j < m.rank; j++) {
         const row = base + j * outDim;
@@ -86,6 +111,25 @@ export class SlotTables {
       }
       this.#written[slot] = Math.max(this.#written[slot]!, m.rank);
       bytes += m.rank * (inDim + outDim) * 4;
+    }
+    for (const x of experts) {
+      const t = this.#tables.get(x.module)!;
+      const { inDim, outDim } = t.spec;
+      const E = t.per;
+      const r = x.rank;
+      const a = f32(x.A.data);
+      const bsrc = x.B.data;
+      for (let e = 0; e < E; e++) {
+        const g = slot * E + e;
+        t.A.set(a.subarray(e * r * inDim, (e + 1) * r * inDim), g * R * inDim);
+        for (let o = 0; o < outDim; o++) {
+          const dst = (g * outDim + o) * R;
+          const src = (e * outDim + o) * r;
+          for (let j = 0; j < r; j++) t.B[dst + j] = x.scale * bsrc[src + j]!;
+        }
+      }
+      this.#written[slot] = Math.max(this.#written[slot]!, r);
+      bytes += E * r * (inDim + outDim) * 4;
     }
     this.#factorBytes.set(slot, bytes);
     return slot;
@@ -96,8 +140,8 @@ export class SlotTables {
     const R = this.rank;
     for (const slot of [0, ...this.#free]) {
       for (const t of this.#tables.values()) {
-        const a = t.A.subarray(slot * R * t.spec.inDim, (slot + 1) * R * t.spec.inDim);
-        const b = t.B.subarray(slot * t.spec.outDim * R, (slot + 1) * t.spec.outDim * R);
+        const a = t.A.subarray(slot * t.per * R * t.spec.inDim, (slot + 1) * t.per * R * t.spec.inDim);
+        const b = t.B.subarray(slot * t.per * t.spec.outDim * R, (slot + 1) * t.per * t.spec.outDim * R);
         if (a.some((x) => x !== 0) || b.some((x) => x !== 0)) return false;
       }
     }
@@ -105,10 +149,10 @@ export class SlotTables {
   }
 
   /** Replaces the factors in an occupied `slot` with `adapter`'s (after a plan change). */
-  rewrite(slot: number, adapter: LoraAdapter): void {
+  rewrite(slot: number, adapter: LoraAdapter, experts: readonly ExpertSlotFactors[] = []): void {
     this.#zero(slot);
     this.#free.push(slot);
-    const again = this.write(adapter);
+    const again = this.write(adapter, experts);
     if (again !== slot) throw new EngineError(EngineCode.BAD_OPTIONS, `slot ${String(slot)} was not rewritten in place`);
   }
 
@@ -125,8 +169,17 @@ export class SlotTables {
     const R = this.rank;
     const r = this.#written[slot]!;
     for (const t of this.#tables.values()) {
-      t.A.fill(0, slot * R * t.spec.inDim, (slot * R + r) * t.spec.inDim);
-      t.B.fill(0, slot * t.spec.outDim * R, (slot * R + r) * t.spec.outDim);
+      const { inDim, outDim } = t.spec;
+      if (t.spec.experts === undefined) {
+        t.A.fill(0, slot * R * inDim, (slot * R + r) * inDim);
+        t.B.fill(0, slot * R * outDim, (slot * R + r) * outDim);
+        continue;
+      }
+      for (let e = 0; e < t.per; e++) {
+        const g = slot * t.per + e;
+        t.A.fill(0, g * R * inDim, (g * R + r) * inDim);
+        for (let o = 0; o < outDim; o++) t.B.fill(0, (g * outDim + o) * R, (g * outDim + o) * R + r);
+      }
     }
     this.#factorBytes.delete(slot);
   }

@@ -1,16 +1,23 @@
 import type { GraphBuilder, Value } from '@stageml/ir';
+import { MoeCode, MoeError } from './errors.js';
 
 /** The expert projections of a fused MoE layer. */
 export type ExpertProjection = 'gate_up_proj' | 'down_proj';
 
 /** Low-rank factors of one expert projection for all experts, as graph values. */
 export interface ExpertLoraValues {
-  /** A of every expert [E, r, in]. */
+  /** A of every expert [E, r, in] (with `tokenSlots`: [S·E, r, in], slot-major). */
   readonly A: Value;
-  /** B of every expert [E, out, r]. */
+  /** B of every expert [E, out, r] (with `tokenSlots`: [S·E, out, r]). */
   readonly B: Value;
-  /** Scale s. */
+  /** Scale s (1 when it is folded into B). */
   readonly scale: number;
+  /**
+   * Adapter slot of every token, i64[T] (serving engines: many adapters' expert factors in one
+   * table). A routed row of token t on expert e then uses the factors at index slot[t]·E + e;
+   * slot 0 conventionally holds zeros (base rows).
+   */
+  readonly tokenSlots?: Value;
 }
 
 /** Parameters of one MoE layer (HF Mixtral, fused layout). */
@@ -34,12 +41,18 @@ export interface MoeBlockOptions {
 }
 
 /** y = x·W_gᵀ + s·(x·A_gᵀ)·B_gᵀ with per-row expert g (grouped). */
-function expertLinear(b: GraphBuilder, x: Value, w: Value, experts: Value, lora: ExpertLoraValues | undefined): Value {
+function expertLinear(b: GraphBuilder, x: Value, w: Value, experts: Value, token: Value, lora: ExpertLoraValues | undefined): Value {
   const base = b.op('groupedMatmul', [x, w, experts], { transposeW: true });
   if (lora === undefined) return base;
-  const shrink = b.op('groupedMatmul', [x, lora.A, experts], { transposeW: true });
-  const expand = b.op('groupedMatmul', [shrink, lora.B, experts], { transposeW: true });
-  return b.add(base, b.mul(expand, b.scalar(lora.scale, x.type.dtype)));
+  let groups = experts;
+  if (lora.tokenSlots !== undefined) {
+    const E = w.type.shape[0]!;
+    if (typeof E !== 'number') throw new MoeError(MoeCode.SHAPE_MISMATCH, 'slot-indexed expert factors need a static expert count');
+    groups = b.add(b.mul(b.gather(lora.tokenSlots, token, 0), b.scalar(E, experts.type.dtype)), experts);
+  }
+  const shrink = b.op('groupedMatmul', [x, lora.A, groups], { transposeW: true });
+  const expand = b.op('groupedMatmul', [shrink, lora.B, groups], { transposeW: true });
+  return b.add(base, lora.scale === 1 ? expand : b.mul(expand, b.scalar(lora.scale, x.type.dtype)));
 }
 
 /**
@@ -62,12 +75,12 @@ export function moeBlock(b: GraphBuilder, x: Value, p: MoeParams, opts: MoeBlock
   const experts = b.reshape(topE, [-1]);
   const token = b.reshape(b.iota([T, k], 0), [-1]);
   const rows = b.gather(x, token, 0);
-  const gateUp = expertLinear(b, rows, p.gateUp, experts, p.lora?.gate_up_proj);
+  const gateUp = expertLinear(b, rows, p.gateUp, experts, token, p.lora?.gate_up_proj);
   const I = (p.gateUp.type.shape[1] as number) / 2;
   const gate = b.slice(gateUp, 1, 0, I);
   const up = b.slice(gateUp, 1, I);
   const hidden = b.mul(b.silu(gate), up);
-  const out = expertLinear(b, hidden, p.down, experts, p.lora?.down_proj);
+  const out = expertLinear(b, hidden, p.down, experts, token, p.lora?.down_proj);
   const weighted = b.mul(out, b.reshape(weights, [-1, 1]));
   const zeros = b.broadcastTo(b.scalar(0, x.type.dtype), [T, H]);
   return b.scatterAdd(zeros, token, weighted, 0);
