@@ -204,7 +204,7 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
         out[i]!.push((last[i] = argmaxOf(logits!)));
       }
       for (let k = 0; k < 11; k++) (await engine.decode(seqs, last)).forEach((l, i) => out[i]!.push((last[i] = argmaxOf(l))));
-      models.forEach((m, i) => expect(out[i], `${m} prompt${String(p)}`).toEqual(golden[`mixtral.${m}`]![`prompt${String(p)}`]!.greedy_new_ids));
+      models.forEach((m, i) => { expect(out[i], `${m} prompt${String(p)}`).toEqual(golden[`mixtral.${m}`]![`prompt${String(p)}`]!.greedy_new_ids); });
       for (const s of seqs) engine.release(s);
     }
     expect(engine.stats().preparations).toBe(2);

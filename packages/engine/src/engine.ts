@@ -681,7 +681,7 @@ export class Engine {
   /** MoE models: each token's slot for the expert tables (rows × positions of `input_ids`). */
   #tokenSlots(inputs: Record<string, HostTensor>, rowSlots: readonly number[]): void {
     if (this.config.moe === undefined) return;
-    const seq = inputs['input_ids']!.shape[1] as number;
+    const seq = inputs['input_ids']!.shape[1]!;
     inputs[TOKEN_SLOT_INPUT] = hostTensor('i64', [rowSlots.length * seq], rowSlots.flatMap((s) => new Array<number>(seq).fill(s)));
   }
 
