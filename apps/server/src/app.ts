@@ -118,6 +118,8 @@ export interface ServerOptions {
   readonly maxCpuLoras?: number;
   /** Most prompt tokens per prefill chunk (default 32). */
   readonly prefillChunk?: number;
+  /** Most prompt tokens one step prefills over all arriving sequences together (default 64). */
+  readonly prefillTokens?: number;
   /** Bytes the engine's planner may spend on merged weight copies (default: no planning). */
   readonly memoryBudget?: number;
 }
@@ -198,6 +200,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   const scheduler = new Scheduler(lm, {
     ...(opts.maxBatch === undefined ? {} : { maxBatch: opts.maxBatch }),
     ...(opts.maxQueue === undefined ? {} : { maxQueue: opts.maxQueue }),
+    ...(opts.prefillTokens === undefined ? {} : { prefillTokens: opts.prefillTokens }),
     tenantCap: (t) => registry.tenant(t)?.maxRunning,
     tenantQueue: (t) => registry.tenant(t)?.maxQueue,
     tenantWeight: (t) => registry.tenant(t)?.weight,

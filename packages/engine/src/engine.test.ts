@@ -117,6 +117,66 @@ describe('Engine: adapters as data', () => {
   }, 300_000);
 });
 
+describe('Engine: batched prefill', () => {
+  it('prefills mixed adapters, lengths, padding and chunk positions in one run per step, equal to one at a time', async () => {
+    for (const [i, r] of [4, 16].entries()) await writeRandomAdapter(join(tmp, `pf${String(i)}`), shape, { rank: r, seed: 300 + i });
+    const load = async () => {
+      const e = await Engine.load(`${root}base`, { executor: await createOrtExecutor({ intraOpNumThreads: 1 }), maxLoras: 3, prefillChunk: 3 });
+      for (const i of [0, 1]) await e.loadAdapter(join(tmp, `pf${String(i)}`), `pf${String(i)}`);
+      return e;
+    };
+    const cases: { a: string | undefined; prompt: number[]; mask?: number[] }[] = [
+      { a: 'pf0', prompt: PROMPTS[0]! },
+      { a: undefined, prompt: PROMPTS[1]! },
+      { a: 'pf1', prompt: PROMPTS[2]!, mask: PROMPTS[2]!.map((_, i) => (i < 2 ? 0 : 1)) },
+      { a: 'pf0', prompt: PROMPTS[3]! },
+    ];
+    // Reference: each sequence prefilled alone, then two decode tokens alone.
+    const alone = await load();
+    const want: Float32Array[][] = [];
+    for (const c of cases) {
+      const s = alone.open(c.a, c.prompt, c.mask);
+      expect(await alone.attach(s)).toBe(true);
+      let logits: Float32Array | undefined;
+      while (!s.ready) logits = await alone.prefill(s);
+      const d1 = (await alone.decode([s], [token(1)]))[0]!;
+      const d2 = (await alone.decode([s], [token(2)]))[0]!;
+      want.push([Float32Array.from(logits!), Float32Array.from(d1), Float32Array.from(d2)]);
+      alone.release(s);
+    }
+    // Batched: every step prefills the next chunk of every unfinished prompt in one run (rows at
+    // different positions of their prompts, left-padded to the longest chunk).
+    const engine = await load();
+    const seqs = cases.map((c) => engine.open(c.a, c.prompt, c.mask));
+    for (const s of seqs) expect(await engine.attach(s)).toBe(true);
+    const got: (Float32Array | undefined)[] = cases.map(() => undefined);
+    // Stagger: the first sequence takes one chunk alone, so later steps mix rows with different pasts.
+    got[0] = (await engine.prefillMany([seqs[0]!]))[0];
+    const runs0 = engine.stats().runs;
+    let steps = 0;
+    while (seqs.some((s) => !s.ready)) {
+      const pending = seqs.filter((s) => !s.ready);
+      const out = await engine.prefillMany(pending);
+      pending.forEach((s, j) => {
+        if (out[j] !== undefined) got[seqs.indexOf(s)] = Float32Array.from(out[j]);
+      });
+      steps++;
+    }
+    expect(engine.stats().runs - runs0).toBe(steps);
+    expect(steps).toBe(4); // the longest prompt (11 tokens, chunks of 3) takes four runs
+    const d1 = await engine.decode(seqs, seqs.map(() => token(1)));
+    const d2 = await engine.decode(seqs, seqs.map(() => token(2)));
+    cases.forEach((c, i) => {
+      expect(maxAbsDiff(got[i]!, want[i]![0]!), `prefill ${String(i)}`).toBeLessThan(1e-4);
+      expect(maxAbsDiff(d1[i]!, want[i]![1]!), `decode 1 ${String(i)}`).toBeLessThan(1e-4);
+      expect(maxAbsDiff(d2[i]!, want[i]![2]!), `decode 2 ${String(i)}`).toBeLessThan(1e-4);
+    });
+    expect(seqs.map((s) => s.kv.length)).toEqual(cases.map((c) => c.prompt.length + 2));
+    await expect(engine.prefillMany([seqs[0]!])).rejects.toMatchObject({ code: 'ENGINE_BAD_SEQUENCE' });
+    for (const s of seqs) engine.release(s);
+  });
+});
+
 describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in lanes', () => {
   const fixtures = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
   const golden = JSON.parse(readFileSync(`${fixtures}golden.json`, 'utf8')) as Record<string, Record<string, { input_ids: number[]; greedy_new_ids: number[] }>>;

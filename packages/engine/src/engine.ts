@@ -716,46 +716,135 @@ export class Engine {
     return { k, v };
   }
 
+  /** Tokens the next prefill chunk of `seq` takes (at most `prefillChunk`; 0 once prefilled). */
+  chunkOf(seq: Sequence): number {
+    return Math.min(this.#prefillChunk, seq.prompt.length - seq.prefilled);
+  }
+
   /**
    * Prefills the next chunk (at most `prefillChunk` tokens) of `seq`'s prompt, appending its keys
    * and values in place. Resolves to the last position's logits f32[vocab] when the prompt is done,
    * otherwise undefined.
    */
   async prefill(seq: Sequence): Promise<Float32Array | undefined> {
-    this.#check(seq);
+    return (await this.prefillMany([seq]))[0];
+  }
+
+  /**
+   * Prefills the next chunk of every sequence in `seqs` in as few runs as lanes allow (one run for
+   * all plain-slot adapters and the base, however their adapters mix): rows are left-padded to the
+   * longest chunk with masked positions (so every row's last position is its own last token), and
+   * several rows' cached prefixes are staged as a decode step's are. Appends each row's own
+   * positions only. Resolves, per sequence, to its last position's logits when its prompt is done,
+   * otherwise undefined.
+   */
+  async prefillMany(seqs: readonly Sequence[]): Promise<(Float32Array | undefined)[]> {
+    for (const s of seqs) this.#check(s);
+    if (new Set(seqs).size !== seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, 'a sequence appears twice in one prefill');
     await this.#applyPlan();
-    const slot = this.#check(seq);
-    if (seq.ready) throw new EngineError(EngineCode.BAD_SEQUENCE, 'the prompt is already prefilled');
-    const start = seq.prefilled;
-    const count = Math.min(this.#prefillChunk, seq.prompt.length - start);
-    const ids = seq.prompt.slice(start, start + count);
-    const mask01 = seq.promptMask.slice(start, start + count);
-    let next = seq.nextPosition;
-    const positions = mask01.map((v) => (v === 1 ? next++ : 1));
-    const past = seq.kv.length;
-    const chunkMask = mask01.map((v) => (v === 1 ? 0 : MASKED));
-    const attention = new Float32Array(past + count);
-    attention.set(seq.kv.maskView());
-    attention.set(chunkMask, past);
-    const window = this.config.slidingWindow;
-    const inputs: Record<string, HostTensor> = {
-      input_ids: hostTensor('i64', [1, count], ids),
-      position_ids: hostTensor('i64', [1, count], positions),
-      attention_mask: window === undefined ? { dtype: 'f32', shape: [1, past + count], data: attention } : { dtype: 'f32', shape: [1, count, past + count], data: windowedQueries(attention, past, count, window) },
-    };
-    for (let l = 0; l < this.config.numLayers; l++) {
-      const view = seq.kv.view(l, this.#kvShape);
-      inputs[`past_key.${String(l)}`] = view.k;
-      inputs[`past_value.${String(l)}`] = view.v;
+    for (const s of seqs) {
+      this.#check(s);
+      if (s.ready) throw new EngineError(EngineCode.BAD_SEQUENCE, 'the prompt is already prefilled');
     }
-    const out = await this.#run(inputs, [slot], seq.adapter === undefined ? undefined : this.#lanes.get(seq.adapter));
-    if (seq.released) return undefined;
+    const byLane = new Map<string, number[]>();
+    seqs.forEach((s, i) => {
+      const key = s.adapter !== undefined && this.#lanes.has(s.adapter) ? s.adapter : '';
+      byLane.set(key, [...(byLane.get(key) ?? []), i]);
+    });
+    const result: (Float32Array | undefined)[] = new Array<Float32Array | undefined>(seqs.length);
+    for (const [key, idx] of byLane) {
+      const out = await this.#prefillBatch(idx.map((i) => seqs[i]!), key === '' ? undefined : this.#lanes.get(key));
+      idx.forEach((i, j) => {
+        result[i] = out[j];
+      });
+    }
+    return result;
+  }
+
+  async #prefillBatch(seqs: readonly Sequence[], lane: Lane | undefined): Promise<(Float32Array | undefined)[]> {
+    const rows = seqs.length;
+    const slots = seqs.map((s) => this.#check(s));
+    const counts = seqs.map((s) => this.chunkOf(s));
+    const C = Math.max(...counts);
+    const past = Math.max(...seqs.map((s) => s.kv.length));
+    const keys = past + C;
+    const ids = new Array<number>(rows * C).fill(0);
+    const positions = new Array<number>(rows * C).fill(1);
+    const keyMask = new Float32Array(rows * keys).fill(MASKED);
+    const chunkMasks: number[][] = [];
+    const nexts: number[] = [];
+    seqs.forEach((s, r) => {
+      const c = counts[r]!;
+      const pad = C - c;
+      const mask01 = s.promptMask.slice(s.prefilled, s.prefilled + c);
+      let next = s.nextPosition;
+      s.prompt.slice(s.prefilled, s.prefilled + c).forEach((t, i) => {
+        ids[r * C + pad + i] = t;
+        positions[r * C + pad + i] = mask01[i] === 1 ? next++ : 1;
+      });
+      nexts.push(next);
+      const chunkMask = mask01.map((v) => (v === 1 ? 0 : MASKED));
+      chunkMasks.push(chunkMask);
+      // Keys: the row's cached prefix, staging padding up to `past` (masked), the chunk's left
+      // padding (masked), then its own positions.
+      keyMask.set(s.kv.maskView(), r * keys);
+      keyMask.set(chunkMask, r * keys + past + pad);
+    });
+    const window = this.config.slidingWindow;
+    let attention: HostTensor;
+    if (window === undefined) attention = { dtype: 'f32', shape: [rows, keys], data: keyMask };
+    else {
+      const perQuery = new Float32Array(rows * C * keys);
+      for (let r = 0; r < rows; r++) perQuery.set(windowedQueries(keyMask.subarray(r * keys, (r + 1) * keys), past, C, window), r * C * keys);
+      attention = { dtype: 'f32', shape: [rows, C, keys], data: perQuery };
+    }
+    const inputs: Record<string, HostTensor> = {
+      input_ids: hostTensor('i64', [rows, C], ids),
+      position_ids: hostTensor('i64', [rows, C], positions),
+      attention_mask: attention,
+    };
+    this.#stagePast(inputs, seqs, past);
+    const out = await this.#run(inputs, slots, lane);
     const { k, v } = this.#outputs(out);
-    seq.kv.append(k, v, 0, chunkMask);
-    seq.prefilled += count;
-    seq.nextPosition = next;
-    // NOTE: `ready` is a getter; it changed with `prefilled` above.
-    return seq.prefilled === seq.prompt.length ? (out['logits']!.data as Float32Array) : undefined;
+    const width = this.#kvShape[0] * this.#kvShape[1];
+    const V = this.config.vocabSize;
+    const logits = out['logits']!.data as Float32Array;
+    return seqs.map((s, r) => {
+      if (s.released) return undefined;
+      s.kv.append(k, v, (r * C + C - counts[r]!) * width, chunkMasks[r]!);
+      s.prefilled += counts[r]!;
+      s.nextPosition = nexts[r]!;
+      // NOTE: `ready` is a getter; it changed with `prefilled` above.
+      return s.ready ? logits.subarray(r * V, (r + 1) * V) : undefined;
+    });
+  }
+
+  /**
+   * The `past_*` inputs of a step over `seqs`: one row's cached prefix as zero-copy views; several
+   * rows' copied into the reusable staging buffers [rows, past, kv_heads, head_dim] (a row shorter
+   * than `past` is padded, and its key mask must mask the padding).
+   */
+  #stagePast(inputs: Record<string, HostTensor>, seqs: readonly Sequence[], past: number): void {
+    const rows = seqs.length;
+    if (rows === 1) {
+      for (let l = 0; l < this.config.numLayers; l++) {
+        const view = seqs[0]!.kv.view(l, this.#kvShape);
+        inputs[`past_key.${String(l)}`] = view.k;
+        inputs[`past_value.${String(l)}`] = view.v;
+      }
+      return;
+    }
+    const width = this.#kvShape[0] * this.#kvShape[1];
+    const buf = this.#staging.reserve(rows * past * width, 0);
+    for (let l = 0; l < this.config.numLayers; l++) {
+      const k = buf.k[l]!;
+      const v = buf.v[l]!;
+      seqs.forEach((s, r) => {
+        s.kv.copyTo(l, k, v, r * past * width);
+      });
+      inputs[`past_key.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: k.subarray(0, rows * past * width) };
+      inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: v.subarray(0, rows * past * width) };
+    }
   }
 
   /**
@@ -799,37 +888,16 @@ export class Engine {
       input_ids: hostTensor('i64', [rows, 1], tokens),
       position_ids: hostTensor('i64', [rows, 1], seqs.map((s) => s.nextPosition)),
     };
-    if (rows === 1) {
-      const s = seqs[0]!;
-      const attention = new Float32Array(past + 1);
-      attention.set(s.kv.maskView());
-      if (this.config.slidingWindow !== undefined) windowKeys(attention, past, this.config.slidingWindow);
-      inputs['attention_mask'] = { dtype: 'f32', shape: this.config.slidingWindow === undefined ? [1, past + 1] : [1, 1, past + 1], data: attention };
-      for (let l = 0; l < this.config.numLayers; l++) {
-        const view = s.kv.view(l, this.#kvShape);
-        inputs[`past_key.${String(l)}`] = view.k;
-        inputs[`past_value.${String(l)}`] = view.v;
-      }
-    } else {
-      const buf = this.#staging.reserve(rows * past * width, rows * (past + 1));
-      const mask = buf.mask.subarray(0, rows * (past + 1));
-      seqs.forEach((s, r) => {
-        mask.set(s.kv.maskView(), r * (past + 1));
-        mask.fill(MASKED, r * (past + 1) + s.kv.length, r * (past + 1) + past);
-        mask[r * (past + 1) + past] = 0;
-        if (this.config.slidingWindow !== undefined) windowKeys(mask.subarray(r * (past + 1), (r + 1) * (past + 1)), s.kv.length, this.config.slidingWindow);
-      });
-      inputs['attention_mask'] = { dtype: 'f32', shape: this.config.slidingWindow === undefined ? [rows, past + 1] : [rows, 1, past + 1], data: mask };
-      for (let l = 0; l < this.config.numLayers; l++) {
-        const k = buf.k[l]!;
-        const v = buf.v[l]!;
-        seqs.forEach((s, r) => {
-          s.kv.copyTo(l, k, v, r * past * width);
-        });
-        inputs[`past_key.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: k.subarray(0, rows * past * width) };
-        inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: v.subarray(0, rows * past * width) };
-      }
-    }
+    // One row: a fresh mask; several: the staging mask buffer (padding of shorter rows masked).
+    const mask = rows === 1 ? new Float32Array(past + 1) : this.#staging.reserve(0, rows * (past + 1)).mask.subarray(0, rows * (past + 1));
+    seqs.forEach((s, r) => {
+      mask.set(s.kv.maskView(), r * (past + 1));
+      mask.fill(MASKED, r * (past + 1) + s.kv.length, r * (past + 1) + past);
+      mask[r * (past + 1) + past] = 0;
+      if (this.config.slidingWindow !== undefined) windowKeys(mask.subarray(r * (past + 1), (r + 1) * (past + 1)), s.kv.length, this.config.slidingWindow);
+    });
+    inputs['attention_mask'] = { dtype: 'f32', shape: this.config.slidingWindow === undefined ? [rows, past + 1] : [rows, 1, past + 1], data: mask };
+    this.#stagePast(inputs, seqs, past);
     const out = await this.#run(inputs, slots, lane);
     const { k, v } = this.#outputs(out);
     const logits = out['logits']!.data as Float32Array;

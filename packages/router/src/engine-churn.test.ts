@@ -101,3 +101,29 @@ describe('Chunked prefill', () => {
     expect(engine.stats().runs - runs0).toBeGreaterThanOrEqual(10 + 10);
   });
 });
+
+describe('Batched prefill', () => {
+  it('a burst of arrivals is prefilled together, within the step budget, each with the tokens it gets alone', async () => {
+    const engine = await Engine.load(`${root}base`, { prefillChunk: 4 });
+    const prompts = Array.from({ length: 6 }, (_, i) => [1, 5 + i, 9, 44 + i]);
+    const alone = new Scheduler(engine);
+    const want: number[][] = [];
+    for (const prompt of prompts) want.push((await alone.submit({ tenant: 't', adapter: undefined, prompt, maxNewTokens: 3, sampling: { greedy: true }, stopTokens: [] })).newIds);
+    await alone.drain();
+    // Six 4-token prompts under a budget of 8 tokens per step: at most two prefilled per run.
+    const scheduler = new Scheduler(engine, { prefillTokens: 8 });
+    const prefills: number[] = [];
+    const many = engine.prefillMany.bind(engine);
+    (engine as { prefillMany: typeof engine.prefillMany }).prefillMany = (seqs) => {
+      prefills.push(seqs.length);
+      return many(seqs);
+    };
+    const got = await Promise.all(prompts.map((prompt) => scheduler.submit({ tenant: 't', adapter: undefined, prompt, maxNewTokens: 3, sampling: { greedy: true }, stopTokens: [] })));
+    expect(got.map((r) => r.newIds)).toEqual(want);
+    // Arrivals attach asynchronously, so the first step may start with fewer; never above the budget.
+    expect(prefills.reduce((a, n) => a + n, 0)).toBe(6);
+    expect(Math.max(...prefills)).toBe(2);
+    expect(prefills.length).toBeLessThanOrEqual(4);
+    expect(() => new Scheduler(engine, { prefillTokens: 0 })).toThrow(expect.objectContaining({ code: 'ROUTER_BAD_CONFIG' }) as Error);
+  });
+});

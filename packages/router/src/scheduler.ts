@@ -55,6 +55,13 @@ export interface SchedulerOptions {
   readonly tenantWeight?: (tenant: string) => number | undefined;
   /** Whether an adapter has a compiled plan (staged path); others take the fallback path. Default: all staged. */
   readonly isStaged?: (adapter: string) => boolean;
+  /**
+   * Most prompt tokens one step prefills, over all prefilling sequences together (rows × the
+   * longest chunk, padding included; default 64, two of the engine's default 32-token chunks).
+   * Arrivals are prefilled together up to this budget — at least one chunk per step, so a long
+   * prompt still advances one chunk per step beside the running streams.
+   */
+  readonly prefillTokens?: number;
 }
 
 interface Seq {
@@ -94,9 +101,9 @@ export interface SchedulerSnapshot {
  * requests per unit of weight, under per-tenant caps — into a running set of at most `maxBatch`
  * sequences. Between decode steps new sequences are prefilled and join, finished ones leave. A
  * step is one decode run over every running, prefilled sequence (whatever their adapters: adapters
- * are slot data, so composition never compiles anything) plus at most one prefill chunk of one
- * admitted sequence (chunked prefill: a long prompt never stalls running streams for more than one
- * chunk). Each sequence's KV stays resident in the engine and is appended in place; a cancelled or
+ * are slot data, so composition never compiles anything) plus one prefill run over the next chunks
+ * of admitted sequences, together at most `prefillTokens` tokens (chunked prefill: a long prompt
+ * never stalls running streams for more than one chunk; a burst of arrivals is prefilled together). Each sequence's KV stays resident in the engine and is appended in place; a cancelled or
  * finished sequence frees its KV and slot after the step it is in.
  */
 export class Scheduler {
@@ -111,6 +118,7 @@ export class Scheduler {
   readonly #lastServed = new Map<string, number>();
   #serial = 0;
   readonly #isStaged: (adapter: string) => boolean;
+  readonly #prefillTokens: number;
   readonly #queues = new Map<string, Seq[]>();
   readonly #running: Seq[] = [];
   #waiting = 0;
@@ -127,6 +135,9 @@ export class Scheduler {
     this.#tenantQueue = opts.tenantQueue ?? (() => undefined);
     this.#tenantWeight = opts.tenantWeight ?? (() => undefined);
     this.#isStaged = opts.isStaged ?? (() => true);
+    const budget = opts.prefillTokens ?? 64;
+    if (!Number.isSafeInteger(budget) || budget < 1) throw new RouterError(RouterCode.BAD_CONFIG, `prefillTokens must be a positive integer, got ${String(opts.prefillTokens)}`);
+    this.#prefillTokens = budget;
   }
 
   /** Running and waiting counts for metrics and readiness. */
@@ -314,13 +325,29 @@ export class Scheduler {
     );
   }
 
-  async #prefill(seq: Seq): Promise<void> {
+  async #prefill(group: readonly Seq[]): Promise<void> {
     try {
-      const logits = await this.#engine.prefill(seq.es!);
-      if (logits !== undefined) this.#emit(seq, logits);
+      const logits = await this.#engine.prefillMany(group.map((s) => s.es!));
+      group.forEach((s, i) => {
+        if (logits[i] !== undefined) this.#emit(s, logits[i]);
+      });
     } catch (e) {
-      this.#fail([seq], e);
+      this.#fail(group, e);
     }
+  }
+
+  /** The sequences to prefill this step: in arrival order, while rows × longest chunk fits the budget (at least one). */
+  #prefillGroup(): Seq[] {
+    const group: Seq[] = [];
+    let longest = 0;
+    for (const s of this.#running) {
+      if (s.es?.slot === undefined || s.es.ready || s.done) continue;
+      const c = Math.max(longest, this.#engine.chunkOf(s.es));
+      if (group.length > 0 && (group.length + 1) * c > this.#prefillTokens) break;
+      group.push(s);
+      longest = c;
+    }
+    return group;
   }
 
   async #decode(group: readonly Seq[]): Promise<void> {
@@ -352,15 +379,16 @@ export class Scheduler {
           continue;
         }
         const decoding = this.#running.filter((s) => s.es?.ready === true);
-        const prefilling = this.#running.find((s) => s.es?.slot !== undefined && !s.es.ready);
-        if (decoding.length === 0 && prefilling === undefined) {
+        const prefilling = this.#prefillGroup();
+        if (decoding.length === 0 && prefilling.length === 0) {
           // Only sequences waiting for a slot load (or a free slot): their attach resumes the loop.
           if (this.#running.some((s) => s.attaching)) break;
           await new Promise<void>((resolve) => setTimeout(resolve, 1));
           continue;
         }
         if (decoding.length > 0) await this.#decode(decoding);
-        if (prefilling !== undefined && !prefilling.done) await this.#prefill(prefilling);
+        const live = prefilling.filter((s) => !s.done);
+        if (live.length > 0) await this.#prefill(live);
         this.#prune();
         // NOTE: executors may compute synchronously; yield to the event loop between steps so new
         // requests (and cancellations) arrive and join at the next step.

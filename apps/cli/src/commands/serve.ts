@@ -25,6 +25,8 @@ interface ServeOptions {
   padTokenId?: number;
   maxBatch?: number;
   maxQueue?: number;
+  prefillChunk?: number;
+  prefillTokens?: number;
   adminKey?: string;
   adapterRoot?: string[];
   shutdownTimeout?: number;
@@ -67,6 +69,8 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--pad-token-id <id>', 'mask prompt tokens equal to this id (HF pad_token_id semantics)', parseNonNegativeInt)
     .option('--max-batch <n>', 'most sequences decoded together', parsePositiveInt)
     .option('--max-queue <n>', 'most queued requests before 429', parsePositiveInt)
+    .option('--prefill-chunk <n>', 'most prompt tokens of one sequence prefilled per step (chunked prefill; default 32)', parsePositiveInt)
+    .option('--prefill-tokens <n>', 'most prompt tokens prefilled per step over all arriving sequences together (default 64)', parsePositiveInt)
     .option('--admin-key <key>', 'key guarding load/unload (always when set), /metrics and /ready details')
     .option('--adapter-root <dir...>', 'adapter roots (repeatable): admin loads must read from inside one (default: --adapters), and a request for an adapter not loaded loads <root>/<name> on demand')
     .option('--shutdown-timeout <s>', 'seconds to drain in-flight requests on SIGTERM before closing connections (default 30)', parseSeconds)
@@ -117,6 +121,8 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.padTokenId === undefined ? {} : { padTokenId: opts.padTokenId }),
         ...(opts.maxBatch === undefined ? {} : { maxBatch: opts.maxBatch }),
         ...(opts.maxQueue === undefined ? {} : { maxQueue: opts.maxQueue }),
+        ...(opts.prefillChunk === undefined ? {} : { prefillChunk: opts.prefillChunk }),
+        ...(opts.prefillTokens === undefined ? {} : { prefillTokens: opts.prefillTokens }),
         ...(opts.adminKey === undefined ? {} : { adminKey: opts.adminKey }),
         ...(opts.shutdownTimeout === undefined ? {} : { shutdownTimeoutMs: opts.shutdownTimeout }),
         ...(opts.bodyTimeout === undefined ? {} : { bodyTimeoutMs: opts.bodyTimeout }),
