@@ -5,7 +5,7 @@ import { AdapterCache, type CacheLease, type LoraAdapter, PeftCode, PeftError, c
 import { type Executor, type PreparedGraph, type QuantizeLinearsOptions, type WeightQuantSpec, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
 import { EngineCode, EngineError } from './errors.js';
-import { MASKED, SequenceKv, Staging } from './kv.js';
+import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
 import { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm, slotExperts, slotLinear } from './slot-linear.js';
 import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
 import { type ExpertSlotFactors, SlotTables } from './slots.js';
@@ -201,6 +201,7 @@ export class Engine {
   readonly #host: AdapterCache<LoraAdapter>;
   readonly #slotCache: AdapterCache<SlotEntry>;
   readonly #staging: Staging;
+  readonly #decodeStaging: DecodeStaging;
   readonly #live = new Set<Sequence>();
   readonly #prefillChunk: number;
   readonly #kvShape: readonly [number, number];
@@ -248,6 +249,7 @@ export class Engine {
     this.#preparations = Object.keys(parts.programs).length;
     this.#prefillChunk = parts.prefillChunk;
     this.#staging = new Staging(config.numLayers);
+    this.#decodeStaging = new DecodeStaging(config.numLayers, config.numKvHeads * config.headDim);
     this.#kvShape = [config.numKvHeads, config.headDim];
     this.#host = new AdapterCache<LoraAdapter>({
       budgetBytes: parts.maxCpuLoras,
@@ -359,7 +361,7 @@ export class Engine {
   memory(): EngineMemory {
     let kv = 0;
     for (const s of this.#live) kv += s.kv.bytes;
-    const staging = this.#staging.bytes;
+    const staging = this.#staging.bytes + this.#decodeStaging.bytes;
     let lanes = 0;
     for (const l of this.#lanes.values()) lanes += l.bytes;
     return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + staging + lanes };
@@ -883,12 +885,25 @@ export class Engine {
       if (!Number.isInteger(t) || t < 0 || t >= this.config.vocabSize) throw new ModelError(ModelCode.BAD_TOKEN, `token id ${String(t)} at row ${String(i)} is outside the vocabulary [0, ${String(this.config.vocabSize)})`);
     });
     const width = this.#kvShape[0] * this.#kvShape[1];
-    const past = Math.max(...seqs.map((s) => s.kv.length));
     const inputs: Record<string, HostTensor> = {
       input_ids: hostTensor('i64', [rows, 1], tokens),
       position_ids: hostTensor('i64', [rows, 1], seqs.map((s) => s.nextPosition)),
     };
-    // One row: a fresh mask; several: the staging mask buffer (padding of shorter rows masked).
+    // One row: its buffers as zero-copy views. Several: the decode staging kept across steps (only
+    // positions appended since the last step are copied), each row's positions beyond its own
+    // length masked.
+    let past: number;
+    if (rows === 1) {
+      past = seqs[0]!.kv.length;
+      this.#stagePast(inputs, seqs, past);
+    } else {
+      const staged = this.#decodeStaging.stage(seqs.map((s) => s.kv));
+      past = staged.cap;
+      for (let l = 0; l < this.config.numLayers; l++) {
+        inputs[`past_key.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: staged.k[l]! };
+        inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: staged.v[l]! };
+      }
+    }
     const mask = rows === 1 ? new Float32Array(past + 1) : this.#staging.reserve(0, rows * (past + 1)).mask.subarray(0, rows * (past + 1));
     seqs.forEach((s, r) => {
       mask.set(s.kv.maskView(), r * (past + 1));
@@ -897,7 +912,6 @@ export class Engine {
       if (this.config.slidingWindow !== undefined) windowKeys(mask.subarray(r * (past + 1), (r + 1) * (past + 1)), s.kv.length, this.config.slidingWindow);
     });
     inputs['attention_mask'] = { dtype: 'f32', shape: this.config.slidingWindow === undefined ? [rows, past + 1] : [rows, 1, past + 1], data: mask };
-    this.#stagePast(inputs, seqs, past);
     const out = await this.#run(inputs, slots, lane);
     const { k, v } = this.#outputs(out);
     const logits = out['logits']!.data as Float32Array;

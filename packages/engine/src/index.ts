@@ -7,16 +7,19 @@
  *   once; LoRA adapters are data in slot tables (run-time inputs) managed by an `AdapterCache`;
  *   per-sequence KV caches resident and appended in place; chunked prefill with last-position
  *   logits; its own accounting of executor-held bytes.
- * - `slotLinear`: the BGMV slot projection the program is built from.
- * - `SequenceKv` / `Staging`: the resident KV layout and the reusable multi-row staging buffers.
+ * - `slotLinear` / `slotExperts`: the BGMV slot projection and the slot-indexed MoE expert LoRA the
+ *   program is built from.
+ * - `SequenceKv` / `Staging` / `DecodeStaging`: the resident KV layout, the reusable multi-row
+ *   staging buffers and the decode batch's staging kept across steps.
  */
 export { EngineCode, EngineError } from './errors.js';
 export type { EngineErrorCode } from './errors.js';
 export { Engine, Sequence, engineGraph } from './engine.js';
 export type { EngineMemory, EngineOptions, EngineStats } from './engine.js';
-export { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, chooseSlotForm, slotInputNames, slotLinear } from './slot-linear.js';
+export { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, TOKEN_SLOT_INPUT, chooseSlotForm, slotExperts, slotInputNames, slotLinear } from './slot-linear.js';
 export type { SlotForm, SlotModule } from './slot-linear.js';
 export { SlotTables } from './slots.js';
-export { MASKED, SequenceKv, Staging } from './kv.js';
+export type { ExpertSlotFactors } from './slots.js';
+export { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
 export { writeRandomAdapter, writeRandomLlama } from './random-checkpoint.js';
 export type { RandomAdapterSpec } from './random-checkpoint.js';

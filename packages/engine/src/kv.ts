@@ -76,6 +76,14 @@ export class SequenceKv {
     v.set(this.#values[l]!.subarray(0, n), offset);
   }
 
+  /** Copies layer `l`'s positions [from, length) to `k`/`v` at `offset` floats + from × width (extending a staged copy). */
+  copyRange(l: number, k: Float32Array, v: Float32Array, offset: number, from: number): void {
+    const a = from * this.width;
+    const n = this.length * this.width;
+    k.set(this.#keys[l]!.subarray(a, n), offset + a);
+    v.set(this.#values[l]!.subarray(a, n), offset + a);
+  }
+
   /**
    * Appends `count` positions: per layer, `newK[l]`/`newV[l]` from float `offset` (count × width
    * floats each), and their key mask. Layers are written first, then `length` moves, so a failed
@@ -126,5 +134,64 @@ export class Staging {
     this.#v = this.#v.map((v) => grow(v, floats));
     this.#mask = grow(this.#mask, maskFloats);
     return { k: this.#k, v: this.#v, mask: this.#mask };
+  }
+}
+
+/**
+ * The staged KV of the decode batch, kept across steps: per layer key/value [rows, cap, width]
+ * with each row's cached prefix at the start of its `cap` positions (beyond it: stale, to be
+ * masked). While the batch keeps the same sequences in the same order and fits `cap`, a step
+ * copies only the positions appended since the last one — O(1) per row and step instead of the
+ * whole prefix; a change of composition, or a row outgrowing `cap`, re-stages everything once
+ * with `cap` rounded up to a multiple of `step` positions.
+ */
+export class DecodeStaging {
+  #rows: readonly SequenceKv[] = [];
+  #staged: number[] = [];
+  #cap = 0;
+  #k: Float32Array[];
+  #v: Float32Array[];
+  /** Full re-stagings so far (each copies every row's prefix). */
+  restages = 0;
+
+  constructor(
+    readonly layers: number,
+    readonly width: number,
+    readonly step = 64,
+  ) {
+    this.#k = Array.from({ length: layers }, () => new Float32Array(0));
+    this.#v = Array.from({ length: layers }, () => new Float32Array(0));
+  }
+
+  /** Bytes held. */
+  get bytes(): number {
+    return this.#k.reduce((a, k) => a + 2 * k.length, 0) * 4;
+  }
+
+  /** Stages `rows` (the step's sequences in row order); returns `cap` and the buffers [rows, cap, width] per layer. */
+  stage(rows: readonly SequenceKv[]): { readonly cap: number; readonly k: readonly Float32Array[]; readonly v: readonly Float32Array[] } {
+    const longest = Math.max(1, ...rows.map((r) => r.length));
+    const same = rows.length === this.#rows.length && longest <= this.#cap && rows.every((r, i) => r === this.#rows[i] && r.length >= this.#staged[i]!);
+    const w = this.width;
+    if (!same) {
+      this.#cap = Math.ceil(longest / this.step) * this.step;
+      const floats = rows.length * this.#cap * w;
+      if (this.#k[0]!.length < floats) {
+        this.#k = this.#k.map(() => new Float32Array(floats));
+        this.#v = this.#v.map(() => new Float32Array(floats));
+      }
+      for (let l = 0; l < this.layers; l++) rows.forEach((r, i) => { r.copyTo(l, this.#k[l]!, this.#v[l]!, i * this.#cap * w); });
+      this.#rows = [...rows];
+      this.#staged = rows.map((r) => r.length);
+      this.restages++;
+    } else {
+      rows.forEach((r, i) => {
+        if (r.length === this.#staged[i]) return;
+        for (let l = 0; l < this.layers; l++) r.copyRange(l, this.#k[l]!, this.#v[l]!, i * this.#cap * w, this.#staged[i]!);
+        this.#staged[i] = r.length;
+      });
+    }
+    const n = rows.length * this.#cap * w;
+    return { cap: this.#cap, k: this.#k.map((k) => k.subarray(0, n)), v: this.#v.map((v) => v.subarray(0, n)) };
   }
 }

@@ -1,0 +1,56 @@
+import { describe, expect, it } from 'vitest';
+import { DecodeStaging, SequenceKv } from './kv.js';
+
+const W = 3;
+const L = 2;
+
+/** Appends `n` positions whose values encode (sequence id, layer, position, lane). */
+function grow(kv: SequenceKv, id: number, n: number): void {
+  const k: Float32Array[] = [];
+  const v: Float32Array[] = [];
+  for (let l = 0; l < L; l++) {
+    k.push(Float32Array.from({ length: n * W }, (_, i) => id * 1e4 + l * 1e3 + (kv.length + Math.floor(i / W)) * 10 + (i % W)));
+    v.push(Float32Array.from({ length: n * W }, (_, i) => -(id * 1e4 + l * 1e3 + (kv.length + Math.floor(i / W)) * 10 + (i % W))));
+  }
+  kv.append(k, v, 0, new Array<number>(n).fill(0));
+}
+
+/** Each row's staged prefix equals its own buffers. */
+function check(staged: ReturnType<DecodeStaging['stage']>, rows: SequenceKv[]): void {
+  rows.forEach((r, i) => {
+    for (let l = 0; l < L; l++) {
+      const want = r.view(l, [W]);
+      expect(Array.from(staged.k[l]!.subarray(i * staged.cap * W, i * staged.cap * W + r.length * W))).toEqual(Array.from(want.k.data));
+      expect(Array.from(staged.v[l]!.subarray(i * staged.cap * W, i * staged.cap * W + r.length * W))).toEqual(Array.from(want.v.data));
+    }
+  });
+}
+
+describe('DecodeStaging', () => {
+  it('copies only appended positions while the batch is the same, and re-stages on a change or growth', () => {
+    const rows = [0, 1, 2].map(() => new SequenceKv(L, W, 4));
+    rows.forEach((r, i) => { grow(r, i, 5 + i * 3); });
+    const st = new DecodeStaging(L, W, 8);
+    let staged = st.stage(rows);
+    expect(staged.cap).toBe(16);
+    expect(st.restages).toBe(1);
+    check(staged, rows);
+    for (let step = 0; step < 4; step++) {
+      rows.forEach((r, i) => { grow(r, i, 1); });
+      staged = st.stage(rows);
+      check(staged, rows);
+    }
+    expect(st.restages).toBe(1);
+    // Outgrowing the cap (row 2 reaches 17 positions) re-stages with the cap rounded up.
+    grow(rows[2]!, 2, 2);
+    staged = st.stage(rows);
+    expect(staged.cap).toBe(24);
+    expect(st.restages).toBe(2);
+    check(staged, rows);
+    // A different composition (a row left) re-stages.
+    staged = st.stage([rows[0]!, rows[2]!]);
+    expect(st.restages).toBe(3);
+    check(staged, [rows[0]!, rows[2]!]);
+    expect(staged.k[0]!.length).toBe(2 * 24 * W);
+  });
+});
