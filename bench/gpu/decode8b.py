@@ -8,6 +8,12 @@ rotary as Hugging Face computes them) plus, per projection, the SGMV shrink/expa
 CUDA graph and replayed. The weights are the PEFT model's own tensors (no copy).
 
     python3 bench/gpu/decode8b.py --root DIR --out decode8b.json
+    python3 bench/gpu/decode8b.py --kernel stream --out decode8b-stream.json
+
+`--kernel stream`: the 64-adapter step runs every projection as one launch of the fused swap-AB
+streaming kernel (native/stageml_torch/stream.py: base GEMM + the row's adapter, slot per row) on
+random bank factors (no PEFT model, no generated launchers needed); base = the same step with
+cuBLAS and no adapters. Checked against the same step with torch ops (gathered factors, f32).
 """
 import argparse
 import importlib
@@ -57,7 +63,7 @@ class Ours:
     """A decode step over the HF model's weights; banks per (layer, projection) when adapters are on."""
 
     def __init__(self, model, rope_theta):
-        inner = model.base_model.model if hasattr(model, "base_model") else model
+        inner = model.base_model.model if hasattr(model, "peft_config") else model
         self.embed = inner.model.embed_tokens.weight
         self.norm_w = inner.model.norm.weight
         self.lm_head = inner.lm_head.weight
@@ -139,6 +145,112 @@ class Ours:
         return F.linear(self.rms(h, self.norm_w), self.lm_head)
 
 
+class StreamBanks:
+    """Per (layer, projection) banks for the fused kernel: A [64, R, K], B [64, N, R] (zero beyond
+    each adapter's rank), ranks, scales; `lin` replaces Ours.lin."""
+
+    def __init__(self, ours, ranks):
+        from stageml_torch import stream as st  # noqa: PLC0415
+
+        self.st = st
+        rmax = max(ranks)
+        self.ranks = torch.tensor(ranks, device="cuda", dtype=torch.int32)
+        self.scales = torch.full((len(ranks),), 2.0, device="cuda", dtype=torch.float32)
+        self.banks = []
+        for lay in ours.layers:
+            row = {}
+            for p, w in lay["w"].items():
+                n, k = w.shape
+                a = torch.randn((len(ranks), rmax, k), device="cuda", dtype=torch.bfloat16) / math.sqrt(k)
+                b = torch.randn((len(ranks), n, rmax), device="cuda", dtype=torch.bfloat16) * (0.05 / math.sqrt(16))
+                for j, r in enumerate(ranks):
+                    a[j, r:] = 0
+                    b[j, :, r:] = 0
+                row[p] = (a, b)
+            self.banks.append(row)
+        self.fallbacks = 0
+
+    def lin(self, ours, x, l, p, slots, reference=False):
+        w = ours.layers[l]["w"][p]
+        a, b = self.banks[l][p]
+        if not reference:
+            y = self.st.lora_bank_linear(x, w, a, b, slots, self.ranks, self.scales)
+            if y is not None:
+                return y
+            self.fallbacks += 1
+        # torch ops: the rows' factors gathered (padding is zero), f32 accumulation.
+        ag = a.index_select(0, slots.long()).float()
+        bg = b.index_select(0, slots.long()).float()
+        t = torch.bmm(ag, x.float().unsqueeze(-1))
+        d = torch.bmm(bg, t).squeeze(-1) * self.scales.index_select(0, slots.long()).unsqueeze(-1)
+        return (F.linear(x, w).float() + d).to(x.dtype)
+
+
+def stream_main(args):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    dev = "cuda"
+    mixes = {"mixed": [[8, 16, 64][i % 3] for i in range(64)], "r8": [8] * 64}
+    res = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+                    "context": CONTEXT, "kernel": "stream (fused base + bank LoRA, one launch per projection)",
+                    "model": "Llama-3-8B shape: 32 layers, hidden 4096, intermediate 14336, GQA 32/8, head 128, vocab 128256, random bf16"},
+           "steps": [], "checks": {}}
+    t0 = time.time()
+    cfg = LlamaConfig(hidden_size=HIDDEN, intermediate_size=INTER, num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                      head_dim=HEAD_DIM, vocab_size=VOCAB, rope_theta=500000.0, rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, rms_norm_eps=1e-5, max_position_embeddings=8192, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device(dev), torch.no_grad():
+        base = LlamaForCausalLM(cfg)
+    torch.set_default_dtype(torch.float32)
+    ours = Ours(base, 500000.0)
+    base_bytes = 2 * (LAYERS * (HIDDEN * HIDDEN * 2 + HIDDEN * 1024 * 2 + 3 * HIDDEN * INTER) + VOCAB * HIDDEN)
+    per_rank_bytes = 2 * LAYERS * (2 * (HIDDEN + HIDDEN) + 2 * (HIDDEN + 1024) + 3 * (HIDDEN + INTER))
+    res["meta"]["base_weight_bytes"] = base_bytes
+    print("model built in %.1f s" % (time.time() - t0), flush=True)
+    kc = [torch.randn((64, KV_HEADS, LMAX, HEAD_DIM), device=dev, dtype=torch.bfloat16) for _ in range(LAYERS)]
+    vc = [torch.randn((64, KV_HEADS, LMAX, HEAD_DIM), device=dev, dtype=torch.bfloat16) for _ in range(LAYERS)]
+    with torch.no_grad():
+        for mix in ("mixed", "r8"):
+            banks = StreamBanks(ours, mixes[mix])
+            for b in [int(x) for x in args.batches.split(",")] if mix == "mixed" else [64]:
+                slots = torch.arange(b, device=dev, dtype=torch.int32) % 64
+                ids = torch.randint(0, VOCAB, (b,), device=dev)
+                pos = torch.full((1,), CONTEXT - 1, dtype=torch.int64, device=dev)
+                kb = [t[:b] for t in kc]
+                vb = [t[:b] for t in vc]
+                if b == 64:
+                    ours.lin = lambda x, l, p, meta: banks.lin(ours, x, l, p, slots, reference=True)
+                    ref = ours.step(ids, pos, [t.clone() for t in kb], [t.clone() for t in vb], slots).float()
+                    ours.lin = lambda x, l, p, meta: banks.lin(ours, x, l, p, slots)
+                    mine = ours.step(ids, pos, [t.clone() for t in kb], [t.clone() for t in vb], slots).float()
+                    del ours.lin
+                    base_l = ours.step(ids, pos, [t.clone() for t in kb], [t.clone() for t in vb], None).float()
+                    res["checks"][mix] = {"stream_vs_torch_rel": float((mine - ref).norm() / ref.norm()), "argmax_agree": float((mine.argmax(-1) == ref.argmax(-1)).float().mean()),
+                                          "adapter_effect_rel": float((ref - base_l).norm() / base_l.norm()), "fallbacks": banks.fallbacks}
+                    print("check %s: %s" % (mix, res["checks"][mix]), flush=True)
+                row = {"mix": mix, "batch": b, "adapters": min(b, 64)}
+                for mode in ("base", "lora"):
+                    if mode == "lora":
+                        ours.lin = lambda x, l, p, meta: banks.lin(ours, x, l, p, slots)
+                    g, _ = graphed(lambda: ours.step(ids, pos, kb, vb, slots if mode == "lora" else None))
+                    ms = median_ms(g.replay, args.reps)
+                    if mode == "lora":
+                        del ours.lin
+                    row[mode + "_ms"] = ms
+                    row[mode + "_tok_s"] = b * 1000.0 / ms
+                    del g
+                row["lora_over_base"] = row["lora_ms"] / row["base_ms"]
+                row["byte_floor_ratio"] = 1 + sum(mixes[mix][i % 64] for i in range(b)) * per_rank_bytes / base_bytes
+                row["fallbacks"] = banks.fallbacks
+                res["steps"].append(row)
+                print("step %s b=%d: base %.2f ms, 64-adapter %.2f ms (x%.2f; byte floor x%.2f)" % (mix, b, row["base_ms"], row["lora_ms"], row["lora_over_base"], row["byte_floor_ratio"]), flush=True)
+                with open(args.out, "w") as f:
+                    json.dump(res, f, indent=1)
+            del banks
+            torch.cuda.empty_cache()
+
+
 def make_meta(launchers, b, num_adapters, device):
     """Row blocks of a batch whose row i runs adapter i (mod the bank size); built once per batch."""
     group = torch.arange(b, device=device, dtype=torch.int32) % num_adapters
@@ -160,12 +272,16 @@ def graphed(fn, warm=3):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--root", required=True)
+    ap.add_argument("--root", default=None, help="the prepared folder (generated launchers, mixes.json); not needed with --kernel stream")
+    ap.add_argument("--kernel", default="generated", choices=["generated", "stream"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--batches", default="1,2,4,8,16,32,64")
     ap.add_argument("--peft-batches", default="1,8,64")
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
+    if args.kernel == "stream":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "native"))
+        return stream_main(args)
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
     import transformers, peft  # noqa: E401

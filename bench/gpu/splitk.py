@@ -1,174 +1,44 @@
-"""Split-K, bandwidth-bound fused base + LoRA for decode-sized batches (rows ≤ 64), against cuBLAS's
-base GEMM alone, cuBLAS base + a punica-style shrink/expand pair (a reimplementation of vLLM's
-lora_shrink/lora_expand scheme in Triton: split-K shrink into fp32 t, expand adding into y), and
-the generated fused kernel of @stageml/triton-gen (bench/gpu/out-e2e/triton/lora-bf16-r16, if given).
+"""Fused base + LoRA kernels against cuBLAS's base GEMM alone, 4096², bf16, one device call:
 
-    y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ,  x [M, K], W [N, K], A [r, K], B [N, r], bf16
+    y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ,  x [M, K], W [N, K], A [r, K], B [N, r]      (one adapter, r16)
+    y[m] = x[m]·Wᵀ + s_j·(x[m]·A_jᵀ)·B_jᵀ, j = slot[m]                  (64-adapter bank, r16 / 8-16-64)
 
-Kernel 1 (grid N/BLOCK_N × SPLIT_K) streams each W tile once: every program accumulates its K slice
-of x·Wᵀ and adds it into an fp32 accumulator with atomics; the programs of the first N block also
-accumulate their slice of t = x·Aᵀ. Kernel 2 (grid N/BLOCK_N2) adds s·t·Bᵀ, stores y in bf16 and
-zeroes the accumulator tile it read, so no memset is needed for the next call (t, 64 x r fp32, is
-zeroed by a 1-node memset). Bytes: W once (32 MB at 4096²) + x, A, B, y: the floor is W / copy BW.
+Variants (all from the package, native/stageml_torch: triton_lora.py and stream.py):
+- cuda_stream: the swap-AB streaming CUDA kernel (lora_stream.cu), a sweep of configurations;
+- triton_one: the one-launch split-K Triton kernel (the previous default);
+- triton_swap[_tma]: the same scheme in swap-AB form, W through plain loads or TMA descriptors;
+- punica_style: cuBLAS base + split-K shrink + expand (vLLM's scheme, reimplemented here);
+- at 4096 rows: cuBLAS compositions (addmm into the LoRA term, stacked [W; A], K-concatenation,
+  merged W + s·B·A for reference).
+Correctness: ‖y − ref‖/‖ref‖ against float64 on fresh inputs, NaN-poisoned outputs. Times: µs per
+call from CUDA-graph replay over operand sets larger than the 60 MB L2, median of replays.
 
-    python3 bench/gpu/splitk.py --out gpu-kernels.json [--generated DIR]
+    python3 bench/gpu/splitk.py --out gpu-kernels.json [--budget 240] [--no-triton] [--sweep old,cl]
+    python3 bench/gpu/splitk.py --report RUN.json [RUN2.json ...] --out bench/results/gpu-kernels.md
 """
 import argparse
-import importlib
 import json
 import os
 import sys
 import time
+import traceback
 
-import torch
-import triton
-import triton.language as tl
+if "--report" not in sys.argv:
+    import torch
+    import triton
+    import triton.language as tl
 
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "native"))
+    from stageml_torch import stream as st  # noqa: E402
+    from stageml_torch import triton_lora as tlk  # noqa: E402
+else:  # the report needs none of the GPU stack
+    triton = type("triton", (), {"jit": staticmethod(lambda f: f)})
+    tl = type("tl", (), {"constexpr": None})
 
-def _configs():
-    out = []
-    for bn, split, bk, stages in [(64, 4, 128, 4), (64, 8, 128, 4), (128, 4, 128, 4), (32, 8, 128, 4), (64, 8, 256, 3), (128, 8, 64, 4), (64, 16, 128, 3), (32, 16, 128, 4)]:
-        out.append(triton.Config({"BLOCK_N": bn, "SPLIT_K": split, "BLOCK_K": bk}, num_warps=4, num_stages=stages))
-    return out
-
-
-@triton.autotune(configs=_configs(), key=["M_BUCKET"], reset_to_zero=["y_acc_ptr", "t_acc_ptr"])
-@triton.jit
-def splitk_kernel(x_ptr, w_ptr, a_ptr, y_acc_ptr, t_acc_ptr, M, N: tl.constexpr, K: tl.constexpr, R_PAD: tl.constexpr, RANK: tl.constexpr,
-                  M_BUCKET: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    offs_m = tl.arange(0, M_BUCKET)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_r = tl.arange(0, R_PAD)
-    k_per = K // SPLIT_K
-    k0 = pid_k * k_per
-    mask_m = offs_m < M
-    acc = tl.zeros((M_BUCKET, BLOCK_N), dtype=tl.float32)
-    acc_t = tl.zeros((M_BUCKET, R_PAD), dtype=tl.float32)
-    do_t = pid_n == 0
-    for kk in range(0, k_per, BLOCK_K):
-        offs_k = k0 + kk + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=mask_m[:, None], other=0.0)
-        w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :])
-        acc = tl.dot(x, tl.trans(w), acc)
-        if do_t:
-            a = tl.load(a_ptr + offs_r[:, None] * K + offs_k[None, :], mask=(offs_r < RANK)[:, None], other=0.0)
-            acc_t = tl.dot(x, tl.trans(a), acc_t)
-    tl.atomic_add(y_acc_ptr + offs_m[:, None] * N + offs_n[None, :], acc, mask=mask_m[:, None], sem="relaxed")
-    if do_t:
-        tl.atomic_add(t_acc_ptr + offs_m[:, None] * R_PAD + offs_r[None, :], acc_t, mask=mask_m[:, None], sem="relaxed")
-
-
-@triton.jit
-def finish_kernel(y_acc_ptr, t_acc_ptr, b_ptr, y_ptr, scale, M, N: tl.constexpr, R_PAD: tl.constexpr, RANK: tl.constexpr,
-                  M_BUCKET: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid_n = tl.program_id(0)
-    offs_m = tl.arange(0, M_BUCKET)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_r = tl.arange(0, R_PAD)
-    mask_m = offs_m < M
-    acc = tl.load(y_acc_ptr + offs_m[:, None] * N + offs_n[None, :], mask=mask_m[:, None], other=0.0)
-    t = tl.load(t_acc_ptr + offs_m[:, None] * R_PAD + offs_r[None, :], mask=mask_m[:, None], other=0.0)
-    b = tl.load(b_ptr + offs_n[:, None] * RANK + offs_r[None, :], mask=(offs_r < RANK)[None, :], other=0.0)
-    acc = tl.dot((t * scale).to(tl.bfloat16), tl.trans(b), acc)
-    tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(tl.bfloat16), mask=mask_m[:, None])
-    tl.store(y_acc_ptr + offs_m[:, None] * N + offs_n[None, :], tl.zeros((M_BUCKET, BLOCK_N), dtype=tl.float32), mask=mask_m[:, None])
-
-
-def _one_configs():
-    """(BLOCK_N, SPLIT_K, BLOCK_K, stages, warps): about one wave of programs, deep pipelines."""
-    pts = [(128, 4, 128, 4, 4), (64, 4, 128, 4, 4), (128, 4, 128, 4, 8), (128, 4, 256, 3, 8), (128, 2, 256, 4, 8), (256, 2, 128, 4, 8),
-           (256, 4, 128, 3, 8), (64, 8, 256, 4, 4), (128, 4, 128, 6, 4), (128, 8, 128, 4, 4), (64, 4, 256, 4, 4), (128, 4, 64, 8, 4),
-           (256, 2, 64, 6, 8), (128, 2, 128, 6, 4), (64, 8, 128, 6, 4), (32, 8, 256, 4, 4)]
-    return [triton.Config({"BLOCK_N": bn, "SPLIT_K": sp, "BLOCK_K": bk}, num_warps=w, num_stages=st) for bn, sp, bk, st, w in pts]
-
-
-@triton.autotune(configs=_one_configs(), key=["M_BUCKET"])
-@triton.jit
-def splitk_one_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, y_acc_ptr, t_acc_ptr, count_ptr, scale, M, N: tl.constexpr, K: tl.constexpr,
-                      R_PAD: tl.constexpr, RANK: tl.constexpr, MAX_ROWS: tl.constexpr, M_BUCKET: tl.constexpr,
-                      BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One launch: each (N block, K split) program adds its slice of x·Wᵀ and of t = x·Aᵀ into fp32
-    accumulators; the last program of an N block to arrive (a counter per block) adds s·t·Bᵀ,
-    stores y, and zeroes the block's accumulators and counter for the next call."""
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    offs_m = tl.arange(0, M_BUCKET)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_r = tl.arange(0, R_PAD)
-    k_per = K // SPLIT_K
-    k0 = pid_k * k_per
-    mask_m = offs_m < M
-    acc = tl.zeros((M_BUCKET, BLOCK_N), dtype=tl.float32)
-    acc_t = tl.zeros((M_BUCKET, R_PAD), dtype=tl.float32)
-    for kk in range(0, k_per, BLOCK_K):
-        offs_k = k0 + kk + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=mask_m[:, None], other=0.0)
-        w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :])
-        a = tl.load(a_ptr + offs_r[:, None] * K + offs_k[None, :], mask=(offs_r < RANK)[:, None], other=0.0)
-        acc = tl.dot(x, tl.trans(w), acc)
-        acc_t = tl.dot(x, tl.trans(a), acc_t)
-    y_acc = y_acc_ptr + offs_m[:, None] * N + offs_n[None, :]
-    t_acc = t_acc_ptr + pid_n * (MAX_ROWS * R_PAD) + offs_m[:, None] * R_PAD + offs_r[None, :]
-    tl.atomic_add(y_acc, acc, mask=mask_m[:, None], sem="relaxed")
-    tl.atomic_add(t_acc, acc_t, mask=mask_m[:, None], sem="relaxed")
-    # Every thread's adds are issued before the program announces its arrival (release), and the
-    # last arriver reads the sums from L2 (.cg) after its acquire.
-    tl.debug_barrier()
-    count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
-    if count == SPLIT_K - 1:
-        tot = tl.load(y_acc, mask=mask_m[:, None], other=0.0, cache_modifier=".cg")
-        t = tl.load(t_acc, mask=mask_m[:, None], other=0.0, cache_modifier=".cg")
-        b = tl.load(b_ptr + offs_n[:, None] * RANK + offs_r[None, :], mask=(offs_r < RANK)[None, :], other=0.0)
-        tot = tl.dot((t * scale).to(tl.bfloat16), tl.trans(b), tot)
-        tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], tot.to(tl.bfloat16), mask=mask_m[:, None])
-        tl.store(y_acc, tl.zeros((M_BUCKET, BLOCK_N), dtype=tl.float32), mask=mask_m[:, None])
-        tl.store(t_acc, tl.zeros((M_BUCKET, R_PAD), dtype=tl.float32), mask=mask_m[:, None])
-        tl.atomic_xchg(count_ptr + pid_n, 0)
-
-
-class SplitKOne:
-    """The one-launch variant (fix-up by the last-arriving split); state is self-cleaning."""
-
-    def __init__(self, n, k, rank, max_rows=64, device="cuda"):
-        self.n, self.k, self.rank, self.max_rows = n, k, rank, max_rows
-        self.r_pad = max(16, triton.next_power_of_2(rank))
-        self.y_acc = torch.zeros((max_rows, n), device=device, dtype=torch.float32)
-        self.t_acc = torch.zeros((n // 32, max_rows, self.r_pad), device=device, dtype=torch.float32)
-        self.count = torch.zeros((n // 32,), device=device, dtype=torch.int32)
-
-    def __call__(self, x, w, a, b, scale, out):
-        m = x.shape[0]
-        grid = lambda meta: (self.n // meta["BLOCK_N"], meta["SPLIT_K"])
-        splitk_one_kernel[grid](x, w, a, b, out, self.y_acc, self.t_acc, self.count, scale, m, self.n, self.k, self.r_pad, self.rank, self.max_rows, m_bucket(m))
-        return out
-
-
-def m_bucket(m):
-    b = 16
-    while b < m:
-        b *= 2
-    return b
-
-
-class SplitK:
-    """Fused base + LoRA for one (W, A, B, s), rows ≤ 64; accumulators kept between calls."""
-
-    def __init__(self, n, k, rank, max_rows=64, device="cuda"):
-        self.n, self.k, self.rank = n, k, rank
-        self.r_pad = max(16, triton.next_power_of_2(rank))
-        self.y_acc = torch.zeros((max_rows, n), device=device, dtype=torch.float32)
-        self.t_acc = torch.zeros((max_rows, self.r_pad), device=device, dtype=torch.float32)
-
-    def __call__(self, x, w, a, b, scale, out):
-        m = x.shape[0]
-        self.t_acc.zero_()
-        mb = m_bucket(m)
-        grid = lambda meta: (self.n // meta["BLOCK_N"], meta["SPLIT_K"])
-        splitk_kernel[grid](x, w, a, self.y_acc, self.t_acc, m, self.n, self.k, self.r_pad, self.rank, mb)
-        finish_kernel[(self.n // 64,)](self.y_acc, self.t_acc, b, out, scale, m, self.n, self.r_pad, self.rank, mb, 64, num_warps=4)
-        return out
+N = K = 4096
+SCALE = 2.0
+SETS = 4
+T0 = time.time()
 
 
 # -- punica-style pair (vLLM's lora_shrink / lora_expand scheme), base through cuBLAS -------------
@@ -204,35 +74,37 @@ def punica_expand(t_ptr, b_ptr, y_ptr, scale, M, N: tl.constexpr, R_PAD: tl.cons
 
 
 class Punica:
-    def __init__(self, n, k, rank, max_rows=64, device="cuda"):
-        self.n, self.k, self.rank = n, k, rank
+    def __init__(self, rank, max_rows=64):
+        self.rank = rank
         self.r_pad = max(16, triton.next_power_of_2(rank))
-        self.t = torch.zeros((max_rows, self.r_pad), device=device, dtype=torch.float32)
+        self.t = torch.zeros((max_rows, self.r_pad), device="cuda", dtype=torch.float32)
 
     def __call__(self, x, w, a, b, scale, out):
         m = x.shape[0]
         torch.matmul(x, w.t(), out=out)
         self.t.zero_()
-        mb = m_bucket(m)
-        punica_shrink[(32,)](x, a, self.t, m, self.k, self.r_pad, self.rank, mb, 32, 128, num_warps=4)
-        punica_expand[(self.n // 64,)](self.t, b, out, scale, m, self.n, self.r_pad, self.rank, mb, 64, num_warps=4)
+        mb = max(16, triton.next_power_of_2(m))
+        punica_shrink[(32,)](x, a, self.t, m, K, self.r_pad, self.rank, mb, 32, 128, num_warps=4)
+        punica_expand[(N // 64,)](self.t, b, out, scale, m, N, self.r_pad, self.rank, mb, 64, num_warps=4)
         return out
 
 
-def graph_us(fn_sets, reps=20):
+# -- timing ---------------------------------------------------------------------------------------
+
+
+def graph_us(fns, calls=8, reps=20):
     """µs per call replayed back to back from one CUDA graph over rotating operand sets."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for f in fn_sets:
+        for f in fns:
             f()
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    calls = 8
     with torch.cuda.graph(g):
-        for i in range(calls * len(fn_sets)):
-            fn_sets[i % len(fn_sets)]()
+        for i in range(calls * len(fns)):
+            fns[i % len(fns)]()
     g.replay()
     torch.cuda.synchronize()
     times = []
@@ -242,8 +114,9 @@ def graph_us(fn_sets, reps=20):
         g.replay()
         e1.record()
         torch.cuda.synchronize()
-        times.append(e0.elapsed_time(e1) * 1000 / (calls * len(fn_sets)))
+        times.append(e0.elapsed_time(e1) * 1000 / (calls * len(fns)))
     times.sort()
+    del g
     return times[len(times) // 2]
 
 
@@ -262,98 +135,366 @@ def copy_tbs():
     return 2 * a.numel() * 10 / (e0.elapsed_time(e1) / 1000) / 1e12
 
 
+def rel_err(y, ref):
+    if not torch.isfinite(y).all():
+        return float("inf")
+    return float((y.to(ref.dtype) - ref).norm() / ref.norm())
+
+
+def measure(row, name, run, refs, outs, calls=8, reps=20, extra=None):
+    """Checks `run(i)` (writes outs[i]) against refs[i] on every set (NaN-poisoned first), then
+    times it. Records µs, error or the exception."""
+    try:
+        errs = []
+        for i in range(len(outs)):
+            outs[i].fill_(float("nan"))
+            run(i)
+            torch.cuda.synchronize()
+            errs.append(rel_err(outs[i], refs[i]))
+        e = max(errs)
+        rec = {"rel_err": e}
+        if not e < 1e-2:
+            rec["error"] = "wrong result (rel err %.3g)" % e
+        else:
+            rec["us"] = graph_us([lambda i=i: run(i) for i in range(len(outs))], calls=calls, reps=reps)
+            # Same check after the timed replays: a race shows up as a moving error.
+            outs[0].fill_(float("nan"))
+            run(0)
+            torch.cuda.synchronize()
+            rec["rel_err_after"] = rel_err(outs[0], refs[0])
+        if extra:
+            rec.update(extra)
+    except Exception as ex:  # noqa: BLE001 - record and continue
+        rec = {"error": "%s: %s" % (type(ex).__name__, str(ex)[:300])}
+        traceback.print_exc(limit=2)
+    row.setdefault("variants", {})[name] = rec
+    return rec
+
+
+# -- configurations -------------------------------------------------------------------------------
+
+CUDA_SWEEP = {
+    1: [(1, 1, 8, 4, 0), (1, 1, 8, 4, 1), (1, 1, 16, 4, 0), (1, 1, 4, 4, 0), (1, 1, 8, 2, 0), (2, 1, 8, 2, 0), (1, 2, 8, 4, 0), (1, 1, 8, 8, 0), (1, 1, 16, 2, 0)],
+    8: [(1, 1, 8, 2, 0), (1, 1, 8, 4, 0), (1, 1, 16, 2, 0), (2, 1, 8, 2, 0), (1, 1, 8, 1, 0), (1, 2, 4, 2, 0), (1, 1, 8, 2, 1), (2, 1, 4, 2, 0), (1, 1, 4, 2, 0)],
+    16: [(1, 1, 8, 1, 0), (2, 1, 8, 1, 0), (1, 1, 16, 1, 0), (1, 1, 8, 2, 0), (1, 1, 4, 1, 0)],
+    32: [(1, 1, 8, 1, 0), (1, 1, 16, 1, 0), (1, 1, 4, 1, 0), (1, 2, 4, 1, 0)],
+}
+
+
+# Cluster variant: (WR, RG, UNR, CL, LDW) per MT.
+CL_SWEEP = {
+    1: [(1, 8, 2, 8, 0), (1, 8, 4, 8, 0), (1, 4, 4, 8, 0), (1, 4, 2, 4, 0)],
+    2: [(1, 8, 2, 8, 0), (1, 8, 4, 8, 0), (1, 4, 4, 8, 0), (1, 4, 2, 4, 0)],
+    4: [(1, 8, 2, 8, 0), (1, 8, 4, 8, 0), (1, 4, 2, 8, 0), (2, 4, 2, 8, 0)],
+    8: [(1, 8, 2, 8, 0), (1, 8, 1, 8, 0), (1, 4, 2, 8, 0), (2, 4, 1, 8, 0), (1, 8, 2, 4, 0)],
+    16: [(1, 8, 1, 8, 0), (1, 4, 1, 8, 0), (1, 8, 2, 8, 0)],
+    32: [(1, 8, 1, 8, 0), (1, 4, 1, 8, 0)],
+}
+SWEEP_KINDS = ["old", "cl"]
+TRITON = True
+GEN = None  # the generated fused kernel's launcher module (--generated)
+
+
+def cuda_cfgs(m):
+    mt = 1
+    while 8 * mt < m:
+        mt *= 2
+    out = []
+    if "old" in SWEEP_KINDS:
+        base = CUDA_SWEEP[1] if mt <= 4 else CUDA_SWEEP[mt]
+        out += [(wr, rg, kw, mt, unr, ldw) for wr, rg, kw, unr, ldw in base]
+    if "old1" in SWEEP_KINDS and mt == 1:
+        out.append((1, 1, 8, 1, 2, 0))
+    if "cl" in SWEEP_KINDS:
+        out += [("cl", wr, rg, mt, unr, cl, ldw) for wr, rg, unr, cl, ldw in CL_SWEEP[mt]]
+    return out
+
+
+SWAP_SWEEP = [(128, 8, 128, 4, 4), (128, 4, 128, 4, 4), (64, 8, 128, 4, 4), (128, 8, 64, 6, 4), (256, 4, 128, 3, 8), (64, 16, 128, 4, 4), (128, 16, 64, 4, 4)]
+
+
+def must(y):
+    if y is None:
+        raise ValueError("the kernel does not suit this shape/configuration")
+    return y
+
+
+def best(row, prefix):
+    cands = [(v["us"], k) for k, v in row["variants"].items() if k.startswith(prefix) and "us" in v]
+    return min(cands) if cands else (None, None)
+
+
+def out_of_time(budget):
+    return time.time() - T0 > budget
+
+
+# -- cases ----------------------------------------------------------------------------------------
+
+
+def single_case(m, ws, budget, res):
+    rank = 16
+    As = [torch.randn((rank, K), device="cuda", dtype=torch.bfloat16) / 64 for _ in range(SETS)]
+    Bs = [torch.randn((N, rank), device="cuda", dtype=torch.bfloat16) / 4 for _ in range(SETS)]
+    xs = [torch.randn((m, K), device="cuda", dtype=torch.bfloat16) for _ in range(SETS)]
+    outs = [torch.empty((m, N), device="cuda", dtype=torch.bfloat16) for _ in range(SETS)]
+    hp = torch.float64 if m <= 256 else torch.float32  # f32 (no tf32) for the 4096-row reference: 1e-6 against a 1e-2 bound
+    refs = [xs[i].to(hp) @ ws[i].to(hp).t() + SCALE * (xs[i].to(hp) @ As[i].to(hp).t()) @ Bs[i].to(hp).t() for i in range(SETS)]
+    row = {"case": "single_r16", "rows": m}
+    calls = 8 if m <= 256 else 2
+    reps = 20 if m <= 256 else 5
+    measure(row, "cublas_base", lambda i: torch.matmul(xs[i], ws[i].t(), out=outs[i]), [xs[i].to(hp) @ ws[i].to(hp).t() for i in range(SETS)], outs, calls, reps)
+    base = row["variants"]["cublas_base"]["us"]
+    if m <= 256:
+        measure(row, "cublas_base_plus_lora", lambda i: outs[i].copy_(torch.addmm(torch.matmul(xs[i], ws[i].t()), torch.matmul(xs[i], As[i].t()), Bs[i].t(), alpha=SCALE)), refs, outs)
+    if m <= 256 and st.available():
+        for cfg in cuda_cfgs(m):
+            measure(row, "cuda_stream %s" % (cfg,), lambda i, c=cfg: must(st.lora_linear(xs[i], ws[i], As[i], Bs[i], SCALE, cfg=c, out=outs[i])), refs, outs, extra={"config": list(cfg)})
+        if st.config_for(m) is not None:
+            measure(row, "cuda_stream_default", lambda i: must(st.lora_linear(xs[i], ws[i], As[i], Bs[i], SCALE, out=outs[i])), refs, outs, extra={"config": list(st.config_for(m))})
+    if m <= 64 and TRITON:
+        pu = Punica(rank)
+        measure(row, "punica_style", lambda i: pu(xs[i], ws[i], As[i], Bs[i], SCALE, outs[i]), refs, outs)
+        measure(row, "triton_one", lambda i: outs[i].copy_(tlk.lora_linear_triton(xs[i], ws[i], As[i], Bs[i], SCALE)), refs, outs)
+        if GEN is not None:
+            measure(row, "generated_fused", lambda i: GEN.run(xs[i], ws[i], As[i], Bs[i], out=outs[i]), refs, outs)
+        for bn, sp, bk, stg, nw in SWAP_SWEEP:
+            if out_of_time(budget):
+                break
+            cfg = dict(block_n=bn, split_k=sp, block_k=bk, num_stages=stg, num_warps=nw)
+            measure(row, "triton_swap %d/%d/%d s%d w%d" % (bn, sp, bk, stg, nw), lambda i, c=cfg: must(tlk.lora_linear_swap(xs[i], ws[i], As[i], Bs[i], SCALE, out=outs[i], **c)), refs, outs, extra={"config": cfg})
+        for bn, sp, bk, stg, nw in SWAP_SWEEP[:2]:
+            if out_of_time(budget):
+                break
+            cfg = dict(block_n=bn, split_k=sp, block_k=bk, num_stages=stg, num_warps=nw, use_tma=True)
+            measure(row, "triton_swap_tma %d/%d/%d s%d w%d" % (bn, sp, bk, stg, nw), lambda i, c=cfg: must(tlk.lora_linear_swap(xs[i], ws[i], As[i], Bs[i], SCALE, out=outs[i], **c)), refs, outs, extra={"config": cfg})
+    if m >= 1024 and TRITON:
+        big_variants(row, xs, ws, As, Bs, outs, refs, calls, reps)
+    finish_row(row, base, res)
+
+
+def big_variants(row, xs, ws, As, Bs, outs, refs, calls, reps):
+    """Compute-bound rows: cuBLAS compositions that read/write as little beyond the base GEMM."""
+    rank = As[0].shape[0]
+    wa = [torch.cat([ws[i], As[i]], 0).contiguous() for i in range(SETS)]            # [N + r, K]: y0 and t in one GEMM
+    wb = [torch.cat([ws[i], Bs[i]], 1).contiguous() for i in range(SETS)]            # [N, K + r]: K-concatenation
+    merged = [(ws[i].float() + SCALE * Bs[i].float() @ As[i].float()).to(torch.bfloat16) for i in range(SETS)]
+    m = xs[0].shape[0]
+    ybig = [torch.empty((m, N + rank), device="cuda", dtype=torch.bfloat16) for _ in range(SETS)]
+    xcat = [torch.empty((m, K + rank), device="cuda", dtype=torch.bfloat16) for _ in range(SETS)]
+
+    def addmm_into_lora_scaled(i):
+        t = torch.matmul(xs[i], As[i].t()).mul_(SCALE)
+        torch.matmul(t, Bs[i].t(), out=outs[i])
+        outs[i].addmm_(xs[i], ws[i].t())
+
+    def stacked(i):
+        torch.matmul(xs[i], wa[i].t(), out=ybig[i])
+        t = ybig[i][:, N:]
+        torch.addmm(ybig[i][:, :N], t, Bs[i].t(), alpha=SCALE, out=outs[i])
+
+    def kconcat(i):
+        torch.matmul(xs[i], As[i].t(), out=xcat[i][:, K:])
+        xcat[i][:, K:].mul_(SCALE)
+        xcat[i][:, :K].copy_(xs[i])
+        torch.matmul(xcat[i], wb[i].t(), out=outs[i])
+
+    measure(row, "cublas_t_then_addmm_beta1", addmm_into_lora_scaled, refs, outs, calls, reps)
+    measure(row, "cublas_stacked_W_A_then_addmm", stacked, refs, outs, calls, reps)
+    measure(row, "cublas_kconcat_x_copy", kconcat, refs, outs, calls, reps)
+    measure(row, "merged_W_plus_sBA (reference, one adapter baked in)", lambda i: torch.matmul(xs[i], merged[i].t(), out=outs[i]), refs, outs, calls, reps)
+
+
+def bank_case(m, ws, ranks_cycle, budget, res, banks):
+    a_bank, b_bank, ranks, scales, rmax = banks
+    slots = [torch.tensor([(j + 7 * i) % 64 for j in range(m)], device="cuda", dtype=torch.int32) for i in range(SETS)]
+    xs = [torch.randn((m, K), device="cuda", dtype=torch.bfloat16) for _ in range(SETS)]
+    outs = [torch.empty((m, N), device="cuda", dtype=torch.bfloat16) for _ in range(SETS)]
+    rk = ranks.tolist()
+    sc = scales.tolist()
+    refs = []
+    for i in range(SETS):
+        bi = i % len(a_bank)
+        ref = xs[i].double() @ ws[i].double().t()
+        for r_, j in enumerate(slots[i].tolist()):
+            a = a_bank[bi][j, :rk[j]].double()
+            b = b_bank[bi][j, :, :rk[j]].double()
+            ref[r_] += sc[j] * (xs[i][r_].double() @ a.t()) @ b.t()
+        refs.append(ref)
+    row = {"case": "bank64_" + ranks_cycle, "rows": m}
+    measure(row, "cublas_base", lambda i: torch.matmul(xs[i], ws[i].t(), out=outs[i]), [xs[i].double() @ ws[i].double().t() for i in range(SETS)], outs)
+    base = row["variants"]["cublas_base"]["us"]
+    if st.available():
+        for cfg in cuda_cfgs(m):
+            measure(row, "cuda_stream %s" % (cfg,), lambda i, c=cfg: must(st.lora_bank_linear(xs[i], ws[i], a_bank[i % len(a_bank)], b_bank[i % len(a_bank)], slots[i], ranks, scales, cfg=c, out=outs[i])), refs, outs, extra={"config": list(cfg)})
+    adapter_bytes = sum(2 * 2 * rk[j] * K for j in set(sum((s.tolist() for s in slots[:1]), [])))
+    row["adapter_MB"] = adapter_bytes / 1e6
+    finish_row(row, base, res, extra_bytes=adapter_bytes)
+
+
+def make_banks(rank_list, nsets):
+    rmax = max(rank_list)
+    ranks = torch.tensor(rank_list, device="cuda", dtype=torch.int32)
+    scales = torch.tensor([2.0 if j % 2 == 0 else 1.0 for j in range(64)], device="cuda", dtype=torch.float32)
+    a_bank, b_bank = [], []
+    for _ in range(nsets):
+        a = torch.randn((64, rmax, K), device="cuda", dtype=torch.bfloat16) / 64
+        b = torch.randn((64, N, rmax), device="cuda", dtype=torch.bfloat16) / 4
+        for j, r in enumerate(rank_list):  # padding beyond each adapter's rank is zero, as a bank stores it
+            a[j, r:] = 0
+            b[j, :, r:] = 0
+        a_bank.append(a)
+        b_bank.append(b)
+    return a_bank, b_bank, ranks, scales, rmax
+
+
+def finish_row(row, base, res, extra_bytes=0):
+    for k, v in row["variants"].items():
+        if "us" in v:
+            v["x_base"] = v["us"] / base
+            v["TBps"] = (2 * N * K + extra_bytes) / (v["us"] * 1e-6) / 1e12
+    row["cublas_base_us"] = base
+    res["rows"].append(row)
+    short = {k: (round(v["us"], 2), round(v.get("x_base", 0), 3)) if "us" in v else v.get("error", "?")[:80] for k, v in row["variants"].items()}
+    print("%s rows %d (t=%.0fs): %s" % (row["case"], row["rows"], time.time() - T0, short), flush=True)
+
+
+# vLLM's punica shrink/expand on the H200 (shared/reference/peers.md), × cuBLAS base in that run.
+VLLM = {("single_r16", 1): 1.70, ("single_r16", 64): 1.75, ("single_r16", 256): 1.78, ("single_r16", 4096): 1.22,
+        ("bank64_r16", 1): 1.71, ("bank64_r16", 64): 3.31, ("bank64_r16", 256): 3.33,
+        ("bank64_r8-16-64", 1): 2.40, ("bank64_r8-16-64", 64): 6.36, ("bank64_r8-16-64", 256): 4.36}
+
+
+def report(paths, out):
+    """Markdown tables over one or more result files: per row, every family's fastest correct variant."""
+    runs = [json.load(open(p)) for p in paths]
+    L = []
+    for n, r in enumerate(runs, 1):
+        m = r["meta"]
+        L.append("- run %d: %s, %s, torch %s, triton %s, copy %.2f TB/s (W read once ≥ %.1f µs), %d cases, %.0f s" % (
+            n, m["date"], m["device"], m["torch"], m["triton"], m["copy_TBps"], m["floor_us"], len(r["rows"]), m.get("wall_s", 0)))
+    L.append("")
+    fams = [("cuda_stream (", "CUDA stream, per-block K split"), ("cuda_stream ('cl'", "CUDA stream, cluster K split"), ("triton_one", "Triton split-K (previous default)"),
+            ("triton_swap ", "Triton swap-AB"), ("triton_swap_tma", "Triton swap-AB + TMA"), ("punica_style", "cuBLAS + shrink + expand (punica-style)"),
+            ("cublas_base_plus_lora", "cuBLAS base + cuBLAS LoRA")]
+
+    def fam_best(row, prefix):
+        c = [(v["us"], k, v) for k, v in row["variants"].items() if "us" in v and k.startswith(prefix) and not (prefix == "cuda_stream (" and "'cl'" in k)]
+        return min(c, key=lambda t: t[0]) if c else None
+
+    for case, title in (("single_r16", "One adapter, r16"), ("bank64_r16", "64-adapter bank, r16, one adapter per row"),
+                        ("bank64_r8-16-64", "64-adapter bank, ranks 8/16/64 cycled, one adapter per row")):
+        L.append("### %s" % title)
+        L.append("")
+        L.append("| rows | run | cuBLAS base µs | " + " | ".join("%s × base (µs)" % t for _, t in fams) + " | best TB/s | best rel err | vLLM × base (peers.md) |")
+        L.append("| ---: | ---: | ---: | " + " | ".join("---:" for _ in fams) + " | ---: | ---: | ---: |")
+        for n, r in enumerate(runs, 1):
+            for row in r["rows"]:
+                if row["case"] != case or row["rows"] > 256:
+                    continue
+                cells, best = [], None
+                for prefix, _ in fams:
+                    b = fam_best(row, prefix)
+                    cells.append("%.2f (%.1f)" % (b[2]["x_base"], b[0]) if b else "-")
+                    if b and (best is None or b[0] < best[0]):
+                        best = b
+                v = VLLM.get((case, row["rows"]))
+                L.append("| %d | %d | %.1f | %s | %.2f | %.1e | %s |" % (row["rows"], n, row["cublas_base_us"], " | ".join(cells), best[2]["TBps"], best[2]["rel_err"], "%.2f" % v if v else "-"))
+        L.append("")
+    L.append("### One adapter, r16, 4096 rows (compute-bound)")
+    L.append("")
+    L.append("| variant | µs | × cuBLAS base | rel err |")
+    L.append("| --- | ---: | ---: | ---: |")
+    for r in runs:
+        for row in r["rows"]:
+            if row["case"] == "single_r16" and row["rows"] == 4096 and len(row["variants"]) > 1:
+                for k, v in row["variants"].items():
+                    L.append("| %s | %s | %s | %s |" % (k, "%.1f" % v["us"] if "us" in v else v.get("error", "-"), "%.3f" % v["x_base"] if "x_base" in v else "-", "%.1e" % v["rel_err"] if "rel_err" in v else "-"))
+    L.append("")
+    L.append("### Every variant")
+    L.append("")
+    L.append("| case | rows | run | variant | µs | × base | TB/s | rel err | rel err after timing |")
+    L.append("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    for n, r in enumerate(runs, 1):
+        for row in r["rows"]:
+            for k, v in row["variants"].items():
+                if "us" in v:
+                    L.append("| %s | %d | %d | %s | %.2f | %.3f | %.2f | %.1e | %.1e |" % (row["case"], row["rows"], n, k, v["us"], v["x_base"], v["TBps"], v["rel_err"], v.get("rel_err_after", float("nan"))))
+                else:
+                    L.append("| %s | %d | %d | %s | - | - | - | %s | %s |" % (row["case"], row["rows"], n, k, "%.1e" % v["rel_err"] if "rel_err" in v else "-", v.get("error", "")[:90].replace("|", "/")))
+    with open(out, "w") as fh:
+        fh.write("\n".join(L) + "\n")
+
+
 def main():
+    if "--report" in sys.argv:
+        ap = argparse.ArgumentParser(description=__doc__)
+        ap.add_argument("--report", nargs="+", required=True)
+        ap.add_argument("--out", required=True)
+        a = ap.parse_args()
+        return report(a.report, a.out)
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--generated", default=None, help="a `stageml gen triton` dir of a 4096² bf16 r16 LoRA linear")
-    ap.add_argument("--rows", default="1,16,32,64")
+    ap.add_argument("--budget", type=float, default=240.0, help="seconds after which the Triton swap-AB sweep stops adding configurations")
+    ap.add_argument("--rows", default="1,16,32,64,128,256,4096")
+    ap.add_argument("--bank-rows", default="1,16,32,64,128,256")
+    ap.add_argument("--sweep", default="old,cl", help="CUDA kernel families to sweep: old (per-block K split), old1 (its best 1-8 row config), cl (cluster)")
+    ap.add_argument("--no-triton", action="store_true", help="skip the Triton, punica and 4096-row cuBLAS variants")
+    ap.add_argument("--generated", default=None, help="a `stageml gen triton` dir of a 4096² bf16 r16 LoRA linear, measured at rows ≤ 64")
+    ap.add_argument("--write-configs", default=None, help="write the fastest CUDA configuration per row bucket (single, bank) here")
     args = ap.parse_args()
+    global TRITON
+    SWEEP_KINDS[:] = args.sweep.split(",")
+    TRITON = not args.no_triton
     torch.manual_seed(0)
-    n = k = 4096
-    rank, scale = 16, 2.0
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    except Exception:  # noqa: BLE001 - older Triton: the TMA variants record their error
+        pass
     tbs = copy_tbs()
     res = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__, "triton": triton.__version__,
-                    "device": torch.cuda.get_device_name(), "copy_TBps": tbs, "shape": "x [M, 4096] · W [4096, 4096]ᵀ + 2·(x·A[16, 4096]ᵀ)·B[4096, 16]ᵀ, bf16",
-                    "floor_us": 2 * n * k / (tbs * 1e12) * 1e6}, "rows": []}
-    gen = None
-    if args.generated and os.path.isdir(args.generated):
-        sys.path.insert(0, args.generated)
-        mod = [f[:-10] for f in os.listdir(args.generated) if f.endswith("_launch.py")][0]
-        gen = importlib.import_module(mod + "_launch")
-    sets = 4  # W sets of 32 MB each: 128 MB, past the 60 MB L2
-    ws = [torch.randn((n, k), device="cuda", dtype=torch.bfloat16) / 64 for _ in range(sets)]
-    As = [torch.randn((rank, k), device="cuda", dtype=torch.bfloat16) / 64 for _ in range(sets)]
-    Bs = [torch.randn((n, rank), device="cuda", dtype=torch.bfloat16) / 4 for _ in range(sets)]
-    sk = SplitK(n, k, rank)
-    sk1 = SplitKOne(n, k, rank)
-    pu = Punica(n, k, rank)
-    for m in [int(r) for r in args.rows.split(",")]:
-        xs = [torch.randn((m, k), device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
-        outs = [torch.empty((m, n), device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
-        row = {"rows": m}
-        # Tune once per row bucket (the tuner leaves trial sums in the accumulator: clear it after).
-        sk(xs[0], ws[0], As[0], Bs[0], scale, outs[0])
-        torch.cuda.synchronize()
-        sk.y_acc.zero_()
-        # Correctness against float64, fresh inputs, NaN-poisoned outputs.
-        sk1(xs[0], ws[0], As[0], Bs[0], scale, outs[0])
-        torch.cuda.synchronize()
-        for name, fn in (("splitk", sk), ("splitk1", sk1), ("punica", pu)):
-            errs = []
-            for trial in range(3):
-                i = trial % sets
-                outs[i].fill_(float("nan"))
-                fn(xs[i], ws[i], As[i], Bs[i], scale, outs[i])
-                ref = xs[i].double() @ ws[i].double().t() + scale * (xs[i].double() @ As[i].double().t()) @ Bs[i].double().t()
-                errs.append(float((outs[i].double() - ref).norm() / ref.norm()))
-            row[name + "_rel_err"] = max(errs)
-        fns = {
-            "cublas_base": [lambda i=i: torch.matmul(xs[i], ws[i].t(), out=outs[i]) for i in range(sets)],
-            "cublas_base_plus_lora": [lambda i=i: outs[i].copy_(torch.addmm(torch.matmul(xs[i], ws[i].t()), torch.matmul(xs[i], As[i].t()), Bs[i].t(), alpha=scale)) for i in range(sets)],
-            "punica_style": [lambda i=i: pu(xs[i], ws[i], As[i], Bs[i], scale, outs[i]) for i in range(sets)],
-            "splitk_fused": [lambda i=i: sk(xs[i], ws[i], As[i], Bs[i], scale, outs[i]) for i in range(sets)],
-            "splitk_one": [lambda i=i: sk1(xs[i], ws[i], As[i], Bs[i], scale, outs[i]) for i in range(sets)],
-        }
-        if gen is not None:
-            fns["generated_fused"] = [lambda i=i: gen.run(xs[i], ws[i], As[i], Bs[i], out=outs[i]) for i in range(sets)]
-        for name, f in fns.items():
-            try:
-                row[name + "_us"] = graph_us(f)
-            except Exception as e:  # noqa: BLE001 - record and continue
-                row[name + "_error"] = "%s: %s" % (type(e).__name__, e)
-        base = row["cublas_base_us"]
-        for name in fns:
-            if name + "_us" in row:
-                row[name + "_x_base"] = row[name + "_us"] / base
-        row["splitk_TBps"] = 2 * n * k / (row.get("splitk_fused_us", float("inf")) * 1e-6) / 1e12
-        row["splitk_one_TBps"] = 2 * n * k / (row.get("splitk_one_us", float("inf")) * 1e-6) / 1e12
-        row["splitk_config"] = str(splitk_kernel.best_config)
-        row["splitk_one_config"] = str(splitk_one_kernel.best_config)
-        res["rows"].append(row)
-        print("rows %d: %s" % (m, {k2: (round(v, 3) if isinstance(v, float) else v) for k2, v in row.items()}), flush=True)
+                    "device": torch.cuda.get_device_name(), "copy_TBps": tbs, "cuda_stream_available": st.available(),
+                    "shape": "x [M, 4096] · W [4096, 4096]ᵀ + s·(x·Aᵀ)·Bᵀ, bf16", "floor_us": 2 * N * K / (tbs * 1e12) * 1e6}, "rows": []}
+    print("copy %.2f TB/s, cupy kernel available: %s" % (tbs, st.available()), flush=True)
+    ws = [torch.randn((N, K), device="cuda", dtype=torch.bfloat16) / 64 for _ in range(SETS)]
+
+    def save():
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
-        write_md(res, os.path.splitext(args.out)[0] + ".md")
 
+    global GEN
+    if args.generated and os.path.isdir(args.generated):
+        import importlib  # noqa: PLC0415
 
-def write_md(res, path):
-    m = res["meta"]
-    L = ["# Fused base + LoRA at decode batch sizes on an %s" % m["device"], "",
-         "Run %s; torch %s, triton %s. %s. Times: µs per call from CUDA-graph replay of back-to-back calls over 4 operand sets "
-         "(128 MB of W, past the 60 MB L2), median of 20 replays; × base = ÷ cuBLAS's base GEMM alone in the same run. Copy bandwidth "
-         "%.2f TB/s (read + written), so reading W once takes ≥ %.1f µs. Correctness: ‖y − ref‖/‖ref‖ against float64, fresh inputs, "
-         "NaN-poisoned outputs (bf16 bound 1e-2)." % (m["date"], m["torch"], m["triton"], m["shape"], m["copy_TBps"], m["floor_us"]), "",
-         "| rows | cuBLAS base µs | split-K, one launch µs | × base | TB/s | split-K + fix-up kernel × base | punica-style (cuBLAS + shrink + expand) × base | generated fused (triton-gen) × base | cuBLAS base + cuBLAS LoRA × base | one-launch rel err | fix-up rel err | punica rel err |",
-         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in res["rows"]:
-        f = lambda k: ("%.2f" % r[k]) if k in r else "-"
-        L.append("| %d | %.1f | %s | %s | %.2f | %s | %s | %s | %s | %.1e | %.1e | %.1e |" % (r["rows"], r["cublas_base_us"], f("splitk_one_us"), f("splitk_one_x_base"), r["splitk_one_TBps"],
-                 f("splitk_fused_x_base"), f("punica_style_x_base"), f("generated_fused_x_base"), f("cublas_base_plus_lora_x_base"), r["splitk1_rel_err"], r["splitk_rel_err"], r["punica_rel_err"]))
-    L.append("")
-    L.append("Tuned configs (one launch): " + "; ".join("%d rows: %s" % (r["rows"], r["splitk_one_config"]) for r in res["rows"]))
-    L.append("")
-    with open(path, "w") as fh:
-        fh.write("\n".join(L) + "\n")
+        sys.path.insert(0, args.generated)
+        mod = [f[:-10] for f in os.listdir(args.generated) if f.endswith("_launch.py")][0]
+        GEN = importlib.import_module(mod + "_launch")
+    for m in [int(r) for r in args.rows.split(",") if r]:
+        single_case(m, ws, args.budget, res)
+        save()
+    for name, rl, nsets in (("r16", [16] * 64, 4), ("r8-16-64", [(8, 16, 64)[j % 3] for j in range(64)], 2)):
+        banks = make_banks(rl, nsets)
+        for m in [int(r) for r in args.bank_rows.split(",") if r]:
+            bank_case(m, ws, name, args.budget, res, banks)
+            save()
+        del banks
+    res["meta"]["wall_s"] = time.time() - T0
+    save()
+    if args.write_configs:
+        best_cfg = {"single": {}, "bank": {}}
+        for row in res["rows"]:
+            table = "single" if row["case"] == "single_r16" else ("bank" if row["case"] == "bank64_r16" else None)
+            if table is None or row["rows"] > 256:
+                continue
+            c = [(v["us"], v["config"]) for k, v in row["variants"].items() if k.startswith("cuda_stream (") and "us" in v]
+            if c:
+                bucket = 8
+                while bucket < row["rows"]:
+                    bucket *= 2
+                best_cfg[table][str(bucket)] = min(c, key=lambda t: t[0])[1]
+        with open(args.write_configs, "w") as f:
+            json.dump(best_cfg, f, indent=1)
+        print("configs: %s" % json.dumps(best_cfg), flush=True)
 
 
 if __name__ == "__main__":

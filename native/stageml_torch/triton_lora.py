@@ -1,11 +1,26 @@
-"""The one-launch split-K fused base + LoRA Triton kernel (bench/gpu/splitk.py measures it): every
-(N block, K split) program streams its W tile once and adds its slices of x·Wᵀ and t = x·Aᵀ into
-f32 accumulators; the last program of an N block to arrive adds s·t·Bᵀ, stores y and zeroes the
-accumulators and its counter, so calls need no memset. For decode-sized batches (≤ 64 rows)."""
+"""Fused base + LoRA kernels for decode-sized batches (bench/gpu/splitk.py measures them all;
+bench/results/gpu-kernels.md has the numbers and which one is the default per shape).
+
+- `lora_linear(x, w, a, b, scale)`: y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ, or None when no kernel suits.
+  bf16, rows ≤ 8, on a GPU with cupy: the swap-AB streaming CUDA kernel (`lora_stream.cu`,
+  `stream.py`; 1.06-1.09x cuBLAS's base GEMM alone); otherwise (9-64 rows, f16, no cupy) the
+  one-launch split-K Triton kernel below (1.20-1.45x): every (N block, K split)
+  program streams its W tile once and adds its slices of x·Wᵀ and t = x·Aᵀ into f32 accumulators;
+  the last program of an N block to arrive adds s·t·Bᵀ, stores y and zeroes the accumulators and
+  its counter, so calls need no memset.
+- `lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales)`: one adapter per row out of a
+  bank (SGMV/BGMV), through the CUDA kernel at ≤ 16 rows; None otherwise (the caller falls back).
+- `lora_linear_swap(...)`: the same one-launch split-K scheme in swap-AB form (yᵀ = W·xᵀ, W the
+  MMA's big operand), optionally loading W through TMA tensor descriptors; measured, not default:
+  128 × 4 × 128 reached 1.04-1.06x at 1-16 rows, but its results are wrong (rel. error 1-3e-2)
+  from 32 rows and for several configurations at 16, an unresolved bug, so it is not used.
+"""
 
 import torch
 import triton
 import triton.language as tl
+
+from . import stream as _stream
 
 MAX_ROWS = 64
 BLOCK_N, BLOCK_K = 128, 128
@@ -75,7 +90,22 @@ def _state(n, r_pad, device):
 
 
 def lora_linear(x, w, a, b, scale):
-    """y [..., N] or None when the shapes do not suit the kernel (the caller then runs torch ops)."""
+    """y [..., N] or None when the shapes do not suit the kernels (the caller then runs torch ops)."""
+    y = _stream.lora_linear(x, w, a, b, scale)
+    if y is not None:
+        return y
+    return lora_linear_triton(x, w, a, b, scale)
+
+
+def lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales):
+    """y [..., N] = x·Wᵀ + scales[j]·(x·A_jᵀ)·B_jᵀ with j = slots[row] (−1: base only), a_bank
+    [S, R, K], b_bank [S, N, R], ranks [S] int32 (≤ R, multiples of 8), scales [S] f32, all on x's
+    device; None when the CUDA kernel does not suit (the caller then runs torch ops)."""
+    return _stream.lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales)
+
+
+def lora_linear_triton(x, w, a, b, scale):
+    """The one-launch split-K Triton kernel: y [..., N], or None when the shapes do not suit it."""
     n, k = w.shape
     rank = a.shape[0]
     x2 = x.reshape(-1, k)
@@ -94,3 +124,74 @@ def lora_linear(x, w, a, b, scale):
     _kernel[(n // BLOCK_N, split)](x2, w.contiguous(), a.contiguous(), b.contiguous(), y, y_acc, t_acc, count, scale, m, n, k, r_pad, rank, MAX_ROWS, mb,
                                    BLOCK_N, split, BLOCK_K, num_warps=4, num_stages=4)
     return y.reshape(*x.shape[:-1], n)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _swap_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, y_acc_ptr, t_acc_ptr, count_ptr, scale, M, N: tl.constexpr, K: tl.constexpr,
+                 R_PAD: tl.constexpr, RANK: tl.constexpr, MAXR: tl.constexpr, M_BUCKET: tl.constexpr,
+                 BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_K: tl.constexpr, USE_TMA: tl.constexpr):
+    """Swap-AB: acc [BLOCK_N, M_BUCKET] = W tile · xᵀ, so the MMA's M is W's side (wgmma-sized)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, M_BUCKET)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_r = tl.arange(0, R_PAD)
+    k_per = K // SPLIT_K
+    k0 = pid_k * k_per
+    mask_m = offs_m < M
+    acc = tl.zeros((BLOCK_N, M_BUCKET), dtype=tl.float32)
+    acc_t = tl.zeros((R_PAD, M_BUCKET), dtype=tl.float32)
+    if USE_TMA:
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+    for kk in range(0, k_per, BLOCK_K):
+        offs_k = k0 + kk + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=mask_m[:, None], other=0.0)
+        if USE_TMA:
+            w = w_desc.load([pid_n * BLOCK_N, k0 + kk])
+        else:
+            w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :])
+        a = tl.load(a_ptr + offs_r[:, None] * K + offs_k[None, :], mask=(offs_r < RANK)[:, None], other=0.0)
+        xt = tl.trans(x)
+        acc = tl.dot(w, xt, acc)
+        acc_t = tl.dot(a, xt, acc_t)
+    y_acc = y_acc_ptr + offs_m[None, :] * N + offs_n[:, None]
+    t_acc = t_acc_ptr + pid_n * (MAXR * R_PAD) + offs_m[None, :] * R_PAD + offs_r[:, None]
+    tl.atomic_add(y_acc, acc, mask=mask_m[None, :], sem="relaxed")
+    tl.atomic_add(t_acc, acc_t, mask=mask_m[None, :], sem="relaxed")
+    tl.debug_barrier()
+    count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
+    if count == SPLIT_K - 1:
+        tot = tl.load(y_acc, mask=mask_m[None, :], other=0.0, cache_modifier=".cg")
+        t = tl.load(t_acc, mask=mask_m[None, :], other=0.0, cache_modifier=".cg")
+        b = tl.load(b_ptr + offs_n[:, None] * RANK + offs_r[None, :], mask=(offs_r < RANK)[None, :], other=0.0)
+        tot = tl.dot(b, (t * scale).to(b.dtype), tot)
+        tl.store(y_ptr + offs_m[None, :] * N + offs_n[:, None], tot.to(y_ptr.dtype.element_ty), mask=mask_m[None, :])
+        tl.store(y_acc, tl.zeros((BLOCK_N, M_BUCKET), dtype=tl.float32), mask=mask_m[None, :])
+        tl.store(t_acc, tl.zeros((R_PAD, M_BUCKET), dtype=tl.float32), mask=mask_m[None, :])
+        tl.atomic_xchg(count_ptr + pid_n, 0)
+
+
+_SWAP_STATE = {}
+
+
+def lora_linear_swap(x, w, a, b, scale, block_n=128, split_k=8, block_k=128, num_warps=4, num_stages=4, use_tma=False, out=None):
+    """The swap-AB one-launch kernel at one configuration (bench/gpu/splitk.py sweeps them)."""
+    n, k = w.shape
+    rank = a.shape[0]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    if m == 0 or m > MAX_ROWS or rank > 128 or n % block_n != 0 or k % (block_k * split_k) != 0:
+        return None
+    r_pad = max(16, triton.next_power_of_2(rank))
+    mb = 16 if m <= 16 else (32 if m <= 32 else 64)
+    key = (n, r_pad, block_n, str(x.device))
+    st = _SWAP_STATE.get(key)
+    if st is None:
+        st = (torch.zeros((MAX_ROWS, n), device=x.device, dtype=torch.float32),
+              torch.zeros((n // block_n, MAX_ROWS, r_pad), device=x.device, dtype=torch.float32),
+              torch.zeros((n // block_n,), device=x.device, dtype=torch.int32))
+        _SWAP_STATE[key] = st
+    y = out if out is not None else torch.empty((m, n), device=x.device, dtype=x.dtype)
+    _swap_kernel[(n // block_n, split_k)](x2, w, a, b, y, st[0], st[1], st[2], scale, m, n, k, r_pad, rank, MAX_ROWS, mb,
+                                          block_n, split_k, block_k, use_tma, num_warps=num_warps, num_stages=num_stages)
+    return y

@@ -1,0 +1,286 @@
+"""Host side of the swap-AB streaming CUDA kernel (`lora_stream.cu`): fused base + LoRA in one
+launch for one adapter or a bank (one adapter per row), bf16, rows ≤ 256.
+
+Compiled at first use by NVRTC through cupy (present on the GPU image), one instantiation per
+configuration; `STAGEML_STREAM_CUBIN` may name a prebuilt cubin (nvcc, sm_90) holding them instead.
+Without cupy every entry point returns None and the caller falls back (Triton, then torch ops).
+Two kernel families. `lora_stream` (WR, RG, KW, MT, UNR, LDW): WR 16-row W groups per warp, RG
+row groups and KW K splits per block (RG·KW warps), MT 8-row batch tiles (rows ≤ 8·MT), UNR
+64-wide K steps of loads issued before their MMAs, LDW the W load flavour (0:
+ld.global.nc.L1::no_allocate, 1: the same with an L2 256-byte prefetch hint). `lora_stream_cl`
+("cl", WR, RG, MT, UNR, CL, LDW): a cluster of CL blocks splits K, the partial sums meet in
+distributed shared memory, so x fragments are shared by a block's RG warps through L1.
+
+`DEFAULT` / `DEFAULT_BANK` hold the row buckets where the kernel is the fastest choice measured on
+the H200 (bench/results/gpu-kernels.md): rows ≤ 8 (one adapter: 1.06-1.09x cuBLAS's base GEMM
+with the LoRA fused, against 1.21x for the Triton split-K kernel; bank: 1.04-1.06x) and, for the
+bank, ≤ 16 rows (1.30x r16, 1.51x ranks 8/16/64). Beyond that the kernel is L2-bound on re-reading
+x (1.6x at 32 rows, 3.7x at 64) and the entry points return None, so callers keep their fallback
+(the Triton kernel for one adapter, the generated SGMV kernels or torch ops for a bank)."""
+
+import os
+
+import torch
+
+MAX_ROWS = 256
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lora_stream.cu")
+
+# rows bucket (8·MT) -> configuration; bench/gpu/splitk.py sweeps the alternatives.
+DEFAULT = {
+    8: (1, 1, 8, 1, 2, 0),
+}
+
+DEFAULT_BANK = {
+    8: (1, 1, 8, 1, 2, 0),
+    16: ("cl", 1, 4, 2, 4, 8, 0),
+}
+
+_CUPY = None
+_FUNCS = {}
+_STATE = {}
+_CONSTS = {}
+_STREAMS = {}
+_SMEM = {}
+
+
+def _cupy():
+    global _CUPY
+    if _CUPY is None:
+        try:
+            import cupy  # noqa: PLC0415 - optional, GPU hosts only
+
+            _CUPY = cupy
+        except Exception:  # noqa: BLE001 - no cupy: no CUDA kernel
+            _CUPY = False
+    return _CUPY
+
+
+def available():
+    """True when the kernel can be built and launched here (cupy importable, a CUDA device)."""
+    return bool(_cupy()) and torch.cuda.is_available()
+
+
+def is_cluster(cfg):
+    return cfg[0] == "cl"
+
+
+def _ints(cfg):
+    """The template arguments (and the W load flavour last) of a configuration."""
+    return tuple(cfg[1:]) if is_cluster(cfg) else tuple(cfg)
+
+
+def mangled(cfg):
+    t = _ints(cfg)[:5]
+    name = "14lora_stream_cl" if is_cluster(cfg) else "11lora_stream"
+    return "_Z%sILi%dELi%dELi%dELi%dELi%dEEvPKtS1_S1_S1_PtPfPiPKiS6_PKfiiiiiiii" % ((name,) + t)
+
+
+def instantiation(cfg):
+    return "%s<%d,%d,%d,%d,%d>" % (("lora_stream_cl" if is_cluster(cfg) else "lora_stream",) + _ints(cfg)[:5])
+
+
+def explicit_instantiations(cfgs):
+    """C++ explicit instantiations of `cfgs` (for an nvcc-built cubin)."""
+    sig = "(const bf16_t*, const bf16_t*, const bf16_t*, const bf16_t*, bf16_t*, float*, int*, const int*, const int*, const float*, int, int, int, int, int, int, int, int)"
+    names = sorted(set(instantiation(c) for c in cfgs))
+    return "".join("template __global__ void %s%s;\n" % (n, sig) for n in names)
+
+
+def function(cfg):
+    """The launchable kernel of a configuration (compiled once per process)."""
+    cfg = tuple(cfg)
+    f = _FUNCS.get(cfg)
+    if f is None:
+        cp = _cupy()
+        ldw = _ints(cfg)[5]
+        cubin = os.environ.get("STAGEML_STREAM_CUBIN_%d" % ldw) or (os.environ.get("STAGEML_STREAM_CUBIN") if ldw == 0 else None)
+        f = None
+        if cubin and os.path.exists(cubin):
+            try:
+                f = cp.RawModule(path=cubin).get_function(mangled(cfg))
+            except Exception:  # noqa: BLE001 - not in that cubin: compile it
+                f = None
+        if f is None:
+            with open(_SRC) as fh:
+                src = "#define LDW_VARIANT %d\n" % ldw + fh.read()
+            mod = cp.RawModule(code=src, options=("-std=c++17",), name_expressions=[instantiation(cfg)])
+            f = mod.get_function(instantiation(cfg))
+        _FUNCS[cfg] = f
+    return f
+
+
+def _bucket(m):
+    b = 8
+    while b < m:
+        b *= 2
+    return b
+
+
+def _load_overrides():
+    """STAGEML_STREAM_CONFIGS: a JSON file {"single": {bucket: cfg}, "bank": {bucket: cfg}} (written
+    by bench/gpu/splitk.py --write-configs) replacing the built-in tables."""
+    path = os.environ.get("STAGEML_STREAM_CONFIGS")
+    if not path or not os.path.exists(path):
+        return
+    import json  # noqa: PLC0415
+
+    with open(path) as fh:
+        data = json.load(fh)
+    for table, dest in (("single", DEFAULT), ("bank", DEFAULT_BANK)):
+        for bucket, cfg in data.get(table, {}).items():
+            dest[int(bucket)] = tuple(cfg) if cfg is not None else None
+
+
+def config_for(m, bank=False):
+    """The configuration for m rows (None: the kernel is not the fastest choice there)."""
+    return (DEFAULT_BANK if bank else DEFAULT).get(_bucket(m))
+
+
+def _shape(cfg):
+    """(rows per block group, warps per block, mt, K splits, unroll, cluster size)."""
+    if is_cluster(cfg):
+        wr, rg, mt, unr, cl = cfg[1:6]
+        return 16 * wr * rg, rg, mt, cl, unr, cl
+    wr, rg, kw, mt, unr = cfg[:5]
+    return 16 * wr * rg, rg * kw, mt, kw, unr, 1
+
+
+def suits(cfg, m, n, k, rmax):
+    rows, nw, mt, splits, unr, cl = _shape(cfg)
+    return (0 < m <= 8 * mt and m <= MAX_ROWS and n % rows == 0 and k % (splits * 64 * unr) == 0 and k % (nw * 64) == 0
+            and rows % cl == 0 and rmax % 8 == 0 and 0 < rmax <= 128)
+
+
+def _kch(pieces, k, nw):
+    """K chunks per producer piece: about 64-128 producer blocks, each warp ≥ 64 K."""
+    kch = 1
+    while kch < 16 and pieces * kch * 2 <= 128 and k % (kch * 2 * nw * 64) == 0:
+        kch *= 2
+    return kch
+
+
+def _state(device, stream, rmax):
+    key = (str(device), stream, rmax)
+    st = _STATE.get(key)
+    if st is None:
+        st = (torch.zeros((MAX_ROWS * rmax,), device=device, dtype=torch.float32), torch.zeros((2,), device=device, dtype=torch.int32))
+        _STATE[key] = st
+    return st
+
+
+def _consts(rank, scale, device):
+    key = (int(rank), float(scale), str(device))
+    c = _CONSTS.get(key)
+    if c is None:
+        c = (torch.tensor([rank], device=device, dtype=torch.int32), torch.tensor([scale], device=device, dtype=torch.float32))
+        _CONSTS[key] = c
+    return c
+
+
+def _ext_stream(ptr):
+    s = _STREAMS.get(ptr)
+    if s is None:
+        s = _cupy().cuda.ExternalStream(ptr)
+        _STREAMS[ptr] = s
+    return s
+
+
+def launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows):
+    """One launch: x2 [M, K], w [N, K], a [S, rmax, K], b [S, N, rmax], y [M, N] (written),
+    slots [M] int32 or None (every row adapter 0), ranks [S] int32, scales [S] f32."""
+    import numpy as np  # noqa: PLC0415
+
+    m, k = x2.shape
+    n = w.shape[0]
+    rows, nw, mt, splits, unr, cl = _shape(cfg)
+    pieces = -(-m // piece_rows)
+    kch = _kch(pieces, k, nw)
+    n_cons = n // rows * cl
+    n_prod = -(-(pieces * kch) // cl) * cl
+    stream = torch.cuda.current_stream(x2.device).cuda_stream
+    t_acc, sync = _state(x2.device, stream, rmax)
+    smem = (rows * 8 * mt + m * rmax) * 4
+    cfg = tuple(cfg)
+    f = function(cfg)
+    if smem > 40 * 1024 and _SMEM.get(cfg, 0) < smem:
+        f.max_dynamic_shared_size_bytes = smem
+        _SMEM[cfg] = smem
+    p = _ptr if _MODE[0] == "np" else _ptr_cupy
+    args = (p(x2), p(w), p(a), p(b), p(y), p(t_acc), p(sync), p(slots), p(ranks), p(scales),
+            np.int32(m), np.int32(n), np.int32(k), np.int32(rmax), np.int32(piece_rows), np.int32(pieces), np.int32(kch), np.int32(n_cons))
+    with _ext_stream(stream):
+        try:
+            f((n_prod + n_cons,), (32 * nw,), args, shared_mem=smem)
+        except TypeError:
+            if _MODE[0] != "np":
+                raise
+            # This cupy takes no numpy scalars for pointers: pass the tensors as cupy arrays.
+            _MODE[0] = "cupy"
+            return launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows)
+    return y
+
+
+_MODE = ["np"]
+
+
+def _ptr(t):
+    import numpy as np  # noqa: PLC0415
+
+    return np.uint64(t.data_ptr() if t is not None else 0)
+
+
+def _ptr_cupy(t):
+    if t is None:
+        return _ptr(None)
+    v = t.view(torch.int16) if t.element_size() == 2 else t
+    return _cupy().asarray(v)
+
+
+def _ok(*ts):
+    return all(t.is_cuda and t.is_contiguous() and t.data_ptr() % 16 == 0 for t in ts)
+
+
+def lora_linear(x, w, a, b, scale, cfg=None, out=None):
+    """y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ through the kernel, or None when it does not suit."""
+    if not available() or x.dtype != torch.bfloat16 or not (w.dtype == a.dtype == b.dtype == x.dtype):
+        return None
+    n, k = w.shape
+    rank = a.shape[0]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    cfg = cfg or config_for(m)
+    if cfg is None or b.shape != (n, rank) or a.shape != (rank, k) or not suits(cfg, m, n, k, rank):
+        return None
+    x2 = x2.contiguous()
+    if not _ok(x2, w, a, b):
+        return None
+    ranks, scales = _consts(rank, scale, x.device)
+    y = out if out is not None else torch.empty((m, n), device=x.device, dtype=x.dtype)
+    launch(cfg, x2, w, a, b, y, None, ranks, scales, rank, 8)
+    return y.reshape(*x.shape[:-1], n)
+
+
+def lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=None):
+    """y = x·Wᵀ + scales[j]·(x·A_jᵀ)·B_jᵀ, j = slots[row] (−1: no adapter), or None when the kernel
+    does not suit. a_bank [S, R, K], b_bank [S, N, R], ranks [S] int32 multiples of 8 ≤ R."""
+    if not available() or x.dtype != torch.bfloat16 or not (w.dtype == a_bank.dtype == b_bank.dtype == x.dtype):
+        return None
+    n, k = w.shape
+    if a_bank.dim() != 3 or b_bank.dim() != 3:
+        return None
+    s_, rmax, ka = a_bank.shape
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    cfg = cfg or config_for(m, bank=True)
+    if (cfg is None or ka != k or b_bank.shape != (s_, n, rmax) or slots.shape != (m,) or ranks.shape != (s_,) or scales.shape != (s_,)
+            or slots.dtype != torch.int32 or ranks.dtype != torch.int32 or scales.dtype != torch.float32 or not suits(cfg, m, n, k, rmax)):
+        return None
+    x2 = x2.contiguous()
+    if not _ok(x2, w, a_bank, b_bank, slots, ranks, scales):
+        return None
+    y = out if out is not None else torch.empty((m, n), device=x.device, dtype=x.dtype)
+    launch(cfg, x2, w, a_bank, b_bank, y, slots, ranks, scales, rmax, 1)
+    return y.reshape(*x.shape[:-1], n)
+
+
+_load_overrides()

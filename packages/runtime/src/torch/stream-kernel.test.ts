@@ -1,0 +1,102 @@
+// Host-side logic of the streaming CUDA LoRA kernel (native/stageml_torch/stream.py) on CPU torch:
+// its kernels cannot run here, but the names it looks up in a cubin, the shapes it accepts, the
+// launch geometry and the configuration override can, and without a GPU every entry point must
+// decline (return None) so callers fall back.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { expect, it } from 'vitest';
+
+import { describeWithTorch } from './test-support.js';
+
+const NATIVE = fileURLToPath(new URL('../../../../native', import.meta.url));
+/** The interpreter the torch executor would pick (STAGEML_PYTHON, else python3 or /usr/bin/python3 with torch). */
+function torchPython(): string {
+  const env = process.env['STAGEML_PYTHON'];
+  const candidates = env !== undefined && env !== '' ? [env] : ['python3', '/usr/bin/python3'];
+  return candidates.find((c) => spawnSync(c, ['-c', 'import torch'], { timeout: 60_000 }).status === 0) ?? 'python3';
+}
+
+let python: string | undefined;
+
+function py(code: string, env: Record<string, string> = {}): unknown {
+  python ??= torchPython();
+  const r = spawnSync(python, ['-c', code], { env: { ...process.env, PYTHONPATH: NATIVE, ...env }, encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`python failed (${String(r.status)}): ${r.stderr}`);
+  return JSON.parse(r.stdout.trim().split('\n').pop() ?? 'null');
+}
+
+describeWithTorch('stream kernel host side (stageml_torch.stream)', () => {
+  it('names both kernel families as nvcc mangles them and instantiates each configuration once', () => {
+    const out = py(`
+import json
+from stageml_torch import stream as st
+cfgs = [(1, 1, 8, 1, 2, 0), ('cl', 2, 4, 8, 1, 8, 0), (1, 1, 8, 1, 2, 1)]
+print(json.dumps({"m": [st.mangled(c) for c in cfgs], "i": st.explicit_instantiations(cfgs).strip().split("\\n")}))
+`) as { m: string[]; i: string[] };
+    expect(out.m).toEqual([
+      '_Z11lora_streamILi1ELi1ELi8ELi1ELi2EEvPKtS1_S1_S1_PtPfPiPKiS6_PKfiiiiiiii',
+      '_Z14lora_stream_clILi2ELi4ELi8ELi1ELi8EEvPKtS1_S1_S1_PtPfPiPKiS6_PKfiiiiiiii',
+      '_Z11lora_streamILi1ELi1ELi8ELi1ELi2EEvPKtS1_S1_S1_PtPfPiPKiS6_PKfiiiiiiii',
+    ]);
+    expect(out.i).toHaveLength(2);
+    expect(out.i[0]).toMatch(/^template __global__ void lora_stream<1,1,8,1,2>\(/);
+    expect(out.i[1]).toMatch(/^template __global__ void lora_stream_cl<2,4,8,1,8>\(/);
+  });
+
+  it('accepts only shapes the kernel tiles exactly, and picks configurations per row bucket', () => {
+    const out = py(`
+import json
+from stageml_torch import stream as st
+cl = ('cl', 1, 4, 2, 4, 8, 0)
+old = (1, 1, 8, 1, 2, 0)
+print(json.dumps({
+  "ok": [st.suits(old, 8, 4096, 4096, 16), st.suits(cl, 16, 1024, 14336, 64), st.suits(old, 1, 14336, 14336, 8)],
+  "bad": [st.suits(old, 9, 4096, 4096, 16), st.suits(old, 1, 4100, 4096, 16), st.suits(old, 1, 4096, 4000, 16),
+          st.suits(old, 1, 4096, 4096, 12), st.suits(cl, 1, 4096, 4096 + 512, 16)],
+  "single": [st.config_for(m) for m in (1, 8, 9, 64)],
+  "bank": [st.config_for(m, bank=True) for m in (1, 16, 17)],
+  "kch": [st._kch(1, 4096, 8), st._kch(64, 4096, 8), st._kch(1, 14336, 8)],
+}))
+`) as { ok: boolean[]; bad: boolean[]; single: unknown[]; bank: unknown[]; kch: number[] };
+    expect(out.ok).toEqual([true, true, true]);
+    expect(out.bad).toEqual([false, false, false, false, false]);
+    expect(out.single).toEqual([[1, 1, 8, 1, 2, 0], [1, 1, 8, 1, 2, 0], null, null]);
+    expect(out.bank).toEqual([[1, 1, 8, 1, 2, 0], ['cl', 1, 4, 2, 4, 8, 0], null]);
+    // Producer K chunks: about 64-128 producer blocks, every warp's share a multiple of 64.
+    expect(out.kch).toEqual([8, 2, 4]);
+  });
+
+  it('takes configurations from STAGEML_STREAM_CONFIGS (null turns a bucket off)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stream-cfg-'));
+    const file = join(dir, 'cfg.json');
+    writeFileSync(file, JSON.stringify({ single: { '8': null, '16': ['cl', 1, 4, 2, 4, 8, 0] }, bank: { '32': [1, 1, 8, 4, 4, 0] } }));
+    const out = py(`
+import json
+from stageml_torch import stream as st
+print(json.dumps([st.config_for(1), st.config_for(16), st.config_for(32, bank=True), st.config_for(1, bank=True)]))
+`, { STAGEML_STREAM_CONFIGS: file }) as unknown[];
+    expect(out).toEqual([null, ['cl', 1, 4, 2, 4, 8, 0], [1, 1, 8, 4, 4, 0], [1, 1, 8, 1, 2, 0]]);
+  });
+
+  it('declines on CPU tensors and on inputs it does not take, so callers fall back', () => {
+    const out = py(`
+import json, torch
+from stageml_torch import stream as st
+x = torch.randn(2, 4096, dtype=torch.bfloat16)
+w = torch.randn(4096, 4096, dtype=torch.bfloat16)
+a = torch.randn(16, 4096, dtype=torch.bfloat16)
+b = torch.randn(4096, 16, dtype=torch.bfloat16)
+ab = torch.randn(4, 16, 4096, dtype=torch.bfloat16)
+bb = torch.randn(4, 4096, 16, dtype=torch.bfloat16)
+slots = torch.zeros(2, dtype=torch.int32)
+ranks = torch.full((4,), 16, dtype=torch.int32)
+scales = torch.ones(4)
+print(json.dumps([st.lora_linear(x, w, a, b, 2.0) is None, st.lora_linear(x.float(), w.float(), a.float(), b.float(), 2.0) is None,
+                  st.lora_bank_linear(x, w, ab, bb, slots, ranks, scales) is None]))
+`) as boolean[];
+    expect(out).toEqual([true, true, true]);
+  });
+});
