@@ -153,4 +153,11 @@ describe.skipIf(!available && process.env['CI'] === undefined)('PEFT-exact bf16 
     expect(r['norms_equal']).toBe(5);
     expect(r['rotary_equal']).toBe(4);
   }, 120_000);
+
+  it('the worker never fuses a PEFT-exact LoRA linear, even when asked to fuse (STAGEML_TORCH_FUSE=1)', () => {
+    const script = 'import sys\nfrom stageml_torch.bundle import load_bundle\nprint(load_bundle(sys.argv[1], "cpu").fused, load_bundle(sys.argv[2], "cpu").fused)';
+    const r = spawnSync(python, ['-c', script, join(dir, 'f32'), join(dir, 'same')], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: NATIVE, STAGEML_TORCH_FUSE: '1' }, timeout: 120_000 });
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim()).toBe('0 14');
+  }, 120_000);
 });
