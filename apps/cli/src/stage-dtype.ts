@@ -148,8 +148,6 @@ export interface CastOptions {
 /** A residual LoRA linear `add(linear(x, W), mul(linear(linear(x, A), B[, b]), s))` (node indices of the JSON form). */
 interface LoraSite {
   add: number;
-  /** Operand index (0 or 1) of the add that is the base linear. */
-  baseSide: number;
   shrink: number;
   params: string[];
 }
@@ -161,7 +159,7 @@ interface LoraSite {
  */
 function loraSites(json: ReturnType<typeof graphToJson>): LoraSite[] {
   const def: number[] = [];
-  json.nodes.forEach((n, i) => n.results.forEach(() => def.push(i)));
+  for (const [i, n] of json.nodes.entries()) def.push(...n.results.map(() => i));
   const uses = new Array<number>(def.length).fill(0);
   for (const n of json.nodes) for (const o of n.operands) uses[o]! += 1;
   for (const o of json.outputs) uses[o.value]! += 1;
@@ -188,10 +186,10 @@ function loraSites(json: ReturnType<typeof graphToJson>): LoraSite[] {
       if (ei < 0) continue;
       const expand = node(mul.operands[ei]!, 'sml.linear')!;
       const shrink = node(expand.operands[0]!, 'sml.linear');
-      const a = shrink === undefined || shrink.operands.length !== 2 ? undefined : param(shrink.operands[1]!);
+      const a = shrink?.operands.length === 2 ? param(shrink.operands[1]!) : undefined;
       const b = expand.operands.slice(1).map(param);
       if (shrink === undefined || a === undefined || b.some((x) => x === undefined) || shrink.operands[0] !== base.operands[0]) continue;
-      sites.push({ add: i, baseSide, shrink: def[expand.operands[0]!]!, params: [a, ...(b as string[])] });
+      sites.push({ add: i, shrink: def[expand.operands[0]!]!, params: [a, ...(b as string[])] });
       return;
     }
   });
