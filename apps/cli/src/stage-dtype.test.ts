@@ -1,11 +1,14 @@
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type HostTensor, deserializeGraph, interpret, printGraph } from '@stageml/ir';
+import { GraphBuilder, type HostTensor, deserializeGraph, interpret, printGraph } from '@stageml/ir';
+import { loraLinear } from '@stageml/peft';
+import { specialize } from '@stageml/runtime';
 import { loadBundle } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExitCode } from './index.js';
+import { castResidual } from './stage-dtype.js';
 import { fixture, prefillInputs, runCaptured as run } from './test-fixtures.js';
 
 interface Manifest {
@@ -135,4 +138,28 @@ describe('stageml stage --dtype', () => {
     expect(bad.code).toBe(ExitCode.USAGE);
     expect(bad.err).toContain('--dtype must be one of f32, bf16, f16, checkpoint');
   }, 120_000);
+
+  it('castResidual keeps a LoRA B bias f32 too and, with adapterDtype same, rounds every factor (f16 residual)', () => {
+    const b = new GraphBuilder('one');
+    const x = b.input('x', ['f32', [2, 8]]);
+    const y = loraLinear(b, x, b.param('w', ['f32', [4, 8]]), b.param('bias', ['f32', [4]]), { A: b.param('a', ['f32', [2, 8]]), B: b.param('b', ['f32', [4, 2]]), biasB: b.param('bb', ['f32', [4]]), scale: 0.25 });
+    b.output('y', y);
+    const g = b.build();
+    const staged = specialize(g, { cutoff: 'static', shapesOnly: true, annotations: { inputs: { x: 'dynamic' }, params: { '*': 'dynamic' } } });
+    const dtypes = (r: ReturnType<typeof castResidual>) => Object.fromEntries(r.residual.nodes.filter((n) => n.kind === 'param').map((n) => [r.residual.values[n.results[0]!]!.name, r.residual.values[n.results[0]!]!.type.dtype]));
+    const peft = castResidual(staged, 'f16', g);
+    expect(dtypes(peft)).toEqual({ w: 'f16', bias: 'f16', a: 'f32', b: 'f32', bb: 'f32' });
+    const opOf = (r: ReturnType<typeof castResidual>, name: string) => {
+      const v = r.residual.values.find((x) => x.name === name)!;
+      const n = r.residual.nodes[v.node]!;
+      return [n.kind === 'op' ? n.op : n.kind, v.type.dtype, n.operands.map((o) => r.residual.values[o]!.type.dtype).join(',')];
+    };
+    expect(opOf(peft, 'add')).toEqual(['cast', 'f16', 'f32']);
+    expect(opOf(peft, 'add.f32')).toEqual(['add', 'f32', 'f32,f32']);
+    const same = castResidual(staged, 'f16', g, { adapterDtype: 'same' });
+    expect(dtypes(same)).toEqual({ w: 'f16', bias: 'f16', a: 'f16', b: 'f16', bb: 'f16' });
+    expect(opOf(same, 'add')).toEqual(['add', 'f16', 'f16,f16']);
+    // Both keep the f32 interface.
+    for (const r of [peft, same]) expect(r.residual.values[r.residual.outputs[0]!.value]!.type.dtype).toBe('f32');
+  });
 });
