@@ -18,6 +18,18 @@ if [ "$WHAT" = kernels ] || [ "$WHAT" = all ]; then
   echo "kernels exit $? after $(( $(date +%s) - START )) s"; grep -v "^ " "$OUTDIR/kernels.log" | tail -12
 fi
 if [ "$WHAT" = e2e ] || [ "$WHAT" = all ]; then
+  # The library code the comparison rests on (PEFT's LoRA forward, transformers' SDPA call, Llama's norm and rotary).
+  python3 - > "$OUTDIR/sources.txt" 2>&1 <<'PY'
+import inspect
+import peft.tuners.lora.layer as lora
+import transformers.integrations.sdpa_attention as sdpa
+import transformers.models.llama.modeling_llama as llama
+for f in (lora.Linear.forward, lora.LoraLayer._cast_input_dtype, sdpa.sdpa_attention_forward, sdpa.use_gqa_in_sdpa, llama.LlamaRMSNorm.forward, llama.apply_rotary_pos_emb, llama.LlamaRotaryEmbedding.forward):
+    try:
+        print("#", f.__qualname__); print(inspect.getsource(f))
+    except Exception as e:  # noqa: BLE001
+        print("#", f, "unavailable:", e)
+PY
   timeout "${E2E_BUDGET:-200}" python3 bench/gpu/e2e.py --root . --out "$OUTDIR/e2e.json" > "$OUTDIR/e2e.log" 2>&1
   echo "e2e exit $? after $(( $(date +%s) - START )) s"; grep -v "^ " "$OUTDIR/e2e.log" | tail -12
 fi

@@ -1,10 +1,12 @@
 // Prepares the GPU end-to-end run (bench/gpu/e2e.py, bench/gpu/decode8b.py) on a machine with
 // Node; the GPU machine has none. Writes, under OUT (argv[2], default bench/gpu/out-e2e):
-//   bundles/fixture-bf16, fixture-f32: the Llama fixture with adapter all-r16 staged at `adapter`
-//     exactly as `stageml stage --dtype bf16|f32` does, plus residual.json (the IR's JSON form);
+//   bundles/fixture-bf16, fixture-bf16-same, fixture-f32: the Llama fixture with adapter all-r16
+//     staged at `adapter` exactly as `stageml stage --dtype bf16 [--adapter-dtype same]|f32` does,
+//     plus residual.json (the IR's JSON form);
 //   bundles/big8-bf16: an 8-layer, 4096-wide Llama (GQA 32/8) with an r16 adapter on all seven
 //     projections, shapes only (weights are drawn on the GPU machine, then passed as external
-//     parameters), converted to bf16 like --dtype bf16;
+//     parameters), converted to bf16 like --dtype bf16 (big8-bf16: LoRA factors f32, the default
+//     --adapter-dtype; big8-bf16-same: bf16);
 //   triton/<shape>-<mix>: the generated SGMV bank kernels (`stageml gen triton`) for the four
 //     projection shapes of Llama-3-8B and two 64-adapter rank mixes.
 // Run: node --conditions=@stageml/source --import tsx bench/gpu/prepare-e2e.ts [OUT]
@@ -34,6 +36,7 @@ const m = await stagedModelGraph(`${FIXTURE}/base`, { adapter: `${FIXTURE}/adapt
 const staged = specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: 'adapter', values: { get: (n) => m.values.get(n) } });
 await bundle('fixture-f32', staged);
 await bundle('fixture-bf16', castResidual(staged, 'bf16', m.graph));
+await bundle('fixture-bf16-same', castResidual(staged, 'bf16', m.graph, { adapterDtype: 'same' }));
 
 // 2. An 8-layer Llama at 4096 wide, GQA 32/8, with an r16 (alpha 32) adapter on all projections.
 const BIG = {
@@ -74,6 +77,7 @@ const g: Graph = buildLlamaGraph(cfg, {
 // parameters (external: drawn on the GPU machine), so no weight data is needed here.
 const big = specialize(g, { lattice: SERVING_STAGES, annotations: { params: { '*': 'tenant' } }, cutoff: 'adapter' });
 await bundle('big8-bf16', castResidual(big, 'bf16', g));
+await bundle('big8-bf16-same', castResidual(big, 'bf16', g, { adapterDtype: 'same' }));
 
 // 3. SGMV bank kernels for Llama-3-8B's projection shapes, 64 adapters.
 const SHAPES: Record<string, { inDim: number; outDim: number }> = {

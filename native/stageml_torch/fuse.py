@@ -4,10 +4,19 @@ step: on CUDA with f16/bf16 and at most 64 rows through a one-launch split-K Tri
 streams W once (bench/results/gpu-kernels.md: 1.10-1.30x cuBLAS's base GEMM alone, against 1.4-1.5x
 for a base GEMM plus shrink/expand pair), otherwise as the same five torch ops.
 
-The kernel accumulates x·Wᵀ + s·(x·Aᵀ)·Bᵀ in f32 and rounds once, where the unfused ops round
-after each op; the torch path on CUDA keeps the op-by-op rounding, on the CPU (f16/bf16 computed
-in f32) it rounds once too. `STAGEML_TORCH_FUSE`: `auto` (default: fuse on CUDA), `0` (never
-fuse), `1` (fuse also on the CPU, through the torch path; the tests use it).
+Which bundles it fuses: only LoRA linears whose factors are in the linear's own dtype, i.e.
+bundles staged with `--adapter-dtype same` (and f32 ones). A bf16/f16 bundle staged with the
+default `--adapter-dtype f32` (PEFT's numerics: x cast to f32, A, B and s in f32, added to the base
+output in f32, rounded once) has casts in each LoRA chain, so the pattern does not match, and its
+factors are f32, which the check below refuses too: that path always runs as the IR's torch ops,
+the same calls PEFT makes, and is never replaced by the kernel.
+
+For `same` bundles the kernel accumulates x·Wᵀ + s·(x·Aᵀ)·Bᵀ in f32 and rounds once, where the
+IR's ops round after each op: not bit-equal to the IR (closer to f32; bench/results/gpu-e2e.md).
+That is the documented meaning of `auto` for them; `STAGEML_TORCH_FUSE=0` gives the IR's op-by-op
+rounding. The torch path on CUDA keeps the op-by-op rounding, on the CPU (f16/bf16 computed in
+f32) it rounds once too. `STAGEML_TORCH_FUSE`: `auto` (default: fuse on CUDA), `0` (never fuse),
+`1` (fuse also on the CPU, through the torch path; the tests use it).
 """
 
 import os
@@ -82,6 +91,9 @@ def fuse_lora(steps, value_types, consts, params, outputs, on_cuda):
                 x_v, a_v = steps[ish][2]
                 x_b, w_v = steps[ib][2]
                 if x_b != x_v or not all(p in params for p in (w_v, a_v, b_v)):
+                    continue
+                # Factors in another dtype than the linear (PEFT-exact f32 factors): never fused.
+                if any(value_types[p][1] != value_types[ids[0]][1] for p in (w_v, a_v, b_v)):
                     continue
                 fused = LoraStep(consts[s_v], value_types[ids[0]][1])
                 out[i] = ("loraLinear", fused, [x_v, w_v, a_v, b_v], {}, ids)

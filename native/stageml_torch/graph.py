@@ -20,12 +20,14 @@ def op_key(printed):
 
 
 class _Ctx:
-    __slots__ = ("device", "env", "generator")
+    __slots__ = ("device", "env", "generator", "memo")
 
     def __init__(self, device, env, generator):
         self.device = device
         self.env = env
         self.generator = generator
+        # Per-run facts ops may share (op_attention: whether a mask tensor is all zeros).
+        self.memo = {}
 
     def dim(self, d):
         return evaluate_dim(d, self.env)
@@ -102,8 +104,18 @@ class Program:
     def output_names(self):
         return [n for n, _ in self.outputs]
 
-    def run(self, inputs):
-        """Runs on `inputs` (name → tensor, any device); returns name → tensor on the device."""
+    def run(self, inputs, keep=()):
+        """Runs on `inputs` (name → tensor, any device); returns name → tensor on the device: the
+        outputs, and the intermediate values named in `keep` (diagnostics, e.g. per-layer hidden
+        states; an unknown name is `RT_BAD_VALUE`)."""
+        keep_ids = {}
+        if keep:
+            by_name = {n: i for i, (n, _, _) in enumerate(self.value_types)}
+            for k in keep:
+                if k not in by_name:
+                    raise errors.WorkerError(errors.BAD_VALUE, "'%s' is not a value of @%s" % (k, self.name))
+                keep_ids[k] = by_name[k]
+        kept = set(keep_ids.values())
         declared = {n for n, _ in self.inputs}
         for k in inputs:
             if k not in declared:
@@ -137,5 +149,11 @@ class Program:
                 want = DTYPES[self.value_types[vid][1]]
                 env_vals[vid] = t if t.dtype == want else t.to(want)
             for v in self.free_after[si]:
-                env_vals.pop(v, None)
-        return {name: env_vals[vid] for name, vid in self.outputs}
+                if v not in kept:
+                    env_vals.pop(v, None)
+        out = {name: env_vals[vid] for name, vid in self.outputs}
+        for k, vid in keep_ids.items():
+            if vid not in env_vals:
+                raise errors.WorkerError(errors.BAD_VALUE, "'%s' is not computed by the prepared steps (fused away)" % k)
+            out[k] = env_vals[vid]
+        return out

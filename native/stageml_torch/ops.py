@@ -331,6 +331,16 @@ def op_rotary(x, a, ctx):
     return [t * c + rot * s]
 
 
+def _all_zero(mask, ctx):
+    """Whether a float mask is all zeros (no key masked), memoized per run for the tensor."""
+    key = (mask.data_ptr(), tuple(mask.shape), mask.dtype)
+    hit = ctx.memo.get(key)
+    if hit is None:
+        hit = not bool((mask != 0).any())
+        ctx.memo[key] = hit
+    return hit
+
+
 def op_attention(x, a, ctx):
     q, k, v = x[0], x[1], x[2]
     mask = x[3] if len(x) > 3 else None
@@ -338,8 +348,16 @@ def op_attention(x, a, ctx):
     hkv, tk = k.shape[-3], k.shape[-2]
     group = hq // hkv
     scale = a.get("scale")
-    scale = 1.0 / math.sqrt(d) if scale is None else _float(scale)
+    scale = d ** -0.5 if scale is None else _float(scale)
     causal = a.get("causal", False)
+    if _SDPA and q.device.type == "cuda" and q.dtype in HALF and mask is not None and mask.dtype != torch.bool and _all_zero(mask, ctx) and (tq == 1 or (tq == tk and causal)):
+        # What transformers' sdpa attention calls when no key is masked (its mask is then None):
+        # is_causal for a prompt without a past, nothing for one query row, GQA inside SDPA. The
+        # same call, so the same kernel (flash) and the same bits.
+        try:
+            return [F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal and tq > 1, enable_gqa=True)]
+        except TypeError:  # torch < 2.5: no enable_gqa
+            pass
     bias = None
     if mask is not None:
         bias = torch.zeros(mask.shape, dtype=torch.float32, device=q.device).masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else _f32(mask)

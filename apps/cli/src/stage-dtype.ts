@@ -15,6 +15,25 @@ export function parseStageDType(v: string): StageDType {
   throw new CliError(CliCode.USAGE, `--dtype must be one of ${STAGE_DTYPES.join(', ')}, got '${v}'`);
 }
 
+/**
+ * What `stageml stage --adapter-dtype` accepts: the dtype of the LoRA factors in a bf16/f16 residual.
+ * `f32` (default) keeps them f32 and computes the LoRA term as PEFT does on a bf16/f16 base (its
+ * `autocast_adapter_dtype=True`): x cast to f32, A, B and the scale in f32, added to the base
+ * output in f32 (torch's type promotion), then rounded to the compute dtype once. `same` rounds
+ * the factors to the compute dtype and the LoRA chain op by op (the form `gen triton|cuda` and the
+ * torch executor's fused kernel take).
+ */
+export const STAGE_ADAPTER_DTYPES = ['f32', 'same'] as const;
+
+/** One of `STAGE_ADAPTER_DTYPES`. */
+export type StageAdapterDType = (typeof STAGE_ADAPTER_DTYPES)[number];
+
+/** Parses `--adapter-dtype`; anything else is `CLI_USAGE`. */
+export function parseStageAdapterDType(v: string): StageAdapterDType {
+  if ((STAGE_ADAPTER_DTYPES as readonly string[]).includes(v)) return v as StageAdapterDType;
+  throw new CliError(CliCode.USAGE, `--adapter-dtype must be one of ${STAGE_ADAPTER_DTYPES.join(', ')}, got '${v}'`, { hint: 'f32: LoRA factors and term in f32 as PEFT computes them on a bf16/f16 base; same: rounded to the compute dtype' });
+}
+
 const SAFETENSORS_FLOATS: Readonly<Record<string, 'f32' | 'bf16' | 'f16'>> = { F32: 'f32', BF16: 'bf16', F16: 'f16' };
 
 /**
@@ -81,6 +100,102 @@ function castTensor(t: HostTensor, dtype: DType): HostTensor {
   return { dtype, shape: t.shape, data };
 }
 
+type OpEmitter = (op: string, operands: number[], attrs: Record<string, unknown> | undefined, name: string, type: { dtype: string; shape: (number | string)[] }) => number;
+
+/**
+ * `rmsNorm(x, w)` and `rotary(x, cos, sin)` (not interleaved) at `dtype` as Hugging Face's Llama
+ * rounds them: `mul(rmsNorm(x), w)` and `add(mul(x, cos), mul(concat(neg(x₂), x₁), sin))`; returns
+ * the new id of the result (named as the original), or undefined for any other node.
+ */
+function hfRounding(
+  n: { op?: string; operands: number[]; attrs?: Record<string, unknown>; results: { name: string; type: { dtype: string; shape: (number | string)[] } }[] },
+  operands: number[],
+  dtype: string,
+  attrs: Record<string, unknown> | undefined,
+  op1: OpEmitter,
+  fresh: (base: string) => string,
+  types: readonly { dtype: string; shape: (number | string)[] }[],
+): number | undefined {
+  const r = n.results[0]!;
+  const type = { dtype, shape: r.type.shape };
+  if (n.op === 'sml.rms_norm' && operands.length === 2) {
+    const normed = op1('sml.rms_norm', [operands[0]!], attrs, fresh(`${r.name}.normed`), type);
+    return op1('sml.mul', [normed, operands[1]!], undefined, r.name, type);
+  }
+  if (n.op === 'sml.rotary' && attrs?.['interleaved'] !== true) {
+    const [x, c, s] = operands as [number, number, number];
+    const xs = types[x]!.shape;
+    const d = xs[xs.length - 1];
+    if (typeof d !== 'number' || d % 2 !== 0) return undefined;
+    const axis = xs.length - 1;
+    const half = { dtype, shape: [...xs.slice(0, -1), d / 2] };
+    const x1 = op1('sml.slice', [x], { axis, start: 0, end: d / 2, step: 1 }, fresh(`${r.name}.x1`), half);
+    const x2 = op1('sml.slice', [x], { axis, start: d / 2, step: 1 }, fresh(`${r.name}.x2`), half);
+    const rot = op1('sml.concat', [op1('sml.neg', [x2], undefined, fresh(`${r.name}.neg`), half), x1], { axis }, fresh(`${r.name}.rotate_half`), { dtype, shape: xs });
+    const a = op1('sml.mul', [x, c], undefined, fresh(`${r.name}.cos`), type);
+    const b = op1('sml.mul', [rot, s], undefined, fresh(`${r.name}.sin`), type);
+    return op1('sml.add', [a, b], undefined, r.name, type);
+  }
+  return undefined;
+}
+
+/** Options of `castResidual`. */
+export interface CastOptions {
+  /** The LoRA factors' dtype (see `STAGE_ADAPTER_DTYPES`; default `f32`, as PEFT). */
+  adapterDtype?: StageAdapterDType;
+}
+
+/** A residual LoRA linear `add(linear(x, W), mul(linear(linear(x, A), B[, b]), s))` (node indices of the JSON form). */
+interface LoraSite {
+  add: number;
+  shrink: number;
+  params: string[];
+}
+
+/**
+ * The residual LoRA linears of `json` (`@stageml/peft` loraLinear's residual form): the shrink
+ * `linear(x, A)` and expand `linear(t, B[, bias])` read parameters, the scale is a scalar literal,
+ * and the interior values (t, the expand, the scaled delta) have one reader each.
+ */
+function loraSites(json: ReturnType<typeof graphToJson>): LoraSite[] {
+  const def: number[] = [];
+  for (const [i, n] of json.nodes.entries()) def.push(...n.results.map(() => i));
+  const uses = new Array<number>(def.length).fill(0);
+  for (const n of json.nodes) for (const o of n.operands) uses[o]! += 1;
+  for (const o of json.outputs) uses[o.value]! += 1;
+  const node = (v: number, op: string, once = true) => {
+    const n = json.nodes[def[v]!]!;
+    return n.kind === 'op' && n.op === op && (!once || uses[v] === 1) ? n : undefined;
+  };
+  const param = (v: number): string | undefined => {
+    const n = json.nodes[def[v]!]!;
+    return n.kind === 'param' ? n.results[0]!.name : undefined;
+  };
+  const scalar = (v: number): boolean => {
+    const n = json.nodes[def[v]!]!;
+    return n.kind === 'op' && n.op === 'sml.constant' && n.results[0]!.type.shape.length === 0;
+  };
+  const sites: LoraSite[] = [];
+  json.nodes.forEach((n, i) => {
+    if (n.kind !== 'op' || n.op !== 'sml.add' || n.operands.length !== 2) return;
+    for (const baseSide of [0, 1]) {
+      const base = node(n.operands[baseSide]!, 'sml.linear', false);
+      const mul = node(n.operands[1 - baseSide]!, 'sml.mul');
+      if (base === undefined || mul === undefined) continue;
+      const ei = mul.operands.findIndex((o, k) => node(o, 'sml.linear') !== undefined && scalar(mul.operands[1 - k]!));
+      if (ei < 0) continue;
+      const expand = node(mul.operands[ei]!, 'sml.linear')!;
+      const shrink = node(expand.operands[0]!, 'sml.linear');
+      const a = shrink?.operands.length === 2 ? param(shrink.operands[1]!) : undefined;
+      const b = expand.operands.slice(1).map(param);
+      if (shrink === undefined || a === undefined || b.some((x) => x === undefined) || shrink.operands[0] !== base.operands[0]) continue;
+      sites.push({ add: i, shrink: def[expand.operands[0]!]!, params: [a, ...(b as string[])] });
+      return;
+    }
+  });
+  return sites;
+}
+
 /**
  * Converts a residual computed in f32 to `dtype` (bf16 or f16): every f32 parameter and constant
  * becomes `dtype`, and so does every f32 value computed from one. Values computed only from
@@ -91,11 +206,22 @@ function castTensor(t: HostTensor, dtype: DType): HostTensor {
  * stay f32 and f32 outputs are cast back to f32, so callers (the engine's KV cache, logits) see
  * the same signature. Parameter data is rounded to nearest even once; external parameters (not in
  * the constant table) must be supplied in `dtype`.
+ *
+ * The rounding points follow Hugging Face's Llama in that dtype: `rmsNorm(x, w)` becomes
+ * `mul(rmsNorm(x), w)` (HF rounds the normalized value, then multiplies by the weight in `dtype`)
+ * and `rotary(x, cos, sin)` becomes `x·cos + rotate_half(x)·sin`, each op rounded. With
+ * `adapterDtype: 'f32'` (the default) each residual LoRA linear keeps its factors f32 and computes
+ * its term as PEFT does: `cast(add(cast(linear(x, W), f32), mul(linear(linear(cast(x, f32), A), B), s)), dtype)`;
+ * with `'same'` the factors are rounded to `dtype` like the base weights.
  */
-export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', source?: Graph): SpecializeResult {
+export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', source?: Graph, options: CastOptions = {}): SpecializeResult {
   const keep = source === undefined ? new Set<string>() : literalDerived(source);
   const json = graphToJson(result.residual);
   type JsonNode = (typeof json.nodes)[number];
+  const sites = options.adapterDtype === 'same' ? [] : loraSites(json);
+  const loraParams = new Set(sites.flatMap((t) => t.params));
+  const loraAdd = new Map(sites.map((t) => [t.add, t]));
+  const loraShrink = new Set(sites.map((t) => t.shrink));
   const nodes: JsonNode[] = [];
   const newTypes: { name: string; dtype: string; shape: (number | string)[]; node: number }[] = [];
   const emit = (n: JsonNode): number => {
@@ -125,14 +251,41 @@ export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', so
     lowered.set(v, id);
     return id;
   };
+  const widened = new Map<number, number>();
+  /** Value `v` (new id, `dtype`) cast to f32 (made once). */
+  const asF32 = (v: number): number => {
+    const hit = widened.get(v);
+    if (hit !== undefined) return hit;
+    const t = newTypes[v]!;
+    const id = t.dtype === 'f32' ? v : emit({ kind: 'op', op: 'sml.cast', operands: [v], attrs: { dtype: 'f32' }, results: [{ name: fresh(`${t.name}.f32`), type: { dtype: 'f32', shape: t.shape } }] });
+    widened.set(v, id);
+    return id;
+  };
+  /** An op node of one result of `type` (a new id). */
+  const op1 = (op: string, operands: number[], attrs: Record<string, unknown> | undefined, name: string, type: { dtype: string; shape: (number | string)[] }): number =>
+    emit({ kind: 'op', op, operands, ...(attrs === undefined ? {} : { attrs }), results: [{ name, type }] });
   const remap: number[] = [];
-  for (const n of json.nodes) {
+  for (const [ni, n] of json.nodes.entries()) {
     if (n.kind !== 'op') {
-      const lower = n.kind === 'param' && n.results[0]!.type.dtype === 'f32' && !keep.has(n.results[0]!.name);
+      const lower = n.kind === 'param' && n.results[0]!.type.dtype === 'f32' && !keep.has(n.results[0]!.name) && !loraParams.has(n.results[0]!.name);
       remap.push(emit({ ...n, results: n.results.map((r) => (lower ? { name: r.name, type: { dtype, shape: r.type.shape } } : r)) }));
       continue;
     }
     const operands = n.operands.map((o) => remap[o]!);
+    if (loraShrink.has(ni)) {
+      // PEFT: x.to(lora_A.weight.dtype), then lora_A in f32.
+      remap.push(emit({ ...n, operands: [asF32(operands[0]!), ...operands.slice(1)] }));
+      continue;
+    }
+    const site = loraAdd.get(ni);
+    if (site !== undefined) {
+      // PEFT: result (dtype) + delta (f32) promotes to f32; result.to(torch_result_dtype) rounds once.
+      const ops2 = operands.map((o) => asF32(o));
+      const r = n.results[0]!;
+      const sum = op1('sml.add', ops2, n.attrs, fresh(`${r.name}.f32`), { dtype: 'f32', shape: r.type.shape });
+      remap.push(op1('sml.cast', [sum], { dtype }, r.name, { dtype, shape: r.type.shape }));
+      continue;
+    }
     const mixed = operands.some((o) => newTypes[o]!.dtype === dtype);
     const producesF32 = n.results.some((r) => r.type.dtype === 'f32');
     if (!mixed || !producesF32) {
@@ -143,9 +296,15 @@ export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', so
       continue;
     }
     const attrs = n.attrs === undefined ? undefined : Object.fromEntries(Object.entries(n.attrs).map(([k, v]) => [k, k === 'dtype' && v === 'f32' ? dtype : v]));
+    const lowOps = operands.map((o) => (newTypes[o]!.dtype === 'f32' ? asTarget(o) : o));
+    const hf = hfRounding(n, lowOps, dtype, attrs, op1, fresh, newTypes);
+    if (hf !== undefined) {
+      remap.push(hf);
+      continue;
+    }
     const id = emit({
       ...n,
-      operands: operands.map((o) => (newTypes[o]!.dtype === 'f32' ? asTarget(o) : o)),
+      operands: lowOps,
       ...(attrs === undefined ? {} : { attrs }),
       results: n.results.map((r) => ({ name: r.name, type: { dtype: r.type.dtype === 'f32' ? dtype : r.type.dtype, shape: r.type.shape } })),
     });
@@ -184,8 +343,8 @@ export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', so
     throw new CliError(CliCode.USAGE, `cannot convert the residual to ${dtype}: ${errorMessage(e)}`, { cause: e });
   }
   const constants: Record<string, HostTensor> = {};
-  for (const [k, t] of Object.entries(result.constants)) constants[k] = t.dtype === 'f32' && !keep.has(k) ? castTensor(t, dtype) : t;
-  const constantTypes = Object.fromEntries(Object.entries(result.constantTypes).map(([k, t]) => [k, t.dtype === 'f32' && !keep.has(k) ? { dtype, shape: t.shape } : t]));
+  for (const [k, t] of Object.entries(result.constants)) constants[k] = t.dtype === 'f32' && !keep.has(k) && !loraParams.has(k) ? castTensor(t, dtype) : t;
+  const constantTypes = Object.fromEntries(Object.entries(result.constantTypes).map(([k, t]) => [k, t.dtype === 'f32' && !keep.has(k) && !loraParams.has(k) ? { dtype, shape: t.shape } : t]));
   const constantBytes = Object.values(constants).reduce((a, t) => a + t.data.length * (t.dtype === 'f64' || t.dtype === 'i64' ? 8 : t.dtype === 'bf16' || t.dtype === 'f16' ? 2 : t.dtype === 'i8' || t.dtype === 'u8' || t.dtype === 'bool' ? 1 : 4), 0);
   return { ...result, residual, constants, constantTypes, report: { ...result.report, residualOps: residual.nodes.filter((n) => n.kind === 'op').length, constantBytes } };
 }

@@ -13,7 +13,7 @@ import { parseBytes } from './plan.js';
 import { CliCode, CliError } from '../errors.js';
 import { loadGraphFile } from '../inspect.js';
 import type { CliIo } from '../io.js';
-import { type StageDType, castResidual, checkpointDType, parseStageDType } from '../stage-dtype.js';
+import { type StageAdapterDType, type StageDType, castResidual, checkpointDType, parseStageAdapterDType, parseStageDType } from '../stage-dtype.js';
 import { parseMaxError, quantizeOptions } from '../quantize.js';
 
 interface StageOptions {
@@ -28,6 +28,7 @@ interface StageOptions {
   force?: boolean;
   json?: boolean;
   dtype: StageDType;
+  adapterDtype: StageAdapterDType;
   quantize?: string;
   maxError?: number;
   adapters?: string;
@@ -48,7 +49,7 @@ async function withDType(opts: StageOptions, result: SpecializeResult, source: G
   }
   let dt = opts.dtype;
   if (dt === 'checkpoint') dt = opts.model === undefined ? 'f32' : await checkpointDType(opts.model);
-  return dt === 'f32' ? result : castResidual(result, dt, source);
+  return dt === 'f32' ? result : castResidual(result, dt, source, { adapterDtype: opts.adapterDtype });
 }
 
 /** The annotation file of a bare graph: stages of inputs and parameters on `static < dynamic`. */
@@ -164,7 +165,7 @@ async function stageModel(opts: StageOptions, dir: string): Promise<{ graph: Gra
  * constants.safetensors, and residual.json, the IR's JSON form for Python hosts; for a model also
  * plan.json, the serving plan of its adapters under `--budget`, rewrite.json, the rewrite library's
  * log, and `source` in the manifest, the model and adapter directories `serve --bundle` loads). `--dtype bf16|f16|checkpoint` converts the residual to that compute
- * dtype (inputs and outputs stay f32; GPU code generators need bf16/f16).
+ * dtype (inputs and outputs stay f32; GPU code generators need bf16/f16); `--adapter-dtype f32|same` says whether the LoRA term stays f32 as PEFT computes it (default) or is rounded to it.
  */
 export function registerStage(program: Command, io: CliIo): void {
   program
@@ -179,6 +180,7 @@ export function registerStage(program: Command, io: CliIo): void {
     .requiredOption('--cutoff <stage>', 'the last stage computed ahead of time (model: base, adapter, …; graph: static)')
     .requiredOption('--out <dir>', 'the bundle directory to write')
     .option('--dtype <dtype>', 'compute dtype of the residual: f32, bf16, f16, or checkpoint (the float dtype the checkpoint stores; for GPU targets: gen triton|cuda need bf16/f16); inputs and outputs stay f32', parseStageDType, 'f32')
+    .option('--adapter-dtype <dtype>', 'with --dtype bf16|f16: LoRA factors and their term in f32 (f32, as PEFT computes them on a bf16/f16 base) or rounded to the compute dtype (same: the form gen triton|cuda and the fused GPU kernel take)', parseStageAdapterDType, 'f32')
     .option('--force', 'replace an existing bundle directory')
     .option('--json', 'print the manifest as JSON')
     .option('--quantize <spec>', 'weight-only quantization of the residual linear weights: int8, int4 (blocks of 32), int8:g128, int4:channel, …:asym, or auto (with --max-error)')
