@@ -390,6 +390,7 @@ def case_big8(root, device, variants):
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
     from stageml_torch.bundle import load_bundle
+    from stageml_torch.safetensors_io import read_safetensors
 
     cj = json.load(open(os.path.join(root, "bundles", "big8-config.json")))
     cfg = LlamaConfig(**{k: v for k, v in cj.items() if k not in ("architectures", "model_type")})
@@ -444,10 +445,19 @@ def case_big8(root, device, variants):
                     rot.original_inv_freq.copy_(inv.to(rot.original_inv_freq.device))
         return f
 
-    # f32, same: an attempt to give HF our f32 table (a no-op: the buffer is bf16, see above);
-    # f32-hf-cuda-rope: ours given HF's table (the buffer as built), everything else as f32.
+    def f32_rope(inv):
+        # As from_pretrained(dtype=bf16) leaves it: the rotary buffer in f32 (registered anew, so
+        # the bf16 buffer `.to(bfloat16)` made is replaced rather than written into).
+        def f():
+            rot.register_buffer("inv_freq", inv.to(device=cuda_inv.device, dtype=torch.float32), persistent=False)
+            if hasattr(rot, "original_inv_freq") and isinstance(rot.original_inv_freq, torch.Tensor):
+                rot.original_inv_freq = inv.to(device=cuda_inv.device, dtype=torch.float32)
+        return f
+
+    # f32, same: HF with its rotary buffer in f32 (as from_pretrained builds it);
+    # f32-hf-cuda-rope: ours given the bf16-rounded table `.to(bfloat16)` makes, HF using it too.
     bundles["f32-hf-cuda-rope"] = lambda: load_with(os.path.join(root, "bundles", "big8-bf16"), device, external=params(torch.float32), override={"rope.constant": cuda_inv.float().cpu()})
-    setups = {"f32": set_rope(cpu_inv), "same": set_rope(cpu_inv), "f32-hf-cuda-rope": set_rope(cuda_inv)}
+    setups = {"f32": f32_rope(cpu_inv), "same": f32_rope(cpu_inv), "f32-hf-cuda-rope": f32_rope(cuda_inv.float())}
     variants = variants + ["f32-hf-cuda-rope"]
     res = run_variants("big8", root, hf, inner, bundles, prompts, 16, cfg, device, variants, setups)
     for r in res:
