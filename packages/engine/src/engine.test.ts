@@ -218,6 +218,28 @@ describe('Engine: decode staging kept across steps', () => {
 describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in lanes', () => {
   const fixtures = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
   const golden = JSON.parse(readFileSync(`${fixtures}golden.json`, 'utf8')) as Record<string, Record<string, { input_ids: number[]; greedy_new_ids: number[] }>>;
+  const MIXTRAL = ['base', 'attn-r8', 'experts-r4'];
+
+  /** Greedy goldens mask the pad id 0 (HF generate with pad_token_id = 0): prompt `p` of every model decoded in one mixed batch, each equal to its golden. */
+  async function mixedGreedyGoldens(engine: Engine, p: number): Promise<void> {
+    const seqs = MIXTRAL.map((m) => {
+      const ids = golden[`mixtral.${m}`]![`prompt${String(p)}`]!.input_ids;
+      return engine.open(m === 'base' ? undefined : m, ids, ids.map((t) => (t === 0 ? 0 : 1)));
+    });
+    const last: number[] = [];
+    const out: number[][] = MIXTRAL.map(() => []);
+    for (const [i, s] of seqs.entries()) {
+      expect(await engine.attach(s)).toBe(true);
+      let logits: Float32Array | undefined;
+      while (!s.ready) logits = await engine.prefill(s);
+      out[i]!.push((last[i] = argmaxOf(logits!)));
+    }
+    for (let k = 0; k < 11; k++) (await engine.decode(seqs, last)).forEach((l, i) => out[i]!.push((last[i] = argmaxOf(l))));
+    MIXTRAL.forEach((m, i) => {
+      expect(out[i], `${m} prompt${String(p)}`).toEqual(golden[`mixtral.${m}`]![`prompt${String(p)}`]!.greedy_new_ids);
+    });
+    for (const s of seqs) engine.release(s);
+  }
 
   it('Mixtral: attn-r8, experts-r4 and base rows in one mixed batch each equal their goldens (logits and 12 greedy tokens)', async () => {
     const { SafetensorsFile } = await import('@stageml/safetensors');
@@ -237,30 +259,7 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
         expect(maxAbsDiff(logits!, want.subarray(want.length - V)), `${m} prompt${String(p)}`).toBeLessThanOrEqual(1e-4);
         engine.release(s);
       }
-      // Greedy goldens mask the pad id 0 (HF generate with pad_token_id = 0): decoded in mixed batches.
-      const seqs = models.map((m) => {
-        const ids = golden[`mixtral.${m}`]![`prompt${String(p)}`]!.input_ids;
-        return engine.open(m === 'base' ? undefined : m, ids, ids.map((t) => (t === 0 ? 0 : 1)));
-      });
-      const last: number[] = [];
-      const out: number[][] = models.map(() => []);
-      for (const [i, s] of seqs.entries()) {
-        expect(await engine.attach(s)).toBe(true);
-        let logits: Float32Array | undefined;
-        while (!s.ready) logits = await engine.prefill(s);
-        last[i] = argmaxOf(logits!);
-        out[i]!.push(last[i]);
-      }
-      for (let k = 0; k < 11; k++) {
-        (await engine.decode(seqs, last)).forEach((l, i) => {
-          last[i] = argmaxOf(l);
-          out[i]!.push(last[i]);
-        });
-      }
-      models.forEach((m, i) => {
-        expect(out[i], `${m} prompt${String(p)}`).toEqual(golden[`mixtral.${m}`]![`prompt${String(p)}`]!.greedy_new_ids);
-      });
-      for (const s of seqs) engine.release(s);
+      await mixedGreedyGoldens(engine, p);
     }
     await f.close();
     // Expert factors live in the expert slot tables: the two slot programs serve everything, each
@@ -287,24 +286,7 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
   it('Mixtral on onnxruntime: attn-r8, experts-r4 and base decoded in shared batches give their greedy goldens', async () => {
     const engine = await Engine.load(`${fixtures}mixtral/base`, { maxLoras: 2, executor: await createOrtExecutor({}) });
     for (const a of ['attn-r8', 'experts-r4']) await engine.loadAdapter(`${fixtures}mixtral/adapters/${a}`, a);
-    const models = ['base', 'attn-r8', 'experts-r4'];
-    for (let p = 0; p < 4; p++) {
-      const seqs = models.map((m) => {
-        const ids = golden[`mixtral.${m}`]![`prompt${String(p)}`]!.input_ids;
-        return engine.open(m === 'base' ? undefined : m, ids, ids.map((t) => (t === 0 ? 0 : 1)));
-      });
-      const last: number[] = [];
-      const out: number[][] = models.map(() => []);
-      for (const [i, s] of seqs.entries()) {
-        expect(await engine.attach(s)).toBe(true);
-        let logits: Float32Array | undefined;
-        while (!s.ready) logits = await engine.prefill(s);
-        out[i]!.push((last[i] = argmaxOf(logits!)));
-      }
-      for (let k = 0; k < 11; k++) (await engine.decode(seqs, last)).forEach((l, i) => out[i]!.push((last[i] = argmaxOf(l))));
-      models.forEach((m, i) => { expect(out[i], `${m} prompt${String(p)}`).toEqual(golden[`mixtral.${m}`]![`prompt${String(p)}`]!.greedy_new_ids); });
-      for (const s of seqs) engine.release(s);
-    }
+    for (let p = 0; p < 4; p++) await mixedGreedyGoldens(engine, p);
     expect(engine.stats().preparations).toBe(2);
   });
 
