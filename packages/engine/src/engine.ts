@@ -1,115 +1,20 @@
-import { type Graph, type HostTensor, StageError, errorMessage, graphParams, hostTensor } from '@stageml/ir';
-import { MoeError, expertLoraFor } from '@stageml/moe';
-import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, buildLlamaGraph, loadTokenizer, readLlamaConfig, readParam, ropeInvFreqFor } from '@stageml/models';
-import { AdapterCache, type CacheLease, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter, scalingFor } from '@stageml/peft';
-import { type Executor, type PreparedGraph, type QuantizeLinearsOptions, type WeightQuantSpec, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
+import { type HostTensor, StageError, errorMessage, graphParams, hostTensor } from '@stageml/ir';
+import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, readLlamaConfig, readParam } from '@stageml/models';
+import { AdapterCache, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
+import { type Executor, type PreparedGraph, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
 import { EngineCode, EngineError } from './errors.js';
+import { expertSlotFactors } from './experts.js';
+import { engineGraph, paramsToInputs } from './graph.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
-import { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm, slotExperts, slotLinear } from './slot-linear.js';
+import { type EngineMemory, type EngineOptions, type EnginePlan, type EngineStats, positiveInt } from './options.js';
+import { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm } from './slot-linear.js';
 import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
+import { Sequence, type SlotEntry } from './sequence.js';
+import { windowedQueries } from './masks.js';
+import { decodeAttention, prefillInputs, stagePast } from './steps.js';
 import { type ExpertSlotFactors, SlotTables } from './slots.js';
 import { type Plan, TrafficCounter, checkPlan, validatePlanDocument } from '@stageml/planner';
-
-/** Options of `Engine.load`. */
-export interface EngineOptions {
-  /** Executor that runs the program (default: the reference interpreter). */
-  readonly executor?: Executor;
-  /** Adapters resident in slots at once (vLLM `--max-loras`; default 16). */
-  readonly maxLoras?: number;
-  /** Rank of every slot; higher-rank adapters are refused at load (vLLM `--max-lora-rank`; default 64). */
-  readonly maxLoraRank?: number;
-  /** Parsed adapters kept on the host for re-warming a slot without reading the disk (default `maxLoras`). */
-  readonly maxCpuLoras?: number;
-  /**
-   * Most prompt tokens one prefill run takes (chunked prefill; default 32: on the CPU a 64-token
-   * chunk beside 8 decoding streams raised their p99 inter-token latency 2.4×, 32 tokens 1.5×).
-   */
-  readonly prefillChunk?: number;
-  /**
-   * Where the base weights live: `program` (default) hands them to the one prepared program as
-   * parameters (the executor may pre-pack them); `inputs` keeps one host copy that every run
-   * feeds as zero-copy inputs, so any number of programs share it.
-   */
-  readonly weights?: 'program' | 'inputs';
-  /**
-   * Weight-only quantization of the base model's linear layers (`quantizeLinears` of
-   * `@stageml/runtime`: int8/int4 codes with f32 scales; slot factors stay f32, as QLoRA keeps
-   * them). Quantized weights are packed once and handed to the programs as parameters, so it
-   * implies `weights: 'program'` (and so no `memoryBudget` plans or prompt logits).
-   */
-  readonly quantize?: WeightQuantSpec | QuantizeLinearsOptions;
-  /**
-   * Slot form: `auto` (default) prepares both the gathered and the grouped program (two
-   * preparations for the engine's lifetime) and picks per step with `chooseSlotForm`; a fixed form
-   * prepares only that one.
-   */
-  readonly slotForm?: 'auto' | SlotForm;
-  /**
-   * Bytes the planner may spend on merged weight copies (W + s·B·A of a projection, served in the
-   * adapter's lane); undefined: no planning, every adapter is a slot residual. Re-planned on load,
-   * unload and every `replanEvery` runs with live traffic, applied between steps.
-   */
-  readonly memoryBudget?: number;
-  /** Runs between periodic re-plans (default 512). */
-  readonly replanEvery?: number;
-  /**
-   * A fixed plan (`stageml.plan` v1, e.g. a bundle's `plan.json`) applied as written instead of
-   * planning: its `materialize` units of loaded adapters are served merged, everything else stays
-   * in slots; it is never replaced (no re-plans). Checked at load (`PLAN_BAD_DOCUMENT` and the
-   * planner's other document codes); excludes `memoryBudget`; needs `weights: 'inputs'`.
-   */
-  readonly plan?: Plan;
-}
-
-/** The plan the engine applies now (what `GET /v1/plan` shows). */
-export interface EnginePlan {
-  /** The budget of merged copies, or undefined when the engine does not plan. */
-  readonly memoryBudget: number | undefined;
-  /** The planner's plan (`stageml.plan` v1) last applied. */
-  readonly plan: Plan | undefined;
-  /** Per adapter, the modules served merged in its lane; all other modules are in its slot. */
-  readonly merged: Readonly<Record<string, readonly string[]>>;
-  /** Plans applied so far. */
-  readonly applied: number;
-}
-
-/** Bytes the engine holds for the executor, by kind (its own accounting). */
-export interface EngineMemory {
-  /** Base weights, held once by the one prepared program. */
-  readonly weights: number;
-  /**
-   * Slot tables reserved (A and B of every projection, all slots at the slot rank): address space
-   * fixed at load; only the rows adapters write become resident memory.
-   */
-  readonly slots: number;
-  /** Factors of the adapters in slots now, unpadded (rank r, not the slot rank): the tables' resident part. */
-  readonly slotFactors: number;
-  /** KV buffers of live sequences (capacity, not just the filled part). */
-  readonly kv: number;
-  /** Reusable staging buffers of multi-row steps. */
-  readonly staging: number;
-  /** Lanes of adapters that cannot vary by row: their override tensors and the plan's merged copies. */
-  readonly lanes: number;
-  /** Sum of the above. */
-  readonly total: number;
-}
-
-/** Counters of the engine. */
-export interface EngineStats {
-  /** Executor preparations made (one per program; adapters never add one). */
-  readonly preparations: number;
-  /** Program runs (prefill chunks and decode steps). */
-  readonly runs: number;
-  /** Runs by slot form. */
-  readonly runsByForm: Readonly<Record<SlotForm, number>>;
-  /** Adapters resident in slots now. */
-  readonly residentAdapters: number;
-  /** Live sequences. */
-  readonly sequences: number;
-  /** Adapter slots holding no adapter. */
-  readonly freeSlots: number;
-}
 
 const BASE = '__base__';
 
@@ -128,53 +33,8 @@ function shapeOnly(a: LoraAdapter): LoraAdapter {
   return { ...a, modules: new Map([...a.modules].map(([k, m]) => [k, { ...m, A: { ...m.A, data: empty }, B: { ...m.B, data: empty } }])), overrides: new Map(), parameterFactors: [] };
 }
 
-interface SlotEntry {
-  /**
-   * The parsed adapter until its factors are written into the slot tables, then its shapes only:
-   * the tables are the one copy a resident adapter's factors have (a plan change re-reads them
-   * through the host cache).
-   */
-  adapter: LoraAdapter;
-  slot: number | undefined;
-}
 
-/**
- * One request's state in the engine: its prompt, how much of it is prefilled, its resident KV
- * cache and its adapter's slot. Made by `Engine.open`; ended by `Engine.release`.
- */
-export class Sequence {
-  /** Prompt tokens already prefilled. */
-  prefilled = 0;
-  /** Rotary position of the next attended token. */
-  nextPosition = 0;
-  /** Slot of the adapter (0: base), once attached. */
-  slot: number | undefined;
-  /** Whether the sequence was released. */
-  released = false;
-  lease: CacheLease<SlotEntry> | undefined;
 
-  constructor(
-    /** Adapter name, or undefined for the base model. */
-    readonly adapter: string | undefined,
-    /** Prompt token ids. */
-    readonly prompt: readonly number[],
-    /** Per prompt token, 1 attended or 0 masked (padding). */
-    readonly promptMask: readonly number[],
-    /** The resident KV cache. */
-    readonly kv: SequenceKv,
-  ) {}
-
-  /** Whether the whole prompt is prefilled (the sequence decodes). */
-  get ready(): boolean {
-    return this.prefilled === this.prompt.length;
-  }
-}
-
-function positiveInt(name: string, v: number | undefined, dflt: number): number {
-  const x = v ?? dflt;
-  if (!Number.isSafeInteger(x) || x < 1) throw new EngineError(EngineCode.BAD_OPTIONS, `${name} must be a positive integer, got ${String(v)}`);
-  return x;
-}
 
 /**
  * The serving engine: one compiled program per (model, executor, slot-table shape), holding the
@@ -468,35 +328,9 @@ export class Engine {
     return { weights, bytes };
   }
 
-  /**
-   * An adapter's MoE expert factors (PEFT `target_parameters`) per expert-projection table, scale
-   * per module; `ENGINE_BAD_ADAPTER` naming what does not fit this model or the slot rank.
-   */
+  /** An adapter's MoE expert factors per expert-projection table (`ENGINE_BAD_ADAPTER` when they do not fit). */
   #expertFactors(adapter: LoraAdapter): ExpertSlotFactors[] {
-    if (adapter.parameterFactors.length === 0) return [];
-    const refuse = (why: string): never => {
-      throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' ${why}`);
-    };
-    const moe = this.config.moe;
-    if (moe === undefined) refuse(`targets parameters (${adapter.config.targetParameters.join(', ')}), which ${this.config.modelType} models do not have`);
-    const shapes = { numExperts: moe!.numExperts, hidden: this.config.hiddenSize, intermediate: this.config.intermediateSize };
-    const out: ExpertSlotFactors[] = [];
-    for (const path of new Set(adapter.parameterFactors.map((f) => f.module))) {
-      const layer = /^model\.layers\.(\d+)\.mlp\.experts$/.exec(path);
-      if (layer === null || Number(layer[1]) >= this.config.numLayers) refuse(`targets '${path}', which this model does not have`);
-      let list;
-      try {
-        list = expertLoraFor(adapter, path, shapes, scalingFor(adapter.config, path));
-      } catch (e) {
-        if (e instanceof MoeError) refuse(e.message.replace(`adapter '${adapter.name}': `, ''));
-        throw e;
-      }
-      for (const x of list) {
-        if (x.rank > this.#tables.rank) refuse(`has rank ${String(x.rank)} on '${path}' (${x.projection}), above the slot rank ${String(this.#tables.rank)} (raise --max-lora-rank)`);
-        out.push({ module: `${path}.${x.projection}`, A: x.A, B: x.B, rank: x.rank, scale: x.scale });
-      }
-    }
-    return out;
+    return expertSlotFactors(adapter, this.config, this.#tables.rank);
   }
 
   #assign(entry: SlotEntry): number {
@@ -764,47 +598,9 @@ export class Engine {
   }
 
   async #prefillBatch(seqs: readonly Sequence[], lane: Lane | undefined): Promise<(Float32Array | undefined)[]> {
-    const rows = seqs.length;
     const slots = seqs.map((s) => this.#check(s));
     const counts = seqs.map((s) => this.chunkOf(s));
-    const C = Math.max(...counts);
-    const past = Math.max(...seqs.map((s) => s.kv.length));
-    const keys = past + C;
-    const ids = new Array<number>(rows * C).fill(0);
-    const positions = new Array<number>(rows * C).fill(1);
-    const keyMask = new Float32Array(rows * keys).fill(MASKED);
-    const chunkMasks: number[][] = [];
-    const nexts: number[] = [];
-    seqs.forEach((s, r) => {
-      const c = counts[r]!;
-      const pad = C - c;
-      const mask01 = s.promptMask.slice(s.prefilled, s.prefilled + c);
-      let next = s.nextPosition;
-      s.prompt.slice(s.prefilled, s.prefilled + c).forEach((t, i) => {
-        ids[r * C + pad + i] = t;
-        positions[r * C + pad + i] = mask01[i] === 1 ? next++ : 1;
-      });
-      nexts.push(next);
-      const chunkMask = mask01.map((v) => (v === 1 ? 0 : MASKED));
-      chunkMasks.push(chunkMask);
-      // Keys: the row's cached prefix, staging padding up to `past` (masked), the chunk's left
-      // padding (masked), then its own positions.
-      keyMask.set(s.kv.maskView(), r * keys);
-      keyMask.set(chunkMask, r * keys + past + pad);
-    });
-    const window = this.config.slidingWindow;
-    let attention: HostTensor;
-    if (window === undefined) attention = { dtype: 'f32', shape: [rows, keys], data: keyMask };
-    else {
-      const perQuery = new Float32Array(rows * C * keys);
-      for (let r = 0; r < rows; r++) perQuery.set(windowedQueries(keyMask.subarray(r * keys, (r + 1) * keys), past, C, window), r * C * keys);
-      attention = { dtype: 'f32', shape: [rows, C, keys], data: perQuery };
-    }
-    const inputs: Record<string, HostTensor> = {
-      input_ids: hostTensor('i64', [rows, C], ids),
-      position_ids: hostTensor('i64', [rows, C], positions),
-      attention_mask: attention,
-    };
+    const { inputs, C, past, chunkMasks, nexts } = prefillInputs(seqs, counts, this.config.slidingWindow);
     this.#stagePast(inputs, seqs, past);
     const out = await this.#run(inputs, slots, lane);
     const { k, v } = this.#outputs(out);
@@ -821,32 +617,8 @@ export class Engine {
     });
   }
 
-  /**
-   * The `past_*` inputs of a step over `seqs`: one row's cached prefix as zero-copy views; several
-   * rows' copied into the reusable staging buffers [rows, past, kv_heads, head_dim] (a row shorter
-   * than `past` is padded, and its key mask must mask the padding).
-   */
   #stagePast(inputs: Record<string, HostTensor>, seqs: readonly Sequence[], past: number): void {
-    const rows = seqs.length;
-    if (rows === 1) {
-      for (let l = 0; l < this.config.numLayers; l++) {
-        const view = seqs[0]!.kv.view(l, this.#kvShape);
-        inputs[`past_key.${String(l)}`] = view.k;
-        inputs[`past_value.${String(l)}`] = view.v;
-      }
-      return;
-    }
-    const width = this.#kvShape[0] * this.#kvShape[1];
-    const buf = this.#staging.reserve(rows * past * width, 0);
-    for (let l = 0; l < this.config.numLayers; l++) {
-      const k = buf.k[l]!;
-      const v = buf.v[l]!;
-      seqs.forEach((s, r) => {
-        s.kv.copyTo(l, k, v, r * past * width);
-      });
-      inputs[`past_key.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: k.subarray(0, rows * past * width) };
-      inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: v.subarray(0, rows * past * width) };
-    }
+    stagePast(inputs, seqs, past, this.#kvShape, this.#staging);
   }
 
   /**
@@ -904,14 +676,7 @@ export class Engine {
         inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: staged.v[l]! };
       }
     }
-    const mask = rows === 1 ? new Float32Array(past + 1) : this.#staging.reserve(0, rows * (past + 1)).mask.subarray(0, rows * (past + 1));
-    seqs.forEach((s, r) => {
-      mask.set(s.kv.maskView(), r * (past + 1));
-      mask.fill(MASKED, r * (past + 1) + s.kv.length, r * (past + 1) + past);
-      mask[r * (past + 1) + past] = 0;
-      if (this.config.slidingWindow !== undefined) windowKeys(mask.subarray(r * (past + 1), (r + 1) * (past + 1)), s.kv.length, this.config.slidingWindow);
-    });
-    inputs['attention_mask'] = { dtype: 'f32', shape: this.config.slidingWindow === undefined ? [rows, past + 1] : [rows, 1, past + 1], data: mask };
+    inputs['attention_mask'] = decodeAttention(seqs, past, this.config.slidingWindow, this.#staging);
     const out = await this.#run(inputs, slots, lane);
     const { k, v } = this.#outputs(out);
     const logits = out['logits']!.data as Float32Array;
@@ -934,72 +699,4 @@ async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string
     if (e instanceof StageError) throw e;
     throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${errorMessage(e)}`, { cause: e });
   }
-}
-
-/**
- * Sliding-window attention for one decode query: `mask` is a row's additive key mask whose first
- * `cached` entries are its cached positions and whose last entry is the new (attended) token; keys
- * more than `window - 1` attended tokens before it are masked in place (HF's `sliding_window`;
- * padding is not counted).
- */
-export function windowKeys(mask: Float32Array, cached: number, window: number): void {
-  let attended = 0;
-  for (let j = 0; j < cached; j++) if (mask[j] === 0) attended++;
-  // The new token's attended index is `attended`; key j (attended index a_j) stays when attended - a_j < window.
-  let a = 0;
-  for (let j = 0; j < cached; j++) {
-    if (mask[j] !== 0) continue;
-    if (attended - a >= window) mask[j] = MASKED;
-    a++;
-  }
-}
-
-/**
- * Sliding-window attention for a prefill chunk: from the key mask f32[past + count] (cached
- * positions, then the chunk's own), the per-query mask f32[count, past + count] in which query i
- * (position past + i) keeps attended keys within `window - 1` attended tokens before it (a padding
- * query counts from the last attended token before it). Causality is the attention op's own.
- */
-export function windowedQueries(keyMask: Float32Array, past: number, count: number, window: number): Float32Array {
-  const keys = past + count;
-  const index = new Int32Array(keys);
-  let n = 0;
-  for (let j = 0; j < keys; j++) index[j] = keyMask[j] === 0 ? n++ : -1;
-  const out = new Float32Array(count * keys).fill(MASKED);
-  for (let i = 0; i < count; i++) {
-    const q = past + i;
-    let qi = index[q]!;
-    for (let j = q - 1; qi < 0 && j >= 0; j--) if (index[j]! >= 0) qi = index[j]!;
-    if (qi < 0) qi = 0;
-    for (let j = 0; j <= q; j++) if (index[j]! >= 0 && qi - index[j]! < window) out[i * keys + j] = 0;
-  }
-  return out;
-}
-
-/**
- * The engine's program graph: the Llama-family decoder with slot linears on every projection,
- * position-major resident KV inputs, only this step's keys/values as outputs, last-position
- * logits, and an additive key mask; MoE layers take expert LoRA factors from slot tables too.
- * `modules` receives every projection (and expert projection) with slot tables.
- */
-export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, rank: number, modules: SlotModule[], opts: { readonly allLogits?: boolean } = {}): Graph {
-  return buildLlamaGraph(config, {
-    // MoE layers: expert LoRA factors in slot tables too (token_slot picks each routed row's).
-    ...(config.moe === undefined ? {} : { experts: slotExperts(slots, rank, modules) }),
-    name: config.modelType,
-    residentKv: true,
-    attentionMask: true,
-    // Sliding-window attention (Mistral) needs a mask per query; a decode step's one query makes it
-    // f32[rows, 1, keys], the same data as a key mask.
-    ...(config.slidingWindow === undefined ? {} : { perQueryMask: true }),
-    lastLogitsOnly: opts.allLogits !== true,
-    linear: slotLinear(form, slots, rank, modules),
-    invFreq: ropeInvFreqFor(config.headDim, config.ropeTheta, config.rope),
-    qkvBias: config.qkvBias,
-  });
-}
-
-/** The same graph with parameters (those `which` selects; default all) turned into inputs of the same name (weights fed per run). */
-function paramsToInputs(g: Graph, which: (name: string) => boolean = () => true): Graph {
-  return { ...g, nodes: g.nodes.map((n) => (n.kind === 'param' && which(n.name) ? { kind: 'input' as const, name: n.name, operands: n.operands, results: n.results } : n)) };
 }

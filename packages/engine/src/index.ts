@@ -14,8 +14,11 @@
  */
 export { EngineCode, EngineError } from './errors.js';
 export type { EngineErrorCode } from './errors.js';
-export { Engine, Sequence, engineGraph } from './engine.js';
-export type { EngineMemory, EngineOptions, EngineStats } from './engine.js';
+export { Engine } from './engine.js';
+export { Sequence } from './sequence.js';
+export { engineGraph } from './graph.js';
+export { windowKeys, windowedQueries } from './masks.js';
+export type { EngineMemory, EngineOptions, EnginePlan, EngineStats } from './options.js';
 export { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, TOKEN_SLOT_INPUT, chooseSlotForm, slotExperts, slotInputNames, slotLinear } from './slot-linear.js';
 export type { SlotForm, SlotModule } from './slot-linear.js';
 export { SlotTables } from './slots.js';

@@ -1,0 +1,31 @@
+import type { Graph } from '@stageml/ir';
+import { type LlamaConfig, buildLlamaGraph, ropeInvFreqFor } from '@stageml/models';
+import { type SlotForm, type SlotModule, slotExperts, slotLinear } from './slot-linear.js';
+
+/**
+ * The engine's program graph: the Llama-family decoder with slot linears on every projection,
+ * position-major resident KV inputs, only this step's keys/values as outputs, last-position
+ * logits, and an additive key mask; MoE layers take expert LoRA factors from slot tables too.
+ * `modules` receives every projection (and expert projection) with slot tables.
+ */
+export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, rank: number, modules: SlotModule[], opts: { readonly allLogits?: boolean } = {}): Graph {
+  return buildLlamaGraph(config, {
+    // MoE layers: expert LoRA factors in slot tables too (token_slot picks each routed row's).
+    ...(config.moe === undefined ? {} : { experts: slotExperts(slots, rank, modules) }),
+    name: config.modelType,
+    residentKv: true,
+    attentionMask: true,
+    // Sliding-window attention (Mistral) needs a mask per query; a decode step's one query makes it
+    // f32[rows, 1, keys], the same data as a key mask.
+    ...(config.slidingWindow === undefined ? {} : { perQueryMask: true }),
+    lastLogitsOnly: opts.allLogits !== true,
+    linear: slotLinear(form, slots, rank, modules),
+    invFreq: ropeInvFreqFor(config.headDim, config.ropeTheta, config.rope),
+    qkvBias: config.qkvBias,
+  });
+}
+
+/** The same graph with parameters (those `which` selects; default all) turned into inputs of the same name (weights fed per run). */
+export function paramsToInputs(g: Graph, which: (name: string) => boolean = () => true): Graph {
+  return { ...g, nodes: g.nodes.map((n) => (n.kind === 'param' && which(n.name) ? { kind: 'input' as const, name: n.name, operands: n.operands, results: n.results } : n)) };
+}

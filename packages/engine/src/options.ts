@@ -1,0 +1,113 @@
+import type { Executor, QuantizeLinearsOptions, WeightQuantSpec } from '@stageml/runtime';
+import type { Plan } from '@stageml/planner';
+import { EngineCode, EngineError } from './errors.js';
+import type { SlotForm } from './slot-linear.js';
+
+/** Options of `Engine.load`. */
+export interface EngineOptions {
+  /** Executor that runs the program (default: the reference interpreter). */
+  readonly executor?: Executor;
+  /** Adapters resident in slots at once (vLLM `--max-loras`; default 16). */
+  readonly maxLoras?: number;
+  /** Rank of every slot; higher-rank adapters are refused at load (vLLM `--max-lora-rank`; default 64). */
+  readonly maxLoraRank?: number;
+  /** Parsed adapters kept on the host for re-warming a slot without reading the disk (default `maxLoras`). */
+  readonly maxCpuLoras?: number;
+  /**
+   * Most prompt tokens one prefill run takes (chunked prefill; default 32: on the CPU a 64-token
+   * chunk beside 8 decoding streams raised their p99 inter-token latency 2.4×, 32 tokens 1.5×).
+   */
+  readonly prefillChunk?: number;
+  /**
+   * Where the base weights live: `program` (default) hands them to the one prepared program as
+   * parameters (the executor may pre-pack them); `inputs` keeps one host copy that every run
+   * feeds as zero-copy inputs, so any number of programs share it.
+   */
+  readonly weights?: 'program' | 'inputs';
+  /**
+   * Weight-only quantization of the base model's linear layers (`quantizeLinears` of
+   * `@stageml/runtime`: int8/int4 codes with f32 scales; slot factors stay f32, as QLoRA keeps
+   * them). Quantized weights are packed once and handed to the programs as parameters, so it
+   * implies `weights: 'program'` (and so no `memoryBudget` plans or prompt logits).
+   */
+  readonly quantize?: WeightQuantSpec | QuantizeLinearsOptions;
+  /**
+   * Slot form: `auto` (default) prepares both the gathered and the grouped program (two
+   * preparations for the engine's lifetime) and picks per step with `chooseSlotForm`; a fixed form
+   * prepares only that one.
+   */
+  readonly slotForm?: 'auto' | SlotForm;
+  /**
+   * Bytes the planner may spend on merged weight copies (W + s·B·A of a projection, served in the
+   * adapter's lane); undefined: no planning, every adapter is a slot residual. Re-planned on load,
+   * unload and every `replanEvery` runs with live traffic, applied between steps.
+   */
+  readonly memoryBudget?: number;
+  /** Runs between periodic re-plans (default 512). */
+  readonly replanEvery?: number;
+  /**
+   * A fixed plan (`stageml.plan` v1, e.g. a bundle's `plan.json`) applied as written instead of
+   * planning: its `materialize` units of loaded adapters are served merged, everything else stays
+   * in slots; it is never replaced (no re-plans). Checked at load (`PLAN_BAD_DOCUMENT` and the
+   * planner's other document codes); excludes `memoryBudget`; needs `weights: 'inputs'`.
+   */
+  readonly plan?: Plan;
+}
+
+/** The plan the engine applies now (what `GET /v1/plan` shows). */
+export interface EnginePlan {
+  /** The budget of merged copies, or undefined when the engine does not plan. */
+  readonly memoryBudget: number | undefined;
+  /** The planner's plan (`stageml.plan` v1) last applied. */
+  readonly plan: Plan | undefined;
+  /** Per adapter, the modules served merged in its lane; all other modules are in its slot. */
+  readonly merged: Readonly<Record<string, readonly string[]>>;
+  /** Plans applied so far. */
+  readonly applied: number;
+}
+
+/** Bytes the engine holds for the executor, by kind (its own accounting). */
+export interface EngineMemory {
+  /** Base weights, held once by the one prepared program. */
+  readonly weights: number;
+  /**
+   * Slot tables reserved (A and B of every projection, all slots at the slot rank): address space
+   * fixed at load; only the rows adapters write become resident memory.
+   */
+  readonly slots: number;
+  /** Factors of the adapters in slots now, unpadded (rank r, not the slot rank): the tables' resident part. */
+  readonly slotFactors: number;
+  /** KV buffers of live sequences (capacity, not just the filled part). */
+  readonly kv: number;
+  /** Reusable staging buffers of multi-row steps. */
+  readonly staging: number;
+  /** Lanes of adapters that cannot vary by row: their override tensors and the plan's merged copies. */
+  readonly lanes: number;
+  /** Sum of the above. */
+  readonly total: number;
+}
+
+/** Counters of the engine. */
+export interface EngineStats {
+  /** Executor preparations made (one per program; adapters never add one). */
+  readonly preparations: number;
+  /** Program runs (prefill chunks and decode steps). */
+  readonly runs: number;
+  /** Runs by slot form. */
+  readonly runsByForm: Readonly<Record<SlotForm, number>>;
+  /** Adapters resident in slots now. */
+  readonly residentAdapters: number;
+  /** Live sequences. */
+  readonly sequences: number;
+  /** Adapter slots holding no adapter. */
+  readonly freeSlots: number;
+}
+
+/**
+ *
+ */
+export function positiveInt(name: string, v: number | undefined, dflt: number): number {
+  const x = v ?? dflt;
+  if (!Number.isSafeInteger(x) || x < 1) throw new EngineError(EngineCode.BAD_OPTIONS, `${name} must be a positive integer, got ${String(v)}`);
+  return x;
+}
