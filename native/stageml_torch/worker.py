@@ -31,6 +31,7 @@ class Worker:
         self.device = device
         self.programs = {}
         self.next_handle = 1
+        self.resident = {}
 
     def handle(self, header, tensors):
         op = header.get("op")
@@ -46,6 +47,7 @@ class Worker:
             return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names(), "fusedLoraLinears": prog.fused}, None
         if op == "run":
             prog = self._program(header)
+            tensors = self._resident(header, tensors, prog.device)
             with torch.no_grad():
                 out = prog.run(tensors)
             return {"ok": True}, out
@@ -58,6 +60,23 @@ class Worker:
         if op == "shutdown":
             return None, None
         raise errors.WorkerError(errors.PROTOCOL, "unknown request op %r" % (op,))
+
+    def _resident(self, header, tensors, device):
+        """Resident inputs: `drop` ids are forgotten, `store` {name: id} inputs of this frame are kept
+        (on the program's device) for later runs, `resident` {name: id} inputs are taken from what was
+        kept. The stores happen first, so a failing run never leaves a sent input unkept."""
+        for i in header.get("drop") or []:
+            self.resident.pop(i, None)
+        for name, i in (header.get("store") or {}).items():
+            if name not in tensors:
+                raise errors.WorkerError(errors.PROTOCOL, "store names input '%s', which the frame does not carry" % (name,))
+            tensors[name] = tensors[name].to(device)
+            self.resident[i] = tensors[name]
+        for name, i in (header.get("resident") or {}).items():
+            if i not in self.resident:
+                raise errors.WorkerError(errors.BAD_VALUE, "resident input '%s' (id %r) is not held by the worker" % (name, i))
+            tensors[name] = self.resident[i]
+        return tensors
 
     def _program(self, header):
         h = header.get("handle")

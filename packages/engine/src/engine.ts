@@ -66,6 +66,11 @@ export class Engine {
   readonly #prefillChunk: number;
   readonly #kvShape: readonly [number, number];
   readonly #weightInputs: Readonly<Record<string, HostTensor>>;
+  /**
+   * Inputs fed as the same data objects every run (weights, slot tables; slot writes call
+   * `inputChanged`): an executor with memory of its own (the torch worker) keeps them between runs.
+   */
+  readonly #resident: ReadonlySet<string>;
   readonly #lanes = new Map<string, Lane>();
   readonly #rank: number;
   readonly #slots: number;
@@ -95,6 +100,7 @@ export class Engine {
     parts: { executor: Executor; programs: Partial<Record<SlotForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined },
   ) {
     this.#weightInputs = parts.weightInputs;
+    this.#resident = new Set([...Object.keys(parts.weightInputs), ...Object.keys(parts.tables.inputs)]);
     this.#rank = parts.tables.rank;
     this.#memoryBudget = parts.memoryBudget;
     this.#fixedPlan = parts.fixedPlan;
@@ -487,7 +493,7 @@ export class Engine {
       inputs[ROW_SLOT_INPUT] = hostTensor('i64', [1], [slot]);
       this.#tokenSlots(inputs, [slot]);
       this.#runs++;
-      const out = await runProgram(program, inputs);
+      const out = await runProgram(program, inputs, this.#resident);
       const logits = out['logits']!;
       return { dtype: 'f32', shape: [count, this.config.vocabSize], data: logits.data };
     } finally {
@@ -539,7 +545,7 @@ export class Engine {
     }
     this.#runs++;
     this.#runsByForm[form]++;
-    return runProgram(programs[form]!, inputs);
+    return runProgram(programs[form]!, inputs, this.#resident);
   }
 
   #outputs(out: Record<string, HostTensor>): { k: Float32Array[]; v: Float32Array[] } {
@@ -692,9 +698,9 @@ export class Engine {
 }
 
 /** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */
-async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>): Promise<Record<string, HostTensor>> {
+async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>): Promise<Record<string, HostTensor>> {
   try {
-    return await program.run(inputs);
+    return await program.run(inputs, { resident });
   } catch (e) {
     if (e instanceof StageError) throw e;
     throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${errorMessage(e)}`, { cause: e });

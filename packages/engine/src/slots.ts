@@ -1,5 +1,6 @@
 import type { HostTensor } from '@stageml/ir';
 import type { LoraAdapter } from '@stageml/peft';
+import { inputChanged } from '@stageml/runtime';
 import { EngineCode, EngineError } from './errors.js';
 import { type SlotModule, slotInputNames } from './slot-linear.js';
 
@@ -111,6 +112,7 @@ export class SlotTables {
       }
       this.#written[slot] = Math.max(this.#written[slot]!, m.rank);
       bytes += m.rank * (inDim + outDim) * 4;
+      this.#changed(t);
     }
     for (const x of experts) {
       const t = this.#tables.get(x.module)!;
@@ -130,6 +132,7 @@ export class SlotTables {
       }
       this.#written[slot] = Math.max(this.#written[slot]!, r);
       bytes += E * r * (inDim + outDim) * 4;
+      this.#changed(t);
     }
     this.#factorBytes.set(slot, bytes);
     return slot;
@@ -163,6 +166,12 @@ export class SlotTables {
     return n;
   }
 
+  /** Tells executors holding the tables between runs (`RunOptions.resident`) that `t` changed. */
+  #changed(t: Tables): void {
+    inputChanged(t.A);
+    inputChanged(t.B);
+  }
+
   #zero(slot: number): void {
     // Only the rows ever written: the padding rows beyond were never touched (their pages are not
     // resident), and writing zeros there would make them so.
@@ -170,6 +179,7 @@ export class SlotTables {
     const r = this.#written[slot]!;
     for (const t of this.#tables.values()) {
       const { inDim, outDim } = t.spec;
+      if (r > 0) this.#changed(t);
       if (t.spec.experts === undefined) {
         t.A.fill(0, slot * R * inDim, (slot * R + r) * inDim);
         t.B.fill(0, slot * R * outDim, (slot * R + r) * outDim);

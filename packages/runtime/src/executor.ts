@@ -7,9 +7,32 @@ export interface PreparedGraph {
   /** Name of the executor (and backend) that runs it, e.g. `tfjs-wasm`. */
   readonly executor: string;
   /** Runs the graph on named inputs; resolves to named outputs as host tensors. */
-  run(inputs: Readonly<Record<string, HostTensor>>): Promise<Record<string, HostTensor>>;
+  run(inputs: Readonly<Record<string, HostTensor>>, opts?: RunOptions): Promise<Record<string, HostTensor>>;
   /** Releases executor-resident memory; later `run` calls fail with `RT_DISPOSED`. */
   dispose(): void;
+}
+
+/** Options of one `PreparedGraph.run`. */
+export interface RunOptions {
+  /**
+   * Inputs the caller keeps as the same data objects from run to run, mutating them in place only
+   * followed by `inputChanged(data)` (weights fed as inputs, adapter slot tables). An executor whose
+   * memory is not the host's (the torch worker) sends such an input once and keeps it between runs
+   * until it changes or its data object is garbage-collected; in-process executors ignore it.
+   */
+  readonly resident?: ReadonlySet<string>;
+}
+
+const generations = new WeakMap<object, number>();
+
+/** Marks `data`, an input fed as `resident`, as changed in place: executors keeping a copy refresh it at the next run. */
+export function inputChanged(data: object): void {
+  generations.set(data, (generations.get(data) ?? 0) + 1);
+}
+
+/** How many times `inputChanged` was called on `data` (for executors keeping resident inputs). */
+export function inputGeneration(data: object): number {
+  return generations.get(data) ?? 0;
 }
 
 /** Something that runs graphs: the reference interpreter, tfjs, onnxruntime, … */

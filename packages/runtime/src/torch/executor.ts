@@ -5,7 +5,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Graph, type HostTensor, graphToJson } from '@stageml/ir';
 import { RuntimeCode, type RuntimeErrorCode, RuntimeError } from '../errors.js';
-import { type Executor, type PreparedGraph, checkInputs, resolveWeights } from '../executor.js';
+import { type Executor, type PreparedGraph, type RunOptions, checkInputs, inputGeneration, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
 import { FrameDecoder, TORCH_PROTOCOL_VERSION, encodeFrame } from './protocol.js';
 
@@ -269,6 +269,46 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
     cuda: hello['cuda'] === true,
   };
   const name = `torch-${info.device.startsWith('cuda') ? 'cuda' : 'cpu'}`;
+  // Resident inputs: sent once, held by the worker (on its device) under an id, referred to by id
+  // while the same data object comes back unchanged; dropped when the data object is collected.
+  const held = new WeakMap<object, { readonly id: number; readonly generation: number; readonly key: string }>();
+  const drops: number[] = [];
+  const collected = new FinalizationRegistry<number>((id) => drops.push(id));
+  let nextId = 1;
+  const residentFrame = (inputs: Readonly<Record<string, HostTensor>>, opts: RunOptions | undefined): { header: Record<string, unknown>; tensors: Record<string, HostTensor>; unsent: () => void } => {
+    const tensors: Record<string, HostTensor> = {};
+    const refs: Record<string, number> = {};
+    const store: Record<string, number> = {};
+    const sent: object[] = [];
+    for (const [k, t] of Object.entries(inputs)) {
+      if (opts?.resident?.has(k) !== true) {
+        tensors[k] = t;
+        continue;
+      }
+      const key = `${t.dtype}[${t.shape.join(',')}]`;
+      const generation = inputGeneration(t.data);
+      const was = held.get(t.data);
+      if (was !== undefined && was.generation === generation && was.key === key) {
+        refs[k] = was.id;
+        continue;
+      }
+      // New, changed or reshaped: send it under a fresh id; the old copy goes.
+      if (was !== undefined) drops.push(was.id);
+      const id = nextId++;
+      held.set(t.data, { id, generation, key });
+      collected.register(t.data, id);
+      store[k] = id;
+      tensors[k] = t;
+      sent.push(t.data);
+    }
+    // A run that fails may not have stored them: forget them (and drop whatever the worker kept),
+    // so the next run sends them again.
+    const unsent = (): void => {
+      for (const d of sent) held.delete(d);
+      drops.push(...Object.values(store));
+    };
+    return { header: { resident: refs, store, drop: drops.splice(0) }, tensors, unsent };
+  };
   return {
     name,
     info,
@@ -283,10 +323,17 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       const gone = (): RuntimeError => new RuntimeError(RuntimeCode.DISPOSED, `@${graph.name} on ${name} was disposed`);
       return {
         executor: name,
-        async run(inputs: Readonly<Record<string, HostTensor>>): Promise<Record<string, HostTensor>> {
+        async run(inputs: Readonly<Record<string, HostTensor>>, opts?: RunOptions): Promise<Record<string, HostTensor>> {
           if (disposed || !conn.alive) throw gone();
           checkInputs(graph, inputs, bindings);
-          const out = await conn.request({ op: 'run', handle }, inputs);
+          const frame = residentFrame(inputs, opts);
+          let out: { header: Record<string, unknown>; tensors: Record<string, HostTensor> };
+          try {
+            out = await conn.request({ op: 'run', handle, ...frame.header }, frame.tensors);
+          } catch (e) {
+            frame.unsent();
+            throw e;
+          }
           const result: Record<string, HostTensor> = {};
           for (const o of graph.outputs) {
             const t = out.tensors[o.name];

@@ -8,6 +8,7 @@ import { describe, expect, it } from 'vitest';
 
 import { writeBundle } from '../bundle.js';
 import { RuntimeCode } from '../errors.js';
+import { inputChanged } from '../executor.js';
 import { specialize } from '../specialize.js';
 import { FrameDecoder, createTorchExecutor, encodeFrame } from './index.js';
 import { describeWithTorch, useCpuTorchExecutor } from './test-support.js';
@@ -106,7 +107,7 @@ describeWithTorch('torch worker protocol', () => {
     const frames = [encodeFrame({ op: 'hello', id: 1 }), encodeFrame({ op: 'fly', id: 2 }), encodeFrame({ op: 'run', id: 3, handle: 99 })].flat();
     const { replies, code } = await talk(torch().info.python, frames);
     expect(code).toBe(0);
-    expect(replies[0]).toMatchObject({ ok: true, id: 1, protocol: 1, device: 'cpu' });
+    expect(replies[0]).toMatchObject({ ok: true, id: 1, protocol: 2, device: 'cpu' });
     expect(replies[1]).toMatchObject({ ok: false, id: 2, code: 'RT_WORKER_FAILED' });
     expect(replies[2]).toMatchObject({ ok: false, id: 3, code: 'RT_DISPOSED' });
   }, 60_000);
@@ -191,5 +192,33 @@ describeWithTorch('torch worker protocol', () => {
     p.dispose();
     await expect(p.run(good)).rejects.toMatchObject({ code: RuntimeCode.DISPOSED });
     await expect(torch().prepare(g, {})).rejects.toMatchObject({ code: RuntimeCode.MISSING_WEIGHT });
+  }, 60_000);
+
+  it('keeps resident inputs in the worker between runs: sent once, refreshed after inputChanged, re-sent after a failed run', async () => {
+    const b = new GraphBuilder('resident');
+    const table = b.input('table', ['f32', [4, 3]]);
+    const ids = b.input('ids', ['i64', ['n']]);
+    b.output('y', b.gather(table, ids));
+    const p = await torch().prepare(b.build());
+    const data = Float32Array.from({ length: 12 }, (_, i) => i);
+    const t: HostTensor = { dtype: 'f32', shape: [4, 3], data };
+    const resident = new Set(['table']);
+    const run = async (n: number) => Array.from((await p.run({ table: t, ids: hostTensor('i64', [1], [n]) }, { resident }))['y']!.data);
+    expect(await run(1)).toEqual([3, 4, 5]);
+    // Changed in place without telling: the worker still holds the copy it was sent (the contract).
+    data[3] = 100;
+    expect(await run(1)).toEqual([3, 4, 5]);
+    // Told: the next run sends it again.
+    inputChanged(data);
+    expect(await run(1)).toEqual([100, 4, 5]);
+    // A failing run that carried a new copy: the next run sends it again rather than referring to it.
+    data[4] = 200;
+    inputChanged(data);
+    await expect(run(9)).rejects.toMatchObject({ code: RuntimeCode.EVAL_FAILED });
+    expect(await run(1)).toEqual([100, 200, 5]);
+    // Without `resident`, every run sends its inputs.
+    data[5] = 300;
+    expect(Array.from((await p.run({ table: t, ids: hostTensor('i64', [1], [1]) }))['y']!.data)).toEqual([100, 200, 300]);
+    p.dispose();
   }, 60_000);
 });
