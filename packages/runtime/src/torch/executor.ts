@@ -288,7 +288,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       const key = `${t.dtype}[${t.shape.join(',')}]`;
       const generation = inputGeneration(t.data);
       const was = held.get(t.data);
-      if (was !== undefined && was.generation === generation && was.key === key) {
+      if (was?.generation === generation && was.key === key) {
         refs[k] = was.id;
         continue;
       }
