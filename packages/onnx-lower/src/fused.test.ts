@@ -1,0 +1,117 @@
+import { type Graph, GraphBuilder, type HostTensor, interpret } from '@stageml/ir';
+import * as ort from 'onnxruntime-node';
+import { describe, expect, it } from 'vitest';
+
+import { ONNX_FUSED_RULES, ONNX_RULES, type OnnxRuleTable, encodeOnnx, lowerToOnnx } from './index.js';
+
+/** Uniform [−1, 1) from a 32-bit LCG. */
+function rand(shape: readonly number[], seed: number): HostTensor {
+  const n = shape.reduce((a, d) => a * d, 1);
+  const data = new Float32Array(n);
+  let s = (seed * 2654435761) >>> 0;
+  for (let i = 0; i < n; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    data[i] = (s / 4294967296) * 2 - 1;
+  }
+  return { dtype: 'f32', shape: [...shape], data };
+}
+
+function i64(shape: readonly number[], values: readonly number[]): HostTensor {
+  return { dtype: 'i64', shape: [...shape], data: Float64Array.from(values) } as unknown as HostTensor;
+}
+
+async function runOrt(graph: Graph, inputs: Record<string, HostTensor>, weights: Record<string, HostTensor>, rules: OnnxRuleTable): Promise<{ out: Record<string, Float32Array>; ops: string[] }> {
+  const model = lowerToOnnx(graph, { weights, rules });
+  const session = await ort.InferenceSession.create(encodeOnnx(model).model, { intraOpNumThreads: 1, graphOptimizationLevel: 'disabled' });
+  const feeds: Record<string, ort.Tensor> = {};
+  for (const [k, t] of Object.entries(inputs)) {
+    feeds[k] = t.dtype === 'i64' ? new ort.Tensor('int64', BigInt64Array.from(Array.from(t.data as ArrayLike<number>, (v) => BigInt(v))), [...t.shape]) : new ort.Tensor('float32', t.data as Float32Array, [...t.shape]);
+  }
+  const res = await session.run(feeds);
+  await session.release();
+  return { out: Object.fromEntries(Object.entries(res).map(([k, v]) => [k, v.data as Float32Array])), ops: model.nodes.map((n) => n.opType) };
+}
+
+function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  expect(a.length).toBe(b.length);
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
+  return m;
+}
+
+/** A Llama-style block fragment: rmsNorm, HF rotary tables from position ids, q/k rotated, residual add + rmsNorm. */
+function block(heads: number, kvHeads: number, hd: number, opts: { interleaved?: boolean; oddTables?: boolean } = {}): Graph {
+  const H = heads * hd;
+  const b = new GraphBuilder('block');
+  const x = b.input('x', ['f32', ['batch', 'seq', H]]);
+  const r = b.input('r', ['f32', ['batch', 'seq', H]]);
+  const pos = b.input('position_ids', ['i64', ['batch', 'seq']]);
+  const inv = b.constant(Array.from({ length: hd / 2 }, (_, i) => 1 / 10000 ** ((2 * i) / hd)), 'f32', [hd / 2]);
+  const freqs = b.mul(b.reshape(b.cast(pos, 'f32'), ['batch', 'seq', 1]), inv);
+  // oddTables: the halves differ (freqs ‖ 2·freqs), so the fused op must not be used.
+  const emb = b.reshape(b.concat([freqs, opts.oddTables === true ? b.mul(freqs, b.scalar(2)) : freqs], -1), ['batch', 1, 'seq', hd]);
+  const cos = b.cos(emb);
+  const sin = b.sin(emb);
+  const normed = b.rmsNorm(x, b.param('w1', ['f32', [H]]), 1e-5);
+  const q = b.transpose(b.reshape(normed, ['batch', 'seq', heads, hd]), [0, 2, 1, 3]);
+  const k = b.transpose(b.reshape(b.slice(normed, -1, 0, kvHeads * hd), ['batch', 'seq', kvHeads, hd]), [0, 2, 1, 3]);
+  b.output('q', b.rotary(q, cos, sin, opts.interleaved === true));
+  b.output('k', b.rotary(k, cos, sin, opts.interleaved === true));
+  const sum = b.add(x, r);
+  b.output('sum', sum);
+  b.output('y', b.rmsNorm(sum, b.param('w2', ['f32', [H]]), 1e-5));
+  return b.build();
+}
+
+const CASES = [
+  { name: 'batch 1, seq 1 (decode), GQA 9/3', batch: 1, seq: 1, heads: 9, kv: 3, hd: 16, start: [37] },
+  { name: 'batch 3, seq 5 (chunked prefill after a past), GQA 9/3, per-row offsets', batch: 3, seq: 5, heads: 9, kv: 3, hd: 16, start: [0, 11, 130] },
+  { name: 'batch 2, seq 4, MHA 4/4, head dim 64', batch: 2, seq: 4, heads: 4, kv: 4, hd: 64, start: [3, 500] },
+];
+
+describe('fused lowerings match the interpreter on onnxruntime', () => {
+  it.each(CASES)('$name', async ({ batch, seq, heads, kv, hd, start }) => {
+    const H = heads * hd;
+    const g = block(heads, kv, hd);
+    const inputs = { x: rand([batch, seq, H], 1), r: rand([batch, seq, H], 2), position_ids: i64([batch, seq], start.flatMap((s) => Array.from({ length: seq }, (_, i) => s + i))) };
+    const weights = { w1: rand([H], 3), w2: rand([H], 4) };
+    const want = interpret(g, { inputs, weights });
+    const fused = await runOrt(g, inputs, weights, ONNX_FUSED_RULES);
+    expect(fused.ops).toContain('SimplifiedLayerNormalization');
+    expect(fused.ops).toContain('SkipSimplifiedLayerNormalization');
+    expect(fused.ops.filter((o) => o === 'RotaryEmbedding')).toHaveLength(2);
+    expect(fused.ops).not.toContain('Neg');
+    for (const name of ['q', 'k', 'sum', 'y']) expect(maxAbsDiff(fused.out[name]!, want[name]!.data), name).toBeLessThan(2e-5);
+    // The default table keeps the default domain's decomposed forms.
+    const std = await runOrt(g, inputs, weights, ONNX_RULES);
+    expect(std.ops.some((o) => o.includes('Simplified') || o === 'RotaryEmbedding')).toBe(false);
+    for (const name of ['q', 'k', 'sum', 'y']) expect(maxAbsDiff(std.out[name]!, want[name]!.data), name).toBeLessThan(2e-5);
+  });
+
+  it('keeps the decomposed rotary where the fused op would be wrong (interleaved pairs, unequal table halves)', async () => {
+    for (const opts of [{ interleaved: true }, { oddTables: true }]) {
+      const g = block(2, 2, 8, opts);
+      const inputs = { x: rand([2, 3, 16], 5), r: rand([2, 3, 16], 6), position_ids: i64([2, 3], [0, 1, 2, 7, 8, 9]) };
+      const weights = { w1: rand([16], 7), w2: rand([16], 8) };
+      const want = interpret(g, { inputs, weights });
+      const fused = await runOrt(g, inputs, weights, ONNX_FUSED_RULES);
+      expect(fused.ops).not.toContain('RotaryEmbedding');
+      for (const name of ['q', 'k']) expect(maxAbsDiff(fused.out[name]!, want[name]!.data), name).toBeLessThan(2e-5);
+    }
+  });
+
+  it('fuses a residual add into the norm only when the sum has the norm as a consumer and operands of one shape', async () => {
+    const b = new GraphBuilder('bcast');
+    const x = b.input('x', ['f32', ['n', 8]]);
+    const bias = b.param('bias', ['f32', [8]]);
+    b.output('y', b.rmsNorm(b.add(x, bias), undefined, 1e-6));
+    const g = b.build();
+    const inputs = { x: rand([3, 8], 9) };
+    const weights = { bias: rand([8], 10) };
+    const fused = await runOrt(g, inputs, weights, ONNX_FUSED_RULES);
+    // A broadcast add (bias [8]) is not a residual: the norm fuses alone.
+    expect(fused.ops).toContain('SimplifiedLayerNormalization');
+    expect(fused.ops).not.toContain('SkipSimplifiedLayerNormalization');
+    expect(maxAbsDiff(fused.out['y']!, interpret(g, { inputs, weights })['y']!.data)).toBeLessThan(2e-5);
+  });
+});
