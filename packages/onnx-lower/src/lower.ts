@@ -27,7 +27,7 @@ import { OnnxCode, OnnxLowerError } from './errors.js';
 import type { Lowering, OnnxRuleTable } from './rule.js';
 import { ONNX_RULES } from './rules.js';
 import { MS_DOMAIN, usesMatMulNBits } from './rules-quant.js';
-import { nodeProto } from './proto.js';
+import { nodeProto, nodeReads } from './proto.js';
 
 /** The ONNX opset the lowering targets (default domain). */
 export const ONNX_OPSET = 18;
@@ -154,7 +154,7 @@ function fuseSkipNorms(graph: Graph, nodes: NodeProto[], emitted: readonly (read
     const ni = nodes.slice(ns, ne).findIndex((x) => x.opType === 'SimplifiedLayerNormalization' && x.input[0] === sum);
     if (ai < 0 || ni < 0 || ae - as !== 1 || ne - ns !== 1) return;
     const addNode = nodes[as + ai]!;
-    for (let k = as + ai + 1; k < ns + ni; k++) if (nodes[k]!.input.includes(sum)) return;
+    for (let k = as + ai + 1; k < ns + ni; k++) if (nodeReads(nodes[k]!).includes(sum)) return;
     const norm = nodes[ns + ni]!;
     const eps = norm.attribute.find((a) => a.name === 'epsilon')!;
     nodes[ns + ni] = nodeProto('SkipSimplifiedLayerNormalization', [addNode.input[0]!, addNode.input[1]!, norm.input[1]!], [norm.output[0]!, '', '', sum], norm.name.replace('SimplifiedLayerNormalization', 'SkipSimplifiedLayerNormalization'), { epsilon: { float: eps.f } }, MS_DOMAIN);
@@ -162,6 +162,25 @@ function fuseSkipNorms(graph: Graph, nodes: NodeProto[], emitted: readonly (read
   });
   if (drop.size === 0) return;
   const kept = nodes.filter((_, k) => !drop.has(k));
+  nodes.length = 0;
+  nodes.push(...kept);
+}
+
+/**
+ * Removes nodes none of whose results reach a graph output (what a fused rule leaves behind: the
+ * KV concat GroupQueryAttention reads as past and new halves instead), in place.
+ */
+function pruneDead(nodes: NodeProto[], outputs: readonly string[]): void {
+  const live = new Set(outputs);
+  const keep = new Array<boolean>(nodes.length).fill(false);
+  for (let i = nodes.length - 1; i >= 0; i--) {
+    const n = nodes[i]!;
+    if (!n.output.some((o) => o !== '' && live.has(o))) continue;
+    keep[i] = true;
+    for (const x of nodeReads(n)) if (x !== '') live.add(x);
+  }
+  if (keep.every(Boolean)) return;
+  const kept = nodes.filter((_, i) => keep[i]);
   nodes.length = 0;
   nodes.push(...kept);
 }
@@ -252,7 +271,7 @@ export function lowerToOnnx(graph: Graph, opts: LowerOnnxOptions = {}): OnnxMode
           const src = graph.nodes[graph.values[v]!.node]!;
           return src.kind === 'param' && native.has(src.name);
         }),
-        source: { graph, node: n },
+        source: { graph, node: n, nameOf: (v) => names[v] },
       });
       outs = results.map((r, k) => (rule.exact ? r : conform(b, r, graph.values[n.results[k]!]!.type.dtype)));
     } catch (e) {
@@ -277,6 +296,7 @@ export function lowerToOnnx(graph: Graph, opts: LowerOnnxOptions = {}): OnnxMode
     const name = names[o.value]!;
     if (name !== o.name) b.emitTo('Identity', [name], [o.name]);
   }
+  pruneDead(b.nodes, graph.outputs.map((o) => o.name));
   return {
     name: graph.name,
     opset: ONNX_OPSET,

@@ -1,9 +1,10 @@
 import { type Dim, type Graph, type ValueId, dimDivExact, dimEquals, dimMul, normalizeAxis } from '@stageml/ir';
 
 import { ElemType } from './dtypes.js';
+import { subgraphProto } from './proto.js';
 import { type LowerContext, lowering } from './rule.js';
 import { rmsNorm as decomposedRmsNorm } from './rules-linalg.js';
-import { rotary as decomposedRotary } from './rules-nn.js';
+import { attention as decomposedAttention, rotary as decomposedRotary } from './rules-nn.js';
 
 /**
  * rmsNorm as one onnxruntime `SimplifiedLayerNormalization` node (default domain, an onnxruntime
@@ -75,4 +76,79 @@ export const rotaryFused = lowering<'rotary'>((ctx: LowerContext<'rotary'>) => {
   const rows = b.op('Range', [b.scalar(0, ElemType.INT64), b.dimScalar(dimMul(batch, seq)), b.scalar(1, ElemType.INT64)]);
   const positions = b.op('Reshape', [rows, b.shape([batch, seq])]);
   return [b.msOp('RotaryEmbedding', [inputs[0]!, positions, cache(inputs[1]!), cache(inputs[2]!)], { interleaved: 0 })];
+});
+
+/**
+ * The past and new halves of attention keys or values `v` [.., heads, past + seq, d] when the IR
+ * built them as `concat([past, new], seq axis)` with `new` of `seq` rows and both lowered already:
+ * their tensor names; undefined otherwise.
+ */
+function pastAndNew(ctx: LowerContext<'attention'>, v: ValueId, seq: Dim): { past: string; fresh: string } | undefined {
+  const { graph, nameOf } = ctx.source!;
+  const node = graph.nodes[graph.values[v]!.node]!;
+  if (node.kind !== 'op' || node.op !== 'concat' || node.operands.length !== 2) return undefined;
+  const rank = graph.values[v]!.type.shape.length;
+  if (normalizeAxis(node.attrs['axis'] as number, rank) !== rank - 2) return undefined;
+  const [p, n] = node.operands as [ValueId, ValueId];
+  const nShape = graph.values[n]!.type.shape;
+  const past = nameOf(p);
+  const fresh = nameOf(n);
+  if (past === undefined || fresh === undefined || !dimEquals(ctx.b.resolve(nShape[rank - 2]!), seq)) return undefined;
+  return { past, fresh };
+}
+
+/**
+ * Causal attention as one onnxruntime `com.microsoft` GroupQueryAttention node when its semantics
+ * match the IR's: f32, q [batch, hq, seq, d], k/v [batch, hkv, past + seq, d] with hq a multiple
+ * of hkv, causal, and an additive f32 mask (or none) as its `attention_bias` [batch|1, 1|hq, seq,
+ * keys]. GroupQueryAttention's causal rule (query i sees keys ≤ past + i, past = keys − seq from
+ * `seqlens_k` = keys − 1 for every row) is the IR's j ≤ i + tk − tq, and padded keys are masked by
+ * the bias, not by per-row lengths, so rows of different lengths batch as the IR does. Keys built
+ * as `concat([past, new])` (a KV cache) feed past_key and key separately, and the concat is left
+ * dead (pruned); otherwise keys of length seq are all "new". q, new keys and values are turned to
+ * [batch, seq, heads·d] and the output back to [batch, hq, seq, d] (transposes onnxruntime's
+ * transpose optimizer cancels against the caller's merge). Anything else keeps the decomposed form.
+ */
+export const attentionFused = lowering<'attention'>((ctx) => {
+  const { b, inputs, operands, attrs, source } = ctx;
+  const fallback = (): readonly string[] => decomposedAttention.lower(ctx);
+  const [qt, kt, vt] = operands as [(typeof operands)[number], (typeof operands)[number], (typeof operands)[number]];
+  const mt = operands[3];
+  if (source === undefined || !attrs.causal || qt.dtype !== 'f32' || qt.shape.length !== 4 || kt.shape.length !== 4 || vt.shape.length !== 4) return fallback();
+  if (mt !== undefined && (mt.dtype !== 'f32' || mt.shape.length > 4)) return fallback();
+  const [batch, hq, seq, d] = qt.shape.map((x) => b.resolve(x)) as [Dim, Dim, Dim, Dim];
+  const [, hkv, keys, dk] = kt.shape.map((x) => b.resolve(x)) as [Dim, Dim, Dim, Dim];
+  const dv = b.resolve(vt.shape[3]!);
+  if (typeof hq !== 'number' || typeof hkv !== 'number' || typeof d !== 'number' || hq % hkv !== 0 || !dimEquals(dk, d) || !dimEquals(dv, d) || !dimEquals(b.resolve(vt.shape[1]!), hkv)) return fallback();
+  const [, kId, vId] = source.node.operands as [ValueId, ValueId, ValueId];
+  let kv = [pastAndNew(ctx, kId, seq), pastAndNew(ctx, vId, seq)] as const;
+  if (kv[0] === undefined || kv[1] === undefined) {
+    // No cache: every key is new, which GroupQueryAttention needs to be seq of them.
+    if (!dimEquals(keys, seq)) return fallback();
+    kv = [{ past: '', fresh: inputs[1]! }, { past: '', fresh: inputs[2]! }];
+  }
+  const [k, v] = kv as readonly [{ past: string; fresh: string }, { past: string; fresh: string }];
+  const gqa = (): string => {
+    const merge = (x: string, heads: number): string => b.op('Reshape', [b.op('Transpose', [x], { perm: [0, 2, 1, 3] }), b.shape([batch, seq, heads * d])], { allowzero: 1 });
+    const total = b.cast(b.op('Squeeze', [b.dim(keys), b.int64s([0])]), ElemType.INT32);
+    const seqlens = b.op('Expand', [b.cast(b.op('Sub', [b.dim(keys), b.int64s([1])]), ElemType.INT32), b.dim(batch)]);
+    const ins = [merge(inputs[0]!, hq), merge(k.fresh, hkv), merge(v.fresh, hkv), k.past, v.past, seqlens, total];
+    if (inputs[3] !== undefined) ins.push('', '', '', b.op('Expand', [inputs[3], b.shape([1, 1, seq, 1])]));
+    const [out] = b.msEmit('GroupQueryAttention', ins, { num_heads: hq, kv_num_heads: hkv, scale: { float: attrs.scale ?? 1 / Math.sqrt(d) } }, 3);
+    return b.op('Transpose', [b.op('Reshape', [out!, b.shape([batch, seq, hq, d])], { allowzero: 1 })], { perm: [0, 2, 1, 3] });
+  };
+  // With a past, onnxruntime's kernel takes several query rows only in a batch of one: an If picks
+  // it for batch = 1 or seq = 1 (every engine step: prefill runs one sequence, decode one row
+  // each) and the decomposed form otherwise, unless the dims say so statically.
+  if (k.past === '' || dimEquals(batch, 1) || dimEquals(seq, 1)) return [gqa()];
+  const one = b.int64s([1]);
+  const cond = b.op('Squeeze', [b.op('Or', [b.op('Equal', [b.dim(batch), one]), b.op('Equal', [b.dim(seq), one])]), b.int64s([0])]);
+  const then = b.detached(gqa);
+  // The fallback concatenates inside its branch, so the outer KV concat is dead (pruned) and the
+  // branch onnxruntime takes copies no past.
+  const otherwise = b.detached(() => {
+    const cat = (x: { past: string; fresh: string }): string => b.op('Concat', [x.past, x.fresh], { axis: 2 });
+    return decomposedAttention.lower({ ...ctx, inputs: [inputs[0]!, cat(k), cat(v), ...inputs.slice(3)] })[0]!;
+  });
+  return [b.op('If', [cond], { then_branch: { graph: subgraphProto('gqa', then.nodes, then.out, ElemType.FLOAT) }, else_branch: { graph: subgraphProto('decomposed', otherwise.nodes, otherwise.out, ElemType.FLOAT) } })];
 });

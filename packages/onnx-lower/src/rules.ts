@@ -2,7 +2,7 @@ import { UNARY, binary, cast, compare, gelu, nanPropagating, rsqrt, silu, where 
 import { gather, indexSelect, scatterAdd, topk } from './rules-index.js';
 import { argmax, groupedMatmul, layerNorm, linear, matmul, max, mean, rmsNorm, softmax, sum } from './rules-linalg.js';
 import { attention, rotary } from './rules-nn.js';
-import { rmsNormFused, rotaryFused } from './rules-fused.js';
+import { attentionFused, rmsNormFused, rotaryFused } from './rules-fused.js';
 import { quantizedLinear } from './rules-quant.js';
 import { broadcastTo, concat, constant, iota, randomUniform, reshape, slice, transpose } from './rules-shape.js';
 import type { OnnxRuleTable } from './rule.js';
@@ -84,4 +84,5 @@ export const ONNX_FUSED_RULES = {
   ...ONNX_RULES,
   rmsNorm: rmsNormFused,
   rotary: rotaryFused,
+  attention: attentionFused,
 } as const satisfies OnnxRuleTable;
