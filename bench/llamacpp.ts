@@ -375,7 +375,7 @@ const md: string[] = [
   `Shapes: ${SHAPES.map((s) => `${s.key} = ${s.name} (${String(s.layers)} layers, hidden ${String(s.hidden)}, intermediate ${String(s.inter)}, heads ${String(s.heads)}/${String(s.kv)}, vocab ${String(s.vocab)}${s.tied ? ', tied embeddings' : ''}; pairs ${(pairsArg?.split(',') ?? s.pairs).join(', ')}; ${String(s.steps)} decode steps per stream)`).join('; ')}. TinyLlama at f32 is left out by default: ~4.4 GB of f32 weights in each engine (plus onnxruntime's transposed copy) does not fit beside six other helpers on the shared 24 GiB machine.`,
   '',
   THREADS === 1
-    ? 'One thread per engine: on this shared machine (load 10–26 from other helpers when this ran) llama.cpp with 2 threads collapses — its spinning thread barrier waits on descheduled threads: 0.5–0.8 decode tok/s at F32 against 23–28 with 1 thread, measured back to back — so the 2-thread comparison of docs/peers is not reproducible here; 1 thread is the fair setting for both.'
+    ? 'One thread per engine: on this shared machine, under the other helpers’ load (10–26 when it was tried), llama.cpp with 2 threads collapses — its spinning thread barrier waits on descheduled threads: 0.5–0.8 decode tok/s at F32 against 23–28 with 1 thread, measured back to back — so the 2-thread comparison of docs/peers is not reproducible here; 1 thread is the fair setting for both.'
     : `${String(THREADS)} threads per engine.`,
   '',
   'Every run of ours applies the slot factors (LoRA of every projection read from the slot tables, zero for base rows): a base-only step pays for them too, as the serving engine does.',
