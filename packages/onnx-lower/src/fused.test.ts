@@ -174,11 +174,21 @@ describe('fused lowerings match the interpreter on onnxruntime', () => {
     expect(maxAbsDiff(std.out['y']!, want)).toBeLessThan(2e-5);
   });
 
-  it('keeps the decomposed attention when it is not causal', async () => {
+  it('keeps the decomposed attention when it is not causal, or the mask does not name every key', async () => {
     const g = attn(4, 2, 16, { causal: false });
     const inputs = { q: rand([1, 2, 64], 1), k: rand([1, 2, 32], 2), v: rand([1, 2, 32], 3), past_key: rand([1, 3, 2, 16], 4), past_value: rand([1, 3, 2, 16], 5), mask: { dtype: 'f32', shape: [1, 5], data: new Float32Array(5) } as HostTensor };
     const fused = await runOrt(g, inputs, {}, ONNX_FUSED_RULES);
     expect(fused.ops).not.toContain('GroupQueryAttention');
     expect(maxAbsDiff(fused.out['y']!, interpret(g, { inputs })['y']!.data)).toBeLessThan(2e-5);
+    // A per-query mask broadcast along the keys ([batch, 1, seq, 1]).
+    const b = new GraphBuilder('bcast-mask');
+    const x = (n: string, h: number) => b.transpose(b.reshape(b.input(n, ['f32', [1, 'seq', h * 16]]), [1, 'seq', h, 16]), [0, 2, 1, 3]);
+    const m = b.reshape(b.input('mask', ['f32', [1, 'seq']]), [1, 1, 'seq', 1]);
+    b.output('y', b.attention(x('q', 4), x('k', 2), x('v', 2), { causal: true }, m));
+    const g2 = b.build();
+    const in2 = { q: rand([1, 3, 64], 6), k: rand([1, 3, 32], 7), v: rand([1, 3, 32], 8), mask: { dtype: 'f32', shape: [1, 3], data: Float32Array.from([0, -1, 0.5]) } as HostTensor };
+    const f2 = await runOrt(g2, in2, {}, ONNX_FUSED_RULES);
+    expect(f2.ops).not.toContain('GroupQueryAttention');
+    expect(maxAbsDiff(f2.out['y']!, interpret(g2, { inputs: in2 })['y']!.data)).toBeLessThan(2e-5);
   });
 });

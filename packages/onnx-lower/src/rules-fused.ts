@@ -120,6 +120,8 @@ export const attentionFused = lowering<'attention'>((ctx) => {
   const [, hkv, keys, dk] = kt.shape.map((x) => b.resolve(x)) as [Dim, Dim, Dim, Dim];
   const dv = b.resolve(vt.shape[3]!);
   if (typeof hq !== 'number' || typeof hkv !== 'number' || typeof d !== 'number' || hq % hkv !== 0 || !dimEquals(dk, d) || !dimEquals(dv, d) || !dimEquals(b.resolve(vt.shape[1]!), hkv)) return fallback();
+  // The bias must name every key (a mask broadcast along the keys is not one the kernel takes).
+  if (mt !== undefined && (mt.shape.length === 0 || !dimEquals(b.resolve(mt.shape[mt.shape.length - 1]!), keys))) return fallback();
   const [, kId, vId] = source.node.operands as [ValueId, ValueId, ValueId];
   let kv = [pastAndNew(ctx, kId, seq), pastAndNew(ctx, vId, seq)] as const;
   if (kv[0] === undefined || kv[1] === undefined) {
@@ -138,14 +140,14 @@ export const attentionFused = lowering<'attention'>((ctx) => {
     return b.op('Transpose', [b.op('Reshape', [out!, b.shape([batch, seq, hq, d])], { allowzero: 1 })], { perm: [0, 2, 1, 3] });
   };
   // With a past, onnxruntime's kernel takes several query rows only in a batch of one: an If picks
-  // it for batch = 1 or seq = 1 (every engine step: prefill runs one sequence, decode one row
-  // each) and the decomposed form otherwise, unless the dims say so statically.
+  // it for batch = 1 or seq = 1 (every engine step: a prefill chunk is one sequence, a decode
+  // step one query per row) and the decomposed form otherwise, unless the dims say so statically.
   if (k.past === '' || dimEquals(batch, 1) || dimEquals(seq, 1)) return [gqa()];
   const one = b.int64s([1]);
   const cond = b.op('Squeeze', [b.op('Or', [b.op('Equal', [b.dim(batch), one]), b.op('Equal', [b.dim(seq), one])]), b.int64s([0])]);
   const then = b.detached(gqa);
   // The fallback concatenates inside its branch, so the outer KV concat is dead (pruned) and the
-  // branch onnxruntime takes copies no past.
+  // fused branch runs without it.
   const otherwise = b.detached(() => {
     const cat = (x: { past: string; fresh: string }): string => b.op('Concat', [x.past, x.fresh], { axis: 2 });
     return decomposedAttention.lower({ ...ctx, inputs: [inputs[0]!, cat(k), cat(v), ...inputs.slice(3)] })[0]!;
