@@ -7,13 +7,15 @@
 // (base, 8 different adapters) per precision pair: f32/F32, int8/Q8_0, int4/Q4_0.
 //
 // Usage: LLAMACPP_THREADS=1 pnpm bench llamacpp (or node … bench/llamacpp.ts --shapes smol,tiny
-// --pairs f32,int8,int4 --threads 2; LLAMACPP_SHAPES / LLAMACPP_PAIRS likewise)
+// --pairs f32,int8,int4 --threads 2 --rules fused; LLAMACPP_SHAPES / LLAMACPP_PAIRS / LLAMACPP_RULES
+// likewise)
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { type HostTensor, graphParams } from '@stageml/ir';
 import { Engine, type Sequence } from '@stageml/engine';
 import { buildLlamaGraph, parseLlamaConfig, writeLlamaGguf, writeLoraGguf } from '@stageml/models';
+import { ONNX_FUSED_RULES } from '@stageml/onnx-lower';
 import { createOrtExecutor, parseWeightQuantSpec } from '@stageml/runtime';
 import { writeSafetensors } from '@stageml/safetensors';
 import { type Llama, type LlamaContext, LlamaLogLevel, type LlamaModel, type Token, getLlama } from 'node-llama-cpp';
@@ -267,7 +269,14 @@ const loads: Record<string, number[]> = { start: loadavg() };
 const started = Date.now();
 const tmpRoot = mkdir(join('bench', 'tmp', 'llamacpp'));
 const llama: Llama = await getLlama({ gpu: false, build: 'never', maxThreads: THREADS, logLevel: LlamaLogLevel.error });
-const executor = await createOrtExecutor({ intraOpNumThreads: THREADS });
+/**
+ * Our lowering table: the default `ONNX_RULES` (what `stageml serve` runs), or `fused`
+ * (`ONNX_FUSED_RULES`: onnxruntime's fused norm/rotary/attention kernels and weight-major linears
+ * for run-time weights; docs/onnx.md) with `--rules fused` / LLAMACPP_RULES=fused.
+ */
+const RULES = arg('rules') ?? 'default';
+if (RULES !== 'default' && RULES !== 'fused') throw new Error(`--rules must be default or fused, got ${RULES}`);
+const executor = await createOrtExecutor({ intraOpNumThreads: THREADS, ...(RULES === 'fused' ? { rules: ONNX_FUSED_RULES } : {}) });
 let peakRss = 0;
 const rss = () => (peakRss = Math.max(peakRss, process.memoryUsage.rss()));
 
@@ -352,6 +361,7 @@ const doc = {
   machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version },
   peer: 'node-llama-cpp 3.21.1 (llama.cpp prebuilt CPU binary)',
   threads: THREADS,
+  rules: RULES,
   loadavg: loads,
   wallSeconds: Math.round((Date.now() - started) / 1000),
   peakRssGiB: Math.round((peakRss / 2 ** 30) * 100) / 100,
@@ -364,7 +374,7 @@ const fmt = (v: number) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
 const md: string[] = [
   '# llamacpp',
   '',
-  `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, chunked prefill of ${String(PREFILL_CHUNK)} tokens per run; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
+  `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, chunked prefill of ${String(PREFILL_CHUNK)} tokens per run; ${RULES === 'fused' ? '`ONNX_FUSED_RULES`' : 'the default lowering (`ONNX_RULES`)'}; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
   '',
   `Date: ${doc.date} · ${String(doc.machine.cpus)}× ${doc.machine.cpuModel}, ${String(doc.machine.memoryGiB)} GiB · load average at start ${loads['start']!.map((x) => x.toFixed(2)).join(' ')}, at end ${loads['end']!.map((x) => x.toFixed(2)).join(' ')} (shared machine) · wall ${String(doc.wallSeconds)} s · peak RSS ${String(doc.peakRssGiB)} GiB`,
   '',

@@ -174,7 +174,12 @@ describe('fused lowerings match the interpreter on onnxruntime', () => {
     expect(maxAbsDiff(std.out['y']!, want)).toBeLessThan(2e-5);
   });
 
-  it('keeps the decomposed attention when it is not causal, or the mask does not name every key', async () => {
+  it('keeps the decomposed attention when it is not causal, the head size is not a multiple of 8, or the mask does not name every key', async () => {
+    const odd = attn(2, 1, 12);
+    const oddIn = { q: rand([1, 1, 24], 31), k: rand([1, 1, 12], 32), v: rand([1, 1, 12], 33), past_key: rand([1, 4, 1, 12], 34), past_value: rand([1, 4, 1, 12], 35), mask: { dtype: 'f32', shape: [1, 5], data: new Float32Array(5) } as HostTensor };
+    const oddRun = await runOrt(odd, oddIn, {}, ONNX_FUSED_RULES);
+    expect(oddRun.ops).not.toContain('GroupQueryAttention');
+    expect(maxAbsDiff(oddRun.out['y']!, interpret(odd, { inputs: oddIn })['y']!.data)).toBeLessThan(2e-5);
     const g = attn(4, 2, 16, { causal: false });
     const inputs = { q: rand([1, 2, 64], 1), k: rand([1, 2, 32], 2), v: rand([1, 2, 32], 3), past_key: rand([1, 3, 2, 16], 4), past_value: rand([1, 3, 2, 16], 5), mask: { dtype: 'f32', shape: [1, 5], data: new Float32Array(5) } as HostTensor };
     const fused = await runOrt(g, inputs, {}, ONNX_FUSED_RULES);
@@ -190,5 +195,29 @@ describe('fused lowerings match the interpreter on onnxruntime', () => {
     const f2 = await runOrt(g2, in2, {}, ONNX_FUSED_RULES);
     expect(f2.ops).not.toContain('GroupQueryAttention');
     expect(maxAbsDiff(f2.out['y']!, interpret(g2, { inputs: in2 })['y']!.data)).toBeLessThan(2e-5);
+  });
+
+  it.each([
+    { name: 'x [batch, seq, in], several rows, bias', shape: [2, 3, 24], bias: true },
+    { name: 'x [batch, seq, in], one row (the If takes x·Wᵀ)', shape: [1, 1, 24], bias: false },
+    { name: 'x [rows, in]', shape: [5, 24], bias: true },
+    { name: 'x [in]', shape: [24], bias: false },
+  ])('linear with a run-time weight → weight-major MatMul(W, xᵀ): $name', async ({ shape, bias }) => {
+    const b = new GraphBuilder('wmajor');
+    const sym = shape.length === 3 ? ['batch', 'seq', 24] : shape.length === 2 ? ['rows', 24] : [24];
+    const x = b.input('x', ['f32', sym]);
+    const w = b.input('w', ['f32', [10, 24]]);
+    const p = b.param('p', ['f32', [10, 24]]);
+    b.output('y', b.linear(x, w, bias ? b.param('bias', ['f32', [10]]) : undefined));
+    // A parameter weight (prepacked by onnxruntime) keeps x·Wᵀ.
+    b.output('z', b.linear(x, p));
+    const g = b.build();
+    const inputs = { x: rand(shape, 21), w: rand([10, 24], 22) };
+    const weights = { p: rand([10, 24], 23), ...(bias ? { bias: rand([10], 24) } : {}) };
+    const want = interpret(g, { inputs, weights });
+    const fused = await runOrt(g, inputs, weights, ONNX_FUSED_RULES);
+    // Symbolic rows: an If picks x·Wᵀ for one row at run time.
+    expect(fused.ops.includes('If')).toBe(shape.length >= 2);
+    for (const name of ['y', 'z']) expect(maxAbsDiff(fused.out[name]!, want[name]!.data), name).toBeLessThan(2e-5);
   });
 });

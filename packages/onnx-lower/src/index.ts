@@ -26,7 +26,7 @@ export { conform, convert } from './convert.js';
 export { exactLowering, lowering, unsupported } from './rule.js';
 export type { LowerContext, Lowering, OnnxRule, OnnxRuleTable, Unsupported } from './rule.js';
 export { ONNX_FUSED_RULES, ONNX_RULES } from './rules.js';
-export { attentionFused, hasEqualHalves, rmsNormFused, rotaryFused } from './rules-fused.js';
+export { attentionFused, hasEqualHalves, linearWeightMajor, rmsNormFused, rotaryFused } from './rules-fused.js';
 export { MS_DOMAIN, quantizedLinearLowering, usesMatMulNBits } from './rules-quant.js';
 export type { QuantizedLinearLoweringOptions } from './rules-quant.js';
 export { ONNX_IR_VERSION, ONNX_OPSET, lowerToOnnx } from './lower.js';

@@ -1,9 +1,9 @@
-import { type Dim, type Graph, type ValueId, dimDivExact, dimEquals, dimMul, normalizeAxis } from '@stageml/ir';
+import { type Dim, type Graph, type ValueId, dimDivExact, dimEquals, dimMul, dimProduct, normalizeAxis } from '@stageml/ir';
 
 import { ElemType } from './dtypes.js';
 import { subgraphProto } from './proto.js';
 import { type LowerContext, lowering } from './rule.js';
-import { rmsNorm as decomposedRmsNorm } from './rules-linalg.js';
+import { linear as decomposedLinear, rmsNorm as decomposedRmsNorm } from './rules-linalg.js';
 import { attention as decomposedAttention, rotary as decomposedRotary } from './rules-nn.js';
 
 /**
@@ -100,7 +100,7 @@ function pastAndNew(ctx: LowerContext<'attention'>, v: ValueId, seq: Dim): { pas
 /**
  * Causal attention as one onnxruntime `com.microsoft` GroupQueryAttention node when its semantics
  * match the IR's: f32, q [batch, hq, seq, d], k/v [batch, hkv, past + seq, d] with hq a multiple
- * of hkv, causal, and an additive f32 mask (or none) as its `attention_bias` [batch|1, 1|hq, seq,
+ * of hkv and d a multiple of 8 (the kernel's limit), causal, and an additive f32 mask (or none) as its `attention_bias` [batch|1, 1|hq, seq,
  * keys]. GroupQueryAttention's causal rule (query i sees keys ≤ past + i, past = keys − seq from
  * `seqlens_k` = keys − 1 for every row) is the IR's j ≤ i + tk − tq, and padded keys are masked by
  * the bias, not by per-row lengths, so rows of different lengths batch as the IR does. Keys built
@@ -119,7 +119,8 @@ export const attentionFused = lowering<'attention'>((ctx) => {
   const [batch, hq, seq, d] = qt.shape.map((x) => b.resolve(x)) as [Dim, Dim, Dim, Dim];
   const [, hkv, keys, dk] = kt.shape.map((x) => b.resolve(x)) as [Dim, Dim, Dim, Dim];
   const dv = b.resolve(vt.shape[3]!);
-  if (typeof hq !== 'number' || typeof hkv !== 'number' || typeof d !== 'number' || hq % hkv !== 0 || !dimEquals(dk, d) || !dimEquals(dv, d) || !dimEquals(b.resolve(vt.shape[1]!), hkv)) return fallback();
+  // onnxruntime's kernel takes head sizes that are multiples of 8 only.
+  if (typeof hq !== 'number' || typeof hkv !== 'number' || typeof d !== 'number' || d % 8 !== 0 || hq % hkv !== 0 || !dimEquals(dk, d) || !dimEquals(dv, d) || !dimEquals(b.resolve(vt.shape[1]!), hkv)) return fallback();
   // The bias must name every key (a mask broadcast along the keys is not one the kernel takes).
   if (mt !== undefined && (mt.shape.length === 0 || !dimEquals(b.resolve(mt.shape[mt.shape.length - 1]!), keys))) return fallback();
   const [, kId, vId] = source.node.operands as [ValueId, ValueId, ValueId];
@@ -153,4 +154,40 @@ export const attentionFused = lowering<'attention'>((ctx) => {
     return decomposedAttention.lower({ ...ctx, inputs: [inputs[0]!, cat(k), cat(v), ...inputs.slice(3)] })[0]!;
   });
   return [b.op('If', [cond], { then_branch: { graph: subgraphProto('gqa', then.nodes, then.out, ElemType.FLOAT) }, else_branch: { graph: subgraphProto('decomposed', otherwise.nodes, otherwise.out, ElemType.FLOAT) } })];
+});
+
+/**
+ * linear with a run-time weight (a graph input, e.g. weights fed per run as zero-copy inputs) as
+ * yᵀ = W·xᵀ: MatMul(W, Transpose(x)) then Transpose, x flattened to [rows, in] around it. MLAS
+ * packs a GEMM's B operand per call unless it is a constant it could prepack, so x·Wᵀ re-packs the
+ * whole weight every run; as the A operand the weight streams through unpacked and only the small
+ * xᵀ is packed. Constant weights (parameters, prepacked once) and other dtypes keep `linear`.
+ */
+export const linearWeightMajor = lowering<'linear'>((ctx) => {
+  const { b, inputs, operands, source } = ctx;
+  const [x, w] = operands as [(typeof operands)[number], (typeof operands)[number]];
+  const producer = source === undefined ? undefined : source.graph.nodes[source.graph.values[source.node.operands[1]!]!.node];
+  if (producer?.kind !== 'input' || x.dtype !== 'f32' || w.dtype !== 'f32' || x.shape.length < 1) return decomposedLinear.lower(ctx);
+  const rank = x.shape.length;
+  const lead = x.shape.slice(0, rank - 1).map((d) => b.resolve(d));
+  const out = b.resolve(w.shape[0]!);
+  const weightMajor = (): string => {
+    if (rank === 1) return b.op('MatMul', [inputs[1]!, inputs[0]!]);
+    const rows = rank === 2 ? inputs[0]! : b.op('Reshape', [inputs[0]!, b.shape([-1, b.resolve(x.shape[rank - 1]!)])]);
+    const yt = b.op('Transpose', [b.op('MatMul', [inputs[1]!, b.op('Transpose', [rows], { perm: [1, 0] })])], { perm: [1, 0] });
+    return rank > 2 ? b.op('Reshape', [yt, b.shape([...lead, out])], { allowzero: 1 }) : yt;
+  };
+  const rowCount = b.resolve(dimProduct(lead));
+  let y: string;
+  // One row (a decode step of one sequence) is a GEMV, where x·Wᵀ measured faster (MLAS's
+  // N = 1 tiles waste the weight-major product): an If picks by the run's row count.
+  if (rank === 1 || (typeof rowCount === 'number' && rowCount > 1)) y = weightMajor();
+  else if (rowCount === 1) y = decomposedLinear.lower({ ...ctx, inputs: inputs.slice(0, 2) })[0]!;
+  else {
+    const single = b.op('Squeeze', [b.op('Equal', [b.dim(rowCount), b.int64s([1])]), b.int64s([0])]);
+    const then = b.detached(() => decomposedLinear.lower({ ...ctx, inputs: inputs.slice(0, 2) })[0]!);
+    const otherwise = b.detached(weightMajor);
+    y = b.op('If', [single], { then_branch: { graph: subgraphProto('rowwise', then.nodes, then.out, ElemType.FLOAT) }, else_branch: { graph: subgraphProto('weight_major', otherwise.nodes, otherwise.out, ElemType.FLOAT) } });
+  }
+  return [inputs[2] === undefined ? y : b.op('Add', [y, inputs[2]])];
 });

@@ -2,7 +2,7 @@ import { UNARY, binary, cast, compare, gelu, nanPropagating, rsqrt, silu, where 
 import { gather, indexSelect, scatterAdd, topk } from './rules-index.js';
 import { argmax, groupedMatmul, layerNorm, linear, matmul, max, mean, rmsNorm, softmax, sum } from './rules-linalg.js';
 import { attention, rotary } from './rules-nn.js';
-import { attentionFused, rmsNormFused, rotaryFused } from './rules-fused.js';
+import { attentionFused, linearWeightMajor, rmsNormFused, rotaryFused } from './rules-fused.js';
 import { quantizedLinear } from './rules-quant.js';
 import { broadcastTo, concat, constant, iota, randomUniform, reshape, slice, transpose } from './rules-shape.js';
 import type { OnnxRuleTable } from './rule.js';
@@ -75,13 +75,17 @@ export const ONNX_RULES = {
 /**
  * `ONNX_RULES` with onnxruntime's fused kernels: rmsNorm as `SimplifiedLayerNormalization` (and,
  * through `lowerToOnnx`'s skip-norm pass, a residual add + rmsNorm as `com.microsoft`
- * SkipSimplifiedLayerNormalization) and rotary as `com.microsoft` RotaryEmbedding where their
- * semantics provably match (`rmsNormFused`, `rotaryFused`). Opt-in (the executor's `rules`):
- * on SmolLM2-shaped engine programs it removes 12% of the nodes but measured no faster than the
- * default table (docs/onnx.md has the numbers), and its models run on onnxruntime only.
+ * SkipSimplifiedLayerNormalization), rotary as `com.microsoft` RotaryEmbedding and causal
+ * attention as `com.microsoft` GroupQueryAttention where their semantics provably match
+ * (`rmsNormFused`, `rotaryFused`, `attentionFused`), and linears with run-time weights in the
+ * weight-major form for several rows (`linearWeightMajor`). Opt-in (the executor's `rules`): on
+ * SmolLM2-shaped engine programs the fused kernels measured no faster than the default table and
+ * the weight-major linear trades single-row decode (−9%) for multi-row steps (+28–39%);
+ * docs/onnx.md has the numbers. Its models run on onnxruntime only.
  */
 export const ONNX_FUSED_RULES = {
   ...ONNX_RULES,
+  linear: linearWeightMajor,
   rmsNorm: rmsNormFused,
   rotary: rotaryFused,
   attention: attentionFused,
