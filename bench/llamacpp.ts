@@ -1,4 +1,5 @@
-// Suite `llamacpp`: our CPU path (CausalLM on onnxruntime, 2 threads) against llama.cpp
+// Suite `llamacpp`: our serving path (the `Engine` of @stageml/engine, what `stageml serve` runs:
+// slot programs on onnxruntime, resident KV, chunked prefill; 2 threads) against llama.cpp
 // (node-llama-cpp 3.21.1, prebuilt CPU binary, 2 threads) in the same run, on random-weight
 // checkpoints with SmolLM2-135M's and TinyLlama-1.1B's shapes and 8 LoRA adapters (r = 16, all 7
 // projections), converted to GGUF by @stageml/models' writer. Greedy tokens of both engines are
@@ -6,12 +7,15 @@
 // (base, 8 different adapters) per precision pair: f32/F32, int8/Q8_0, int4/Q4_0.
 //
 // Usage: LLAMACPP_THREADS=1 pnpm bench llamacpp (or node … bench/llamacpp.ts --shapes smol,tiny
-// --pairs f32,int8,int4 --threads 2; LLAMACPP_SHAPES / LLAMACPP_PAIRS likewise)
+// --pairs f32,int8,int4 --threads 2 --rules fused; LLAMACPP_SHAPES / LLAMACPP_PAIRS / LLAMACPP_RULES
+// likewise)
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { type HostTensor, graphParams } from '@stageml/ir';
-import { CausalLM, type KvCache, buildLlamaGraph, parseLlamaConfig, writeLlamaGguf, writeLoraGguf } from '@stageml/models';
+import { Engine, type Sequence } from '@stageml/engine';
+import { buildLlamaGraph, parseLlamaConfig, writeLlamaGguf, writeLoraGguf } from '@stageml/models';
+import { ONNX_FUSED_RULES } from '@stageml/onnx-lower';
 import { createOrtExecutor, parseWeightQuantSpec } from '@stageml/runtime';
 import { writeSafetensors } from '@stageml/safetensors';
 import { type Llama, type LlamaContext, LlamaLogLevel, type LlamaModel, type Token, getLlama } from 'node-llama-cpp';
@@ -51,6 +55,8 @@ const RANK = 16;
 const ALPHA = 32;
 const ADAPTERS = 8;
 const PREFILL = 128;
+/** Prompt tokens per engine prefill run: the engine's default (32, what `stageml serve` runs) unless LLAMACPP_PREFILL_CHUNK says. */
+const PREFILL_CHUNK = Number(process.env['LLAMACPP_PREFILL_CHUNK'] ?? 32);
 const PROJ = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj'];
 
 /** `--name value` on the command line, else `LLAMACPP_<NAME>` in the environment (`pnpm bench` passes no flags). */
@@ -134,48 +140,67 @@ function median(xs: number[]): number {
   return s.length % 2 === 1 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
-function argmaxLast(logits: HostTensor, rows: number): number[] {
-  const V = logits.shape[logits.shape.length - 1]!;
-  const per = logits.data.length / rows;
-  return Array.from({ length: rows }, (_, r) => {
-    let best = 0;
-    let bv = Number.NEGATIVE_INFINITY;
-    const o = r * per + per - V;
-    for (let i = 0; i < V; i++) if (logits.data[o + i]! > bv) bv = logits.data[o + (best = i)]!;
-    return best;
-  });
-}
-
 function prompts(vocab: number, n: number, len: number, seed: number): number[][] {
   return Array.from({ length: n }, (_, r) => Array.from({ length: len }, (_, i) => 3 + ((seed * 7919 + r * 104729 + i * 15485863) % (vocab - 3))));
 }
 
-// ---- ours ----
+// ---- ours: the serving engine (what `stageml serve` runs) ----
 
-async function oursGreedy(lm: CausalLM, prompt: number[], steps: number, adapter?: string): Promise<number[]> {
-  let { logits, cache } = await lm.forward([prompt], { adapters: [adapter] });
-  const out: number[] = [];
-  for (let t = 0; t < steps; t++) {
-    const tok = argmaxLast(logits, 1)[0]!;
-    out.push(tok);
-    if (t + 1 < steps) ({ logits, cache } = await lm.forward([[tok]], { adapters: [adapter], cache }));
+/** Slot tables of the engine: 8 adapter slots + base, rank 16 (the adapters' rank; `--max-loras 8 --max-lora-rank 16`). */
+const ENGINE_SLOTS = { maxLoras: ADAPTERS, maxLoraRank: RANK };
+
+function argmax(logits: Float32Array): number {
+  let best = 0;
+  for (let i = 1; i < logits.length; i++) if (logits[i]! > logits[best]!) best = i;
+  return best;
+}
+
+/** Opens, attaches and prefills one sequence per prompt; resolves to the sequences and the last prompt position's logits. */
+async function oursOpen(engine: Engine, ps: readonly number[][], adapters: readonly (string | undefined)[]): Promise<{ seqs: Sequence[]; logits: Float32Array[] }> {
+  const seqs: Sequence[] = [];
+  const logits: Float32Array[] = [];
+  for (const [r, p] of ps.entries()) {
+    const seq = engine.open(adapters[r], p);
+    if (!(await engine.attach(seq))) throw new Error(`no free slot for adapter ${adapters[r] ?? 'base'}`);
+    let last: Float32Array | undefined;
+    while (!seq.ready) last = await engine.prefill(seq);
+    seqs.push(seq);
+    logits.push(last!);
+  }
+  return { seqs, logits };
+}
+
+async function oursGreedy(engine: Engine, prompt: number[], steps: number, adapter?: string): Promise<number[]> {
+  const { seqs, logits } = await oursOpen(engine, [prompt], [adapter]);
+  const out: number[] = [argmax(logits[0]!)];
+  try {
+    while (out.length < steps) out.push(argmax((await engine.decode(seqs, [out.at(-1)!]))[0]!));
+  } finally {
+    for (const s of seqs) engine.release(s);
   }
   return out;
 }
 
-/** Decode tokens/s over `rows` streams (after an untimed prefill of all but the last prompt token). */
-async function oursDecode(lm: CausalLM, ps: number[][], steps: number, adapters: (string | undefined)[]): Promise<number> {
-  const rows = ps.length;
-  const pre = await lm.forward(ps.map((p) => p.slice(0, -1)), { adapters });
-  let cache: KvCache = pre.cache;
-  let toks = ps.map((p) => p[p.length - 1]!);
-  const t0 = performance.now();
-  for (let t = 0; t < steps; t++) {
-    const r = await lm.forward(toks.map((x) => [x]), { adapters, cache });
-    cache = r.cache;
-    toks = argmaxLast(r.logits, rows);
+/** Decode tokens/s over `rows` streams in one batch per step (after an untimed prefill of all but the last prompt token). */
+async function oursDecode(engine: Engine, ps: number[][], steps: number, adapters: (string | undefined)[]): Promise<number> {
+  const { seqs } = await oursOpen(engine, ps.map((p) => p.slice(0, -1)), adapters);
+  try {
+    let toks = ps.map((p) => p[p.length - 1]!);
+    const t0 = performance.now();
+    for (let t = 0; t < steps; t++) toks = (await engine.decode(seqs, toks)).map(argmax);
+    return (ps.length * steps) / ((performance.now() - t0) / 1000);
+  } finally {
+    for (const s of seqs) engine.release(s);
   }
-  return (rows * steps) / ((performance.now() - t0) / 1000);
+}
+
+/** Prefill tokens/s of one prompt (the engine's chunked prefill, `prefillChunk` tokens per run). */
+async function oursPrefill(engine: Engine, prompt: number[]): Promise<number> {
+  const t0 = performance.now();
+  const { seqs } = await oursOpen(engine, [prompt], [undefined]);
+  const dt = performance.now() - t0;
+  for (const s of seqs) engine.release(s);
+  return prompt.length / (dt / 1000);
 }
 
 // ---- llama.cpp ----
@@ -244,7 +269,14 @@ const loads: Record<string, number[]> = { start: loadavg() };
 const started = Date.now();
 const tmpRoot = mkdir(join('bench', 'tmp', 'llamacpp'));
 const llama: Llama = await getLlama({ gpu: false, build: 'never', maxThreads: THREADS, logLevel: LlamaLogLevel.error });
-const executor = await createOrtExecutor({ intraOpNumThreads: THREADS });
+/**
+ * Our lowering table: the default `ONNX_RULES` (what `stageml serve` runs), or `fused`
+ * (`ONNX_FUSED_RULES`: onnxruntime's fused norm/rotary/attention kernels and weight-major linears
+ * for run-time weights; docs/onnx.md) with `--rules fused` / LLAMACPP_RULES=fused.
+ */
+const RULES = arg('rules') ?? 'default';
+if (RULES !== 'default' && RULES !== 'fused') throw new Error(`--rules must be default or fused, got ${RULES}`);
+const executor = await createOrtExecutor({ intraOpNumThreads: THREADS, ...(RULES === 'fused' ? { rules: ONNX_FUSED_RULES } : {}) });
 let peakRss = 0;
 const rss = () => (peakRss = Math.max(peakRss, process.memoryUsage.rss()));
 
@@ -259,7 +291,7 @@ for (const s of SHAPES) {
   for (const p of PAIRS) {
     if (!pairsOf(s).has(p.key)) continue;
     console.log(`[${s.key} ${p.key}] loading`);
-    const lm = await CausalLM.load(dir, { executor, ...(p.ours === undefined ? {} : { quantize: parseWeightQuantSpec(p.ours) }) });
+    const lm = await Engine.load(dir, { executor, ...ENGINE_SLOTS, prefillChunk: PREFILL_CHUNK, ...(p.ours === undefined ? {} : { quantize: parseWeightQuantSpec(p.ours) }) });
     for (const n of names) await lm.loadAdapter(join(dir, 'adapters', n), n);
     const model: LlamaModel = await llama.loadModel({ modelPath: join(dir, `model-${p.gguf}.gguf`) });
     // Contexts live only while their cases run: each holds a ggml thread pool that polls for work.
@@ -303,10 +335,11 @@ for (const s of SHAPES) {
     const long = prompts(s.vocab, 1, PREFILL, 2)[0]!;
     const short8 = prompts(s.vocab, 8, 8, 3);
     // Warm both (programs compile on first use).
-    await lm.forward([long]);
+    await oursPrefill(lm, long);
     await llamaPrefill(base, long);
-    await lm.forward(short8.map((x) => x.slice(0, 2)), { adapters: names });
-    await measure('prefill 128', async () => { const t0 = performance.now(); await lm.forward([long]); return PREFILL / ((performance.now() - t0) / 1000); }, () => llamaPrefill(base, long), 'one sequence');
+    await oursDecode(lm, short8.map((x) => x.slice(0, 3)), 1, names);
+    await oursDecode(lm, [short8[0]!], 1, [undefined]);
+    await measure('prefill 128', () => oursPrefill(lm, long), () => llamaPrefill(base, long), 'one sequence');
     await measure('decode b1', () => oursDecode(lm, [short8[0]!], s.steps, [undefined]), () => llamaDecode([base], [short8[0]!], s.steps), 'one sequence');
     await measure('decode b1 LoRA', () => oursDecode(lm, [short8[0]!], s.steps, ['a0']), () => llamaDecode([loraCtxs[0]!], [short8[0]!], s.steps), 'context with the adapter');
     for (const c of loraCtxs) await c.dispose();
@@ -328,6 +361,7 @@ const doc = {
   machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version },
   peer: 'node-llama-cpp 3.21.1 (llama.cpp prebuilt CPU binary)',
   threads: THREADS,
+  rules: RULES,
   loadavg: loads,
   wallSeconds: Math.round((Date.now() - started) / 1000),
   peakRssGiB: Math.round((peakRss / 2 ** 30) * 100) / 100,
@@ -340,7 +374,7 @@ const fmt = (v: number) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
 const md: string[] = [
   '# llamacpp',
   '',
-  `Our CPU path (CausalLM on onnxruntime 1.30, ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
+  `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, chunked prefill of ${String(PREFILL_CHUNK)} tokens per run; ${RULES === 'fused' ? '`ONNX_FUSED_RULES`' : 'the default lowering (`ONNX_RULES`)'}; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
   '',
   `Date: ${doc.date} · ${String(doc.machine.cpus)}× ${doc.machine.cpuModel}, ${String(doc.machine.memoryGiB)} GiB · load average at start ${loads['start']!.map((x) => x.toFixed(2)).join(' ')}, at end ${loads['end']!.map((x) => x.toFixed(2)).join(' ')} (shared machine) · wall ${String(doc.wallSeconds)} s · peak RSS ${String(doc.peakRssGiB)} GiB`,
   '',
@@ -351,10 +385,12 @@ const md: string[] = [
   `Shapes: ${SHAPES.map((s) => `${s.key} = ${s.name} (${String(s.layers)} layers, hidden ${String(s.hidden)}, intermediate ${String(s.inter)}, heads ${String(s.heads)}/${String(s.kv)}, vocab ${String(s.vocab)}${s.tied ? ', tied embeddings' : ''}; pairs ${(pairsArg?.split(',') ?? s.pairs).join(', ')}; ${String(s.steps)} decode steps per stream)`).join('; ')}. TinyLlama at f32 is left out by default: ~4.4 GB of f32 weights in each engine (plus onnxruntime's transposed copy) does not fit beside six other helpers on the shared 24 GiB machine.`,
   '',
   THREADS === 1
-    ? 'One thread per engine: on this shared machine (load 10–26 from other helpers when this ran) llama.cpp with 2 threads collapses — its spinning thread barrier waits on descheduled threads: 0.5–0.8 decode tok/s at F32 against 23–28 with 1 thread, measured back to back — so the 2-thread comparison of docs/peers is not reproducible here; 1 thread is the fair setting for both.'
+    ? 'One thread per engine: on this shared machine, under the other helpers’ load (10–26 when it was tried), llama.cpp with 2 threads collapses — its spinning thread barrier waits on descheduled threads: 0.5–0.8 decode tok/s at F32 against 23–28 with 1 thread, measured back to back — so the 2-thread comparison of docs/peers is not reproducible here; 1 thread is the fair setting for both.'
     : `${String(THREADS)} threads per engine.`,
   '',
-  `8 streams 8 adapters: ours runs one mixed batch (8 rows, one adapter each, SGMV-style bank); llama.cpp applies LoRA per context, so its best way is one context per adapter, run concurrently under one thread budget.`,
+  'Every run of ours applies the slot factors (LoRA of every projection read from the slot tables, zero for base rows): a base-only step pays for them too, as the serving engine does.',
+  '',
+  `8 streams 8 adapters: ours runs one mixed batch (8 rows, one adapter each, the engine picks the gathered or grouped slot form per step); llama.cpp applies LoRA per context, so its best way is one context per adapter, run concurrently under one thread budget.`,
   '',
   'Greedy agreement (3 prompts × 16 tokens, base and adapter a0): ' + checks.filter((c) => 'greedyEqual' in c).map((c) => `${String(c['shape'])} ${String(c['pair'])}: ${String(c['greedyEqual'])}`).join(', ') + '. Quantized pairs use different rounding (ours: scale max|w|/7 or /127 in f32, codes ±7/±127; Q4_0: d = max/−8 in f16), so their tokens may part after a near tie.',
   '',

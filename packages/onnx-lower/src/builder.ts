@@ -97,6 +97,37 @@ export class OnnxGraphBuilder {
     return out;
   }
 
+  /** Emits a `com.microsoft` node with `outputs` fresh results (GroupQueryAttention's output and presents); returns their names. */
+  msEmit(opType: string, inputs: readonly string[], attrs: Readonly<Record<string, OnnxAttr>>, outputs: number): string[] {
+    const outs = Array.from({ length: outputs }, () => this.fresh(`${this.#scope}/${opType}`));
+    this.nodes.push(nodeProto(opType, inputs, outs, `${this.#scope}/${opType}#${String(this.nodes.length)}`, attrs, 'com.microsoft'));
+    return outs;
+  }
+
+  /**
+   * Runs `fn` with its nodes emitted into a detached list (an If branch) and returns them with
+   * `fn`'s result; run-time dims and shapes first computed inside are forgotten afterwards, so no
+   * later node reads a tensor that only exists inside the branch. Constants are initializers
+   * (global) and stay shared.
+   */
+  detached(fn: () => string): { readonly nodes: NodeProto[]; readonly out: string } {
+    const start = this.nodes.length;
+    const dims = new Map(this.#dims);
+    const shared = new Set(this.#shared);
+    const inits = this.initializers.length;
+    try {
+      const out = fn();
+      return { nodes: this.nodes.splice(start), out };
+    } finally {
+      this.nodes.splice(start);
+      this.#dims.clear();
+      for (const [k, v] of dims) this.#dims.set(k, v);
+      this.#shared.clear();
+      for (const x of shared) this.#shared.add(x);
+      for (const i of this.initializers.slice(inits)) this.#shared.add(i.name);
+    }
+  }
+
   /** Whether `name` is an initializer or a cached tensor that later nodes may reuse (never rename it). */
   isShared(name: string): boolean {
     return this.#shared.has(name);

@@ -6,7 +6,7 @@ import { GraphProtoSchema, ModelProtoSchema, OperatorSetIdProtoSchema, type Tens
 
 import { OnnxCode, OnnxLowerError } from './errors.js';
 import { type OnnxModel, type OnnxTensorSpec, ONNX_IR_VERSION } from './lower.js';
-import { type DimSpec, externalTensorProto, tensorProto, valueInfoProto } from './proto.js';
+import { type DimSpec, externalTensorProto, tensorProto, usesDomain, valueInfoProto } from './proto.js';
 
 /** Options of `encodeOnnx`. */
 export interface EncodeOnnxOptions {
@@ -88,7 +88,7 @@ export function encodeOnnx(model: OnnxModel, opts: EncodeOnnxOptions = {}): Enco
     irVersion: BigInt(ONNX_IR_VERSION),
     opsetImport: [
       create(OperatorSetIdProtoSchema, { domain: '', version: BigInt(model.opset) }),
-      ...(model.nodes.some((n) => n.domain === 'com.microsoft') ? [create(OperatorSetIdProtoSchema, { domain: 'com.microsoft', version: 1n })] : []),
+      ...(usesDomain(model.nodes, 'com.microsoft') ? [create(OperatorSetIdProtoSchema, { domain: 'com.microsoft', version: 1n })] : []),
     ],
     producerName: 'stageml',
     producerVersion: '0.1.0',

@@ -6,6 +6,8 @@
  *   `ONNX_OPSET` (default domain; `com.microsoft` MatMulNBits for quantized linears): parameters become initializers, inputs keep their names
  *   with symbolic dims as `dim_param` (computed at run time from input shapes where ops need them),
  *   and every op lowers through `ONNX_RULES`, an exhaustive table over `OpKey`.
+ * - `ONNX_FUSED_RULES` (opt-in, onnxruntime only): rmsNorm, residual add + rmsNorm, rotary and
+ *   causal attention as onnxruntime's fused kernels where their semantics provably match.
  * - `encodeOnnx` / `writeOnnx` serialize with `@bufbuild/protobuf` and the official onnx.proto
  *   schema (package `onnx-buf`), inline or with large initializers as ONNX external data.
  *
@@ -23,7 +25,8 @@ export type { InitializerSpec, InputShape } from './builder.js';
 export { conform, convert } from './convert.js';
 export { exactLowering, lowering, unsupported } from './rule.js';
 export type { LowerContext, Lowering, OnnxRule, OnnxRuleTable, Unsupported } from './rule.js';
-export { ONNX_RULES } from './rules.js';
+export { ONNX_FUSED_RULES, ONNX_RULES } from './rules.js';
+export { attentionFused, hasEqualHalves, linearWeightMajor, rmsNormFused, rotaryFused } from './rules-fused.js';
 export { MS_DOMAIN, quantizedLinearLowering, usesMatMulNBits } from './rules-quant.js';
 export type { QuantizedLinearLoweringOptions } from './rules-quant.js';
 export { ONNX_IR_VERSION, ONNX_OPSET, lowerToOnnx } from './lower.js';

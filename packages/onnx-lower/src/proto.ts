@@ -1,6 +1,8 @@
 import { create } from '@bufbuild/protobuf';
 import {
   AttributeProtoSchema,
+  type GraphProto,
+  GraphProtoSchema,
   AttributeProto_AttributeType,
   type AttributeProto,
   type NodeProto,
@@ -25,7 +27,7 @@ import {
  * An attribute value of an emitted node: a JS number is an INT, a number array INTS, a string a
  * STRING; floats are tagged (`{ float: 1e-5 }`) because ONNX types INT and FLOAT differently.
  */
-export type OnnxAttr = number | readonly number[] | string | { readonly float: number } | { readonly floats: readonly number[] };
+export type OnnxAttr = number | readonly number[] | string | { readonly float: number } | { readonly floats: readonly number[] } | { readonly graph: GraphProto };
 
 /** Builds an AttributeProto (ints are written as int64). */
 export function attributeProto(name: string, v: OnnxAttr): AttributeProto {
@@ -33,6 +35,7 @@ export function attributeProto(name: string, v: OnnxAttr): AttributeProto {
   if (typeof v === 'string') return create(AttributeProtoSchema, { name, type: AttributeProto_AttributeType.STRING, s: new TextEncoder().encode(v) });
   if (Array.isArray(v)) return create(AttributeProtoSchema, { name, type: AttributeProto_AttributeType.INTS, ints: (v as readonly number[]).map((x) => BigInt(x)) });
   if ('float' in v) return create(AttributeProtoSchema, { name, type: AttributeProto_AttributeType.FLOAT, f: v.float });
+  if ('graph' in v) return create(AttributeProtoSchema, { name, type: AttributeProto_AttributeType.GRAPH, g: v.graph });
   return create(AttributeProtoSchema, { name, type: AttributeProto_AttributeType.FLOATS, floats: [...(v as { readonly floats: readonly number[] }).floats] });
 }
 
@@ -77,4 +80,25 @@ export function externalTensorProto(name: string, elemType: TensorProto_DataType
     dataLocation: TensorProto_DataLocation.EXTERNAL,
     externalData: [entry('location', location), entry('offset', String(offset)), entry('length', String(length))],
   });
+}
+
+/**
+ * A subgraph (an If branch): `nodes`, reading outer-scope tensors by name, and one output of
+ * element type `elemType` and unspecified shape.
+ */
+export function subgraphProto(name: string, nodes: readonly NodeProto[], output: string, elemType: TensorProto_DataType): GraphProto {
+  const type = create(TypeProtoSchema, { value: { case: 'tensorType', value: create(TypeProto_TensorSchema, { elemType }) } });
+  return create(GraphProtoSchema, { name, node: [...nodes], output: [create(ValueInfoProtoSchema, { name: output, type })] });
+}
+
+/** Every input a node reads, its subgraphs' (If branches') outer-scope reads included. */
+export function nodeReads(n: NodeProto): string[] {
+  const out = [...n.input];
+  for (const a of n.attribute) if (a.g !== undefined) for (const m of a.g.node) out.push(...nodeReads(m));
+  return out;
+}
+
+/** Whether any node, or any node of a subgraph, is of `domain`. */
+export function usesDomain(nodes: readonly NodeProto[], domain: string): boolean {
+  return nodes.some((n) => n.domain === domain || n.attribute.some((a) => a.g !== undefined && usesDomain(a.g.node, domain)));
 }

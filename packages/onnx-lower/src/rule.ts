@@ -1,4 +1,4 @@
-import { type AttrsOf, type OpKey, type TensorType, type UnsupportedRule, unsupportedRule } from '@stageml/ir';
+import { type AttrsOf, type Graph, type OpKey, type OpNode, type TensorType, type UnsupportedRule, type ValueId, unsupportedRule } from '@stageml/ir';
 
 import type { OnnxGraphBuilder } from './builder.js';
 
@@ -21,6 +21,12 @@ export interface LowerContext<K extends OpKey> {
    * u8 parameters that only feed kernels reading them natively (MatMulNBits codes and zero points).
    */
   readonly native?: readonly boolean[];
+  /**
+   * The IR graph and the node being lowered, for rules whose fused form is only valid when the
+   * operands were built a certain way (the rotary tables' equal halves, attention's past ‖ new keys):
+   * they read producers here; `nameOf` is the tensor of an IR value lowered already (else undefined).
+   */
+  readonly source?: { readonly graph: Graph; readonly node: OpNode; readonly nameOf: (v: ValueId) => string | undefined };
 }
 
 /** A lowering of op `K`: emits ONNX nodes and returns the result tensors' names. */

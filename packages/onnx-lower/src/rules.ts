@@ -2,6 +2,7 @@ import { UNARY, binary, cast, compare, gelu, nanPropagating, rsqrt, silu, where 
 import { gather, indexSelect, scatterAdd, topk } from './rules-index.js';
 import { argmax, groupedMatmul, layerNorm, linear, matmul, max, mean, rmsNorm, softmax, sum } from './rules-linalg.js';
 import { attention, rotary } from './rules-nn.js';
+import { attentionFused, linearWeightMajor, rmsNormFused, rotaryFused } from './rules-fused.js';
 import { quantizedLinear } from './rules-quant.js';
 import { broadcastTo, concat, constant, iota, randomUniform, reshape, slice, transpose } from './rules-shape.js';
 import type { OnnxRuleTable } from './rule.js';
@@ -12,7 +13,8 @@ import type { OnnxRuleTable } from './rule.js';
  * How every op of the IR registry lowers to standard ONNX (opset `ONNX_OPSET`, default domain
  * only): a complete mapped type over `OpKey` checked with `satisfies`, so adding an op to `OPS`
  * fails this build until it has a lowering or an `unsupported(reason)` entry. Every op currently
- * lowers; `quantizedLinear` uses onnxruntime's `com.microsoft` MatMulNBits where it can; composites (rmsNorm, gelu, silu, rotary, attention, groupedMatmul, NaN-aware max/argmax/
+ * lowers; `quantizedLinear` uses onnxruntime's `com.microsoft` MatMulNBits where it can (the one
+ * exception to "default domain only"); composites (rmsNorm, gelu, silu, rotary, attention, groupedMatmul, NaN-aware max/argmax/
  * topk) are built from standard ops.
  */
 export const ONNX_RULES = {
@@ -68,4 +70,23 @@ export const ONNX_RULES = {
   topk,
   rotary,
   attention,
+} as const satisfies OnnxRuleTable;
+
+/**
+ * `ONNX_RULES` with onnxruntime's fused kernels: rmsNorm as `SimplifiedLayerNormalization` (and,
+ * through `lowerToOnnx`'s skip-norm pass, a residual add + rmsNorm as `com.microsoft`
+ * SkipSimplifiedLayerNormalization), rotary as `com.microsoft` RotaryEmbedding and causal
+ * attention as `com.microsoft` GroupQueryAttention where their semantics provably match
+ * (`rmsNormFused`, `rotaryFused`, `attentionFused`), and linears with run-time weights in the
+ * weight-major form for several rows (`linearWeightMajor`). Opt-in (the executor's `rules`): on
+ * SmolLM2-shaped engine programs the fused kernels measured no faster than the default table and
+ * the weight-major linear trades single-row decode (−9%) for multi-row steps (+28–39%);
+ * docs/onnx.md has the numbers. Its models run on onnxruntime only.
+ */
+export const ONNX_FUSED_RULES = {
+  ...ONNX_RULES,
+  linear: linearWeightMajor,
+  rmsNorm: rmsNormFused,
+  rotary: rotaryFused,
+  attention: attentionFused,
 } as const satisfies OnnxRuleTable;
