@@ -253,7 +253,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   });
   new client.Gauge({
     name: 'stageml_engine_preparations',
-    help: 'Executor preparations the engine made (constant: one per slot form, plus one per expert-LoRA adapter).',
+    help: 'Executor preparations the engine made (constant: one per slot form and the base program, plus the scoring program once prompt logits are asked for).',
     registers: [metrics.registry],
     collect() {
       this.set(lm.stats().preparations);

@@ -7,7 +7,7 @@ import { EngineCode, EngineError } from './errors.js';
 import { expertSlotFactors } from './experts.js';
 import { engineGraph, paramsToInputs } from './graph.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
-import { type EngineMemory, type EngineOptions, type EnginePlan, type EngineStats, positiveInt } from './options.js';
+import { type EngineMemory, type EngineOptions, type EnginePlan, type EngineStats, type ProgramForm, positiveInt } from './options.js';
 import { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm } from './slot-linear.js';
 import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
 import { Sequence, type SlotEntry } from './sequence.js';
@@ -51,8 +51,8 @@ function shapeOnly(a: LoraAdapter): LoraAdapter {
  */
 export class Engine {
   readonly #executor: Executor;
-  readonly #programs: Partial<Record<SlotForm, PreparedGraph>>;
-  readonly #runsByForm: Record<SlotForm, number> = { gathered: 0, grouped: 0 };
+  readonly #programs: Partial<Record<ProgramForm, PreparedGraph>>;
+  readonly #runsByForm: Record<ProgramForm, number> = { gathered: 0, grouped: 0, base: 0 };
   readonly #tables: SlotTables;
   readonly #shapes: Map<string, readonly number[]>;
   readonly #weightBytes: number;
@@ -89,6 +89,7 @@ export class Engine {
   #preparations: number;
   #scoring: Promise<PreparedGraph> | undefined;
   #runs = 0;
+  #disposed = false;
 
   private constructor(
     /** The model directory. */
@@ -97,7 +98,7 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<SlotForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined },
   ) {
     this.#weightInputs = parts.weightInputs;
     this.#resident = new Set([...Object.keys(parts.weightInputs), ...Object.keys(parts.tables.inputs)]);
@@ -167,7 +168,11 @@ export class Engine {
     if (opts.quantize !== undefined && opts.weights === 'inputs') throw new EngineError(EngineCode.BAD_OPTIONS, "quantize packs the weights into the programs: it needs weights: 'program'");
     const config = await readLlamaConfig(dir);
     const modules: SlotModule[] = [];
-    const forms: SlotForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? ['gathered', 'grouped'] : [opts.slotForm];
+    const slotForms: ProgramForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? ['gathered', 'grouped'] : [opts.slotForm];
+    // Base-only batches run a program without slot tables (the slot path costs a base row as much
+    // as an adapter row) — except where each program holds its own f32 copy of the weights.
+    const withBase = opts.quantize !== undefined || (opts.weights ?? 'inputs') === 'inputs';
+    const forms: ProgramForm[] = withBase ? [...slotForms, 'base'] : slotForms;
     const graphs = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : []));
     const graph = graphs[0]!;
     const ckpt = await openCheckpoint(dir);
@@ -186,7 +191,7 @@ export class Engine {
     }
     const executor = opts.executor ?? interpreterExecutor;
     const asInputs = opts.quantize === undefined && (opts.weights ?? 'inputs') === 'inputs';
-    const programs: Partial<Record<SlotForm, PreparedGraph>> = {};
+    const programs: Partial<Record<ProgramForm, PreparedGraph>> = {};
     // One cache for every program, so each weight is packed once and the packed copy is shared.
     const quantize = opts.quantize === undefined ? undefined : 'bits' in opts.quantize ? { spec: opts.quantize, cache: new WeakMap() } : { ...opts.quantize, cache: opts.quantize.cache ?? new WeakMap() };
     for (const [i, f] of forms.entries()) {
@@ -458,6 +463,7 @@ export class Engine {
    * `ENGINE_BAD_OPTIONS`.
    */
   async promptLogits(adapter: string | null | undefined, prompt: readonly number[], mask?: readonly number[]): Promise<HostTensor> {
+    if (this.#disposed) throw new EngineError(EngineCode.BAD_OPTIONS, 'the engine was disposed');
     if (Object.keys(this.#weightInputs).length === 0) throw new EngineError(EngineCode.BAD_OPTIONS, "prompt logits need the engine's weights as inputs (weights: 'inputs')");
     const seq = this.open(adapter, prompt, mask);
     try {
@@ -501,6 +507,18 @@ export class Engine {
     }
   }
 
+  /**
+   * Releases every program (and the scoring program) on the executor and every live sequence;
+   * later steps fail with `ENGINE_BAD_OPTIONS`. Idempotent.
+   */
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    for (const s of [...this.#live]) this.release(s);
+    for (const p of Object.values(this.#programs)) p.dispose();
+    this.#scoring?.then((p) => { p.dispose(); }, () => undefined);
+  }
+
   /** Ends a sequence: frees its KV memory and its hold on the adapter's slot. Idempotent. */
   release(seq: Sequence): void {
     if (seq.released) return;
@@ -528,7 +546,14 @@ export class Engine {
   }
 
   async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined): Promise<Record<string, HostTensor>> {
+    if (this.#disposed) throw new EngineError(EngineCode.BAD_OPTIONS, 'the engine was disposed');
     const programs = this.#programs;
+    if (programs.base !== undefined && lane === undefined && rowSlots.every((s) => s === 0)) {
+      Object.assign(inputs, this.#weightInputs);
+      this.#runs++;
+      this.#runsByForm.base++;
+      return runProgram(programs.base, inputs, this.#resident);
+    }
     Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
     const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
     const form: SlotForm = programs.grouped === undefined ? 'gathered' : programs.gathered === undefined ? 'grouped' : chooseSlotForm(rowSlots.length, groups.length);

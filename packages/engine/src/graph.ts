@@ -6,12 +6,14 @@ import { type SlotForm, type SlotModule, slotExperts, slotLinear } from './slot-
  * The engine's program graph: the Llama-family decoder with slot linears on every projection,
  * position-major resident KV inputs, only this step's keys/values as outputs, last-position
  * logits, and an additive key mask; MoE layers take expert LoRA factors from slot tables too.
- * `modules` receives every projection (and expert projection) with slot tables.
+ * `modules` receives every projection (and expert projection) with slot tables. Form `base` is the
+ * same decoder without slot tables: what a batch of base rows only runs.
  */
-export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, rank: number, modules: SlotModule[], opts: { readonly allLogits?: boolean } = {}): Graph {
+export function engineGraph(config: LlamaConfig, form: SlotForm | 'base', slots: number, rank: number, modules: SlotModule[], opts: { readonly allLogits?: boolean } = {}): Graph {
+  const slotted = form !== 'base';
   return buildLlamaGraph(config, {
     // MoE layers: expert LoRA factors in slot tables too (token_slot picks each routed row's).
-    ...(config.moe === undefined ? {} : { experts: slotExperts(slots, rank, modules) }),
+    ...(config.moe === undefined || !slotted ? {} : { experts: slotExperts(slots, rank, modules) }),
     name: config.modelType,
     residentKv: true,
     attentionMask: true,
@@ -19,7 +21,8 @@ export function engineGraph(config: LlamaConfig, form: SlotForm, slots: number, 
     // f32[rows, 1, keys], the same data as a key mask.
     ...(config.slidingWindow === undefined ? {} : { perQueryMask: true }),
     lastLogitsOnly: opts.allLogits !== true,
-    linear: slotLinear(form, slots, rank, modules),
+    // The base form: plain linears and experts, no slot inputs (batches whose every row is base).
+    ...(slotted ? { linear: slotLinear(form, slots, rank, modules) } : {}),
     invFreq: ropeInvFreqFor(config.headDim, config.ropeTheta, config.rope),
     qkvBias: config.qkvBias,
   });

@@ -3,6 +3,9 @@ import type { Plan } from '@stageml/planner';
 import { EngineCode, EngineError } from './errors.js';
 import type { SlotForm } from './slot-linear.js';
 
+/** The programs an engine runs: the two slot forms, and `base` for batches of base rows only. */
+export type ProgramForm = SlotForm | 'base';
+
 /** Options of `Engine.load`. */
 export interface EngineOptions {
   /** Executor that runs the program (default: the reference interpreter). */
@@ -32,9 +35,11 @@ export interface EngineOptions {
    */
   readonly quantize?: WeightQuantSpec | QuantizeLinearsOptions;
   /**
-   * Slot form: `auto` (default) prepares both the gathered and the grouped program (two
-   * preparations for the engine's lifetime) and picks per step with `chooseSlotForm`; a fixed form
-   * prepares only that one.
+   * Slot form: `auto` (default) prepares both the gathered and the grouped program and picks per
+   * step with `chooseSlotForm`; a fixed form prepares only that one. Beside them the engine
+   * prepares a `base` program without slot tables for batches of base rows only (not with f32
+   * `weights: 'program'`, where it would hold a third copy of the weights): three preparations for
+   * the engine's lifetime by default.
    */
   readonly slotForm?: 'auto' | SlotForm;
   /**
@@ -94,7 +99,7 @@ export interface EngineStats {
   /** Program runs (prefill chunks and decode steps). */
   readonly runs: number;
   /** Runs by slot form. */
-  readonly runsByForm: Readonly<Record<SlotForm, number>>;
+  readonly runsByForm: Readonly<Record<ProgramForm, number>>;
   /** Adapters resident in slots now. */
   readonly residentAdapters: number;
   /** Live sequences. */
