@@ -57,6 +57,11 @@ const ADAPTERS = 8;
 const PREFILL = 128;
 /** Prompt tokens per engine prefill run: the engine's default (32, what `stageml serve` runs) unless LLAMACPP_PREFILL_CHUNK says. */
 const PREFILL_CHUNK = Number(process.env['LLAMACPP_PREFILL_CHUNK'] ?? 32);
+/**
+ * Prompt tokens per prefill run while nothing decodes: the scheduler's default `idlePrefillTokens`
+ * (512) — each prompt here is prefilled with no other stream running, as the server would.
+ */
+const IDLE_PREFILL = Number(process.env['LLAMACPP_IDLE_PREFILL'] ?? 512);
 const PROJ = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj'];
 
 /** `--name value` on the command line, else `LLAMACPP_<NAME>` in the environment (`pnpm bench` passes no flags). */
@@ -163,7 +168,7 @@ async function oursOpen(engine: Engine, ps: readonly number[][], adapters: reado
     const seq = engine.open(adapters[r], p);
     if (!(await engine.attach(seq))) throw new Error(`no free slot for adapter ${adapters[r] ?? 'base'}`);
     let last: Float32Array | undefined;
-    while (!seq.ready) last = await engine.prefill(seq);
+    while (!seq.ready) last = await engine.prefill(seq, { maxChunk: IDLE_PREFILL });
     seqs.push(seq);
     logits.push(last!);
   }
@@ -194,7 +199,7 @@ async function oursDecode(engine: Engine, ps: number[][], steps: number, adapter
   }
 }
 
-/** Prefill tokens/s of one prompt (the engine's chunked prefill, `prefillChunk` tokens per run). */
+/** Prefill tokens/s of one prompt (nothing else running: runs of up to `IDLE_PREFILL` tokens, as the scheduler gives an idle engine). */
 async function oursPrefill(engine: Engine, prompt: number[]): Promise<number> {
   const t0 = performance.now();
   const { seqs } = await oursOpen(engine, [prompt], [undefined]);
@@ -374,7 +379,7 @@ const fmt = (v: number) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
 const md: string[] = [
   '# llamacpp',
   '',
-  `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, chunked prefill of ${String(PREFILL_CHUNK)} tokens per run; ${RULES === 'fused' ? '`ONNX_FUSED_RULES`' : 'the default lowering (`ONNX_RULES`)'}; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
+  `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${RULES === 'fused' ? '`ONNX_FUSED_RULES`' : 'the default lowering (`ONNX_RULES`)'}; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
   '',
   `Date: ${doc.date} · ${String(doc.machine.cpus)}× ${doc.machine.cpuModel}, ${String(doc.machine.memoryGiB)} GiB · load average at start ${loads['start']!.map((x) => x.toFixed(2)).join(' ')}, at end ${loads['end']!.map((x) => x.toFixed(2)).join(' ')} (shared machine) · wall ${String(doc.wallSeconds)} s · peak RSS ${String(doc.peakRssGiB)} GiB`,
   '',

@@ -120,6 +120,8 @@ export interface ServerOptions {
   readonly prefillChunk?: number;
   /** Most prompt tokens one step prefills over all arriving sequences together (default 64). */
   readonly prefillTokens?: number;
+  /** The same budget while nothing decodes, each sequence's chunk included (default 512). */
+  readonly idlePrefillTokens?: number;
   /** Bytes the engine's planner may spend on merged weight copies (default: no planning). */
   readonly memoryBudget?: number;
 }
@@ -201,6 +203,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     ...(opts.maxBatch === undefined ? {} : { maxBatch: opts.maxBatch }),
     ...(opts.maxQueue === undefined ? {} : { maxQueue: opts.maxQueue }),
     ...(opts.prefillTokens === undefined ? {} : { prefillTokens: opts.prefillTokens }),
+    ...(opts.idlePrefillTokens === undefined ? {} : { idlePrefillTokens: opts.idlePrefillTokens }),
     tenantCap: (t) => registry.tenant(t)?.maxRunning,
     tenantQueue: (t) => registry.tenant(t)?.maxQueue,
     tenantWeight: (t) => registry.tenant(t)?.weight,

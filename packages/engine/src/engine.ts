@@ -7,7 +7,7 @@ import { EngineCode, EngineError } from './errors.js';
 import { expertSlotFactors } from './experts.js';
 import { engineGraph, paramsToInputs } from './graph.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
-import { type EngineMemory, type EngineOptions, type EnginePlan, type EngineStats, type ProgramForm, positiveInt } from './options.js';
+import { type EngineMemory, type EngineOptions, type EnginePlan, type EngineStats, type PrefillOptions, type ProgramForm, positiveInt } from './options.js';
 import { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm } from './slot-linear.js';
 import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
 import { Sequence, type SlotEntry } from './sequence.js';
@@ -583,9 +583,12 @@ export class Engine {
     return { k, v };
   }
 
-  /** Tokens the next prefill chunk of `seq` takes (at most `prefillChunk`; 0 once prefilled). */
-  chunkOf(seq: Sequence): number {
-    return Math.min(this.#prefillChunk, seq.prompt.length - seq.prefilled);
+  /**
+   * Tokens the next prefill chunk of `seq` takes: at most `maxChunk` (default `prefillChunk`; a
+   * scheduler with no stream to stall may allow more), 0 once prefilled.
+   */
+  chunkOf(seq: Sequence, maxChunk?: number): number {
+    return Math.min(maxChunk ?? this.#prefillChunk, seq.prompt.length - seq.prefilled);
   }
 
   /**
@@ -593,8 +596,8 @@ export class Engine {
    * and values in place. Resolves to the last position's logits f32[vocab] when the prompt is done,
    * otherwise undefined.
    */
-  async prefill(seq: Sequence): Promise<Float32Array | undefined> {
-    return (await this.prefillMany([seq]))[0];
+  async prefill(seq: Sequence, opts: PrefillOptions = {}): Promise<Float32Array | undefined> {
+    return (await this.prefillMany([seq], opts))[0];
   }
 
   /**
@@ -605,7 +608,8 @@ export class Engine {
    * positions only. Resolves, per sequence, to its last position's logits when its prompt is done,
    * otherwise undefined.
    */
-  async prefillMany(seqs: readonly Sequence[]): Promise<(Float32Array | undefined)[]> {
+  async prefillMany(seqs: readonly Sequence[], opts: PrefillOptions = {}): Promise<(Float32Array | undefined)[]> {
+    const maxChunk = opts.maxChunk === undefined ? undefined : positiveInt('maxChunk', opts.maxChunk, 1);
     for (const s of seqs) this.#check(s);
     if (new Set(seqs).size !== seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, 'a sequence appears twice in one prefill');
     await this.#applyPlan();
@@ -620,7 +624,7 @@ export class Engine {
     });
     const result: (Float32Array | undefined)[] = new Array<Float32Array | undefined>(seqs.length);
     for (const [key, idx] of byLane) {
-      const out = await this.#prefillBatch(idx.map((i) => seqs[i]!), key === '' ? undefined : this.#lanes.get(key));
+      const out = await this.#prefillBatch(idx.map((i) => seqs[i]!), key === '' ? undefined : this.#lanes.get(key), maxChunk);
       idx.forEach((i, j) => {
         result[i] = out[j];
       });
@@ -628,9 +632,9 @@ export class Engine {
     return result;
   }
 
-  async #prefillBatch(seqs: readonly Sequence[], lane: Lane | undefined): Promise<(Float32Array | undefined)[]> {
+  async #prefillBatch(seqs: readonly Sequence[], lane: Lane | undefined, maxChunk: number | undefined): Promise<(Float32Array | undefined)[]> {
     const slots = seqs.map((s) => this.#check(s));
-    const counts = seqs.map((s) => this.chunkOf(s));
+    const counts = seqs.map((s) => this.chunkOf(s, maxChunk));
     const { inputs, C, past, chunkMasks, nexts } = prefillInputs(seqs, counts, this.config.slidingWindow);
     this.#stagePast(inputs, seqs, past);
     const out = await this.#run(inputs, slots, lane);

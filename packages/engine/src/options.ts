@@ -3,6 +3,15 @@ import type { Plan } from '@stageml/planner';
 import { EngineCode, EngineError } from './errors.js';
 import type { SlotForm } from './slot-linear.js';
 
+/** Options of `Engine.prefill` / `prefillMany`. */
+export interface PrefillOptions {
+  /**
+   * Most prompt tokens per sequence in this run, overriding `prefillChunk` (a scheduler with no
+   * running stream to stall lets an arriving prompt through in fewer, larger runs).
+   */
+  readonly maxChunk?: number;
+}
+
 /** The programs an engine runs: the two slot forms, and `base` for batches of base rows only. */
 export type ProgramForm = SlotForm | 'base';
 

@@ -114,7 +114,7 @@ describe('Batched prefill', () => {
     for (const prompt of prompts) want.push((await alone.submit({ tenant: 't', adapter: undefined, prompt, maxNewTokens: 3, sampling: { greedy: true }, stopTokens: [] })).newIds);
     await alone.drain();
     // Six 4-token prompts under a budget of 8 tokens per step: at most two prefilled per run.
-    const scheduler = new Scheduler(engine, { prefillTokens: 8 });
+    const scheduler = new Scheduler(engine, { prefillTokens: 8, idlePrefillTokens: 8 });
     const prefills: number[] = [];
     const many = engine.prefillMany.bind(engine);
     (engine as { prefillMany: typeof engine.prefillMany }).prefillMany = (seqs) => {
@@ -128,5 +128,18 @@ describe('Batched prefill', () => {
     expect(Math.max(...prefills)).toBe(2);
     expect(prefills.length).toBeLessThanOrEqual(4);
     expect(() => new Scheduler(engine, { prefillTokens: 0 })).toThrow(expect.objectContaining({ code: 'ROUTER_BAD_CONFIG' }) as Error);
+    expect(() => new Scheduler(engine, { idlePrefillTokens: 1.5 })).toThrow(expect.objectContaining({ code: 'ROUTER_BAD_CONFIG' }) as Error);
+  });
+
+  it('with nothing decoding, a long prompt is prefilled in one run (up to idlePrefillTokens), with the tokens chunked prefill gives', async () => {
+    const engine = await Engine.load(`${root}base`, { prefillChunk: 4 });
+    const long = Array.from({ length: 40 }, (_, i) => 3 + ((i * 37) % 500));
+    const chunked = new Scheduler(engine, { idlePrefillTokens: 4 });
+    const want = await chunked.submit({ tenant: 't', adapter: undefined, prompt: long, maxNewTokens: 4, sampling: { greedy: true }, stopTokens: [] });
+    const runs0 = engine.stats().runs;
+    const got = await new Scheduler(engine).submit({ tenant: 't', adapter: undefined, prompt: long, maxNewTokens: 4, sampling: { greedy: true }, stopTokens: [] });
+    expect(got.newIds).toEqual(want.newIds);
+    // One prefill run (40 ≤ 512 tokens) and three decode steps.
+    expect(engine.stats().runs - runs0).toBe(1 + 3);
   });
 });

@@ -62,6 +62,12 @@ export interface SchedulerOptions {
    * prompt still advances one chunk per step beside the running streams.
    */
   readonly prefillTokens?: number;
+  /**
+   * The step budget while no sequence decodes (default 512): with no stream to stall, arriving
+   * prompts are prefilled in runs of up to this many tokens — each sequence's chunk too — rather
+   * than in `prefillChunk`-sized runs.
+   */
+  readonly idlePrefillTokens?: number;
 }
 
 interface Seq {
@@ -119,6 +125,7 @@ export class Scheduler {
   #serial = 0;
   readonly #isStaged: (adapter: string) => boolean;
   readonly #prefillTokens: number;
+  readonly #idlePrefillTokens: number;
   readonly #queues = new Map<string, Seq[]>();
   readonly #running: Seq[] = [];
   #waiting = 0;
@@ -138,6 +145,9 @@ export class Scheduler {
     const budget = opts.prefillTokens ?? 64;
     if (!Number.isSafeInteger(budget) || budget < 1) throw new RouterError(RouterCode.BAD_CONFIG, `prefillTokens must be a positive integer, got ${String(opts.prefillTokens)}`);
     this.#prefillTokens = budget;
+    const idle = opts.idlePrefillTokens ?? Math.max(512, budget);
+    if (!Number.isSafeInteger(idle) || idle < 1) throw new RouterError(RouterCode.BAD_CONFIG, `idlePrefillTokens must be a positive integer, got ${String(opts.idlePrefillTokens)}`);
+    this.#idlePrefillTokens = idle;
   }
 
   /** Running and waiting counts for metrics and readiness. */
@@ -325,9 +335,9 @@ export class Scheduler {
     );
   }
 
-  async #prefill(group: readonly Seq[]): Promise<void> {
+  async #prefill(group: readonly Seq[], maxChunk: number | undefined): Promise<void> {
     try {
-      const logits = await this.#engine.prefillMany(group.map((s) => s.es!));
+      const logits = await this.#engine.prefillMany(group.map((s) => s.es!), maxChunk === undefined ? {} : { maxChunk });
       group.forEach((s, i) => {
         if (logits[i] !== undefined) this.#emit(s, logits[i]);
       });
@@ -336,18 +346,24 @@ export class Scheduler {
     }
   }
 
-  /** The sequences to prefill this step: in arrival order, while rows × longest chunk fits the budget (at least one). */
-  #prefillGroup(): Seq[] {
+  /**
+   * The sequences to prefill this step: in arrival order, while rows × longest chunk fits the
+   * budget (at least one). With nothing decoding (`idle`) the budget is `idlePrefillTokens` and a
+   * sequence's chunk may grow to it.
+   */
+  #prefillGroup(idle: boolean): { readonly group: Seq[]; readonly maxChunk: number | undefined } {
     const group: Seq[] = [];
+    const budget = idle ? this.#idlePrefillTokens : this.#prefillTokens;
+    const maxChunk = idle ? this.#idlePrefillTokens : undefined;
     let longest = 0;
     for (const s of this.#running) {
       if (s.es?.slot === undefined || s.es.ready || s.done) continue;
-      const c = Math.max(longest, this.#engine.chunkOf(s.es));
-      if (group.length > 0 && (group.length + 1) * c > this.#prefillTokens) break;
+      const c = Math.max(longest, this.#engine.chunkOf(s.es, maxChunk));
+      if (group.length > 0 && (group.length + 1) * c > budget) break;
       group.push(s);
       longest = c;
     }
-    return group;
+    return { group, maxChunk };
   }
 
   async #decode(group: readonly Seq[]): Promise<void> {
@@ -379,7 +395,7 @@ export class Scheduler {
           continue;
         }
         const decoding = this.#running.filter((s) => s.es?.ready === true);
-        const prefilling = this.#prefillGroup();
+        const { group: prefilling, maxChunk } = this.#prefillGroup(decoding.length === 0);
         if (decoding.length === 0 && prefilling.length === 0) {
           // Only sequences waiting for a slot load (or a free slot): their attach resumes the loop.
           if (this.#running.some((s) => s.attaching)) break;
@@ -388,7 +404,7 @@ export class Scheduler {
         }
         if (decoding.length > 0) await this.#decode(decoding);
         const live = prefilling.filter((s) => !s.done);
-        if (live.length > 0) await this.#prefill(live);
+        if (live.length > 0) await this.#prefill(live, maxChunk);
         this.#prune();
         // NOTE: executors may compute synchronously; yield to the event loop between steps so new
         // requests (and cancellations) arrive and join at the next step.

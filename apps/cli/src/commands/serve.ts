@@ -27,6 +27,7 @@ interface ServeOptions {
   maxQueue?: number;
   prefillChunk?: number;
   prefillTokens?: number;
+  idlePrefillTokens?: number;
   adminKey?: string;
   adapterRoot?: string[];
   shutdownTimeout?: number;
@@ -71,6 +72,7 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--max-queue <n>', 'most queued requests before 429', parsePositiveInt)
     .option('--prefill-chunk <n>', 'most prompt tokens of one sequence prefilled per step (chunked prefill; default 32)', parsePositiveInt)
     .option('--prefill-tokens <n>', 'most prompt tokens prefilled per step over all arriving sequences together (default 64)', parsePositiveInt)
+    .option('--idle-prefill-tokens <n>', 'the same budget while nothing decodes, each prompt\'s chunk included (default 512)', parsePositiveInt)
     .option('--admin-key <key>', 'key guarding load/unload (always when set), /metrics and /ready details')
     .option('--adapter-root <dir...>', 'adapter roots (repeatable): admin loads must read from inside one (default: --adapters), and a request for an adapter not loaded loads <root>/<name> on demand')
     .option('--shutdown-timeout <s>', 'seconds to drain in-flight requests on SIGTERM before closing connections (default 30)', parseSeconds)
@@ -123,6 +125,7 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.maxQueue === undefined ? {} : { maxQueue: opts.maxQueue }),
         ...(opts.prefillChunk === undefined ? {} : { prefillChunk: opts.prefillChunk }),
         ...(opts.prefillTokens === undefined ? {} : { prefillTokens: opts.prefillTokens }),
+        ...(opts.idlePrefillTokens === undefined ? {} : { idlePrefillTokens: opts.idlePrefillTokens }),
         ...(opts.adminKey === undefined ? {} : { adminKey: opts.adminKey }),
         ...(opts.shutdownTimeout === undefined ? {} : { shutdownTimeoutMs: opts.shutdownTimeout }),
         ...(opts.bodyTimeout === undefined ? {} : { bodyTimeoutMs: opts.bodyTimeout }),
