@@ -82,9 +82,9 @@ describe('Engine: adapters as data', () => {
     }
   }, 300_000);
 
-  it('1,000 random batch compositions over 32 adapters (ranks 4–64) and base rows: three preparations, each row equal to its adapter run alone', async () => {
-    // The constant: one preparation per slot form (gathered and grouped) and the base program, made at load.
-    expect(count()).toBe(3);
+  it('1,000 random batch compositions over 32 adapters (ranks 4–64) and base rows: four preparations, each row equal to its adapter run alone', async () => {
+    // The constant: one preparation per slot form (gathered, grouped, single) and the base program, made at load.
+    expect(count()).toBe(4);
     const rand = seededRandom(2026);
     let worst = 0;
     const seen = new Set<string>();
@@ -108,9 +108,10 @@ describe('Engine: adapters as data', () => {
     // Distinct adapter multisets (single-row batches repeat; the rest almost never do).
     expect(seen.size).toBeGreaterThan(700);
     expect(worst).toBeLessThan(1e-4);
-    // Still three (two slot forms and the base program), whatever the compositions; every form served steps.
-    expect(count()).toBe(3);
-    expect(engine.stats().preparations).toBe(3);
+    // Still four (three slot forms and the base program), whatever the compositions; every form served steps.
+    expect(count()).toBe(4);
+    expect(engine.stats().preparations).toBe(4);
+    expect(engine.stats().runsByForm.single).toBeGreaterThan(50);
     expect(engine.stats().runsByForm.base).toBeGreaterThan(0);
     expect(engine.stats().runsByForm.gathered).toBeGreaterThan(50);
     expect(engine.stats().runsByForm.grouped).toBeGreaterThan(50);
@@ -195,7 +196,7 @@ describe('Engine: dispose', () => {
     while (!s.ready) await engine.prefill(s);
     engine.dispose();
     engine.dispose();
-    expect(disposed).toHaveLength(3);
+    expect(disposed).toHaveLength(4);
     expect(engine.stats().sequences).toBe(0);
     expect(engine.memory().kv).toBe(0);
     const t = engine.open(undefined, PROMPTS[1]!);
@@ -292,7 +293,7 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
     await f.close();
     // Expert factors live in the expert slot tables: the slot programs (and the base program for
     // base-only batches) serve everything, each mixed decode step is one run, and nothing needs a lane.
-    expect(engine.stats().preparations).toBe(3);
+    expect(engine.stats().preparations).toBe(4);
     expect(engine.memory().lanes).toBe(0);
     const runs = engine.stats().runs;
     const mixed = models.map((m) => engine.open(m === 'base' ? undefined : m, [1, 5, 9]));
@@ -315,7 +316,7 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
     const engine = await Engine.load(`${fixtures}mixtral/base`, { maxLoras: 2, executor: await createOrtExecutor({}) });
     for (const a of ['attn-r8', 'experts-r4']) await engine.loadAdapter(`${fixtures}mixtral/adapters/${a}`, a);
     for (let p = 0; p < 4; p++) await mixedGreedyGoldens(engine, p);
-    expect(engine.stats().preparations).toBe(3);
+    expect(engine.stats().preparations).toBe(4);
   });
 
   it('a whole-tensor-override adapter (modules_to_save lm_head) mixed with other adapters: every row equals its adapter alone', async () => {
@@ -327,7 +328,7 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
       await engine.loadAdapter(join(tmp, n), n);
       await lm.loadAdapter(join(tmp, n), n);
     }
-    expect(engine.stats().preparations).toBe(3);
+    expect(engine.stats().preparations).toBe(4);
     const picks = [{ a: 'override', p: 0 }, { a: undefined, p: 1 }, { a: 'plain', p: 2 }, { a: 'override', p: 3 }];
     const seqs = picks.map((x) => engine.open(x.a, PROMPTS[x.p]!));
     for (const s of seqs) {
@@ -390,7 +391,7 @@ describe('Engine: plans applied', () => {
     expect(merged['qv-r8']).toHaveLength(4);
     expect(ample.memory().lanes).toBeGreaterThan(0);
     expect(ample.plan().plan?.format).toBe('stageml.plan');
-    expect(ample.stats().preparations).toBe(3);
+    expect(ample.stats().preparations).toBe(4);
 
     const none = await Engine.load(`${root}base`, { maxLoras: 4, memoryBudget: 0 });
     for (const a of ADAPTERS) await none.loadAdapter(`${root}adapters/${a}`, a);

@@ -8,7 +8,7 @@ import { expertSlotFactors } from './experts.js';
 import { engineGraph, paramsToInputs } from './graph.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
 import { type EngineMemory, type EngineOptions, type EnginePlan, type EngineStats, type PrefillOptions, type ProgramForm, positiveInt } from './options.js';
-import { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm } from './slot-linear.js';
+import { GROUP_SLOT_INPUT, ONE_SLOT_INPUT, ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm } from './slot-linear.js';
 import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
 import { Sequence, type SlotEntry } from './sequence.js';
 import { windowedQueries } from './masks.js';
@@ -52,7 +52,7 @@ function shapeOnly(a: LoraAdapter): LoraAdapter {
 export class Engine {
   readonly #executor: Executor;
   readonly #programs: Partial<Record<ProgramForm, PreparedGraph>>;
-  readonly #runsByForm: Record<ProgramForm, number> = { gathered: 0, grouped: 0, base: 0 };
+  readonly #runsByForm: Record<ProgramForm, number> = { gathered: 0, grouped: 0, single: 0, base: 0 };
   readonly #tables: SlotTables;
   readonly #shapes: Map<string, readonly number[]>;
   readonly #weightBytes: number;
@@ -168,7 +168,8 @@ export class Engine {
     if (opts.quantize !== undefined && opts.weights === 'inputs') throw new EngineError(EngineCode.BAD_OPTIONS, "quantize packs the weights into the programs: it needs weights: 'program'");
     const config = await readLlamaConfig(dir);
     const modules: SlotModule[] = [];
-    const slotForms: ProgramForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? ['gathered', 'grouped'] : [opts.slotForm];
+    if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered' or 'grouped' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${String(opts.slotForm)}'`);
+    const slotForms: ProgramForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? ['gathered', 'grouped', 'single'] : [opts.slotForm];
     // Base-only batches run a program without slot tables (the slot path costs a base row as much
     // as an adapter row) — except where each program holds its own f32 copy of the weights.
     const withBase = opts.quantize !== undefined || (opts.weights ?? 'inputs') === 'inputs';
@@ -556,9 +557,12 @@ export class Engine {
     }
     Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
     const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
-    const form: SlotForm = programs.grouped === undefined ? 'gathered' : programs.gathered === undefined ? 'grouped' : chooseSlotForm(rowSlots.length, groups.length);
+    const form: SlotForm = programs.single !== undefined && groups.length === 1 ? 'single' : programs.grouped === undefined ? 'gathered' : programs.gathered === undefined ? 'grouped' : chooseSlotForm(rowSlots.length, groups.length);
     this.#tokenSlots(inputs, rowSlots);
-    if (form === 'gathered') inputs[ROW_SLOT_INPUT] = hostTensor('i64', [rowSlots.length], rowSlots);
+    if (form === 'single') {
+      inputs[ONE_SLOT_INPUT] = hostTensor('i64', [], [groups[0]!]);
+      inputs[ROW_MASK_INPUT] = { dtype: 'f32', shape: [rowSlots.length, 1, 1], data: Float32Array.from(rowSlots, (s) => (s === 0 ? 0 : 1)) };
+    } else if (form === 'gathered') inputs[ROW_SLOT_INPUT] = hostTensor('i64', [rowSlots.length], rowSlots);
     else {
       if (groups.length === 0) groups.push(0);
       const onehot = new Float32Array(rowSlots.length * groups.length);

@@ -44,13 +44,14 @@ export interface EngineOptions {
    */
   readonly quantize?: WeightQuantSpec | QuantizeLinearsOptions;
   /**
-   * Slot form: `auto` (default) prepares both the gathered and the grouped program and picks per
-   * step with `chooseSlotForm`; a fixed form prepares only that one. Beside them the engine
-   * prepares a `base` program without slot tables for batches of base rows only (not with f32
-   * `weights: 'program'`, where it would hold a third copy of the weights): three preparations for
-   * the engine's lifetime by default.
+   * Slot form: `auto` (default) prepares the gathered, the grouped and the single program and
+   * picks per step (single when the batch has one adapter, else `chooseSlotForm`); `gathered` or
+   * `grouped` prepares only that one (`single` alone cannot serve two adapters in a batch and is
+   * refused). Beside them the engine prepares a `base` program without slot tables for batches of
+   * base rows only (not with f32 `weights: 'program'`, where it would hold another copy of the
+   * weights): four preparations for the engine's lifetime by default.
    */
-  readonly slotForm?: 'auto' | SlotForm;
+  readonly slotForm?: 'auto' | Exclude<SlotForm, 'single'>;
   /**
    * Bytes the planner may spend on merged weight copies (W + s·B·A of a projection, served in the
    * adapter's lane); undefined: no planning, every adapter is a slot residual. Re-planned on load,

@@ -8,6 +8,10 @@ export const ROW_SLOT_INPUT = 'row_slot';
 export const GROUP_SLOT_INPUT = 'group_slot';
 /** Input name of the row → group one-hot f32[batch, groups] of the grouped form. */
 export const ROW_GROUP_INPUT = 'row_group';
+/** Input name of the one slot i64[] of the single form. */
+export const ONE_SLOT_INPUT = 'one_slot';
+/** Input name of the row mask f32[batch, 1, 1] of the single form (1: the slot's adapter, 0: base). */
+export const ROW_MASK_INPUT = 'row_mask';
 
 /**
  * How a program applies the slot factors:
@@ -15,9 +19,12 @@ export const ROW_GROUP_INPUT = 'row_group';
  *   projection) and applies them in one batched matmul — cost grows with rows, not adapters;
  * - `grouped`: the batch's G distinct slots are gathered once, every row is multiplied by all G
  *   of them in two dense matmuls and a one-hot mask keeps its own — cost G·R·(in + out) bytes plus
- *   rows·G·R·(in + out) flops, far cheaper while G is small (one adapter, or a few).
+ *   rows·G·R·(in + out) flops, far cheaper while G is small (a few adapters);
+ * - `single`: the batch has one adapter (its other rows base): its slot is gathered once and
+ *   applied to every row, a row mask zeroing base rows — the fewest ops per projection, what a
+ *   batch-1 step with an adapter runs.
  */
-export type SlotForm = 'gathered' | 'grouped';
+export type SlotForm = 'gathered' | 'grouped' | 'single';
 
 /** Input names of a module's slot tables: A f32[N, R, in] and B f32[N, R, out] (scale folded into B). */
 export function slotInputNames(module: string): { readonly A: string; readonly B: string } {
@@ -53,7 +60,7 @@ export interface SlotModule {
  * pays for R. `modules` collects every projection the graph declares, for the tables' shapes.
  */
 export function slotLinear(form: SlotForm, slots: number, rank: number, modules: SlotModule[]): LinearFactory {
-  const shared = new Map<GraphBuilder, { rows?: Value; groups?: Value; onehot?: Value }>();
+  const shared = new Map<GraphBuilder, { rows?: Value; groups?: Value; onehot?: Value; one?: Value; mask?: Value }>();
   return (b, module, x, inDim, outDim, bias) => {
     const w = b.param(`${module}.weight`, ['f32', [outDim, inDim]]);
     const base = b.linear(x, w, bias ? b.param(`${module}.bias`, ['f32', [outDim]]) : undefined);
@@ -63,6 +70,12 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
     const A = b.input(names.A, ['f32', [slots, rank, inDim]]);
     const B = b.input(names.B, ['f32', [slots, rank, outDim]]);
     modules.push({ module, inDim, outDim });
+    if (form === 'single') {
+      s.one ??= b.input(ONE_SLOT_INPUT, ['i64', []]);
+      s.mask ??= b.input(ROW_MASK_INPUT, ['f32', ['batch', 1, 1]]);
+      const shrink = b.mul(b.linear(x, b.gather(A, s.one, 0)), s.mask);
+      return b.add(base, b.matmul(shrink, b.gather(B, s.one, 0)));
+    }
     if (form === 'gathered') {
       s.rows ??= b.input(ROW_SLOT_INPUT, ['i64', ['batch']]);
       const shrink = b.matmul(x, b.gather(A, s.rows, 0), { transposeB: true });
