@@ -63,9 +63,9 @@ export interface SchedulerOptions {
    */
   readonly prefillTokens?: number;
   /**
-   * The step budget while no sequence decodes (default 512): with no stream to stall, arriving
-   * prompts are prefilled in runs of up to this many tokens — each sequence's chunk too — rather
-   * than in `prefillChunk`-sized runs.
+   * A prompt's chunk while no sequence decodes (default 512): with no stream to stall, an arriving
+   * prompt is prefilled in runs of up to this many tokens rather than `prefillChunk`-sized ones
+   * (other arriving prompts join its run only within `prefillTokens`).
    */
   readonly idlePrefillTokens?: number;
 }
@@ -347,19 +347,22 @@ export class Scheduler {
   }
 
   /**
-   * The sequences to prefill this step: in arrival order, while rows × longest chunk fits the
-   * budget (at least one). With nothing decoding (`idle`) the budget is `idlePrefillTokens` and a
-   * sequence's chunk may grow to it.
+   * The sequences to prefill this step: in arrival order, while rows × longest chunk fits
+   * `prefillTokens` (at least one). With nothing decoding (`idle`) a chunk may grow to
+   * `idlePrefillTokens`, and the first prompt's chunk raises the budget to its own size.
    */
   #prefillGroup(idle: boolean): { readonly group: Seq[]; readonly maxChunk: number | undefined } {
     const group: Seq[] = [];
-    const budget = idle ? this.#idlePrefillTokens : this.#prefillTokens;
     const maxChunk = idle ? this.#idlePrefillTokens : undefined;
+    let budget = this.#prefillTokens;
     let longest = 0;
     for (const s of this.#running) {
       if (s.es?.slot === undefined || s.es.ready || s.done) continue;
       const c = Math.max(longest, this.#engine.chunkOf(s.es, maxChunk));
-      if (group.length > 0 && (group.length + 1) * c > budget) break;
+      // Idle, the first prompt may take one run of up to idlePrefillTokens; more rows join only
+      // within the usual budget (a burst of short prompts is not one huge run).
+      if (group.length === 0) budget = Math.max(budget, c);
+      else if ((group.length + 1) * c > budget) break;
       group.push(s);
       longest = c;
     }
