@@ -117,8 +117,8 @@ for (let rep = 0; rep < 3; rep++) {
 const medianBy = <T,>(xs: T[], f: (x: T) => number): T => [...xs].sort((a, b) => f(a) - f(b))[xs.length >> 1]!;
 const one = medianBy(ones, (r) => r.tokensPerSecond);
 const many = medianBy(manys, (r) => r.tokensPerSecond);
-cases.push({ name: '32 streams · 1 adapter (a16-r37): aggregate ms/token', medianMs: 1000 / one.tokensPerSecond, runs: 3, extra: { allTokensPerSecond: ones.map((r) => r.tokensPerSecond), tokensPerSecond: one.tokensPerSecond, decodeTokensPerSecond: one.decodeTokensPerSecond, wallMs: one.wallMs } });
-cases.push({ name: '32 streams · 32 adapters (r8–64): aggregate ms/token', medianMs: 1000 / many.tokensPerSecond, runs: 3, baseline: '32 streams · 1 adapter (a16-r37): aggregate ms/token', ratio: one.tokensPerSecond / many.tokensPerSecond, extra: { allTokensPerSecond: manys.map((r) => r.tokensPerSecond), tokensPerSecond: many.tokensPerSecond, decodeTokensPerSecond: many.decodeTokensPerSecond, wallMs: many.wallMs, throughputRatioManyOverOne: many.tokensPerSecond / one.tokensPerSecond } });
+cases.push({ name: '32 streams · 1 adapter (a16-r37): aggregate ms/token', medianMs: 1000 / one.tokensPerSecond, runs: 3, extra: { allTokensPerSecond: ones.map((r) => r.tokensPerSecond.toFixed(1)).join(' '), tokensPerSecond: one.tokensPerSecond, decodeTokensPerSecond: one.decodeTokensPerSecond, wallMs: one.wallMs } });
+cases.push({ name: '32 streams · 32 adapters (r8–64): aggregate ms/token', medianMs: 1000 / many.tokensPerSecond, runs: 3, baseline: '32 streams · 1 adapter (a16-r37): aggregate ms/token', ratio: one.tokensPerSecond / many.tokensPerSecond, extra: { allTokensPerSecond: manys.map((r) => r.tokensPerSecond.toFixed(1)).join(' '), tokensPerSecond: many.tokensPerSecond, decodeTokensPerSecond: many.decodeTokensPerSecond, wallMs: many.wallMs, throughputRatioManyOverOne: many.tokensPerSecond / one.tokensPerSecond } });
 
 // 2. First token for a never-seen adapter (load = read + validate + write its slot), vs a resident one.
 const tl = performance.now();
