@@ -175,7 +175,11 @@ _SWAP_STATE = {}
 
 
 def lora_linear_swap(x, w, a, b, scale, block_n=128, split_k=8, block_k=128, num_warps=4, num_stages=4, use_tma=False, out=None):
-    """The swap-AB one-launch kernel at one configuration (bench/gpu/splitk.py sweeps them)."""
+    """The swap-AB one-launch kernel at one configuration (bench/gpu/splitk.py sweeps them).
+
+    Experimental, for measurement only: on the H200 its results were wrong from 32 rows and for 5 of
+    7 configurations at 16 rows (rel. error 1e-2 to 5.6e-2, cause not found;
+    bench/results/gpu-kernels.md), so nothing in the executor calls it; check its output."""
     n, k = w.shape
     rank = a.shape[0]
     x2 = x.reshape(-1, k)
