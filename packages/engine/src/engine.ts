@@ -90,6 +90,7 @@ export class Engine {
   #scoring: Promise<PreparedGraph> | undefined;
   #runs = 0;
   #disposed = false;
+  readonly #expertCache = new WeakMap<LoraAdapter, ExpertSlotFactors[]>();
 
   private constructor(
     /** The model directory. */
@@ -342,7 +343,10 @@ export class Engine {
 
   /** An adapter's MoE expert factors per expert-projection table (`ENGINE_BAD_ADAPTER` when they do not fit). */
   #expertFactors(adapter: LoraAdapter): ExpertSlotFactors[] {
-    return expertSlotFactors(adapter, this.config, this.#tables.rank);
+    // Unpacked once per parsed adapter: validation at load and the slot write share it.
+    let f = this.#expertCache.get(adapter);
+    if (f === undefined) this.#expertCache.set(adapter, (f = expertSlotFactors(adapter, this.config, this.#tables.rank)));
+    return f;
   }
 
   #assign(entry: SlotEntry): number {
@@ -525,6 +529,7 @@ export class Engine {
     if (seq.released) return;
     seq.released = true;
     this.#live.delete(seq);
+    this.#decodeStaging.forget(seq.kv);
     seq.lease?.release();
     seq.lease = undefined;
   }

@@ -52,5 +52,12 @@ describe('DecodeStaging', () => {
     expect(st.restages).toBe(3);
     check(staged, [rows[0]!, rows[2]!]);
     expect(staged.k[0]!.length).toBe(2 * 24 * W);
+    // Forgetting a staged row (its sequence was released) re-stages the next step.
+    st.forget(rows[1]!);
+    st.stage([rows[0]!, rows[2]!]);
+    expect(st.restages).toBe(3);
+    st.forget(rows[2]!);
+    st.stage([rows[0]!, rows[2]!]);
+    expect(st.restages).toBe(4);
   });
 });

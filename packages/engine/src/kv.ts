@@ -168,6 +168,14 @@ export class DecodeStaging {
     return this.#k.reduce((a, k) => a + 2 * k.length, 0) * 4;
   }
 
+  /** Drops the staged batch if it holds `kv` (a released sequence): its buffers are not kept alive here. */
+  forget(kv: SequenceKv): void {
+    if (this.#rows.includes(kv)) {
+      this.#rows = [];
+      this.#staged = [];
+    }
+  }
+
   /** Stages `rows` (the step's sequences in row order); returns `cap` and the buffers [rows, cap, width] per layer. */
   stage(rows: readonly SequenceKv[]): { readonly cap: number; readonly k: readonly Float32Array[]; readonly v: readonly Float32Array[] } {
     const longest = Math.max(1, ...rows.map((r) => r.length));
