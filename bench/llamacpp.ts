@@ -44,7 +44,7 @@ interface Shape {
 
 const SHAPES: readonly Shape[] = [
   { key: 'smol', name: 'SmolLM2-135M shape', layers: 30, hidden: 576, inter: 1536, heads: 9, kv: 3, vocab: 49152, tied: true, reps: 3, steps: 16, pairs: ['f32', 'int8', 'int4'] },
-  { key: 'tiny', name: 'TinyLlama-1.1B shape', layers: 22, hidden: 2048, inter: 5632, heads: 32, kv: 4, vocab: 32000, tied: false, reps: 1, steps: 8, pairs: ['int8', 'int4'] },
+  { key: 'tiny', name: 'TinyLlama-1.1B shape', layers: 22, hidden: 2048, inter: 5632, heads: 32, kv: 4, vocab: 32000, tied: false, reps: 1, steps: 8, pairs: ['f32', 'int8', 'int4'] },
 ];
 const PAIRS = [
   { key: 'f32', ours: undefined, gguf: 'F32' },
@@ -62,6 +62,8 @@ const PREFILL_CHUNK = Number(process.env['LLAMACPP_PREFILL_CHUNK'] ?? 32);
  * (512) — each prompt here is prefilled with no other stream running, as the server would.
  */
 const IDLE_PREFILL = Number(process.env['LLAMACPP_IDLE_PREFILL'] ?? 512);
+/** f32 engines with `packBase` (default on; LLAMACPP_PACK_BASE=0 measures the shared-input base program). */
+const PACK_BASE = (process.env['LLAMACPP_PACK_BASE'] ?? '1') !== '0';
 const PROJ = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj'];
 
 /** `--name value` on the command line, else `LLAMACPP_<NAME>` in the environment (`pnpm bench` passes no flags). */
@@ -296,7 +298,9 @@ for (const s of SHAPES) {
   for (const p of PAIRS) {
     if (!pairsOf(s).has(p.key)) continue;
     console.log(`[${s.key} ${p.key}] loading`);
-    const lm = await Engine.load(dir, { executor, ...ENGINE_SLOTS, prefillChunk: PREFILL_CHUNK, ...(p.ours === undefined ? {} : { quantize: parseWeightQuantSpec(p.ours) }) });
+    // f32: base-only batches run a program with its own pre-packed copy of the weights
+    // (`stageml serve --pack-base`); quantized programs hold their packed weights anyway.
+    const lm = await Engine.load(dir, { executor, ...ENGINE_SLOTS, prefillChunk: PREFILL_CHUNK, ...(p.ours === undefined ? { packBase: PACK_BASE } : { quantize: parseWeightQuantSpec(p.ours) }) });
     for (const n of names) await lm.loadAdapter(join(dir, 'adapters', n), n);
     const model: LlamaModel = await llama.loadModel({ modelPath: join(dir, `model-${p.gguf}.gguf`) });
     // Contexts live only while their cases run: each holds a ggml thread pool that polls for work.
@@ -387,13 +391,13 @@ const md: string[] = [
   '| --- | --- | --- | ---: | ---: | ---: | --- |',
   ...results.map((r) => `| ${r.shape} | ${r.pair === 'f32' ? 'f32 / F32' : r.pair === 'int8' ? 'int8 / Q8_0' : 'int4 / Q4_0'} | ${r.case} | ${fmt(r.ours)} | ${fmt(r.llamacpp)} | ${r.ratio.toFixed(2)} | ${r.peer} |`),
   '',
-  `Shapes: ${SHAPES.map((s) => `${s.key} = ${s.name} (${String(s.layers)} layers, hidden ${String(s.hidden)}, intermediate ${String(s.inter)}, heads ${String(s.heads)}/${String(s.kv)}, vocab ${String(s.vocab)}${s.tied ? ', tied embeddings' : ''}; pairs ${(pairsArg?.split(',') ?? s.pairs).join(', ')}; ${String(s.steps)} decode steps per stream)`).join('; ')}. TinyLlama at f32 is left out by default: ~4.4 GB of f32 weights in each engine (plus onnxruntime's transposed copy) does not fit beside six other helpers on the shared 24 GiB machine.`,
+  `Shapes: ${SHAPES.map((s) => `${s.key} = ${s.name} (${String(s.layers)} layers, hidden ${String(s.hidden)}, intermediate ${String(s.inter)}, heads ${String(s.heads)}/${String(s.kv)}, vocab ${String(s.vocab)}${s.tied ? ', tied embeddings' : ''}; pairs ${(pairsArg?.split(',') ?? s.pairs).join(', ')}; ${String(s.steps)} decode steps per stream)`).join('; ')}.`,
   '',
   THREADS === 1
     ? 'One thread per engine: on this shared machine, under the other helpers’ load (10–26 when it was tried), llama.cpp with 2 threads collapses — its spinning thread barrier waits on descheduled threads: 0.5–0.8 decode tok/s at F32 against 23–28 with 1 thread, measured back to back — so the 2-thread comparison of docs/peers is not reproducible here; 1 thread is the fair setting for both.'
     : `${String(THREADS)} threads per engine.`,
   '',
-  'Every run of ours applies the slot factors (LoRA of every projection read from the slot tables, zero for base rows): a base-only step pays for them too, as the serving engine does.',
+  `A batch of base rows only runs the engine's base program (no slot tables)${PACK_BASE ? '; at f32 that program holds its own pre-packed copy of the weights (`packBase`, `stageml serve --pack-base`: one more copy of the weights in memory), the slot programs read the shared host copy' : ''}; a batch with one adapter runs the single slot form, a mixed batch the gathered or grouped form. Quantized weights are packed into every program.`,
   '',
   `8 streams 8 adapters: ours runs one mixed batch (8 rows, one adapter each, the engine picks the gathered or grouped slot form per step); llama.cpp applies LoRA per context, so its best way is one context per adapter, run concurrently under one thread budget.`,
   '',

@@ -67,6 +67,8 @@ export interface ServerOptions {
   readonly executor?: Executor;
   /** Weight-only quantization of the model's linear layers (`stageml serve --quantize`). */
   readonly quantize?: EngineOptions['quantize'];
+  /** Give the base program its own pre-packed copy of the f32 weights (`stageml serve --pack-base`; `EngineOptions.packBase`). */
+  readonly packBase?: boolean;
   /** Most sequences decoded together (default 32). */
   readonly maxBatch?: number;
   /** Most queued requests before 429 (default 256). */
@@ -184,6 +186,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
     ...(bundle?.plan === undefined ? {} : { plan: bundle.plan }),
     ...(opts.quantize === undefined ? {} : { quantize: opts.quantize }),
+    ...(opts.packBase === undefined ? {} : { packBase: opts.packBase }),
   });
   const modelName = opts.modelName ?? (modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   if (opts.adaptersDir !== undefined) {

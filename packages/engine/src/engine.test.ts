@@ -117,6 +117,44 @@ describe('Engine: adapters as data', () => {
     expect(engine.stats().runsByForm.grouped).toBeGreaterThan(50);
     expect(engine.memory().kv).toBe(0);
   }, 300_000);
+
+  it('packBase: base-only batches run a program holding its own copy of the weights, equal to the shared-input path; bad values refused', async () => {
+    const inner = (await isOrtAvailable()) ? await createOrtExecutor({ intraOpNumThreads: 1 }) : interpreterExecutor;
+    const c = counting(inner);
+    const packed = await Engine.load(`${root}base`, { executor: c.executor, maxLoras: 2, maxLoraRank: 64, prefillChunk: 4, packBase: true });
+    const plain = await Engine.load(`${root}base`, { executor: inner, maxLoras: 2, maxLoraRank: 64, prefillChunk: 4 });
+    expect(c.prepared()).toBe(4);
+    // Two copies of the f32 weights: the shared host copy the slot programs read and the base program's own.
+    expect(packed.memory().weights).toBe(2 * plain.memory().weights);
+    await packed.loadAdapter(join(tmp, names[0]!), names[0]!);
+    let worst = 0;
+    for (const a of [undefined, names[0]!, undefined]) {
+      const seqs = PROMPTS.map((p) => packed.open(a, p));
+      for (const [p, s] of seqs.entries()) {
+        await packed.attach(s);
+        let logits: Float32Array | undefined;
+        while (!s.ready) logits = await packed.prefill(s);
+        worst = Math.max(worst, maxAbsDiff(logits!, ref.get(`${a ?? ''}|${String(p)}`)!.prefill));
+      }
+      const out = await packed.decode(seqs, PROMPTS.map((_, p) => token(p)));
+      out.forEach((logits, p) => {
+        worst = Math.max(worst, maxAbsDiff(logits, ref.get(`${a ?? ''}|${String(p)}`)!.decode));
+      });
+      for (const s of seqs) packed.release(s);
+    }
+    expect(worst).toBeLessThan(1e-4);
+    expect(packed.stats().runsByForm.base).toBeGreaterThan(0);
+    expect(packed.stats().runsByForm.single).toBeGreaterThan(0);
+    expect(packed.stats().preparations).toBe(4);
+    // f32 weights: 'program' skips the base program unless packBase asks for it (one more copy).
+    const program = await Engine.load(`${root}base`, { executor: inner, maxLoras: 2, weights: 'program', slotForm: 'gathered' });
+    const programPacked = await Engine.load(`${root}base`, { executor: inner, maxLoras: 2, weights: 'program', slotForm: 'gathered', packBase: true });
+    expect(program.stats().preparations).toBe(1);
+    expect(programPacked.stats().preparations).toBe(2);
+    expect(programPacked.memory().weights).toBe(2 * program.memory().weights);
+    await expect(Engine.load(`${root}base`, { packBase: 'yes' as unknown as boolean })).rejects.toMatchObject({ code: 'ENGINE_BAD_OPTIONS', message: expect.stringContaining('packBase') as unknown });
+    for (const e of [packed, plain, program, programPacked]) e.dispose();
+  }, 120_000);
 });
 
 describe('Engine: batched prefill', () => {

@@ -87,6 +87,8 @@ export class Engine {
   #planDirty = false;
   #runsAtPlan = 0;
   #preparations: number;
+  /** Whether the base program reads the weights as inputs (false: it holds its own, `packBase`). */
+  readonly #baseTakesWeights: boolean;
   #scoring: Promise<PreparedGraph> | undefined;
   #runs = 0;
   #disposed = false;
@@ -99,9 +101,10 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined },
   ) {
     this.#weightInputs = parts.weightInputs;
+    this.#baseTakesWeights = parts.baseTakesWeights;
     this.#resident = new Set([...Object.keys(parts.weightInputs), ...Object.keys(parts.tables.inputs)]);
     this.#rank = parts.tables.rank;
     this.#memoryBudget = parts.memoryBudget;
@@ -173,7 +176,9 @@ export class Engine {
     const slotForms: ProgramForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? ['gathered', 'grouped', 'single'] : [opts.slotForm];
     // Base-only batches run a program without slot tables (the slot path costs a base row as much
     // as an adapter row) — except where each program holds its own f32 copy of the weights.
-    const withBase = opts.quantize !== undefined || (opts.weights ?? 'inputs') === 'inputs';
+    if (opts.packBase !== undefined && typeof opts.packBase !== 'boolean') throw new EngineError(EngineCode.BAD_OPTIONS, `packBase must be true or false, got ${String(opts.packBase as unknown)}`);
+    const packBase = opts.packBase === true;
+    const withBase = packBase || opts.quantize !== undefined || (opts.weights ?? 'inputs') === 'inputs';
     const forms: ProgramForm[] = withBase ? [...slotForms, 'base'] : slotForms;
     const graphs = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : []));
     const graph = graphs[0]!;
@@ -196,9 +201,15 @@ export class Engine {
     const programs: Partial<Record<ProgramForm, PreparedGraph>> = {};
     // One cache for every program, so each weight is packed once and the packed copy is shared.
     const quantize = opts.quantize === undefined ? undefined : 'bits' in opts.quantize ? { spec: opts.quantize, cache: new WeakMap() } : { ...opts.quantize, cache: opts.quantize.cache ?? new WeakMap() };
+    const f32Bytes = weightBytes;
+    let copies = 0;
     for (const [i, f] of forms.entries()) {
-      if (asInputs) programs[f] = await executor.prepare(paramsToInputs(graphs[i]!));
-      else if (quantize === undefined) programs[f] = await executor.prepare(graphs[i]!, { get: (n) => weights.get(n) });
+      // The base program takes the weights as parameters (its own, pre-packed copy) with packBase.
+      if (asInputs && !(packBase && f === 'base')) programs[f] = await executor.prepare(paramsToInputs(graphs[i]!));
+      else if (quantize === undefined) {
+        programs[f] = await executor.prepare(graphs[i]!, { get: (n) => weights.get(n) });
+        copies++;
+      }
       else {
         const q = quantizeLinears(graphs[i]!, Object.fromEntries(weights), quantize);
         if (i === 0) weightBytes = Object.values(q.constants).reduce((a, t) => a + t.data.byteLength, 0);
@@ -206,8 +217,11 @@ export class Engine {
       }
     }
     const weightInputs = asInputs ? Object.fromEntries(weights) : {};
+    // f32 bytes of every copy: the shared host copy (inputs) and each program's own.
+    if (quantize === undefined) weightBytes = f32Bytes * (copies + (asInputs ? 1 : 0));
+    const baseTakesWeights = asInputs && !packBase;
     const tables = new SlotTables(maxLoras + 1, rank, modules);
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, memoryBudget, replanEvery, fixedPlan });
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
@@ -555,7 +569,7 @@ export class Engine {
     if (this.#disposed) throw new EngineError(EngineCode.BAD_OPTIONS, 'the engine was disposed');
     const programs = this.#programs;
     if (programs.base !== undefined && lane === undefined && rowSlots.every((s) => s === 0)) {
-      Object.assign(inputs, this.#weightInputs);
+      if (this.#baseTakesWeights) Object.assign(inputs, this.#weightInputs);
       this.#runs++;
       this.#runsByForm.base++;
       return runProgram(programs.base, inputs, this.#resident);

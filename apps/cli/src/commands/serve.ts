@@ -39,6 +39,7 @@ interface ServeOptions {
   maxCpuLoras?: number;
   memoryBudget?: number;
   quantize?: string;
+  packBase?: boolean;
   maxError?: number;
   bundle?: string;
 }
@@ -85,6 +86,7 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--memory-budget <bytes>', 'bytes the planner may spend on merged weight copies (64MiB, 2GB; default: no planning, all adapters in slots)', parseBytes)
     .option('--quantize <spec>', 'weight-only quantization of the linear layers: int8, int4 (blocks of 32), int8:g128, int4:channel, …:asym, or auto (with --max-error)')
     .option('--max-error <e>', 'with --quantize auto: the largest relative weight error per projection', parseMaxError)
+    .option('--pack-base', 'give base-only batches a program with its own pre-packed copy of the f32 weights (~1.4x faster decode on onnxruntime, one more copy of the weights in memory)')
     .option('--bundle <dir>', 'serve a bundle of `stageml stage --model`: its source model and adapters, with its plan.json applied as written (instead of MODEL)')
     .action(async (positional: string | undefined, opts: ServeOptions) => {
       if (opts.bundle !== undefined && (positional !== undefined || opts.model !== undefined)) throw new CliError(CliCode.USAGE, '--bundle gives the model: drop MODEL / --model');
@@ -118,6 +120,7 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.apiKey === undefined ? {} : { apiKey: opts.apiKey }),
         executor: await resolveExecutor(opts.executor, { log: (line) => { io.out(line); } }),
         ...(quantize === undefined ? {} : { quantize }),
+        ...(opts.packBase === true ? { packBase: true } : {}),
         ...(opts.adapters === undefined ? {} : { adaptersDir: opts.adapters }),
         ...(config === undefined ? {} : { config }),
         ...(opts.padTokenId === undefined ? {} : { padTokenId: opts.padTokenId }),
