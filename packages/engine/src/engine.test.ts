@@ -126,7 +126,7 @@ describe('Engine: adapters as data', () => {
     expect(c.prepared()).toBe(4);
     // Two copies of the f32 weights: the shared host copy the slot programs read and the base program's own.
     expect(packed.memory().weights).toBe(2 * plain.memory().weights);
-    await packed.loadAdapter(join(tmp, names[0]!), names[0]!);
+    await packed.loadAdapter(join(tmp, names[0]!), names[0]);
     let worst = 0;
     for (const a of [undefined, names[0]!, undefined]) {
       const seqs = PROMPTS.map((p) => packed.open(a, p));

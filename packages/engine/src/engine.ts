@@ -176,7 +176,7 @@ export class Engine {
     const slotForms: ProgramForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? ['gathered', 'grouped', 'single'] : [opts.slotForm];
     // Base-only batches run a program without slot tables (the slot path costs a base row as much
     // as an adapter row) — except where each program holds its own f32 copy of the weights.
-    if (opts.packBase !== undefined && typeof opts.packBase !== 'boolean') throw new EngineError(EngineCode.BAD_OPTIONS, `packBase must be true or false, got ${String(opts.packBase as unknown)}`);
+    if (opts.packBase !== undefined && typeof opts.packBase !== 'boolean') throw new EngineError(EngineCode.BAD_OPTIONS, `packBase must be true or false, got ${String(opts.packBase)}`);
     const packBase = opts.packBase === true;
     const withBase = packBase || opts.quantize !== undefined || (opts.weights ?? 'inputs') === 'inputs';
     const forms: ProgramForm[] = withBase ? [...slotForms, 'base'] : slotForms;
