@@ -8,7 +8,7 @@ import { expertSlotFactors } from './experts.js';
 import { engineGraph, paramsToInputs } from './graph.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
 import { type EngineMemory, type EngineOptions, type EnginePlan, type EngineStats, type PrefillOptions, type ProgramForm, positiveInt } from './options.js';
-import { GROUP_SLOT_INPUT, ONE_SLOT_INPUT, ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm } from './slot-linear.js';
+import { GROUP_SLOT_INPUT, ONE_SLOT_INPUT, ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_SLOT_INPUT, ROW_SLOT_ONEHOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm, preferStacked } from './slot-linear.js';
 import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
 import { Sequence, type SlotEntry } from './sequence.js';
 import { windowedQueries } from './masks.js';
@@ -52,7 +52,7 @@ function shapeOnly(a: LoraAdapter): LoraAdapter {
 export class Engine {
   readonly #executor: Executor;
   readonly #programs: Partial<Record<ProgramForm, PreparedGraph>>;
-  readonly #runsByForm: Record<ProgramForm, number> = { gathered: 0, grouped: 0, single: 0, base: 0 };
+  readonly #runsByForm: Record<ProgramForm, number> = { gathered: 0, grouped: 0, single: 0, stacked: 0, base: 0 };
   readonly #tables: SlotTables;
   readonly #shapes: Map<string, readonly number[]>;
   readonly #weightBytes: number;
@@ -172,8 +172,8 @@ export class Engine {
     if (opts.quantize !== undefined && opts.weights === 'inputs') throw new EngineError(EngineCode.BAD_OPTIONS, "quantize packs the weights into the programs: it needs weights: 'program'");
     const config = await readLlamaConfig(dir);
     const modules: SlotModule[] = [];
-    if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered' or 'grouped' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${opts.slotForm as string}'`);
-    const slotForms: ProgramForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? ['gathered', 'grouped', 'single'] : [opts.slotForm];
+    if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped', 'stacked'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered', 'grouped' or 'stacked' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${opts.slotForm as string}'`);
+    const slotForms: ProgramForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? ['gathered', 'grouped', 'single', 'stacked'] : [opts.slotForm];
     // Base-only batches run a program without slot tables (the slot path costs a base row as much
     // as an adapter row) — except where each program holds its own f32 copy of the weights.
     if (opts.packBase !== undefined && typeof opts.packBase !== 'boolean') throw new EngineError(EngineCode.BAD_OPTIONS, `packBase must be true or false, got ${String(opts.packBase)}`);
@@ -576,12 +576,20 @@ export class Engine {
     }
     Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
     const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
-    const form: SlotForm = programs.single !== undefined && groups.length === 1 ? 'single' : programs.grouped === undefined ? 'gathered' : programs.gathered === undefined ? 'grouped' : chooseSlotForm(rowSlots.length, groups.length);
+    const form = this.#formFor(rowSlots.length, groups.length);
     this.#tokenSlots(inputs, rowSlots);
     if (form === 'single') {
       inputs[ONE_SLOT_INPUT] = hostTensor('i64', [], [groups[0]!]);
       inputs[ROW_MASK_INPUT] = { dtype: 'f32', shape: [rowSlots.length, 1, 1], data: Float32Array.from(rowSlots, (s) => (s === 0 ? 0 : 1)) };
     } else if (form === 'gathered') inputs[ROW_SLOT_INPUT] = hostTensor('i64', [rowSlots.length], rowSlots);
+    else if (form === 'stacked') {
+      const n = this.#tables.slots;
+      const onehot = new Float32Array(rowSlots.length * n);
+      rowSlots.forEach((s, r) => {
+        if (s !== 0) onehot[r * n + s] = 1;
+      });
+      inputs[ROW_SLOT_ONEHOT_INPUT] = { dtype: 'f32', shape: [rowSlots.length, n], data: onehot };
+    }
     else {
       if (groups.length === 0) groups.push(0);
       const onehot = new Float32Array(rowSlots.length * groups.length);
@@ -594,6 +602,16 @@ export class Engine {
     this.#runs++;
     this.#runsByForm[form]++;
     return runProgram(programs[form]!, inputs, this.#resident);
+  }
+
+  /** The slot form of a step of `rows` rows over `groups` distinct adapters, among the prepared ones. */
+  #formFor(rows: number, groups: number): SlotForm {
+    const p = this.#programs;
+    if (p.single !== undefined && groups === 1) return 'single';
+    const prepared = (['gathered', 'grouped', 'stacked'] as const).filter((f) => p[f] !== undefined);
+    if (prepared.length === 1) return prepared[0]!;
+    const pick = p.grouped === undefined ? 'gathered' : p.gathered === undefined ? 'grouped' : chooseSlotForm(rows, groups);
+    return p.stacked !== undefined && preferStacked(rows, groups, this.#tables.slots) ? 'stacked' : pick;
   }
 
   #outputs(out: Record<string, HostTensor>): { k: Float32Array[]; v: Float32Array[] } {

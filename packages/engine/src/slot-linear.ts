@@ -12,6 +12,8 @@ export const ROW_GROUP_INPUT = 'row_group';
 export const ONE_SLOT_INPUT = 'one_slot';
 /** Input name of the row mask f32[batch, 1, 1] of the single form (1: the slot's adapter, 0: base). */
 export const ROW_MASK_INPUT = 'row_mask';
+/** Input name of the row → slot one-hot f32[batch, N] of the stacked form (all zeros for a base row). */
+export const ROW_SLOT_ONEHOT_INPUT = 'row_slot_onehot';
 
 /**
  * How a program applies the slot factors:
@@ -22,9 +24,13 @@ export const ROW_MASK_INPUT = 'row_mask';
  *   rows·G·R·(in + out) flops, far cheaper while G is small (a few adapters);
  * - `single`: the batch has one adapter (its other rows base): its slot is gathered once and
  *   applied to every row, a row mask zeroing base rows — the fewest ops per projection, what a
- *   batch-1 step with an adapter runs.
+ *   batch-1 step with an adapter runs;
+ * - `stacked`: nothing is gathered: the whole slot tables, viewed as A [N·R, in] and B [N·R, out],
+ *   multiply every row and a one-hot mask keeps each row's own slot — N·R·(in + out) floats read
+ *   once, no copies, rows·N·R·(in + out) flops: the cheapest while most slots are in use and the
+ *   batch is small (a few rows on as many adapters).
  */
-export type SlotForm = 'gathered' | 'grouped' | 'single';
+export type SlotForm = 'gathered' | 'grouped' | 'single' | 'stacked';
 
 /** Input names of a module's slot tables: A f32[N, R, in] and B f32[N, R, out] (scale folded into B). */
 export function slotInputNames(module: string): { readonly A: string; readonly B: string } {
@@ -76,6 +82,12 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
       const shrink = b.mul(b.linear(x, b.gather(A, s.one, 0)), s.mask);
       return b.add(base, b.matmul(shrink, b.gather(B, s.one, 0)));
     }
+    if (form === 'stacked') {
+      s.onehot ??= b.reshape(b.input(ROW_SLOT_ONEHOT_INPUT, ['f32', ['batch', slots]]), ['batch', 1, slots, 1]);
+      const shrink = b.reshape(b.linear(x, b.reshape(A, [slots * rank, inDim])), ['batch', 'seq', slots, rank]);
+      const own = b.reshape(b.mul(shrink, s.onehot), ['batch', 'seq', slots * rank]);
+      return b.add(base, b.matmul(own, b.reshape(B, [slots * rank, outDim])));
+    }
     if (form === 'gathered') {
       s.rows ??= b.input(ROW_SLOT_INPUT, ['i64', ['batch']]);
       const shrink = b.matmul(x, b.gather(A, s.rows, 0), { transposeB: true });
@@ -98,6 +110,19 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
  */
 export function chooseSlotForm(rows: number, groups: number, flopsPerByte = 8): SlotForm {
   return groups * (1 + (2 * rows) / flopsPerByte) <= 2 * rows ? 'grouped' : 'gathered';
+}
+
+/**
+ * Whether the stacked form beats the `chooseSlotForm` pick for a step of `rows` rows over `groups`
+ * distinct slots of an N-slot table: it reads every slot once (no copies) and multiplies every row
+ * by all N, against ~3 slot-loads per gathered row (read, copy, read again) or 3 per group plus
+ * rows·G products (grouped); flop costs at `flopsPerByte` as in `chooseSlotForm`.
+ */
+export function preferStacked(rows: number, groups: number, slots: number, flopsPerByte = 8): boolean {
+  const flops = (g: number) => (rows * g) / (2 * flopsPerByte);
+  const stacked = slots + flops(slots);
+  const other = chooseSlotForm(rows, groups, flopsPerByte) === 'grouped' ? 3 * groups + flops(groups) : 3 * rows;
+  return stacked < other;
 }
 
 /**
