@@ -359,6 +359,8 @@ for (const s of SHAPES) {
     await measure('8 streams 8 adapters', () => oursDecode(lm, short8, s.steps, names), () => llamaDecode(loraCtxs, short8, s.steps), 'one context per adapter, concurrent');
     for (const c of loraCtxs) await c.dispose();
     await model.dispose();
+    // Each pair's engine holds its own programs (packed weights): free them before the next pair.
+    lm.dispose();
   }
   rmSync(dir, { recursive: true, force: true });
 }
@@ -397,9 +399,9 @@ const md: string[] = [
     ? 'One thread per engine: on this shared machine, under the other helpers’ load (10–26 when it was tried), llama.cpp with 2 threads collapses — its spinning thread barrier waits on descheduled threads: 0.5–0.8 decode tok/s at F32 against 23–28 with 1 thread, measured back to back — so the 2-thread comparison of docs/peers is not reproducible here; 1 thread is the fair setting for both.'
     : `${String(THREADS)} threads per engine.`,
   '',
-  `A batch of base rows only runs the engine's base program (no slot tables)${PACK_BASE ? '; at f32 that program holds its own pre-packed copy of the weights (`packBase`, `stageml serve --pack-base`: one more copy of the weights in memory), the slot programs read the shared host copy' : ''}; a batch with one adapter runs the single slot form, a mixed batch the gathered or grouped form. Quantized weights are packed into every program.`,
+  `A batch of base rows only runs the engine's base program (no slot tables)${PACK_BASE ? '; at f32 that program holds its own pre-packed copy of the weights (`packBase`, `stageml serve --pack-base`: one more copy of the weights in memory), the slot programs read the shared host copy' : ''}; a batch with one adapter runs the single slot form, a mixed batch the gathered, grouped or stacked form (whole slot tables under a one-hot mask, no gathers), whichever the engine's cost rule picks. Quantized weights are packed into every program.`,
   '',
-  `8 streams 8 adapters: ours runs one mixed batch (8 rows, one adapter each, the engine picks the gathered or grouped slot form per step); llama.cpp applies LoRA per context, so its best way is one context per adapter, run concurrently under one thread budget.`,
+  `8 streams 8 adapters: ours runs one mixed batch (8 rows, one adapter each, the engine picks the slot form per step: stacked here); llama.cpp applies LoRA per context, so its best way is one context per adapter, run concurrently under one thread budget.`,
   '',
   'Greedy agreement (3 prompts × 16 tokens, base and adapter a0): ' + checks.filter((c) => 'greedyEqual' in c).map((c) => `${String(c['shape'])} ${String(c['pair'])}: ${String(c['greedyEqual'])}`).join(', ') + '. Quantized pairs use different rounding (ours: scale max|w|/7 or /127 in f32, codes ±7/±127; Q4_0: d = max/−8 in f16), so their tokens may part after a near tie.',
   '',

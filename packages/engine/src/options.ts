@@ -12,7 +12,7 @@ export interface PrefillOptions {
   readonly maxChunk?: number;
 }
 
-/** The programs an engine runs: the two slot forms, and `base` for batches of base rows only. */
+/** The programs an engine runs: the slot forms, and `base` for batches of base rows only. */
 export type ProgramForm = SlotForm | 'base';
 
 /** Options of `Engine.load`. */
