@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { seededRandom } from '@stageml/ir';
+import { type Graph, seededRandom } from '@stageml/ir';
 import { CausalLM, LLAMA_PROJECTIONS, argmaxOf, type LlamaShape, parseLlamaConfig } from '@stageml/models';
 import { type Executor, createOrtExecutor, interpreterExecutor, isOrtAvailable, parseWeightQuantSpec } from '@stageml/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -531,7 +531,17 @@ describe('Engine with quantized weights', () => {
     const prompt = [0, 52, 317, 44, 9];
     for (const spec of ['int8', 'int4']) {
       const quantize = parseWeightQuantSpec(spec);
-      const engine = await Engine.load(`${root}base`, { executor, quantize, maxLoras: 2, maxLoraRank: 16 });
+      const graphs: Graph[] = [];
+      const engine = await Engine.load(`${root}base`, { executor: { name: executor.name, prepare: (g, w) => (graphs.push(g), executor.prepare(g, w)) }, quantize, maxLoras: 2, maxLoraRank: 16 });
+      // Every program packs the linears as its own parameters and reads the unquantized f32
+      // tensors (embeddings, norms) as inputs of one shared host copy.
+      expect(graphs).toHaveLength(5);
+      for (const g of graphs) {
+        const kinds = new Map(g.nodes.filter((n) => n.kind !== 'op').map((n) => [n.name, n.kind]));
+        expect(kinds.get('model.embed_tokens.weight')).toBe('input');
+        expect(kinds.get('model.norm.weight')).toBe('input');
+        expect(kinds.get('model.layers.0.self_attn.q_proj.weight.qweight')).toBe('param');
+      }
       await engine.loadAdapter(`${root}adapters/qv-r8`, 'qv-r8');
       const lm = await CausalLM.load(`${root}base`, { executor, quantize });
       await lm.loadAdapter(`${root}adapters/qv-r8`, 'qv-r8');

@@ -89,6 +89,8 @@ export class Engine {
   #preparations: number;
   /** Whether the base program reads the weights as inputs (false: it holds its own, `packBase`). */
   readonly #baseTakesWeights: boolean;
+  /** Whether every base weight is an input of the slot programs (f32 `weights: 'inputs'`): lanes, merges and scoring need it. */
+  readonly #allWeightInputs: boolean;
   #scoring: Promise<PreparedGraph> | undefined;
   #runs = 0;
   #disposed = false;
@@ -101,10 +103,11 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined },
   ) {
     this.#weightInputs = parts.weightInputs;
     this.#baseTakesWeights = parts.baseTakesWeights;
+    this.#allWeightInputs = parts.allWeightInputs;
     this.#resident = new Set([...Object.keys(parts.weightInputs), ...Object.keys(parts.tables.inputs)]);
     this.#rank = parts.tables.rank;
     this.#memoryBudget = parts.memoryBudget;
@@ -203,6 +206,7 @@ export class Engine {
     const quantize = opts.quantize === undefined ? undefined : 'bits' in opts.quantize ? { spec: opts.quantize, cache: new WeakMap() } : { ...opts.quantize, cache: opts.quantize.cache ?? new WeakMap() };
     const f32Bytes = weightBytes;
     let copies = 0;
+    const shared = new Map<string, HostTensor>();
     for (const [i, f] of forms.entries()) {
       // The base program takes the weights as parameters (its own, pre-packed copy) with packBase.
       if (asInputs && !(packBase && f === 'base')) programs[f] = await executor.prepare(paramsToInputs(graphs[i]!));
@@ -213,15 +217,18 @@ export class Engine {
       else {
         const q = quantizeLinears(graphs[i]!, Object.fromEntries(weights), quantize);
         if (i === 0) weightBytes = Object.values(q.constants).reduce((a, t) => a + t.data.byteLength, 0);
-        programs[f] = await executor.prepare(q.graph, { get: (n) => q.constants[n] });
+        // The f32 tensors left unquantized (embeddings, norms) are one host copy every program
+        // reads as inputs, not a copy per program; the packed linears are the programs' own.
+        for (const [n, t] of Object.entries(q.constants)) if (weights.get(n) === t) shared.set(n, t);
+        programs[f] = await executor.prepare(paramsToInputs(q.graph, (n) => shared.has(n)), { get: (n) => q.constants[n] });
       }
     }
-    const weightInputs = asInputs ? Object.fromEntries(weights) : {};
+    const weightInputs = asInputs ? Object.fromEntries(weights) : Object.fromEntries(shared);
     // f32 bytes of every copy: the shared host copy (inputs) and each program's own.
     if (quantize === undefined) weightBytes = f32Bytes * (copies + (asInputs ? 1 : 0));
-    const baseTakesWeights = asInputs && !packBase;
+    const baseTakesWeights = quantize !== undefined || (asInputs && !packBase);
     const tables = new SlotTables(maxLoras + 1, rank, modules);
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan });
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
@@ -268,7 +275,7 @@ export class Engine {
     const refuse = (why: string): never => {
       throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' ${why}`);
     };
-    const lanes = Object.keys(this.#weightInputs).length > 0;
+    const lanes = this.#allWeightInputs;
     if (adapter.overrides.size > 0) {
       if (!lanes) refuse(`replaces whole tensors (${[...adapter.overrides.keys()].slice(0, 3).join(', ')}), which cannot vary by row; an engine with weights: 'program' cannot give it a lane of its own`);
       for (const [k, t] of adapter.overrides) {
@@ -483,7 +490,7 @@ export class Engine {
    */
   async promptLogits(adapter: string | null | undefined, prompt: readonly number[], mask?: readonly number[]): Promise<HostTensor> {
     if (this.#disposed) throw new EngineError(EngineCode.BAD_OPTIONS, 'the engine was disposed');
-    if (Object.keys(this.#weightInputs).length === 0) throw new EngineError(EngineCode.BAD_OPTIONS, "prompt logits need the engine's weights as inputs (weights: 'inputs')");
+    if (!this.#allWeightInputs) throw new EngineError(EngineCode.BAD_OPTIONS, "prompt logits need the engine's weights as inputs (weights: 'inputs')");
     const seq = this.open(adapter, prompt, mask);
     try {
       const lane = seq.adapter === undefined ? undefined : this.#lanes.get(seq.adapter);
