@@ -108,7 +108,7 @@ describe('server on the engine: Mixtral', () => {
       expect(((await r.json()) as { choices: { token_ids: number[] }[] }).choices[0]!.token_ids, `${m} prompt${String(p)}`).toEqual(g(m, p).greedy_new_ids);
     })));
     // Expert factors are in slot tables: the slot programs serve all three in shared batches (plus the base program).
-    expect(server.lm.stats().preparations).toBe(5);
+    expect(server.lm.stats().preparations).toBe(4);
   });
 });
 
@@ -138,7 +138,7 @@ describe('server on the engine: plans', () => {
       const scraped = await (await fetch(`${base}/metrics`)).text();
       expect(scraped).toContain('stageml_engine_merged_modules{adapter="qv-r8"} 4');
       expect(scraped).toMatch(/stageml_engine_bytes\{kind="weights"\} [1-9]/);
-      expect(scraped).toContain('stageml_engine_preparations 5');
+      expect(scraped).toContain('stageml_engine_preparations 4');
     } finally {
       await server.shutdown();
     }

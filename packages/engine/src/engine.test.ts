@@ -82,9 +82,9 @@ describe('Engine: adapters as data', () => {
     }
   }, 300_000);
 
-  it('1,000 random batch compositions over 32 adapters (ranks 4–64) and base rows: five preparations, each row equal to its adapter run alone', async () => {
-    // The constant: one preparation per slot form (gathered, grouped, single, stacked) and the base program, made at load.
-    expect(count()).toBe(5);
+  it('1,000 random batch compositions over 32 adapters (ranks 4–64) and base rows: four preparations, each row equal to its adapter run alone', async () => {
+    // The constant: one preparation per slot form (gathered, grouped, single) and the base program, made at load.
+    expect(count()).toBe(4);
     const rand = seededRandom(2026);
     let worst = 0;
     const seen = new Set<string>();
@@ -108,9 +108,9 @@ describe('Engine: adapters as data', () => {
     // Distinct adapter multisets (single-row batches repeat; the rest almost never do).
     expect(seen.size).toBeGreaterThan(700);
     expect(worst).toBeLessThan(1e-4);
-    // Still five (four slot forms and the base program), whatever the compositions; every form served steps.
-    expect(count()).toBe(5);
-    expect(engine.stats().preparations).toBe(5);
+    // Still four (three slot forms and the base program), whatever the compositions; every form served steps.
+    expect(count()).toBe(4);
+    expect(engine.stats().preparations).toBe(4);
     expect(engine.stats().runsByForm.single).toBeGreaterThan(50);
     expect(engine.stats().runsByForm.base).toBeGreaterThan(0);
     expect(engine.stats().runsByForm.gathered).toBeGreaterThan(50);
@@ -119,10 +119,10 @@ describe('Engine: adapters as data', () => {
   }, 300_000);
 
   it('stacked form: batches over most of a small slot table read the tables whole, each row equal to its adapter alone', async () => {
-    const few = await Engine.load(`${root}base`, { executor: interpreterExecutor, maxLoras: 3, maxLoraRank: 64, prefillChunk: 4 });
+    const few = await Engine.load(`${root}base`, { executor: interpreterExecutor, maxLoras: 3, maxLoraRank: 64, prefillChunk: 4, slotForm: 'stacked' });
     for (const n of names.slice(0, 3)) await few.loadAdapter(join(tmp, n), n);
     let worst = 0;
-    // Four rows over the three adapters (one row base): preferStacked(4, 3, 4 slots) holds.
+    // Four rows over the three adapters (one row base), on the stacked program alone.
     for (const picks of [[0, 1, 2, -1], [2, 2, 0, 1], [1, 0, -1, 2]]) {
       const rows = picks.map((k, p) => ({ a: k < 0 ? undefined : names[k], p }));
       const seqs = rows.map((x) => few.open(x.a, PROMPTS[x.p]!));
@@ -136,9 +136,10 @@ describe('Engine: adapters as data', () => {
       });
       for (const s of seqs) few.release(s);
     }
-    expect(few.stats().runsByForm.stacked).toBe(3);
+    expect(few.stats().runsByForm.stacked).toBeGreaterThanOrEqual(3);
     expect(worst).toBeLessThan(1e-4);
-    expect(few.stats().preparations).toBe(5);
+    // The stacked program and the base program.
+    expect(few.stats().preparations).toBe(2);
     few.dispose();
     // The cost rule: stacked while most of the table is in use and the batch is small; not for a few
     // adapters among many slots, nor for many rows (every row multiplies every slot).
@@ -153,7 +154,7 @@ describe('Engine: adapters as data', () => {
     const c = counting(inner);
     const packed = await Engine.load(`${root}base`, { executor: c.executor, maxLoras: 2, maxLoraRank: 64, prefillChunk: 4, packBase: true });
     const plain = await Engine.load(`${root}base`, { executor: inner, maxLoras: 2, maxLoraRank: 64, prefillChunk: 4 });
-    expect(c.prepared()).toBe(5);
+    expect(c.prepared()).toBe(4);
     // Two copies of the f32 weights: the shared host copy the slot programs read and the base program's own.
     expect(packed.memory().weights).toBe(2 * plain.memory().weights);
     await packed.loadAdapter(join(tmp, names[0]!), names[0]);
@@ -175,7 +176,7 @@ describe('Engine: adapters as data', () => {
     expect(worst).toBeLessThan(1e-4);
     expect(packed.stats().runsByForm.base).toBeGreaterThan(0);
     expect(packed.stats().runsByForm.single).toBeGreaterThan(0);
-    expect(packed.stats().preparations).toBe(5);
+    expect(packed.stats().preparations).toBe(4);
     // f32 weights: 'program' skips the base program unless packBase asks for it (one more copy).
     const program = await Engine.load(`${root}base`, { executor: inner, maxLoras: 2, weights: 'program', slotForm: 'gathered' });
     const programPacked = await Engine.load(`${root}base`, { executor: inner, maxLoras: 2, weights: 'program', slotForm: 'gathered', packBase: true });
@@ -264,7 +265,7 @@ describe('Engine: dispose', () => {
     while (!s.ready) await engine.prefill(s);
     engine.dispose();
     engine.dispose();
-    expect(disposed).toHaveLength(5);
+    expect(disposed).toHaveLength(4);
     expect(engine.stats().sequences).toBe(0);
     expect(engine.memory().kv).toBe(0);
     const t = engine.open(undefined, PROMPTS[1]!);
@@ -361,7 +362,7 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
     await f.close();
     // Expert factors live in the expert slot tables: the slot programs (and the base program for
     // base-only batches) serve everything, each mixed decode step is one run, and nothing needs a lane.
-    expect(engine.stats().preparations).toBe(5);
+    expect(engine.stats().preparations).toBe(4);
     expect(engine.memory().lanes).toBe(0);
     const runs = engine.stats().runs;
     const mixed = models.map((m) => engine.open(m === 'base' ? undefined : m, [1, 5, 9]));
@@ -384,7 +385,7 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
     const engine = await Engine.load(`${fixtures}mixtral/base`, { maxLoras: 2, executor: await createOrtExecutor({}) });
     for (const a of ['attn-r8', 'experts-r4']) await engine.loadAdapter(`${fixtures}mixtral/adapters/${a}`, a);
     for (let p = 0; p < 4; p++) await mixedGreedyGoldens(engine, p);
-    expect(engine.stats().preparations).toBe(5);
+    expect(engine.stats().preparations).toBe(4);
   });
 
   it('a whole-tensor-override adapter (modules_to_save lm_head) mixed with other adapters: every row equals its adapter alone', async () => {
@@ -396,7 +397,7 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
       await engine.loadAdapter(join(tmp, n), n);
       await lm.loadAdapter(join(tmp, n), n);
     }
-    expect(engine.stats().preparations).toBe(5);
+    expect(engine.stats().preparations).toBe(4);
     const picks = [{ a: 'override', p: 0 }, { a: undefined, p: 1 }, { a: 'plain', p: 2 }, { a: 'override', p: 3 }];
     const seqs = picks.map((x) => engine.open(x.a, PROMPTS[x.p]!));
     for (const s of seqs) {
@@ -459,7 +460,7 @@ describe('Engine: plans applied', () => {
     expect(merged['qv-r8']).toHaveLength(4);
     expect(ample.memory().lanes).toBeGreaterThan(0);
     expect(ample.plan().plan?.format).toBe('stageml.plan');
-    expect(ample.stats().preparations).toBe(5);
+    expect(ample.stats().preparations).toBe(4);
 
     const none = await Engine.load(`${root}base`, { maxLoras: 4, memoryBudget: 0 });
     for (const a of ADAPTERS) await none.loadAdapter(`${root}adapters/${a}`, a);
@@ -533,8 +534,9 @@ describe('Engine with quantized weights', () => {
       const quantize = parseWeightQuantSpec(spec);
       const graphs: Graph[] = [];
       const engine = await Engine.load(`${root}base`, { executor: { name: executor.name, prepare: (g, w) => (graphs.push(g), executor.prepare(g, w)) }, quantize, maxLoras: 2, maxLoraRank: 16 });
-      // Every program packs the linears as its own parameters and reads the unquantized f32
-      // tensors (embeddings, norms) as inputs of one shared host copy.
+      // Five programs (the three slot forms, stacked — auto prepares it with quantized weights — and
+      // base); each packs the linears as its own parameters and reads the unquantized f32 tensors
+      // (embeddings, norms) as inputs of one shared host copy.
       expect(graphs).toHaveLength(5);
       for (const g of graphs) {
         const kinds = new Map(g.nodes.filter((n) => n.kind !== 'op').map((n) => [n.name, n.kind]));
@@ -555,6 +557,22 @@ describe('Engine with quantized weights', () => {
         const V = config.vocabSize;
         expect(maxAbsDiff(logits!, ref.logits.data.subarray((prompt.length - 1) * V))).toBeLessThan(1e-4);
       }
+      // Two adapters decoded together fill a 3-slot table: the stacked form.
+      await engine.loadAdapter(`${root}adapters/o-r2`, 'o-r2');
+      await lm.loadAdapter(`${root}adapters/o-r2`, 'o-r2');
+      const pair = [engine.open('o-r2', prompt), engine.open('qv-r8', prompt)];
+      for (const s of pair) {
+        await engine.attach(s);
+        while (!s.ready) await engine.prefill(s);
+      }
+      const both = await engine.decode(pair, [7, 7]);
+      for (const s of pair) engine.release(s);
+      for (const [i, a] of ['o-r2', 'qv-r8'].entries()) {
+        const pre = await lm.forward([prompt], { adapters: [a] });
+        const dec = await lm.forward([[7]], { adapters: [a], cache: pre.cache });
+        expect(maxAbsDiff(both[i]!, dec.logits.data as Float32Array)).toBeLessThan(1e-4);
+      }
+      expect(engine.stats().runsByForm.stacked).toBe(1);
       // Quantized weights are smaller than the f32 checkpoint in the engine's own accounting.
       const f32 = await Engine.load(`${root}base`, { executor, maxLoras: 2, maxLoraRank: 16 });
       expect(engine.memory().weights).toBeLessThan(f32.memory().weights);

@@ -54,13 +54,14 @@ export interface EngineOptions {
    */
   readonly quantize?: WeightQuantSpec | QuantizeLinearsOptions;
   /**
-   * Slot form: `auto` (default) prepares the gathered, grouped, single and stacked programs and
-   * picks per step (single when the batch has one adapter, else `chooseSlotForm` between gathered
-   * and grouped, or stacked where `preferStacked` says); `gathered`, `grouped` or `stacked`
-   * prepares only that one (`single` alone cannot serve two adapters in a batch and is refused).
-   * Beside them the engine prepares a `base` program without slot tables for batches of base rows
-   * only (not with f32 `weights: 'program'` unless `packBase`, as it would hold another copy of the
-   * weights): five preparations for the engine's lifetime by default.
+   * Slot form: `auto` (default) prepares the gathered, grouped and single programs — and the
+   * stacked one with quantized weights, where it measured faster — and picks per step (single when
+   * the batch has one adapter, else `chooseSlotForm` between gathered and grouped, or stacked where
+   * `preferStacked` says); `gathered`, `grouped` or `stacked` prepares only that one (`single`
+   * alone cannot serve two adapters in a batch and is refused). Beside them the engine prepares a
+   * `base` program without slot tables for batches of base rows only (not with f32
+   * `weights: 'program'` unless `packBase`, as it would hold another copy of the weights): four
+   * preparations for the engine's lifetime by default, five with `quantize`.
    */
   readonly slotForm?: 'auto' | Exclude<SlotForm, 'single'>;
   /**
