@@ -60,6 +60,10 @@ describe('CLI failures are coded (issue 19)', () => {
       expect(inUse.err).toContain('error[CLI_LISTEN]');
       expect(inUse.err).toContain('already in use');
       noStack(inUse.err);
+      // --pack-base is taken (the engine loads with its base program's own weights) before the listen fails.
+      const packed = await run(['serve', '--model', base, '--pack-base', '--host', '127.0.0.1', '--port', String(port), '--executor', 'interpreter']);
+      expect(packed.err).toContain('error[CLI_LISTEN]');
+      noStack(packed.err);
     } finally {
       holder.close();
     }
