@@ -67,6 +67,10 @@ export interface ServerOptions {
   readonly executor?: Executor;
   /** Weight-only quantization of the model's linear layers (`stageml serve --quantize`). */
   readonly quantize?: EngineOptions['quantize'];
+  /** Compute dtype of the engine's programs (`stageml serve --dtype`; default f32). */
+  readonly dtype?: EngineOptions['dtype'];
+  /** LoRA factors' dtype in a bf16/f16 engine (`stageml serve --adapter-dtype`; default f32). */
+  readonly adapterDtype?: EngineOptions['adapterDtype'];
   /** Most sequences decoded together (default 32). */
   readonly maxBatch?: number;
   /** Most queued requests before 429 (default 256). */
@@ -184,6 +188,8 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
     ...(bundle?.plan === undefined ? {} : { plan: bundle.plan }),
     ...(opts.quantize === undefined ? {} : { quantize: opts.quantize }),
+    ...(opts.dtype === undefined ? {} : { dtype: opts.dtype }),
+    ...(opts.adapterDtype === undefined ? {} : { adapterDtype: opts.adapterDtype }),
   });
   const modelName = opts.modelName ?? (modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   if (opts.adaptersDir !== undefined) {

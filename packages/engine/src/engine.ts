@@ -1,8 +1,9 @@
-import { type HostTensor, StageError, errorMessage, graphParams, hostTensor } from '@stageml/ir';
+import { type Graph, type HostTensor, StageError, errorMessage, graphParams, hostTensor, rounderFor } from '@stageml/ir';
 import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, readLlamaConfig, readParam } from '@stageml/models';
 import { AdapterCache, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
-import { type Executor, type PreparedGraph, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
-import { openCheckpoint } from '@stageml/safetensors';
+import { type Executor, type PreparedGraph, executorCapabilities, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
+import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
+import { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, type EngineAdapterDType, type EngineDType, castEngineGraph, castTensor, tensorBytes } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
 import { expertSlotFactors } from './experts.js';
 import { engineGraph, paramsToInputs } from './graph.js';
@@ -91,6 +92,8 @@ export class Engine {
   #runs = 0;
   #disposed = false;
   readonly #expertCache = new WeakMap<LoraAdapter, ExpertSlotFactors[]>();
+  readonly #dtype: EngineDType;
+  readonly #adapterDtype: EngineAdapterDType;
 
   private constructor(
     /** The model directory. */
@@ -99,8 +102,10 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType },
   ) {
+    this.#dtype = parts.dtype;
+    this.#adapterDtype = parts.adapterDtype;
     this.#weightInputs = parts.weightInputs;
     this.#resident = new Set([...Object.keys(parts.weightInputs), ...Object.keys(parts.tables.inputs)]);
     this.#rank = parts.tables.rank;
@@ -167,6 +172,10 @@ export class Engine {
       validatePlanDocument(fixedPlan);
     }
     if (opts.quantize !== undefined && opts.weights === 'inputs') throw new EngineError(EngineCode.BAD_OPTIONS, "quantize packs the weights into the programs: it needs weights: 'program'");
+    const wantDtype = opts.dtype ?? 'f32';
+    if (!(ENGINE_DTYPES as readonly string[]).includes(wantDtype) && wantDtype !== 'checkpoint') throw new EngineError(EngineCode.BAD_OPTIONS, `dtype must be one of ${ENGINE_DTYPES.join(', ')} or checkpoint, got '${wantDtype as string}'`);
+    const adapterDtype = opts.adapterDtype ?? 'f32';
+    if (!(ENGINE_ADAPTER_DTYPES as readonly string[]).includes(adapterDtype)) throw new EngineError(EngineCode.BAD_OPTIONS, `adapterDtype must be one of ${ENGINE_ADAPTER_DTYPES.join(', ')}, got '${adapterDtype as string}'`);
     const config = await readLlamaConfig(dir);
     const modules: SlotModule[] = [];
     if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered' or 'grouped' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${opts.slotForm as string}'`);
@@ -175,23 +184,33 @@ export class Engine {
     // as an adapter row) — except where each program holds its own f32 copy of the weights.
     const withBase = opts.quantize !== undefined || (opts.weights ?? 'inputs') === 'inputs';
     const forms: ProgramForm[] = withBase ? [...slotForms, 'base'] : slotForms;
-    const graphs = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : []));
-    const graph = graphs[0]!;
+    const graphs32 = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : []));
+    const graph = graphs32[0]!;
+    const executor = opts.executor ?? interpreterExecutor;
     const ckpt = await openCheckpoint(dir);
     const weights = new Map<string, HostTensor>();
     const shapes = new Map<string, readonly number[]>();
     let weightBytes = 0;
+    let dtype: EngineDType;
     try {
+      dtype = wantDtype === 'checkpoint' ? storedDType(ckpt, dir) : wantDtype;
+      if (dtype !== 'f32') {
+        const runs = executorCapabilities(executor.name)?.dtypes ?? ['f32'];
+        if (!runs.includes(dtype)) throw new EngineError(EngineCode.UNSUPPORTED_DTYPE, `the executor '${executor.name}' cannot run ${dtype} programs (it runs ${runs.join(', ')})`, { hint: 'use --executor torch (or interpreter), or --dtype f32' });
+        if (opts.quantize !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `quantize packs f32 weights: it needs dtype f32, not ${dtype}`);
+      }
       for (const p of graphParams(graph)) {
         const t = await readParam(ckpt, dir, p.name, graph.values[p.results[0]!]!.type.shape as number[]);
-        weights.set(p.name, t);
+        // A bf16/f16 checkpoint's values are exact in f32: rounding them is the identity, in place.
+        const held = dtype === 'f32' ? t : roundInPlace(t, dtype);
+        weights.set(p.name, held);
         shapes.set(p.name, t.shape);
-        weightBytes += t.data.byteLength;
+        weightBytes += tensorBytes(held);
       }
     } finally {
       await ckpt.close();
     }
-    const executor = opts.executor ?? interpreterExecutor;
+    const graphs = dtype === 'f32' ? graphs32 : graphs32.map((g) => castProgram(g, dtype, adapterDtype));
     const asInputs = opts.quantize === undefined && (opts.weights ?? 'inputs') === 'inputs';
     const programs: Partial<Record<ProgramForm, PreparedGraph>> = {};
     // One cache for every program, so each weight is packed once and the packed copy is shared.
@@ -206,8 +225,8 @@ export class Engine {
       }
     }
     const weightInputs = asInputs ? Object.fromEntries(weights) : {};
-    const tables = new SlotTables(maxLoras + 1, rank, modules);
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, memoryBudget, replanEvery, fixedPlan });
+    const tables = new SlotTables(maxLoras + 1, rank, modules, dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32');
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
@@ -218,6 +237,16 @@ export class Engine {
   /** Names of loaded adapters (resident in a slot or not). */
   get adapterNames(): string[] {
     return [...this.#registered.keys()];
+  }
+
+  /** Compute dtype of the programs (`EngineOptions.dtype`, `checkpoint` resolved). */
+  get dtype(): EngineDType {
+    return this.#dtype;
+  }
+
+  /** Dtype of the slot tables' factors: f32, or the compute dtype with `adapterDtype: 'same'`. */
+  get factorDtype(): EngineDType {
+    return this.#dtype !== 'f32' && this.#adapterDtype === 'same' ? this.#dtype : 'f32';
   }
 
   /** The executor running the program. */
@@ -328,15 +357,17 @@ export class Engine {
     const weights: Record<string, HostTensor> = { ...this.#weightInputs };
     let bytes = 0;
     for (const [k, t] of adapter.overrides) {
-      weights[k] = t;
-      bytes += t.data.byteLength;
+      const held = castTensor(t, this.#dtype);
+      weights[k] = held;
+      bytes += tensorBytes(held);
     }
     for (const module of merged ?? []) {
       const m = adapter.modules.get(module);
       const w = weights[`${module}.weight`];
       if (m === undefined || w === undefined) continue;
-      weights[`${module}.weight`] = mergedWeight(w, m);
-      bytes += w.data.byteLength;
+      const held = castTensor(mergedWeight(w, m), this.#dtype);
+      weights[`${module}.weight`] = held;
+      bytes += tensorBytes(held);
     }
     return { weights, bytes };
   }
@@ -476,7 +507,8 @@ export class Engine {
       if (!(await this.attach(seq))) throw new PeftError(PeftCode.CACHE_FULL, 'every adapter slot is held by running adapters; retry when a request finishes');
       const slot = this.#check(seq);
       if (this.#scoring === undefined) {
-        this.#scoring = this.#executor.prepare(paramsToInputs(engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], { allLogits: true })));
+        const scoring = engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], { allLogits: true });
+        this.#scoring = this.#executor.prepare(paramsToInputs(this.#dtype === 'f32' ? scoring : castProgram(scoring, this.#dtype, this.#adapterDtype)));
         this.#scoring.catch(() => {
           this.#scoring = undefined;
         });
@@ -733,6 +765,34 @@ export class Engine {
       return logits.subarray(r * V, (r + 1) * V);
     });
   }
+}
+
+/** An engine program (built in f32) at a bf16/f16 compute dtype: the slot tables are its factor inputs, `attention_mask` its mask. */
+function castProgram(g: Graph, dtype: 'bf16' | 'f16', adapterDtype: EngineAdapterDType): Graph {
+  return castEngineGraph(g, dtype, { adapterDtype, isFactorInput: (n) => n.startsWith('slots.'), maskInputs: new Set(['attention_mask']) });
+}
+
+/** `t` rounded to `dtype` in place (`t` was just read and is not shared), relabelled. */
+function roundInPlace(t: HostTensor, dtype: 'bf16' | 'f16'): HostTensor {
+  const round = rounderFor(dtype);
+  const d = t.data;
+  for (let i = 0; i < d.length; i++) d[i] = round(d[i]!);
+  return { dtype, shape: t.shape, data: d };
+}
+
+const SAFETENSORS_FLOATS: Readonly<Record<string, EngineDType>> = { F32: 'f32', BF16: 'bf16', F16: 'f16' };
+
+/** The float dtype a checkpoint stores (of most of its float elements); another one is `ENGINE_BAD_OPTIONS`. */
+function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
+  const count = new Map<string, number>();
+  for (const n of ckpt.names()) {
+    const info = ckpt.info(n);
+    count.set(info.dtype, (count.get(info.dtype) ?? 0) + info.shape.reduce((a, b) => a * b, 1));
+  }
+  const top = [...count.entries()].filter(([d]) => d.startsWith('F') || d === 'BF16').sort((a, b) => b[1] - a[1])[0];
+  const dt = top === undefined ? undefined : SAFETENSORS_FLOATS[top[0]];
+  if (dt === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `the checkpoint in '${dir}' stores ${top?.[0] ?? 'no float tensors'}; dtype checkpoint needs F32, BF16 or F16`, { hint: 'give dtype f32, bf16 or f16' });
+  return dt;
 }
 
 /** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */

@@ -2,6 +2,7 @@ import type { Executor, QuantizeLinearsOptions, WeightQuantSpec } from '@stageml
 import type { Plan } from '@stageml/planner';
 import { EngineCode, EngineError } from './errors.js';
 import type { SlotForm } from './slot-linear.js';
+import type { EngineAdapterDType, EngineDType } from './dtype.js';
 
 /** Options of `Engine.prefill` / `prefillMany`. */
 export interface PrefillOptions {
@@ -67,6 +68,22 @@ export interface EngineOptions {
    * planner's other document codes); excludes `memoryBudget`; needs `weights: 'inputs'`.
    */
   readonly plan?: Plan;
+  /**
+   * Compute dtype of the programs (default `f32`; `checkpoint`: the float dtype the checkpoint
+   * stores). In bf16/f16 the programs compute as transformers does for a bf16/f16 Llama with PEFT
+   * (the rounding points of `stageml stage --dtype`, docs/gpu.md §1): weights are held in that
+   * dtype, the KV cache and logits cross the interface as f32 (exact). An executor that cannot run
+   * the dtype is `ENGINE_UNSUPPORTED_DTYPE` at load; bf16/f16 exclude `quantize`. MoE expert LoRA
+   * (f32 factors) is computed in f32 and added in f32 the same way (not checked against PEFT's
+   * expert forms bit for bit).
+   */
+  readonly dtype?: EngineDType | 'checkpoint';
+  /**
+   * With a bf16/f16 `dtype`, the LoRA factors' dtype: `f32` (default) keeps the slot tables f32
+   * and computes each LoRA term in f32 as PEFT does (`autocast_adapter_dtype`); `same` rounds the
+   * factors to the compute dtype (half the slot bytes; not bit-equal to PEFT).
+   */
+  readonly adapterDtype?: EngineAdapterDType;
 }
 
 /** The plan the engine applies now (what `GET /v1/plan` shows). */
@@ -83,7 +100,7 @@ export interface EnginePlan {
 
 /** Bytes the engine holds for the executor, by kind (its own accounting). */
 export interface EngineMemory {
-  /** Base weights, held once by the one prepared program. */
+  /** Base weights, held once by the one prepared program (at the compute dtype's size: 2 bytes an element in bf16/f16). */
   readonly weights: number;
   /**
    * Slot tables reserved (A and B of every projection, all slots at the slot rank): address space
