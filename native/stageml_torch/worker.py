@@ -9,6 +9,7 @@ import torch
 
 from . import PROTOCOL_VERSION, __version__, errors
 from .graph import Program
+from .ops import DTYPES
 from .protocol import read_frame, write_frame
 
 
@@ -26,12 +27,42 @@ def pick_device(name):
     raise errors.WorkerError("RT_BACKEND_UNAVAILABLE", "unknown device '%s' (auto, cpu, cuda, cuda:N)" % name)
 
 
+class Cache:
+    """One sequence's cache on the device: per stream input a position-major buffer [capacity, *item]
+    (grown by doubling), `length` positions filled."""
+
+    __slots__ = ("buffers", "length")
+
+    def __init__(self):
+        self.buffers = {}
+        self.length = 0
+
+    def view(self, name):
+        return self.buffers[name][: self.length]
+
+    def write(self, name, rows, dtype):
+        """Writes `rows` [n, *item] at positions [length, length + n) of stream `name` (`length` moves in `grow_by`)."""
+        n = rows.shape[0]
+        buf = self.buffers.get(name)
+        need = self.length + n
+        if buf is None or buf.shape[0] < need:
+            cap = max(16, buf.shape[0] if buf is not None else 0)
+            while cap < need:
+                cap *= 2
+            grown = torch.empty((cap, *rows.shape[1:]), dtype=dtype, device=rows.device)
+            if buf is not None and self.length > 0:
+                grown[: self.length] = buf[: self.length]
+            self.buffers[name] = buf = grown
+        buf[self.length : need] = rows.to(dtype)
+
+
 class Worker:
     def __init__(self, device):
         self.device = device
         self.programs = {}
         self.next_handle = 1
         self.resident = {}
+        self.caches = {}
 
     def handle(self, header, tensors):
         op = header.get("op")
@@ -48,9 +79,16 @@ class Worker:
         if op == "run":
             prog = self._program(header)
             tensors = self._resident(header, tensors, prog.device)
+            commit = self._caches(prog, header["caches"], tensors) if header.get("caches") else None
             with torch.no_grad():
                 out = prog.run(tensors)
+                if commit is not None:
+                    commit(out)
             return {"ok": True}, out
+        if op == "cache_drop":
+            for i in header.get("ids") or []:
+                self.caches.pop(i, None)
+            return {"ok": True}, None
         if op == "dispose":
             self._program(header)
             del self.programs[header["handle"]]
@@ -77,6 +115,75 @@ class Worker:
                 raise errors.WorkerError(errors.BAD_VALUE, "resident input '%s' (id %r) is not held by the worker" % (name, i))
             tensors[name] = self.resident[i]
         return tensors
+
+    def _caches(self, prog, spec, tensors):
+        """Cache-fed inputs (`caches` of a run): each stream input [rows, past, *item] from the rows'
+        caches (past = the longest; beyond a row's length: `pad`), then the run's tail along axis 1
+        for a stream without `from`. Seeds `cache:<id>:<input>` [length, *item] replace a cache.
+        Returns the commit that appends, after the run succeeded, each row's positions
+        [from, from + count) of output `from` (or of the tail); nothing is kept before it."""
+        device = prog.device
+        streams = spec["streams"]
+        declared = {name: prog.value_types[vid] for name, vid in prog.inputs}
+        for s in streams:
+            if s["input"] not in declared:
+                raise errors.WorkerError(errors.UNKNOWN_INPUT, "cache stream '%s' is not an input of @%s" % (s["input"], prog.name))
+        seeds = {}
+        for key in [k for k in tensors if k.startswith("cache:")]:
+            _, cid, name = key.split(":", 2)
+            seeds.setdefault(int(cid), {})[name] = tensors.pop(key)
+        rows = spec["rows"]
+        caches = []
+        for r in rows:
+            cid = r["id"]
+            if cid in seeds:
+                c = Cache()
+                lengths = set()
+                for s in streams:
+                    t = seeds[cid].get(s["input"])
+                    if t is None:
+                        raise errors.WorkerError(errors.BAD_VALUE, "cache %d: the seed lacks stream '%s'" % (cid, s["input"]))
+                    c.write(s["input"], t.to(device), self._store_dtype(s, declared))
+                    lengths.add(t.shape[0])
+                if len(lengths) != 1:
+                    raise errors.WorkerError(errors.BAD_VALUE, "cache %d: the seed's streams hold different numbers of positions" % cid)
+                c.length = lengths.pop()
+            else:
+                c = self.caches.get(cid)
+                if c is None:
+                    c = Cache()
+            caches.append(c)
+        past = max([c.length for c in caches] or [0])
+        tails = {}
+        for s in streams:
+            name = s["input"]
+            _, dt, shape = declared[name]
+            item = [int(d) for d in shape[2:]]
+            buf = torch.full((len(rows), past, *item), float(s["pad"]), dtype=DTYPES[dt], device=device)
+            for i, c in enumerate(caches):
+                if c.length > 0:
+                    buf[i, : c.length] = c.view(name)
+            if s.get("from") is None:
+                if name not in tensors:
+                    raise errors.WorkerError(errors.MISSING_INPUT, "cache stream '%s' takes its tail from the inputs, which lack it" % name)
+                tails[name] = tensors[name].to(device)
+                buf = torch.cat([buf, tails[name].to(buf.dtype)], dim=1)
+            tensors[name] = buf
+
+        def commit(out):
+            for i, (r, c) in enumerate(zip(rows, caches)):
+                a, n = r["append"]
+                for s in streams:
+                    src = tails[s["input"]] if s.get("from") is None else out[s["from"]]
+                    c.write(s["input"], src[i, a : a + n], self._store_dtype(s, declared))
+                c.length += n
+                self.caches[r["id"]] = c
+
+        return commit
+
+    @staticmethod
+    def _store_dtype(stream, declared):
+        return DTYPES[stream.get("store") or declared[stream["input"]][1]]
 
     def _program(self, header):
         h = header.get("handle")

@@ -1,7 +1,7 @@
-import { type Graph, type HostTensor, StageError, errorMessage, graphParams, hostTensor, rounderFor } from '@stageml/ir';
+import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, graphParams, hostTensor, rounderFor } from '@stageml/ir';
 import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, readLlamaConfig, readParam } from '@stageml/models';
 import { AdapterCache, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
-import { type Executor, type PreparedGraph, executorCapabilities, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
+import { type CacheRun, type CacheStore, type CacheStream, type Executor, type PreparedGraph, executorCapabilities, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
 import { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, type EngineAdapterDType, type EngineDType, castEngineGraph, castTensor, tensorBytes } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
@@ -94,6 +94,10 @@ export class Engine {
   readonly #expertCache = new WeakMap<LoraAdapter, ExpertSlotFactors[]>();
   readonly #dtype: EngineDType;
   readonly #adapterDtype: EngineAdapterDType;
+  /** The executor's caches when sequences' KV lives there (`EngineOptions.residentKv`). */
+  readonly #caches: CacheStore | undefined;
+  /** The cache streams of every program: each layer's keys and values (appended from `new_*`), the key mask (from the run's tail). */
+  readonly #streams: readonly CacheStream[];
 
   private constructor(
     /** The model directory. */
@@ -102,10 +106,17 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined },
   ) {
     this.#dtype = parts.dtype;
     this.#adapterDtype = parts.adapterDtype;
+    this.#caches = parts.caches;
+    const streams: CacheStream[] = [];
+    for (let l = 0; l < config.numLayers; l++) {
+      for (const kv of ['key', 'value']) streams.push({ input: `past_${kv}.${String(l)}`, from: `new_${kv}.${String(l)}`, pad: 0, store: parts.dtype });
+    }
+    streams.push({ input: 'attention_mask', from: undefined, pad: MASKED });
+    this.#streams = streams;
     this.#weightInputs = parts.weightInputs;
     this.#resident = new Set([...Object.keys(parts.weightInputs), ...Object.keys(parts.tables.inputs)]);
     this.#rank = parts.tables.rank;
@@ -177,6 +188,10 @@ export class Engine {
     const adapterDtype = opts.adapterDtype ?? 'f32';
     if (!(ENGINE_ADAPTER_DTYPES as readonly string[]).includes(adapterDtype)) throw new EngineError(EngineCode.BAD_OPTIONS, `adapterDtype must be one of ${ENGINE_ADAPTER_DTYPES.join(', ')}, got '${adapterDtype as string}'`);
     const config = await readLlamaConfig(dir);
+    const executorOpt = opts.executor ?? interpreterExecutor;
+    if (opts.residentKv === true && executorOpt.caches === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `residentKv needs an executor that holds caches (the torch executor); '${executorOpt.name}' does not`);
+    if (opts.residentKv === true && config.slidingWindow !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, 'residentKv: a sliding-window model builds its per-query masks on the host (give residentKv false or leave it out)');
+    const caches = opts.residentKv === false || config.slidingWindow !== undefined ? undefined : executorOpt.caches;
     const modules: SlotModule[] = [];
     if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered' or 'grouped' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${opts.slotForm as string}'`);
     const slotForms: ProgramForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? ['gathered', 'grouped', 'single'] : [opts.slotForm];
@@ -186,7 +201,7 @@ export class Engine {
     const forms: ProgramForm[] = withBase ? [...slotForms, 'base'] : slotForms;
     const graphs32 = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : []));
     const graph = graphs32[0]!;
-    const executor = opts.executor ?? interpreterExecutor;
+    const executor = executorOpt;
     const ckpt = await openCheckpoint(dir);
     const weights = new Map<string, HostTensor>();
     const shapes = new Map<string, readonly number[]>();
@@ -226,7 +241,7 @@ export class Engine {
     }
     const weightInputs = asInputs ? Object.fromEntries(weights) : {};
     const tables = new SlotTables(maxLoras + 1, rank, modules, dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32');
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype });
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
@@ -259,14 +274,24 @@ export class Engine {
     return { slots: this.#tables.slots, rank: this.#tables.rank };
   }
 
+  /** Whether sequences' KV lives on the executor (`EngineOptions.residentKv`). */
+  get residentKv(): boolean {
+    return this.#caches !== undefined;
+  }
+
   /** Executor-held bytes by kind. */
   memory(): EngineMemory {
     let kv = 0;
-    for (const s of this.#live) kv += s.kv.bytes;
+    let executorKv = 0;
+    const perPosition = 2 * this.config.numLayers * this.#kvShape[0] * this.#kvShape[1] * dtypeBytes(this.#dtype) + 4;
+    for (const s of this.#live) {
+      kv += s.kv.bytes;
+      if (s.cache !== undefined) executorKv += s.kv.length * perPosition;
+    }
     const staging = this.#staging.bytes + this.#decodeStaging.bytes;
     let lanes = 0;
     for (const l of this.#lanes.values()) lanes += l.bytes;
-    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + staging + lanes };
+    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, executorKv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + executorKv + staging + lanes };
   }
 
   /** Counters. */
@@ -459,6 +484,7 @@ export class Engine {
     const m = mask ?? prompt.map(() => 1);
     if (m.length !== prompt.length || m.some((v) => v !== 0 && v !== 1)) throw new ModelError(ModelCode.BAD_OPTIONS, `the mask must be ${String(prompt.length)} values of 0 or 1`);
     const seq = new Sequence(name, prompt, m, new SequenceKv(this.config.numLayers, this.#kvShape[0] * this.#kvShape[1], Math.min(64, prompt.length + 16)));
+    seq.cache = this.#caches?.open();
     this.#live.add(seq);
     if (name !== undefined) this.#traffic.record(name, prompt.length);
     return seq;
@@ -562,6 +588,7 @@ export class Engine {
     seq.released = true;
     this.#live.delete(seq);
     this.#decodeStaging.forget(seq.kv);
+    if (seq.cache !== undefined) this.#caches?.release([seq.cache]);
     seq.lease?.release();
     seq.lease = undefined;
   }
@@ -583,14 +610,14 @@ export class Engine {
     inputs[TOKEN_SLOT_INPUT] = hostTensor('i64', [rowSlots.length * seq], rowSlots.flatMap((s) => new Array<number>(seq).fill(s)));
   }
 
-  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined): Promise<Record<string, HostTensor>> {
+  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined, caches?: CacheRun): Promise<Record<string, HostTensor>> {
     if (this.#disposed) throw new EngineError(EngineCode.BAD_OPTIONS, 'the engine was disposed');
     const programs = this.#programs;
     if (programs.base !== undefined && lane === undefined && rowSlots.every((s) => s === 0)) {
       Object.assign(inputs, this.#weightInputs);
       this.#runs++;
       this.#runsByForm.base++;
-      return runProgram(programs.base, inputs, this.#resident);
+      return runProgram(programs.base, inputs, this.#resident, caches);
     }
     Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
     const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
@@ -611,7 +638,29 @@ export class Engine {
     }
     this.#runs++;
     this.#runsByForm[form]++;
-    return runProgram(programs[form]!, inputs, this.#resident);
+    return runProgram(programs[form]!, inputs, this.#resident, caches);
+  }
+
+  /** The cache rows of a step over `seqs` (resident KV), row r appending `append[r]` [from, count). */
+  #cacheRun(seqs: readonly Sequence[], append: readonly (readonly [number, number])[]): CacheRun {
+    const shape = this.#kvShape;
+    return {
+      streams: this.#streams,
+      rows: seqs.map((s, r) => ({
+        id: s.cache!,
+        length: s.kv.length,
+        append: append[r]!,
+        restore: () => {
+          const content: Record<string, HostTensor> = { attention_mask: { dtype: 'f32', shape: [s.kv.length], data: s.kv.maskView() } };
+          for (let l = 0; l < this.config.numLayers; l++) {
+            const view = s.kv.view(l, shape);
+            content[`past_key.${String(l)}`] = { dtype: 'f32', shape: view.k.shape.slice(1), data: view.k.data };
+            content[`past_value.${String(l)}`] = { dtype: 'f32', shape: view.v.shape.slice(1), data: view.v.data };
+          }
+          return content;
+        },
+      })),
+    };
   }
 
   #outputs(out: Record<string, HostTensor>): { k: Float32Array[]; v: Float32Array[] } {
@@ -677,8 +726,17 @@ export class Engine {
     const slots = seqs.map((s) => this.#check(s));
     const counts = seqs.map((s) => this.chunkOf(s, maxChunk));
     const { inputs, C, past, chunkMasks, nexts } = prefillInputs(seqs, counts, this.config.slidingWindow);
-    this.#stagePast(inputs, seqs, past);
-    const out = await this.#run(inputs, slots, lane);
+    let caches: CacheRun | undefined;
+    if (this.#caches !== undefined) {
+      // Resident KV: the executor builds the cached part of the key mask; the run sends the chunk's [rows, C].
+      const keys = past + C;
+      const full = inputs['attention_mask']!.data;
+      const tail = new Float32Array(seqs.length * C);
+      for (let r = 0; r < seqs.length; r++) tail.set(full.subarray(r * keys + past, (r + 1) * keys), r * C);
+      inputs['attention_mask'] = { dtype: 'f32', shape: [seqs.length, C], data: tail };
+      caches = this.#cacheRun(seqs, counts.map((c) => [C - c, c] as const));
+    } else this.#stagePast(inputs, seqs, past);
+    const out = await this.#run(inputs, slots, lane, caches);
     const { k, v } = this.#outputs(out);
     const width = this.#kvShape[0] * this.#kvShape[1];
     const V = this.config.vocabSize;
@@ -741,7 +799,13 @@ export class Engine {
     // positions appended since the last step are copied), each row's positions beyond its own
     // length masked.
     let past: number;
-    if (rows === 1) {
+    let caches: CacheRun | undefined;
+    if (this.#caches !== undefined) {
+      // Resident KV: the executor holds every row's keys, values and key mask; the new token is attended.
+      inputs['attention_mask'] = { dtype: 'f32', shape: [rows, 1], data: new Float32Array(rows) };
+      caches = this.#cacheRun(seqs, seqs.map(() => [0, 1] as const));
+      past = 0;
+    } else if (rows === 1) {
       past = seqs[0]!.kv.length;
       this.#stagePast(inputs, seqs, past);
     } else {
@@ -752,8 +816,8 @@ export class Engine {
         inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: staged.v[l]! };
       }
     }
-    inputs['attention_mask'] = decodeAttention(seqs, past, this.config.slidingWindow, this.#staging);
-    const out = await this.#run(inputs, slots, lane);
+    if (caches === undefined) inputs['attention_mask'] = decodeAttention(seqs, past, this.config.slidingWindow, this.#staging);
+    const out = await this.#run(inputs, slots, lane, caches);
     const { k, v } = this.#outputs(out);
     const logits = out['logits']!.data as Float32Array;
     const V = this.config.vocabSize;
@@ -796,9 +860,9 @@ function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
 }
 
 /** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */
-async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>): Promise<Record<string, HostTensor>> {
+async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun): Promise<Record<string, HostTensor>> {
   try {
-    return await program.run(inputs, { resident });
+    return await program.run(inputs, caches === undefined ? { resident } : { resident, caches });
   } catch (e) {
     if (e instanceof StageError) throw e;
     throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${errorMessage(e)}`, { cause: e });

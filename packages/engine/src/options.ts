@@ -84,6 +84,15 @@ export interface EngineOptions {
    * factors to the compute dtype (half the slot bytes; not bit-equal to PEFT).
    */
   readonly adapterDtype?: EngineAdapterDType;
+  /**
+   * Keep each sequence's KV cache on the executor (`Executor.caches`, the torch worker's device):
+   * a step sends token ids, positions, slot ids and the new positions' key mask, never the cached
+   * context; the engine keeps its host copy (appended from the step's outputs) for accounting and
+   * to restore a restarted worker. Default: whenever the executor has caches and the model has no
+   * sliding window (whose per-query mask is built on the host); `true` on an executor without
+   * caches, or with a sliding window, is `ENGINE_BAD_OPTIONS`.
+   */
+  readonly residentKv?: boolean;
 }
 
 /** The plan the engine applies now (what `GET /v1/plan` shows). */
@@ -109,8 +118,10 @@ export interface EngineMemory {
   readonly slots: number;
   /** Factors of the adapters in slots now, unpadded (rank r, not the slot rank): the tables' resident part. */
   readonly slotFactors: number;
-  /** KV buffers of live sequences (capacity, not just the filled part). */
+  /** KV buffers of live sequences on the host (capacity, not just the filled part). */
   readonly kv: number;
+  /** KV the executor holds for live sequences (resident KV: keys and values at the compute dtype's size, the f32 key mask; filled positions). */
+  readonly executorKv: number;
   /** Reusable staging buffers of multi-row steps. */
   readonly staging: number;
   /** Lanes of adapters that cannot vary by row: their override tensors and the plan's merged copies. */
