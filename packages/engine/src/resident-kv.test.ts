@@ -98,6 +98,9 @@ describeWithTorch('resident KV on the torch worker (CPU torch)', () => {
         expect(resident.residentKv).toBe(true);
         const want = await script(host);
         expect(await script(resident)).toEqual(want);
+        // Prompt logits (the scoring program) take no cache: the same on both.
+        const scored = await resident.promptLogits('a', PROMPTS[0]![1]);
+        expect(Array.from(scored.data)).toEqual(Array.from((await host.promptLogits('a', PROMPTS[0]![1])).data));
         expect(resident.memory().executorKv).toBe(0); // every sequence released
       } finally {
         host.dispose();
