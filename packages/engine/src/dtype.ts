@@ -49,6 +49,10 @@ export interface CastEngineOptions {
   readonly isFactorInput: (name: string) => boolean;
   /** Inputs holding an additive key mask: clamped to the dtype's lowest finite value before the cast (HF masks with finfo.min). */
   readonly maskInputs?: ReadonlySet<string>;
+  /** f32 inputs that become `dtype` inputs (the KV cache: its values are exact in `dtype`). */
+  readonly dtypeInputs?: (name: string) => boolean;
+  /** Outputs left in `dtype` rather than cast back to f32 (the step's new keys and values). */
+  readonly dtypeOutputs?: (name: string) => boolean;
 }
 
 /**
@@ -59,9 +63,10 @@ export interface CastEngineOptions {
  * rounded where they meet `dtype` values, as HF casts cos/sin to the hidden states' dtype.
  * `rmsNorm(x, w)` becomes `mul(rmsNorm(x), w)` and `rotary(x, cos, sin)` becomes
  * `x·cos + rotate_half(x)·sin`, each op rounded (LlamaRMSNorm, apply_rotary_pos_emb). The
- * interface is unchanged: f32 inputs stay f32 (the KV cache, exact in `dtype`, is cast on entry;
- * an additive mask is clamped to the dtype's lowest finite value first, so a fully masked padding
- * row stays finite) and f32 outputs are cast back.
+ * interface is unchanged but where asked: f32 inputs stay f32 (cast on entry; an additive mask is
+ * clamped to the dtype's lowest finite value first, so a fully masked padding row stays finite)
+ * unless `dtypeInputs` makes them `dtype` inputs, and f32 outputs are cast back unless
+ * `dtypeOutputs` keeps them in `dtype`.
  *
  * The slot tables (inputs `isFactorInput` accepts): with `adapterDtype: 'f32'` they stay f32, and
  * every value computed from them is computed in f32 with its `dtype` operands cast up (PEFT's
@@ -135,7 +140,7 @@ export function castEngineGraph(g: Graph, dtype: 'bf16' | 'f16', opts: CastEngin
     if (n.kind !== 'op') {
       const r = n.results[0]!;
       const isFactor = n.kind === 'input' && opts.isFactorInput(r.name);
-      const lower = r.type.dtype === 'f32' && (n.kind === 'param' || (isFactor && same));
+      const lower = r.type.dtype === 'f32' && (n.kind === 'param' || (isFactor && same) || opts.dtypeInputs?.(r.name) === true);
       remap.push(emit({ ...n, results: n.results.map((x) => (lower ? { name: x.name, type: { dtype, shape: x.type.shape } } : x)) }, { factor: isFactor && !same, mask: n.kind === 'input' && masks.has(r.name) }));
       continue;
     }
@@ -193,7 +198,7 @@ export function castEngineGraph(g: Graph, dtype: 'bf16' | 'f16', opts: CastEngin
   const outputs = json.outputs.map((o) => {
     const v = remap[o.value]!;
     const t = types[v]!;
-    if (g.values[o.value]!.type.dtype !== 'f32' || t.dtype === 'f32') return { name: o.name, value: v };
+    if (g.values[o.value]!.type.dtype !== 'f32' || t.dtype === 'f32' || opts.dtypeOutputs?.(o.name) === true) return { name: o.name, value: v };
     return { name: o.name, value: op1('sml.cast', [v], { dtype: 'f32' }, fresh(`${t.name}.f32`), { dtype: 'f32', shape: t.shape }) };
   });
   // Lowered literals and casts were appended after their first reader: put every node after its

@@ -113,7 +113,7 @@ export class Engine {
     this.#caches = parts.caches;
     const streams: CacheStream[] = [];
     for (let l = 0; l < config.numLayers; l++) {
-      for (const kv of ['key', 'value']) streams.push({ input: `past_${kv}.${String(l)}`, from: `new_${kv}.${String(l)}`, pad: 0, store: parts.dtype });
+      for (const kv of ['key', 'value']) streams.push({ input: `past_${kv}.${String(l)}`, from: `new_${kv}.${String(l)}`, pad: 0 });
     }
     streams.push({ input: 'attention_mask', from: undefined, pad: MASKED });
     this.#streams = streams;
@@ -483,7 +483,7 @@ export class Engine {
     });
     const m = mask ?? prompt.map(() => 1);
     if (m.length !== prompt.length || m.some((v) => v !== 0 && v !== 1)) throw new ModelError(ModelCode.BAD_OPTIONS, `the mask must be ${String(prompt.length)} values of 0 or 1`);
-    const seq = new Sequence(name, prompt, m, new SequenceKv(this.config.numLayers, this.#kvShape[0] * this.#kvShape[1], Math.min(64, prompt.length + 16)));
+    const seq = new Sequence(name, prompt, m, new SequenceKv(this.config.numLayers, this.#kvShape[0] * this.#kvShape[1], Math.min(64, prompt.length + 16), this.#dtype));
     seq.cache = this.#caches?.open();
     this.#live.add(seq);
     if (name !== undefined) this.#traffic.record(name, prompt.length);
@@ -654,8 +654,8 @@ export class Engine {
           const content: Record<string, HostTensor> = { attention_mask: { dtype: 'f32', shape: [s.kv.length], data: s.kv.maskView() } };
           for (let l = 0; l < this.config.numLayers; l++) {
             const view = s.kv.view(l, shape);
-            content[`past_key.${String(l)}`] = { dtype: 'f32', shape: view.k.shape.slice(1), data: view.k.data };
-            content[`past_value.${String(l)}`] = { dtype: 'f32', shape: view.v.shape.slice(1), data: view.v.data };
+            content[`past_key.${String(l)}`] = { dtype: view.k.dtype, shape: view.k.shape.slice(1), data: view.k.data };
+            content[`past_value.${String(l)}`] = { dtype: view.v.dtype, shape: view.v.shape.slice(1), data: view.v.data };
           }
           return content;
         },
@@ -812,8 +812,8 @@ export class Engine {
       const staged = this.#decodeStaging.stage(seqs.map((s) => s.kv));
       past = staged.cap;
       for (let l = 0; l < this.config.numLayers; l++) {
-        inputs[`past_key.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: staged.k[l]! };
-        inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: staged.v[l]! };
+        inputs[`past_key.${String(l)}`] = { dtype: this.#dtype, shape: [rows, past, ...this.#kvShape], data: staged.k[l]! };
+        inputs[`past_value.${String(l)}`] = { dtype: this.#dtype, shape: [rows, past, ...this.#kvShape], data: staged.v[l]! };
       }
     }
     if (caches === undefined) inputs['attention_mask'] = decodeAttention(seqs, past, this.config.slidingWindow, this.#staging);
@@ -831,9 +831,13 @@ export class Engine {
   }
 }
 
-/** An engine program (built in f32) at a bf16/f16 compute dtype: the slot tables are its factor inputs, `attention_mask` its mask. */
+/**
+ * An engine program (built in f32) at a bf16/f16 compute dtype: the slot tables are its factor
+ * inputs, `attention_mask` its mask, and the KV cache (`past_*` in, `new_*` out) is of the
+ * compute dtype (exact: every cached value was computed in it), so no executor widens it.
+ */
 function castProgram(g: Graph, dtype: 'bf16' | 'f16', adapterDtype: EngineAdapterDType): Graph {
-  return castEngineGraph(g, dtype, { adapterDtype, isFactorInput: (n) => n.startsWith('slots.'), maskInputs: new Set(['attention_mask']) });
+  return castEngineGraph(g, dtype, { adapterDtype, isFactorInput: (n) => n.startsWith('slots.'), maskInputs: new Set(['attention_mask']), dtypeInputs: (n) => n.startsWith('past_'), dtypeOutputs: (n) => n.startsWith('new_') });
 }
 
 /** `t` rounded to `dtype` in place (`t` was just read and is not shared), relabelled. */

@@ -72,7 +72,8 @@ export interface EngineOptions {
    * Compute dtype of the programs (default `f32`; `checkpoint`: the float dtype the checkpoint
    * stores). In bf16/f16 the programs compute as transformers does for a bf16/f16 Llama with PEFT
    * (the rounding points of `stageml stage --dtype`, docs/gpu.md §1): weights are held in that
-   * dtype, the KV cache and logits cross the interface as f32 (exact). An executor that cannot run
+   * dtype, and so is the KV cache (`past_*`/`new_*`: bf16 values in the IR's f32 host storage on the
+   * host, 2 bytes an element on a device); logits stay f32 (exact). An executor that cannot run
    * the dtype is `ENGINE_UNSUPPORTED_DTYPE` at load; bf16/f16 exclude `quantize`. MoE expert LoRA
    * (f32 factors) is computed in f32 and added in f32 the same way (not checked against PEFT's
    * expert forms bit for bit).
