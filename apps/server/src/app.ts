@@ -241,13 +241,14 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   // The engine's own accounting and the applied plan, read at scrape time.
   new client.Gauge({
     name: 'stageml_engine_bytes',
-    help: 'Executor-held bytes by kind (weights, slots reserved, slot_factors resident in slots, kv, staging, lanes), as the engine accounts them.',
+    help: 'Executor-held bytes by kind (weights at their dtype\'s size, slots reserved, slot_factors resident in slots, kv on the host, executor_kv resident on the executor, staging, lanes), as the engine accounts them.',
     labelNames: ['kind'],
     registers: [metrics.registry],
     collect() {
       const m = lm.memory();
       for (const kind of ['weights', 'slots', 'kv', 'staging', 'lanes'] as const) this.set({ kind }, m[kind]);
       this.set({ kind: 'slot_factors' }, m.slotFactors);
+      this.set({ kind: 'executor_kv' }, m.executorKv);
     },
   });
   new client.Gauge({
