@@ -68,7 +68,7 @@ try {
       '',
       ...cases.map((c) => `- ${c.name}: ${String(c.extra!['bytesPerStep'])} B${c.extra!['bytesRatio'] === undefined ? '' : ` (${(Number(c.extra!['bytesRatio']) * 100).toFixed(2)} % of the host-fed step)`}`),
       '',
-      `Load average (1 min): ${loadBefore.toFixed(2)} before, ${loadAfter.toFixed(2)} after (a 2-core machine shared with other work). On the CPU the step is compute-bound, so sending the context costs little time; the resident worker rebuilds the padded batch on the device each step.`,
+      `Load average (1 min): ${loadBefore.toFixed(2)} before, ${loadAfter.toFixed(2)} after (a 2-core machine shared with other work). On the CPU the step is compute-bound, so sending the context costs little time. The resident worker keeps the batch staged on its device while its rows stay the same (reads are views, appends in place), and re-stages it when they change.`,
     ],
   );
 } finally {

@@ -29,19 +29,22 @@ def pick_device(name):
 
 class Cache:
     """One sequence's cache on the device: per stream input a position-major buffer [capacity, *item]
-    (grown by doubling), `length` positions filled."""
+    with `length` positions filled — its own (grown by doubling), or its row of the staged batch
+    (`staged`) while the batch it runs in keeps its composition."""
 
-    __slots__ = ("buffers", "length")
+    __slots__ = ("buffers", "length", "staged")
 
     def __init__(self):
         self.buffers = {}
         self.length = 0
+        self.staged = None
 
     def view(self, name):
         return self.buffers[name][: self.length]
 
     def write(self, name, rows, dtype):
-        """Writes `rows` [n, *item] at positions [length, length + n) of stream `name` (`length` moves in `grow_by`)."""
+        """Writes `rows` [n, *item] at positions [length, length + n) of stream `name` in its own
+        buffer (the caller moves `length`)."""
         n = rows.shape[0]
         buf = self.buffers.get(name)
         need = self.length + n
@@ -55,6 +58,28 @@ class Cache:
             self.buffers[name] = buf = grown
         buf[self.length : need] = rows.to(dtype)
 
+    def detach(self):
+        """Leaves the staged batch: its filled positions copied into buffers of its own."""
+        self.buffers = {name: b[: self.length].clone() for name, b in self.buffers.items()}
+        self.staged = None
+
+
+class Staged:
+    """The batch of the last cache-fed run: per stream [rows, cap, *item], row i the storage of the
+    i-th row's cache (positions beyond its length hold the stream's pad). While the next run has the
+    same rows in the same order and fits `cap`, its inputs are views of these buffers and its appends
+    are written in place: no copy of the context."""
+
+    __slots__ = ("ids", "cap", "buffers")
+
+    def __init__(self, ids, cap):
+        self.ids = ids
+        self.cap = cap
+        self.buffers = {}
+
+
+STAGE_STEP = 64
+
 
 class Worker:
     def __init__(self, device):
@@ -63,6 +88,7 @@ class Worker:
         self.next_handle = 1
         self.resident = {}
         self.caches = {}
+        self.staged = None
 
     def handle(self, header, tensors):
         op = header.get("op")
@@ -86,8 +112,15 @@ class Worker:
                     commit(out)
             return {"ok": True}, out
         if op == "cache_drop":
-            for i in header.get("ids") or []:
+            dropped = set(header.get("ids") or [])
+            for i in dropped:
                 self.caches.pop(i, None)
+            if self.staged is not None and dropped & set(self.staged.ids):
+                # Free the staged batch with them: the other rows take buffers of their own.
+                old, self.staged = self.staged, None
+                for c in self.caches.values():
+                    if c.staged is old:
+                        c.detach()
             return {"ok": True}, None
         if op == "dispose":
             self._program(header)
@@ -120,8 +153,10 @@ class Worker:
         """Cache-fed inputs (`caches` of a run): each stream input [rows, past, *item] from the rows'
         caches (past = the longest; beyond a row's length: `pad`), then the run's tail along axis 1
         for a stream without `from`. Seeds `cache:<id>:<input>` [length, *item] replace a cache.
-        Returns the commit that appends, after the run succeeded, each row's positions
-        [from, from + count) of output `from` (or of the tail); nothing is kept before it."""
+        The rows are staged into one batch per stream (`Staged`), kept while the composition
+        holds, so a decode step reads views and appends in place. Returns the commit that appends,
+        after the run succeeded, each row's positions [from, from + count) of output `from` (or of
+        the tail); no cache changes length before it."""
         device = prog.device
         streams = spec["streams"]
         declared = {name: prog.value_types[vid] for name, vid in prog.inputs}
@@ -153,33 +188,72 @@ class Worker:
                 if c is None:
                     c = Cache()
             caches.append(c)
+        ids = tuple(r["id"] for r in rows)
+        need = max([c.length + int(r["append"][1]) for c, r in zip(caches, rows)] or [1])
+        st = self.staged
+        if st is None or st.ids != ids or need > st.cap or any(c.staged is not st for c in caches):
+            grow = st.cap + st.cap // 2 if st is not None and st.ids == ids else 0
+            st = self._restage(ids, caches, streams, declared, device, max(need, grow))
         past = max([c.length for c in caches] or [0])
         tails = {}
         for s in streams:
             name = s["input"]
-            _, dt, shape = declared[name]
-            item = [int(d) for d in shape[2:]]
-            buf = torch.full((len(rows), past, *item), float(s["pad"]), dtype=DTYPES[dt], device=device)
-            for i, c in enumerate(caches):
-                if c.length > 0:
-                    buf[i, : c.length] = c.view(name)
+            _, dt, _ = declared[name]
+            view = st.buffers[name][:, :past]
+            if view.dtype != DTYPES[dt]:
+                view = view.to(DTYPES[dt])
             if s.get("from") is None:
                 if name not in tensors:
                     raise errors.WorkerError(errors.MISSING_INPUT, "cache stream '%s' takes its tail from the inputs, which lack it" % name)
                 tails[name] = tensors[name].to(device)
-                buf = torch.cat([buf, tails[name].to(buf.dtype)], dim=1)
-            tensors[name] = buf
+                view = torch.cat([view, tails[name].to(view.dtype)], dim=1)
+            tensors[name] = view
+        # Every appended position as (row, source position, destination position): one indexed
+        # write per stream whatever the rows.
+        ri, si, di = [], [], []
+        for i, (r, c) in enumerate(zip(rows, caches)):
+            a, n = int(r["append"][0]), int(r["append"][1])
+            ri.extend([i] * n)
+            si.extend(range(a, a + n))
+            di.extend(range(c.length, c.length + n))
+        index = [torch.tensor(x, dtype=torch.long, device=device) for x in (ri, si, di)]
 
         def commit(out):
-            for i, (r, c) in enumerate(zip(rows, caches)):
-                a, n = r["append"]
+            if ri:
                 for s in streams:
                     src = tails[s["input"]] if s.get("from") is None else out[s["from"]]
-                    c.write(s["input"], src[i, a : a + n], self._store_dtype(s, declared))
-                c.length += n
+                    buf = st.buffers[s["input"]]
+                    buf[index[0], index[2]] = src[index[0], index[1]].to(buf.dtype)
+            for r, c in zip(rows, caches):
+                c.length += int(r["append"][1])
                 self.caches[r["id"]] = c
 
         return commit
+
+    def _restage(self, ids, caches, streams, declared, device, need):
+        """A new staged batch of `caches` (in row order) holding at least `need` positions per row;
+        caches of the previous one that are not in it get buffers of their own."""
+        cap = -(-need // STAGE_STEP) * STAGE_STEP
+        st = Staged(ids, cap)
+        for s in streams:
+            name = s["input"]
+            _, dt, shape = declared[name]
+            item = [int(d) for d in shape[2:]]
+            buf = torch.full((len(caches), cap, *item), float(s["pad"]), dtype=self._store_dtype(s, declared), device=device)
+            for i, c in enumerate(caches):
+                if c.length > 0:
+                    buf[i, : c.length] = c.view(name)
+            st.buffers[name] = buf
+        old = self.staged
+        for i, c in enumerate(caches):
+            c.buffers = {name: b[i] for name, b in st.buffers.items()}
+            c.staged = st
+        if old is not None:
+            for c in self.caches.values():
+                if c.staged is old:
+                    c.detach()
+        self.staged = st
+        return st
 
     @staticmethod
     def _store_dtype(stream, declared):

@@ -254,13 +254,22 @@ describeWithTorch('torch worker protocol', () => {
     const r3 = await p.run({ x: hostTensor('f32', [1, 1, 2], [0, 0]), mask: hostTensor('f32', [1, 1], [0]) }, { caches: { streams, rows: [{ id: c, length: 2, append: [0, 1], restore }] } });
     expect(restored).toBe(1);
     expect(Array.from(r3['all']!.data)).toEqual([10, 11, 12, 13, 0, 0]);
+    // Rows in another order (the worker re-stages its batch): each still reads its own cache.
+    const r4 = await p.run({ x: hostTensor('f32', [2, 1, 2], [9, 9, 8, 8]), mask: hostTensor('f32', [2, 1], [3, 4]) }, { caches: { streams, rows: [{ id: c, length: 3, append: [0, 1], restore: lost }, { id: a, length: 3, append: [0, 1], restore: lost }] } });
+    expect(Array.from(r4['all']!.data)).toEqual([10, 11, 12, 13, 0, 0, 9, 9, 1, 2, 3, 4, 5, 6, 8, 8]);
+    expect(Array.from(r4['mask_seen']!.data)).toEqual([0, 0, 0, 3, 0, 5, 1, 4]);
+    // One row alone (a leaves the staged batch and keeps its positions), then a again.
+    const r5 = await p.run({ x: hostTensor('f32', [1, 1, 2], [7, 7]), mask: hostTensor('f32', [1, 1], [0]) }, { caches: { streams, rows: [{ id: c, length: 4, append: [0, 1], restore: lost }] } });
+    expect(Array.from(r5['all']!.data)).toEqual([10, 11, 12, 13, 0, 0, 9, 9, 7, 7]);
+    const r6 = await p.run({ x: hostTensor('f32', [1, 1, 2], [6, 6]), mask: hostTensor('f32', [1, 1], [0]) }, { caches: { streams, rows: [{ id: a, length: 4, append: [0, 1], restore: lost }] } });
+    expect(Array.from(r6['all']!.data)).toEqual([1, 2, 3, 4, 5, 6, 8, 8, 6, 6]);
     const bad = async (rows: Parameters<typeof p.run>[1], inputs: Record<string, HostTensor> = { x: hostTensor('f32', [1, 1, 2], [0, 0]), mask: hostTensor('f32', [1, 1], [0]) }) => p.run(inputs, rows);
-    await expect(bad({ caches: { streams, rows: [{ id: a, length: 3, append: [0, 1], restore: lost }, { id: a, length: 3, append: [0, 1], restore: lost }] } })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('two rows') });
-    await expect(bad({ caches: { streams: [{ input: 'nope', from: 'new', pad: 0 }], rows: [{ id: a, length: 3, append: [0, 1], restore: lost }] } })).rejects.toMatchObject({ code: RuntimeCode.UNKNOWN_INPUT });
+    await expect(bad({ caches: { streams, rows: [{ id: a, length: 5, append: [0, 1], restore: lost }, { id: a, length: 5, append: [0, 1], restore: lost }] } })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('two rows') });
+    await expect(bad({ caches: { streams: [{ input: 'nope', from: 'new', pad: 0 }], rows: [{ id: a, length: 5, append: [0, 1], restore: lost }] } })).rejects.toMatchObject({ code: RuntimeCode.UNKNOWN_INPUT });
     await expect(bad({ caches: { streams, rows: [{ id: a, length: 1, append: [0, 1], restore: () => ({}) }] } })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('restore') });
-    await expect(bad({ caches: { streams, rows: [{ id: a, length: 3, append: [0, 1], restore: lost }] } }, { x: hostTensor('f32', [1, 1, 2], [0, 0]) })).rejects.toMatchObject({ code: RuntimeCode.MISSING_INPUT });
+    await expect(bad({ caches: { streams, rows: [{ id: a, length: 5, append: [0, 1], restore: lost }] } }, { x: hostTensor('f32', [1, 1, 2], [0, 0]) })).rejects.toMatchObject({ code: RuntimeCode.MISSING_INPUT });
     caches.release([a, c]);
-    await expect(bad({ caches: { streams, rows: [{ id: a, length: 3, append: [0, 1], restore: lost }] } })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('released') });
+    await expect(bad({ caches: { streams, rows: [{ id: a, length: 5, append: [0, 1], restore: lost }] } })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('released') });
     p.dispose();
   }, 60_000);
 });
