@@ -445,9 +445,11 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         if (gone.length > 0 && conn.alive && !closed) conn.request({ op: 'cache_drop', ids: gone }).catch(() => undefined);
       },
     },
-    close: () => {
+    close: async () => {
       closed = true;
-      return conn.close();
+      // A worker being started replaces `conn`: let it finish, then stop it.
+      await starting?.catch(() => undefined);
+      await conn.close();
     },
     async prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph> {
       const { values, bindings } = resolveWeights(graph, weights);
