@@ -133,6 +133,29 @@ describe('Engine dtype', () => {
     }
   }, 120_000);
 
+  it('serves a MoE model (the mixtral fixture) in bf16 with the f32 engine\'s greedy tokens, attention and expert adapters alike', async () => {
+    const mixtral = fileURLToPath(new URL('../../../fixtures/peft-tiny/mixtral/', import.meta.url));
+    const prompt = [1, 52, 31, 35, 26, 43, 30, 48];
+    const tokensOf = async (dtype: 'f32' | 'bf16', adapter: string): Promise<number[]> => {
+      const e = await Engine.load(`${mixtral}base`, { dtype, maxLoras: 2, maxLoraRank: 8 });
+      try {
+        await e.loadAdapter(`${mixtral}adapters/${adapter}`, adapter);
+        const s = e.open(adapter, prompt);
+        await e.attach(s);
+        let l = (await e.prefill(s, { maxChunk: 64 }))!;
+        const out: number[] = [];
+        for (let i = 0; i < 4; i++) {
+          out.push(argmaxOf(l));
+          l = (await e.decode([s], [out[i]!]))[0]!;
+        }
+        return out;
+      } finally {
+        e.dispose();
+      }
+    };
+    for (const adapter of ['attn-r8', 'experts-r4']) expect(await tokensOf('bf16', adapter), adapter).toEqual(await tokensOf('f32', adapter));
+  }, 120_000);
+
   it('refuses an executor that cannot run the dtype, a bad dtype and quantize in bf16, with coded errors', async () => {
     const fake = (name: string): Executor => ({ name, prepare: () => Promise.reject(new Error('never prepared')) });
     for (const name of ['onnxruntime', 'tfjs-cpu', 'my-executor']) {

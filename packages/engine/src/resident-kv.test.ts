@@ -184,7 +184,12 @@ describeWithTorch('resident KV on the torch worker (CPU torch)', () => {
     }
   }, 120_000);
 
-  it('refuses residentKv on an executor without caches', async () => {
+  it('refuses residentKv on an executor without caches, and keeps a sliding-window model host-fed', async () => {
     await expect(Engine.load(`${root}base`, { residentKv: true })).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining("'interpreter' does not") as unknown });
-  });
+    const window = fileURLToPath(new URL('../../../fixtures/hf-v2/mistral-sw', import.meta.url));
+    await expect(Engine.load(window, { executor, residentKv: true })).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining('sliding-window') as unknown });
+    const e = await Engine.load(window, { executor });
+    expect(e.residentKv).toBe(false);
+    e.dispose();
+  }, 60_000);
 });
