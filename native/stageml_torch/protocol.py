@@ -7,7 +7,8 @@ tensor the header lists under `tensors`, in order. A tensor entry is
 as int8, u8 and bool as uint8, little-endian, row-major.
 
 Requests (`op`): `hello`, `prepare` (graph JSON, device, parameter tensors → `handle`), `run`
-(handle, input tensors → output tensors), `dispose` (handle), `shutdown`. Every reply has `ok`;
+(handle, input tensors → output tensors; resident inputs and caches, docs/gpu.md §3),
+`cache_drop` (ids), `dispose` (handle), `shutdown`. Every reply has `ok`;
 a failed request replies `{"ok": false, "code": "RT_…", "message"}` and changes no state.
 """
 

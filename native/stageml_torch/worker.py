@@ -9,6 +9,7 @@ import torch
 
 from . import PROTOCOL_VERSION, __version__, errors
 from .graph import Program
+from .ops import DTYPES
 from .protocol import read_frame, write_frame
 
 
@@ -26,12 +27,68 @@ def pick_device(name):
     raise errors.WorkerError("RT_BACKEND_UNAVAILABLE", "unknown device '%s' (auto, cpu, cuda, cuda:N)" % name)
 
 
+class Cache:
+    """One sequence's cache on the device: per stream input a position-major buffer [capacity, *item]
+    with `length` positions filled — its own (grown by doubling), or its row of the staged batch
+    (`staged`) while the batch it runs in keeps its composition."""
+
+    __slots__ = ("buffers", "length", "staged")
+
+    def __init__(self):
+        self.buffers = {}
+        self.length = 0
+        self.staged = None
+
+    def view(self, name):
+        return self.buffers[name][: self.length]
+
+    def write(self, name, rows, dtype):
+        """Writes `rows` [n, *item] at positions [length, length + n) of stream `name` in its own
+        buffer (the caller moves `length`)."""
+        n = rows.shape[0]
+        buf = self.buffers.get(name)
+        need = self.length + n
+        if buf is None or buf.shape[0] < need:
+            cap = max(16, buf.shape[0] if buf is not None else 0)
+            while cap < need:
+                cap *= 2
+            grown = torch.empty((cap, *rows.shape[1:]), dtype=dtype, device=rows.device)
+            if buf is not None and self.length > 0:
+                grown[: self.length] = buf[: self.length]
+            self.buffers[name] = buf = grown
+        buf[self.length : need] = rows.to(dtype)
+
+    def detach(self):
+        """Leaves the staged batch: its filled positions copied into buffers of its own."""
+        self.buffers = {name: b[: self.length].clone() for name, b in self.buffers.items()}
+        self.staged = None
+
+
+class Staged:
+    """The batch of the last cache-fed run: per stream [rows, cap, *item], row i the storage of the
+    i-th row's cache (positions beyond its length hold the stream's pad). While the next run has the
+    same rows in the same order and fits `cap`, its inputs are views of these buffers and its appends
+    are written in place: no copy of the context."""
+
+    __slots__ = ("ids", "cap", "buffers")
+
+    def __init__(self, ids, cap):
+        self.ids = ids
+        self.cap = cap
+        self.buffers = {}
+
+
+STAGE_STEP = 64
+
+
 class Worker:
     def __init__(self, device):
         self.device = device
         self.programs = {}
         self.next_handle = 1
         self.resident = {}
+        self.caches = {}
+        self.staged = None
 
     def handle(self, header, tensors):
         op = header.get("op")
@@ -48,9 +105,23 @@ class Worker:
         if op == "run":
             prog = self._program(header)
             tensors = self._resident(header, tensors, prog.device)
+            commit = self._caches(prog, header["caches"], tensors) if header.get("caches") else None
             with torch.no_grad():
                 out = prog.run(tensors)
+                if commit is not None:
+                    commit(out)
             return {"ok": True}, out
+        if op == "cache_drop":
+            dropped = set(header.get("ids") or [])
+            for i in dropped:
+                self.caches.pop(i, None)
+            if self.staged is not None and dropped & set(self.staged.ids):
+                # Free the staged batch with them: the other rows take buffers of their own.
+                old, self.staged = self.staged, None
+                for c in self.caches.values():
+                    if c.staged is old:
+                        c.detach()
+            return {"ok": True}, None
         if op == "dispose":
             self._program(header)
             del self.programs[header["handle"]]
@@ -77,6 +148,116 @@ class Worker:
                 raise errors.WorkerError(errors.BAD_VALUE, "resident input '%s' (id %r) is not held by the worker" % (name, i))
             tensors[name] = self.resident[i]
         return tensors
+
+    def _caches(self, prog, spec, tensors):
+        """Cache-fed inputs (`caches` of a run): each stream input [rows, past, *item] from the rows'
+        caches (past = the longest; beyond a row's length: `pad`), then the run's tail along axis 1
+        for a stream without `from`. Seeds `cache:<id>:<input>` [length, *item] replace a cache.
+        The rows are staged into one batch per stream (`Staged`), kept while the composition
+        holds, so a decode step reads views and appends in place. Returns the commit that appends,
+        after the run succeeded, each row's positions [from, from + count) of output `from` (or of
+        the tail); no cache changes length before it."""
+        device = prog.device
+        streams = spec["streams"]
+        declared = {name: prog.value_types[vid] for name, vid in prog.inputs}
+        for s in streams:
+            if s["input"] not in declared:
+                raise errors.WorkerError(errors.UNKNOWN_INPUT, "cache stream '%s' is not an input of @%s" % (s["input"], prog.name))
+        seeds = {}
+        for key in [k for k in tensors if k.startswith("cache:")]:
+            _, cid, name = key.split(":", 2)
+            seeds.setdefault(int(cid), {})[name] = tensors.pop(key)
+        rows = spec["rows"]
+        caches = []
+        for r in rows:
+            cid = r["id"]
+            if cid in seeds:
+                c = Cache()
+                lengths = set()
+                for s in streams:
+                    t = seeds[cid].get(s["input"])
+                    if t is None:
+                        raise errors.WorkerError(errors.BAD_VALUE, "cache %d: the seed lacks stream '%s'" % (cid, s["input"]))
+                    c.write(s["input"], t.to(device), self._store_dtype(s, declared))
+                    lengths.add(t.shape[0])
+                if len(lengths) != 1:
+                    raise errors.WorkerError(errors.BAD_VALUE, "cache %d: the seed's streams hold different numbers of positions" % cid)
+                c.length = lengths.pop()
+            else:
+                c = self.caches.get(cid)
+                if c is None:
+                    c = Cache()
+            caches.append(c)
+        ids = tuple(r["id"] for r in rows)
+        need = max([c.length + int(r["append"][1]) for c, r in zip(caches, rows)] or [1])
+        st = self.staged
+        if st is None or st.ids != ids or need > st.cap or any(c.staged is not st for c in caches):
+            grow = st.cap + st.cap // 2 if st is not None and st.ids == ids else 0
+            st = self._restage(ids, caches, streams, declared, device, max(need, grow))
+        past = max([c.length for c in caches] or [0])
+        tails = {}
+        for s in streams:
+            name = s["input"]
+            _, dt, _ = declared[name]
+            view = st.buffers[name][:, :past]
+            if view.dtype != DTYPES[dt]:
+                view = view.to(DTYPES[dt])
+            if s.get("from") is None:
+                if name not in tensors:
+                    raise errors.WorkerError(errors.MISSING_INPUT, "cache stream '%s' takes its tail from the inputs, which lack it" % name)
+                tails[name] = tensors[name].to(device)
+                view = torch.cat([view, tails[name].to(view.dtype)], dim=1)
+            tensors[name] = view
+        # Every appended position as (row, source position, destination position): one indexed
+        # write per stream whatever the rows.
+        ri, si, di = [], [], []
+        for i, (r, c) in enumerate(zip(rows, caches)):
+            a, n = int(r["append"][0]), int(r["append"][1])
+            ri.extend([i] * n)
+            si.extend(range(a, a + n))
+            di.extend(range(c.length, c.length + n))
+        index = [torch.tensor(x, dtype=torch.long, device=device) for x in (ri, si, di)]
+
+        def commit(out):
+            if ri:
+                for s in streams:
+                    src = tails[s["input"]] if s.get("from") is None else out[s["from"]]
+                    buf = st.buffers[s["input"]]
+                    buf[index[0], index[2]] = src[index[0], index[1]].to(buf.dtype)
+            for r, c in zip(rows, caches):
+                c.length += int(r["append"][1])
+                self.caches[r["id"]] = c
+
+        return commit
+
+    def _restage(self, ids, caches, streams, declared, device, need):
+        """A new staged batch of `caches` (in row order) holding at least `need` positions per row;
+        caches of the previous one that are not in it get buffers of their own."""
+        cap = -(-need // STAGE_STEP) * STAGE_STEP
+        st = Staged(ids, cap)
+        for s in streams:
+            name = s["input"]
+            _, dt, shape = declared[name]
+            item = [int(d) for d in shape[2:]]
+            buf = torch.full((len(caches), cap, *item), float(s["pad"]), dtype=self._store_dtype(s, declared), device=device)
+            for i, c in enumerate(caches):
+                if c.length > 0:
+                    buf[i, : c.length] = c.view(name)
+            st.buffers[name] = buf
+        old = self.staged
+        for i, c in enumerate(caches):
+            c.buffers = {name: b[i] for name, b in st.buffers.items()}
+            c.staged = st
+        if old is not None:
+            for c in self.caches.values():
+                if c.staged is old:
+                    c.detach()
+        self.staged = st
+        return st
+
+    @staticmethod
+    def _store_dtype(stream, declared):
+        return DTYPES[stream.get("store") or declared[stream["input"]][1]]
 
     def _program(self, header):
         h = header.get("handle")

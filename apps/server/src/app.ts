@@ -69,6 +69,10 @@ export interface ServerOptions {
   readonly quantize?: EngineOptions['quantize'];
   /** Give the base program its own pre-packed copy of the f32 weights (`stageml serve --pack-base`; `EngineOptions.packBase`). */
   readonly packBase?: boolean;
+  /** Compute dtype of the engine's programs (`stageml serve --dtype`; default f32). */
+  readonly dtype?: EngineOptions['dtype'];
+  /** LoRA factors' dtype in a bf16/f16 engine (`stageml serve --adapter-dtype`; default f32). */
+  readonly adapterDtype?: EngineOptions['adapterDtype'];
   /** Most sequences decoded together (default 32). */
   readonly maxBatch?: number;
   /** Most queued requests before 429 (default 256). */
@@ -187,6 +191,8 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     ...(bundle?.plan === undefined ? {} : { plan: bundle.plan }),
     ...(opts.quantize === undefined ? {} : { quantize: opts.quantize }),
     ...(opts.packBase === undefined ? {} : { packBase: opts.packBase }),
+    ...(opts.dtype === undefined ? {} : { dtype: opts.dtype }),
+    ...(opts.adapterDtype === undefined ? {} : { adapterDtype: opts.adapterDtype }),
   });
   const modelName = opts.modelName ?? (modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   if (opts.adaptersDir !== undefined) {
@@ -238,13 +244,14 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   // The engine's own accounting and the applied plan, read at scrape time.
   new client.Gauge({
     name: 'stageml_engine_bytes',
-    help: 'Executor-held bytes by kind (weights, slots reserved, slot_factors resident in slots, kv, staging, lanes), as the engine accounts them.',
+    help: 'Executor-held bytes by kind (weights at their dtype\'s size, slots reserved, slot_factors resident in slots, kv on the host, executor_kv resident on the executor, staging, lanes), as the engine accounts them.',
     labelNames: ['kind'],
     registers: [metrics.registry],
     collect() {
       const m = lm.memory();
       for (const kind of ['weights', 'slots', 'kv', 'staging', 'lanes'] as const) this.set({ kind }, m[kind]);
       this.set({ kind: 'slot_factors' }, m.slotFactors);
+      this.set({ kind: 'executor_kv' }, m.executorKv);
     },
   });
   new client.Gauge({

@@ -1,8 +1,9 @@
-import { type HostTensor, StageError, errorMessage, graphParams, hostTensor } from '@stageml/ir';
+import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, graphParams, hostTensor, rounderFor } from '@stageml/ir';
 import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, readLlamaConfig, readParam } from '@stageml/models';
 import { AdapterCache, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
-import { type Executor, type PreparedGraph, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
-import { openCheckpoint } from '@stageml/safetensors';
+import { type CacheRun, type CacheStore, type CacheStream, type Executor, type PreparedGraph, executorCapabilities, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
+import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
+import { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, type EngineAdapterDType, type EngineDType, castEngineGraph, castTensor, tensorBytes } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
 import { expertSlotFactors } from './experts.js';
 import { engineGraph, paramsToInputs } from './graph.js';
@@ -95,6 +96,12 @@ export class Engine {
   #runs = 0;
   #disposed = false;
   readonly #expertCache = new WeakMap<LoraAdapter, ExpertSlotFactors[]>();
+  readonly #dtype: EngineDType;
+  readonly #adapterDtype: EngineAdapterDType;
+  /** The executor's caches when sequences' KV lives there (`EngineOptions.residentKv`). */
+  readonly #caches: CacheStore | undefined;
+  /** The cache streams of every program: each layer's keys and values (appended from `new_*`), the key mask (from the run's tail). */
+  readonly #streams: readonly CacheStream[];
 
   private constructor(
     /** The model directory. */
@@ -103,8 +110,17 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined },
   ) {
+    this.#dtype = parts.dtype;
+    this.#adapterDtype = parts.adapterDtype;
+    this.#caches = parts.caches;
+    const streams: CacheStream[] = [];
+    for (let l = 0; l < config.numLayers; l++) {
+      for (const kv of ['key', 'value']) streams.push({ input: `past_${kv}.${String(l)}`, from: `new_${kv}.${String(l)}`, pad: 0 });
+    }
+    streams.push({ input: 'attention_mask', from: undefined, pad: MASKED });
+    this.#streams = streams;
     this.#weightInputs = parts.weightInputs;
     this.#baseTakesWeights = parts.baseTakesWeights;
     this.#allWeightInputs = parts.allWeightInputs;
@@ -173,7 +189,15 @@ export class Engine {
       validatePlanDocument(fixedPlan);
     }
     if (opts.quantize !== undefined && opts.weights === 'inputs') throw new EngineError(EngineCode.BAD_OPTIONS, "quantize packs the weights into the programs: it needs weights: 'program'");
+    const wantDtype = opts.dtype ?? 'f32';
+    if (!(ENGINE_DTYPES as readonly string[]).includes(wantDtype) && wantDtype !== 'checkpoint') throw new EngineError(EngineCode.BAD_OPTIONS, `dtype must be one of ${ENGINE_DTYPES.join(', ')} or checkpoint, got '${wantDtype as string}'`);
+    const adapterDtype = opts.adapterDtype ?? 'f32';
+    if (!(ENGINE_ADAPTER_DTYPES as readonly string[]).includes(adapterDtype)) throw new EngineError(EngineCode.BAD_OPTIONS, `adapterDtype must be one of ${ENGINE_ADAPTER_DTYPES.join(', ')}, got '${adapterDtype as string}'`);
     const config = await readLlamaConfig(dir);
+    const executorOpt = opts.executor ?? interpreterExecutor;
+    if (opts.residentKv === true && executorOpt.caches === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `residentKv needs an executor that holds caches (the torch executor); '${executorOpt.name}' does not`);
+    if (opts.residentKv === true && config.slidingWindow !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, 'residentKv: a sliding-window model builds its per-query masks on the host (give residentKv false or leave it out)');
+    const caches = opts.residentKv === false || config.slidingWindow !== undefined ? undefined : executorOpt.caches;
     const modules: SlotModule[] = [];
     if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped', 'stacked'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered', 'grouped' or 'stacked' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${opts.slotForm as string}'`);
     // auto: the stacked form only with quantized base weights, where it measured faster than the
@@ -187,28 +211,38 @@ export class Engine {
     const packBase = opts.packBase === true;
     const withBase = packBase || opts.quantize !== undefined || (opts.weights ?? 'inputs') === 'inputs';
     const forms: ProgramForm[] = withBase ? [...slotForms, 'base'] : slotForms;
-    const graphs = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : []));
-    const graph = graphs[0]!;
+    const graphs32 = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : []));
+    const graph = graphs32[0]!;
+    const executor = executorOpt;
     const ckpt = await openCheckpoint(dir);
     const weights = new Map<string, HostTensor>();
     const shapes = new Map<string, readonly number[]>();
     let weightBytes = 0;
+    let dtype: EngineDType;
     try {
+      dtype = wantDtype === 'checkpoint' ? storedDType(ckpt, dir) : wantDtype;
+      if (dtype !== 'f32') {
+        const runs = executorCapabilities(executor.name)?.dtypes ?? ['f32'];
+        if (!runs.includes(dtype)) throw new EngineError(EngineCode.UNSUPPORTED_DTYPE, `the executor '${executor.name}' cannot run ${dtype} programs (it runs ${runs.join(', ')})`, { hint: 'use --executor torch (or interpreter), or --dtype f32' });
+        if (opts.quantize !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `quantize packs f32 weights: it needs dtype f32, not ${dtype}`);
+      }
       for (const p of graphParams(graph)) {
         const t = await readParam(ckpt, dir, p.name, graph.values[p.results[0]!]!.type.shape as number[]);
-        weights.set(p.name, t);
+        // A bf16/f16 checkpoint's values are exact in f32: rounding them is the identity, in place.
+        const held = dtype === 'f32' ? t : roundInPlace(t, dtype);
+        weights.set(p.name, held);
         shapes.set(p.name, t.shape);
-        weightBytes += t.data.byteLength;
+        weightBytes += tensorBytes(held);
       }
     } finally {
       await ckpt.close();
     }
-    const executor = opts.executor ?? interpreterExecutor;
+    const graphs = dtype === 'f32' ? graphs32 : graphs32.map((g) => castProgram(g, dtype, adapterDtype));
     const asInputs = opts.quantize === undefined && (opts.weights ?? 'inputs') === 'inputs';
     const programs: Partial<Record<ProgramForm, PreparedGraph>> = {};
     // One cache for every program, so each weight is packed once and the packed copy is shared.
     const quantize = opts.quantize === undefined ? undefined : 'bits' in opts.quantize ? { spec: opts.quantize, cache: new WeakMap() } : { ...opts.quantize, cache: opts.quantize.cache ?? new WeakMap() };
-    const f32Bytes = weightBytes;
+    const oneCopy = weightBytes;
     let copies = 0;
     const shared = new Map<string, HostTensor>();
     for (const [i, f] of forms.entries()) {
@@ -228,11 +262,11 @@ export class Engine {
       }
     }
     const weightInputs = asInputs ? Object.fromEntries(weights) : Object.fromEntries(shared);
-    // f32 bytes of every copy: the shared host copy (inputs) and each program's own.
-    if (quantize === undefined) weightBytes = f32Bytes * (copies + (asInputs ? 1 : 0));
+    // Bytes of every copy: the shared host copy (inputs) and each program's own.
+    if (quantize === undefined) weightBytes = oneCopy * (copies + (asInputs ? 1 : 0));
     const baseTakesWeights = quantize !== undefined || (asInputs && !packBase);
-    const tables = new SlotTables(maxLoras + 1, rank, modules);
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan });
+    const tables = new SlotTables(maxLoras + 1, rank, modules, dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32');
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
@@ -245,6 +279,16 @@ export class Engine {
     return [...this.#registered.keys()];
   }
 
+  /** Compute dtype of the programs (`EngineOptions.dtype`, `checkpoint` resolved). */
+  get dtype(): EngineDType {
+    return this.#dtype;
+  }
+
+  /** Dtype of the slot tables' factors: f32, or the compute dtype with `adapterDtype: 'same'`. */
+  get factorDtype(): EngineDType {
+    return this.#dtype !== 'f32' && this.#adapterDtype === 'same' ? this.#dtype : 'f32';
+  }
+
   /** The executor running the program. */
   get executorName(): string {
     return this.#executor.name;
@@ -255,14 +299,24 @@ export class Engine {
     return { slots: this.#tables.slots, rank: this.#tables.rank };
   }
 
+  /** Whether sequences' KV lives on the executor (`EngineOptions.residentKv`). */
+  get residentKv(): boolean {
+    return this.#caches !== undefined;
+  }
+
   /** Executor-held bytes by kind. */
   memory(): EngineMemory {
     let kv = 0;
-    for (const s of this.#live) kv += s.kv.bytes;
+    let executorKv = 0;
+    const perPosition = 2 * this.config.numLayers * this.#kvShape[0] * this.#kvShape[1] * dtypeBytes(this.#dtype) + 4;
+    for (const s of this.#live) {
+      kv += s.kv.bytes;
+      if (s.cache !== undefined) executorKv += s.kv.length * perPosition;
+    }
     const staging = this.#staging.bytes + this.#decodeStaging.bytes;
     let lanes = 0;
     for (const l of this.#lanes.values()) lanes += l.bytes;
-    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + staging + lanes };
+    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, executorKv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + executorKv + staging + lanes };
   }
 
   /** Counters. */
@@ -353,15 +407,17 @@ export class Engine {
     const weights: Record<string, HostTensor> = { ...this.#weightInputs };
     let bytes = 0;
     for (const [k, t] of adapter.overrides) {
-      weights[k] = t;
-      bytes += t.data.byteLength;
+      const held = castTensor(t, this.#dtype);
+      weights[k] = held;
+      bytes += tensorBytes(held);
     }
     for (const module of merged ?? []) {
       const m = adapter.modules.get(module);
       const w = weights[`${module}.weight`];
       if (m === undefined || w === undefined) continue;
-      weights[`${module}.weight`] = mergedWeight(w, m);
-      bytes += w.data.byteLength;
+      const held = castTensor(mergedWeight(w, m), this.#dtype);
+      weights[`${module}.weight`] = held;
+      bytes += tensorBytes(held);
     }
     return { weights, bytes };
   }
@@ -452,7 +508,8 @@ export class Engine {
     });
     const m = mask ?? prompt.map(() => 1);
     if (m.length !== prompt.length || m.some((v) => v !== 0 && v !== 1)) throw new ModelError(ModelCode.BAD_OPTIONS, `the mask must be ${String(prompt.length)} values of 0 or 1`);
-    const seq = new Sequence(name, prompt, m, new SequenceKv(this.config.numLayers, this.#kvShape[0] * this.#kvShape[1], Math.min(64, prompt.length + 16)));
+    const seq = new Sequence(name, prompt, m, new SequenceKv(this.config.numLayers, this.#kvShape[0] * this.#kvShape[1], Math.min(64, prompt.length + 16), this.#dtype));
+    seq.cache = this.#caches?.open();
     this.#live.add(seq);
     if (name !== undefined) this.#traffic.record(name, prompt.length);
     return seq;
@@ -501,7 +558,8 @@ export class Engine {
       if (!(await this.attach(seq))) throw new PeftError(PeftCode.CACHE_FULL, 'every adapter slot is held by running adapters; retry when a request finishes');
       const slot = this.#check(seq);
       if (this.#scoring === undefined) {
-        this.#scoring = this.#executor.prepare(paramsToInputs(engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], { allLogits: true })));
+        const scoring = engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], { allLogits: true });
+        this.#scoring = this.#executor.prepare(paramsToInputs(this.#dtype === 'f32' ? scoring : castProgram(scoring, this.#dtype, this.#adapterDtype)));
         this.#scoring.catch(() => {
           this.#scoring = undefined;
         });
@@ -555,6 +613,7 @@ export class Engine {
     seq.released = true;
     this.#live.delete(seq);
     this.#decodeStaging.forget(seq.kv);
+    if (seq.cache !== undefined) this.#caches?.release([seq.cache]);
     seq.lease?.release();
     seq.lease = undefined;
   }
@@ -576,14 +635,14 @@ export class Engine {
     inputs[TOKEN_SLOT_INPUT] = hostTensor('i64', [rowSlots.length * seq], rowSlots.flatMap((s) => new Array<number>(seq).fill(s)));
   }
 
-  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined): Promise<Record<string, HostTensor>> {
+  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined, caches?: CacheRun): Promise<Record<string, HostTensor>> {
     if (this.#disposed) throw new EngineError(EngineCode.BAD_OPTIONS, 'the engine was disposed');
     const programs = this.#programs;
     if (programs.base !== undefined && lane === undefined && rowSlots.every((s) => s === 0)) {
       if (this.#baseTakesWeights) Object.assign(inputs, this.#weightInputs);
       this.#runs++;
       this.#runsByForm.base++;
-      return runProgram(programs.base, inputs, this.#resident);
+      return runProgram(programs.base, inputs, this.#resident, caches);
     }
     Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
     const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
@@ -612,7 +671,29 @@ export class Engine {
     }
     this.#runs++;
     this.#runsByForm[form]++;
-    return runProgram(programs[form]!, inputs, this.#resident);
+    return runProgram(programs[form]!, inputs, this.#resident, caches);
+  }
+
+  /** The cache rows of a step over `seqs` (resident KV), row r appending `append[r]` [from, count). */
+  #cacheRun(seqs: readonly Sequence[], append: readonly (readonly [number, number])[]): CacheRun {
+    const shape = this.#kvShape;
+    return {
+      streams: this.#streams,
+      rows: seqs.map((s, r) => ({
+        id: s.cache!,
+        length: s.kv.length,
+        append: append[r]!,
+        restore: () => {
+          const content: Record<string, HostTensor> = { attention_mask: { dtype: 'f32', shape: [s.kv.length], data: s.kv.maskView() } };
+          for (let l = 0; l < this.config.numLayers; l++) {
+            const view = s.kv.view(l, shape);
+            content[`past_key.${String(l)}`] = { dtype: view.k.dtype, shape: view.k.shape.slice(1), data: view.k.data };
+            content[`past_value.${String(l)}`] = { dtype: view.v.dtype, shape: view.v.shape.slice(1), data: view.v.data };
+          }
+          return content;
+        },
+      })),
+    };
   }
 
   /** The slot form of a step of `rows` rows over `groups` distinct adapters, among the prepared ones. */
@@ -688,8 +769,17 @@ export class Engine {
     const slots = seqs.map((s) => this.#check(s));
     const counts = seqs.map((s) => this.chunkOf(s, maxChunk));
     const { inputs, C, past, chunkMasks, nexts } = prefillInputs(seqs, counts, this.config.slidingWindow);
-    this.#stagePast(inputs, seqs, past);
-    const out = await this.#run(inputs, slots, lane);
+    let caches: CacheRun | undefined;
+    if (this.#caches !== undefined) {
+      // Resident KV: the executor builds the cached part of the key mask; the run sends the chunk's [rows, C].
+      const keys = past + C;
+      const full = inputs['attention_mask']!.data;
+      const tail = new Float32Array(seqs.length * C);
+      for (let r = 0; r < seqs.length; r++) tail.set(full.subarray(r * keys + past, (r + 1) * keys), r * C);
+      inputs['attention_mask'] = { dtype: 'f32', shape: [seqs.length, C], data: tail };
+      caches = this.#cacheRun(seqs, counts.map((c) => [C - c, c] as const));
+    } else this.#stagePast(inputs, seqs, past);
+    const out = await this.#run(inputs, slots, lane, caches);
     const { k, v } = this.#outputs(out);
     const width = this.#kvShape[0] * this.#kvShape[1];
     const V = this.config.vocabSize;
@@ -752,19 +842,25 @@ export class Engine {
     // positions appended since the last step are copied), each row's positions beyond its own
     // length masked.
     let past: number;
-    if (rows === 1) {
+    let caches: CacheRun | undefined;
+    if (this.#caches !== undefined) {
+      // Resident KV: the executor holds every row's keys, values and key mask; the new token is attended.
+      inputs['attention_mask'] = { dtype: 'f32', shape: [rows, 1], data: new Float32Array(rows) };
+      caches = this.#cacheRun(seqs, seqs.map(() => [0, 1] as const));
+      past = 0;
+    } else if (rows === 1) {
       past = seqs[0]!.kv.length;
       this.#stagePast(inputs, seqs, past);
     } else {
       const staged = this.#decodeStaging.stage(seqs.map((s) => s.kv));
       past = staged.cap;
       for (let l = 0; l < this.config.numLayers; l++) {
-        inputs[`past_key.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: staged.k[l]! };
-        inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...this.#kvShape], data: staged.v[l]! };
+        inputs[`past_key.${String(l)}`] = { dtype: this.#dtype, shape: [rows, past, ...this.#kvShape], data: staged.k[l]! };
+        inputs[`past_value.${String(l)}`] = { dtype: this.#dtype, shape: [rows, past, ...this.#kvShape], data: staged.v[l]! };
       }
     }
-    inputs['attention_mask'] = decodeAttention(seqs, past, this.config.slidingWindow, this.#staging);
-    const out = await this.#run(inputs, slots, lane);
+    if (caches === undefined) inputs['attention_mask'] = decodeAttention(seqs, past, this.config.slidingWindow, this.#staging);
+    const out = await this.#run(inputs, slots, lane, caches);
     const { k, v } = this.#outputs(out);
     const logits = out['logits']!.data as Float32Array;
     const V = this.config.vocabSize;
@@ -778,10 +874,42 @@ export class Engine {
   }
 }
 
+/**
+ * An engine program (built in f32) at a bf16/f16 compute dtype: the slot tables are its factor
+ * inputs, `attention_mask` its mask, and the KV cache (`past_*` in, `new_*` out) is of the
+ * compute dtype (exact: every cached value was computed in it), so no executor widens it.
+ */
+function castProgram(g: Graph, dtype: 'bf16' | 'f16', adapterDtype: EngineAdapterDType): Graph {
+  return castEngineGraph(g, dtype, { adapterDtype, isFactorInput: (n) => n.startsWith('slots.'), maskInputs: new Set(['attention_mask']), dtypeInputs: (n) => n.startsWith('past_'), dtypeOutputs: (n) => n.startsWith('new_') });
+}
+
+/** `t` rounded to `dtype` in place (`t` was just read and is not shared), relabelled. */
+function roundInPlace(t: HostTensor, dtype: 'bf16' | 'f16'): HostTensor {
+  const round = rounderFor(dtype);
+  const d = t.data;
+  for (let i = 0; i < d.length; i++) d[i] = round(d[i]!);
+  return { dtype, shape: t.shape, data: d };
+}
+
+const SAFETENSORS_FLOATS: Readonly<Record<string, EngineDType>> = { F32: 'f32', BF16: 'bf16', F16: 'f16' };
+
+/** The float dtype a checkpoint stores (of most of its float elements); another one is `ENGINE_BAD_OPTIONS`. */
+function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
+  const count = new Map<string, number>();
+  for (const n of ckpt.names()) {
+    const info = ckpt.info(n);
+    count.set(info.dtype, (count.get(info.dtype) ?? 0) + info.shape.reduce((a, b) => a * b, 1));
+  }
+  const top = [...count.entries()].filter(([d]) => d.startsWith('F') || d === 'BF16').sort((a, b) => b[1] - a[1])[0];
+  const dt = top === undefined ? undefined : SAFETENSORS_FLOATS[top[0]];
+  if (dt === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `the checkpoint in '${dir}' stores ${top?.[0] ?? 'no float tensors'}; dtype checkpoint needs F32, BF16 or F16`, { hint: 'give dtype f32, bf16 or f16' });
+  return dt;
+}
+
 /** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */
-async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>): Promise<Record<string, HostTensor>> {
+async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun): Promise<Record<string, HostTensor>> {
   try {
-    return await program.run(inputs, { resident });
+    return await program.run(inputs, caches === undefined ? { resident } : { resident, caches });
   } catch (e) {
     if (e instanceof StageError) throw e;
     throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${errorMessage(e)}`, { cause: e });

@@ -12,6 +12,8 @@ export const EngineCode = registerErrorCodes({
   BAD_SEQUENCE: 'ENGINE_BAD_SEQUENCE',
   /** Running the program failed. */
   RUN_FAILED: 'ENGINE_RUN_FAILED',
+  /** The executor cannot run the engine's compute dtype (named executor and dtype). */
+  UNSUPPORTED_DTYPE: 'ENGINE_UNSUPPORTED_DTYPE',
 }, {
   // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
   BAD_OPTIONS: 'input',
@@ -19,6 +21,7 @@ export const EngineCode = registerErrorCodes({
   UNKNOWN_ADAPTER: { class: 'input', httpStatus: 404 },
   BAD_SEQUENCE: 'internal',
   RUN_FAILED: 'internal',
+  UNSUPPORTED_DTYPE: 'input',
 });
 
 /** Union of `@stageml/engine` error codes. */

@@ -17,6 +17,8 @@ export type { EngineErrorCode } from './errors.js';
 export { Engine } from './engine.js';
 export { Sequence } from './sequence.js';
 export { engineGraph } from './graph.js';
+export { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, castEngineGraph, lowestOf } from './dtype.js';
+export type { CastEngineOptions, EngineAdapterDType, EngineDType } from './dtype.js';
 export { windowKeys, windowedQueries } from './masks.js';
 export type { EngineMemory, EngineOptions, EnginePlan, EngineStats, PrefillOptions } from './options.js';
 export { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, ROW_SLOT_ONEHOT_INPUT, TOKEN_SLOT_INPUT, chooseSlotForm, preferStacked, slotExperts, slotInputNames, slotLinear } from './slot-linear.js';

@@ -1,4 +1,4 @@
-import type { HostTensor } from '@stageml/ir';
+import type { DType, HostTensor } from '@stageml/ir';
 
 /** Additive mask value of an ignored key: float32's lowest, as HF uses. */
 export const MASKED = -3.4028234663852886e38;
@@ -23,6 +23,8 @@ export class SequenceKv {
     /** kv_heads × head_dim: floats per position per layer. */
     readonly width: number,
     capacity = 16,
+    /** Dtype of the keys and values (the engine's compute dtype; bf16/f16 values in the IR's f32 host storage). */
+    readonly dtype: DType = 'f32',
   ) {
     this.#capacity = Math.max(1, capacity);
     this.#keys = Array.from({ length: layers }, () => new Float32Array(this.#capacity * width));
@@ -59,8 +61,8 @@ export class SequenceKv {
   view(l: number, shape: readonly number[]): { readonly k: HostTensor; readonly v: HostTensor } {
     const n = this.length * this.width;
     return {
-      k: { dtype: 'f32', shape: [1, this.length, ...shape], data: this.#keys[l]!.subarray(0, n) },
-      v: { dtype: 'f32', shape: [1, this.length, ...shape], data: this.#values[l]!.subarray(0, n) },
+      k: { dtype: this.dtype, shape: [1, this.length, ...shape], data: this.#keys[l]!.subarray(0, n) },
+      v: { dtype: this.dtype, shape: [1, this.length, ...shape], data: this.#values[l]!.subarray(0, n) },
     };
   }
 

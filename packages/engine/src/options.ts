@@ -2,6 +2,7 @@ import type { Executor, QuantizeLinearsOptions, WeightQuantSpec } from '@stageml
 import type { Plan } from '@stageml/planner';
 import { EngineCode, EngineError } from './errors.js';
 import type { SlotForm } from './slot-linear.js';
+import type { EngineAdapterDType, EngineDType } from './dtype.js';
 
 /** Options of `Engine.prefill` / `prefillMany`. */
 export interface PrefillOptions {
@@ -79,6 +80,32 @@ export interface EngineOptions {
    * planner's other document codes); excludes `memoryBudget`; needs `weights: 'inputs'`.
    */
   readonly plan?: Plan;
+  /**
+   * Compute dtype of the programs (default `f32`; `checkpoint`: the float dtype the checkpoint
+   * stores). In bf16/f16 the programs compute as transformers does for a bf16/f16 Llama with PEFT
+   * (the rounding points of `stageml stage --dtype`, docs/gpu.md §1): weights are held in that
+   * dtype, and so is the KV cache (`past_*`/`new_*`: bf16 values in the IR's f32 host storage on the
+   * host, 2 bytes an element on a device); logits stay f32 (exact). An executor that cannot run
+   * the dtype is `ENGINE_UNSUPPORTED_DTYPE` at load; bf16/f16 exclude `quantize`. MoE expert LoRA
+   * (f32 factors) is computed in f32 and added in f32 the same way (not checked against PEFT's
+   * expert forms bit for bit).
+   */
+  readonly dtype?: EngineDType | 'checkpoint';
+  /**
+   * With a bf16/f16 `dtype`, the LoRA factors' dtype: `f32` (default) keeps the slot tables f32
+   * and computes each LoRA term in f32 as PEFT does (`autocast_adapter_dtype`); `same` rounds the
+   * factors to the compute dtype (half the slot bytes; not bit-equal to PEFT).
+   */
+  readonly adapterDtype?: EngineAdapterDType;
+  /**
+   * Keep each sequence's KV cache on the executor (`Executor.caches`, the torch worker's device):
+   * a step sends token ids, positions, slot ids and the new positions' key mask, never the cached
+   * context; the engine keeps its host copy (appended from the step's outputs) for accounting and
+   * to restore a restarted worker. Default: whenever the executor has caches and the model has no
+   * sliding window (whose per-query mask is built on the host); `true` on an executor without
+   * caches, or with a sliding window, is `ENGINE_BAD_OPTIONS`.
+   */
+  readonly residentKv?: boolean;
 }
 
 /** The plan the engine applies now (what `GET /v1/plan` shows). */
@@ -95,7 +122,7 @@ export interface EnginePlan {
 
 /** Bytes the engine holds for the executor, by kind (its own accounting). */
 export interface EngineMemory {
-  /** Base weights: every copy the engine and its programs hold (one; two with `packBase`; one per program with f32 `weights: 'program'`). */
+  /** Base weights: every copy the engine and its programs hold (one; two with `packBase`; one per program with f32 `weights: 'program'`), at the compute dtype's size (2 bytes an element in bf16/f16). */
   readonly weights: number;
   /**
    * Slot tables reserved (A and B of every projection, all slots at the slot rank): address space
@@ -104,8 +131,10 @@ export interface EngineMemory {
   readonly slots: number;
   /** Factors of the adapters in slots now, unpadded (rank r, not the slot rank): the tables' resident part. */
   readonly slotFactors: number;
-  /** KV buffers of live sequences (capacity, not just the filled part). */
+  /** KV buffers of live sequences on the host (capacity, not just the filled part). */
   readonly kv: number;
+  /** KV the executor holds for live sequences (resident KV: keys and values at the compute dtype's size, the f32 key mask; filled positions). */
+  readonly executorKv: number;
   /** Reusable staging buffers of multi-row steps. */
   readonly staging: number;
   /** Lanes of adapters that cannot vary by row: their override tensors and the plan's merged copies. */

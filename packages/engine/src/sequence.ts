@@ -26,6 +26,8 @@ export class Sequence {
   /** Whether the sequence was released. */
   released = false;
   lease: CacheLease<SlotEntry> | undefined;
+  /** The executor's cache holding this sequence's KV (`Executor.caches`), when the engine keeps KV there. */
+  cache: number | undefined;
 
   constructor(
     /** Adapter name, or undefined for the base model. */

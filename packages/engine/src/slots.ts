@@ -1,4 +1,4 @@
-import type { HostTensor } from '@stageml/ir';
+import { type DType, type HostTensor, dtypeBytes, rounderFor } from '@stageml/ir';
 import type { LoraAdapter } from '@stageml/peft';
 import { inputChanged } from '@stageml/runtime';
 import { EngineCode, EngineError } from './errors.js';
@@ -50,6 +50,12 @@ export class SlotTables {
     /** Rank R of every slot. */
     readonly rank: number,
     modules: readonly SlotModule[],
+    /**
+     * Dtype of the factors (default f32; bf16/f16 for an engine with `adapterDtype: 'same'`): the
+     * tables are inputs of that dtype, in the IR's host storage (values rounded on write), and
+     * count its bytes.
+     */
+    readonly dtype: DType = 'f32',
   ) {
     const inputs: Record<string, HostTensor> = {};
     let bytes = 0;
@@ -64,13 +70,13 @@ export class SlotTables {
         A,
         B,
         inputs: {
-          A: { dtype: 'f32', shape: [slots * per, rank, spec.inDim], data: A },
-          B: { dtype: 'f32', shape: spec.experts === undefined ? [slots, rank, spec.outDim] : [slots * per, spec.outDim, rank], data: B },
+          A: { dtype, shape: [slots * per, rank, spec.inDim], data: A },
+          B: { dtype, shape: spec.experts === undefined ? [slots, rank, spec.outDim] : [slots * per, spec.outDim, rank], data: B },
         },
       };
       inputs[names.A] = t.inputs.A;
       inputs[names.B] = t.inputs.B;
-      bytes += (A.length + B.length) * 4;
+      bytes += (A.length + B.length) * dtypeBytes(dtype);
       this.#tables.set(spec.module, t);
     }
     this.inputs = inputs;
@@ -110,8 +116,10 @@ export class SlotTables {
         const row = base + j * outDim;
         for (let o = 0; o < outDim; o++) t.B[row + o] = m.scale * bsrc[o * m.rank + j]!;
       }
+      this.#round(t.A, slot * R * inDim, (slot * R + m.rank) * inDim);
+      this.#round(t.B, base, base + m.rank * outDim);
       this.#written[slot] = Math.max(this.#written[slot]!, m.rank);
-      bytes += m.rank * (inDim + outDim) * 4;
+      bytes += m.rank * (inDim + outDim) * dtypeBytes(this.dtype);
       this.#changed(t);
     }
     for (const x of experts) {
@@ -130,8 +138,10 @@ export class SlotTables {
           for (let j = 0; j < r; j++) t.B[dst + j] = x.scale * bsrc[src + j]!;
         }
       }
+      this.#round(t.A, slot * E * R * inDim, (slot + 1) * E * R * inDim);
+      this.#round(t.B, slot * E * outDim * R, (slot + 1) * E * outDim * R);
       this.#written[slot] = Math.max(this.#written[slot]!, r);
-      bytes += E * r * (inDim + outDim) * 4;
+      bytes += E * r * (inDim + outDim) * dtypeBytes(this.dtype);
       this.#changed(t);
     }
     this.#factorBytes.set(slot, bytes);
@@ -164,6 +174,13 @@ export class SlotTables {
     let n = 0;
     for (const b of this.#factorBytes.values()) n += b;
     return n;
+  }
+
+  /** Rounds `a[from, to)` to the tables' dtype (nothing to do in f32, where the writes rounded). */
+  #round(a: Float32Array, from: number, to: number): void {
+    if (this.dtype === 'f32') return;
+    const round = rounderFor(this.dtype);
+    for (let i = from; i < to; i++) a[i] = round(a[i]!);
   }
 
   /** Tells executors holding the tables between runs (`RunOptions.resident`) that `t` changed. */

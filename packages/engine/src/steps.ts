@@ -81,6 +81,7 @@ export function stagePast(inputs: Record<string, HostTensor>, seqs: readonly Seq
     return;
   }
   const width = kvShape[0] * kvShape[1];
+  const dtype = seqs[0]!.kv.dtype;
   const buf = staging.reserve(rows * past * width, 0);
   for (let l = 0; l < layers; l++) {
     const k = buf.k[l]!;
@@ -88,8 +89,8 @@ export function stagePast(inputs: Record<string, HostTensor>, seqs: readonly Seq
     seqs.forEach((s, r) => {
       s.kv.copyTo(l, k, v, r * past * width);
     });
-    inputs[`past_key.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...kvShape], data: k.subarray(0, rows * past * width) };
-    inputs[`past_value.${String(l)}`] = { dtype: 'f32', shape: [rows, past, ...kvShape], data: v.subarray(0, rows * past * width) };
+    inputs[`past_key.${String(l)}`] = { dtype, shape: [rows, past, ...kvShape], data: k.subarray(0, rows * past * width) };
+    inputs[`past_value.${String(l)}`] = { dtype, shape: [rows, past, ...kvShape], data: v.subarray(0, rows * past * width) };
   }
 }
 

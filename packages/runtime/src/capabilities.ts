@@ -1,4 +1,4 @@
-import { OP_KEYS, type OpKey } from '@stageml/ir';
+import { type DType, OP_KEYS, type OpKey } from '@stageml/ir';
 import { ONNX_RULES } from '@stageml/onnx-lower';
 import { TFJS_RULES, isTfjsBackend } from './tfjs/index.js';
 
@@ -10,6 +10,11 @@ export interface ExecutorCapabilities {
   readonly supportsOp: (op: OpKey) => boolean;
   /** Whether factors may be bound at request time (inputs supplied per run). */
   readonly lateBinding: boolean;
+  /**
+   * Float dtypes its programs may compute in (what `Engine.load`'s `dtype` checks); undefined:
+   * f32 only.
+   */
+  readonly dtypes?: readonly DType[];
 }
 
 /** A backend's exhaustive rule table, as far as capabilities go: each op lowers or is unsupported. */
@@ -23,7 +28,9 @@ export function capabilitiesFromRules(name: string, rules: RuleKinds, lateBindin
 
 type Provider = (name: string) => ExecutorCapabilities | undefined;
 const providers: Provider[] = [
-  (name) => (name === 'interpreter' ? { name, supportsOp: () => true, lateBinding: true } : undefined),
+  (name) => (name === 'interpreter' ? { name, supportsOp: () => true, lateBinding: true, dtypes: ['f64', 'f32', 'bf16', 'f16'] } : undefined),
+  // The torch worker (`torch-cpu`, `torch-cuda`) maps every op (conformance-tested) in every float dtype.
+  (name) => (name === 'torch-cpu' || name === 'torch-cuda' ? { name, supportsOp: () => true, lateBinding: true, dtypes: ['f64', 'f32', 'bf16', 'f16'] } : undefined),
   (name) => (name === 'onnxruntime' ? capabilitiesFromRules(name, ONNX_RULES) : undefined),
   (name) => (name.startsWith('tfjs-') && isTfjsBackend(name.slice('tfjs-'.length)) ? capabilitiesFromRules(name, TFJS_RULES) : undefined),
 ];
@@ -37,8 +44,9 @@ export function registerExecutorCapabilities(provider: Provider): void {
 }
 
 /**
- * Capabilities of a known executor by name: `interpreter` runs every op; `onnxruntime` and
- * `tfjs-<backend>` run the ops their rule tables lower; all bind late inputs. Undefined for a
+ * Capabilities of a known executor by name: `interpreter` and `torch-cpu`/`torch-cuda` run every
+ * op in f32, bf16 and f16; `onnxruntime` and `tfjs-<backend>` run the ops their rule tables lower,
+ * in f32; all bind late inputs. Undefined for a
  * name no provider knows.
  */
 export function executorCapabilities(name: string): ExecutorCapabilities | undefined {

@@ -1,4 +1,4 @@
-import { type Graph, type HostTensor, type WeightStore, bindDims, graphInputs, graphParams, typeToString, errorMessage } from '@stageml/ir';
+import { type DType, type Graph, type HostTensor, type WeightStore, bindDims, graphInputs, graphParams, typeToString, errorMessage } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from './errors.js';
 import { type ValueSource, toStore } from './values.js';
 
@@ -21,6 +21,58 @@ export interface RunOptions {
    * until it changes or its data object is garbage-collected; in-process executors ignore it.
    */
   readonly resident?: ReadonlySet<string>;
+  /**
+   * Inputs fed from caches the executor holds (`Executor.caches`: per-sequence KV kept where the
+   * executor computes), instead of from `inputs`; only executors with `caches` accept it.
+   */
+  readonly caches?: CacheRun;
+}
+
+/**
+ * Caches an executor holds between runs (a sequence's keys, values and key mask, kept on the
+ * executor's device): each is named by an id from `open`, read by runs that name it in
+ * `RunOptions.caches` and appended by them; `release` frees it.
+ */
+export interface CacheStore {
+  /** A fresh cache id (the cache starts empty). */
+  open(): number;
+  /** Frees caches (unknown ids are ignored); ordered after every run already started. */
+  release(ids: readonly number[]): void;
+}
+
+/**
+ * One stream of a cache: input `input` f32[rows, past, …item] is built from each row's cache
+ * (positions beyond a row's length filled with `pad`) — followed along axis 1 by the run's own
+ * `inputs[input]` (the tail, f32[rows, seq, …item]) when `from` is undefined; after the run each
+ * row appends positions [from, from + count) of output `from` (or of the tail) to its cache.
+ */
+export interface CacheStream {
+  readonly input: string;
+  readonly from: string | undefined;
+  readonly pad: number;
+  /** Dtype the executor stores the stream in (default the input's; values must be exact in it). */
+  readonly store?: DType;
+}
+
+/** One batch row of a run fed from caches. */
+export interface CacheRow {
+  /** The row's cache (`CacheStore.open`). */
+  readonly id: number;
+  /** Positions the caller's copy of the cache holds (what the row reads). */
+  readonly length: number;
+  /** The positions [from, from + count) of the row's outputs (or tails) this run appends. */
+  readonly append: readonly [from: number, count: number];
+  /**
+   * The cache's content, per stream input f32[length, …item], for an executor that lost it (a
+   * restarted worker) or never had it: called only then.
+   */
+  readonly restore: () => Readonly<Record<string, HostTensor>>;
+}
+
+/** What `RunOptions.caches` names: the streams and the rows (`past` is the longest row's length). */
+export interface CacheRun {
+  readonly streams: readonly CacheStream[];
+  readonly rows: readonly CacheRow[];
 }
 
 const generations = new WeakMap<object, number>();
@@ -41,6 +93,8 @@ export interface Executor {
   readonly name: string;
   /** Prepares `graph` with parameter data from `weights` (every parameter must resolve). */
   prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph>;
+  /** Caches held between runs (`RunOptions.caches`); absent: runs take every input from the host. */
+  readonly caches?: CacheStore;
 }
 
 /**

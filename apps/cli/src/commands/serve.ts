@@ -42,6 +42,25 @@ interface ServeOptions {
   packBase?: boolean;
   maxError?: number;
   bundle?: string;
+  dtype?: string;
+  adapterDtype?: string;
+}
+
+/** `stageml serve --dtype` values: a compute dtype, or `checkpoint` (the float dtype the checkpoint stores). */
+export const SERVE_DTYPES = ['f32', 'bf16', 'f16', 'checkpoint'] as const;
+
+/**
+ * The engine dtype of `--dtype`/`--adapter-dtype`: `--dtype` if given (one of `SERVE_DTYPES`), else
+ * `checkpoint` on a torch executor (`torch-cpu`, `torch-cuda`) unless `quantized` (weight-only
+ * quantization packs f32 weights), and f32 on the others; a bad value is
+ * `CLI_USAGE`, as is `--adapter-dtype` (f32 or same) without a bf16/f16 dtype to apply to.
+ */
+export function serveDtypes(dtype: string | undefined, adapterDtype: string | undefined, executorName: string, quantized = false): { dtype: (typeof SERVE_DTYPES)[number]; adapterDtype?: 'f32' | 'same' } {
+  if (dtype !== undefined && !(SERVE_DTYPES as readonly string[]).includes(dtype)) throw new CliError(CliCode.USAGE, `--dtype must be one of ${SERVE_DTYPES.join(', ')}, got '${dtype}'`);
+  if (adapterDtype !== undefined && adapterDtype !== 'f32' && adapterDtype !== 'same') throw new CliError(CliCode.USAGE, `--adapter-dtype must be one of f32, same, got '${adapterDtype}'`);
+  if (adapterDtype !== undefined && dtype === 'f32') throw new CliError(CliCode.USAGE, '--adapter-dtype applies to a bf16/f16 --dtype (f32 factors are the f32 engine\'s own)');
+  const chosen = (dtype ?? (executorName.startsWith('torch-') && !quantized ? 'checkpoint' : 'f32')) as (typeof SERVE_DTYPES)[number];
+  return { dtype: chosen, ...(adapterDtype === undefined ? {} : { adapterDtype }) };
 }
 
 /** Fails with `CLI_IO` naming the flag unless `path` is an existing directory. */
@@ -88,6 +107,8 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--max-error <e>', 'with --quantize auto: the largest relative weight error per projection', parseMaxError)
     .option('--pack-base', 'give base-only batches a program with its own pre-packed copy of the f32 weights (~1.4x faster decode on onnxruntime, one more copy of the weights in memory)')
     .option('--bundle <dir>', 'serve a bundle of `stageml stage --model`: its source model and adapters, with its plan.json applied as written (instead of MODEL)')
+    .option('--dtype <dtype>', `compute dtype of the engine: ${SERVE_DTYPES.join(', ')} (checkpoint: the one it stores; default: checkpoint on --executor torch, else f32). bf16/f16 compute as transformers + PEFT do and need an executor that runs them (torch, interpreter)`)
+    .option('--adapter-dtype <dtype>', 'with a bf16/f16 --dtype: LoRA factors f32 (default, as PEFT computes them) or same (rounded to the compute dtype)')
     .action(async (positional: string | undefined, opts: ServeOptions) => {
       if (opts.bundle !== undefined && (positional !== undefined || opts.model !== undefined)) throw new CliError(CliCode.USAGE, '--bundle gives the model: drop MODEL / --model');
       if (opts.bundle !== undefined && opts.memoryBudget !== undefined) throw new CliError(CliCode.USAGE, '--bundle applies its plan.json as written: --memory-budget does not apply');
@@ -101,6 +122,8 @@ export function registerServe(program: Command, io: CliIo): void {
       if (opts.adapters !== undefined) await requireDir(opts.adapters, '--adapters');
       for (const r of opts.adapterRoot ?? []) await requireDir(r, '--adapter-root');
       const quantize = quantizeOptions(opts.quantize, opts.maxError);
+      // Checked before the executor starts; the executor's name decides the default.
+      serveDtypes(opts.dtype, opts.adapterDtype, '');
       let config;
       if (opts.config !== undefined) {
         let text: string;
@@ -111,6 +134,7 @@ export function registerServe(program: Command, io: CliIo): void {
         }
         config = parseRouterConfig(text, opts.config);
       }
+      const executor = await resolveExecutor(opts.executor, { log: (line) => { io.out(line); } });
       const server = await createServer({
         ...(modelDir === undefined ? {} : { modelDir }),
         ...(opts.bundle === undefined ? {} : { bundle: opts.bundle }),
@@ -118,7 +142,8 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(Object.keys(loraModules).length === 0 ? {} : { loraModules }),
         ...(opts.maxModelLen === undefined ? {} : { maxModelLen: opts.maxModelLen }),
         ...(opts.apiKey === undefined ? {} : { apiKey: opts.apiKey }),
-        executor: await resolveExecutor(opts.executor, { log: (line) => { io.out(line); } }),
+        executor,
+        ...serveDtypes(opts.dtype, opts.adapterDtype, executor.name, quantize !== undefined),
         ...(quantize === undefined ? {} : { quantize }),
         ...(opts.packBase === true ? { packBase: true } : {}),
         ...(opts.adapters === undefined ? {} : { adaptersDir: opts.adapters }),
@@ -150,7 +175,7 @@ export function registerServe(program: Command, io: CliIo): void {
         throw new CliError(CliCode.LISTEN, `cannot listen on ${opts.host}:${String(opts.port)}: ${why}`, { cause: e });
       }
       const models = [server.modelName, ...server.lm.adapterNames];
-      io.out(`stageml server ready on ${address} · model ${server.modelName} · adapters: ${server.lm.adapterNames.join(', ') || 'none'} · executor ${server.lm.executorName}`);
+      io.out(`stageml server ready on ${address} · model ${server.modelName} · adapters: ${server.lm.adapterNames.join(', ') || 'none'} · executor ${server.lm.executorName} (${server.lm.dtype}${server.lm.residentKv ? ', KV on the executor' : ''})`);
       io.out(`try: curl -s ${address}/v1/completions -H 'content-type: application/json'${opts.apiKey === undefined ? '' : " -H 'authorization: Bearer $KEY'"} -d '{"model": "${models[1] ?? models[0]!}", "prompt": "The staged program", "max_tokens": 12, "temperature": 0}'`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {

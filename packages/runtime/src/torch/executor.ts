@@ -3,9 +3,9 @@ import { existsSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type Graph, type HostTensor, graphToJson } from '@stageml/ir';
+import { type Graph, type HostTensor, graphToJson, typeToString } from '@stageml/ir';
 import { RuntimeCode, type RuntimeErrorCode, RuntimeError } from '../errors.js';
-import { type Executor, type PreparedGraph, type RunOptions, checkInputs, inputGeneration, resolveWeights } from '../executor.js';
+import { type CacheRun, type Executor, type PreparedGraph, type RunOptions, checkInputs, inputGeneration, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
 import { FrameDecoder, TORCH_PROTOCOL_VERSION, encodeFrame } from './protocol.js';
 
@@ -42,10 +42,30 @@ export interface TorchWorkerInfo {
   readonly cuda: boolean;
 }
 
+/** Bytes and requests the torch executor has exchanged with its workers (`TorchExecutor.traffic`). */
+export interface TorchTraffic {
+  /** Requests sent. */
+  readonly requests: number;
+  /** Bytes written to the worker: frame lengths, headers and tensors. */
+  readonly sentBytes: number;
+  /** The tensor payload part of `sentBytes`. */
+  readonly sentTensorBytes: number;
+  /** Bytes read from the worker. */
+  readonly receivedBytes: number;
+  /** Workers started after the first one died. */
+  readonly restarts: number;
+}
+
 /** The torch executor: an `Executor` plus the worker's identity and a way to stop it. */
 export interface TorchExecutor extends Executor {
   /** The worker's versions and device. */
   readonly info: TorchWorkerInfo;
+  /** Caches (per-sequence KV) held on the worker's device between runs (`RunOptions.caches`). */
+  readonly caches: NonNullable<Executor['caches']>;
+  /** The worker process id (undefined while none runs). */
+  readonly pid: number | undefined;
+  /** Counters of the traffic with the worker, since the executor started. */
+  traffic(): TorchTraffic;
   /** Stops the worker process; prepared graphs fail with `RT_DISPOSED` afterwards. */
   close(): Promise<void>;
 }
@@ -115,10 +135,11 @@ class WorkerConnection {
   #dead: RuntimeError | undefined;
   #stderr: string[] = [];
 
-  constructor(python: string, packageDir: string, device: string, log: ((line: string) => void) | undefined) {
+  constructor(python: string, packageDir: string, device: string, log: ((line: string) => void) | undefined, readonly counts: { requests: number; sentBytes: number; sentTensorBytes: number; receivedBytes: number }) {
     const env = { ...process.env, PYTHONPATH: [packageDir, process.env['PYTHONPATH']].filter((p) => p !== undefined && p !== '').join(':'), PYTHONUNBUFFERED: '1' };
     this.#child = spawn(python, ['-m', 'stageml_torch.worker', '--device', device], { env, stdio: ['pipe', 'pipe', 'pipe'] });
     this.#child.stdout.on('data', (chunk: Buffer) => {
+      this.counts.receivedBytes += chunk.byteLength;
       this.#decoder.push(chunk);
       this.#drain();
     });
@@ -192,9 +213,17 @@ class WorkerConnection {
     return this.#dead === undefined;
   }
 
+  get pid(): number | undefined {
+    return this.#child.pid;
+  }
+
   request(header: Record<string, unknown>, tensors: Readonly<Record<string, HostTensor>> = {}): Promise<{ header: Record<string, unknown>; tensors: Record<string, HostTensor> }> {
     if (this.#dead !== undefined) return Promise.reject(this.#dead);
     const chunks = encodeFrame({ ...header, id: this.#nextId++ }, tensors);
+    const total = chunks.reduce((a, c) => a + c.byteLength, 0);
+    this.counts.requests++;
+    this.counts.sentBytes += total;
+    this.counts.sentTensorBytes += total - 4 - chunks[1]!.byteLength;
     return new Promise((resolve, reject) => {
       this.#pending.push({ resolve, reject });
       this.#busy();
@@ -221,28 +250,8 @@ class WorkerConnection {
   }
 }
 
-/**
- * Creates the torch executor (`torch`): a Python worker (`python3 -m stageml_torch.worker`,
- * package in the repository's `native/`) that runs IR graphs with PyTorch on CUDA when torch sees
- * a GPU, else on the CPU. The graph travels as the IR's JSON form and parameters as raw tensors
- * over a framed stdio protocol (`encodeFrame`; docs/gpu.md); parameters stay resident on the
- * worker's device between runs, each run moves only inputs and outputs.
- *
- * Numerics: f32/f64 compute natively; on CUDA, f16/bf16 matmuls and attention run on tensor cores
- * with f32 accumulation, norms and softmax in f32; on the CPU every f16/bf16 op computes in f32
- * and rounds to its type.
- *
- * Errors: no Python, or no torch in it, is `RT_BACKEND_UNAVAILABLE` with an install hint; a device
- * torch does not see too; an op without a torch lowering `RT_UNSUPPORTED_OP`; input checks as
- * every executor (`RT_MISSING_INPUT`, `RT_UNKNOWN_INPUT`, `RT_BAD_VALUE`); a failing op
- * `RT_EVAL_FAILED` naming the node; a dead worker or a broken frame `RT_WORKER_FAILED`;
- * `RT_DISPOSED` after `dispose()` or `close()`.
- */
-export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Promise<TorchExecutor> {
-  const packageDir = findPackageDir(opts.packageDir);
-  const python = findPython(opts.python);
-  const device = opts.device ?? process.env[TORCH_DEVICE_ENV] ?? 'auto';
-  const conn = new WorkerConnection(python, packageDir, device, opts.log);
+/** What `hello` answered, checked against this build; a worker that did not start is `RT_BACKEND_UNAVAILABLE`. */
+async function greet(conn: WorkerConnection, python: string): Promise<TorchWorkerInfo> {
   let hello;
   try {
     hello = (await conn.request({ op: 'hello' })).header;
@@ -259,7 +268,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       hint: `${TORCH_PATH_ENV} may point at another version of stageml_torch`,
     });
   }
-  const info: TorchWorkerInfo = {
+  return {
     python,
     protocol: TORCH_PROTOCOL_VERSION,
     worker: String(hello['worker']),
@@ -268,13 +277,79 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
     deviceName: String(hello['deviceName']),
     cuda: hello['cuda'] === true,
   };
+}
+
+/** Placeholder of a cache-fed input for the input checks: its dtype and shape, with a length only (never sent). */
+function placeholder(dtype: HostTensor['dtype'], shape: readonly number[]): HostTensor {
+  return { dtype, shape, data: { length: shape.reduce((a, b) => a * b, 1) } as unknown as Float32Array };
+}
+
+/**
+ * Creates the torch executor (`torch`): a Python worker (`python3 -m stageml_torch.worker`,
+ * package in the repository's `native/`) that runs IR graphs with PyTorch on CUDA when torch sees
+ * a GPU, else on the CPU. The graph travels as the IR's JSON form and parameters as raw tensors
+ * over a framed stdio protocol (`encodeFrame`; docs/gpu.md); parameters stay resident on the
+ * worker's device between runs, each run moves only inputs and outputs. Caches (`caches`,
+ * `RunOptions.caches`: the engine's per-sequence KV) live on the worker's device too, so a decode
+ * step sends O(new tokens) bytes.
+ *
+ * A worker that dies (killed, out of memory) fails the requests in flight with `RT_WORKER_FAILED`;
+ * the next request starts a new worker, prepares every live graph on it again and re-sends
+ * resident inputs and caches (from `CacheRow.restore`) as they are needed.
+ *
+ * Numerics: f32/f64 compute natively; on CUDA, f16/bf16 matmuls and attention run on tensor cores
+ * with f32 accumulation, norms and softmax in f32; on the CPU every f16/bf16 op computes in f32
+ * and rounds to its type.
+ *
+ * Errors: no Python, or no torch in it, is `RT_BACKEND_UNAVAILABLE` with an install hint; a device
+ * torch does not see too; an op without a torch lowering `RT_UNSUPPORTED_OP`; input checks as
+ * every executor (`RT_MISSING_INPUT`, `RT_UNKNOWN_INPUT`, `RT_BAD_VALUE`); a failing op
+ * `RT_EVAL_FAILED` naming the node; a dead worker or a broken frame `RT_WORKER_FAILED`;
+ * `RT_DISPOSED` after `dispose()` or `close()`.
+ */
+export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Promise<TorchExecutor> {
+  const packageDir = findPackageDir(opts.packageDir);
+  const python = findPython(opts.python);
+  const device = opts.device ?? process.env[TORCH_DEVICE_ENV] ?? 'auto';
+  const counts = { requests: 0, sentBytes: 0, sentTensorBytes: 0, receivedBytes: 0 };
+  let conn = new WorkerConnection(python, packageDir, device, opts.log, counts);
+  const info = await greet(conn, python);
   const name = `torch-${info.device.startsWith('cuda') ? 'cuda' : 'cpu'}`;
+  /** Workers started so far (1 + restarts): what every worker-side handle and id belongs to. */
+  let generation = 1;
+  let closed = false;
+  let starting: Promise<void> | undefined;
+  /** The live worker, starting a new one when the last one died (once at a time). */
+  const live = async (): Promise<WorkerConnection> => {
+    if (closed) throw new RuntimeError(RuntimeCode.DISPOSED, `${name} was closed`);
+    if (conn.alive) return conn;
+    starting ??= (async () => {
+      const next = new WorkerConnection(python, packageDir, device, opts.log, counts);
+      await greet(next, python);
+      conn = next;
+      generation++;
+      held = new WeakMap();
+      drops.length = 0;
+      known.clear();
+    })().finally(() => {
+      starting = undefined;
+    });
+    await starting;
+    return conn;
+  };
   // Resident inputs: sent once, held by the worker (on its device) under an id, referred to by id
   // while the same data object comes back unchanged; dropped when the data object is collected.
-  const held = new WeakMap<object, { readonly id: number; readonly generation: number; readonly key: string }>();
+  let held = new WeakMap<object, { readonly id: number; readonly generation: number; readonly key: string }>();
   const drops: number[] = [];
-  const collected = new FinalizationRegistry<number>((id) => drops.push(id));
+  const collected = new FinalizationRegistry<{ id: number; generation: number }>((h) => {
+    if (h.generation === generation) drops.push(h.id);
+  });
   let nextId = 1;
+  /** Caches the current worker holds: id → positions. */
+  const known = new Map<number, number>();
+  /** Ids opened and not released (a run finishing after a release does not record its cache). */
+  const open = new Set<number>();
+  let nextCache = 1;
   const residentFrame = (inputs: Readonly<Record<string, HostTensor>>, opts: RunOptions | undefined): { header: Record<string, unknown>; tensors: Record<string, HostTensor>; unsent: () => void } => {
     const tensors: Record<string, HostTensor> = {};
     const refs: Record<string, number> = {};
@@ -286,17 +361,17 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         continue;
       }
       const key = `${t.dtype}[${t.shape.join(',')}]`;
-      const generation = inputGeneration(t.data);
+      const gen = inputGeneration(t.data);
       const was = held.get(t.data);
-      if (was?.generation === generation && was.key === key) {
+      if (was?.generation === gen && was.key === key) {
         refs[k] = was.id;
         continue;
       }
       // New, changed or reshaped: send it under a fresh id; the old copy goes.
       if (was !== undefined) drops.push(was.id);
       const id = nextId++;
-      held.set(t.data, { id, generation, key });
-      collected.register(t.data, id);
+      held.set(t.data, { id, generation: gen, key });
+      collected.register(t.data, { id, generation });
       store[k] = id;
       tensors[k] = t;
       sent.push(t.data);
@@ -309,31 +384,108 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
     };
     return { header: { resident: refs, store, drop: drops.splice(0) }, tensors, unsent };
   };
+  /**
+   * The `caches` part of a run: the streams and rows for the header, the seeds (`cache:<id>:<input>`)
+   * of caches this worker lacks, and the cache-fed inputs' placeholders for the input checks.
+   */
+  const cacheFrame = (graph: Graph, inputs: Readonly<Record<string, HostTensor>>, run: CacheRun): { header: Record<string, unknown>; seeds: Record<string, HostTensor>; checked: Record<string, HostTensor> } => {
+    const declared = new Map(graph.nodes.filter((n) => n.kind === 'input').map((n) => [n.name, graph.values[n.results[0]!]!.type]));
+    const ids = new Set<number>();
+    const seeds: Record<string, HostTensor> = {};
+    const rows = run.rows.map((r) => {
+      if (ids.has(r.id)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)} is read by two rows of one run`);
+      if (!open.has(r.id)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)} was never opened on ${name} or was released`);
+      ids.add(r.id);
+      const [from, count] = r.append;
+      if (!Number.isSafeInteger(from) || !Number.isSafeInteger(count) || from < 0 || count < 0) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)}: append [${String(from)}, ${String(count)}) is not a range of positions`);
+      const have = known.get(r.id);
+      if (have !== r.length && !(have === undefined && r.length === 0)) {
+        // The worker lacks it (a new worker) or holds another length: send the caller's copy.
+        const content = r.restore();
+        for (const s of run.streams) {
+          const t = content[s.input];
+          if (t?.shape[0] !== r.length) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)}: restore gave no ${String(r.length)} positions of '${s.input}'`);
+          seeds[`cache:${String(r.id)}:${s.input}`] = t;
+        }
+      }
+      return { id: r.id, append: [from, count], seed: have !== r.length && r.length > 0 };
+    });
+    const past = Math.max(0, ...run.rows.map((r) => r.length));
+    const checked: Record<string, HostTensor> = { ...inputs };
+    for (const s of run.streams) {
+      const type = declared.get(s.input);
+      if (type === undefined) throw new RuntimeError(RuntimeCode.UNKNOWN_INPUT, `cache stream '${s.input}' is not an input of @${graph.name}`);
+      if (!type.shape.slice(2).every((d) => typeof d === 'number')) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache stream '${s.input}' (${typeToString(type)}) must have static dims after [rows, positions]`);
+      const item = type.shape.slice(2) as number[];
+      const tail = s.from === undefined ? inputs[s.input] : undefined;
+      if (s.from === undefined && tail === undefined) throw new RuntimeError(RuntimeCode.MISSING_INPUT, `cache stream '${s.input}' takes its tail from the inputs, which lack it`);
+      if (s.from !== undefined && inputs[s.input] !== undefined) throw new RuntimeError(RuntimeCode.BAD_VALUE, `'${s.input}' is fed from the caches: do not pass it as an input`);
+      if (s.from !== undefined && !graph.outputs.some((o) => o.name === s.from)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache stream '${s.input}' appends from '${s.from}', which is not an output of @${graph.name}`);
+      checked[s.input] = placeholder(type.dtype, [run.rows.length, past + (tail?.shape[1] ?? 0), ...item]);
+    }
+    return { header: { streams: run.streams.map((s) => ({ input: s.input, from: s.from ?? null, pad: s.pad, store: s.store ?? null })), rows }, seeds, checked };
+  };
   return {
     name,
     info,
-    close: () => conn.close(),
+    get pid() {
+      return conn.alive ? conn.pid : undefined;
+    },
+    traffic: () => ({ ...counts, restarts: generation - 1 }),
+    caches: {
+      open: () => {
+        const id = nextCache++;
+        open.add(id);
+        return id;
+      },
+      release(ids: readonly number[]): void {
+        const gone = ids.filter((id) => open.delete(id));
+        for (const id of gone) known.delete(id);
+        // Also for caches not known yet: a run in flight may be creating them.
+        if (gone.length > 0 && conn.alive && !closed) conn.request({ op: 'cache_drop', ids: gone }).catch(() => undefined);
+      },
+    },
+    close: async () => {
+      closed = true;
+      // A worker being started replaces `conn`: let it finish, then stop it.
+      await starting?.catch(() => undefined);
+      await conn.close();
+    },
     async prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph> {
       const { values, bindings } = resolveWeights(graph, weights);
       const params: Record<string, HostTensor> = {};
       for (const [k, v] of values) params[k] = v;
-      const reply = await conn.request({ op: 'prepare', graph: graphToJson(graph) }, params);
-      const handle = reply.header['handle'];
+      const json = graphToJson(graph);
+      // The handle on the current worker; a new worker prepares the graph again (so the parameters stay referenced here).
+      const onWorker = async (): Promise<{ handle: unknown; generation: number }> => {
+        const c = await live();
+        const gen = generation;
+        const reply = await c.request({ op: 'prepare', graph: json }, params);
+        return { handle: reply.header['handle'], generation: gen };
+      };
+      let current = await onWorker();
       let disposed = false;
       const gone = (): RuntimeError => new RuntimeError(RuntimeCode.DISPOSED, `@${graph.name} on ${name} was disposed`);
       return {
         executor: name,
         async run(inputs: Readonly<Record<string, HostTensor>>, opts?: RunOptions): Promise<Record<string, HostTensor>> {
-          if (disposed || !conn.alive) throw gone();
-          checkInputs(graph, inputs, bindings);
+          if (disposed || closed) throw gone();
+          const c = await live();
+          if (current.generation !== generation) current = await onWorker();
+          // After `live`: a new worker holds no caches, so what to seed is decided against it.
+          const caches = opts?.caches === undefined ? undefined : cacheFrame(graph, inputs, opts.caches);
+          checkInputs(graph, caches?.checked ?? inputs, bindings);
           const frame = residentFrame(inputs, opts);
           let out: { header: Record<string, unknown>; tensors: Record<string, HostTensor> };
           try {
-            out = await conn.request({ op: 'run', handle, ...frame.header }, frame.tensors);
+            out = await c.request({ op: 'run', handle: current.handle, ...frame.header, ...(caches === undefined ? {} : { caches: caches.header }) }, caches === undefined ? frame.tensors : { ...frame.tensors, ...caches.seeds });
           } catch (e) {
             frame.unsent();
+            // Whatever the worker appended is unknown now: re-send those caches when next read.
+            for (const r of opts?.caches?.rows ?? []) known.delete(r.id);
             throw e;
           }
+          for (const r of opts?.caches?.rows ?? []) if (open.has(r.id)) known.set(r.id, r.length + r.append[1]);
           const result: Record<string, HostTensor> = {};
           for (const o of graph.outputs) {
             const t = out.tensors[o.name];
@@ -345,7 +497,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         dispose(): void {
           if (disposed) return;
           disposed = true;
-          if (conn.alive) conn.request({ op: 'dispose', handle }).catch(() => undefined);
+          if (conn.alive && current.generation === generation) conn.request({ op: 'dispose', handle: current.handle }).catch(() => undefined);
         },
       };
     },

@@ -107,7 +107,7 @@ describeWithTorch('torch worker protocol', () => {
     const frames = [encodeFrame({ op: 'hello', id: 1 }), encodeFrame({ op: 'fly', id: 2 }), encodeFrame({ op: 'run', id: 3, handle: 99 })].flat();
     const { replies, code } = await talk(torch().info.python, frames);
     expect(code).toBe(0);
-    expect(replies[0]).toMatchObject({ ok: true, id: 1, protocol: 2, device: 'cpu' });
+    expect(replies[0]).toMatchObject({ ok: true, id: 1, protocol: 3, device: 'cpu' });
     expect(replies[1]).toMatchObject({ ok: false, id: 2, code: 'RT_WORKER_FAILED' });
     expect(replies[2]).toMatchObject({ ok: false, id: 3, code: 'RT_DISPOSED' });
   }, 60_000);
@@ -219,6 +219,57 @@ describeWithTorch('torch worker protocol', () => {
     // Without `resident`, every run sends its inputs.
     data[5] = 300;
     expect(Array.from((await p.run({ table: t, ids: hostTensor('i64', [1], [1]) }))['y']!.data)).toEqual([100, 200, 300]);
+    p.dispose();
+  }, 60_000);
+  it('feeds inputs from caches held on the worker (RunOptions.caches): appended from outputs and tails, restored when lost, bad requests coded', async () => {
+    const b = new GraphBuilder('cached');
+    const past = b.input('past', ['f32', ['batch', 'past', 2]]);
+    const mask = b.input('mask', ['f32', ['batch', 'past + seq']]);
+    const x = b.input('x', ['f32', ['batch', 'seq', 2]]);
+    const fresh = b.mul(x, b.constant([1], 'f32', []));
+    b.output('all', b.concat([past, fresh], 1));
+    b.output('mask_seen', b.mul(mask, b.constant([1], 'f32', [])));
+    b.output('new', fresh);
+    const p = await torch().prepare(b.build());
+    const caches = torch().caches;
+    const streams = [{ input: 'past', from: 'new', pad: -1 }, { input: 'mask', from: undefined, pad: -9 }];
+    const lost = (): never => {
+      throw new Error('restore is called only for a cache the worker lacks');
+    };
+    const a = caches.open();
+    const c = caches.open();
+    const r1 = await p.run({ x: hostTensor('f32', [1, 2, 2], [1, 2, 3, 4]), mask: hostTensor('f32', [1, 2], [0, 5]) }, { caches: { streams, rows: [{ id: a, length: 0, append: [0, 2], restore: lost }] } });
+    expect(Array.from(r1['all']!.data)).toEqual([1, 2, 3, 4]);
+    // Row a reads its 2 positions; row c (new) is padded; each appends its one new position.
+    const r2 = await p.run({ x: hostTensor('f32', [2, 1, 2], [5, 6, 7, 8]), mask: hostTensor('f32', [2, 1], [1, 2]) }, { caches: { streams, rows: [{ id: a, length: 2, append: [0, 1], restore: lost }, { id: c, length: 0, append: [0, 1], restore: lost }] } });
+    expect(r2['all']!.shape).toEqual([2, 3, 2]);
+    expect(Array.from(r2['all']!.data)).toEqual([1, 2, 3, 4, 5, 6, -1, -1, -1, -1, 7, 8]);
+    expect(Array.from(r2['mask_seen']!.data)).toEqual([0, 5, 1, -9, -9, 2]);
+    // The caller's copy is longer than the worker's: restore() re-sends it.
+    let restored = 0;
+    const restore = () => {
+      restored++;
+      return { past: hostTensor('f32', [2, 2], [10, 11, 12, 13]), mask: hostTensor('f32', [2], [0, 0]) };
+    };
+    const r3 = await p.run({ x: hostTensor('f32', [1, 1, 2], [0, 0]), mask: hostTensor('f32', [1, 1], [0]) }, { caches: { streams, rows: [{ id: c, length: 2, append: [0, 1], restore }] } });
+    expect(restored).toBe(1);
+    expect(Array.from(r3['all']!.data)).toEqual([10, 11, 12, 13, 0, 0]);
+    // Rows in another order (the worker re-stages its batch): each still reads its own cache.
+    const r4 = await p.run({ x: hostTensor('f32', [2, 1, 2], [9, 9, 8, 8]), mask: hostTensor('f32', [2, 1], [3, 4]) }, { caches: { streams, rows: [{ id: c, length: 3, append: [0, 1], restore: lost }, { id: a, length: 3, append: [0, 1], restore: lost }] } });
+    expect(Array.from(r4['all']!.data)).toEqual([10, 11, 12, 13, 0, 0, 9, 9, 1, 2, 3, 4, 5, 6, 8, 8]);
+    expect(Array.from(r4['mask_seen']!.data)).toEqual([0, 0, 0, 3, 0, 5, 1, 4]);
+    // One row alone (a leaves the staged batch and keeps its positions), then a again.
+    const r5 = await p.run({ x: hostTensor('f32', [1, 1, 2], [7, 7]), mask: hostTensor('f32', [1, 1], [0]) }, { caches: { streams, rows: [{ id: c, length: 4, append: [0, 1], restore: lost }] } });
+    expect(Array.from(r5['all']!.data)).toEqual([10, 11, 12, 13, 0, 0, 9, 9, 7, 7]);
+    const r6 = await p.run({ x: hostTensor('f32', [1, 1, 2], [6, 6]), mask: hostTensor('f32', [1, 1], [0]) }, { caches: { streams, rows: [{ id: a, length: 4, append: [0, 1], restore: lost }] } });
+    expect(Array.from(r6['all']!.data)).toEqual([1, 2, 3, 4, 5, 6, 8, 8, 6, 6]);
+    const bad = async (rows: Parameters<typeof p.run>[1], inputs: Record<string, HostTensor> = { x: hostTensor('f32', [1, 1, 2], [0, 0]), mask: hostTensor('f32', [1, 1], [0]) }) => p.run(inputs, rows);
+    await expect(bad({ caches: { streams, rows: [{ id: a, length: 5, append: [0, 1], restore: lost }, { id: a, length: 5, append: [0, 1], restore: lost }] } })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('two rows') });
+    await expect(bad({ caches: { streams: [{ input: 'nope', from: 'new', pad: 0 }], rows: [{ id: a, length: 5, append: [0, 1], restore: lost }] } })).rejects.toMatchObject({ code: RuntimeCode.UNKNOWN_INPUT });
+    await expect(bad({ caches: { streams, rows: [{ id: a, length: 1, append: [0, 1], restore: () => ({}) }] } })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('restore') });
+    await expect(bad({ caches: { streams, rows: [{ id: a, length: 5, append: [0, 1], restore: lost }] } }, { x: hostTensor('f32', [1, 1, 2], [0, 0]) })).rejects.toMatchObject({ code: RuntimeCode.MISSING_INPUT });
+    caches.release([a, c]);
+    await expect(bad({ caches: { streams, rows: [{ id: a, length: 5, append: [0, 1], restore: lost }] } })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('released') });
     p.dispose();
   }, 60_000);
 });

@@ -1,0 +1,195 @@
+// KV resident on the torch worker (`EngineOptions.residentKv`, `Executor.caches`): the same tokens
+// as the engine feeding the KV from the host, O(new tokens) bytes per decode step whatever the
+// context, and a killed worker replaced without losing a sequence.
+import { fileURLToPath } from 'node:url';
+import { argmaxOf } from '@stageml/models';
+import { RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type EngineOptions, Engine, EngineCode, type Sequence } from './index.js';
+
+const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/llama/', import.meta.url));
+
+/** A `describe` that needs Python 3 with torch: failing in CI when torch is missing, skipped elsewhere. */
+function describeWithTorch(name: string, fn: () => void): void {
+  if (!isTorchAvailable() && process.env['CI'] !== undefined) {
+    describe(name, () => {
+      it('needs Python 3 with torch', () => {
+        throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)');
+      });
+    });
+    return;
+  }
+  describe.skipIf(!isTorchAvailable())(name, fn);
+}
+
+async function load(opts: EngineOptions): Promise<Engine> {
+  const e = await Engine.load(`${root}base`, { maxLoras: 4, maxLoraRank: 16, ...opts });
+  await e.loadAdapter(`${root}adapters/all-r16`, 'a');
+  await e.loadAdapter(`${root}adapters/qv-r8`, 'b');
+  return e;
+}
+
+const PROMPTS: [string | undefined, number[]][] = [
+  ['a', [1, 52, 317, 335, 262, 438, 309, 487]],
+  ['b', [1, 54, 264, 479, 455]],
+  [undefined, [1, 500, 72, 283, 10, 90, 11, 4, 77, 21, 5]],
+];
+
+/**
+ * A script over one engine: chunked mixed prefill (two adapters and the base), decode steps, a
+ * release in the middle of the batch, a new sequence reusing the freed place, more steps; after
+ * step `kill` (if given) `between()` runs. Returns every row's greedy tokens.
+ */
+async function script(e: Engine, between?: { after: number; run: () => Promise<void> }): Promise<number[][]> {
+  const seqs: Sequence[] = PROMPTS.map(([a, p]) => e.open(a, p));
+  for (const s of seqs) expect(await e.attach(s)).toBe(true);
+  const tokens = new Map<Sequence, number[]>(seqs.map((s) => [s, []]));
+  const last = new Map<Sequence, Float32Array>();
+  const prefill = async (group: Sequence[]): Promise<void> => {
+    while (group.some((s) => !s.ready)) {
+      const todo = group.filter((s) => !s.ready);
+      (await e.prefillMany(todo, { maxChunk: 3 })).forEach((l, i) => {
+        if (l !== undefined) last.set(todo[i]!, Float32Array.from(l));
+      });
+    }
+  };
+  await prefill(seqs);
+  let live = [...seqs];
+  let step = 0;
+  const decode = async (n: number): Promise<void> => {
+    for (let i = 0; i < n; i++, step++) {
+      const next = live.map((s) => argmaxOf(last.get(s)!));
+      live.forEach((s, r) => tokens.get(s)!.push(next[r]!));
+      const out = await e.decode(live, next);
+      live.forEach((s, r) => last.set(s, Float32Array.from(out[r]!)));
+      if (between?.after === step) await between.run();
+    }
+  };
+  await decode(3);
+  // Release the middle row; a new sequence takes its place (and the executor a fresh cache).
+  e.release(live[1]!);
+  live = [live[0]!, live[2]!];
+  const fresh = e.open('b', [1, 7, 8, 9, 10, 11, 12]);
+  expect(await e.attach(fresh)).toBe(true);
+  tokens.set(fresh, []);
+  await prefill([fresh]);
+  live.push(fresh);
+  await decode(4);
+  const out = [...tokens.values()];
+  for (const s of live) e.release(s);
+  return out;
+}
+
+describeWithTorch('resident KV on the torch worker (CPU torch)', () => {
+  let executor: TorchExecutor;
+  beforeAll(async () => {
+    executor = await createTorchExecutor({ device: 'cpu' });
+  }, 120_000);
+  afterAll(async () => {
+    await executor.close();
+  });
+
+  it('gives the host-fed path\'s tokens over prefill, decode, release and reuse, mixed batches, in f32 and bf16', async () => {
+    for (const dtype of ['f32', 'bf16'] as const) {
+      const host = await load({ executor, dtype, residentKv: false });
+      const resident = await load({ executor, dtype });
+      try {
+        expect(host.residentKv).toBe(false);
+        expect(resident.residentKv).toBe(true);
+        const want = await script(host);
+        expect(await script(resident)).toEqual(want);
+        // Prompt logits (the scoring program) take no cache: the same on both.
+        const scored = await resident.promptLogits('a', PROMPTS[0]![1]);
+        expect(Array.from(scored.data)).toEqual(Array.from((await host.promptLogits('a', PROMPTS[0]![1])).data));
+        expect(resident.memory().executorKv).toBe(0); // every sequence released
+      } finally {
+        host.dispose();
+        resident.dispose();
+      }
+    }
+  }, 120_000);
+
+  it('sends the same tensor bytes per decode step at any context length (O(new tokens)); the host-fed path sends the context', async () => {
+    const perStep = async (e: Engine, context: number): Promise<{ bytes: number; tensorBytes: number }> => {
+      const prompt = [1, ...Array.from({ length: context - 1 }, (_, i) => 3 + ((i * 37) % 400))];
+      const seqs = [e.open('a', prompt), e.open(undefined, prompt)];
+      for (const s of seqs) await e.attach(s);
+      while (seqs.some((s) => !s.ready)) await e.prefillMany(seqs.filter((s) => !s.ready), { maxChunk: 64 });
+      await e.decode(seqs, [5, 6]);
+      const before = executor.traffic();
+      await e.decode(seqs, [7, 8]);
+      const after = executor.traffic();
+      for (const s of seqs) e.release(s);
+      return { bytes: after.sentBytes - before.sentBytes, tensorBytes: after.sentTensorBytes - before.sentTensorBytes };
+    };
+    const resident = await load({ executor });
+    const host = await load({ executor, residentKv: false });
+    try {
+      const short = await perStep(resident, 8);
+      const long = await perStep(resident, 160);
+      expect(long.tensorBytes).toBe(short.tensorBytes);
+      // The header differs only by the digits of request and cache ids.
+      expect(Math.abs(long.bytes - short.bytes)).toBeLessThan(16);
+      // Two rows: ids, positions (i64) and the new key's mask (f32) in tensors: 2 · (8 + 8 + 4) bytes, plus the slot ids.
+      expect(short.tensorBytes).toBeLessThan(200);
+      const hostShort = await perStep(host, 8);
+      const hostLong = await perStep(host, 160);
+      // Keys and values of 2 layers × 2 kv heads × 16 dims, f32, per row and staged position (the
+      // staging rounds to 64 positions: 64 at context 9, 192 at 161).
+      expect(hostLong.tensorBytes - hostShort.tensorBytes).toBeGreaterThanOrEqual(2 * 128 * 2 * 2 * 2 * 16 * 4);
+    } finally {
+      resident.dispose();
+      host.dispose();
+    }
+  }, 120_000);
+
+  it('survives a killed worker: the next step starts a new worker, restores every cache from the host copy and gives the same tokens', async () => {
+    const reference = await load({ executor, residentKv: false });
+    const want = await script(reference);
+    reference.dispose();
+    const own = await createTorchExecutor({ device: 'cpu' });
+    try {
+      const e = await load({ executor: own });
+      const got = await script(e, {
+        after: 1,
+        run: async () => {
+          const pid = own.pid!;
+          process.kill(pid, 'SIGKILL');
+          for (let i = 0; i < 200 && own.pid !== undefined; i++) await new Promise((r) => setTimeout(r, 10));
+          expect(own.pid).toBeUndefined();
+        },
+      });
+      expect(got).toEqual(want);
+      expect(own.traffic().restarts).toBe(1);
+      expect(own.pid).toBeDefined();
+      // A step in flight when the worker dies fails with RT_WORKER_FAILED and changes nothing: the next one succeeds.
+      const seq = e.open('a', PROMPTS[0]![1]);
+      await e.attach(seq);
+      const first = (await e.prefill(seq, { maxChunk: 64 }))!;
+      const t = argmaxOf(first);
+      const length = seq.kv.length;
+      const dying = e.decode([seq], [t]);
+      process.kill(own.pid!, 'SIGKILL');
+      const outcome = await dying.then(() => 'ok', (err: unknown) => (err as { code?: string }).code);
+      expect(['ok', RuntimeCode.WORKER_FAILED]).toContain(outcome);
+      if (outcome !== 'ok') {
+        expect(seq.kv.length).toBe(length);
+        await e.decode([seq], [t]);
+      }
+      expect(seq.kv.length).toBe(length + 1);
+      e.release(seq);
+      e.dispose();
+    } finally {
+      await own.close();
+    }
+  }, 120_000);
+
+  it('refuses residentKv on an executor without caches, and keeps a sliding-window model host-fed', async () => {
+    await expect(Engine.load(`${root}base`, { residentKv: true })).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining("'interpreter' does not") as unknown });
+    const window = fileURLToPath(new URL('../../../fixtures/hf-v2/mistral-sw', import.meta.url));
+    await expect(Engine.load(window, { executor, residentKv: true })).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining('sliding-window') as unknown });
+    const e = await Engine.load(window, { executor });
+    expect(e.residentKv).toBe(false);
+    e.dispose();
+  }, 60_000);
+});
