@@ -177,8 +177,15 @@ def _suits(cfg, m, n, k, rmax, bank):
 
 
 def _run(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, bank):
+    """Launches cfg; None when the TMA family cannot be built or launched here (the family is then
+    switched off for the process and the caller falls back; nothing was written)."""
     if _tma.is_tma(cfg):
         t_acc, sync = _state(x2.device, torch.cuda.current_stream(x2.device).cuda_stream, rmax)
+        try:
+            _tma.function(cfg, _tma.fused_rows(rmax, bank))
+        except Exception:  # noqa: BLE001 - NVRTC or the module load failed: fall back
+            _tma._AVAIL[0] = False
+            return None
         return _tma.launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, t_acc, sync, bank)
     return launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows)
 
@@ -303,7 +310,8 @@ def lora_linear(x, w, a, b, scale, cfg=None, out=None):
         return None
     ranks, scales = _consts(rank, scale, x.device)
     y = out if out is not None else torch.empty((m, n), device=x.device, dtype=x.dtype)
-    _run(cfg, x2, w, a, b, y, None, ranks, scales, rank, 8, False)
+    if _run(cfg, x2, w, a, b, y, None, ranks, scales, rank, 8, False) is None:
+        return None
     return y.reshape(*x.shape[:-1], n)
 
 
@@ -326,7 +334,8 @@ def lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=N
     if not _ok(x2, w, a_bank, b_bank, slots, ranks, scales):
         return None
     y = out if out is not None else torch.empty((m, n), device=x.device, dtype=x.dtype)
-    _run(cfg, x2, w, a_bank, b_bank, y, slots, ranks, scales, rmax, 1, True)
+    if _run(cfg, x2, w, a_bank, b_bank, y, slots, ranks, scales, rmax, 1, True) is None:
+        return None
     return y.reshape(*x.shape[:-1], n)
 
 
