@@ -27,6 +27,10 @@
 // it, and each block signals `launch_dependents` once its weights are read, so the next launch's
 // prefetch overlaps this one's tail. Without the launch attribute both instructions are no-ops.
 //
+// The host gives every launch at least 115 KB of dynamic shared memory (tma.ONE_PER_SM), so no two
+// blocks share an SM: with two per SM some blocks' base sums came out wrong (bank configurations
+// under 115 KB; bench/gpu/tma_bankdiag.py), the cause inside the SM not isolated.
+//
 // The tensor maps are built on the host (cuTensorMapEncodeTiled) and passed by value as
 // __grid_constant__ parameters. Built by nvcc for sm_90a (a cubin) or by NVRTC through cupy.
 

@@ -15,21 +15,21 @@ A third family, the TMA ring (`lora_tma.cu`, host side `tma.py`, configurations 
 streams W through the copy engine into a shared-memory ring and is dispatched from here too.
 
 `DEFAULT` / `DEFAULT_BANK` hold, per row bucket, the fastest correct configuration measured on the
-H200 (bench/results/gpu-kernels.md, three runs of 2026-12-01 ~18:20-18:30 UTC, × cuBLAS's base
+H200 (bench/results/gpu-kernels.md, four runs of 2026-12-01 ~18:20-18:42 UTC, × cuBLAS's base
 GEMM alone, 4096², r16, LoRA fused):
 
 | entry point | rows | kernel | × cuBLAS base |
 | --- | --- | --- | ---: |
-| lora_linear | 1-8 | TMA ring ("tma", 64, 1, 2, 8, 12, 0, 1), PDL | 0.95-0.96 (1.03 without PDL) |
+| lora_linear | 1-8 | TMA ring ("tma", 64, 1, 2, 8, 12, 0, 1), PDL | 0.94-0.96 (1.03 without PDL) |
 | lora_linear | 9-16 | TMA ring, MB 16 | 1.00-1.01 |
 | lora_linear | 17-32 | TMA ring, MB 32 | 1.15 (Triton 1.20-1.22) |
-| lora_linear | 33-64 | None: triton_lora's split-K kernel | 1.45 (TMA ring 1.70) |
+| lora_linear | 33-64 | None: triton_lora's split-K kernel | 1.45-1.49 (TMA ring 1.70) |
 | lora_bank_linear | 1-8 | lora_stream (1, 1, 8, 1, 2, 0) | 1.04-1.05 |
 | lora_bank_linear | 9-16 | lora_stream_cl ("cl", 1, 4, 2, 4, 8, 0) | 1.28-1.33 r16, 1.50-1.54 8/16/64 |
 | both | beyond | None: the caller's fallback (Triton ≤ 64 rows, torch ops, SGMV) | - |
 
-The TMA ring's bank path (producer blocks) is never taken (tma.shippable): it was wrong in several
-configurations. Without an sm_90 GPU, cupy or libcuda the TMA rows return None too, and the
+The TMA ring's bank path (producer blocks) is never taken (tma.shippable): it computed wrong sums
+when two of its blocks shared an SM (now prevented) and is behind the cluster kernel in the decode. Without an sm_90 GPU, cupy or libcuda the TMA rows return None too, and the
 callers fall back (Triton split-K, torch ops)."""
 
 import os

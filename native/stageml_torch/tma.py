@@ -8,8 +8,8 @@ producers: its A rows (rank padded to 16, FA ≤ 64) ride in the ring. `adapt` r
 weights other than the 4096² one the tables were measured on.
 
 What ships (stream.DEFAULT): one adapter at ≤ 32 rows. The bank path (producer blocks, FA = 0) gave
-wrong results in several measured configurations (bench/results/gpu-kernels.md), so `shippable`
-keeps it out of every table and override; the bench still measures it.
+wrong results when two blocks shared an SM (bench/results/gpu-kernels.md; `ONE_PER_SM` now
+prevents that), so `shippable` keeps it out of every table and override; the bench measures it.
 
 The kernel takes three tensor maps (W, x, A; 128-byte swizzle) by value, which cupy's launcher
 cannot pass, so the launch goes through the driver API with ctypes (`cuTensorMapEncodeTiled`,
@@ -54,9 +54,7 @@ _AVAIL = [None]
 SWEEP_SMALL = [(64, 1, 2, 8, 0, 1), (64, 1, 2, 12, 0, 1), (64, 1, 2, 10, 0, 1), (128, 1, 4, 8, 0, 1), (128, 1, 4, 6, 0, 1),
                (128, 2, 4, 4, 0, 1), (256, 1, 8, 4, 0, 2), (32, 1, 1, 12, 0, 1)]
 SWEEP_BIG = [(64, 1, 2, 6, 0, 1), (128, 1, 4, 4, 0, 1)]
-# Banks (FA = 0, producer blocks for the shrink): wrong results in 5 of 8 configurations with 4
-# consumer warps and 64 producer blocks (rel. 1.2-1.9e-2 before timing, 3-9e-3 after in others;
-# a race not found), none in those with 8 or 2; measured for the record, never shipped.
+# Banks (FA = 0, producer blocks for the shrink): measured for the record, never shipped (shippable).
 SWEEP_BANK_PB = [(64, 2, 2, 3, 64, 1), (64, 1, 2, 8, 64, 1)]
 
 
@@ -81,8 +79,10 @@ def sweep(m, bank=False):
 
 
 def shippable(cfg, bank):
-    """False for banks (FA = 0: producer blocks): that path gave wrong results in measurements
-    (a race, cause not found); the bench still measures it, the dispatch tables never hold it."""
+    """False for banks (FA = 0: producer blocks). That path gave wrong results when two of its
+    blocks shared an SM (before ONE_PER_SM); at one block per SM it checked right, but with its
+    64 producer blocks then not co-resident it was not measured for speed again, and in the 8B
+    decode step it was behind the cluster stream kernel, so no table or override selects it."""
     return not bank
 
 
@@ -134,13 +134,21 @@ def fits_registers(cfg, fa=0):
     return wr * mb // 2 + 64 + (mb // 4 if wr > 1 else 0) <= cap and (wr * mb < 256 or cw <= 4)
 
 
+# At least this much dynamic shared memory per block, so that no two blocks share an SM (228 KB per
+# SM, 1 KB reserved per block): with two per SM some blocks computed wrong base sums (rel. 1-4e-2
+# over the rows, bench/gpu/tma_bankdiag.py: wrong with 98 KB, right with the same launch at 117 KB
+# and with 132 blocks spread one per SM); the cause inside the SM was not isolated.
+ONE_PER_SM = 115 * 1024
+
+
 def smem_bytes(cfg, m, rmax, fa=0):
     """Dynamic shared memory of a launch: alignment slack, barriers, then the ring or (after the
-    main loop, in the same bytes) the partial sums [RT + FA][MB + 1] and t [M][rmax] in f32."""
+    main loop, in the same bytes) the partial sums [RT + FA][MB + 1] and t [M][rmax] in f32;
+    never under ONE_PER_SM."""
     _, rt, bps, ks, mb, stg, pb, wr = norm(cfg)
     ring = stg * bps * (rt + fa + mb) * 128
     tail = (rt + fa) * (mb + 1) * 4 + m * rmax * 4
-    return 1024 + 1024 + max(ring, tail)
+    return max(ONE_PER_SM, 1024 + 1024 + max(ring, tail))
 
 
 def suits(cfg, m, n, k, rmax, bank=True):

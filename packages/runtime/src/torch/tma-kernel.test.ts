@@ -121,7 +121,8 @@ print(json.dumps({"one": one, "bank": bank, "auto": auto, "chunks": [tma.produce
     // (fa, pieces, kch, n_prod, n_cons, threads, smem): 4 W warps + 1 A warp + the issuing warp;
     // 12 stages of (64 + 16 + 8) rows · 128 bytes plus barriers and alignment slack.
     expect(out.one).toEqual([16, 0, 1, 0, 128, 192, 12 * 88 * 128 + 2048]);
-    expect(out.bank).toEqual([0, 32, 32, 64, 128, 288, 3 * 2 * 96 * 128 + 2048]);
+    // The bank ring needs 3 · 2 · (64 + 32) · 128 + 2048 bytes; ONE_PER_SM raises it to 115 KB (one block per SM).
+    expect(out.bank).toEqual([0, 32, 32, 64, 128, 288, 115 * 1024]);
     // PB 0: the SMs 128 consumer blocks leave free (4).
     expect(out.auto.slice(0, 5)).toEqual([0, 1, 8, 4, 128]);
     expect(out.chunks).toEqual([32, 32, 4]);
