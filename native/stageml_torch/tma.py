@@ -137,7 +137,9 @@ def fits_registers(cfg, fa=0):
 # At least this much dynamic shared memory per block, so that no two blocks share an SM (228 KB per
 # SM, 1 KB reserved per block): with two per SM some blocks computed wrong base sums (rel. 1-4e-2
 # over the rows, bench/gpu/tma_bankdiag.py: wrong with 98 KB, right with the same launch at 117 KB
-# and with 132 blocks spread one per SM); the cause inside the SM was not isolated.
+# and with 132 blocks spread one per SM); the cause inside the SM was not isolated. Blocks of other
+# kernels can still share an SM with one of these (the checked launches always followed a fill
+# kernel, with PDL on: no wrong result seen), which this does not rule out.
 ONE_PER_SM = 115 * 1024
 
 
