@@ -17,8 +17,8 @@ SHAPES = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336)]
 
 
 def configs():
-    """(configuration, FA) pairs: one adapter carries FA = its rank padded to 16 (r16 swept; the
-    single table's entries also for r32 and r64), banks FA = 0."""
+    """(configuration, FA[, PRE]) tuples: one adapter carries FA = its rank padded to 16 (r16 swept;
+    the single table's entries also for r32 and r64), banks FA = 0; PRE 1 for the pre-tiled W."""
     pairs = set()
     for m in (1, 16, 32, 64, 128, 256):
         pairs.update((c, 16) for c in tma.sweep(m, False))
@@ -30,7 +30,8 @@ def configs():
             a = tma.adapt(c, n, k)
             if a is not None:
                 pairs.add((a, fa))
-    return sorted((p for p in pairs if tma.fits_registers(*p)), key=lambda p: tma.instantiation(*p))
+    pairs.update((c, 16, 1) for m in (1, 16, 32, 64) for c in tma.sweep(m, False))  # pre-tiled W (--pretile)
+    return sorted((p for p in pairs if tma.fits_registers(*p[:2])), key=lambda p: tma.instantiation(*p))
 
 
 def main():

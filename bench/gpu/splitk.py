@@ -194,6 +194,7 @@ SWEEP_KINDS = ["old", "cl"]
 TRITON = True
 TRITON_ONE = False
 NOPDL = False
+PRETILE = False
 GEN = None  # the generated fused kernel's launcher module (--generated)
 
 
@@ -265,6 +266,12 @@ def single_case(m, ws, budget, res):
             measure(row, "cuda_stream %s" % (cfg,), run, refs, outs, extra={"config": list(cfg), "pdl": st._tma.PDL[0] if st._tma.is_tma(cfg) else None})
             if st._tma.is_tma(cfg) and NOPDL:
                 without_pdl(row, cfg, run, refs, outs)
+            if st._tma.is_tma(cfg) and PRETILE:
+                st._tma.PRETILE[0] = True
+                try:
+                    measure(row, "cuda_stream_pretiled %s" % (cfg,), run, refs, outs, extra={"config": list(cfg), "pretiled": True})
+                finally:
+                    st._tma.PRETILE[0] = False
         if st.config_for(m) is not None:
             run = lambda i: must(st.lora_linear(xs[i], ws[i], As[i], Bs[i], SCALE, out=outs[i]))  # noqa: E731
             measure(row, "cuda_stream_default", run, refs, outs, extra={"config": list(st.config_for(m))})
@@ -402,7 +409,7 @@ def report(paths, out):
         L.append("- run %d: %s, %s, torch %s, triton %s, copy %.2f TB/s (W read once ≥ %.1f µs), %d cases, %.0f s" % (
             n, m["date"], m["device"], m["torch"], m["triton"], m["copy_TBps"], m["floor_us"], len(r["rows"]), m.get("wall_s", 0)))
     L.append("")
-    fams = [("cuda_stream ('tma'", "CUDA TMA ring (lora_tma.cu)"), ("cuda_stream_nopdl", "TMA ring without PDL"),
+    fams = [("cuda_stream ('tma'", "CUDA TMA ring (lora_tma.cu)"), ("cuda_stream_nopdl", "TMA ring without PDL"), ("cuda_stream_pretiled", "TMA ring, W pre-tiled"),
             ("cuda_stream (", "CUDA stream, per-block K split"), ("cuda_stream ('cl'", "CUDA stream, cluster K split"), ("triton_one", "Triton split-K"),
             ("triton_swap ", "Triton swap-AB"), ("triton_swap_tma", "Triton swap-AB + TMA"), ("punica_style", "cuBLAS + shrink + expand (punica-style)"),
             ("cublas_base_plus_lora", "cuBLAS base + cuBLAS LoRA")]
@@ -470,16 +477,18 @@ def main():
     ap.add_argument("--bank-rows", default="1,16,32,64,128,256")
     ap.add_argument("--sweep", default="old,cl", help="CUDA kernel families to sweep: old (per-block K split), old1 (its best 1-8 row config), cl (cluster), tma (TMA ring, lora_tma.cu)")
     ap.add_argument("--no-triton", action="store_true", help="skip the Triton, punica and 4096-row cuBLAS variants")
+    ap.add_argument("--pretile", action="store_true", help="also measure one-adapter TMA configurations with W pre-tiled (tma.pretile)")
     ap.add_argument("--no-pdl-too", action="store_true", help="also measure every TMA configuration without programmatic dependent launch")
     ap.add_argument("--triton-one", action="store_true", help="with --no-triton: still measure the shipped Triton split-K kernel at rows <= 64")
     ap.add_argument("--generated", default=None, help="a `stageml gen triton` dir of a 4096² bf16 r16 LoRA linear, measured at rows ≤ 64")
     ap.add_argument("--write-configs", default=None, help="write the fastest CUDA configuration per row bucket (single, bank) here")
     args = ap.parse_args()
-    global TRITON, TRITON_ONE, NOPDL
+    global TRITON, TRITON_ONE, NOPDL, PRETILE
     SWEEP_KINDS[:] = args.sweep.split(",")
     TRITON = not args.no_triton
     TRITON_ONE = args.triton_one
     NOPDL = args.no_pdl_too
+    PRETILE = args.pretile
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False
     try:

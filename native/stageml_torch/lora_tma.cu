@@ -108,6 +108,11 @@ __device__ __forceinline__ void tma_2d(u32 dst, const TMap* map, int c0, int c1,
       : "memory");
 }
 
+__device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 __device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
 }
@@ -177,11 +182,13 @@ __device__ __forceinline__ void shrink_rows(const bf16_t* __restrict__ abase, in
 // RT rows of W per cluster, BPS 64-K boxes per ring stage, KS blocks per cluster (K split), MB
 // batch rows (M <= MB, a multiple of 8), ST ring stages, FA fused A rows (one adapter: its rank
 // padded to 16, the shrink rides in the ring as extra rows; 0: producer blocks compute t), WR
-// 16-row W tiles per consumer warp (each x fragment read from shared memory feeds WR mmas).
-template <int RT, int BPS, int KS, int MB, int ST, int FA, int WR>
+// 16-row W tiles per consumer warp (each x fragment read from shared memory feeds WR mmas), PRE:
+// W comes pre-tiled (wt: [N / RT][K / 64][RT x 64], each tile already in the 128-byte swizzle the
+// copy engine would write), so every stage is one contiguous bulk copy instead of a tensor copy.
+template <int RT, int BPS, int KS, int MB, int ST, int FA, int WR, int PRE>
 __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * ((RT / 16 / WR + FA / 16) * BPS + 1), 1) lora_tma(
     const __grid_constant__ TMap wmap, const __grid_constant__ TMap xmap, const __grid_constant__ TMap amap,
-    const bf16_t* __restrict__ x, const bf16_t* __restrict__ a, const bf16_t* __restrict__ b, bf16_t* __restrict__ y,
+    const bf16_t* __restrict__ x, const bf16_t* __restrict__ a, const bf16_t* __restrict__ b, const bf16_t* __restrict__ wt, bf16_t* __restrict__ y,
     float* __restrict__ t_acc, int* __restrict__ sync, const int* __restrict__ slot, const int* __restrict__ rank,
     const float* __restrict__ scale, int M, int N, int K, int rmax, int piece_rows, int n_pieces, int kch, int n_prod, int n_cons) {
   constexpr int RG = RT / 16, WG = RG / WR, AG = FA / 16, CWB = WG + AG, CW = CWB * BPS, NT = 32 * (CW + 1);
@@ -255,7 +262,7 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * ((RT / 16 / WR
   const bool wwarp = wl < WG;
   if (warp == CW) {
     if (lane == 0) {
-      asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&wmap) : "memory");
+      if (!PRE) asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&wmap) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&xmap) : "memory");
       if (FA > 0) asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&amap) : "memory");
       const int pre = NS < ST ? NS : ST;
@@ -266,7 +273,8 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * ((RT / 16 / WR
         mbar_expect_tx(full, STAGE);
 #pragma unroll
         for (int bx = 0; bx < BPS; ++bx) {
-          tma_2d(st0 + bx * WBOX, &wmap, k + bx * 64, n0, full);
+          if (PRE) bulk_copy(st0 + bx * WBOX, wt + ((size_t)cb * (K / 64) + (k / 64) + bx) * (RT * 64), WBOX, full);
+          else tma_2d(st0 + bx * WBOX, &wmap, k + bx * 64, n0, full);
           if (FA > 0) tma_2d(st0 + BPS * WBOX + bx * ABOX, &amap, k + bx * 64, 0, full);
         }
       }
@@ -280,7 +288,8 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * ((RT / 16 / WR
           mbar_expect_tx(full, STAGE);
 #pragma unroll
           for (int bx = 0; bx < BPS; ++bx) {
-            tma_2d(st0 + bx * WBOX, &wmap, k + bx * 64, n0, full);
+            if (PRE) bulk_copy(st0 + bx * WBOX, wt + ((size_t)cb * (K / 64) + (k / 64) + bx) * (RT * 64), WBOX, full);
+            else tma_2d(st0 + bx * WBOX, &wmap, k + bx * 64, n0, full);
             if (FA > 0) tma_2d(st0 + BPS * WBOX + bx * ABOX, &amap, k + bx * 64, 0, full);
           }
         }

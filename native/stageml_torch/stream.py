@@ -182,7 +182,7 @@ def _run(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, bank):
     if _tma.is_tma(cfg):
         t_acc, sync = _state(x2.device, torch.cuda.current_stream(x2.device).cuda_stream, rmax)
         try:
-            _tma.function(cfg, _tma.fused_rows(rmax, bank))
+            _tma.function(cfg, _tma.fused_rows(rmax, bank), 1 if _tma.PRETILE[0] else 0)
         except Exception:  # noqa: BLE001 - NVRTC or the module load failed: fall back
             _tma._AVAIL[0] = False
             return None

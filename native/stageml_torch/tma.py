@@ -181,21 +181,21 @@ def adapt(cfg, n, k, rmax=16):
     return ("tma", rt, bps, best[1], mb, stg, pb, wr)
 
 
-def mangled(cfg, fa=0):
+def mangled(cfg, fa=0, pre=0):
     _, rt, bps, ks, mb, stg, pb, wr = norm(cfg)
-    return "_Z8lora_tmaILi%dELi%dELi%dELi%dELi%dELi%dELi%dEEv4TMapS0_S0_PKtS2_S2_PtPfPiPKiS7_PKfiiiiiiiii" % (rt, bps, ks, mb, stg, fa, wr)
+    return "_Z8lora_tmaILi%dELi%dELi%dELi%dELi%dELi%dELi%dELi%dEEv4TMapS0_S0_PKtS2_S2_S2_PtPfPiPKiS7_PKfiiiiiiiii" % (rt, bps, ks, mb, stg, fa, wr, pre)
 
 
-def instantiation(cfg, fa=0):
+def instantiation(cfg, fa=0, pre=0):
     _, rt, bps, ks, mb, stg, pb, wr = norm(cfg)
-    return "lora_tma<%d,%d,%d,%d,%d,%d,%d>" % (rt, bps, ks, mb, stg, fa, wr)
+    return "lora_tma<%d,%d,%d,%d,%d,%d,%d,%d>" % (rt, bps, ks, mb, stg, fa, wr, pre)
 
 
 def explicit_instantiations(cfgs):
-    """C++ explicit instantiations of `cfgs`, (cfg, FA) pairs (for an nvcc-built cubin)."""
+    """C++ explicit instantiations of `cfgs`, (cfg, FA) or (cfg, FA, PRE) tuples (for an nvcc-built cubin)."""
     sig = ("(const __grid_constant__ TMap, const __grid_constant__ TMap, const __grid_constant__ TMap, const bf16_t*, const bf16_t*,"
-           " const bf16_t*, bf16_t*, float*, int*, const int*, const int*, const float*, int, int, int, int, int, int, int, int, int)")
-    names = sorted(set(instantiation(c, fa) for c, fa in cfgs))
+           " const bf16_t*, const bf16_t*, bf16_t*, float*, int*, const int*, const int*, const float*, int, int, int, int, int, int, int, int, int)")
+    names = sorted(set(instantiation(*c) for c in cfgs))
     return "".join("template __global__ void %s%s;\n" % (nm, sig) for nm in names)
 
 
@@ -295,9 +295,9 @@ def available():
     return _AVAIL[0]
 
 
-def function(cfg, fa=0):
+def function(cfg, fa=0, pre=0):
     """The CUfunction handle (an int) of a configuration, compiled or loaded once per process."""
-    key = tuple(norm(cfg)[:6]) + (fa, norm(cfg)[7])
+    key = tuple(norm(cfg)[:6]) + (fa, norm(cfg)[7], pre)
     f = _FUNCS.get(key)
     if f is None:
         from . import stream  # noqa: PLC0415
@@ -311,15 +311,15 @@ def function(cfg, fa=0):
             if mod is None:
                 mod = _MODULES[path] = cp.RawModule(path=path)
             try:
-                fn = mod.get_function(mangled(cfg, fa))
+                fn = mod.get_function(mangled(cfg, fa, pre))
                 break
             except Exception:  # noqa: BLE001 - not in this cubin: the next, else NVRTC
                 fn = None
         if fn is None:
             with open(_SRC) as fh:
                 src = fh.read()
-            mod = cp.RawModule(code=src, options=("-std=c++17",), name_expressions=[instantiation(cfg, fa)])
-            fn = mod.get_function(instantiation(cfg, fa))
+            mod = cp.RawModule(code=src, options=("-std=c++17",), name_expressions=[instantiation(cfg, fa, pre)])
+            fn = mod.get_function(instantiation(cfg, fa, pre))
         # cupy's RawModule hands out RawKernel objects; the driver handle is their Function's ptr
         k = getattr(fn, "kernel", fn)
         f = (fn, int(k.ptr))
@@ -370,6 +370,32 @@ class LaunchConfig(ctypes.Structure):
                 ("nattrs", ctypes.c_uint)]
 
 
+# Pre-tiled W (the kernel's PRE): measured by the bench only (bench/gpu/splitk.py --pretile); a
+# repacked copy of every weight is kept per (pointer, shape, RT, version), so it doubles W's memory.
+PRETILE = [False]
+_PRETILED = {}
+
+
+def pretile(w, rt):
+    """W [N, K] bf16 as [N / RT][K / 64][RT][64] tiles, each in the copy engine's 128-byte swizzle
+    (16-byte chunk c of tile row r stored at chunk c ^ (r % 8)), contiguous."""
+    n, k = w.shape
+    if n % rt != 0 or k % 64 != 0 or rt % 8 != 0:
+        raise WorkerError(errors.BAD_VALUE, "pretile: [%d, %d] does not tile into %d x 64" % (n, k, rt))
+    t = w.reshape(n // rt, rt, k // 64, 8, 8).permute(0, 2, 1, 3, 4)  # [nb, kb, r, chunk, 8]
+    r = torch.arange(rt, device=w.device).view(rt, 1)
+    src = torch.arange(8, device=w.device).view(1, 8) ^ (r % 8)  # destination chunk p holds source chunk p ^ (r % 8)
+    return t[:, :, r, src].contiguous()
+
+
+def pretiled(w, rt):
+    key = (w.data_ptr(), tuple(w.shape), rt, w._version)
+    t = _PRETILED.get(key)
+    if t is None:
+        t = _PRETILED[key] = pretile(w, rt)
+    return t
+
+
 # Programmatic dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): on unless
 # STAGEML_TMA_PDL=0; bench/gpu/splitk.py measures both.
 PDL = [os.environ.get("STAGEML_TMA_PDL", "1") != "0"]
@@ -385,8 +411,10 @@ def launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, t_acc, s
     if SMS == 132 and torch.cuda.is_available():
         SMS = torch.cuda.get_device_properties(x2.device).multi_processor_count
     fa, pieces, kch, n_prod, n_cons, threads, smem = geometry(cfg, m, n, k, rmax, piece_rows, bank)
-    f = function(cfg, fa)
-    key = tuple(norm(cfg)[:6]) + (fa, norm(cfg)[7])
+    wt = pretiled(w, cfg[1]) if PRETILE[0] else None
+    pre = 1 if wt is not None else 0
+    f = function(cfg, fa, pre)
+    key = tuple(norm(cfg)[:6]) + (fa, norm(cfg)[7], pre)
     lib = _lib()
     if _SMEM.get(key, 0) < smem:
         # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -399,7 +427,7 @@ def launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, t_acc, s
     def p(t):
         return ctypes.c_uint64(t.data_ptr() if t is not None else 0)
 
-    vals = [wm, xm, am, p(x2), p(a), p(b), p(y), p(t_acc), p(sync), p(slots), p(ranks), p(scales)]
+    vals = [wm, xm, am, p(x2), p(a), p(b), p(wt), p(y), p(t_acc), p(sync), p(slots), p(ranks), p(scales)]
     vals += [ctypes.c_int32(v) for v in (m, n, k, rmax, piece_rows, pieces, kch, n_prod, n_cons)]
     params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
     stream = torch.cuda.current_stream(x2.device).cuda_stream

@@ -30,21 +30,23 @@ function py(code: string, env: Record<string, string> = {}): unknown {
 }
 
 describeWithTorch('TMA-ring kernel host side (stageml_torch.tma)', () => {
-  it('names instantiations as nvcc 13 mangles them (FA and WR in the template)', () => {
+  it('names instantiations as nvcc 13 mangles them (FA, WR and PRE in the template)', () => {
     const out = py(`
 import json
 from stageml_torch import tma
-pairs = [(("tma", 64, 1, 2, 8, 12, 0, 1), 16), (("tma", 64, 2, 2, 32, 3, 64), 0), (("tma", 256, 1, 8, 16, 4, 0, 2), 16)]
-print(json.dumps({"m": [tma.mangled(c, fa) for c, fa in pairs], "i": tma.explicit_instantiations(pairs + pairs[:1]).strip().split("\\n")}))
+pairs = [(("tma", 64, 1, 2, 8, 12, 0, 1), 16, 0), (("tma", 64, 2, 2, 32, 3, 64), 0, 0), (("tma", 256, 1, 8, 16, 4, 0, 2), 16, 0), (("tma", 64, 1, 2, 8, 12, 0, 1), 16, 1)]
+print(json.dumps({"m": [tma.mangled(*p) for p in pairs], "i": tma.explicit_instantiations(pairs + [pairs[0][:2]]).strip().split("\\n")}))
 `) as { m: string[]; i: string[] };
     // Read off the cubins bench/gpu/build_tma.py built (strings lora_tma_*.cubin).
     expect(out.m).toEqual([
-      '_Z8lora_tmaILi64ELi1ELi2ELi8ELi12ELi16ELi1EEv4TMapS0_S0_PKtS2_S2_PtPfPiPKiS7_PKfiiiiiiiii',
-      '_Z8lora_tmaILi64ELi2ELi2ELi32ELi3ELi0ELi1EEv4TMapS0_S0_PKtS2_S2_PtPfPiPKiS7_PKfiiiiiiiii',
-      '_Z8lora_tmaILi256ELi1ELi8ELi16ELi4ELi16ELi2EEv4TMapS0_S0_PKtS2_S2_PtPfPiPKiS7_PKfiiiiiiiii',
+      '_Z8lora_tmaILi64ELi1ELi2ELi8ELi12ELi16ELi1ELi0EEv4TMapS0_S0_PKtS2_S2_S2_PtPfPiPKiS7_PKfiiiiiiiii',
+      '_Z8lora_tmaILi64ELi2ELi2ELi32ELi3ELi0ELi1ELi0EEv4TMapS0_S0_PKtS2_S2_S2_PtPfPiPKiS7_PKfiiiiiiiii',
+      '_Z8lora_tmaILi256ELi1ELi8ELi16ELi4ELi16ELi2ELi0EEv4TMapS0_S0_PKtS2_S2_S2_PtPfPiPKiS7_PKfiiiiiiiii',
+      '_Z8lora_tmaILi64ELi1ELi2ELi8ELi12ELi16ELi1ELi1EEv4TMapS0_S0_PKtS2_S2_S2_PtPfPiPKiS7_PKfiiiiiiiii',
     ]);
-    expect(out.i).toHaveLength(3);
-    expect(out.i[0]).toMatch(/^template __global__ void lora_tma<256,1,8,16,4,16,2>\(const __grid_constant__ TMap, /);
+    // (cfg, FA) and (cfg, FA, 0) name one instantiation.
+    expect(out.i).toHaveLength(4);
+    expect(out.i[0]).toMatch(/^template __global__ void lora_tma<256,1,8,16,4,16,2,0>\(const __grid_constant__ TMap, /);
   });
 
   it('rejects malformed configurations with RT_BAD_VALUE naming the field', () => {
@@ -153,6 +155,30 @@ print(json.dumps({
     expect(out.shippable).toEqual([false, true]);
     expect(out.available).toBe(false);
     expect(out.declined).toEqual([true, true]);
+  });
+
+  it('pre-tiles W into the swizzled tiles the copy engine would write, and rejects shapes that do not tile', () => {
+    const out = py(`
+import json, torch
+from stageml_torch import tma
+from stageml_torch.errors import WorkerError
+torch.manual_seed(0)
+w = torch.randn(128, 256).to(torch.bfloat16)
+t = tma.pretile(w, 64)
+ok = True
+for nb in range(2):
+    for kb in range(4):
+        for r in range(64):
+            for p in range(8):
+                ok = ok and bool(torch.equal(t[nb, kb, r, p], w[nb * 64 + r, kb * 64 + (p ^ (r % 8)) * 8:kb * 64 + (p ^ (r % 8)) * 8 + 8]))
+try:
+    tma.pretile(torch.zeros(100, 256, dtype=torch.bfloat16), 64)
+    bad = None
+except WorkerError as e:
+    bad = e.code
+print(json.dumps({"shape": list(t.shape), "contiguous": t.is_contiguous(), "ok": ok, "bad": bad}))
+`) as { shape: number[]; contiguous: boolean; ok: boolean; bad: string | null };
+    expect(out).toEqual({ shape: [2, 4, 64, 8, 8], contiguous: true, ok: true, bad: 'RT_BAD_VALUE' });
   });
 
   it('reports a failed driver call as RT_EVAL_FAILED naming it', () => {
