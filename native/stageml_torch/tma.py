@@ -296,7 +296,9 @@ def available():
 
 
 def function(cfg, fa=0, pre=0):
-    """The CUfunction handle (an int) of a configuration, compiled or loaded once per process."""
+    """The CUfunction handle (an int) of a configuration, compiled or loaded once per process, in
+    cupy's current device (one GPU per worker process, as the executor runs it; a process driving
+    several GPUs would need the handles per device, not done)."""
     key = tuple(norm(cfg)[:6]) + (fa, norm(cfg)[7], pre)
     f = _FUNCS.get(key)
     if f is None:
