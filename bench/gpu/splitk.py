@@ -192,10 +192,13 @@ CL_SWEEP = {
 }
 SWEEP_KINDS = ["old", "cl"]
 TRITON = True
+TRITON_ONE = False
+NOPDL = False
+PRETILE = False
 GEN = None  # the generated fused kernel's launcher module (--generated)
 
 
-def cuda_cfgs(m):
+def cuda_cfgs(m, bank=False):
     mt = 1
     while 8 * mt < m:
         mt *= 2
@@ -207,10 +210,21 @@ def cuda_cfgs(m):
         out.append((1, 1, 8, 1, 2, 0))
     if "cl" in SWEEP_KINDS:
         out += [("cl", wr, rg, mt, unr, cl, ldw) for wr, rg, unr, cl, ldw in CL_SWEEP[mt]]
+    if "tma" in SWEEP_KINDS:
+        out += st._tma.sweep(m, bank)
     return out
 
 
 SWAP_SWEEP = [(128, 8, 128, 4, 4), (128, 4, 128, 4, 4), (64, 8, 128, 4, 4), (128, 8, 64, 6, 4), (256, 4, 128, 3, 8), (64, 16, 128, 4, 4), (128, 16, 64, 4, 4)]
+
+
+def without_pdl(row, cfg, run, refs, outs):
+    """The same TMA configuration launched without programmatic dependent launch."""
+    st._tma.PDL[0] = False
+    try:
+        measure(row, "cuda_stream_nopdl %s" % (cfg,), run, refs, outs, extra={"config": list(cfg) if cfg != "default" else None, "pdl": False})
+    finally:
+        st._tma.PDL[0] = True
 
 
 def must(y):
@@ -248,9 +262,23 @@ def single_case(m, ws, budget, res):
         measure(row, "cublas_base_plus_lora", lambda i: outs[i].copy_(torch.addmm(torch.matmul(xs[i], ws[i].t()), torch.matmul(xs[i], As[i].t()), Bs[i].t(), alpha=SCALE)), refs, outs)
     if m <= 256 and st.available():
         for cfg in cuda_cfgs(m):
-            measure(row, "cuda_stream %s" % (cfg,), lambda i, c=cfg: must(st.lora_linear(xs[i], ws[i], As[i], Bs[i], SCALE, cfg=c, out=outs[i])), refs, outs, extra={"config": list(cfg)})
+            run = lambda i, c=cfg: must(st.lora_linear(xs[i], ws[i], As[i], Bs[i], SCALE, cfg=c, out=outs[i]))  # noqa: E731
+            measure(row, "cuda_stream %s" % (cfg,), run, refs, outs, extra={"config": list(cfg), "pdl": st._tma.PDL[0] if st._tma.is_tma(cfg) else None})
+            if st._tma.is_tma(cfg) and NOPDL:
+                without_pdl(row, cfg, run, refs, outs)
+            if st._tma.is_tma(cfg) and PRETILE:
+                st._tma.PRETILE[0] = True
+                try:
+                    measure(row, "cuda_stream_pretiled %s" % (cfg,), run, refs, outs, extra={"config": list(cfg), "pretiled": True})
+                finally:
+                    st._tma.PRETILE[0] = False
         if st.config_for(m) is not None:
-            measure(row, "cuda_stream_default", lambda i: must(st.lora_linear(xs[i], ws[i], As[i], Bs[i], SCALE, out=outs[i])), refs, outs, extra={"config": list(st.config_for(m))})
+            run = lambda i: must(st.lora_linear(xs[i], ws[i], As[i], Bs[i], SCALE, out=outs[i]))  # noqa: E731
+            measure(row, "cuda_stream_default", run, refs, outs, extra={"config": list(st.config_for(m))})
+            if st._tma.is_tma(st.config_for(m)):
+                without_pdl(row, "default", run, refs, outs)
+    if m <= 64 and TRITON_ONE and not TRITON:
+        measure(row, "triton_one", lambda i: outs[i].copy_(tlk.lora_linear_triton(xs[i], ws[i], As[i], Bs[i], SCALE)), refs, outs)
     if m <= 64 and TRITON:
         pu = Punica(rank)
         measure(row, "punica_style", lambda i: pu(xs[i], ws[i], As[i], Bs[i], SCALE, outs[i]), refs, outs)
@@ -324,8 +352,16 @@ def bank_case(m, ws, ranks_cycle, budget, res, banks):
     measure(row, "cublas_base", lambda i: torch.matmul(xs[i], ws[i].t(), out=outs[i]), [xs[i].double() @ ws[i].double().t() for i in range(SETS)], outs)
     base = row["variants"]["cublas_base"]["us"]
     if st.available():
-        for cfg in cuda_cfgs(m):
-            measure(row, "cuda_stream %s" % (cfg,), lambda i, c=cfg: must(st.lora_bank_linear(xs[i], ws[i], a_bank[i % len(a_bank)], b_bank[i % len(a_bank)], slots[i], ranks, scales, cfg=c, out=outs[i])), refs, outs, extra={"config": list(cfg)})
+        for cfg in cuda_cfgs(m, bank=True):
+            run = lambda i, c=cfg: must(st.lora_bank_linear(xs[i], ws[i], a_bank[i % len(a_bank)], b_bank[i % len(a_bank)], slots[i], ranks, scales, cfg=c, out=outs[i]))  # noqa: E731
+            measure(row, "cuda_stream %s" % (cfg,), run, refs, outs, extra={"config": list(cfg), "pdl": st._tma.PDL[0] if st._tma.is_tma(cfg) else None})
+            if st._tma.is_tma(cfg) and NOPDL:
+                without_pdl(row, cfg, run, refs, outs)
+        if st.config_for(m, bank=True) is not None:
+            run = lambda i: must(st.lora_bank_linear(xs[i], ws[i], a_bank[i % len(a_bank)], b_bank[i % len(a_bank)], slots[i], ranks, scales, out=outs[i]))  # noqa: E731
+            measure(row, "cuda_stream_default", run, refs, outs, extra={"config": list(st.config_for(m, bank=True))})
+            if st._tma.is_tma(st.config_for(m, bank=True)):
+                without_pdl(row, "default", run, refs, outs)
     adapter_bytes = sum(2 * 2 * rk[j] * K for j in set(sum((s.tolist() for s in slots[:1]), [])))
     row["adapter_MB"] = adapter_bytes / 1e6
     finish_row(row, base, res, extra_bytes=adapter_bytes)
@@ -373,12 +409,14 @@ def report(paths, out):
         L.append("- run %d: %s, %s, torch %s, triton %s, copy %.2f TB/s (W read once ≥ %.1f µs), %d cases, %.0f s" % (
             n, m["date"], m["device"], m["torch"], m["triton"], m["copy_TBps"], m["floor_us"], len(r["rows"]), m.get("wall_s", 0)))
     L.append("")
-    fams = [("cuda_stream (", "CUDA stream, per-block K split"), ("cuda_stream ('cl'", "CUDA stream, cluster K split"), ("triton_one", "Triton split-K (previous default)"),
+    fams = [("cuda_stream ('tma'", "CUDA TMA ring (lora_tma.cu)"), ("cuda_stream_nopdl", "TMA ring without PDL"), ("cuda_stream_pretiled", "TMA ring, W pre-tiled"),
+            ("cuda_stream (", "CUDA stream, per-block K split"), ("cuda_stream ('cl'", "CUDA stream, cluster K split"), ("triton_one", "Triton split-K"),
             ("triton_swap ", "Triton swap-AB"), ("triton_swap_tma", "Triton swap-AB + TMA"), ("punica_style", "cuBLAS + shrink + expand (punica-style)"),
             ("cublas_base_plus_lora", "cuBLAS base + cuBLAS LoRA")]
 
     def fam_best(row, prefix):
-        c = [(v["us"], k, v) for k, v in row["variants"].items() if "us" in v and k.startswith(prefix) and not (prefix == "cuda_stream (" and "'cl'" in k)]
+        c = [(v["us"], k, v) for k, v in row["variants"].items() if "us" in v and k.startswith(prefix)
+             and not (prefix == "cuda_stream (" and ("'cl'" in k or "'tma'" in k))]
         return min(c, key=lambda t: t[0]) if c else None
 
     for case, title in (("single_r16", "One adapter, r16"), ("bank64_r16", "64-adapter bank, r16, one adapter per row"),
@@ -437,14 +475,20 @@ def main():
     ap.add_argument("--budget", type=float, default=240.0, help="seconds after which the Triton swap-AB sweep stops adding configurations")
     ap.add_argument("--rows", default="1,16,32,64,128,256,4096")
     ap.add_argument("--bank-rows", default="1,16,32,64,128,256")
-    ap.add_argument("--sweep", default="old,cl", help="CUDA kernel families to sweep: old (per-block K split), old1 (its best 1-8 row config), cl (cluster)")
+    ap.add_argument("--sweep", default="old,cl", help="CUDA kernel families to sweep: old (per-block K split), old1 (its best 1-8 row config), cl (cluster), tma (TMA ring, lora_tma.cu)")
     ap.add_argument("--no-triton", action="store_true", help="skip the Triton, punica and 4096-row cuBLAS variants")
+    ap.add_argument("--pretile", action="store_true", help="also measure one-adapter TMA configurations with W pre-tiled (tma.pretile)")
+    ap.add_argument("--no-pdl-too", action="store_true", help="also measure every TMA configuration without programmatic dependent launch")
+    ap.add_argument("--triton-one", action="store_true", help="with --no-triton: still measure the shipped Triton split-K kernel at rows <= 64")
     ap.add_argument("--generated", default=None, help="a `stageml gen triton` dir of a 4096² bf16 r16 LoRA linear, measured at rows ≤ 64")
     ap.add_argument("--write-configs", default=None, help="write the fastest CUDA configuration per row bucket (single, bank) here")
     args = ap.parse_args()
-    global TRITON
+    global TRITON, TRITON_ONE, NOPDL, PRETILE
     SWEEP_KINDS[:] = args.sweep.split(",")
     TRITON = not args.no_triton
+    TRITON_ONE = args.triton_one
+    NOPDL = args.no_pdl_too
+    PRETILE = args.pretile
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -482,16 +526,32 @@ def main():
     save()
     if args.write_configs:
         best_cfg = {"single": {}, "bank": {}}
+        score = {}
         for row in res["rows"]:
-            table = "single" if row["case"] == "single_r16" else ("bank" if row["case"] == "bank64_r16" else None)
-            if table is None or row["rows"] > 256:
+            table = "single" if row["case"] == "single_r16" else "bank"
+            if row["rows"] > 256:
                 continue
-            c = [(v["us"], v["config"]) for k, v in row["variants"].items() if k.startswith("cuda_stream (") and "us" in v]
-            if c:
-                bucket = 8
-                while bucket < row["rows"]:
-                    bucket *= 2
-                best_cfg[table][str(bucket)] = min(c, key=lambda t: t[0])[1]
+            bucket = 8
+            while bucket < row["rows"]:
+                bucket *= 2
+            tri = row["variants"].get("triton_one", {}).get("us")
+            for k, v in row["variants"].items():
+                if k.startswith("cuda_stream (") and "us" in v and not (st._tma.is_tma(v["config"]) and not st._tma.shippable(v["config"], table == "bank")):
+                    # single: only where it beats the Triton kernel the caller falls back to
+                    if table == "single" and tri is not None and v["us"] >= tri:
+                        continue
+                    d = score.setdefault((table, bucket), {})
+                    prev = d.get(tuple(v["config"]), (0.0, 0))
+                    d[tuple(v["config"])] = (prev[0] + v["x_base"], prev[1] + 1)
+        for (table, bucket), d in score.items():
+            most = max(c for _, c in d.values())  # configurations measured on every case of the bucket
+            best_cfg[table][str(bucket)] = list(min((v[0], k) for k, v in d.items() if v[1] == most)[1])
+        for row in res["rows"]:  # single rows where the Triton kernel won: the stream kernels stay off
+            bucket = 8
+            while bucket < row["rows"]:
+                bucket *= 2
+            if row["case"] == "single_r16" and row["rows"] <= 256 and str(bucket) not in best_cfg["single"]:
+                best_cfg["single"][str(bucket)] = None
         with open(args.write_configs, "w") as f:
             json.dump(best_cfg, f, indent=1)
         print("configs: %s" % json.dumps(best_cfg), flush=True)

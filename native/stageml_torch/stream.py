@@ -11,23 +11,41 @@ ld.global.nc.L1::no_allocate, 1: the same with an L2 256-byte prefetch hint). `l
 ("cl", WR, RG, MT, UNR, CL, LDW): a cluster of CL blocks splits K, the partial sums meet in
 distributed shared memory, so x fragments are shared by a block's RG warps through L1.
 
-`DEFAULT` / `DEFAULT_BANK` hold the row buckets where the kernel is the fastest choice measured on
-the H200 (bench/results/gpu-kernels.md): rows ≤ 8 (one adapter: 1.06-1.09x cuBLAS's base GEMM
-with the LoRA fused, against 1.21x for the Triton split-K kernel; bank: 1.04-1.06x) and, for the
-bank, ≤ 16 rows (1.30x r16, 1.51x ranks 8/16/64). Beyond that the kernel is L2-bound on re-reading
-x (1.6x at 32 rows, 3.7x at 64) and the entry points return None, so callers keep their fallback
-(the Triton kernel for one adapter, the generated SGMV kernels or torch ops for a bank)."""
+A third family, the TMA ring (`lora_tma.cu`, host side `tma.py`, configurations ("tma", ...)),
+streams W through the copy engine into a shared-memory ring and is dispatched from here too.
+
+`DEFAULT` / `DEFAULT_BANK` hold, per row bucket, the fastest correct configuration measured on the
+H200 (bench/results/gpu-kernels.md, four runs of 2026-12-01 ~18:20-18:42 UTC, × cuBLAS's base
+GEMM alone, 4096², r16, LoRA fused):
+
+| entry point | rows | kernel | × cuBLAS base |
+| --- | --- | --- | ---: |
+| lora_linear | 1-8 | TMA ring ("tma", 64, 1, 2, 8, 12, 0, 1), PDL | 0.94-0.96 (1.03 without PDL) |
+| lora_linear | 9-16 | TMA ring, MB 16 | 1.00-1.01 |
+| lora_linear | 17-32 | TMA ring, MB 32 | 1.15 (Triton 1.20-1.22) |
+| lora_linear | 33-64 | None: triton_lora's split-K kernel | 1.45-1.49 (TMA ring 1.70) |
+| lora_bank_linear | 1-8 | lora_stream (1, 1, 8, 1, 2, 0) | 1.04-1.05 |
+| lora_bank_linear | 9-16 | lora_stream_cl ("cl", 1, 4, 2, 4, 8, 0) | 1.28-1.33 r16, 1.50-1.54 8/16/64 |
+| both | beyond | None: the caller's fallback (Triton ≤ 64 rows, torch ops, SGMV) | - |
+
+The TMA ring's bank path (producer blocks) is never taken (tma.shippable): it computed wrong sums
+when two of its blocks shared an SM (now prevented) and is behind the cluster kernel in the decode. Without an sm_90 GPU, cupy or libcuda the TMA rows return None too, and the
+callers fall back (Triton split-K, torch ops)."""
 
 import os
 
 import torch
+
+from . import tma as _tma
 
 MAX_ROWS = 256
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lora_stream.cu")
 
 # rows bucket (8·MT) -> configuration; bench/gpu/splitk.py sweeps the alternatives.
 DEFAULT = {
-    8: (1, 1, 8, 1, 2, 0),
+    8: ("tma", 64, 1, 2, 8, 12, 0, 1),
+    16: ("tma", 64, 1, 2, 16, 12, 0, 1),
+    32: ("tma", 64, 1, 2, 32, 12, 0, 1),
 }
 
 DEFAULT_BANK = {
@@ -134,6 +152,42 @@ def _load_overrides():
 def config_for(m, bank=False):
     """The configuration for m rows (None: the kernel is not the fastest choice there)."""
     return (DEFAULT_BANK if bank else DEFAULT).get(_bucket(m))
+
+
+def _pick(m, n, k, rmax, bank, cfg):
+    """The configuration a call runs: `cfg` as given, else the table's for m rows (a TMA one with its
+    K split re-picked for [n, k], and only where that family can run here); None: no kernel."""
+    if cfg is not None:
+        return tuple(cfg)
+    cfg = config_for(m, bank)
+    if cfg is None:
+        return None
+    if _tma.is_tma(cfg):
+        if not _tma.shippable(cfg, bank) or not _tma.available():
+            return None  # an override naming the bank path measured wrong: not taken
+        return _tma.adapt(cfg, n, k, rmax)
+    return cfg
+
+
+def _suits(cfg, m, n, k, rmax, bank):
+    if _tma.is_tma(cfg):
+        _tma.check_cfg(cfg)
+        return _tma.available() and _tma.suits(cfg, m, n, k, rmax, bank)
+    return suits(cfg, m, n, k, rmax)
+
+
+def _run(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, bank):
+    """Launches cfg; None when the TMA family cannot be built or launched here (the family is then
+    switched off for the process and the caller falls back; nothing was written)."""
+    if _tma.is_tma(cfg):
+        t_acc, sync = _state(x2.device, torch.cuda.current_stream(x2.device).cuda_stream, rmax)
+        try:
+            _tma.function(cfg, _tma.fused_rows(rmax, bank), 1 if _tma.PRETILE[0] else 0)
+        except Exception:  # noqa: BLE001 - NVRTC or the module load failed: fall back
+            _tma._AVAIL[0] = False
+            return None
+        return _tma.launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, t_acc, sync, bank)
+    return launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows)
 
 
 def _shape(cfg):
@@ -248,15 +302,16 @@ def lora_linear(x, w, a, b, scale, cfg=None, out=None):
     rank = a.shape[0]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    cfg = cfg or config_for(m)
-    if cfg is None or b.shape != (n, rank) or a.shape != (rank, k) or not suits(cfg, m, n, k, rank):
+    cfg = _pick(m, n, k, rank, False, cfg)
+    if cfg is None or b.shape != (n, rank) or a.shape != (rank, k) or not _suits(cfg, m, n, k, rank, False):
         return None
     x2 = x2.contiguous()
     if not _ok(x2, w, a, b):
         return None
     ranks, scales = _consts(rank, scale, x.device)
     y = out if out is not None else torch.empty((m, n), device=x.device, dtype=x.dtype)
-    launch(cfg, x2, w, a, b, y, None, ranks, scales, rank, 8)
+    if _run(cfg, x2, w, a, b, y, None, ranks, scales, rank, 8, False) is None:
+        return None
     return y.reshape(*x.shape[:-1], n)
 
 
@@ -271,15 +326,16 @@ def lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=N
     s_, rmax, ka = a_bank.shape
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    cfg = cfg or config_for(m, bank=True)
+    cfg = _pick(m, n, k, rmax, True, cfg)
     if (cfg is None or ka != k or b_bank.shape != (s_, n, rmax) or slots.shape != (m,) or ranks.shape != (s_,) or scales.shape != (s_,)
-            or slots.dtype != torch.int32 or ranks.dtype != torch.int32 or scales.dtype != torch.float32 or not suits(cfg, m, n, k, rmax)):
+            or slots.dtype != torch.int32 or ranks.dtype != torch.int32 or scales.dtype != torch.float32 or not _suits(cfg, m, n, k, rmax, True)):
         return None
     x2 = x2.contiguous()
     if not _ok(x2, w, a_bank, b_bank, slots, ranks, scales):
         return None
     y = out if out is not None else torch.empty((m, n), device=x.device, dtype=x.dtype)
-    launch(cfg, x2, w, a_bank, b_bank, y, slots, ranks, scales, rmax, 1)
+    if _run(cfg, x2, w, a_bank, b_bank, y, slots, ranks, scales, rmax, 1, True) is None:
+        return None
     return y.reshape(*x.shape[:-1], n)
 
 

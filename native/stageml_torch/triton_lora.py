@@ -2,12 +2,12 @@
 bench/results/gpu-kernels.md has the numbers and which one is the default per shape).
 
 - `lora_linear(x, w, a, b, scale)`: y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ, or None when no kernel suits.
-  bf16, rows ≤ 8, on a GPU with cupy: the swap-AB streaming CUDA kernel (`lora_stream.cu`,
-  `stream.py`; 1.06-1.09x cuBLAS's base GEMM alone); otherwise (9-64 rows, f16, no cupy) the
-  one-launch split-K Triton kernel below (1.20-1.45x): every (N block, K split)
-  program streams its W tile once and adds its slices of x·Wᵀ and t = x·Aᵀ into f32 accumulators;
-  the last program of an N block to arrive adds s·t·Bᵀ, stores y and zeroes the accumulators and
-  its counter, so calls need no memset.
+  bf16, rows ≤ 32, on an sm_90 GPU with cupy: the TMA-ring CUDA kernel (`lora_tma.cu`, `tma.py`,
+  chosen in `stream.py`; 0.94-1.16x cuBLAS's base GEMM alone with the LoRA fused); otherwise
+  (33-64 rows, f16, no cupy) the one-launch split-K Triton kernel below (1.20-1.49x): every
+  (N block, K split) program streams its W tile once and adds its slices of x·Wᵀ and t = x·Aᵀ into
+  f32 accumulators; the last program of an N block to arrive adds s·t·Bᵀ, stores y and zeroes the
+  accumulators and its counter, so calls need no memset.
 - `lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales)`: one adapter per row out of a
   bank (SGMV/BGMV), through the CUDA kernel at ≤ 16 rows; None otherwise (the caller falls back).
 - `lora_linear_swap(...)`: the same one-launch split-K scheme in swap-AB form (yᵀ = W·xᵀ, W the

@@ -63,7 +63,13 @@ print(json.dumps({
 `) as { ok: boolean[]; bad: boolean[]; single: unknown[]; bank: unknown[]; kch: number[] };
     expect(out.ok).toEqual([true, true, true]);
     expect(out.bad).toEqual([false, false, false, false, false]);
-    expect(out.single).toEqual([[1, 1, 8, 1, 2, 0], [1, 1, 8, 1, 2, 0], null, null]);
+    // One adapter: the TMA ring up to 32 rows (tma-kernel.test.ts covers its host side), Triton beyond.
+    expect(out.single).toEqual([
+      ['tma', 64, 1, 2, 8, 12, 0, 1],
+      ['tma', 64, 1, 2, 8, 12, 0, 1],
+      ['tma', 64, 1, 2, 16, 12, 0, 1],
+      null,
+    ]);
     expect(out.bank).toEqual([[1, 1, 8, 1, 2, 0], ['cl', 1, 4, 2, 4, 8, 0], null]);
     // Producer K chunks: about 64-128 producer blocks, every warp's share a multiple of 64.
     expect(out.kch).toEqual([8, 2, 4]);

@@ -1,0 +1,429 @@
+// Fused base + LoRA for decode-sized batches with W streamed by the Hopper copy engine (TMA) into a
+// shared-memory ring, swap-AB (y^T = W x^T: 16-row W tiles are the mma's A operand, batch rows its
+// N), one launch:
+//
+//   y[m, n] = sum_k x[m, k] W[n, k] + s_j * sum_i t[m, i] B_j[n, i],   t[m, i] = sum_k x[m, k] A_j[i, k]
+//
+// with j = slot[m] (adapter 0 for every row when slot is null). Blocks [0, n_prod) are producers of
+// t (the scheme of lora_stream.cu: K chunks of x . A_j^T added into the fp32 buffer t_acc, then a
+// counter; here n_prod blocks loop over the (piece, K chunk) items, so the host sizes them to the SMs
+// the consumers leave free). Every later cluster of KS blocks owns RT rows of W; its block of cluster rank q streams
+// the K range [q K / KS, (q + 1) K / KS). Per block: one producer warp (one lane) issues, per ring
+// stage, BPS tensor copies of W (RT rows x 64 K) and BPS of x (MB rows x 64 K, rows past M
+// zero-filled by the copy engine), 128-byte swizzled, completing on the stage's `full` mbarrier;
+// RT / 16 / WR * BPS consumer warps (16 WR W rows x one 64-K box each) read both with ldmatrix (conflict
+// free under the swizzle) into mma.sync.m16n8k16 and release the stage on its `empty` mbarrier. x
+// leaves L2 once per RT rows of W (not once per 16 as in lora_stream.cu). Partial sums meet in
+// shared memory (the BPS warps of a row group) and then across the cluster in distributed shared
+// memory: rank q finishes rows [q RT / KS, (q + 1) RT / KS) (sum, LoRA term, store). The last
+// consumer block zeroes t_acc and the counters, so calls need no memset and replay in CUDA graphs.
+//
+// One adapter (FA > 0): no producer blocks; A's rows (rank padded to FA, zero-filled by the copy
+// engine) ride in every ring stage as FA / 16 more row groups, so each cluster computes its own
+// t over the whole K (A is small and stays in L2) and sums it across the cluster with the rest.
+//
+// Programmatic dependent launch (when the host asks for it): the issuing lane copies the first ring
+// of weights before `griddepcontrol.wait`, every other access (x, t_acc, counters, y) comes after
+// it, and each block signals `launch_dependents` once its weights are read, so the next launch's
+// prefetch overlaps this one's tail. Without the launch attribute both instructions are no-ops.
+//
+// The host gives every launch at least 115 KB of dynamic shared memory (tma.ONE_PER_SM), so no two
+// blocks share an SM: with two per SM some blocks' base sums came out wrong (bank configurations
+// under 115 KB; bench/gpu/tma_bankdiag.py), the cause inside the SM not isolated.
+//
+// The tensor maps are built on the host (cuTensorMapEncodeTiled) and passed by value as
+// __grid_constant__ parameters. Built by nvcc for sm_90a (a cubin) or by NVRTC through cupy.
+
+typedef unsigned short bf16_t;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+struct __align__(64) TMap {
+  u64 v[16];
+};
+
+struct __align__(16) V4 { u32 x, y, z, w; };
+
+__device__ __forceinline__ V4 ldg_stream(const bf16_t* p) {
+  V4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ V4 ldg_x(const bf16_t* p) {
+  V4 r;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ u32 vword(const V4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+__device__ __forceinline__ void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ bf16_t to_bf16(float f) {
+  unsigned short r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+}
+
+__device__ __forceinline__ int ld_acq(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  u32 done;
+  do {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void tma_2d(u32 dst, const TMap* map, int c0, int c1, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+      "l"((u64)map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x2(u32 addr, u32& r0, u32& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+
+__device__ __forceinline__ u32 cta_rank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void cl_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ float ld_remote(const float* p, u32 rank) {
+  u32 remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(p)), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// Producer blocks' shrink: acc += A rows (16, rows >= r_valid zero) . x rows (8, rows >= mvalid
+// zero)^T over K in [kb, ke) (a multiple of 64), two 64-wide steps of loads in flight.
+__device__ __forceinline__ void shrink_rows(const bf16_t* __restrict__ abase, int lda, int r_valid, const bf16_t* __restrict__ xbase,
+                                            int ldx, int mvalid, int kb, int ke, float* acc) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const V4 zero = {0u, 0u, 0u, 0u};
+  const bool ok0 = g < r_valid, ok1 = g + 8 < r_valid, okx = g < mvalid;
+  const bf16_t* p0 = abase + (size_t)g * lda + tig * 16;
+  const bf16_t* p1 = abase + (size_t)(g + 8) * lda + tig * 16;
+  const bf16_t* px = xbase + (size_t)(okx ? g : 0) * ldx + tig * 16;
+  for (int k0 = kb; k0 < ke; k0 += 128) {
+    const int steps = ke - k0 >= 128 ? 2 : 1;
+    V4 lo[2][2], hi[2][2], xv[2][2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int kc = k0 + u * 64;
+      const bool on = u < steps;
+      lo[u][0] = on && ok0 ? ldg_stream(p0 + kc) : zero;
+      lo[u][1] = on && ok0 ? ldg_stream(p0 + kc + 8) : zero;
+      hi[u][0] = on && ok1 ? ldg_stream(p1 + kc) : zero;
+      hi[u][1] = on && ok1 ? ldg_stream(p1 + kc + 8) : zero;
+      xv[u][0] = on && okx ? ldg_x(px + kc) : zero;
+      xv[u][1] = on && okx ? ldg_x(px + kc + 8) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const V4& xa = xv[u][j >> 1];
+        const V4& l = lo[u][j >> 1];
+        const V4& h = hi[u][j >> 1];
+        const int w0 = (2 * j) & 3, w1 = (2 * j + 1) & 3;
+        mma_bf16(acc, vword(l, w0), vword(h, w0), vword(l, w1), vword(h, w1), vword(xa, w0), vword(xa, w1));
+      }
+  }
+}
+
+// RT rows of W per cluster, BPS 64-K boxes per ring stage, KS blocks per cluster (K split), MB
+// batch rows (M <= MB, a multiple of 8), ST ring stages, FA fused A rows (one adapter: its rank
+// padded to 16, the shrink rides in the ring as extra rows; 0: producer blocks compute t), WR
+// 16-row W tiles per consumer warp (each x fragment read from shared memory feeds WR mmas), PRE:
+// W comes pre-tiled (wt: [N / RT][K / 64][RT x 64], each tile already in the 128-byte swizzle the
+// copy engine would write), so every stage is one contiguous bulk copy instead of a tensor copy.
+template <int RT, int BPS, int KS, int MB, int ST, int FA, int WR, int PRE>
+__global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * ((RT / 16 / WR + FA / 16) * BPS + 1), 1) lora_tma(
+    const __grid_constant__ TMap wmap, const __grid_constant__ TMap xmap, const __grid_constant__ TMap amap,
+    const bf16_t* __restrict__ x, const bf16_t* __restrict__ a, const bf16_t* __restrict__ b, const bf16_t* __restrict__ wt, bf16_t* __restrict__ y,
+    float* __restrict__ t_acc, int* __restrict__ sync, const int* __restrict__ slot, const int* __restrict__ rank,
+    const float* __restrict__ scale, int M, int N, int K, int rmax, int piece_rows, int n_pieces, int kch, int n_prod, int n_cons) {
+  constexpr int RG = RT / 16, WG = RG / WR, AG = FA / 16, CWB = WG + AG, CW = CWB * BPS, NT = 32 * (CW + 1);
+  constexpr int WBOX = RT * 128, ABOX = FA * 128, XBOX = MB * 128, STAGE = BPS * (WBOX + ABOX + XBOX), RS = MB + 1;
+  static_assert(RT % (16 * WR) == 0 && RT <= 256 && FA % 16 == 0 && FA <= 64 && MB % 8 == 0 && MB <= 256 && RT % KS == 0, "tile shape");
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* sm = (unsigned char*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  // Producers (FA == 0): blocks [0, n_prod) (a multiple of KS); their warps loop over the
+  // (piece, K chunk, 16-row A group) tasks.
+  if ((int)blockIdx.x < n_prod) {
+    griddep_wait();
+    if (warp < CW) {
+      const int ngroups = (rmax + 15) / 16, ntask = n_pieces * kch * ngroups, kper = K / kch;
+      for (int task = blockIdx.x * CW + warp; task < ntask; task += n_prod * CW) {
+        const int ga = task % ngroups, pc = task / ngroups, piece = pc / kch, c = pc % kch;
+        const int m0 = piece * piece_rows, mv = min(piece_rows, M - m0);
+        const int j = slot ? slot[m0] : 0;
+        if (j < 0) continue;
+        const int r = rank[j];
+        if (ga * 16 >= r) continue;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        shrink_rows(a + ((size_t)j * rmax + ga * 16) * K, K, r - ga * 16, x + (size_t)m0 * K, K, mv, c * kper, (c + 1) * kper, acc);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = ga * 16 + g + (e >> 1) * 8, m = 2 * tig + (e & 1);
+          if (i < r && m < mv) atomicAdd(&t_acc[(size_t)(m0 + m) * rmax + i], acc[e]);
+        }
+      }
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(&sync[0], 1);
+    }
+    griddep_launch();
+    return;
+  }
+  // Consumer cluster: rows [n0, n0 + RT), this block's K range.
+  const int cb = (blockIdx.x - n_prod) / KS;
+  const u32 q = KS > 1 ? cta_rank() : 0u;
+  const int n0 = cb * RT;
+  const int kper = K / KS, kbeg = (int)q * kper, NS = kper / (64 * BPS);
+  const u32 bar0 = smem_u32(sm);  // full[ST], empty[ST], then the `last` flag
+  int* last = (int*)(sm + 16 * ST);
+  unsigned char* ring = sm + 1024;
+  const u32 ring0 = smem_u32(ring);
+  const bool issuer = warp == CW && lane == 0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(bar0 + 8 * s, 1);
+      mbar_init(bar0 + 8 * (ST + s), CW);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+  // Everything but the weight prefetch waits for the previous grid (programmatic dependent launch;
+  // returns at once without it): x, t_acc, the counters and y may belong to it.
+  if (!issuer) griddep_wait();
+  float acc[WR][MB / 8][4];
+#pragma unroll
+  for (int t = 0; t < WR; ++t)
+#pragma unroll
+    for (int i = 0; i < MB / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[t][i][e] = 0.f;
+  // Warp roles per 64-K box kbx: WG W warps (WR tiles each), then AG A warps (one tile each).
+  const int kbx = warp / CWB, wl = warp % CWB;
+  const bool wwarp = wl < WG;
+  if (warp == CW) {
+    if (lane == 0) {
+      if (!PRE) asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&wmap) : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&xmap) : "memory");
+      if (FA > 0) asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&amap) : "memory");
+      const int pre = NS < ST ? NS : ST;
+      // The first ring's weights (W and A never change) before the dependency wait, x after it.
+      for (int it = 0; it < pre; ++it) {
+        const u32 full = bar0 + 8 * it, st0 = ring0 + it * STAGE;
+        const int k = kbeg + it * 64 * BPS;
+        mbar_expect_tx(full, STAGE);
+#pragma unroll
+        for (int bx = 0; bx < BPS; ++bx) {
+          if (PRE) bulk_copy(st0 + bx * WBOX, wt + ((size_t)cb * (K / 64) + (k / 64) + bx) * (RT * 64), WBOX, full);
+          else tma_2d(st0 + bx * WBOX, &wmap, k + bx * 64, n0, full);
+          if (FA > 0) tma_2d(st0 + BPS * WBOX + bx * ABOX, &amap, k + bx * 64, 0, full);
+        }
+      }
+      griddep_wait();
+      for (int it = 0; it < NS; ++it) {
+        const int s = it % ST;
+        const u32 full = bar0 + 8 * s, st0 = ring0 + s * STAGE;
+        const int k = kbeg + it * 64 * BPS;
+        if (it >= pre) {
+          mbar_wait(bar0 + 8 * (ST + s), ((it / ST) & 1) ^ 1);
+          mbar_expect_tx(full, STAGE);
+#pragma unroll
+          for (int bx = 0; bx < BPS; ++bx) {
+            if (PRE) bulk_copy(st0 + bx * WBOX, wt + ((size_t)cb * (K / 64) + (k / 64) + bx) * (RT * 64), WBOX, full);
+            else tma_2d(st0 + bx * WBOX, &wmap, k + bx * 64, n0, full);
+            if (FA > 0) tma_2d(st0 + BPS * WBOX + bx * ABOX, &amap, k + bx * 64, 0, full);
+          }
+        }
+#pragma unroll
+        for (int bx = 0; bx < BPS; ++bx) tma_2d(st0 + BPS * (WBOX + ABOX) + bx * XBOX, &xmap, k + bx * 64, 0, full);
+      }
+    }
+  } else {
+    // Lane addresses within a 128-byte-swizzled box (row r at r * 128, 16-byte chunk c at c ^ (r & 7)).
+    const int ra = (lane & 7) + ((lane >> 3) & 1) * 8, ca = lane >> 4;
+    const int rb = (lane & 7) + ((lane >> 4) & 1) * 8, cb8 = (lane >> 3) & 1;
+    const int sw = lane & 7;
+    const u32 wofs = wwarp ? kbx * WBOX + wl * WR * 16 * 128 : BPS * WBOX + kbx * ABOX + (wl - WG) * 16 * 128;
+    for (int it = 0; it < NS; ++it) {
+      const int s = it % ST;
+      mbar_wait(bar0 + 8 * s, (it / ST) & 1);
+      const u32 wt = ring0 + s * STAGE + wofs;
+      const u32 xt = ring0 + s * STAGE + BPS * (WBOX + ABOX) + kbx * XBOX;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        u32 bf[MB / 8][2];
+        if (MB == 8) {
+          ldsm_x2(xt + (lane & 7) * 128 + (((2 * kk + cb8) ^ sw) << 4), bf[0][0], bf[0][1]);
+        } else {
+#pragma unroll
+          for (int np = 0; np < MB / 16; ++np)
+            ldsm_x4(xt + (np * 16 + rb) * 128 + (((2 * kk + cb8) ^ sw) << 4), bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1]);
+        }
+#pragma unroll
+        for (int t = 0; t < WR; ++t) {
+          if (t > 0 && !wwarp) break;  // an A warp has one tile
+          u32 a0, a1, a2, a3;
+          ldsm_x4(wt + t * 16 * 128 + ra * 128 + (((2 * kk + ca) ^ sw) << 4), a0, a1, a2, a3);
+#pragma unroll
+          for (int nt = 0; nt < MB / 8; ++nt) mma_bf16(acc[t][nt], a0, a1, a2, a3, bf[nt][0], bf[nt][1]);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar0 + 8 * (ST + s));
+    }
+  }
+  __syncthreads();  // every stage consumed: the ring is free for the partial sums
+  griddep_launch();  // this grid reads no more weights: the next may start its prefetch
+  float* red = (float*)ring;          // [RT + FA][RS]: rows of W, then (FA) t^T
+  float* st = red + (RT + FA) * RS;   // [M][rmax]
+  if (BPS > 1) {
+    for (int i = threadIdx.x; i < (RT + FA) * RS; i += NT) red[i] = 0.f;
+    __syncthreads();
+  }
+  if (warp < CW) {
+#pragma unroll
+    for (int t = 0; t < WR; ++t) {
+      if (t > 0 && !wwarp) break;
+      const int tile = wwarp ? wl * WR + t : RG + (wl - WG);
+#pragma unroll
+      for (int mt = 0; mt < MB / 8; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = tile * 16 + g + (e >> 1) * 8, m = mt * 8 + 2 * tig + (e & 1);
+          if (BPS > 1) atomicAdd(&red[row * RS + m], acc[t][mt][e]);
+          else red[row * RS + m] = acc[t][mt][e];
+        }
+    }
+  }
+  if (KS > 1) cl_sync();
+  else __syncthreads();
+  if (FA > 0) {
+    // t = the cluster's partial shrinks summed (rows RT.. of every block's red).
+    for (int i = threadIdx.x; i < M * rmax; i += NT) {
+      const int m = i / rmax, r = i % rmax;
+      float v = 0.f;
+      if (KS > 1) {
+#pragma unroll
+        for (int c = 0; c < KS; ++c) v += ld_remote(&red[(RT + r) * RS + m], c);
+      } else {
+        v = red[(RT + r) * RS + m];
+      }
+      st[i] = v;
+    }
+  } else {
+    if (threadIdx.x == 0) {
+      while (ld_acq(&sync[0]) < n_prod) __nanosleep(64);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < M * rmax; i += NT) st[i] = __ldcg(&t_acc[i]);
+  }
+  __syncthreads();
+  constexpr int SH = RT / KS;
+  for (int i = threadIdx.x; i < SH * M; i += NT) {
+    const int m = i / SH, nl = (int)q * SH + i % SH, n = n0 + nl;
+    float v;
+    if (KS > 1) {
+      v = 0.f;
+#pragma unroll
+      for (int c = 0; c < KS; ++c) v += ld_remote(&red[nl * RS + m], c);
+    } else {
+      v = red[nl * RS + m];
+    }
+    const int j = slot ? slot[m] : 0;
+    if (j >= 0) {
+      const int r = rank[j];
+      const bf16_t* bp = b + ((size_t)j * N + n) * rmax;
+      const float* tp = st + m * rmax;
+      float d = 0.f;
+      for (int i0 = 0; i0 < r; i0 += 8) {
+        const V4 bv = ldg_x(bp + i0);
+        const u32 wd[4] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          d += tp[i0 + 2 * e] * __uint_as_float(wd[e] << 16);
+          d += tp[i0 + 2 * e + 1] * __uint_as_float(wd[e] & 0xffff0000u);
+        }
+      }
+      v += scale[j] * d;
+    }
+    y[(size_t)m * N + n] = to_bf16(v);
+  }
+  // No block leaves while another of its cluster may still read its shared memory.
+  if (KS > 1) cl_sync();
+  else __syncthreads();
+  if (FA > 0) return;  // no producer state to reset
+  if (threadIdx.x == 0) {
+    __threadfence();
+    *last = atomicAdd(&sync[1], 1) == n_cons - 1;
+  }
+  __syncthreads();
+  if (*last) {
+    for (int i = threadIdx.x; i < M * rmax; i += NT) t_acc[i] = 0.f;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      sync[0] = 0;
+      sync[1] = 0;
+      __threadfence();
+    }
+  }
+}

@@ -1,0 +1,445 @@
+"""Host side of the TMA-ring fused base + LoRA kernel (`lora_tma.cu`), bf16, sm_90 (Hopper).
+
+A configuration is ("tma", RT, BPS, KS, MB, ST, PB, WR): RT rows of W per cluster, BPS 64-wide K
+boxes per ring stage, KS blocks per cluster splitting K, MB batch rows (a multiple of 8, M ≤ MB), ST
+ring stages, PB producer blocks (a bank's LoRA shrink; 0: the SMs the consumers leave free, at
+least 4), WR 16-row W tiles per consumer warp (7-tuples mean WR = 1). One adapter needs no
+producers: its A rows (rank padded to 16, FA ≤ 64) ride in the ring. `adapt` re-picks KS for
+weights other than the 4096² one the tables were measured on.
+
+What ships (stream.DEFAULT): one adapter at ≤ 32 rows. The bank path (producer blocks, FA = 0) gave
+wrong results when two blocks shared an SM (bench/results/gpu-kernels.md; `ONE_PER_SM` now
+prevents that), so `shippable` keeps it out of every table and override; the bench measures it.
+
+The kernel takes three tensor maps (W, x, A; 128-byte swizzle) by value, which cupy's launcher
+cannot pass, so the launch goes through the driver API with ctypes (`cuTensorMapEncodeTiled`,
+`cuLaunchKernelEx` with programmatic dependent launch unless STAGEML_TMA_PDL=0, else
+`cuLaunchKernel`). The module comes from the cubins named by `STAGEML_TMA_CUBIN` (colon-separated;
+bench/gpu/build_tma.py builds them with nvcc for sm_90a), else NVRTC through cupy compiles the
+configuration at first use. Without cupy, libcuda or an sm_90 GPU `available()` is False and
+stream.py never picks the family. A failed driver call raises `WorkerError` (RT_EVAL_FAILED, naming
+the call and its CUresult); a malformed configuration `WorkerError` (RT_BAD_VALUE)."""
+
+import ctypes
+import os
+
+import torch
+
+from . import errors
+from .errors import WorkerError
+
+MAX_ROWS = 256
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lora_tma.cu")
+SMS = 132  # H200/H100 SXM; replaced by the device's count at first launch
+
+
+class KernelError(WorkerError):
+    """A driver call of the TMA kernel failed (the message names which, with its CUresult)."""
+
+    def __init__(self, message):
+        super().__init__(errors.EVAL, message)
+
+
+_LIB = [None]
+_FUNCS = {}
+_MODULES = {}
+_SMEM = {}
+_WMAPS = {}
+_XMAPS = {}
+_AVAIL = [None]
+
+
+# What bench/gpu/splitk.py --sweep tma measures per row bucket: (RT, BPS, KS, ST, PB, WR); 128
+# consumer blocks at N = K = 4096 (one per SM), ring depth, stage size and W tiles per warp varied.
+SWEEP_SMALL = [(64, 1, 2, 8, 0, 1), (64, 1, 2, 12, 0, 1), (64, 1, 2, 10, 0, 1), (128, 1, 4, 8, 0, 1), (128, 1, 4, 6, 0, 1),
+               (128, 2, 4, 4, 0, 1), (256, 1, 8, 4, 0, 2), (32, 1, 1, 12, 0, 1)]
+SWEEP_BIG = [(64, 1, 2, 6, 0, 1), (128, 1, 4, 4, 0, 1)]
+# Banks (FA = 0, producer blocks for the shrink): measured for the record, never shipped (shippable).
+SWEEP_BANK_PB = [(64, 2, 2, 3, 64, 1), (64, 1, 2, 8, 64, 1)]
+
+
+def bucket(m):
+    """Batch rows padded to the kernel's MB: 8, 16, 32, ... 256."""
+    mb = 8
+    while mb < m:
+        mb *= 2
+    return mb
+
+
+def sweep(m, bank=False):
+    """The configurations the bench measures at m rows (all fitting the shared memory at rank 64)."""
+    mb = bucket(m)
+    base = SWEEP_SMALL if mb <= 64 else SWEEP_BIG
+    if bank and m >= 16:
+        out = [("tma", rt, bps, ks, mb, stg if mb <= 64 else 3, pb, wr) for rt, bps, ks, stg, pb, wr in SWEEP_BANK_PB]
+    else:
+        out = [("tma", rt, bps, ks, mb, stg, pb, wr) for rt, bps, ks, stg, pb, wr in base]
+    fa = 0 if bank else 16
+    return [c for c in out if smem_bytes(c, mb, 64 if bank else 16, fa) <= 227 * 1024 and fits_registers(c, fa)]
+
+
+def shippable(cfg, bank):
+    """False for banks (FA = 0: producer blocks). That path gave wrong results when two of its
+    blocks shared an SM (before ONE_PER_SM); at one block per SM it checked right, but with its
+    64 producer blocks then not co-resident it was not measured for speed again, and in the 8B
+    decode step it was behind the cluster stream kernel, so no table or override selects it."""
+    return not bank
+
+
+def is_tma(cfg):
+    return cfg is not None and len(cfg) > 0 and cfg[0] == "tma"
+
+
+def check_cfg(cfg):
+    """Validates a configuration tuple; raises WorkerError (RT_BAD_VALUE) naming what is wrong."""
+    if not is_tma(cfg) or len(cfg) not in (7, 8) or not all(isinstance(v, int) for v in cfg[1:]):
+        raise WorkerError(errors.BAD_VALUE, "tma config must be ('tma', RT, BPS, KS, MB, ST, PB[, WR]) with integers, got %r" % (cfg,))
+    _, rt, bps, ks, mb, stg, pb, wr = norm(cfg)
+    if wr not in (1, 2, 4) or rt % (16 * wr) != 0:
+        raise WorkerError(errors.BAD_VALUE, "tma config %r: WR in 1/2/4, RT a multiple of 16 WR" % (cfg,))
+    if rt not in (16, 32, 64, 128, 256) or bps not in (1, 2, 4, 8) or ks not in (1, 2, 4, 8) or rt % ks != 0:
+        raise WorkerError(errors.BAD_VALUE, "tma config %r: RT in 16..256 (power of 2), BPS and KS in 1/2/4/8, KS dividing RT" % (cfg,))
+    if mb % 8 != 0 or not 8 <= mb <= MAX_ROWS or not 2 <= stg <= 12 or pb < 0:
+        raise WorkerError(errors.BAD_VALUE, "tma config %r: MB a multiple of 8 in 8..256, ST in 2..12, PB >= 0" % (cfg,))
+    if consumer_warps(cfg, 0) > 16:
+        raise WorkerError(errors.BAD_VALUE, "tma config %r: at most 16 W warps (RT / 16 / WR * BPS)" % (cfg,))
+    return cfg
+
+
+def fused_rows(rank, bank):
+    """FA, the A rows a one-adapter launch carries in its ring (rank padded to 16; ≤ 64), or 0: the
+    producer blocks compute t (banks, larger ranks)."""
+    if bank or rank > 64:
+        return 0
+    return -(-rank // 16) * 16
+
+
+def norm(cfg):
+    """A configuration with its WR (default 1) spelled out: ("tma", RT, BPS, KS, MB, ST, PB, WR)."""
+    cfg = tuple(cfg)
+    return cfg + (1,) if len(cfg) == 7 else cfg
+
+
+def consumer_warps(cfg, fa=0):
+    _, rt, bps, ks, mb, stg, pb, wr = norm(cfg)
+    return (rt // 16 // wr + fa // 16) * bps
+
+
+def fits_registers(cfg, fa=0):
+    """The accumulators (MB / 2 f32 per thread) fit beside the rest without spilling, under the cap
+    __launch_bounds__(threads, 1) sets (65536 / threads): nvcc 13.0's report spilled at MB = 256
+    with 8 consumer warps and at MB = 128 with 16, not at MB = 256 with 4 or MB = 64 with 16."""
+    mb, cw, wr = cfg[4], consumer_warps(cfg, fa), norm(cfg)[7]
+    cap = min(255, 65536 // (32 * (cw + 1)))
+    return wr * mb // 2 + 64 + (mb // 4 if wr > 1 else 0) <= cap and (wr * mb < 256 or cw <= 4)
+
+
+# At least this much dynamic shared memory per block, so that no two blocks share an SM (228 KB per
+# SM, 1 KB reserved per block): with two per SM some blocks computed wrong base sums (rel. 1-4e-2
+# over the rows, bench/gpu/tma_bankdiag.py: wrong with 98 KB, right with the same launch at 117 KB
+# and with 132 blocks spread one per SM); the cause inside the SM was not isolated. Blocks of other
+# kernels can still share an SM with one of these (the checked launches always followed a fill
+# kernel, with PDL on: no wrong result seen), which this does not rule out.
+ONE_PER_SM = 115 * 1024
+
+
+def smem_bytes(cfg, m, rmax, fa=0):
+    """Dynamic shared memory of a launch: alignment slack, barriers, then the ring or (after the
+    main loop, in the same bytes) the partial sums [RT + FA][MB + 1] and t [M][rmax] in f32;
+    never under ONE_PER_SM."""
+    _, rt, bps, ks, mb, stg, pb, wr = norm(cfg)
+    ring = stg * bps * (rt + fa + mb) * 128
+    tail = (rt + fa) * (mb + 1) * 4 + m * rmax * 4
+    return max(ONE_PER_SM, 1024 + 1024 + max(ring, tail))
+
+
+def suits(cfg, m, n, k, rmax, bank=True):
+    _, rt, bps, ks, mb, stg, pb, wr = norm(cfg)
+    fa = fused_rows(rmax, bank)
+    return (0 < m <= mb and n % rt == 0 and k % (ks * 64 * bps) == 0 and k % 64 == 0 and rmax % 8 == 0
+            and 0 < rmax <= 128 and smem_bytes(cfg, mb, rmax, fa) <= 227 * 1024 and fits_registers(cfg, fa) and n < 2**31 and k < 2**31)
+
+
+def adapt(cfg, n, k, rmax=16):
+    """The configuration for an [n, k] weight: KS re-picked so that n / RT · KS clusters' blocks
+    fill the SMs best (one block per SM), the smallest such KS; None when none suits."""
+    _, rt, bps, ks, mb, stg, pb, wr = norm(cfg)
+    if n % rt != 0:
+        return None
+    best = None
+    for cand in (1, 2, 4, 8):
+        if rt % cand != 0 or k % (cand * 64 * bps) != 0:
+            continue
+        blocks = n // rt * cand
+        waves = -(-blocks // SMS)
+        eff = blocks / (waves * SMS)
+        key = (round(eff, 3), -cand)
+        if best is None or key > best[0]:
+            best = (key, cand)
+    if best is None:
+        return None
+    return ("tma", rt, bps, best[1], mb, stg, pb, wr)
+
+
+def mangled(cfg, fa=0, pre=0):
+    _, rt, bps, ks, mb, stg, pb, wr = norm(cfg)
+    return "_Z8lora_tmaILi%dELi%dELi%dELi%dELi%dELi%dELi%dELi%dEEv4TMapS0_S0_PKtS2_S2_S2_PtPfPiPKiS7_PKfiiiiiiiii" % (rt, bps, ks, mb, stg, fa, wr, pre)
+
+
+def instantiation(cfg, fa=0, pre=0):
+    _, rt, bps, ks, mb, stg, pb, wr = norm(cfg)
+    return "lora_tma<%d,%d,%d,%d,%d,%d,%d,%d>" % (rt, bps, ks, mb, stg, fa, wr, pre)
+
+
+def explicit_instantiations(cfgs):
+    """C++ explicit instantiations of `cfgs`, (cfg, FA) or (cfg, FA, PRE) tuples (for an nvcc-built cubin)."""
+    sig = ("(const __grid_constant__ TMap, const __grid_constant__ TMap, const __grid_constant__ TMap, const bf16_t*, const bf16_t*,"
+           " const bf16_t*, const bf16_t*, bf16_t*, float*, int*, const int*, const int*, const float*, int, int, int, int, int, int, int, int, int)")
+    names = sorted(set(instantiation(*c) for c in cfgs))
+    return "".join("template __global__ void %s%s;\n" % (nm, sig) for nm in names)
+
+
+# -- driver API through ctypes ---------------------------------------------------------------------
+
+
+def _lib():
+    if _LIB[0] is None:
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            _LIB[0] = False
+            return False
+        u64p = ctypes.POINTER(ctypes.c_uint64)
+        u32p = ctypes.POINTER(ctypes.c_uint32)
+        lib.cuTensorMapEncodeTiled.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                                               ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
+        lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+                                       ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.cuLaunchKernel.restype = ctypes.c_int
+        lib.cuLaunchKernelEx.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.cuLaunchKernelEx.restype = ctypes.c_int
+        lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        lib.cuFuncSetAttribute.restype = ctypes.c_int
+        lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        lib.cuGetErrorName.restype = ctypes.c_int
+        _LIB[0] = lib
+    return _LIB[0]
+
+
+def _check(rc, what):
+    if rc != 0:
+        name = ctypes.c_char_p()
+        lib = _lib()
+        if lib:
+            lib.cuGetErrorName(rc, ctypes.byref(name))
+        raise KernelError("%s failed: CUresult %d (%s)" % (what, rc, (name.value or b"?").decode()))
+
+
+class TensorMap(ctypes.Structure):
+    _fields_ = [("v", ctypes.c_uint64 * 16)]
+
+
+def encode_2d(ptr, inner, outer, row_bytes, box_inner, box_outer):
+    """A bf16 2-D tensor map (inner dim contiguous), 128-byte swizzle, 256-byte L2 promotion, zero
+    fill past the bounds."""
+    lib = _lib()
+    if not lib:
+        raise KernelError("libcuda.so.1 not loadable")
+    tm = TensorMap()
+    dims = (ctypes.c_uint64 * 2)(inner, outer)
+    strides = (ctypes.c_uint64 * 1)(row_bytes)
+    box = (ctypes.c_uint32 * 2)(box_inner, box_outer)
+    es = (ctypes.c_uint32 * 2)(1, 1)
+    # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9, INTERLEAVE_NONE = 0, SWIZZLE_128B = 3, L2_PROMOTION_L2_256B = 3, FLOAT_OOB_FILL_NONE = 0
+    _check(lib.cuTensorMapEncodeTiled(ctypes.byref(tm), 9, 2, ctypes.c_void_p(ptr), dims, strides, box, es, 0, 3, 3, 0), "cuTensorMapEncodeTiled")
+    return tm
+
+
+def _wmap(w, rt):
+    n, k = w.shape
+    key = (w.data_ptr(), n, k, rt)
+    tm = _WMAPS.get(key)
+    if tm is None:
+        if len(_WMAPS) > 4096:
+            _WMAPS.clear()
+        tm = encode_2d(w.data_ptr(), k, n, k * 2, 64, rt)
+        _WMAPS[key] = tm
+    return tm
+
+
+def _xmap(x2, mb):
+    m, k = x2.shape
+    key = (x2.data_ptr(), m, k, mb)
+    tm = _XMAPS.get(key)
+    if tm is None:
+        if len(_XMAPS) > 4096:
+            _XMAPS.clear()
+        tm = encode_2d(x2.data_ptr(), k, m, k * 2, 64, mb)
+        _XMAPS[key] = tm
+    return tm
+
+
+def available():
+    """True when the family can run here: cupy and libcuda load, and the GPU is sm_90."""
+    if _AVAIL[0] is None:
+        ok = False
+        try:
+            from . import stream  # noqa: PLC0415
+
+            if stream.available() and _lib():
+                ok = torch.cuda.get_device_capability() == (9, 0)
+        except Exception:  # noqa: BLE001 - any failure: the family is off
+            ok = False
+        _AVAIL[0] = ok
+    return _AVAIL[0]
+
+
+def function(cfg, fa=0, pre=0):
+    """The CUfunction handle (an int) of a configuration, compiled or loaded once per process, in
+    cupy's current device (one GPU per worker process, as the executor runs it; a process driving
+    several GPUs would need the handles per device, not done)."""
+    key = tuple(norm(cfg)[:6]) + (fa, norm(cfg)[7], pre)
+    f = _FUNCS.get(key)
+    if f is None:
+        from . import stream  # noqa: PLC0415
+
+        cp = stream._cupy()
+        fn = None
+        for path in (os.environ.get("STAGEML_TMA_CUBIN") or "").split(":"):
+            if not path or not os.path.exists(path):
+                continue
+            mod = _MODULES.get(path)
+            if mod is None:
+                mod = _MODULES[path] = cp.RawModule(path=path)
+            try:
+                fn = mod.get_function(mangled(cfg, fa, pre))
+                break
+            except Exception:  # noqa: BLE001 - not in this cubin: the next, else NVRTC
+                fn = None
+        if fn is None:
+            with open(_SRC) as fh:
+                src = fh.read()
+            mod = cp.RawModule(code=src, options=("-std=c++17",), name_expressions=[instantiation(cfg, fa, pre)])
+            fn = mod.get_function(instantiation(cfg, fa, pre))
+        # cupy's RawModule hands out RawKernel objects; the driver handle is their Function's ptr
+        k = getattr(fn, "kernel", fn)
+        f = (fn, int(k.ptr))
+        _FUNCS[key] = f
+    return f[1]
+
+
+def producers(cfg, n, items):
+    """Producer blocks (a multiple of KS): PB, or the SMs the consumer blocks leave free (≥ 4)."""
+    _, rt, bps, ks, mb, stg, pb, wr = norm(cfg)
+    n_cons = n // rt * ks
+    want = pb if pb > 0 else max(4, SMS - n_cons if n_cons < SMS else 4)
+    want = max(1, min(want, items))
+    return -(-want // ks) * ks
+
+
+def producer_chunks(pieces, groups, k, warps):
+    """K chunks per (piece, A group) task: about two tasks per producer warp, chunks of 64-multiples."""
+    kch = 1
+    while kch < 64 and pieces * groups * kch < 2 * warps and k % (kch * 2 * 64) == 0:
+        kch *= 2
+    return kch
+
+
+def geometry(cfg, m, n, k, rmax, piece_rows, bank=True):
+    """(fa, pieces, kch, n_prod, n_cons, threads, smem) of a launch."""
+    _, rt, bps, ks, mb, stg, pb, wr = norm(cfg)
+    fa = fused_rows(rmax, bank)
+    cw = consumer_warps(cfg, fa)
+    n_cons = n // rt * ks
+    if fa > 0:
+        pieces, kch, n_prod = 0, 1, 0
+    else:
+        pieces = -(-m // piece_rows)
+        groups = -(-rmax // 16)
+        n_prod = producers(cfg, n, pieces * groups * 64)
+        kch = producer_chunks(pieces, groups, k, n_prod * cw)
+    return fa, pieces, kch, n_prod, n_cons, 32 * (cw + 1), smem_bytes(cfg, m, rmax, fa)
+
+
+class LaunchAttr(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
+
+
+class LaunchConfig(ctypes.Structure):
+    _fields_ = [("gx", ctypes.c_uint), ("gy", ctypes.c_uint), ("gz", ctypes.c_uint), ("bx", ctypes.c_uint), ("by", ctypes.c_uint),
+                ("bz", ctypes.c_uint), ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttr)),
+                ("nattrs", ctypes.c_uint)]
+
+
+# Pre-tiled W (the kernel's PRE): measured by the bench only (bench/gpu/splitk.py --pretile); a
+# repacked copy of every weight is kept per (pointer, shape, RT, version), so it doubles W's memory.
+PRETILE = [False]
+_PRETILED = {}
+
+
+def pretile(w, rt):
+    """W [N, K] bf16 as [N / RT][K / 64][RT][64] tiles, each in the copy engine's 128-byte swizzle
+    (16-byte chunk c of tile row r stored at chunk c ^ (r % 8)), contiguous."""
+    n, k = w.shape
+    if n % rt != 0 or k % 64 != 0 or rt % 8 != 0:
+        raise WorkerError(errors.BAD_VALUE, "pretile: [%d, %d] does not tile into %d x 64" % (n, k, rt))
+    t = w.reshape(n // rt, rt, k // 64, 8, 8).permute(0, 2, 1, 3, 4)  # [nb, kb, r, chunk, 8]
+    r = torch.arange(rt, device=w.device).view(rt, 1)
+    src = torch.arange(8, device=w.device).view(1, 8) ^ (r % 8)  # destination chunk p holds source chunk p ^ (r % 8)
+    return t[:, :, r, src].contiguous()
+
+
+def pretiled(w, rt):
+    key = (w.data_ptr(), tuple(w.shape), rt, w._version)
+    t = _PRETILED.get(key)
+    if t is None:
+        t = _PRETILED[key] = pretile(w, rt)
+    return t
+
+
+# Programmatic dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): on unless
+# STAGEML_TMA_PDL=0; bench/gpu/splitk.py measures both.
+PDL = [os.environ.get("STAGEML_TMA_PDL", "1") != "0"]
+_PDL_ATTR = LaunchAttr()
+_PDL_ATTR.id = 6
+_PDL_ATTR.value = (1).to_bytes(4, "little") + bytes(60)
+
+
+def launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, t_acc, sync, bank=True):
+    global SMS
+    m, k = x2.shape
+    n = w.shape[0]
+    if SMS == 132 and torch.cuda.is_available():
+        SMS = torch.cuda.get_device_properties(x2.device).multi_processor_count
+    fa, pieces, kch, n_prod, n_cons, threads, smem = geometry(cfg, m, n, k, rmax, piece_rows, bank)
+    wt = pretiled(w, cfg[1]) if PRETILE[0] else None
+    pre = 1 if wt is not None else 0
+    f = function(cfg, fa, pre)
+    key = tuple(norm(cfg)[:6]) + (fa, norm(cfg)[7], pre)
+    lib = _lib()
+    if _SMEM.get(key, 0) < smem:
+        # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+        _check(lib.cuFuncSetAttribute(ctypes.c_void_p(f), 8, smem), "cuFuncSetAttribute")
+        _SMEM[key] = smem
+    wm = _wmap(w, cfg[1])
+    xm = _xmap(x2, cfg[4])
+    am = _wmap(a, fa) if fa > 0 else _ZERO_MAP
+
+    def p(t):
+        return ctypes.c_uint64(t.data_ptr() if t is not None else 0)
+
+    vals = [wm, xm, am, p(x2), p(a), p(b), p(wt), p(y), p(t_acc), p(sync), p(slots), p(ranks), p(scales)]
+    vals += [ctypes.c_int32(v) for v in (m, n, k, rmax, piece_rows, pieces, kch, n_prod, n_cons)]
+    params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
+    stream = torch.cuda.current_stream(x2.device).cuda_stream
+    if PDL[0]:
+        lc = LaunchConfig(n_prod + n_cons, 1, 1, threads, 1, 1, smem, ctypes.c_void_p(stream), ctypes.pointer(_PDL_ATTR), 1)
+        _check(lib.cuLaunchKernelEx(ctypes.byref(lc), ctypes.c_void_p(f), params, None), "cuLaunchKernelEx(%s)" % (cfg,))
+    else:
+        _check(lib.cuLaunchKernel(ctypes.c_void_p(f), n_prod + n_cons, 1, 1, threads, 1, 1, smem, ctypes.c_void_p(stream), params, None),
+               "cuLaunchKernel(%s)" % (cfg,))
+    return y
+
+
+_ZERO_MAP = TensorMap()

@@ -1,0 +1,200 @@
+// Host side of the TMA-ring fused base + LoRA kernel (native/stageml_torch/tma.py, lora_tma.cu) on
+// CPU torch: the kernel cannot run here, but the symbol names it looks up in an nvcc cubin, the
+// configuration checks (coded errors), the shape rules, the K split it re-picks per weight, the
+// launch geometry, the driver-call failure path and the rule that the bank path is never
+// dispatched can, and without a GPU every entry point must decline (return None).
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { expect, it } from 'vitest';
+
+import { describeWithTorch } from './test-support.js';
+
+const NATIVE = fileURLToPath(new URL('../../../../native', import.meta.url));
+
+function torchPython(): string {
+  const env = process.env['STAGEML_PYTHON'];
+  const candidates = env !== undefined && env !== '' ? [env] : ['python3', '/usr/bin/python3'];
+  return candidates.find((c) => spawnSync(c, ['-c', 'import torch'], { timeout: 60_000 }).status === 0) ?? 'python3';
+}
+
+let python: string | undefined;
+
+function py(code: string, env: Record<string, string> = {}): unknown {
+  python ??= torchPython();
+  const r = spawnSync(python, ['-c', code], { env: { ...process.env, PYTHONPATH: NATIVE, ...env }, encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`python failed (${String(r.status)}): ${r.stderr}`);
+  return JSON.parse(r.stdout.trim().split('\n').pop() ?? 'null');
+}
+
+describeWithTorch('TMA-ring kernel host side (stageml_torch.tma)', () => {
+  it('names instantiations as nvcc 13 mangles them (FA, WR and PRE in the template)', () => {
+    const out = py(`
+import json
+from stageml_torch import tma
+pairs = [(("tma", 64, 1, 2, 8, 12, 0, 1), 16, 0), (("tma", 64, 2, 2, 32, 3, 64), 0, 0), (("tma", 256, 1, 8, 16, 4, 0, 2), 16, 0), (("tma", 64, 1, 2, 8, 12, 0, 1), 16, 1)]
+print(json.dumps({"m": [tma.mangled(*p) for p in pairs], "i": tma.explicit_instantiations(pairs + [pairs[0][:2]]).strip().split("\\n")}))
+`) as { m: string[]; i: string[] };
+    // Read off the cubins bench/gpu/build_tma.py built (strings lora_tma_*.cubin).
+    expect(out.m).toEqual([
+      '_Z8lora_tmaILi64ELi1ELi2ELi8ELi12ELi16ELi1ELi0EEv4TMapS0_S0_PKtS2_S2_S2_PtPfPiPKiS7_PKfiiiiiiiii',
+      '_Z8lora_tmaILi64ELi2ELi2ELi32ELi3ELi0ELi1ELi0EEv4TMapS0_S0_PKtS2_S2_S2_PtPfPiPKiS7_PKfiiiiiiiii',
+      '_Z8lora_tmaILi256ELi1ELi8ELi16ELi4ELi16ELi2ELi0EEv4TMapS0_S0_PKtS2_S2_S2_PtPfPiPKiS7_PKfiiiiiiiii',
+      '_Z8lora_tmaILi64ELi1ELi2ELi8ELi12ELi16ELi1ELi1EEv4TMapS0_S0_PKtS2_S2_S2_PtPfPiPKiS7_PKfiiiiiiiii',
+    ]);
+    // (cfg, FA) and (cfg, FA, 0) name one instantiation.
+    expect(out.i).toHaveLength(4);
+    expect(out.i[0]).toMatch(/^template __global__ void lora_tma<256,1,8,16,4,16,2,0>\(const __grid_constant__ TMap, /);
+  });
+
+  it('rejects malformed configurations with RT_BAD_VALUE naming the field', () => {
+    const out = py(`
+import json
+from stageml_torch import tma
+from stageml_torch.errors import WorkerError
+bad = [("tma", 48, 1, 2, 8, 12, 0), ("tma", 64, 1, 3, 8, 12, 0), ("tma", 64, 1, 2, 12, 12, 0), ("tma", 64, 1, 2, 8, 1, 0),
+       ("tma", 64, 1, 2, 8, 12, -1), ("tma", 64, 1, 2, 8, 12, 0, 3), ("tma", 256, 2, 8, 8, 4, 0, 1), ("tma", 64, 1, 2, 8), ("tma", 64, 1, 2, 8, 12, "0")]
+res = []
+for c in bad:
+    try:
+        tma.check_cfg(c)
+        res.append(None)
+    except WorkerError as e:
+        res.append([e.code, e.message])
+print(json.dumps({"bad": res, "ok": list(tma.check_cfg(("tma", 64, 1, 2, 8, 12, 0, 1)))}))
+`) as { bad: ([string, string] | null)[]; ok: unknown[] };
+    expect(out.bad.every((r) => r !== null && r[0] === 'RT_BAD_VALUE')).toBe(true);
+    const msgs = out.bad.map((r) => (r === null ? '' : r[1]));
+    expect(msgs[0]).toMatch(/RT in 16\.\.256/);
+    expect(msgs[1]).toMatch(/KS in 1\/2\/4\/8|BPS and KS/);
+    expect(msgs[2]).toMatch(/MB a multiple of 8/);
+    expect(msgs[3]).toMatch(/ST in 2\.\.12/);
+    expect(msgs[4]).toMatch(/PB >= 0/);
+    expect(msgs[5]).toMatch(/WR in 1\/2\/4/);
+    expect(msgs[6]).toMatch(/at most 16 W warps/);
+    expect(msgs[7]).toMatch(/must be \('tma'/);
+    expect(msgs[8]).toMatch(/with integers/);
+    expect(out.ok).toEqual(['tma', 64, 1, 2, 8, 12, 0, 1]);
+  });
+
+  it('tiles only shapes it covers exactly and re-picks the K split per weight', () => {
+    const out = py(`
+import json
+from stageml_torch import tma
+c = ("tma", 64, 1, 2, 8, 12, 0, 1)
+print(json.dumps({
+  "suits": [tma.suits(c, 1, 4096, 4096, 16, False), tma.suits(c, 8, 4096, 14336, 16, False), tma.suits(c, 9, 4096, 4096, 16, False),
+            tma.suits(c, 1, 4100, 4096, 16, False), tma.suits(c, 1, 4096, 4000, 16, False), tma.suits(c, 1, 4096, 4096, 12, False),
+            tma.suits(("tma", 128, 1, 4, 64, 12, 0, 1), 64, 4096, 4096, 16, False)],
+  "adapt": [tma.adapt(c, 4096, 4096), tma.adapt(c, 1024, 4096), tma.adapt(c, 14336, 4096), tma.adapt(c, 4096, 14336), tma.adapt(c, 4000, 4096)],
+  "fa": [tma.fused_rows(8, False), tma.fused_rows(16, False), tma.fused_rows(40, False), tma.fused_rows(64, False), tma.fused_rows(128, False), tma.fused_rows(16, True)],
+  "regs": [tma.fits_registers(("tma", 64, 1, 2, 256, 4, 0, 1), 0), tma.fits_registers(("tma", 128, 1, 4, 256, 4, 0, 1), 0),
+           tma.fits_registers(("tma", 256, 1, 8, 128, 3, 0, 1), 0), tma.fits_registers(("tma", 128, 2, 4, 64, 4, 0, 1), 16)],
+}))
+`) as { suits: boolean[]; adapt: unknown[]; fa: number[]; regs: boolean[] };
+    // 9 rows exceed MB 8; N not a multiple of RT, K not of KS·64, a rank not a multiple of 8; 12
+    // stages of (128 + 16 + 64) rows · 128 bytes exceed the 227 KB of shared memory.
+    expect(out.suits).toEqual([true, true, false, false, false, false, false]);
+    // One block per SM on 132 SMs, the smallest KS with the best wave efficiency: 64 row tiles · 2 =
+    // 128 blocks at N = 4096, 16 · 8 at N = 1024, 224 · 4 = 896 (97% of 7 waves) at N = 14336; none
+    // when N % RT != 0.
+    expect(out.adapt).toEqual([
+      ['tma', 64, 1, 2, 8, 12, 0, 1],
+      ['tma', 64, 1, 8, 8, 12, 0, 1],
+      ['tma', 64, 1, 4, 8, 12, 0, 1],
+      ['tma', 64, 1, 2, 8, 12, 0, 1],
+      null,
+    ]);
+    expect(out.fa).toEqual([16, 16, 48, 64, 0, 0]);
+    expect(out.regs).toEqual([true, false, false, true]);
+  });
+
+  it('sizes a launch: no producers for one adapter, producer blocks and K chunks for a bank', () => {
+    const out = py(`
+import json
+from stageml_torch import tma
+one = tma.geometry(("tma", 64, 1, 2, 8, 12, 0, 1), 1, 4096, 4096, 16, 8, False)
+bank = tma.geometry(("tma", 64, 2, 2, 32, 3, 64, 1), 32, 4096, 4096, 16, 1, True)
+auto = tma.geometry(("tma", 64, 1, 2, 8, 8, 0, 1), 1, 4096, 4096, 64, 1, True)
+print(json.dumps({"one": one, "bank": bank, "auto": auto, "chunks": [tma.producer_chunks(32, 1, 4096, 512), tma.producer_chunks(1, 1, 4096, 16), tma.producer_chunks(64, 4, 14336, 512)]}))
+`) as { one: number[]; bank: number[]; auto: number[]; chunks: number[] };
+    // (fa, pieces, kch, n_prod, n_cons, threads, smem): 4 W warps + 1 A warp + the issuing warp;
+    // 12 stages of (64 + 16 + 8) rows · 128 bytes plus barriers and alignment slack.
+    expect(out.one).toEqual([16, 0, 1, 0, 128, 192, 12 * 88 * 128 + 2048]);
+    // The bank ring needs 3 · 2 · (64 + 32) · 128 + 2048 bytes; ONE_PER_SM raises it to 115 KB (one block per SM).
+    expect(out.bank).toEqual([0, 32, 32, 64, 128, 288, 115 * 1024]);
+    // PB 0: the SMs 128 consumer blocks leave free (4).
+    expect(out.auto.slice(0, 5)).toEqual([0, 1, 8, 4, 128]);
+    expect(out.chunks).toEqual([32, 32, 4]);
+  });
+
+  it('never dispatches the bank path, not even from STAGEML_STREAM_CONFIGS, and declines without a GPU', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tma-cfg-'));
+    const file = join(dir, 'cfg.json');
+    writeFileSync(file, JSON.stringify({ bank: { '32': ['tma', 64, 2, 2, 32, 3, 64, 1] }, single: { '64': ['tma', 64, 1, 2, 64, 8, 0, 1] } }));
+    const out = py(`
+import json, torch
+from stageml_torch import stream as st, tma
+x = torch.randn(2, 4096, dtype=torch.bfloat16)
+w = torch.randn(4096, 4096, dtype=torch.bfloat16)
+a = torch.randn(16, 4096, dtype=torch.bfloat16)
+b = torch.randn(4096, 16, dtype=torch.bfloat16)
+print(json.dumps({
+  "tables": [st.config_for(32, bank=True), st.config_for(64)],
+  "pick": [st._pick(32, 4096, 4096, 16, True, None), st._pick(64, 4096, 4096, 16, False, None)],
+  "shippable": [tma.shippable(("tma", 64, 2, 2, 32, 3, 64, 1), True), tma.shippable(("tma", 64, 1, 2, 8, 12, 0, 1), False)],
+  "available": tma.available(),
+  "declined": [st.lora_linear(x, w, a, b, 2.0) is None, st.lora_linear(x, w, a, b, 2.0, cfg=("tma", 64, 1, 2, 8, 12, 0, 1)) is None],
+}))
+`, { STAGEML_STREAM_CONFIGS: file }) as { tables: unknown[]; pick: unknown[]; shippable: boolean[]; available: boolean; declined: boolean[] };
+    expect(out.tables).toEqual([['tma', 64, 2, 2, 32, 3, 64, 1], ['tma', 64, 1, 2, 64, 8, 0, 1]]);
+    // The override's bank entry is dropped; the single one would be taken where the family runs (not here).
+    expect(out.pick).toEqual([null, null]);
+    expect(out.shippable).toEqual([false, true]);
+    expect(out.available).toBe(false);
+    expect(out.declined).toEqual([true, true]);
+  });
+
+  it('pre-tiles W into the swizzled tiles the copy engine would write, and rejects shapes that do not tile', () => {
+    const out = py(`
+import json, torch
+from stageml_torch import tma
+from stageml_torch.errors import WorkerError
+torch.manual_seed(0)
+w = torch.randn(128, 256).to(torch.bfloat16)
+t = tma.pretile(w, 64)
+ok = True
+for nb in range(2):
+    for kb in range(4):
+        for r in range(64):
+            for p in range(8):
+                ok = ok and bool(torch.equal(t[nb, kb, r, p], w[nb * 64 + r, kb * 64 + (p ^ (r % 8)) * 8:kb * 64 + (p ^ (r % 8)) * 8 + 8]))
+try:
+    tma.pretile(torch.zeros(100, 256, dtype=torch.bfloat16), 64)
+    bad = None
+except WorkerError as e:
+    bad = e.code
+print(json.dumps({"shape": list(t.shape), "contiguous": t.is_contiguous(), "ok": ok, "bad": bad}))
+`) as { shape: number[]; contiguous: boolean; ok: boolean; bad: string | null };
+    expect(out).toEqual({ shape: [2, 4, 64, 8, 8], contiguous: true, ok: true, bad: 'RT_BAD_VALUE' });
+  });
+
+  it('reports a failed driver call as RT_EVAL_FAILED naming it', () => {
+    const out = py(`
+import json
+from stageml_torch import tma
+from stageml_torch.errors import WorkerError
+tma._LIB[0] = False  # as on a host without libcuda.so.1
+try:
+    tma.encode_2d(0, 4096, 4096, 8192, 64, 64)
+    r = None
+except WorkerError as e:
+    r = [e.code, e.message]
+print(json.dumps(r))
+`) as [string, string];
+    expect(out[0]).toBe('RT_EVAL_FAILED');
+    expect(out[1]).toMatch(/libcuda\.so\.1 not loadable/);
+  });
+});
