@@ -9,7 +9,7 @@ import { expertSlotFactors } from './experts.js';
 import { engineGraph, paramsToInputs } from './graph.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
 import { type EngineMemory, type EngineOptions, type EnginePlan, type EngineStats, type PrefillOptions, type ProgramForm, positiveInt } from './options.js';
-import { GROUP_SLOT_INPUT, ONE_SLOT_INPUT, ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_SLOT_INPUT, ROW_SLOT_ONEHOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm, preferStacked } from './slot-linear.js';
+import { GROUP_SLOT_INPUT, ONE_SLOT_INPUT, ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_SLOT_INPUT, ROW_SLOT_ONEHOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm } from './slot-linear.js';
 import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
 import { Sequence, type SlotEntry } from './sequence.js';
 import { windowedQueries } from './masks.js';
@@ -200,10 +200,9 @@ export class Engine {
     const caches = opts.residentKv === false || config.slidingWindow !== undefined ? undefined : executorOpt.caches;
     const modules: SlotModule[] = [];
     if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped', 'stacked'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered', 'grouped' or 'stacked' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${opts.slotForm as string}'`);
-    // auto: the stacked form only with quantized base weights, where it measured faster than the
-    // gathered one (onnxruntime, SmolLM2 shape, 8 rows on 8 adapters, R 24: int8 42 → 34.5 ms, int4
-    // 40 → 32 ms); with f32 weights it measured slower (42 → 48 ms), so f32 engines don't prepare it.
-    const autoForms: ProgramForm[] = opts.quantize === undefined ? ['gathered', 'grouped', 'single'] : ['gathered', 'grouped', 'single', 'stacked'];
+    // auto leaves the stacked form out: measured against gathered at 8 rows on 8 adapters it was
+    // faster in some runs and slower in others (int8, int4, f32; R 16 and 24), never reliably.
+    const autoForms: ProgramForm[] = ['gathered', 'grouped', 'single'];
     const slotForms: ProgramForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? autoForms : [opts.slotForm];
     // Base-only batches run a program without slot tables (the slot path costs a base row as much
     // as an adapter row) — except where each program holds its own f32 copy of the weights.
@@ -700,10 +699,8 @@ export class Engine {
   #formFor(rows: number, groups: number): SlotForm {
     const p = this.#programs;
     if (p.single !== undefined && groups === 1) return 'single';
-    const prepared = (['gathered', 'grouped', 'stacked'] as const).filter((f) => p[f] !== undefined);
-    if (prepared.length === 1) return prepared[0]!;
-    const pick = p.grouped === undefined ? 'gathered' : p.gathered === undefined ? 'grouped' : chooseSlotForm(rows, groups);
-    return p.stacked !== undefined && preferStacked(rows, groups, this.#tables.slots) ? 'stacked' : pick;
+    if (p.stacked !== undefined) return 'stacked';
+    return p.grouped === undefined ? 'gathered' : p.gathered === undefined ? 'grouped' : chooseSlotForm(rows, groups);
   }
 
   #outputs(out: Record<string, HostTensor>): { k: Float32Array[]; v: Float32Array[] } {

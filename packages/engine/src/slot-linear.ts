@@ -27,8 +27,8 @@ export const ROW_SLOT_ONEHOT_INPUT = 'row_slot_onehot';
  *   batch-1 step with an adapter runs;
  * - `stacked`: nothing is gathered: the whole slot tables, viewed as A [N·R, in] and B [N·R, out],
  *   multiply every row and a one-hot mask keeps each row's own slot — N·R·(in + out) floats read
- *   once, no copies, rows·N·R·(in + out) flops: the cheapest while most slots are in use and the
- *   batch is small (a few rows on as many adapters).
+ *   once, no copies, rows·N·R·(in + out) flops. Only on request (`slotForm: 'stacked'`): against
+ *   gathered at 8 rows on 8 adapters it measured faster in some runs, slower in others.
  */
 export type SlotForm = 'gathered' | 'grouped' | 'single' | 'stacked';
 
@@ -112,18 +112,6 @@ export function chooseSlotForm(rows: number, groups: number, flopsPerByte = 8): 
   return groups * (1 + (2 * rows) / flopsPerByte) <= 2 * rows ? 'grouped' : 'gathered';
 }
 
-/**
- * Whether the stacked form beats the `chooseSlotForm` pick for a step of `rows` rows over `groups`
- * distinct slots of an N-slot table: it reads every slot once (no copies) and multiplies every row
- * by all N, against ~3 slot-loads per gathered row (read, copy, read again) or 3 per group plus
- * rows·G products (grouped); flop costs at `flopsPerByte` as in `chooseSlotForm`.
- */
-export function preferStacked(rows: number, groups: number, slots: number, flopsPerByte = 8): boolean {
-  const flops = (g: number) => (rows * g) / (2 * flopsPerByte);
-  const stacked = slots + flops(slots);
-  const other = chooseSlotForm(rows, groups, flopsPerByte) === 'grouped' ? 3 * groups + flops(groups) : 3 * rows;
-  return stacked < other;
-}
 
 /**
  * MoE layers whose expert LoRA factors are run-time data, like `slotLinear`'s: every expert
