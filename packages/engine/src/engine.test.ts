@@ -118,31 +118,6 @@ describe('Engine: adapters as data', () => {
     expect(engine.memory().kv).toBe(0);
   }, 300_000);
 
-  it('stacked form (slotForm: stacked): the whole slot tables under a one-hot mask, each row equal to its adapter alone', async () => {
-    const few = await Engine.load(`${root}base`, { executor: interpreterExecutor, maxLoras: 3, maxLoraRank: 64, prefillChunk: 4, slotForm: 'stacked' });
-    for (const n of names.slice(0, 3)) await few.loadAdapter(join(tmp, n), n);
-    let worst = 0;
-    // Four rows over the three adapters (one row base), on the stacked program alone.
-    for (const picks of [[0, 1, 2, -1], [2, 2, 0, 1], [1, 0, -1, 2]]) {
-      const rows = picks.map((k, p) => ({ a: k < 0 ? undefined : names[k], p }));
-      const seqs = rows.map((x) => few.open(x.a, PROMPTS[x.p]!));
-      for (const s of seqs) {
-        await few.attach(s);
-        while (!s.ready) await few.prefill(s);
-      }
-      const out = await few.decode(seqs, rows.map((x) => token(x.p)));
-      out.forEach((logits, i) => {
-        worst = Math.max(worst, maxAbsDiff(logits, ref.get(`${rows[i]!.a ?? ''}|${String(rows[i]!.p)}`)!.decode));
-      });
-      for (const s of seqs) few.release(s);
-    }
-    expect(few.stats().runsByForm.stacked).toBeGreaterThanOrEqual(3);
-    expect(worst).toBeLessThan(1e-4);
-    // The stacked program and the base program.
-    expect(few.stats().preparations).toBe(2);
-    few.dispose();
-  }, 120_000);
-
   it('packBase: base-only batches run a program holding its own copy of the weights, equal to the shared-input path; bad values refused', async () => {
     const inner = (await isOrtAvailable()) ? await createOrtExecutor({ intraOpNumThreads: 1 }) : interpreterExecutor;
     const c = counting(inner);

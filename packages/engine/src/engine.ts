@@ -9,7 +9,7 @@ import { expertSlotFactors } from './experts.js';
 import { engineGraph, paramsToInputs } from './graph.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
 import { type EngineMemory, type EngineOptions, type EnginePlan, type EngineStats, type PrefillOptions, type ProgramForm, positiveInt } from './options.js';
-import { GROUP_SLOT_INPUT, ONE_SLOT_INPUT, ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_SLOT_INPUT, ROW_SLOT_ONEHOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm } from './slot-linear.js';
+import { GROUP_SLOT_INPUT, ONE_SLOT_INPUT, ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm } from './slot-linear.js';
 import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
 import { Sequence, type SlotEntry } from './sequence.js';
 import { windowedQueries } from './masks.js';
@@ -53,7 +53,7 @@ function shapeOnly(a: LoraAdapter): LoraAdapter {
 export class Engine {
   readonly #executor: Executor;
   readonly #programs: Partial<Record<ProgramForm, PreparedGraph>>;
-  readonly #runsByForm: Record<ProgramForm, number> = { gathered: 0, grouped: 0, single: 0, stacked: 0, base: 0 };
+  readonly #runsByForm: Record<ProgramForm, number> = { gathered: 0, grouped: 0, single: 0, base: 0 };
   readonly #tables: SlotTables;
   readonly #shapes: Map<string, readonly number[]>;
   readonly #weightBytes: number;
@@ -199,9 +199,7 @@ export class Engine {
     if (opts.residentKv === true && config.slidingWindow !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, 'residentKv: a sliding-window model builds its per-query masks on the host (give residentKv false or leave it out)');
     const caches = opts.residentKv === false || config.slidingWindow !== undefined ? undefined : executorOpt.caches;
     const modules: SlotModule[] = [];
-    if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped', 'stacked'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered', 'grouped' or 'stacked' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${opts.slotForm as string}'`);
-    // auto leaves the stacked form out: measured against gathered at 8 rows on 8 adapters it was
-    // faster in some runs and slower in others (int8, int4, f32; R 16 and 24), never reliably.
+    if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered' or 'grouped' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${opts.slotForm as string}'`);
     const autoForms: ProgramForm[] = ['gathered', 'grouped', 'single'];
     const slotForms: ProgramForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? autoForms : [opts.slotForm];
     // Base-only batches run a program without slot tables (the slot path costs a base row as much
@@ -651,14 +649,6 @@ export class Engine {
       inputs[ONE_SLOT_INPUT] = hostTensor('i64', [], [groups[0]!]);
       inputs[ROW_MASK_INPUT] = { dtype: 'f32', shape: [rowSlots.length, 1, 1], data: Float32Array.from(rowSlots, (s) => (s === 0 ? 0 : 1)) };
     } else if (form === 'gathered') inputs[ROW_SLOT_INPUT] = hostTensor('i64', [rowSlots.length], rowSlots);
-    else if (form === 'stacked') {
-      const n = this.#tables.slots;
-      const onehot = new Float32Array(rowSlots.length * n);
-      rowSlots.forEach((s, r) => {
-        if (s !== 0) onehot[r * n + s] = 1;
-      });
-      inputs[ROW_SLOT_ONEHOT_INPUT] = { dtype: 'f32', shape: [rowSlots.length, n], data: onehot };
-    }
     else {
       if (groups.length === 0) groups.push(0);
       const onehot = new Float32Array(rowSlots.length * groups.length);
@@ -699,7 +689,6 @@ export class Engine {
   #formFor(rows: number, groups: number): SlotForm {
     const p = this.#programs;
     if (p.single !== undefined && groups === 1) return 'single';
-    if (p.stacked !== undefined) return 'stacked';
     return p.grouped === undefined ? 'gathered' : p.gathered === undefined ? 'grouped' : chooseSlotForm(rows, groups);
   }
 

@@ -55,14 +55,12 @@ export interface EngineOptions {
    */
   readonly quantize?: WeightQuantSpec | QuantizeLinearsOptions;
   /**
-   * Slot form: `auto` (default) prepares the gathered, grouped and single programs and picks per
-   * step (single when the batch has one adapter, else `chooseSlotForm`); `gathered`, `grouped` or
-   * `stacked` prepares only that one (`single` alone cannot serve two adapters in a batch and is
-   * refused; `stacked` is never in `auto`: measured against gathered at 8 rows on 8 adapters it was
-   * faster in some runs, slower in others). Beside them the engine prepares a `base` program
-   * without slot tables for batches of base rows only (not with f32 `weights: 'program'` unless
-   * `packBase`, as it would hold another copy of the weights): four preparations for the engine's
-   * lifetime by default.
+   * Slot form: `auto` (default) prepares the gathered, the grouped and the single program and
+   * picks per step (single when the batch has one adapter, else `chooseSlotForm`); `gathered` or
+   * `grouped` prepares only that one (`single` alone cannot serve two adapters in a batch and is
+   * refused). Beside them the engine prepares a `base` program without slot tables for batches of
+   * base rows only (not with f32 `weights: 'program'` unless `packBase`, as it would hold another
+   * copy of the weights): four preparations for the engine's lifetime by default.
    */
   readonly slotForm?: 'auto' | Exclude<SlotForm, 'single'>;
   /**

@@ -12,8 +12,6 @@ export const ROW_GROUP_INPUT = 'row_group';
 export const ONE_SLOT_INPUT = 'one_slot';
 /** Input name of the row mask f32[batch, 1, 1] of the single form (1: the slot's adapter, 0: base). */
 export const ROW_MASK_INPUT = 'row_mask';
-/** Input name of the row → slot one-hot f32[batch, N] of the stacked form (all zeros for a base row). */
-export const ROW_SLOT_ONEHOT_INPUT = 'row_slot_onehot';
 
 /**
  * How a program applies the slot factors:
@@ -24,13 +22,9 @@ export const ROW_SLOT_ONEHOT_INPUT = 'row_slot_onehot';
  *   rows·G·R·(in + out) flops, far cheaper while G is small (a few adapters);
  * - `single`: the batch has one adapter (its other rows base): its slot is gathered once and
  *   applied to every row, a row mask zeroing base rows — the fewest ops per projection, what a
- *   batch-1 step with an adapter runs;
- * - `stacked`: nothing is gathered: the whole slot tables, viewed as A [N·R, in] and B [N·R, out],
- *   multiply every row and a one-hot mask keeps each row's own slot — N·R·(in + out) floats read
- *   once, no copies, rows·N·R·(in + out) flops. Only on request (`slotForm: 'stacked'`): against
- *   gathered at 8 rows on 8 adapters it measured faster in some runs, slower in others.
+ *   batch-1 step with an adapter runs.
  */
-export type SlotForm = 'gathered' | 'grouped' | 'single' | 'stacked';
+export type SlotForm = 'gathered' | 'grouped' | 'single';
 
 /** Input names of a module's slot tables: A f32[N, R, in] and B f32[N, R, out] (scale folded into B). */
 export function slotInputNames(module: string): { readonly A: string; readonly B: string } {
@@ -81,12 +75,6 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
       s.mask ??= b.input(ROW_MASK_INPUT, ['f32', ['batch', 1, 1]]);
       const shrink = b.mul(b.linear(x, b.gather(A, s.one, 0)), s.mask);
       return b.add(base, b.matmul(shrink, b.gather(B, s.one, 0)));
-    }
-    if (form === 'stacked') {
-      s.onehot ??= b.reshape(b.input(ROW_SLOT_ONEHOT_INPUT, ['f32', ['batch', slots]]), ['batch', 1, slots, 1]);
-      const shrink = b.reshape(b.linear(x, b.reshape(A, [slots * rank, inDim])), ['batch', 'seq', slots, rank]);
-      const own = b.reshape(b.mul(shrink, s.onehot), ['batch', 'seq', slots * rank]);
-      return b.add(base, b.matmul(own, b.reshape(B, [slots * rank, outDim])));
     }
     if (form === 'gathered') {
       s.rows ??= b.input(ROW_SLOT_INPUT, ['i64', ['batch']]);
