@@ -1,6 +1,7 @@
-import { type DType, type Graph, type HostTensor, deserializeGraph, graphToJson, rounderFor, errorMessage } from '@stageml/ir';
+import { type Graph, type HostTensor, deserializeGraph, graphToJson, errorMessage } from '@stageml/ir';
 import type { SpecializeResult } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
+import { hfLlamaRounding, roundedTensor, topoOrder } from '@stageml/models';
 import { CliCode, CliError } from './errors.js';
 
 /** Compute dtypes `stageml stage --dtype` accepts (`checkpoint`: the floating dtype the checkpoint stores). */
@@ -77,66 +78,6 @@ function literalDerived(g: Graph): Set<string> {
     }
   }
   return out;
-}
-
-/** Node indices in an order where each node follows the nodes defining its operands (stable otherwise). */
-function topoOrder(nodes: readonly { operands: readonly number[] }[], values: readonly { node: number }[]): number[] {
-  const done = new Array<boolean>(nodes.length).fill(false);
-  const order: number[] = [];
-  const visit = (i: number): void => {
-    if (done[i]) return;
-    done[i] = true;
-    for (const o of nodes[i]!.operands) visit(values[o]!.node);
-    order.push(i);
-  };
-  for (let i = 0; i < nodes.length; i++) visit(i);
-  return order;
-}
-
-function castTensor(t: HostTensor, dtype: DType): HostTensor {
-  const round = rounderFor(dtype);
-  const data = new Float32Array(t.data.length);
-  for (let i = 0; i < data.length; i++) data[i] = round(t.data[i]!);
-  return { dtype, shape: t.shape, data };
-}
-
-type OpEmitter = (op: string, operands: number[], attrs: Record<string, unknown> | undefined, name: string, type: { dtype: string; shape: (number | string)[] }) => number;
-
-/**
- * `rmsNorm(x, w)` and `rotary(x, cos, sin)` (not interleaved) at `dtype` as Hugging Face's Llama
- * rounds them: `mul(rmsNorm(x), w)` and `add(mul(x, cos), mul(concat(neg(x₂), x₁), sin))`; returns
- * the new id of the result (named as the original), or undefined for any other node.
- */
-function hfRounding(
-  n: { op?: string; operands: number[]; attrs?: Record<string, unknown>; results: { name: string; type: { dtype: string; shape: (number | string)[] } }[] },
-  operands: number[],
-  dtype: string,
-  attrs: Record<string, unknown> | undefined,
-  op1: OpEmitter,
-  fresh: (base: string) => string,
-  types: readonly { dtype: string; shape: (number | string)[] }[],
-): number | undefined {
-  const r = n.results[0]!;
-  const type = { dtype, shape: r.type.shape };
-  if (n.op === 'sml.rms_norm' && operands.length === 2) {
-    const normed = op1('sml.rms_norm', [operands[0]!], attrs, fresh(`${r.name}.normed`), type);
-    return op1('sml.mul', [normed, operands[1]!], undefined, r.name, type);
-  }
-  if (n.op === 'sml.rotary' && attrs?.['interleaved'] !== true) {
-    const [x, c, s] = operands as [number, number, number];
-    const xs = types[x]!.shape;
-    const d = xs[xs.length - 1];
-    if (typeof d !== 'number' || d % 2 !== 0) return undefined;
-    const axis = xs.length - 1;
-    const half = { dtype, shape: [...xs.slice(0, -1), d / 2] };
-    const x1 = op1('sml.slice', [x], { axis, start: 0, end: d / 2, step: 1 }, fresh(`${r.name}.x1`), half);
-    const x2 = op1('sml.slice', [x], { axis, start: d / 2, step: 1 }, fresh(`${r.name}.x2`), half);
-    const rot = op1('sml.concat', [op1('sml.neg', [x2], undefined, fresh(`${r.name}.neg`), half), x1], { axis }, fresh(`${r.name}.rotate_half`), { dtype, shape: xs });
-    const a = op1('sml.mul', [x, c], undefined, fresh(`${r.name}.cos`), type);
-    const b = op1('sml.mul', [rot, s], undefined, fresh(`${r.name}.sin`), type);
-    return op1('sml.add', [a, b], undefined, r.name, type);
-  }
-  return undefined;
 }
 
 /** Options of `castResidual`. */
@@ -297,7 +238,7 @@ export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', so
     }
     const attrs = n.attrs === undefined ? undefined : Object.fromEntries(Object.entries(n.attrs).map(([k, v]) => [k, k === 'dtype' && v === 'f32' ? dtype : v]));
     const lowOps = operands.map((o) => (newTypes[o]!.dtype === 'f32' ? asTarget(o) : o));
-    const hf = hfRounding(n, lowOps, dtype, attrs, op1, fresh, newTypes);
+    const hf = hfLlamaRounding(n, lowOps, dtype, attrs, op1, fresh, newTypes);
     if (hf !== undefined) {
       remap.push(hf);
       continue;
@@ -343,7 +284,7 @@ export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', so
     throw new CliError(CliCode.USAGE, `cannot convert the residual to ${dtype}: ${errorMessage(e)}`, { cause: e });
   }
   const constants: Record<string, HostTensor> = {};
-  for (const [k, t] of Object.entries(result.constants)) constants[k] = t.dtype === 'f32' && !keep.has(k) && !loraParams.has(k) ? castTensor(t, dtype) : t;
+  for (const [k, t] of Object.entries(result.constants)) constants[k] = t.dtype === 'f32' && !keep.has(k) && !loraParams.has(k) ? roundedTensor(t, dtype) : t;
   const constantTypes = Object.fromEntries(Object.entries(result.constantTypes).map(([k, t]) => [k, t.dtype === 'f32' && !keep.has(k) && !loraParams.has(k) ? { dtype, shape: t.shape } : t]));
   const constantBytes = Object.values(constants).reduce((a, t) => a + t.data.length * (t.dtype === 'f64' || t.dtype === 'i64' ? 8 : t.dtype === 'bf16' || t.dtype === 'f16' ? 2 : t.dtype === 'i8' || t.dtype === 'u8' || t.dtype === 'bool' ? 1 : 4), 0);
   return { ...result, residual, constants, constantTypes, report: { ...result.report, residualOps: residual.nodes.filter((n) => n.kind === 'op').length, constantBytes } };

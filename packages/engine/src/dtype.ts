@@ -1,4 +1,5 @@
-import { type DType, type Graph, type HostTensor, deserializeGraph, dtypeBytes, errorMessage, graphToJson, rounderFor } from '@stageml/ir';
+import { type DType, type Graph, type HostTensor, deserializeGraph, dtypeBytes, errorMessage, graphToJson } from '@stageml/ir';
+import { hfLlamaRounding, roundedTensor, topoOrder } from '@stageml/models';
 import { EngineCode, EngineError } from './errors.js';
 
 /** Compute dtypes of the engine's programs (`EngineOptions.dtype`). */
@@ -24,13 +25,7 @@ export function lowestOf(dtype: EngineDType): number {
 }
 
 /** `t` rounded to `dtype` (nearest even), in the IR's host storage of that dtype (a new tensor; `t` is not changed). */
-export function castTensor(t: HostTensor, dtype: DType): HostTensor {
-  if (t.dtype === dtype) return t;
-  const round = rounderFor(dtype);
-  const data = new Float32Array(t.data.length);
-  for (let i = 0; i < data.length; i++) data[i] = round(t.data[i]!);
-  return { dtype, shape: t.shape, data };
-}
+export const castTensor: (t: HostTensor, dtype: DType) => HostTensor = roundedTensor;
 
 /** Bytes `t` occupies as its dtype (bf16/f16: 2 per element, what a device holding it in that dtype spends). */
 export function tensorBytes(t: HostTensor): number {
@@ -170,26 +165,10 @@ export function castEngineGraph(g: Graph, dtype: 'bf16' | 'f16', opts: CastEngin
     }
     const attrs = n.attrs === undefined ? undefined : Object.fromEntries(Object.entries(n.attrs).map(([k, v]) => [k, k === 'dtype' && v === 'f32' ? dtype : v]));
     const low = operands.map((o) => (types[o]!.dtype === 'f32' ? asTarget(o) : o));
-    const type = { dtype, shape: r0.type.shape };
-    if (n.op === 'sml.rms_norm' && low.length === 2) {
-      // LlamaRMSNorm: the normalized value rounds to the input dtype, then times the weight.
-      const normed = op1('sml.rms_norm', [low[0]!], attrs, fresh(`${r0.name}.normed`), type);
-      remap.push(op1('sml.mul', [normed, low[1]!], undefined, r0.name, type));
-      continue;
-    }
-    const xs = types[low[0]!]?.shape;
-    const d = xs?.[xs.length - 1];
-    if (n.op === 'sml.rotary' && attrs?.['interleaved'] !== true && xs !== undefined && typeof d === 'number' && d % 2 === 0) {
-      // apply_rotary_pos_emb: q·cos + rotate_half(q)·sin, each op rounded.
-      const [x, c, s] = low as [number, number, number];
-      const axis = xs.length - 1;
-      const half = { dtype, shape: [...xs.slice(0, -1), d / 2] };
-      const x1 = op1('sml.slice', [x], { axis, start: 0, end: d / 2, step: 1 }, fresh(`${r0.name}.x1`), half);
-      const x2 = op1('sml.slice', [x], { axis, start: d / 2, step: 1 }, fresh(`${r0.name}.x2`), half);
-      const rot = op1('sml.concat', [op1('sml.neg', [x2], undefined, fresh(`${r0.name}.neg`), half), x1], { axis }, fresh(`${r0.name}.rotate_half`), { dtype, shape: xs });
-      const a = op1('sml.mul', [x, c], undefined, fresh(`${r0.name}.cos`), type);
-      const b = op1('sml.mul', [rot, s], undefined, fresh(`${r0.name}.sin`), type);
-      remap.push(op1('sml.add', [a, b], undefined, r0.name, type));
+    // LlamaRMSNorm and apply_rotary_pos_emb round where transformers' bf16 Llama does.
+    const hf = hfLlamaRounding(n, low, dtype, attrs, op1, fresh, types);
+    if (hf !== undefined) {
+      remap.push(hf);
       continue;
     }
     const id = emit({ ...n, operands: low, ...(attrs === undefined ? {} : { attrs }), results: n.results.map((r) => ({ name: r.name, type: { dtype: r.type.dtype === 'f32' ? dtype : r.type.dtype, shape: r.type.shape } })) });
@@ -211,15 +190,7 @@ export function castEngineGraph(g: Graph, dtype: 'bf16' | 'f16', opts: CastEngin
     for (const o of nodes[i]!.operands) mark(o);
   };
   for (const o of outputs) mark(o.value);
-  const done = new Array<boolean>(nodes.length).fill(false);
-  const order: number[] = [];
-  const visit = (i: number): void => {
-    if (done[i]) return;
-    done[i] = true;
-    for (const o of nodes[i]!.operands) visit(types[o]!.node);
-    order.push(i);
-  };
-  for (let i = 0; i < nodes.length; i++) visit(i);
+  const order = topoOrder(nodes, types);
   const firstResult = new Map<number, number>();
   types.forEach((t, v) => {
     if (!firstResult.has(t.node)) firstResult.set(t.node, v);

@@ -19,6 +19,8 @@ export type { ModelErrorCode } from './errors.js';
 export { LLAMA_7B_GQA_SHAPE, LLAMA_PROJECTIONS, buildLlamaGraph, plainLinear, ropeInvFreq } from './llama-graph.js';
 export type { ExpertsFactory, LinearFactory, LlamaGraphOptions, LlamaLoraShape, LlamaProjection, LlamaShape } from './llama-graph.js';
 export { parseLlamaConfig, readLlamaConfig, ropeInvFreqFor } from './hf-config.js';
+export { hfLlamaRounding, roundedTensor, topoOrder } from './hf-rounding.js';
+export type { CastValueType, OpEmitter } from './hf-rounding.js';
 export type { LlamaConfig, RopeScaling } from './hf-config.js';
 export { adapterParamName, bankLinear, expertParamName, loraExperts, rowsInputName, singleAdapterLinear } from './linear-factories.js';
 export { loadChatTemplates, loadTokenizer } from './tokenizer.js';
