@@ -43,9 +43,9 @@ export interface EngineOptions {
    * than on weights fed as inputs (SmolLM2 shape, engine decode: batch 1 19–21 → 16.8 ms/token,
    * 8 rows 34 → 25.5 ms). Costs a second copy of the weights (counted in `memory().weights`;
    * onnxruntime's session measured about 2× their f32 bytes). With `weights: 'inputs'` (the f32
-   * default) the slot programs keep sharing the
-   * host copy; with `weights: 'program'` it adds the base program those engines otherwise skip;
-   * quantized engines already pack their base program, so it changes nothing there. Default false.
+   * default) the slot programs keep sharing the host copy; with `weights: 'program'` it adds the
+   * base program those engines otherwise skip; quantized engines already pack their base program,
+   * so it changes nothing there. Default false.
    */
   readonly packBase?: boolean;
   /**
