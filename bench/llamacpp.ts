@@ -44,7 +44,7 @@ interface Shape {
 
 const SHAPES: readonly Shape[] = [
   { key: 'smol', name: 'SmolLM2-135M shape', layers: 30, hidden: 576, inter: 1536, heads: 9, kv: 3, vocab: 49152, tied: true, reps: 3, steps: 16, pairs: ['f32', 'int8', 'int4'] },
-  { key: 'tiny', name: 'TinyLlama-1.1B shape', layers: 22, hidden: 2048, inter: 5632, heads: 32, kv: 4, vocab: 32000, tied: false, reps: 1, steps: 8, pairs: ['f32', 'int8', 'int4'] },
+  { key: 'tiny', name: 'TinyLlama-1.1B shape', layers: 22, hidden: 2048, inter: 5632, heads: 32, kv: 4, vocab: 32000, tied: false, reps: 3, steps: 8, pairs: ['f32', 'int8', 'int4'] },
 ];
 const PAIRS = [
   { key: 'f32', ours: undefined, gguf: 'F32' },
