@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { roundBf16 } from '@stageml/ir';
 import { argmaxOf } from '@stageml/models';
 import { type Executor, RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, interpreterExecutor, isTorchAvailable, parseWeightQuantSpec } from '@stageml/runtime';
+import { describeNeeding } from '@stageml/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type EngineOptions, ENGINE_DTYPES, Engine, EngineCode, lowestOf } from './index.js';
 
@@ -170,15 +171,7 @@ describe('Engine dtype', () => {
 
 /** A `describe` that needs Python 3 with torch: failing in CI when torch is missing, skipped elsewhere. */
 function describeWithTorch(name: string, fn: () => void): void {
-  if (!isTorchAvailable() && process.env['CI'] !== undefined) {
-    describe(name, () => {
-      it('needs Python 3 with torch', () => {
-        throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)');
-      });
-    });
-    return;
-  }
-  describe.skipIf(!isTorchAvailable())(name, fn);
+  describeNeeding(name, isTorchAvailable(), () => new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)'), fn);
 }
 
 describeWithTorch('Engine dtype on the torch executor (CPU torch)', () => {

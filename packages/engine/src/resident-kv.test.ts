@@ -4,22 +4,15 @@
 import { fileURLToPath } from 'node:url';
 import { argmaxOf } from '@stageml/models';
 import { RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describeNeeding } from '@stageml/testkit';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { type EngineOptions, Engine, EngineCode, type Sequence } from './index.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/llama/', import.meta.url));
 
 /** A `describe` that needs Python 3 with torch: failing in CI when torch is missing, skipped elsewhere. */
 function describeWithTorch(name: string, fn: () => void): void {
-  if (!isTorchAvailable() && process.env['CI'] !== undefined) {
-    describe(name, () => {
-      it('needs Python 3 with torch', () => {
-        throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)');
-      });
-    });
-    return;
-  }
-  describe.skipIf(!isTorchAvailable())(name, fn);
+  describeNeeding(name, isTorchAvailable(), () => new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)'), fn);
 }
 
 async function load(opts: EngineOptions): Promise<Engine> {

@@ -4,21 +4,14 @@
 // package depends on one above it.
 import type { HostTensor } from '@stageml/ir';
 import { RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
+import { describeNeeding } from '@stageml/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CausalLM } from './causal-lm.js';
 import { FIXTURE_ROOT, GOLDEN, checkGoldenFamily, maxAbsDiff, readGoldenLogits } from './test-support.js';
 
 /** A `describe` that needs Python 3 with torch: failing in CI when torch is missing, skipped elsewhere. */
 function describeWithTorch(name: string, fn: () => void): void {
-  if (!isTorchAvailable() && process.env['CI'] !== undefined) {
-    describe(name, () => {
-      it('needs Python 3 with torch', () => {
-        throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)');
-      });
-    });
-    return;
-  }
-  describe.skipIf(!isTorchAvailable())(name, fn);
+  describeNeeding(name, isTorchAvailable(), () => new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)'), fn);
 }
 
 

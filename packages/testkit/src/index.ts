@@ -23,4 +23,5 @@ export { opSamples } from './op-samples.js';
 export type { OpSample, OpSamplers } from './op-samples.js';
 export { expectCode, thrownBy } from './errors.js';
 export { expectMatchesInterpreter } from './conformance.js';
+export { describeNeeding } from './needs.js';
 export type { CaseExecutor, ExecutorCase, ExecutorCaseOptions } from './conformance.js';

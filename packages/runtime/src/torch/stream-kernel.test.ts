@@ -2,31 +2,14 @@
 // its kernels cannot run here, but the names it looks up in a cubin, the shapes it accepts, the
 // launch geometry and the configuration override can, and without a GPU every entry point must
 // decline (return None) so callers fall back.
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
 
-import { describeWithTorch } from './test-support.js';
+import { describeWithTorch, runNativePython } from './test-support.js';
 
-const NATIVE = fileURLToPath(new URL('../../../../native', import.meta.url));
-/** The interpreter the torch executor would pick (STAGEML_PYTHON, else python3 or /usr/bin/python3 with torch). */
-function torchPython(): string {
-  const env = process.env['STAGEML_PYTHON'];
-  const candidates = env !== undefined && env !== '' ? [env] : ['python3', '/usr/bin/python3'];
-  return candidates.find((c) => spawnSync(c, ['-c', 'import torch'], { timeout: 60_000 }).status === 0) ?? 'python3';
-}
-
-let python: string | undefined;
-
-function py(code: string, env: Record<string, string> = {}): unknown {
-  python ??= torchPython();
-  const r = spawnSync(python, ['-c', code], { env: { ...process.env, PYTHONPATH: NATIVE, ...env }, encoding: 'utf8' });
-  if (r.status !== 0) throw new Error(`python failed (${String(r.status)}): ${r.stderr}`);
-  return JSON.parse(r.stdout.trim().split('\n').pop() ?? 'null');
-}
+const py = runNativePython;
 
 describeWithTorch('stream kernel host side (stageml_torch.stream)', () => {
   it('names both kernel families as nvcc mangles them and instantiates each configuration once', () => {

@@ -3,31 +3,14 @@
 // configuration checks (coded errors), the shape rules, the K split it re-picks per weight, the
 // launch geometry, the driver-call failure path and the rule that the bank path is never
 // dispatched can, and without a GPU every entry point must decline (return None).
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
 
-import { describeWithTorch } from './test-support.js';
+import { describeWithTorch, runNativePython } from './test-support.js';
 
-const NATIVE = fileURLToPath(new URL('../../../../native', import.meta.url));
-
-function torchPython(): string {
-  const env = process.env['STAGEML_PYTHON'];
-  const candidates = env !== undefined && env !== '' ? [env] : ['python3', '/usr/bin/python3'];
-  return candidates.find((c) => spawnSync(c, ['-c', 'import torch'], { timeout: 60_000 }).status === 0) ?? 'python3';
-}
-
-let python: string | undefined;
-
-function py(code: string, env: Record<string, string> = {}): unknown {
-  python ??= torchPython();
-  const r = spawnSync(python, ['-c', code], { env: { ...process.env, PYTHONPATH: NATIVE, ...env }, encoding: 'utf8' });
-  if (r.status !== 0) throw new Error(`python failed (${String(r.status)}): ${r.stderr}`);
-  return JSON.parse(r.stdout.trim().split('\n').pop() ?? 'null');
-}
+const py = runNativePython;
 
 describeWithTorch('TMA-ring kernel host side (stageml_torch.tma)', () => {
   it('names instantiations as nvcc 13 mangles them (FA, WR and PRE in the template)', () => {
