@@ -44,15 +44,10 @@ const SAFETENSORS_FLOATS: Readonly<Record<string, 'f32' | 'bf16' | 'f16'>> = { F
 export async function checkpointDType(dir: string): Promise<'f32' | 'bf16' | 'f16'> {
   const ckpt = await openCheckpoint(dir);
   try {
-    const count = new Map<string, number>();
-    for (const n of ckpt.names()) {
-      const info = ckpt.info(n);
-      count.set(info.dtype, (count.get(info.dtype) ?? 0) + info.shape.reduce((a, b) => a * b, 1));
-    }
-    const top = [...count.entries()].filter(([d]) => d.startsWith('F') || d === 'BF16').sort((a, b) => b[1] - a[1])[0];
-    const dt = top === undefined ? undefined : SAFETENSORS_FLOATS[top[0]];
+    const top = ckpt.storedFloatDType();
+    const dt = top === undefined ? undefined : SAFETENSORS_FLOATS[top];
     if (dt === undefined) {
-      throw new CliError(CliCode.USAGE, `the checkpoint in '${dir}' stores ${top?.[0] ?? 'no float tensors'}; --dtype checkpoint needs F32, BF16 or F16`, { hint: 'give --dtype f32, bf16 or f16' });
+      throw new CliError(CliCode.USAGE, `the checkpoint in '${dir}' stores ${top ?? 'no float tensors'}; --dtype checkpoint needs F32, BF16 or F16`, { hint: 'give --dtype f32, bf16 or f16' });
     }
     return dt;
   } finally {

@@ -881,14 +881,9 @@ const SAFETENSORS_FLOATS: Readonly<Record<string, EngineDType>> = { F32: 'f32', 
 
 /** The float dtype a checkpoint stores (of most of its float elements); another one is `ENGINE_BAD_OPTIONS`. */
 function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
-  const count = new Map<string, number>();
-  for (const n of ckpt.names()) {
-    const info = ckpt.info(n);
-    count.set(info.dtype, (count.get(info.dtype) ?? 0) + info.shape.reduce((a, b) => a * b, 1));
-  }
-  const top = [...count.entries()].filter(([d]) => d.startsWith('F') || d === 'BF16').sort((a, b) => b[1] - a[1])[0];
-  const dt = top === undefined ? undefined : SAFETENSORS_FLOATS[top[0]];
-  if (dt === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `the checkpoint in '${dir}' stores ${top?.[0] ?? 'no float tensors'}; dtype checkpoint needs F32, BF16 or F16`, { hint: 'give dtype f32, bf16 or f16' });
+  const top = ckpt.storedFloatDType();
+  const dt = top === undefined ? undefined : SAFETENSORS_FLOATS[top];
+  if (dt === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `the checkpoint in '${dir}' stores ${top ?? 'no float tensors'}; dtype checkpoint needs F32, BF16 or F16`, { hint: 'give dtype f32, bf16 or f16' });
   return dt;
 }
 

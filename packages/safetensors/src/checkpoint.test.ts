@@ -78,6 +78,28 @@ describe('openCheckpoint', () => {
     await single.close();
   });
 
+  it('names the float dtype holding most elements (storedFloatDType), ignoring integer tensors', async () => {
+    const d = join(dir, 'mixed');
+    await mkdir(d);
+    const raw = (n: number) => new Uint8Array(n);
+    await writeSafetensors(join(d, 'model.safetensors'), { big: { dtype: 'BF16', shape: [4, 8], data: raw(64) }, small: { dtype: 'F32', shape: [8], data: raw(32) }, ids: { dtype: 'I64', shape: [64], data: raw(512) } }, { format: 'pt' });
+    const ckpt = await openCheckpoint(d);
+    try {
+      expect(ckpt.storedFloatDType()).toBe('BF16');
+    } finally {
+      await ckpt.close();
+    }
+    const ints = join(dir, 'ints');
+    await mkdir(ints);
+    await writeSafetensors(join(ints, 'model.safetensors'), { ids: { dtype: 'I32', shape: [4], data: raw(16) } }, { format: 'pt' });
+    const only = await openCheckpoint(ints);
+    try {
+      expect(only.storedFloatDType()).toBeUndefined();
+    } finally {
+      await only.close();
+    }
+  });
+
   it('loads a WeightStore for the interpreter', async () => {
     const ckpt = await openCheckpoint(join(dir, 'sharded'));
     const store = await loadWeightStore(ckpt, names.slice(0, 2));

@@ -3,6 +3,7 @@ import { dirname, isAbsolute, join } from 'node:path';
 
 import { type HostTensor, type WeightStore, recordWeightStore, errorMessage } from '@stageml/ir';
 
+import type { SafetensorsDType } from './dtype.js';
 import { SafetensorsCode, SafetensorsError } from './errors.js';
 import { SafetensorsFile } from './file.js';
 import { MAX_HEADER_BYTES, type TensorInfo, isPlainObject } from './header.js';
@@ -118,6 +119,19 @@ export class Checkpoint implements WeightReader {
   /** Dtype, shape and byte length of `name`; throws `ST_MISSING_TENSOR` if absent. */
   info(name: string): TensorInfo {
     return this.#file(name).info(name);
+  }
+
+  /**
+   * The float dtype holding most of the checkpoint's float elements (F64, F32, BF16, F16, F8_…, by
+   * element count), or undefined with no float tensor: the dtype a model "is stored in".
+   */
+  storedFloatDType(): SafetensorsDType | undefined {
+    const count = new Map<SafetensorsDType, number>();
+    for (const n of this.names()) {
+      const info = this.info(n);
+      if (info.dtype.startsWith('F') || info.dtype === 'BF16') count.set(info.dtype, (count.get(info.dtype) ?? 0) + info.shape.reduce((a, b) => a * b, 1));
+    }
+    return [...count.entries()].sort((a, b) => b[1] - a[1])[0]?.[0];
   }
 
   /** Raw little-endian bytes of `name` (reads only that range of its shard). */
