@@ -3,6 +3,7 @@
 #   mlir-19-tools, libmlir-19  mlir-opt-19 / mlir-cpu-runner-19 verify and run the MLIR lowering
 #   haproxy                    the load balancer `stageml cluster` starts (scale-out tests)
 #   python3-torch              CPU torch for the torch executor's worker (protocol, ops, goldens)
+#   g++                        builds the cpu-native executor's kernels (once per machine)
 # Runs apt-get as root, or through sudo when not root. Tests that need these fail (never skip) in
 # CI when they are missing, so a failed install is reported here, loudly.
 set -euo pipefail
@@ -11,6 +12,7 @@ command -v mlir-opt-19 >/dev/null 2>&1 || need+=(mlir-19-tools)
 ls /usr/lib/llvm-19/lib/libmlir_runner_utils.so* >/dev/null 2>&1 || need+=(libmlir-19)
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 python3 -c 'import torch' >/dev/null 2>&1 || /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
 if [ ${#need[@]} -eq 0 ]; then
   echo "test dependencies: all present"
   exit 0

@@ -46,7 +46,7 @@ describe('stageml bench lora-layer', () => {
 
 describe('resolveExecutor', () => {
   it('accepts auto and every runtime executor', () => {
-    expect(EXECUTOR_NAMES).toEqual(['auto', 'onnxruntime', 'tfjs-wasm', 'tfjs-cpu', 'interpreter', 'torch']);
+    expect(EXECUTOR_NAMES).toEqual(['auto', 'onnxruntime', 'cpu-native', 'tfjs-wasm', 'tfjs-cpu', 'interpreter', 'torch']);
   });
 
   it('defaults to STAGEML_EXECUTOR, else the interpreter', async () => {

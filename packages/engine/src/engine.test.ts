@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Graph, seededRandom } from '@stageml/ir';
 import { CausalLM, LLAMA_PROJECTIONS, argmaxOf, type LlamaShape, parseLlamaConfig } from '@stageml/models';
-import { type Executor, createOrtExecutor, interpreterExecutor, isOrtAvailable, parseWeightQuantSpec } from '@stageml/runtime';
+import { type Executor, createCpuNativeExecutor, createOrtExecutor, interpreterExecutor, isOrtAvailable, parseWeightQuantSpec } from '@stageml/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, writeRandomAdapter } from './index.js';
 
@@ -546,6 +546,57 @@ describe('Engine with quantized weights', () => {
       const f32 = await Engine.load(`${root}base`, { executor, maxLoras: 2, maxLoraRank: 16 });
       expect(engine.memory().weights).toBeLessThan(f32.memory().weights);
       await expect(Engine.load(`${root}base`, { executor, quantize, memoryBudget: 1e9 })).rejects.toMatchObject({ code: 'ENGINE_BAD_OPTIONS' });
+    }
+  });
+});
+
+describe('Engine on the cpu-native executor', () => {
+  const prompt = [0, 52, 317, 44, 9];
+  async function lastLogits(engine: Engine, adapter: string | undefined): Promise<Float32Array> {
+    const s = engine.open(adapter, prompt);
+    expect(await engine.attach(s)).toBe(true);
+    let logits: Float32Array | undefined;
+    while (!s.ready) logits = await engine.prefill(s);
+    engine.release(s);
+    return logits!;
+  }
+
+  it('equals the interpreter in f32 (prefill with and without an adapter; a mixed decode equals each row alone), and int8/int4 equal CausalLM quantized the same way on it', async () => {
+    const native = createCpuNativeExecutor({ threads: 2 });
+    const engine = await Engine.load(`${root}base`, { executor: native, maxLoras: 2, maxLoraRank: 16 });
+    const ref = await CausalLM.load(`${root}base`, { executor: interpreterExecutor });
+    for (const a of ['qv-r8', 'o-r2']) {
+      await engine.loadAdapter(`${root}adapters/${a}`, a);
+      await ref.loadAdapter(`${root}adapters/${a}`, a);
+    }
+    const V = config.vocabSize;
+    for (const a of [undefined, 'qv-r8']) {
+      const want = (await ref.forward([prompt], { adapters: [a] })).logits.data.subarray((prompt.length - 1) * V);
+      expect(maxAbsDiff(await lastLogits(engine, a), want), String(a)).toBeLessThan(1e-4);
+    }
+    const pair = [engine.open('o-r2', prompt), engine.open('qv-r8', prompt), engine.open(undefined, prompt)];
+    for (const s of pair) {
+      await engine.attach(s);
+      while (!s.ready) await engine.prefill(s);
+    }
+    const both = await engine.decode(pair, [7, 7, 7]);
+    for (const s of pair) engine.release(s);
+    for (const [i, a] of ['o-r2', 'qv-r8', undefined].entries()) {
+      const pre = await ref.forward([prompt], { adapters: [a] });
+      const dec = await ref.forward([[7]], { adapters: [a], cache: pre.cache });
+      expect(maxAbsDiff(both[i]!, dec.logits.data as Float32Array), String(a)).toBeLessThan(1e-4);
+    }
+    expect(engine.stats().runsByForm.gathered + engine.stats().runsByForm.grouped).toBe(1);
+    for (const spec of ['int8', 'int4']) {
+      const quantize = parseWeightQuantSpec(spec);
+      const q = await Engine.load(`${root}base`, { executor: native, quantize, maxLoras: 2, maxLoraRank: 16 });
+      await q.loadAdapter(`${root}adapters/qv-r8`, 'qv-r8');
+      const lm = await CausalLM.load(`${root}base`, { executor: native, quantize });
+      await lm.loadAdapter(`${root}adapters/qv-r8`, 'qv-r8');
+      for (const a of [undefined, 'qv-r8']) {
+        const want = (await lm.forward([prompt], { adapters: [a] })).logits.data.subarray((prompt.length - 1) * V);
+        expect(maxAbsDiff(await lastLogits(q, a), want), `${spec} ${String(a)}`).toBeLessThan(1e-4);
+      }
     }
   });
 });

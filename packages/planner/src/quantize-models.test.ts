@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { SERVING_STAGES } from '@stageml/annotations';
 import { GraphBuilder, type HostTensor, interpret, quantizeWeight, seededRandom } from '@stageml/ir';
 import { usesMatMulNBits } from '@stageml/onnx-lower';
-import { type Executor, createOrtExecutor, isOrtAvailable, loadBundle, parseWeightQuantSpec, quantizeStaged, specialize, writeBundle } from '@stageml/runtime';
+import { type Executor, createCpuNativeExecutor, createOrtExecutor, isOrtAvailable, loadBundle, parseWeightQuantSpec, quantizeStaged, specialize, writeBundle } from '@stageml/runtime';
 import { SafetensorsFile, writeSafetensors } from '@stageml/safetensors';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CausalLM, buildLlamaGraph, parseLlamaConfig } from '@stageml/models';
@@ -43,9 +43,17 @@ function relErr(a: HostTensor, b: HostTensor): number {
 const SPECS = ['int8', 'int4', 'int8:g128', 'int4:g128:asym', 'int4:channel', 'int8:g32:asym'];
 const PROJECTIONS = ['model.layers.0.self_attn.q_proj.weight', 'model.layers.1.mlp.down_proj.weight', 'lm_head.weight'];
 
-describe.runIf(ort)('quantized linears on onnxruntime stay within the planner bound', () => {
+// Which kernels round activations to int8: onnxruntime's MatMulNBits, the native runner's tiles
+// (blocks that are a multiple of 32).
+const KERNELS: { name: string; run: boolean; exec: () => Executor; int8: (attrs: { blockSize: number }, inF: number) => boolean }[] = [
+  { name: 'onnxruntime', run: ort, exec: () => exec, int8: (attrs, inF) => usesMatMulNBits(attrs as never, { dtype: 'f32', shape: [5, inF] }) },
+  { name: 'cpu-native', run: true, exec: () => createCpuNativeExecutor({ threads: 2 }), int8: (attrs) => attrs.blockSize % 32 === 0 },
+];
+
+describe.each(KERNELS.filter((k) => k.run))('quantized linears on $name stay within the planner bound', (kernel) => {
   for (const spec of SPECS) {
     it(`${spec}: ‖ΔY‖ of each projection ≤ quantizedLinearErrorBound`, async () => {
+      const exec = kernel.exec();
       const s = parseWeightQuantSpec(spec);
       for (const name of PROJECTIONS) {
         const w = weights[name]!;
@@ -71,7 +79,7 @@ describe.runIf(ort)('quantized linears on onnxruntime stay within the planner bo
           }
         }
         const err = weightQuantizationError(w, packed);
-        const bound = quantizedLinearErrorBound(err, x, { int8Activations: usesMatMulNBits(packed.attrs, { dtype: 'f32', shape: [5, inF] }) });
+        const bound = quantizedLinearErrorBound(err, x, { int8Activations: kernel.int8(packed.attrs, inF) });
         expect(Math.sqrt(e2), `${spec} ${name}`).toBeLessThanOrEqual(bound.bound);
         expect(Math.sqrt(e2)).toBeGreaterThan(0);
         // The interpreter (dequantize, then linear) sees only the weight error.
@@ -82,12 +90,13 @@ describe.runIf(ort)('quantized linears on onnxruntime stay within the planner bo
   }
 });
 
-describe.runIf(ort)('CausalLM with quantize', () => {
+describe.each(KERNELS.filter((k) => k.run))('CausalLM with quantize on $name', (kernel) => {
   let f32: CausalLM;
   const models = new Map<string, CausalLM>();
   beforeAll(async () => {
-    f32 = await CausalLM.load(base, { executor: exec });
-    for (const spec of ['int8', 'int4']) models.set(spec, await CausalLM.load(base, { executor: exec, quantize: parseWeightQuantSpec(spec) }));
+    const executor = kernel.exec();
+    f32 = await CausalLM.load(base, { executor });
+    for (const spec of ['int8', 'int4']) models.set(spec, await CausalLM.load(base, { executor, quantize: parseWeightQuantSpec(spec) }));
   });
 
   // The planner's first-order prediction of the logits' relative error: the sum over quantized
@@ -147,7 +156,11 @@ describe.runIf(ort)('quantized staging round-trips through bundles', () => {
   });
 });
 
-describe.runIf(ort)('greedy tokens of the int8 path equal the f32 path where the bound says they must', () => {
+describe.each(KERNELS.filter((k) => k.run))('greedy tokens of the int8 path equal the f32 path where the bound says they must, on $name', (kernel) => {
+  let exec: Executor;
+  beforeAll(() => {
+    exec = kernel.exec();
+  });
   /**
    * The planner's first-order bound on the int8 logits' error (the prediction the logits test
    * above checks): ‖Δlogits‖₂ ≤ Σ over quantized weights of their relative error × ‖logits‖₂.

@@ -1,6 +1,7 @@
 import { type DType, OP_KEYS, type OpKey } from '@stageml/ir';
 import { ONNX_RULES } from '@stageml/onnx-lower';
 import { TFJS_RULES, isTfjsBackend } from './tfjs/index.js';
+import { CPU_NATIVE_OPS } from './native/executor.js';
 
 /** What an executor can run, as far as planning is concerned. */
 export interface ExecutorCapabilities {
@@ -32,6 +33,7 @@ const providers: Provider[] = [
   // The torch worker (`torch-cpu`, `torch-cuda`) maps every op (conformance-tested) in every float dtype.
   (name) => (name === 'torch-cpu' || name === 'torch-cuda' ? { name, supportsOp: () => true, lateBinding: true, dtypes: ['f64', 'f32', 'bf16', 'f16'] } : undefined),
   (name) => (name === 'onnxruntime' ? capabilitiesFromRules(name, ONNX_RULES) : undefined),
+  (name) => (name === 'cpu-native' ? { name, supportsOp: (op) => CPU_NATIVE_OPS.includes(op), lateBinding: true } : undefined),
   (name) => (name.startsWith('tfjs-') && isTfjsBackend(name.slice('tfjs-'.length)) ? capabilitiesFromRules(name, TFJS_RULES) : undefined),
 ];
 

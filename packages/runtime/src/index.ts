@@ -10,8 +10,8 @@
  * - Residual bundles (`writeBundle`/`loadBundle`): `manifest.json`, `residual.ir`,
  *   `constants.safetensors`, optional `plan.json`, loadable without the original graph.
  * - Executors behind one interface (`prepare` once, `run` many times, `dispose`): the reference
- *   interpreter, tfjs (node-gpu, node, wasm, cpu backends), onnxruntime and torch (a Python worker,
- *   CUDA or CPU).
+ *   interpreter, tfjs (node-gpu, node, wasm, cpu backends), onnxruntime, torch (a Python worker,
+ *   CUDA or CPU) and cpu-native (this package's own C++ kernels, built once per machine).
  * - `compileStaged(fn, annotations, options)`: trace, analyse, specialize and prepare in one call.
  */
 export { RuntimeCode, RuntimeError } from './errors.js';
@@ -46,5 +46,7 @@ export {
 export type { Kernel, LowerContext, Lowering, TfDType, TfRule, TfRuleTable, TfjsBackend, TfjsExecutorOptions, Unsupported } from './tfjs/index.js';
 export { EXECUTOR_ENV, EXECUTOR_NAMES, createExecutorByName, createOrtExecutor, isExecutorName, isOrtAvailable, selectExecutor } from './ort/index.js';
 export type { ExecutorName, ExecutorSelection, OrtExecutorOptions, SelectExecutorOptions } from './ort/index.js';
+export { CPU_NATIVE_OPS, NATIVE_CACHE_ENV, createCpuNativeExecutor, encodeProgram, loadCpuAddon } from './native/index.js';
+export type { CpuAddon, CpuNativeExecutor, CpuNativeExecutorOptions, NativeProgram } from './native/index.js';
 export { FrameDecoder, TORCH_DEVICE_ENV, TORCH_PATH_ENV, TORCH_PROTOCOL_VERSION, TORCH_PYTHON_ENV, createTorchExecutor, encodeFrame, isTorchAvailable } from './torch/index.js';
 export type { Frame, TorchExecutor, TorchExecutorOptions, TorchWorkerInfo, WireTensor } from './torch/index.js';

@@ -10,7 +10,7 @@ import { loadOrt } from './binding.js';
 import { createOrtExecutor } from './executor.js';
 
 /** Executors that can be asked for by name, fastest kinds first. */
-export const EXECUTOR_NAMES = ['onnxruntime', 'tfjs-wasm', 'tfjs-cpu', 'interpreter', 'torch'] as const;
+export const EXECUTOR_NAMES = ['onnxruntime', 'cpu-native', 'tfjs-wasm', 'tfjs-cpu', 'interpreter', 'torch'] as const;
 
 /** An executor name (`--executor`, `STAGEML_EXECUTOR`). */
 export type ExecutorName = (typeof EXECUTOR_NAMES)[number];
@@ -36,6 +36,11 @@ export async function createExecutorByName(name: ExecutorName): Promise<Executor
     }
     case 'interpreter':
       return interpreterExecutor;
+    case 'cpu-native': {
+      // NOTE: imported on demand; builds the kernels once per machine (a C++ compiler is needed).
+      const { createCpuNativeExecutor } = await import('../native/index.js');
+      return createCpuNativeExecutor();
+    }
     case 'torch': {
       // NOTE: imported on demand; spawns the Python worker (CUDA when torch sees a GPU).
       const { createTorchExecutor } = await import('../torch/index.js');

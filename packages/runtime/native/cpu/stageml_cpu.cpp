@@ -1,0 +1,1811 @@
+// The `cpu-native` executor's program runner and kernels (Node-API addon, built on first use by
+// src/native/build.ts with the machine's g++ -O3 -march=native).
+//
+// A program is what src/native/compile.ts encodes from an IR graph: symbolic dimension
+// expressions, a value table (dtype, shape as expression ids, where the value lives) and a list of
+// instructions. Each run binds the symbols, evaluates every shape, sizes the liveness-shared slots,
+// and executes the instructions on a small thread pool. Heavy kernels: f32 linear / matmul
+// (register-tiled AVX-512 dot products on row-major weights, no repacking), block-quantized linear
+// (int4 / int8 codes repacked into 16-row interleaved tiles, activations quantized per 32 inputs to
+// int8, VNNI dot products), attention over the cache with a vectorized exp. Everything else is
+// generic strided code. Values of dtype i64 are stored as double (the IR's host representation).
+
+#include <node_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <tuple>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define SML_AVX512 1
+#if defined(__AVX512VNNI__)
+#define SML_VNNI 1
+#endif
+#endif
+
+namespace {
+
+using i64 = int64_t;
+
+// ---------------------------------------------------------------------------------------------
+// Errors: a code (the TS side maps it to RuntimeError codes) and a message.
+
+struct Fail : std::runtime_error {
+  std::string code;
+  Fail(std::string c, const std::string& m) : std::runtime_error(m), code(std::move(c)) {}
+};
+
+[[noreturn]] void fail(const char* code, const std::string& msg) { throw Fail(code, msg); }
+
+// ---------------------------------------------------------------------------------------------
+// Thread pool: the calling thread takes part. A job is split into parts claimed through one
+// atomic word (generation | parts | next index), so a part runs exactly once, whoever claims it:
+// when a worker is descheduled (a busy machine) the caller runs its parts instead of waiting for
+// it. Workers spin briefly between jobs, then sleep.
+
+class Pool {
+ public:
+  explicit Pool(int n) : n_(std::max(1, n)) {
+    for (int t = 1; t < n_; t++) workers_.emplace_back([this] { loop(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      stop_ = true;
+      epoch_.fetch_add(1);
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  int size() const { return n_; }
+
+  // Runs f(begin, end) over contiguous chunks of [0, n).
+  void parallel(i64 n, const std::function<void(i64, i64)>& f, bool serial = false) {
+    if (n <= 0) return;
+    if (n_ == 1 || serial || n == 1) {
+      f(0, n);
+      return;
+    }
+    const uint64_t parts = static_cast<uint64_t>(std::min<i64>(n, 2 * n_));
+    fn_ = &f;
+    total_ = n;
+    completed_.store(0, std::memory_order_relaxed);
+    gen_ = (gen_ + 1) & 0xFFFFFF;
+    claim_.store((gen_ << 40) | (parts << 24), std::memory_order_release);
+    epoch_.fetch_add(1, std::memory_order_acq_rel);
+    if (sleeping_.load() > 0) {
+      std::lock_guard<std::mutex> lk(m_);
+      cv_.notify_all();
+    }
+    work();
+    for (uint32_t spins = 0; completed_.load(std::memory_order_acquire) < parts; spins++) {
+      if ((spins & 255) == 255) std::this_thread::yield();
+      else cpu_relax();
+    }
+    std::exception_ptr e;
+    {
+      std::lock_guard<std::mutex> lk(err_m_);
+      std::swap(e, err_);
+    }
+    if (e) std::rethrow_exception(e);
+  }
+
+ private:
+  static inline void cpu_relax() {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  // Claims and runs parts of the current job until none is left.
+  void work() {
+    for (;;) {
+      const uint64_t v = claim_.fetch_add(1, std::memory_order_acq_rel);
+      const uint64_t parts = (v >> 24) & 0xFFFF, i = v & 0xFFFFFF;
+      if (i >= parts) return;
+      const i64 n = total_;
+      try {
+        (*fn_)(n * static_cast<i64>(i) / static_cast<i64>(parts), n * static_cast<i64>(i + 1) / static_cast<i64>(parts));
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(err_m_);
+        if (!err_) err_ = std::current_exception();
+      }
+      completed_.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      int spins = 0;
+      while (epoch_.load(std::memory_order_acquire) == seen) {
+        if (++spins < (1 << 14)) {
+          cpu_relax();
+          continue;
+        }
+        std::unique_lock<std::mutex> lk(m_);
+        sleeping_.fetch_add(1);
+        cv_.wait(lk, [&] { return epoch_.load() != seen || stop_; });
+        sleeping_.fetch_sub(1);
+        spins = 0;
+      }
+      seen = epoch_.load();
+      if (stop_) return;
+      work();
+    }
+  }
+  int n_;
+  std::vector<std::thread> workers_;
+  const std::function<void(i64, i64)>* fn_ = nullptr;
+  i64 total_ = 0;
+  uint64_t gen_ = 0;
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<uint64_t> completed_{0};
+  std::atomic<uint64_t> epoch_{0};
+  std::atomic<int> sleeping_{0};
+  std::mutex m_, err_m_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::exception_ptr err_;
+};
+
+std::unique_ptr<Pool> g_pool;
+std::mutex g_run_mutex;  // one run at a time per process (the pool and the arenas are shared)
+
+Pool& pool() {
+  if (!g_pool) g_pool = std::make_unique<Pool>(1);
+  return *g_pool;
+}
+
+// Work below this many multiply-adds runs on the calling thread alone.
+constexpr i64 kParallelMin = 1 << 15;
+
+// ---------------------------------------------------------------------------------------------
+// Vector helpers.
+
+#ifdef SML_AVX512
+inline __m512 exp512(__m512 x) {
+  // e^x = 2^n · 2^f, n = round(x·log2 e), f ∈ [−½, ½]; 2^f by its Taylor series to degree 7.
+  const __m512 lo = _mm512_set1_ps(-87.33f);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.37f));
+  const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.5252733804059840e-5f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381608e-4f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
+}
+inline __mmask16 tail_mask(i64 n) { return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1); }
+#endif
+
+inline float dot_f32(const float* a, const float* b, i64 n) {
+#ifdef SML_AVX512
+  __m512 acc = _mm512_setzero_ps();
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+#else
+  float s = 0;
+  for (i64 i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+#endif
+}
+
+// y[0..n) += s · x[0..n)
+inline void axpy_f32(float* y, const float* x, float s, i64 n) {
+#ifdef SML_AVX512
+  const __m512 sv = _mm512_set1_ps(s);
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(sv, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(sv, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+#else
+  for (i64 i = 0; i < n; i++) y[i] += s * x[i];
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// f32 GEMM, y[M, N] (+)= x[M, K] · w[N, K]ᵀ: tiles of 4 weight rows × MR activation rows, K in
+// chunks of kKc so a chunk of x stays in L2 while the weight rows stream once.
+
+constexpr i64 kKc = 512;
+
+template <int MR>
+void tile_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 k, int nr, bool accum) {
+#ifdef SML_AVX512
+  __m512 acc[4][MR];
+  for (int r = 0; r < 4; r++)
+    for (int m = 0; m < MR; m++) acc[r][m] = _mm512_setzero_ps();
+  const float* wr[4];
+  for (int r = 0; r < 4; r++) wr[r] = w + (r < nr ? r : 0) * ldb;
+  i64 i = 0;
+  for (; i + 16 <= k; i += 16) {
+    __m512 xv[MR];
+    for (int m = 0; m < MR; m++) xv[m] = _mm512_loadu_ps(x + m * lda + i);
+    for (int r = 0; r < 4; r++) {
+      const __m512 wv = _mm512_loadu_ps(wr[r] + i);
+      for (int m = 0; m < MR; m++) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
+    }
+  }
+  if (i < k) {
+    const __mmask16 msk = tail_mask(k - i);
+    __m512 xv[MR];
+    for (int m = 0; m < MR; m++) xv[m] = _mm512_maskz_loadu_ps(msk, x + m * lda + i);
+    for (int r = 0; r < 4; r++) {
+      const __m512 wv = _mm512_maskz_loadu_ps(msk, wr[r] + i);
+      for (int m = 0; m < MR; m++) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
+    }
+  }
+  for (int m = 0; m < MR; m++)
+    for (int r = 0; r < nr; r++) {
+      const float v = _mm512_reduce_add_ps(acc[r][m]);
+      float* o = y + m * ldc + r;
+      *o = accum ? *o + v : v;
+    }
+#else
+  for (int m = 0; m < MR; m++)
+    for (int r = 0; r < nr; r++) {
+      const float v = dot_f32(x + m * lda, w + r * ldb, k);
+      float* o = y + m * ldc + r;
+      *o = accum ? *o + v : v;
+    }
+#endif
+}
+
+void tiles_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1, bool accum) {
+  for (i64 n = n0; n < n1; n += 4) {
+    const int nr = static_cast<int>(std::min<i64>(4, n1 - n));
+    for (i64 r = 0; r < m;) {
+      const i64 left = m - r;
+      const float* xp = x + r * lda;
+      float* yp = y + r * ldc + n;
+      const float* wp = w + n * ldb;
+      if (left >= 6) {
+        tile_nt<6>(xp, lda, wp, ldb, yp, ldc, k, nr, accum);
+        r += 6;
+      } else {
+        switch (left) {
+          case 5: tile_nt<5>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
+          case 4: tile_nt<4>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
+          case 3: tile_nt<3>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
+          case 2: tile_nt<2>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
+          default: tile_nt<1>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
+        }
+        r += left;
+      }
+    }
+  }
+}
+
+// Serial: y[M, n0:n1] over the whole K (chunked).
+void gemm_nt_range(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1) {
+  for (i64 kc = 0; kc < k; kc += kKc) {
+    const i64 kl = std::min(kKc, k - kc);
+    tiles_nt(x + kc, lda, w + kc, ldb, y, ldc, m, kl, n0, n1, kc > 0);
+  }
+}
+
+// Serial: y[M, n0:n1] = a[M, K] · b[K, N] (b row-major, vectorized over N).
+void gemm_nn_range(const float* a, i64 lda, const float* b, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1) {
+  for (i64 r = 0; r < m; r++) {
+    float* yr = y + r * ldc;
+    std::memset(yr + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
+    const float* ar = a + r * lda;
+    for (i64 j = 0; j < k; j++) {
+      const float s = ar[j];
+      if (s != 0.0f) axpy_f32(yr + n0, b + j * ldb + n0, s, n1 - n0);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block-quantized weights, repacked: rows in groups of 16, inputs in sub-blocks of 32. Per (group,
+// sub-block): codes (int4: 4 × 64 bytes, lane r byte b = code(k₀+b) | code(k₀+4+b) << 4 for
+// k₀ = 8q; int8: 8 × 64 bytes, lane r byte b = code(4q + b)), 16 f32 scales, 16 u8 zero points
+// (asymmetric only).
+
+struct QPacked {
+  int bits = 4;
+  i64 n = 0, k = 0, groups = 0, kb = 0;  // kb: sub-blocks of 32 inputs
+  bool asym = false;
+  float zp = 8;  // symmetric zero point 2^(bits−1)
+  std::vector<uint8_t, std::allocator<uint8_t>> codes;
+  std::vector<float> scales;
+  std::vector<uint8_t> zps;
+  // Fallback (block sizes that do not tile by 32): the dequantized weight [n, k].
+  std::vector<float> dense;
+  size_t bytes() const { return codes.size() + scales.size() * 4 + zps.size() + dense.size() * 4; }
+};
+
+inline int unpack_code(const uint8_t* row, i64 j, int bits) {
+  if (bits == 8) return row[j];
+  const uint8_t b = row[j >> 1];
+  return (j & 1) == 0 ? (b & 0x0F) : (b >> 4);
+}
+
+std::shared_ptr<QPacked> pack_quant(const uint8_t* q, const float* s, const uint8_t* zp, i64 n, i64 k, int bits, i64 bs) {
+  auto p = std::make_shared<QPacked>();
+  p->bits = bits;
+  p->n = n;
+  p->k = k;
+  p->asym = zp != nullptr;
+  p->zp = static_cast<float>(1 << (bits - 1));
+  const i64 blocks = (k + bs - 1) / bs;
+  const i64 bb = (bs * bits + 7) / 8;
+  const i64 zb = (blocks * bits + 7) / 8;
+  auto code = [&](i64 o, i64 i) -> int {
+    const i64 blk = i / bs;
+    return unpack_code(q + (o * blocks + blk) * bb, i - blk * bs, bits);
+  };
+  auto zero = [&](i64 o, i64 blk) -> int { return zp == nullptr ? (1 << (bits - 1)) : unpack_code(zp + o * zb, blk, bits); };
+#ifdef SML_VNNI
+  const bool tiles = bs % 32 == 0;
+#else
+  const bool tiles = false;
+#endif
+  if (!tiles) {
+    p->dense.resize(static_cast<size_t>(n * k));
+    for (i64 o = 0; o < n; o++)
+      for (i64 i = 0; i < k; i++) p->dense[o * k + i] = static_cast<float>(code(o, i) - zero(o, i / bs)) * s[o * blocks + i / bs];
+    return p;
+  }
+  p->groups = (n + 15) / 16;
+  p->kb = (k + 31) / 32;
+  const i64 cb = bits == 4 ? 256 : 512;
+  p->codes.assign(static_cast<size_t>(p->groups * p->kb * cb), 0);
+  p->scales.assign(static_cast<size_t>(p->groups * p->kb * 16), 0.0f);
+  if (p->asym) p->zps.assign(static_cast<size_t>(p->groups * p->kb * 16), 0);
+  for (i64 g = 0; g < p->groups; g++)
+    for (i64 kb = 0; kb < p->kb; kb++) {
+      uint8_t* c = p->codes.data() + (g * p->kb + kb) * cb;
+      for (int r = 0; r < 16; r++) {
+        const i64 o = g * 16 + r;
+        if (o >= n) continue;
+        const i64 blk = (kb * 32) / bs;
+        p->scales[(g * p->kb + kb) * 16 + r] = s[o * blocks + blk];
+        if (p->asym) p->zps[(g * p->kb + kb) * 16 + r] = static_cast<uint8_t>(zero(o, blk));
+        auto at = [&](i64 i) -> int { return i < k ? code(o, i) : 0; };
+        if (bits == 4) {
+          for (int qq = 0; qq < 4; qq++)
+            for (int b = 0; b < 4; b++) {
+              const i64 k0 = kb * 32 + 8 * qq;
+              c[qq * 64 + r * 4 + b] = static_cast<uint8_t>(at(k0 + b) | (at(k0 + 4 + b) << 4));
+            }
+        } else {
+          for (int qq = 0; qq < 8; qq++)
+            for (int b = 0; b < 4; b++) c[qq * 64 + r * 4 + b] = static_cast<uint8_t>(at(kb * 32 + 4 * qq + b));
+        }
+      }
+    }
+  return p;
+}
+
+// Programs sharing one quantized weight (the engine's slot forms and base program read the same
+// parameter arrays) share its repacked copy: keyed by the arrays' addresses and the attributes,
+// held weakly (each program pins its arrays, so an address is not reused while its entry lives).
+std::shared_ptr<QPacked> shared_pack(const uint8_t* q, const float* s, const uint8_t* zp, i64 n, i64 k, int bits, i64 bs) {
+  static std::mutex m;
+  static std::map<std::tuple<const void*, const void*, const void*, i64, i64, int, i64>, std::weak_ptr<QPacked>> cache;
+  const auto key = std::make_tuple(static_cast<const void*>(q), static_cast<const void*>(s), static_cast<const void*>(zp), n, k, bits, bs);
+  std::lock_guard<std::mutex> lk(m);
+  for (auto it = cache.begin(); it != cache.end();) it = it->second.expired() ? cache.erase(it) : std::next(it);
+  if (auto hit = cache[key].lock()) return hit;
+  auto p = pack_quant(q, s, zp, n, k, bits, bs);
+  cache[key] = p;
+  return p;
+}
+
+// Activations of one linear, quantized per (row, 32 inputs): int8 codes, scale d, d · Σ codes.
+struct QAct {
+  std::vector<int8_t> q;
+  std::vector<float> d, dsum;
+  i64 kb = 0;
+};
+
+void quantize_act(const float* x, i64 m, i64 k, QAct& a) {
+  a.kb = (k + 31) / 32;
+  a.q.resize(static_cast<size_t>(m * a.kb * 32));
+  a.d.resize(static_cast<size_t>(m * a.kb));
+  a.dsum.resize(static_cast<size_t>(m * a.kb));
+  pool().parallel(m, [&](i64 r0, i64 r1) {
+    for (i64 r = r0; r < r1; r++)
+      for (i64 b = 0; b < a.kb; b++) {
+        const float* xs = x + r * k + b * 32;
+        const i64 len = std::min<i64>(32, k - b * 32);
+        int8_t* qs = a.q.data() + (r * a.kb + b) * 32;
+#ifdef SML_AVX512
+        const __mmask16 m0 = tail_mask(len), m1 = tail_mask(std::max<i64>(0, len - 16));
+        const __m512 v0 = _mm512_maskz_loadu_ps(m0, xs), v1 = _mm512_maskz_loadu_ps(m1, xs + 16);
+        const float amax = std::max(_mm512_reduce_max_ps(_mm512_abs_ps(v0)), _mm512_reduce_max_ps(_mm512_abs_ps(v1)));
+        const float d = amax / 127.0f;
+        const __m512 id = _mm512_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtsepi32_epi8(q1));
+        const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+#else
+        float amax = 0;
+        for (i64 i = 0; i < len; i++) amax = std::max(amax, std::fabs(xs[i]));
+        const float d = amax / 127.0f;
+        const float id = d > 0 ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (i64 i = 0; i < 32; i++) {
+          const int v = i < len ? static_cast<int>(std::nearbyint(xs[i] * id)) : 0;
+          qs[i] = static_cast<int8_t>(std::max(-127, std::min(127, v)));
+          sum += qs[i];
+        }
+#endif
+        a.d[r * a.kb + b] = d;
+        a.dsum[r * a.kb + b] = d * static_cast<float>(sum);
+      }
+  }, m * k < kParallelMin);
+}
+
+#ifdef SML_VNNI
+template <int MT>
+void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
+  __m512 facc[MT];
+  for (int m = 0; m < MT; m++) facc[m] = _mm512_setzero_ps();
+  const i64 cb = w.bits == 4 ? 256 : 512;
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  const __m512 zpv = _mm512_set1_ps(w.zp);
+  for (i64 kb = 0; kb < w.kb; kb++) {
+    const uint8_t* c = w.codes.data() + (g * w.kb + kb) * cb;
+    __m512i iacc[MT];
+    for (int m = 0; m < MT; m++) iacc[m] = _mm512_setzero_si512();
+    if (w.bits == 4) {
+      for (int qq = 0; qq < 4; qq++) {
+        const __m512i v = _mm512_loadu_si512(c + 64 * qq);
+        const __m512i lo = _mm512_and_si512(v, nib);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        for (int m = 0; m < MT; m++) {
+          const int32_t* xq = reinterpret_cast<const int32_t*>(a.q.data() + ((m0 + m) * a.kb + kb) * 32);
+          iacc[m] = _mm512_dpbusd_epi32(iacc[m], lo, _mm512_set1_epi32(xq[2 * qq]));
+          iacc[m] = _mm512_dpbusd_epi32(iacc[m], hi, _mm512_set1_epi32(xq[2 * qq + 1]));
+        }
+      }
+    } else {
+      for (int qq = 0; qq < 8; qq++) {
+        const __m512i v = _mm512_loadu_si512(c + 64 * qq);
+        for (int m = 0; m < MT; m++) {
+          const int32_t* xq = reinterpret_cast<const int32_t*>(a.q.data() + ((m0 + m) * a.kb + kb) * 32);
+          iacc[m] = _mm512_dpbusd_epi32(iacc[m], v, _mm512_set1_epi32(xq[qq]));
+        }
+      }
+    }
+    const __m512 dw = _mm512_loadu_ps(w.scales.data() + (g * w.kb + kb) * 16);
+    if (!w.asym) {
+      for (int m = 0; m < MT; m++) {
+        const i64 ai = (m0 + m) * a.kb + kb;
+        const __m512 t = _mm512_fmsub_ps(_mm512_cvtepi32_ps(iacc[m]), _mm512_set1_ps(a.d[ai]), _mm512_mul_ps(zpv, _mm512_set1_ps(a.dsum[ai])));
+        facc[m] = _mm512_fmadd_ps(dw, t, facc[m]);
+      }
+    } else {
+      const __m128i z8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.zps.data() + (g * w.kb + kb) * 16));
+      const __m512 dwz = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(z8)));
+      for (int m = 0; m < MT; m++) {
+        const i64 ai = (m0 + m) * a.kb + kb;
+        facc[m] = _mm512_fmadd_ps(dw, _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[m]), _mm512_set1_ps(a.d[ai])), facc[m]);
+        facc[m] = _mm512_fnmadd_ps(dwz, _mm512_set1_ps(a.dsum[ai]), facc[m]);
+      }
+    }
+  }
+  const i64 rows = std::min<i64>(16, w.n - g * 16);
+  const __mmask16 msk = tail_mask(rows);
+  for (int m = 0; m < MT; m++) _mm512_mask_storeu_ps(y + (m0 + m) * ldc + g * 16, msk, facc[m]);
+}
+#endif
+
+void qlinear(const QPacked& w, const float* x, i64 m, const float* bias, float* y) {
+  Pool& P = pool();
+  if (!w.dense.empty()) {
+    P.parallel((w.n + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, w.k, w.dense.data(), w.k, y, w.n, m, w.k, b * 4, std::min(w.n, e * 4)); }, m * w.n * w.k < kParallelMin);
+  } else {
+#ifdef SML_VNNI
+    QAct a;
+    quantize_act(x, m, w.k, a);
+    P.parallel(w.groups, [&](i64 g0, i64 g1) {
+      for (i64 g = g0; g < g1; g++)
+        for (i64 r = 0; r < m;) {
+          const i64 left = m - r;
+          switch (left >= 8 ? 8 : left) {
+            case 8: qtile<8>(w, a, r, g, y, w.n); r += 8; break;
+            case 7: qtile<7>(w, a, r, g, y, w.n); r += 7; break;
+            case 6: qtile<6>(w, a, r, g, y, w.n); r += 6; break;
+            case 5: qtile<5>(w, a, r, g, y, w.n); r += 5; break;
+            case 4: qtile<4>(w, a, r, g, y, w.n); r += 4; break;
+            case 3: qtile<3>(w, a, r, g, y, w.n); r += 3; break;
+            case 2: qtile<2>(w, a, r, g, y, w.n); r += 2; break;
+            default: qtile<1>(w, a, r, g, y, w.n); r += 1; break;
+          }
+        }
+    }, m * w.n * w.k < kParallelMin);
+#else
+    fail("CPU_INTERNAL", "quantized tiles without VNNI");
+#endif
+  }
+  if (bias != nullptr)
+    for (i64 r = 0; r < m; r++)
+      for (i64 o = 0; o < w.n; o++) y[r * w.n + o] += bias[o];
+}
+
+// ---------------------------------------------------------------------------------------------
+// The program.
+
+enum DType { DT_F32 = 0, DT_I64 = 1, DT_U8 = 2, DT_BOOL = 3, DT_I32 = 4 };
+inline size_t dtype_bytes(int dt) { return dt == DT_F32 || dt == DT_I32 ? 4 : dt == DT_I64 ? 8 : 1; }
+
+enum Storage { ST_SLOT = 0, ST_INPUT = 1, ST_PARAM = 2, ST_VIEW = 3, ST_OUTPUT = 4 };
+
+enum Op {
+  OP_COPY = 0,
+  OP_TRANSPOSE = 1,
+  OP_CAST = 2,
+  OP_BINARY = 3,
+  OP_UNARY = 4,
+  OP_CONCAT = 5,
+  OP_GATHER = 6,
+  OP_SLICE = 7,
+  OP_RMSNORM = 8,
+  OP_LINEAR = 9,
+  OP_MATMUL = 10,
+  OP_QLINEAR = 11,
+  OP_ROTARY = 12,
+  OP_ATTENTION = 13,
+  OP_SOFTMAX = 14,
+  OP_RESHAPE = 15,     // view of operand 0
+  OP_GATHER_VIEW = 16, // view of table[index] (rank-0 index, axis 0)
+  OP_BROADCAST = 17,
+  OP_LAYERNORM = 18,
+  OP_WHERE = 19,
+  OP_ATTENTION_KV = 20,
+};
+
+enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
+enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
+
+struct Term {
+  i64 coef;
+  std::vector<int> vars;
+};
+struct Expr {
+  i64 c = 0;
+  std::vector<Term> terms;
+};
+struct Val {
+  int dtype = DT_F32;
+  std::vector<int> dims;  // expression ids
+  int storage = ST_SLOT;
+  int index = 0;  // slot / input / param / output index, or for views the source value
+};
+struct Instr {
+  int op = 0;
+  std::vector<int> a, r;
+  std::vector<i64> i;
+  std::vector<double> f;
+  std::shared_ptr<QPacked> pack;
+};
+
+struct Program {
+  int nsym = 0, nslots = 0, ninputs = 0, noutputs = 0;
+  std::vector<Expr> exprs;
+  std::vector<Val> vals;
+  std::vector<Instr> code;
+  std::vector<void*> params;
+  std::vector<size_t> param_bytes;
+  std::vector<napi_ref> refs;
+  std::vector<int> output_vals;
+  // The intermediates' arena, reused by every run (runs hold g_run_mutex).
+  std::vector<size_t> slot_bytes, slot_off;
+  void* arena = nullptr;
+  size_t arena_bytes = 0;
+  size_t packed_bytes = 0;
+  ~Program() { std::free(arena); }
+};
+
+i64 numel(const std::vector<i64>& s) {
+  i64 n = 1;
+  for (i64 d : s) n *= d;
+  return n;
+}
+
+// One run's bindings: symbol values, every value's shape and where its data is.
+struct Run {
+  const std::vector<Val>& vals;
+  const std::vector<Expr>& exprs;
+  std::vector<i64> dimv;
+  std::vector<std::vector<i64>> shapes;
+  std::vector<void*> ptr;
+  explicit Run(const Program& p) : vals(p.vals), exprs(p.exprs) {}
+};
+
+std::string shape_str(const std::vector<i64>& s) {
+  std::string o = "[";
+  for (size_t i = 0; i < s.size(); i++) o += (i ? ", " : "") + std::to_string(s[i]);
+  return o + "]";
+}
+
+// Strides (in elements) of operand shape `s` broadcast against `out` (right-aligned).
+std::vector<i64> bstrides(const std::vector<i64>& s, const std::vector<i64>& out) {
+  std::vector<i64> st(out.size(), 0);
+  i64 acc = 1;
+  const size_t off = out.size() - s.size();
+  for (size_t d = s.size(); d-- > 0;) {
+    st[off + d] = (s[d] == 1 && out[off + d] != 1) ? 0 : acc;
+    acc *= s[d];
+  }
+  return st;
+}
+
+// Calls f(offsets…) for every index of `shape` except the last axis, with each operand's offset.
+template <int N, typename F>
+void for_rows(const std::vector<i64>& shape, const std::vector<i64>* strides, F f) {
+  const size_t rank = shape.size();
+  if (rank == 0) {
+    i64 o[N] = {};
+    f(o);
+    return;
+  }
+  for (i64 d : shape)
+    if (d == 0) return;
+  std::vector<i64> idx(rank, 0);
+  i64 o[N] = {};
+  for (;;) {
+    f(o);
+    size_t d = rank - 1;
+    for (;;) {
+      if (d == 0) return;
+      d--;
+      idx[d]++;
+      for (int n = 0; n < N; n++) o[n] += strides[n][d];
+      if (idx[d] < shape[d]) break;
+      for (int n = 0; n < N; n++) o[n] -= strides[n][d] * shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+inline float* F(Run& p, int v) { return static_cast<float*>(p.ptr[v]); }
+inline double* D(Run& p, int v) { return static_cast<double*>(p.ptr[v]); }
+
+template <typename T>
+void strided_copy_t(const T* src, T* dst, const std::vector<i64>& shape, const std::vector<i64>& sst) {
+  const size_t rank = shape.size();
+  const i64 inner = rank == 0 ? 1 : shape[rank - 1];
+  const i64 is = rank == 0 ? 1 : sst[rank - 1];
+  std::vector<i64> dst_st(rank, 0);
+  i64 acc = 1;
+  for (size_t d = rank; d-- > 0;) {
+    dst_st[d] = acc;
+    acc *= shape[d];
+  }
+  const std::vector<i64> st[2] = {sst, dst_st};
+  for_rows<2>(shape, st, [&](const i64* o) {
+    const T* s = src + o[0];
+    T* t = dst + o[1];
+    if (is == 1) std::memcpy(t, s, sizeof(T) * static_cast<size_t>(inner));
+    else
+      for (i64 j = 0; j < inner; j++) t[j] = s[j * is];
+  });
+}
+
+void strided_copy(const void* src, void* dst, size_t elem, const std::vector<i64>& shape, const std::vector<i64>& sst) {
+  switch (elem) {
+    case 8: strided_copy_t(static_cast<const double*>(src), static_cast<double*>(dst), shape, sst); break;
+    case 4: strided_copy_t(static_cast<const float*>(src), static_cast<float*>(dst), shape, sst); break;
+    default: strided_copy_t(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), shape, sst); break;
+  }
+}
+
+inline float apply_binary(int k, float a, float b) {
+  switch (k) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_DIV: return a / b;
+    case B_MAX: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+    case B_MIN: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+    default: return std::pow(a, b);
+  }
+}
+
+template <typename T>
+void binary_t(int kind, const T* a, const T* b, T* y, const std::vector<i64>& out, const std::vector<i64>& sa, const std::vector<i64>& sb) {
+  const size_t rank = out.size();
+  const i64 inner = rank == 0 ? 1 : out[rank - 1];
+  const i64 ia = rank == 0 ? 0 : sa[rank - 1], ib = rank == 0 ? 0 : sb[rank - 1];
+  std::vector<i64> so(rank, 0);
+  i64 acc = 1;
+  for (size_t d = rank; d-- > 0;) {
+    so[d] = acc;
+    acc *= out[d];
+  }
+  const std::vector<i64> st[3] = {sa, sb, so};
+  for_rows<3>(out, st, [&](const i64* o) {
+    const T* pa = a + o[0];
+    const T* pb = b + o[1];
+    T* py = y + o[2];
+    if (ia == 1 && ib == 1) {
+      switch (kind) {
+        case B_ADD: for (i64 j = 0; j < inner; j++) py[j] = pa[j] + pb[j]; return;
+        case B_MUL: for (i64 j = 0; j < inner; j++) py[j] = pa[j] * pb[j]; return;
+        case B_SUB: for (i64 j = 0; j < inner; j++) py[j] = pa[j] - pb[j]; return;
+        default: break;
+      }
+    }
+    if (ia == 1 && ib == 0 && kind == B_MUL) {
+      const T s = pb[0];
+      for (i64 j = 0; j < inner; j++) py[j] = pa[j] * s;
+      return;
+    }
+    for (i64 j = 0; j < inner; j++) py[j] = static_cast<T>(apply_binary(kind, static_cast<float>(pa[j * ia]), static_cast<float>(pb[j * ib])));
+  });
+}
+
+template <typename T>
+void binary_int(int kind, const T* a, const T* b, T* y, const std::vector<i64>& out, const std::vector<i64>& sa, const std::vector<i64>& sb) {
+  const size_t rank = out.size();
+  const i64 inner = rank == 0 ? 1 : out[rank - 1];
+  const i64 ia = rank == 0 ? 0 : sa[rank - 1], ib = rank == 0 ? 0 : sb[rank - 1];
+  std::vector<i64> so(rank, 0);
+  i64 acc = 1;
+  for (size_t d = rank; d-- > 0;) {
+    so[d] = acc;
+    acc *= out[d];
+  }
+  const std::vector<i64> st[3] = {sa, sb, so};
+  for_rows<3>(out, st, [&](const i64* o) {
+    for (i64 j = 0; j < inner; j++) {
+      const double x = static_cast<double>(a[o[0] + j * ia]), z = static_cast<double>(b[o[1] + j * ib]);
+      double v;
+      switch (kind) {
+        case B_ADD: v = x + z; break;
+        case B_SUB: v = x - z; break;
+        case B_MUL: v = x * z; break;
+        case B_DIV: v = z == 0 ? 0 : std::trunc(x / z); break;
+        case B_MAX: v = std::max(x, z); break;
+        case B_MIN: v = std::min(x, z); break;
+        default: v = std::trunc(std::pow(x, z)); break;
+      }
+      if (sizeof(T) == 4) v = static_cast<double>(static_cast<int32_t>(static_cast<int64_t>(v)));
+      if (sizeof(T) == 1) v = static_cast<double>(static_cast<int64_t>(v) & 0xFF);
+      y[o[2] + j] = static_cast<T>(v);
+    }
+  });
+}
+
+inline float sigmoidf(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+void unary_f32(int kind, const float* x, float* y, i64 n) {
+#ifdef SML_AVX512
+  if (kind == U_SILU || kind == U_EXP || kind == U_SIGMOID) {
+    i64 i = 0;
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (; i < n; i += 16) {
+      const __mmask16 m = tail_mask(n - i);
+      const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+      __m512 r;
+      if (kind == U_EXP) r = exp512(v);
+      else {
+        const __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), v))));
+        r = kind == U_SILU ? _mm512_mul_ps(v, s) : s;
+      }
+      _mm512_mask_storeu_ps(y + i, m, r);
+    }
+    return;
+  }
+#endif
+  for (i64 i = 0; i < n; i++) {
+    const float v = x[i];
+    float r;
+    switch (kind) {
+      case U_NEG: r = -v; break;
+      case U_ABS: r = std::fabs(v); break;
+      case U_EXP: r = std::exp(v); break;
+      case U_LOG: r = std::log(v); break;
+      case U_SQRT: r = std::sqrt(v); break;
+      case U_RSQRT: r = 1.0f / std::sqrt(v); break;
+      case U_TANH: r = std::tanh(v); break;
+      case U_SIGMOID: r = sigmoidf(v); break;
+      case U_SILU: r = v * sigmoidf(v); break;
+      case U_SIN: r = std::sin(v); break;
+      case U_COS: r = std::cos(v); break;
+      case U_GELU: r = static_cast<float>(0.5 * v * (1.0 + std::erf(v * 0.70710678118654752))); break;
+      default: r = static_cast<float>(0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * static_cast<double>(v) * v * v)))); break;
+    }
+    y[i] = r;
+  }
+}
+
+// softmax over the middle axis of [outer, n, inner]
+void softmax_axis(const float* x, float* y, i64 outer, i64 n, i64 inner) {
+  for (i64 o = 0; o < outer; o++)
+    for (i64 c = 0; c < inner; c++) {
+      const float* xs = x + o * n * inner + c;
+      float* ys = y + o * n * inner + c;
+      float m = -INFINITY;
+      for (i64 j = 0; j < n; j++) m = std::max(m, xs[j * inner]);
+      double s = 0;
+      for (i64 j = 0; j < n; j++) {
+        ys[j * inner] = std::exp(xs[j * inner] - m);
+        s += ys[j * inner];
+      }
+      const float inv = static_cast<float>(1.0 / s);
+      for (i64 j = 0; j < n; j++) ys[j * inner] *= inv;
+    }
+}
+
+// Keys or values as up to two segments along the sequence axis, each [nb, h, s, d] (layout 0) or
+// [nb, s, h, d] (layout 1, the cache inputs as the engine feeds them: read in place, no transpose
+// or concatenation).
+struct Seg {
+  const float* p = nullptr;
+  i64 s = 0, h = 0, d = 0;
+  int layout = 0;
+  const float* row(i64 b, i64 hh, i64 j) const { return layout == 0 ? p + ((b * h + hh) * s + j) * d : p + ((b * s + j) * h + hh) * d; }
+};
+
+Seg seg_of(Run& p, int v, int layout) {
+  const auto& sh = p.shapes[v];
+  const size_t r = sh.size();
+  Seg g;
+  g.p = F(p, v);
+  g.layout = layout;
+  g.d = sh[r - 1];
+  g.h = layout == 0 ? sh[r - 3] : sh[r - 2];
+  g.s = layout == 0 ? sh[r - 2] : sh[r - 3];
+  return g;
+}
+
+// Attention over q [nb…, hq, tq, d] and keys/values in segments (see Seg), with an optional mask
+// broadcast to [nb…, hq, tq, tk] (f32 additive or bool), causal aligned to the end; GQA by
+// kv head = h / (hq / hkv).
+void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, const Seg* vs, int mask_v, int yv) {
+  const auto& qs = p.shapes[qv];
+  const size_t r = qs.size();
+  const i64 hq = qs[r - 3], tq = qs[r - 2], d = qs[r - 1];
+  const i64 hkv = ks[0].h;
+  i64 tk = 0;
+  for (int g = 0; g < nk; g++) tk += ks[g].s;
+  const i64 dv = vs[0].d;
+  i64 nb = 1;
+  for (size_t i = 0; i + 3 < r; i++) nb *= qs[i];
+  const bool causal = in.i[0] != 0;
+  const float scale = in.i[1] != 0 ? static_cast<float>(in.f[0]) : 1.0f / std::sqrt(static_cast<float>(d));
+  const float* q = F(p, qv);
+  float* y = F(p, yv);
+  const bool has_mask = mask_v >= 0;
+  const void* mask = has_mask ? p.ptr[mask_v] : nullptr;
+  const bool mask_bool = has_mask && p.vals[mask_v].dtype != DT_F32;
+  std::vector<i64> mst;
+  std::vector<i64> mbatch(static_cast<size_t>(nb), 0);
+  if (has_mask) {
+    std::vector<i64> sc(qs.begin(), qs.end() - 1);
+    sc.push_back(tk);
+    mst = bstrides(p.shapes[mask_v], sc);
+    for (i64 b = 0; b < nb; b++) {
+      i64 rem = b, off = 0;
+      for (size_t ax = r - 3; ax-- > 0;) {
+        off += (rem % sc[ax]) * mst[ax];
+        rem /= sc[ax];
+      }
+      mbatch[b] = off;
+    }
+  }
+  if (hkv <= 0 || hq % hkv != 0) fail("RT_BAD_VALUE", "attention: query heads are not a multiple of kv heads");
+  const i64 group = hq / hkv;
+  const i64 items = nb * hq * tq;
+  pool().parallel(items, [&](i64 b0, i64 b1) {
+    std::vector<float> sc(static_cast<size_t>(tk));
+    std::vector<float> acc(static_cast<size_t>(dv));
+    for (i64 it = b0; it < b1; it++) {
+      const i64 i = it % tq;
+      const i64 h = (it / tq) % hq;
+      const i64 b = it / (tq * hq);
+      const i64 kh = h / group;
+      const float* qi = q + ((b * hq + h) * tq + i) * d;
+      const i64 jmax = causal ? std::min(tk, i + tk - tq + 1) : tk;
+      float m = -INFINITY;
+      {
+        i64 j = 0;
+        for (int g = 0; g < nk && j < jmax; g++)
+          for (i64 jj = 0; jj < ks[g].s && j < jmax; jj++, j++) {
+            float s = dot_f32(qi, ks[g].row(b, kh, jj), d) * scale;
+            if (has_mask) {
+              const i64 mo = mbatch[b] + h * mst[r - 3] + i * mst[r - 2] + j * mst[r - 1];
+              if (mask_bool) {
+                if (static_cast<const uint8_t*>(mask)[mo] == 0) s = -INFINITY;
+              } else s += static_cast<const float*>(mask)[mo];
+            }
+            sc[j] = s;
+            m = std::max(m, s);
+          }
+      }
+      float* yo = y + ((b * hq + h) * tq + i) * dv;
+      if (jmax <= 0 || m == -INFINITY) {
+        for (i64 e = 0; e < dv; e++) yo[e] = NAN;
+        continue;
+      }
+      float total = 0;
+#ifdef SML_AVX512
+      {
+        const __m512 mv = _mm512_set1_ps(m);
+        __m512 tv = _mm512_setzero_ps();
+        for (i64 j = 0; j < jmax; j += 16) {
+          const __mmask16 mk = tail_mask(jmax - j);
+          const __m512 e = _mm512_maskz_mov_ps(mk, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, sc.data() + j), mv)));
+          _mm512_mask_storeu_ps(sc.data() + j, mk, e);
+          tv = _mm512_add_ps(tv, e);
+        }
+        total = _mm512_reduce_add_ps(tv);
+      }
+#else
+      for (i64 j = 0; j < jmax; j++) {
+        sc[j] = std::exp(sc[j] - m);
+        total += sc[j];
+      }
+#endif
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      {
+        i64 j = 0;
+        for (int g = 0; g < nk && j < jmax; g++)
+          for (i64 jj = 0; jj < vs[g].s && j < jmax; jj++, j++)
+            if (sc[j] != 0.0f) axpy_f32(acc.data(), vs[g].row(b, kh, jj), sc[j], dv);
+      }
+      const float inv = 1.0f / total;
+      for (i64 e = 0; e < dv; e++) yo[e] = acc[e] * inv;
+    }
+  }, items * tk * d < kParallelMin);
+}
+
+void attention(Run& p, const Instr& in) {
+  const Seg k = seg_of(p, in.a[1], 0), v = seg_of(p, in.a[2], 0);
+  attention_core(p, in, in.a[0], &k, 1, &v, in.a.size() > 3 ? in.a[3] : -1, in.r[0]);
+}
+
+// a = [q, k₀, k₁, v₀, v₁, mask?], i = [causal, has scale, layout k₀, k₁, v₀, v₁]
+void attention_kv(Run& p, const Instr& in) {
+  const Seg k[2] = {seg_of(p, in.a[1], static_cast<int>(in.i[2])), seg_of(p, in.a[2], static_cast<int>(in.i[3]))};
+  const Seg v[2] = {seg_of(p, in.a[3], static_cast<int>(in.i[4])), seg_of(p, in.a[4], static_cast<int>(in.i[5]))};
+  if (k[0].s != v[0].s || k[1].s != v[1].s || k[0].h != k[1].h || v[0].h != v[1].h || k[0].h != v[0].h) fail("RT_BAD_VALUE", "attention: key and value segments disagree");
+  attention_core(p, in, in.a[0], k, 2, v, in.a.size() > 5 ? in.a[5] : -1, in.r[0]);
+}
+
+void rotary(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const i64 dd = xs.back(), half = dd / 2;
+  const bool inter = in.i[0] != 0;
+  const std::vector<i64> st[3] = {bstrides(xs, xs), bstrides(p.shapes[in.a[1]], xs), bstrides(p.shapes[in.a[2]], xs)};
+  const float* x = F(p, in.a[0]);
+  const float* c = F(p, in.a[1]);
+  const float* s = F(p, in.a[2]);
+  float* y = F(p, in.r[0]);
+  const i64 cs = st[1].back(), ss = st[2].back();
+  for_rows<3>(xs, st, [&](const i64* o) {
+    const float* xr = x + o[0];
+    const float* cr = c + o[1];
+    const float* sr = s + o[2];
+    float* yr = y + o[0];
+    for (i64 j = 0; j < dd; j++) {
+      float partner;
+      if (inter) partner = (j % 2 == 0) ? -xr[j + 1] : xr[j - 1];
+      else partner = j < half ? -xr[j + half] : xr[j - half];
+      yr[j] = xr[j] * cr[j * cs] + partner * sr[j * ss];
+    }
+  });
+}
+
+void norm_rows(const float* x, const float* w, const float* bias, float* y, i64 rows, i64 n, float eps, bool centered) {
+  pool().parallel(rows, [&](i64 r0, i64 r1) {
+    for (i64 r = r0; r < r1; r++) {
+      const float* xs = x + r * n;
+      float* ys = y + r * n;
+      double mu = 0;
+      if (centered) {
+        for (i64 i = 0; i < n; i++) mu += xs[i];
+        mu /= static_cast<double>(n);
+      }
+      double ss = 0;
+      for (i64 i = 0; i < n; i++) {
+        const double c = xs[i] - mu;
+        ss += c * c;
+      }
+      const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+      const float muf = static_cast<float>(mu);
+      for (i64 i = 0; i < n; i++) {
+        float v = (xs[i] - muf) * inv;
+        if (w != nullptr) v *= w[i];
+        if (bias != nullptr) v += bias[i];
+        ys[i] = v;
+      }
+    }
+  }, rows * n < kParallelMin);
+}
+
+inline i64 index_at(const Run& p, int v, i64 j) {
+  const int dt = p.vals[v].dtype;
+  if (dt == DT_I64) return static_cast<i64>(static_cast<const double*>(p.ptr[v])[j]);
+  if (dt == DT_I32) return static_cast<const int32_t*>(p.ptr[v])[j];
+  return static_cast<const uint8_t*>(p.ptr[v])[j];
+}
+
+inline i64 checked_index(i64 v, i64 size, const char* what) {
+  if (v < 0 || v >= size) fail("RT_BAD_VALUE", std::string(what) + ": index " + std::to_string(v) + " is out of range [0, " + std::to_string(size) + ")");
+  return v;
+}
+
+// matmul with broadcast batch dims; operand 1 optionally indirected: a[2] = index value, b the
+// table, whose row idx[batch] is batch entry `batch`'s matrix.
+void matmul(Run& p, const Instr& in) {
+  const auto& as = p.shapes[in.a[0]];
+  const auto& ys = p.shapes[in.r[0]];
+  const bool ta = in.i[0] != 0, tb = in.i[1] != 0;
+  const bool indexed = in.a.size() > 2;
+  std::vector<i64> bs = p.shapes[in.a[1]];
+  if (indexed) {
+    // table [S, K, N] → the gathered operand [B, K, N] over the index's one axis
+    const i64 nidx = numel(p.shapes[in.a[2]]);
+    bs[0] = nidx;
+  }
+  const size_t ra = as.size(), rb = bs.size(), ry = ys.size();
+  const i64 m = ta ? as[ra - 1] : as[ra - 2];
+  const i64 k = ta ? as[ra - 2] : as[ra - 1];
+  const i64 n = tb ? bs[rb - 2] : bs[rb - 1];
+  std::vector<i64> batch(ys.begin(), ys.end() - 2);
+  std::vector<i64> ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  const std::vector<i64> sa = bstrides(ab, batch), sb = bstrides(bb, batch);
+  const i64 nbatch = numel(batch);
+  std::vector<i64> aoff(static_cast<size_t>(nbatch)), boff(static_cast<size_t>(nbatch));
+  {
+    std::vector<i64> idx(batch.size(), 0);
+    for (i64 t = 0; t < nbatch; t++) {
+      i64 oa = 0, ob = 0;
+      for (size_t d = 0; d < batch.size(); d++) {
+        oa += idx[d] * sa[d];
+        ob += idx[d] * sb[d];
+      }
+      aoff[t] = oa * m * k;
+      if (indexed) {
+        if (bb.size() != 1) fail("RT_BAD_VALUE", "indexed matmul needs one batch axis");
+        boff[t] = checked_index(index_at(p, in.a[2], ob), p.shapes[in.a[1]][0], "matmul (gathered operand)") * k * n;
+      } else boff[t] = ob * k * n;
+      for (size_t d = batch.size(); d-- > 0;) {
+        if (++idx[d] < batch[d]) break;
+        idx[d] = 0;
+      }
+    }
+  }
+  (void)ry;
+  const float* A = F(p, in.a[0]);
+  const float* B = F(p, in.a[1]);
+  float* Y = F(p, in.r[0]);
+  std::vector<float> at;
+  if (ta) {
+    // materialize op(a) per batch matrix: [m, k] from [k, m]
+    const i64 na = numel(as) / (m * k);
+    at.resize(static_cast<size_t>(numel(as)));
+    for (i64 t = 0; t < na; t++)
+      for (i64 i = 0; i < m; i++)
+        for (i64 j = 0; j < k; j++) at[t * m * k + i * k + j] = A[t * m * k + j * m + i];
+    A = at.data();
+  }
+  // Work items: (batch, 16-column chunk of n)
+  const i64 chunk = tb ? 16 : 64;
+  const i64 nchunks = (n + chunk - 1) / chunk;
+  pool().parallel(nbatch * nchunks, [&](i64 w0, i64 w1) {
+    for (i64 w = w0; w < w1; w++) {
+      const i64 t = w / nchunks, c = w % nchunks;
+      const i64 n0 = c * chunk, n1 = std::min(n, n0 + chunk);
+      const float* a = A + aoff[t];
+      const float* b = B + boff[t];
+      float* y = Y + t * m * n;
+      if (tb) gemm_nt_range(a, k, b, k, y, n, m, k, n0, n1);
+      else gemm_nn_range(a, k, b, n, y, n, m, k, n0, n1);
+    }
+  }, nbatch * m * n * k < kParallelMin);
+}
+
+// matmul on integer operands (i64 as double, i32): the reference loop, wrapping like the IR.
+template <typename T>
+void matmul_int(Run& p, const Instr& in) {
+  const auto& as = p.shapes[in.a[0]];
+  const auto& bs = p.shapes[in.a[1]];
+  const auto& ys = p.shapes[in.r[0]];
+  const bool ta = in.i[0] != 0, tb = in.i[1] != 0;
+  const size_t ra = as.size(), rb = bs.size();
+  const i64 m = ta ? as[ra - 1] : as[ra - 2], k = ta ? as[ra - 2] : as[ra - 1];
+  const i64 n = tb ? bs[rb - 2] : bs[rb - 1];
+  std::vector<i64> batch(ys.begin(), ys.end() - 2), ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  const std::vector<i64> sa = bstrides(ab, batch), sb = bstrides(bb, batch);
+  const T* A = static_cast<const T*>(p.ptr[in.a[0]]);
+  const T* B = static_cast<const T*>(p.ptr[in.a[1]]);
+  T* Y = static_cast<T*>(p.ptr[in.r[0]]);
+  std::vector<i64> idx(batch.size(), 0);
+  const i64 nb = numel(batch);
+  for (i64 t = 0; t < nb; t++) {
+    i64 oa = 0, ob = 0;
+    for (size_t d = 0; d < batch.size(); d++) {
+      oa += idx[d] * sa[d];
+      ob += idx[d] * sb[d];
+    }
+    const T* a = A + oa * m * k;
+    const T* b = B + ob * k * n;
+    T* y = Y + t * m * n;
+    for (i64 i = 0; i < m; i++)
+      for (i64 j = 0; j < n; j++) {
+        double acc = 0;
+        for (i64 q = 0; q < k; q++) acc += static_cast<double>(ta ? a[q * m + i] : a[i * k + q]) * static_cast<double>(tb ? b[j * k + q] : b[q * n + j]);
+        y[i * n + j] = sizeof(T) == 4 ? static_cast<T>(static_cast<int32_t>(static_cast<int64_t>(acc))) : static_cast<T>(acc);
+      }
+    for (size_t d = batch.size(); d-- > 0;) {
+      if (++idx[d] < batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+void linear(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const auto& ws = p.shapes[in.a[1]];
+  const i64 n = ws[0], k = ws[1];
+  const i64 m = numel(xs) / std::max<i64>(k, 1);
+  const float* x = F(p, in.a[0]);
+  const float* w = F(p, in.a[1]);
+  float* y = F(p, in.r[0]);
+  if (k == 0) {
+    std::memset(y, 0, sizeof(float) * static_cast<size_t>(m * n));
+  } else {
+    pool().parallel((n + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, k, w, k, y, n, m, k, b * 4, std::min(n, e * 4)); }, m * n * k < kParallelMin);
+  }
+  if (in.a.size() > 2) {
+    const float* bias = F(p, in.a[2]);
+    for (i64 r = 0; r < m; r++)
+      for (i64 o = 0; o < n; o++) y[r * n + o] += bias[o];
+  }
+}
+
+void cast(Run& p, const Instr& in) {
+  const int from = p.vals[in.a[0]].dtype, to = p.vals[in.r[0]].dtype;
+  const i64 n = numel(p.shapes[in.r[0]]);
+  const void* x = p.ptr[in.a[0]];
+  void* y = p.ptr[in.r[0]];
+  auto read = [&](i64 i) -> double {
+    switch (from) {
+      case DT_F32: return static_cast<const float*>(x)[i];
+      case DT_I64: return static_cast<const double*>(x)[i];
+      case DT_I32: return static_cast<const int32_t*>(x)[i];
+      default: return static_cast<const uint8_t*>(x)[i];
+    }
+  };
+  for (i64 i = 0; i < n; i++) {
+    const double v = read(i);
+    switch (to) {
+      case DT_F32: static_cast<float*>(y)[i] = static_cast<float>(v); break;
+      case DT_I64: static_cast<double*>(y)[i] = std::isfinite(v) ? std::trunc(v) : 0; break;
+      case DT_I32: static_cast<int32_t*>(y)[i] = std::isfinite(v) ? static_cast<int32_t>(static_cast<int64_t>(std::trunc(v))) : 0; break;
+      case DT_BOOL: static_cast<uint8_t*>(y)[i] = v != 0 ? 1 : 0; break;
+      default: static_cast<uint8_t*>(y)[i] = std::isfinite(v) ? static_cast<uint8_t>(static_cast<int64_t>(std::trunc(v)) & 0xFF) : 0; break;
+    }
+  }
+}
+
+i64 eval_expr(const Run& p, int id) {
+  const Expr& e = p.exprs[id];
+  i64 v = e.c;
+  for (const Term& t : e.terms) {
+    i64 m = t.coef;
+    for (int s : t.vars) m *= p.dimv[s];
+    v += m;
+  }
+  return v;
+}
+
+void exec(Run& p, const Instr& in) {
+  const size_t esz = dtype_bytes(p.vals[in.r.empty() ? 0 : in.r[0]].dtype);
+  switch (in.op) {
+    case OP_COPY: std::memcpy(p.ptr[in.r[0]], p.ptr[in.a[0]], esz * static_cast<size_t>(numel(p.shapes[in.r[0]]))); break;
+    case OP_RESHAPE: p.ptr[in.r[0]] = p.ptr[in.a[0]]; break;
+    case OP_GATHER_VIEW: {
+      const auto& ts = p.shapes[in.a[0]];
+      const i64 inner = numel(ts) / std::max<i64>(ts[0], 1);
+      const i64 ix = checked_index(index_at(p, in.a[1], 0), ts[0], "gather");
+      p.ptr[in.r[0]] = static_cast<uint8_t*>(p.ptr[in.a[0]]) + static_cast<size_t>(ix * inner) * esz;
+      break;
+    }
+    case OP_TRANSPOSE: {
+      const auto& xs = p.shapes[in.a[0]];
+      std::vector<i64> xst(xs.size());
+      i64 acc = 1;
+      for (size_t d = xs.size(); d-- > 0;) {
+        xst[d] = acc;
+        acc *= xs[d];
+      }
+      std::vector<i64> sst(xs.size());
+      for (size_t d = 0; d < xs.size(); d++) sst[d] = xst[static_cast<size_t>(in.i[d])];
+      strided_copy(p.ptr[in.a[0]], p.ptr[in.r[0]], esz, p.shapes[in.r[0]], sst);
+      break;
+    }
+    case OP_BROADCAST: strided_copy(p.ptr[in.a[0]], p.ptr[in.r[0]], esz, p.shapes[in.r[0]], bstrides(p.shapes[in.a[0]], p.shapes[in.r[0]])); break;
+    case OP_CAST: cast(p, in); break;
+    case OP_BINARY: {
+      const auto& ys = p.shapes[in.r[0]];
+      const auto sa = bstrides(p.shapes[in.a[0]], ys), sb = bstrides(p.shapes[in.a[1]], ys);
+      if (p.vals[in.r[0]].dtype == DT_F32) binary_t<float>(static_cast<int>(in.i[0]), F(p, in.a[0]), F(p, in.a[1]), F(p, in.r[0]), ys, sa, sb);
+      else if (p.vals[in.r[0]].dtype == DT_I64) binary_int<double>(static_cast<int>(in.i[0]), D(p, in.a[0]), D(p, in.a[1]), D(p, in.r[0]), ys, sa, sb);
+      else if (p.vals[in.r[0]].dtype == DT_I32) binary_int<int32_t>(static_cast<int>(in.i[0]), static_cast<const int32_t*>(p.ptr[in.a[0]]), static_cast<const int32_t*>(p.ptr[in.a[1]]), static_cast<int32_t*>(p.ptr[in.r[0]]), ys, sa, sb);
+      else binary_int<uint8_t>(static_cast<int>(in.i[0]), static_cast<const uint8_t*>(p.ptr[in.a[0]]), static_cast<const uint8_t*>(p.ptr[in.a[1]]), static_cast<uint8_t*>(p.ptr[in.r[0]]), ys, sa, sb);
+      break;
+    }
+    case OP_UNARY: {
+      const i64 n = numel(p.shapes[in.r[0]]);
+      if (p.vals[in.r[0]].dtype == DT_F32) unary_f32(static_cast<int>(in.i[0]), F(p, in.a[0]), F(p, in.r[0]), n);
+      else if (p.vals[in.r[0]].dtype == DT_I64) {
+        const double* x = D(p, in.a[0]);
+        double* y = D(p, in.r[0]);
+        for (i64 j = 0; j < n; j++) y[j] = in.i[0] == U_NEG ? -x[j] : std::fabs(x[j]);
+      } else {
+        const int32_t* x = static_cast<const int32_t*>(p.ptr[in.a[0]]);
+        int32_t* y = static_cast<int32_t*>(p.ptr[in.r[0]]);
+        for (i64 j = 0; j < n; j++) y[j] = static_cast<int32_t>(in.i[0] == U_NEG ? -static_cast<int64_t>(x[j]) : std::llabs(x[j]));
+      }
+      break;
+    }
+    case OP_CONCAT: {
+      const auto& ys = p.shapes[in.r[0]];
+      const size_t ax = static_cast<size_t>(in.i[0]);
+      i64 outer = 1;
+      for (size_t d = 0; d < ax; d++) outer *= ys[d];
+      i64 yrow = 1;
+      for (size_t d = ax; d < ys.size(); d++) yrow *= ys[d];
+      uint8_t* y = static_cast<uint8_t*>(p.ptr[in.r[0]]);
+      i64 off = 0;
+      for (int v : in.a) {
+        const auto& xs = p.shapes[v];
+        i64 xrow = 1;
+        for (size_t d = ax; d < xs.size(); d++) xrow *= xs[d];
+        const uint8_t* x = static_cast<const uint8_t*>(p.ptr[v]);
+        for (i64 o = 0; o < outer; o++) std::memcpy(y + (o * yrow + off) * esz, x + o * xrow * esz, static_cast<size_t>(xrow) * esz);
+        off += xrow;
+      }
+      break;
+    }
+    case OP_GATHER: {
+      const auto& ts = p.shapes[in.a[0]];
+      const size_t ax = static_cast<size_t>(in.i[0]);
+      i64 outer = 1, inner = 1;
+      for (size_t d = 0; d < ax; d++) outer *= ts[d];
+      for (size_t d = ax + 1; d < ts.size(); d++) inner *= ts[d];
+      const i64 size = ts[ax];
+      const i64 ni = numel(p.shapes[in.a[1]]);
+      const uint8_t* t = static_cast<const uint8_t*>(p.ptr[in.a[0]]);
+      uint8_t* y = static_cast<uint8_t*>(p.ptr[in.r[0]]);
+      for (i64 j = 0; j < ni; j++) checked_index(index_at(p, in.a[1], j), size, "gather");
+      for (i64 o = 0; o < outer; o++)
+        for (i64 j = 0; j < ni; j++) {
+          const i64 row = index_at(p, in.a[1], j);
+          std::memcpy(y + ((o * ni + j) * inner) * esz, t + ((o * size + row) * inner) * esz, static_cast<size_t>(inner) * esz);
+        }
+      break;
+    }
+    case OP_SLICE: {
+      const auto& xs = p.shapes[in.a[0]];
+      const size_t ax = static_cast<size_t>(in.i[0]);
+      const i64 size = xs[ax];
+      i64 start = eval_expr(p, static_cast<int>(in.i[1]));
+      i64 end = in.i[2] != 0 ? eval_expr(p, static_cast<int>(in.i[3])) : size;
+      const i64 step = in.i[4];
+      if (start < 0) start = std::max<i64>(0, start + size);
+      if (end < 0) end = std::max<i64>(0, end + size);
+      start = std::min(start, size);
+      end = std::min(end, size);
+      std::vector<i64> xst(xs.size());
+      i64 acc = 1;
+      for (size_t d = xs.size(); d-- > 0;) {
+        xst[d] = acc;
+        acc *= xs[d];
+      }
+      std::vector<i64> sst = xst;
+      sst[ax] = xst[ax] * step;
+      const uint8_t* src = static_cast<const uint8_t*>(p.ptr[in.a[0]]) + static_cast<size_t>(start * xst[ax]) * esz;
+      strided_copy(src, p.ptr[in.r[0]], esz, p.shapes[in.r[0]], sst);
+      break;
+    }
+    case OP_RMSNORM:
+    case OP_LAYERNORM: {
+      const auto& xs = p.shapes[in.a[0]];
+      const i64 n = xs.empty() ? 1 : xs.back();
+      const i64 rows = n == 0 ? 0 : numel(xs) / n;
+      const float* w = in.i[0] >= 0 ? F(p, static_cast<int>(in.i[0])) : nullptr;
+      const float* b = in.i[1] >= 0 ? F(p, static_cast<int>(in.i[1])) : nullptr;
+      norm_rows(F(p, in.a[0]), w, b, F(p, in.r[0]), rows, n, static_cast<float>(in.f[0]), in.op == OP_LAYERNORM);
+      break;
+    }
+    case OP_LINEAR: linear(p, in); break;
+    case OP_MATMUL:
+      if (p.vals[in.r[0]].dtype == DT_F32) matmul(p, in);
+      else if (p.vals[in.r[0]].dtype == DT_I64) matmul_int<double>(p, in);
+      else matmul_int<int32_t>(p, in);
+      break;
+    case OP_QLINEAR: {
+      const auto& xs = p.shapes[in.a[0]];
+      const i64 m = numel(xs) / std::max<i64>(in.pack->k, 1);
+      qlinear(*in.pack, F(p, in.a[0]), m, in.i[0] >= 0 ? F(p, static_cast<int>(in.i[0])) : nullptr, F(p, in.r[0]));
+      break;
+    }
+    case OP_ROTARY: rotary(p, in); break;
+    case OP_ATTENTION: attention(p, in); break;
+    case OP_ATTENTION_KV: attention_kv(p, in); break;
+    case OP_SOFTMAX: {
+      const auto& xs = p.shapes[in.a[0]];
+      const size_t ax = static_cast<size_t>(in.i[0]);
+      i64 outer = 1, inner = 1;
+      for (size_t d = 0; d < ax; d++) outer *= xs[d];
+      for (size_t d = ax + 1; d < xs.size(); d++) inner *= xs[d];
+      softmax_axis(F(p, in.a[0]), F(p, in.r[0]), outer, xs.empty() ? 1 : xs[ax], inner);
+      break;
+    }
+    case OP_WHERE: {
+      const auto& ys = p.shapes[in.r[0]];
+      const auto sc = bstrides(p.shapes[in.a[0]], ys), sa = bstrides(p.shapes[in.a[1]], ys), sb = bstrides(p.shapes[in.a[2]], ys);
+      std::vector<i64> so(ys.size());
+      i64 acc = 1;
+      for (size_t d = ys.size(); d-- > 0;) {
+        so[d] = acc;
+        acc *= ys[d];
+      }
+      const std::vector<i64> st[4] = {sc, sa, sb, so};
+      const uint8_t* c = static_cast<const uint8_t*>(p.ptr[in.a[0]]);
+      const uint8_t* a = static_cast<const uint8_t*>(p.ptr[in.a[1]]);
+      const uint8_t* b = static_cast<const uint8_t*>(p.ptr[in.a[2]]);
+      uint8_t* y = static_cast<uint8_t*>(p.ptr[in.r[0]]);
+      const i64 inner = ys.empty() ? 1 : ys.back();
+      const i64 ic = ys.empty() ? 0 : sc.back(), ia = ys.empty() ? 0 : sa.back(), ib = ys.empty() ? 0 : sb.back();
+      for_rows<4>(ys, st, [&](const i64* o) {
+        for (i64 j = 0; j < inner; j++) {
+          const bool pick = c[o[0] + j * ic] != 0;
+          const uint8_t* src = pick ? a + (o[1] + j * ia) * esz : b + (o[2] + j * ib) * esz;
+          std::memcpy(y + (o[3] + j) * esz, src, esz);
+        }
+      });
+      break;
+    }
+    default: fail("CPU_INTERNAL", "unknown instruction " + std::to_string(in.op));
+  }
+}
+
+// Binds the symbols and evaluates every shape; returns per-output byte sizes.
+void bind_shapes(const Program& prog, Run& p, const double* syms) {
+  p.dimv.assign(static_cast<size_t>(prog.nsym), 0);
+  for (int s = 0; s < prog.nsym; s++) p.dimv[s] = static_cast<i64>(syms[s]);
+  const size_t nv = p.vals.size();
+  p.shapes.resize(nv);
+  std::vector<i64> ev(p.exprs.size());
+  for (size_t e = 0; e < p.exprs.size(); e++) ev[e] = eval_expr(p, static_cast<int>(e));
+  for (size_t v = 0; v < nv; v++) {
+    auto& s = p.shapes[v];
+    s.resize(p.vals[v].dims.size());
+    for (size_t d = 0; d < s.size(); d++) {
+      s[d] = ev[static_cast<size_t>(p.vals[v].dims[d])];
+      if (s[d] < 0) fail("RT_BAD_VALUE", "a dimension of value " + std::to_string(v) + " evaluates to " + std::to_string(s[d]) + " under these inputs");
+    }
+  }
+}
+
+// Sizes the slots for this run's shapes and points the slot values into the arena.
+void place(Program& p, Run& r) {
+  const size_t nv = p.vals.size();
+  p.slot_bytes.assign(static_cast<size_t>(p.nslots), 0);
+  for (size_t v = 0; v < nv; v++)
+    if (p.vals[v].storage == ST_SLOT) {
+      const size_t b = dtype_bytes(p.vals[v].dtype) * static_cast<size_t>(numel(r.shapes[v]));
+      auto& sb = p.slot_bytes[static_cast<size_t>(p.vals[v].index)];
+      sb = std::max(sb, b);
+    }
+  p.slot_off.assign(static_cast<size_t>(p.nslots), 0);
+  size_t total = 0;
+  for (int s = 0; s < p.nslots; s++) {
+    p.slot_off[s] = total;
+    total += (p.slot_bytes[s] + 63) / 64 * 64 + 64;
+  }
+  if (total > p.arena_bytes) {
+    std::free(p.arena);
+    p.arena = std::aligned_alloc(64, std::max<size_t>(total, 64));
+    if (p.arena == nullptr) fail("RT_OUT_OF_MEMORY", "cannot allocate " + std::to_string(total) + " bytes of intermediates");
+    p.arena_bytes = total;
+  }
+  for (size_t v = 0; v < nv; v++)
+    if (p.vals[v].storage == ST_SLOT) r.ptr[v] = static_cast<uint8_t*>(p.arena) + p.slot_off[static_cast<size_t>(p.vals[v].index)];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Node-API glue.
+
+#define NAPI(call)                                                   \
+  do {                                                               \
+    if ((call) != napi_ok) fail("CPU_INTERNAL", "Node-API: " #call); \
+  } while (0)
+
+void throw_js(napi_env env, const Fail& f) { napi_throw_error(env, f.code.c_str(), f.what()); }
+
+template <typename T>
+const T* typed_data(napi_env env, napi_value v, size_t* count) {
+  napi_typedarray_type t;
+  size_t len;
+  void* data;
+  napi_value ab;
+  size_t off;
+  NAPI(napi_get_typedarray_info(env, v, &t, &len, &data, &ab, &off));
+  *count = len;
+  return static_cast<const T*>(data);
+}
+
+void* any_typed_data(napi_env env, napi_value v, size_t* bytes) {
+  bool is;
+  NAPI(napi_is_typedarray(env, v, &is));
+  if (!is) fail("RT_BAD_VALUE", "expected a typed array");
+  napi_typedarray_type t;
+  size_t len;
+  void* data;
+  napi_value ab;
+  size_t off;
+  NAPI(napi_get_typedarray_info(env, v, &t, &len, &data, &ab, &off));
+  size_t el = 1;
+  switch (t) {
+    case napi_float64_array:
+    case napi_bigint64_array:
+    case napi_biguint64_array: el = 8; break;
+    case napi_float32_array:
+    case napi_int32_array:
+    case napi_uint32_array: el = 4; break;
+    case napi_int16_array:
+    case napi_uint16_array: el = 2; break;
+    default: el = 1; break;
+  }
+  *bytes = len * el;
+  return data;
+}
+
+void finalize_program(napi_env env, void* data, void*) {
+  Program* p = static_cast<Program*>(data);
+  for (napi_ref r : p->refs) napi_delete_reference(env, r);
+  delete p;
+}
+
+// compile(ints: Int32Array, floats: Float64Array, params: TypedArray[]) → external
+napi_value js_compile(napi_env env, napi_callback_info info) {
+  try {
+    size_t argc = 3;
+    napi_value argv[3];
+    NAPI(napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr));
+    size_t ni, nf;
+    const int32_t* I = typed_data<int32_t>(env, argv[0], &ni);
+    const double* Fl = typed_data<double>(env, argv[1], &nf);
+    size_t pos = 0;
+    auto next = [&]() -> int32_t {
+      if (pos >= ni) fail("CPU_INTERNAL", "program truncated");
+      return I[pos++];
+    };
+    auto p = std::make_unique<Program>();
+    const int version = next();
+    if (version != 1) fail("CPU_INTERNAL", "program version " + std::to_string(version));
+    p->nsym = next();
+    const int nexpr = next(), nval = next(), ninstr = next();
+    p->nslots = next();
+    p->ninputs = next();
+    p->noutputs = next();
+    const int nparams = next();
+    p->exprs.resize(static_cast<size_t>(nexpr));
+    for (auto& e : p->exprs) {
+      e.c = next();
+      const int nt = next();
+      e.terms.resize(static_cast<size_t>(nt));
+      for (auto& t : e.terms) {
+        t.coef = next();
+        const int nv = next();
+        for (int j = 0; j < nv; j++) t.vars.push_back(next());
+      }
+    }
+    p->vals.resize(static_cast<size_t>(nval));
+    for (auto& v : p->vals) {
+      v.dtype = next();
+      const int rank = next();
+      for (int d = 0; d < rank; d++) v.dims.push_back(next());
+      v.storage = next();
+      v.index = next();
+    }
+    p->output_vals.assign(static_cast<size_t>(p->noutputs), -1);
+    for (int v = 0; v < nval; v++)
+      if (p->vals[v].storage == ST_OUTPUT) p->output_vals[static_cast<size_t>(p->vals[v].index)] = v;
+    // Params: pin the typed arrays.
+    uint32_t plen;
+    NAPI(napi_get_array_length(env, argv[2], &plen));
+    if (static_cast<int>(plen) != nparams) fail("CPU_INTERNAL", "param count");
+    p->params.resize(plen);
+    p->param_bytes.resize(plen);
+    for (uint32_t j = 0; j < plen; j++) {
+      napi_value e;
+      NAPI(napi_get_element(env, argv[2], j, &e));
+      size_t bytes;
+      p->params[j] = any_typed_data(env, e, &bytes);
+      p->param_bytes[j] = bytes;
+      napi_ref r;
+      NAPI(napi_create_reference(env, e, 1, &r));
+      p->refs.push_back(r);
+    }
+    p->code.resize(static_cast<size_t>(ninstr));
+    for (auto& in : p->code) {
+      in.op = next();
+      const int na = next();
+      for (int j = 0; j < na; j++) in.a.push_back(next());
+      const int nr = next();
+      for (int j = 0; j < nr; j++) in.r.push_back(next());
+      const int nint = next();
+      for (int j = 0; j < nint; j++) in.i.push_back(next());
+      const int nfl = next();
+      for (int j = 0; j < nfl; j++) {
+        const int at = next();
+        if (at < 0 || static_cast<size_t>(at) >= nf) fail("CPU_INTERNAL", "float index");
+        in.f.push_back(Fl[at]);
+      }
+      if (in.op == OP_QLINEAR) {
+        // a = [x, qweight, scales, zeroPoints?] (params); i = [bias value or −1, bits, blockSize, inFeatures, out]
+        auto param_of = [&](int v) -> const void* {
+          if (p->vals[v].storage != ST_PARAM) fail("RT_UNSUPPORTED", "quantizedLinear needs its codes and scales as parameters (prepare-time data)");
+          return p->params[static_cast<size_t>(p->vals[v].index)];
+        };
+        const uint8_t* q = static_cast<const uint8_t*>(param_of(in.a[1]));
+        const float* s = static_cast<const float*>(param_of(in.a[2]));
+        const uint8_t* z = in.a.size() > 3 ? static_cast<const uint8_t*>(param_of(in.a[3])) : nullptr;
+        in.pack = shared_pack(q, s, z, in.i[4], in.i[3], static_cast<int>(in.i[1]), in.i[2]);
+        p->packed_bytes += in.pack->bytes();
+        in.a.resize(1);
+      }
+    }
+    if (pos != ni) fail("CPU_INTERNAL", "program has trailing data");
+    napi_value ext;
+    Program* raw = p.release();
+    NAPI(napi_create_external(env, raw, finalize_program, nullptr, &ext));
+    return ext;
+  } catch (const Fail& f) {
+    throw_js(env, f);
+    return nullptr;
+  } catch (const std::exception& e) {
+    napi_throw_error(env, "CPU_INTERNAL", e.what());
+    return nullptr;
+  }
+}
+
+struct RunWork {
+  Program* prog = nullptr;
+  Run run;
+  explicit RunWork(Program& p) : prog(&p), run(p) {}
+  napi_async_work work = nullptr;
+  napi_deferred deferred = nullptr;
+  std::vector<napi_ref> pins;
+  napi_ref outs_ref = nullptr;
+  bool failed = false;
+  std::string code, msg;
+};
+
+#ifdef SML_PROFILE
+struct Prof {
+  double t[32] = {};
+  long n[32] = {};
+  ~Prof() {
+    for (int i = 0; i < 32; i++)
+      if (n[i] > 0) std::fprintf(stderr, "op %2d: %10ld calls %10.1f ms %8.2f us/call\n", i, n[i], t[i] * 1e3, t[i] * 1e6 / static_cast<double>(n[i]));
+  }
+} g_prof;
+#endif
+
+void run_execute(napi_env, void* data) {
+  RunWork* w = static_cast<RunWork*>(data);
+  try {
+    std::lock_guard<std::mutex> lk(g_run_mutex);
+    place(*w->prog, w->run);
+#ifdef SML_PROFILE
+    for (const Instr& in : w->prog->code) {
+      const auto t0 = std::chrono::steady_clock::now();
+      exec(w->run, in);
+      g_prof.t[in.op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      g_prof.n[in.op]++;
+    }
+#else
+    for (const Instr& in : w->prog->code) exec(w->run, in);
+#endif
+  } catch (const Fail& f) {
+    w->failed = true;
+    w->code = f.code;
+    w->msg = f.what();
+  } catch (const std::exception& e) {
+    w->failed = true;
+    w->code = "CPU_INTERNAL";
+    w->msg = e.what();
+  }
+}
+
+void run_complete(napi_env env, napi_status, void* data) {
+  RunWork* w = static_cast<RunWork*>(data);
+  napi_value outs;
+  napi_get_reference_value(env, w->outs_ref, &outs);
+  if (w->failed) {
+    napi_value code, msg, err;
+    napi_create_string_utf8(env, w->code.c_str(), NAPI_AUTO_LENGTH, &code);
+    napi_create_string_utf8(env, w->msg.c_str(), NAPI_AUTO_LENGTH, &msg);
+    napi_create_error(env, code, msg, &err);
+    napi_reject_deferred(env, w->deferred, err);
+  } else napi_resolve_deferred(env, w->deferred, outs);
+  for (napi_ref r : w->pins) napi_delete_reference(env, r);
+  napi_delete_reference(env, w->outs_ref);
+  napi_delete_async_work(env, w->work);
+  delete w;
+}
+
+// run(program, symbols: Float64Array, inputs: TypedArray[]) → Promise<[ArrayBuffer[], Float64Array shapes]>
+napi_value js_run(napi_env env, napi_callback_info info) {
+  RunWork* w = nullptr;
+  try {
+    size_t argc = 3;
+    napi_value argv[3];
+    NAPI(napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr));
+    void* raw;
+    NAPI(napi_get_value_external(env, argv[0], &raw));
+    Program& p = *static_cast<Program*>(raw);
+    size_t ns;
+    const double* syms = typed_data<double>(env, argv[1], &ns);
+    if (static_cast<int>(ns) != p.nsym) fail("CPU_INTERNAL", "symbol count");
+    w = new RunWork(p);
+    Run& run = w->run;
+    bind_shapes(p, run, syms);
+    run.ptr.assign(p.vals.size(), nullptr);
+    napi_ref pr;
+    NAPI(napi_create_reference(env, argv[0], 1, &pr));
+    w->pins.push_back(pr);
+    uint32_t nin;
+    NAPI(napi_get_array_length(env, argv[2], &nin));
+    if (static_cast<int>(nin) != p.ninputs) fail("CPU_INTERNAL", "input count");
+    std::vector<void*> inptr(nin);
+    std::vector<size_t> inbytes(nin);
+    for (uint32_t j = 0; j < nin; j++) {
+      napi_value e;
+      NAPI(napi_get_element(env, argv[2], j, &e));
+      inptr[j] = any_typed_data(env, e, &inbytes[j]);
+      napi_ref r;
+      NAPI(napi_create_reference(env, e, 1, &r));
+      w->pins.push_back(r);
+    }
+    napi_value outs, bufs, shapes;
+    NAPI(napi_create_array_with_length(env, 2, &outs));
+    NAPI(napi_create_array_with_length(env, static_cast<size_t>(p.noutputs), &bufs));
+    std::vector<double> shape_flat;
+    for (size_t v = 0; v < p.vals.size(); v++) {
+      const Val& val = p.vals[v];
+      const size_t bytes = dtype_bytes(val.dtype) * static_cast<size_t>(numel(run.shapes[v]));
+      if (val.storage == ST_INPUT) {
+        if (inbytes[static_cast<size_t>(val.index)] < bytes)
+          fail("RT_BAD_VALUE", "input " + std::to_string(val.index) + " holds " + std::to_string(inbytes[static_cast<size_t>(val.index)]) + " bytes, its shape " + shape_str(run.shapes[v]) + " needs " + std::to_string(bytes));
+        run.ptr[v] = inptr[static_cast<size_t>(val.index)];
+      } else if (val.storage == ST_PARAM) {
+        if (p.param_bytes[static_cast<size_t>(val.index)] < bytes) fail("RT_BAD_VALUE", "a parameter is smaller than its shape " + shape_str(run.shapes[v]));
+        run.ptr[v] = p.params[static_cast<size_t>(val.index)];
+      }
+    }
+    for (int o = 0; o < p.noutputs; o++) {
+      const int v = p.output_vals[static_cast<size_t>(o)];
+      const size_t bytes = dtype_bytes(p.vals[v].dtype) * static_cast<size_t>(numel(run.shapes[v]));
+      void* data;
+      napi_value ab;
+      NAPI(napi_create_arraybuffer(env, std::max<size_t>(bytes, 1), &data, &ab));
+      run.ptr[v] = data;
+      NAPI(napi_set_element(env, bufs, static_cast<uint32_t>(o), ab));
+      shape_flat.push_back(static_cast<double>(run.shapes[v].size()));
+      for (i64 d : run.shapes[v]) shape_flat.push_back(static_cast<double>(d));
+    }
+    {
+      void* sd;
+      napi_value sab;
+      NAPI(napi_create_arraybuffer(env, shape_flat.size() * 8, &sd, &sab));
+      if (!shape_flat.empty()) std::memcpy(sd, shape_flat.data(), shape_flat.size() * 8);
+      NAPI(napi_create_typedarray(env, napi_float64_array, shape_flat.size(), sab, 0, &shapes));
+    }
+    NAPI(napi_set_element(env, outs, 0, bufs));
+    NAPI(napi_set_element(env, outs, 1, shapes));
+    NAPI(napi_create_reference(env, outs, 1, &w->outs_ref));
+    napi_value promise, name;
+    NAPI(napi_create_promise(env, &w->deferred, &promise));
+    NAPI(napi_create_string_utf8(env, "stageml-cpu-run", NAPI_AUTO_LENGTH, &name));
+    NAPI(napi_create_async_work(env, nullptr, name, run_execute, run_complete, w, &w->work));
+    NAPI(napi_queue_async_work(env, w->work));
+    return promise;
+  } catch (const Fail& f) {
+    if (w != nullptr) {
+      for (napi_ref r : w->pins) napi_delete_reference(env, r);
+      if (w->outs_ref != nullptr) napi_delete_reference(env, w->outs_ref);
+      delete w;
+    }
+    throw_js(env, f);
+    return nullptr;
+  }
+}
+
+// threads(n): resizes the pool (between runs only).
+napi_value js_threads(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr);
+  int32_t n = 1;
+  napi_get_value_int32(env, argv[0], &n);
+  std::lock_guard<std::mutex> lk(g_run_mutex);
+  if (!g_pool || g_pool->size() != n) {
+    g_pool.reset();
+    g_pool = std::make_unique<Pool>(std::max(1, std::min(n, 256)));
+  }
+  napi_value r;
+  napi_create_int32(env, g_pool->size(), &r);
+  return r;
+}
+
+// info(program) → { packedBytes }
+napi_value js_info(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr);
+  void* raw;
+  if (napi_get_value_external(env, argv[0], &raw) != napi_ok) return nullptr;
+  napi_value o, v;
+  napi_create_object(env, &o);
+  napi_create_double(env, static_cast<double>(static_cast<Program*>(raw)->packed_bytes), &v);
+  napi_set_named_property(env, o, "packedBytes", v);
+  napi_value isa;
+#if defined(SML_VNNI)
+  napi_create_string_utf8(env, "avx512-vnni", NAPI_AUTO_LENGTH, &isa);
+#elif defined(SML_AVX512)
+  napi_create_string_utf8(env, "avx512", NAPI_AUTO_LENGTH, &isa);
+#else
+  napi_create_string_utf8(env, "generic", NAPI_AUTO_LENGTH, &isa);
+#endif
+  napi_set_named_property(env, o, "isa", isa);
+  return o;
+}
+
+napi_value init(napi_env env, napi_value exports) {
+  napi_property_descriptor props[] = {
+      {"compile", nullptr, js_compile, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"run", nullptr, js_run, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"threads", nullptr, js_threads, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"info", nullptr, js_info, nullptr, nullptr, nullptr, napi_default, nullptr},
+  };
+  napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
+  return exports;
+}
+
+}  // namespace
+
+NAPI_MODULE(stageml_cpu, init)

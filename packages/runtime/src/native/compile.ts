@@ -1,0 +1,407 @@
+import { type Dim, type DType, type Graph, type HostTensor, type OpNode, type ValueId, allocData, dimSymbols, dimToString, graphInputs, normalizeAxis, rounderFor, typeToString } from '@stageml/ir';
+import { RuntimeCode, RuntimeError } from '../errors.js';
+
+/** Instruction codes shared with native/cpu/stageml_cpu.cpp (`enum Op`). */
+const OP = {
+  COPY: 0,
+  TRANSPOSE: 1,
+  CAST: 2,
+  BINARY: 3,
+  UNARY: 4,
+  CONCAT: 5,
+  GATHER: 6,
+  SLICE: 7,
+  RMSNORM: 8,
+  LINEAR: 9,
+  MATMUL: 10,
+  QLINEAR: 11,
+  ROTARY: 12,
+  ATTENTION: 13,
+  SOFTMAX: 14,
+  RESHAPE: 15,
+  GATHER_VIEW: 16,
+  BROADCAST: 17,
+  LAYERNORM: 18,
+  WHERE: 19,
+  ATTENTION_KV: 20,
+} as const;
+
+const BINARY: Partial<Record<string, number>> = { add: 0, sub: 1, mul: 2, div: 3, maximum: 4, minimum: 5, pow: 6 };
+const UNARY: Partial<Record<string, number>> = { neg: 0, abs: 1, exp: 2, log: 3, sqrt: 4, rsqrt: 5, tanh: 6, sigmoid: 7, silu: 8, sin: 9, cos: 10, gelu: 11 };
+const GELU_TANH = 12;
+const DTYPE_CODE: Partial<Record<DType, number>> = { f32: 0, i64: 1, u8: 2, bool: 3, i32: 4 };
+const ST = { SLOT: 0, INPUT: 1, PARAM: 2, VIEW: 3, OUTPUT: 4 } as const;
+
+/** A graph encoded for the native runner. */
+export interface NativeProgram {
+  readonly ints: Int32Array;
+  readonly floats: Float64Array;
+  /** Parameter data in program order (pinned by the native side). */
+  readonly params: HostTensor['data'][];
+  /** Graph input names in program input order. */
+  readonly inputs: readonly string[];
+  /** Graph outputs in program output order. */
+  readonly outputs: readonly { readonly name: string; readonly dtype: DType }[];
+  /** Symbol names in the order the runner takes their values. */
+  readonly symbols: readonly string[];
+  /** Instructions and slots, for reports. */
+  readonly stats: { readonly instructions: number; readonly slots: number; readonly views: number };
+}
+
+interface Instr {
+  op: number;
+  a: number[];
+  r: number[];
+  i: number[];
+  f: number[];
+}
+
+function unsupported(graph: Graph, what: string): never {
+  throw new RuntimeError(RuntimeCode.UNSUPPORTED_OP, `cpu-native cannot run @${graph.name}: ${what}`, { hint: 'run this graph on onnxruntime or the interpreter' });
+}
+
+/**
+ * Encodes `graph` for the native runner: symbolic shapes as integer polynomials over the graph's
+ * symbols, reshapes and scalar-index gathers as views, a gather feeding only batched matmuls folded
+ * into them (the matmul reads the table rows in place), intermediates in liveness-shared slots
+ * (sized per run), every output copied into its own buffer. `params` holds each parameter's data.
+ * Errors: an op, dtype or attribute the runner lacks is `RT_UNSUPPORTED_OP` naming it.
+ */
+export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTensor>): NativeProgram {
+  const values = graph.values;
+  const producer = new Map<ValueId, OpNode>();
+  const users = new Map<ValueId, OpNode[]>();
+  for (const n of graph.nodes) {
+    if (n.kind !== 'op') continue;
+    for (const r of n.results) producer.set(r, n);
+    for (const o of n.operands) {
+      let u = users.get(o);
+      if (u === undefined) users.set(o, (u = []));
+      u.push(n);
+    }
+  }
+  const outputsOf = new Map<ValueId, number>();
+  graph.outputs.forEach((o) => outputsOf.set(o.value, (outputsOf.get(o.value) ?? 0) + 1));
+
+  // Symbols and dimension expressions.
+  const symbols: string[] = [];
+  const symIndex = new Map<string, number>();
+  const exprKey = new Map<string, number>();
+  const exprInts: number[] = [];
+  let nexpr = 0;
+  const exprOf = (d: Dim): number => {
+    const key = dimToString(d);
+    const hit = exprKey.get(key);
+    if (hit !== undefined) return hit;
+    for (const s of dimSymbols(d)) {
+      if (!symIndex.has(s)) {
+        symIndex.set(s, symbols.length);
+        symbols.push(s);
+      }
+    }
+    if (typeof d === 'number') exprInts.push(d, 0);
+    else {
+      exprInts.push(d.constant, d.terms.length);
+      for (const t of d.terms) exprInts.push(t.coef, t.vars.length, ...t.vars.map((v) => symIndex.get(v)!));
+    }
+    exprKey.set(key, nexpr);
+    return nexpr++;
+  };
+  for (const d of [...values.flatMap((v) => v.type.shape)]) {
+    if (typeof d === 'number' && (!Number.isSafeInteger(d) || d > 0x7fffffff)) unsupported(graph, `dimension ${String(d)} is beyond 32 bits`);
+  }
+
+  // Value table: graph values first, then one output buffer per graph output.
+  interface V {
+    dtype: number;
+    dims: number[];
+    storage: number;
+    index: number;
+  }
+  const table: V[] = values.map((v) => {
+    const code = DTYPE_CODE[v.type.dtype];
+    if (code === undefined) unsupported(graph, `value %${v.name} is ${typeToString(v.type)} (cpu-native runs f32, i64, i32, u8 and bool values)`);
+    return { dtype: code, dims: v.type.shape.map(exprOf), storage: ST.SLOT, index: -1 };
+  });
+  const inputs = graphInputs(graph).map((n) => n.name);
+  const paramData: HostTensor['data'][] = [];
+  for (const n of graph.nodes) {
+    if (n.kind === 'input') {
+      const v = table[n.results[0]!]!;
+      v.storage = ST.INPUT;
+      v.index = inputs.indexOf(n.name);
+    } else if (n.kind === 'param') {
+      const t = params.get(n.name);
+      if (t === undefined) throw new RuntimeError(RuntimeCode.MISSING_WEIGHT, `parameter '${n.name}' has no data`);
+      const v = table[n.results[0]!]!;
+      v.storage = ST.PARAM;
+      v.index = paramData.length;
+      paramData.push(t.data);
+    }
+  }
+
+  const code: Instr[] = [];
+  const floats: number[] = [];
+  const fl = (x: number): number => (floats.push(x), floats.length - 1);
+  const dtypeOf = (v: ValueId): DType => values[v]!.type.dtype;
+  const shapeOf = (v: ValueId): readonly Dim[] => values[v]!.type.shape;
+  const need = (n: OpNode, ok: boolean, what: string): void => {
+    if (!ok) unsupported(graph, `${n.op} (%${values[n.results[0]!]!.name}) ${what}`);
+  };
+  const allF32 = (n: OpNode): void => {
+    need(n, [...n.operands, ...n.results].every((v) => dtypeOf(v) === 'f32'), 'needs f32 operands');
+  };
+
+  // A gather (axis 0, 1-D index, rank-3 table) used only as a matmul's rhs is folded into it.
+  const folded = new Set<OpNode>();
+  const foldable = (g: OpNode | undefined): g is OpNode =>
+    g?.op === 'gather' && normalizeAxis(Number(g.attrs['axis'] ?? 0), shapeOf(g.operands[0]!).length) === 0 && shapeOf(g.operands[1]!).length === 1 && shapeOf(g.operands[0]!).length === 3 && dtypeOf(g.operands[0]!) === 'f32';
+  for (const n of graph.nodes) {
+    if (n.kind !== 'op' || n.op !== 'gather' || !foldable(n)) continue;
+    const r = n.results[0]!;
+    const us = users.get(r) ?? [];
+    if (us.length > 0 && (outputsOf.get(r) ?? 0) === 0 && us.every((u) => u.op === 'matmul' && u.operands[1] === r && u.operands[0] !== r && shapeOf(u.operands[0]!).length === 3)) folded.add(n);
+  }
+
+  // attention(q, concat(k₀, k₁), concat(v₀, v₁)) over [B, H, S, D] reads each segment in place; a
+  // segment that is transpose(x, [0, 2, 1, 3]) is read from x ([B, S, H, D], the cache inputs).
+  const segment = (v: ValueId): { value: ValueId; layout: number } => {
+    const t = producer.get(v);
+    if (t?.op !== 'transpose' || (t.attrs['perm'] as readonly number[]).join(',') !== '0,2,1,3' || dtypeOf(t.operands[0]!) !== 'f32') return { value: v, layout: 0 };
+    return { value: t.operands[0]!, layout: 1 };
+  };
+  const kvConcat = (v: ValueId): OpNode | undefined => {
+    const c = producer.get(v);
+    if (c?.op !== 'concat' || c.operands.length !== 2 || shapeOf(v).length !== 4) return undefined;
+    if (normalizeAxis(Number(c.attrs['axis']), 4) !== 2 || (outputsOf.get(v) ?? 0) > 0) return undefined;
+    return (users.get(v) ?? []).every((u) => u.op === 'attention') ? c : undefined;
+  };
+
+  const constant = (n: OpNode): void => {
+    const r = n.results[0]!;
+    const dtype = dtypeOf(r);
+    const shape = shapeOf(r) as number[];
+    const count = shape.reduce((a, b) => a * b, 1);
+    const value = n.attrs['value'] as readonly number[];
+    const data = allocData(dtype, count);
+    const round = rounderFor(dtype);
+    for (let i = 0; i < count; i++) data[i] = round(value.length === 1 ? value[0]! : value[i]!);
+    const v = table[r]!;
+    v.storage = ST.PARAM;
+    v.index = paramData.length;
+    paramData.push(data);
+  };
+
+  for (const n of graph.nodes) {
+    if (n.kind !== 'op') continue;
+    const a = [...n.operands];
+    const r = [...n.results];
+    const x0 = a[0]!;
+    const y0 = r[0]!;
+    const at = n.attrs;
+    const emit = (op: number, i: number[] = [], f: number[] = [], operands = a): void => void code.push({ op, a: operands, r, i, f });
+    const bin = BINARY[n.op];
+    const un = UNARY[n.op];
+    if (bin !== undefined) {
+      const dt = dtypeOf(y0);
+      need(n, (dt === 'f32' || dt === 'i64' || dt === 'i32' || dt === 'u8') && a.every((v) => dtypeOf(v) === dt), 'runs on f32, i64, i32 or u8 operands of one dtype');
+      emit(OP.BINARY, [bin]);
+      continue;
+    }
+    if (un !== undefined) {
+      const dt = dtypeOf(y0);
+      need(n, dt === 'f32' || ((dt === 'i64' || dt === 'i32') && (n.op === 'neg' || n.op === 'abs')), 'runs on f32 (neg, abs also on i64 and i32)');
+      emit(OP.UNARY, [n.op === 'gelu' && at['approximate'] === 'tanh' ? GELU_TANH : un]);
+      continue;
+    }
+    // eslint-disable-next-line @typescript-eslint/switch-exhaustiveness-check -- the elementwise ops are handled above; the rest is refused by name in `default`
+    switch (n.op) {
+      case 'constant':
+        constant(n);
+        break;
+      case 'reshape':
+        table[y0]!.storage = ST.VIEW;
+        table[y0]!.index = x0;
+        emit(OP.RESHAPE);
+        break;
+      case 'transpose': {
+        const perm = (at['perm'] as readonly number[]).map((p) => normalizeAxis(p, shapeOf(x0).length));
+        emit(OP.TRANSPOSE, perm);
+        break;
+      }
+      case 'broadcastTo':
+        emit(OP.BROADCAST);
+        break;
+      case 'cast':
+        emit(OP.CAST);
+        break;
+      case 'concat':
+        need(n, a.length > 0, 'needs operands');
+        emit(OP.CONCAT, [normalizeAxis(Number(at['axis']), shapeOf(y0).length)]);
+        break;
+      case 'gather': {
+        if (folded.has(n)) break;
+        const axis = normalizeAxis(Number(at['axis'] ?? 0), shapeOf(x0).length);
+        if (axis === 0 && shapeOf(a[1]!).length === 0) {
+          table[y0]!.storage = ST.VIEW;
+          table[y0]!.index = x0;
+          emit(OP.GATHER_VIEW);
+        } else emit(OP.GATHER, [axis]);
+        break;
+      }
+      case 'slice': {
+        const axis = normalizeAxis(Number(at['axis']), shapeOf(x0).length);
+        const end = at['end'] as Dim | undefined;
+        emit(OP.SLICE, [axis, exprOf((at['start'] as Dim | undefined) ?? 0), end === undefined ? 0 : 1, end === undefined ? 0 : exprOf(end), Number(at['step'] ?? 1)]);
+        break;
+      }
+      case 'rmsNorm':
+      case 'layerNorm':
+        allF32(n);
+        emit(n.op === 'rmsNorm' ? OP.RMSNORM : OP.LAYERNORM, [a[1] ?? -1, a[2] ?? -1], [fl(Number(at['eps'] ?? (n.op === 'rmsNorm' ? 1e-6 : 1e-5)))]);
+        break;
+      case 'softmax':
+        allF32(n);
+        emit(OP.SOFTMAX, [normalizeAxis(Number(at['axis'] ?? -1), shapeOf(x0).length)]);
+        break;
+      case 'where':
+        need(n, dtypeOf(x0) === 'bool', 'needs a bool condition');
+        emit(OP.WHERE);
+        break;
+      case 'linear':
+        allF32(n);
+        emit(OP.LINEAR);
+        break;
+      case 'matmul': {
+        const dt = dtypeOf(y0);
+        need(n, (dt === 'f32' || dt === 'i64' || dt === 'i32') && a.every((v) => dtypeOf(v) === dt), 'runs on f32, i64 or i32 operands of one dtype');
+        const ta = at['transposeA'] === true ? 1 : 0;
+        const tb = at['transposeB'] === true ? 1 : 0;
+        const g = producer.get(a[1]!);
+        if (g !== undefined && folded.has(g) && dt === 'f32') emit(OP.MATMUL, [ta, tb], [], [a[0]!, g.operands[0]!, g.operands[1]!]);
+        else emit(OP.MATMUL, [ta, tb]);
+        break;
+      }
+      case 'quantizedLinear': {
+        need(n, dtypeOf(x0) === 'f32', 'needs f32 activations');
+        const out = shapeOf(a[1]!)[0];
+        need(n, typeof out === 'number', 'needs a static output size');
+        need(n, a.slice(1).every((v) => table[v]!.storage === ST.PARAM), 'needs its codes, scales and zero points as parameters');
+        emit(OP.QLINEAR, [-1, Number(at['bits'] ?? 8), Number(at['blockSize']), Number(at['inFeatures']), out as number]);
+        break;
+      }
+      case 'rotary':
+        allF32(n);
+        emit(OP.ROTARY, [at['interleaved'] === true ? 1 : 0]);
+        break;
+      case 'attention': {
+        need(n, a.slice(0, 3).every((v) => dtypeOf(v) === 'f32') && dtypeOf(y0) === 'f32', 'needs f32 q, k, v');
+        need(n, a[3] === undefined || dtypeOf(a[3]) === 'f32' || dtypeOf(a[3]) === 'bool', 'needs an f32 or bool mask');
+        const scale = at['scale'] as number | undefined;
+        const flags = [at['causal'] === true ? 1 : 0, scale === undefined ? 0 : 1];
+        const sc = scale === undefined ? [] : [fl(scale)];
+        const kc = kvConcat(a[1]!);
+        const vc = kvConcat(a[2]!);
+        if (kc !== undefined && vc !== undefined && shapeOf(x0).length === 4) {
+          const segs = [...kc.operands, ...vc.operands].map(segment);
+          emit(OP.ATTENTION_KV, [...flags, ...segs.map((g) => g.layout)], sc, [x0, ...segs.map((g) => g.value), ...a.slice(3)]);
+        } else emit(OP.ATTENTION, flags, sc);
+        break;
+      }
+      default:
+        unsupported(graph, `op ${n.op} (%${values[y0]!.name}) is not in the native runner`);
+    }
+  }
+
+  // Outputs: each copied into its own buffer.
+  const outputs = graph.outputs.map((o, k) => {
+    const src = table[o.value]!;
+    const id = table.length;
+    table.push({ dtype: src.dtype, dims: src.dims, storage: ST.OUTPUT, index: k });
+    code.push({ op: OP.COPY, a: [o.value], r: [id], i: [], f: [] });
+    return { name: o.name, dtype: dtypeOf(o.value) };
+  });
+
+  // Dead code: instructions none of whose results is read (the transposes and concatenations the
+  // fused attention reads around) are dropped.
+  {
+    const live = new Set<number>(code.filter((c) => c.op === OP.COPY && table[c.r[0]!]!.storage === ST.OUTPUT).flatMap((c) => c.r));
+    const keep = new Array<boolean>(code.length).fill(false);
+    for (let k = code.length - 1; k >= 0; k--) {
+      const ins = code[k]!;
+      if (!ins.r.some((v) => live.has(v))) continue;
+      keep[k] = true;
+      for (const v of ins.a) live.add(v);
+    }
+    const kept = code.filter((_, k) => keep[k]);
+    code.length = 0;
+    code.push(...kept);
+  }
+
+  // Liveness over instructions; views extend their root's lifetime.
+  const rootOf = (v: number): number => {
+    let x = v;
+    while (table[x]!.storage === ST.VIEW) x = table[x]!.index;
+    return x;
+  };
+  const lastUse = new Array<number>(table.length).fill(-1);
+  code.forEach((ins, k) => {
+    for (const v of ins.a) lastUse[rootOf(v)] = Math.max(lastUse[rootOf(v)]!, k);
+    for (const v of ins.r) lastUse[rootOf(v)] = Math.max(lastUse[rootOf(v)]!, k);
+  });
+  // Slots: a freed slot is reused first by a value of the same size expression.
+  const sizeKey = (v: number): string => `${String(table[v]!.dtype)}:${table[v]!.dims.join(',')}`;
+  const free = new Map<string, number[]>();
+  const anyFree: number[] = [];
+  let slots = 0;
+  const slotSizes = new Map<number, string>();
+  const freedAt = new Map<number, number[]>();
+  code.forEach((ins, k) => {
+    for (const v of ins.r) {
+      const t = table[v]!;
+      if (t.storage !== ST.SLOT || t.index >= 0) continue;
+      const key = sizeKey(v);
+      let s = free.get(key)?.pop();
+      if (s !== undefined) anyFree.splice(anyFree.indexOf(s), 1);
+      else {
+        s = anyFree.shift();
+        if (s !== undefined) {
+          const list = free.get(slotSizes.get(s)!);
+          list?.splice(list.indexOf(s), 1);
+        }
+      }
+      s ??= slots++;
+      t.index = s;
+      slotSizes.set(s, key);
+      const end = Math.max(lastUse[v]!, k);
+      let l = freedAt.get(end);
+      if (l === undefined) freedAt.set(end, (l = []));
+      l.push(s);
+    }
+    for (const s of freedAt.get(k) ?? []) {
+      const key = slotSizes.get(s)!;
+      let l = free.get(key);
+      if (l === undefined) free.set(key, (l = []));
+      l.push(s);
+      anyFree.push(s);
+    }
+  });
+  // Values never produced by an instruction nor stored elsewhere (dead, unreachable) get a slot
+  // of their own so every value has storage.
+  for (const t of table) if (t.storage === ST.SLOT && t.index < 0) t.index = slots++;
+
+  const ints: number[] = [1, symbols.length, nexpr, table.length, code.length, slots, inputs.length, outputs.length, paramData.length];
+  ints.push(...exprInts);
+  for (const t of table) ints.push(t.dtype, t.dims.length, ...t.dims, t.storage, t.index);
+  for (const ins of code) ints.push(ins.op, ins.a.length, ...ins.a, ins.r.length, ...ins.r, ins.i.length, ...ins.i, ins.f.length, ...ins.f);
+  for (const x of ints) if (!Number.isSafeInteger(x) || x > 0x7fffffff || x < -0x80000000) unsupported(graph, `a constant ${String(x)} is beyond 32 bits`);
+  return {
+    ints: Int32Array.from(ints),
+    floats: Float64Array.from(floats),
+    params: paramData,
+    inputs,
+    outputs,
+    symbols,
+    stats: { instructions: code.length, slots, views: table.filter((t) => t.storage === ST.VIEW).length },
+  };
+}

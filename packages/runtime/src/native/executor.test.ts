@@ -1,0 +1,185 @@
+// The native runner's own paths against the interpreter: the tiled kernels at the shapes where
+// their edge cases live (K chunks, row and column tails, every activation-tile height), the
+// quantized tiles within the activation-rounding bound, the folds (gathered matmul, gather views,
+// attention over the cache inputs), symbolic shapes, concurrent runs and the errors.
+import { GraphBuilder, type HostTensor, dequantizeWeight, interpret, quantizeWeight, seededRandom } from '@stageml/ir';
+import { expectMatchesInterpreter } from '@stageml/testkit';
+import { describe, expect, test } from 'vitest';
+
+import { conformanceCase as c, t } from '../tfjs/conformance/case.js';
+import { createCpuNativeExecutor, encodeProgram } from './index.js';
+
+const executor = createCpuNativeExecutor({ threads: 2 });
+const F32 = { rtol: 2e-5, atol: 2e-5 };
+
+function rand(n: number, seed: number, scale = 1): Float32Array {
+  const r = seededRandom(seed);
+  return Float32Array.from({ length: n }, () => (r() * 2 - 1) * scale);
+}
+
+describe('cpu-native kernels', () => {
+  test('reports what it runs on', () => {
+    expect(executor.name).toBe('cpu-native');
+    expect(['avx512-vnni', 'avx512', 'generic']).toContain(executor.isa);
+    expect(executor.threads).toBe(2);
+  });
+
+  test.each([
+    [1, 7, 1],
+    [2, 600, 5],
+    [6, 33, 4],
+    [7, 1100, 18],
+    [13, 520, 9],
+  ])('f32 linear: %i rows, %i inputs, %i outputs', async (m, k, n) => {
+    await expectMatchesInterpreter(executor, c(`linear ${String(m)}x${String(k)}x${String(n)}`, [t('f32', ['m', k], { dims: [m, k] }), t('f32', [n, k], { param: true }), t('f32', [n])], (b, [x, w, bias]) => b.linear(x!, w!, bias), { tol: F32 }));
+  });
+
+  test('f32 matmul: batched with broadcasting, both transposes, symbolic rows', async () => {
+    await expectMatchesInterpreter(executor, c('matmul nt', [t('f32', [3, 'm', 70], { dims: [3, 5, 70] }), t('f32', [3, 20, 70])], (b, [x, w]) => b.matmul(x!, w!, { transposeB: true }), { tol: F32 }));
+    await expectMatchesInterpreter(executor, c('matmul nn', [t('f32', [2, 1, 4, 17]), t('f32', [3, 17, 90])], (b, [x, w]) => b.matmul(x!, w!), { tol: F32 }));
+    await expectMatchesInterpreter(executor, c('matmul tt', [t('f32', [9, 4]), t('f32', [6, 9])], (b, [x, w]) => b.matmul(x!, w!, { transposeA: true, transposeB: true }), { tol: F32 }));
+  });
+
+  const quantCases: [bits: 4 | 8, block: number, inF: number, out: number, symmetric: boolean][] = [
+    [4, 32, 96, 16, true],
+    [4, 32, 100, 37, false],
+    [8, 32, 64, 20, true],
+    [8, 64, 192, 33, false],
+    [4, 128, 256, 17, true],
+    [8, 96, 96, 5, true],
+  ];
+  test.each(quantCases)('quantized tiles: int%i, blocks of %i, %i inputs, %i outputs (symmetric %s), within the activation-rounding bound', async (bits, block, inF, out, symmetric) => {
+    const w = rand(out * inF, inF * 7 + out);
+    const p = quantizeWeight(w, out, inF, { bits, blockSize: block, symmetric });
+    const deq = dequantizeWeight(p.qweight, p.scales, p.zeroPoints, bits, block, inF);
+    const b = new GraphBuilder('q');
+    const x = b.input('x', ['f32', ['m', inF]]);
+    const z = p.zeroPoints === undefined ? undefined : b.param('z', ['u8', p.zeroPoints.shape]);
+    b.output('y', b.quantizedLinear(x, b.param('q', ['u8', p.qweight.shape]), b.param('s', ['f32', p.scales.shape]), z, p.attrs));
+    const g = b.build();
+    const params = { q: p.qweight, s: p.scales, ...(p.zeroPoints === undefined ? {} : { z: p.zeroPoints }) };
+    const prepared = await executor.prepare(g, params);
+    for (const m of [1, 3, 8, 13]) {
+      const xs: HostTensor = { dtype: 'f32', shape: [m, inF], data: rand(m * inF, m + bits, 2) };
+      const got = (await prepared.run({ x: xs }))['y']!;
+      const want = interpret(g, { inputs: { x: xs }, weights: params })['y']!;
+      expect(got.shape).toEqual([m, out]);
+      for (let r = 0; r < m; r++) {
+        // Activations rounded per 32 inputs to int8: |Δx_i| ≤ max|x_block| / 254.
+        for (let o = 0; o < out; o++) {
+          let bound = 0;
+          let mag = 0;
+          for (let b0 = 0; b0 < inF; b0 += 32) {
+            let amax = 0;
+            for (let i = b0; i < Math.min(inF, b0 + 32); i++) amax = Math.max(amax, Math.abs(xs.data[r * inF + i]!));
+            for (let i = b0; i < Math.min(inF, b0 + 32); i++) {
+              bound += (amax / 254) * Math.abs(deq[o * inF + i]!);
+              mag += Math.abs(xs.data[r * inF + i]! * deq[o * inF + i]!);
+            }
+          }
+          const err = Math.abs(got.data[r * out + o]! - want.data[r * out + o]!);
+          expect(err, `row ${String(r)} out ${String(o)}`).toBeLessThanOrEqual(bound * 1.0001 + 1e-5 * mag + 1e-6);
+        }
+      }
+    }
+    prepared.dispose();
+  });
+
+  test('quantized blocks that do not tile by 32 run exactly (dequantized weights)', async () => {
+    const p = quantizeWeight(rand(6 * 40, 3), 6, 40, { bits: 4, blockSize: 8, symmetric: false });
+    await expectMatchesInterpreter(
+      executor,
+      c('q g8', [t('f32', [3, 40]), t('u8', p.qweight.shape, { param: true, values: Array.from(p.qweight.data) }), t('f32', p.scales.shape, { param: true, values: Array.from(p.scales.data) }), t('u8', p.zeroPoints!.shape, { param: true, values: Array.from(p.zeroPoints!.data) })], (b, [x, q, s, z]) => b.quantizedLinear(x!, q!, s!, z, p.attrs), { tol: F32 }),
+    );
+  });
+
+  test('a slot-table gather feeding batched matmuls is read in place (no gather copy), and a scalar-index gather is a view', async () => {
+    const slots = 5;
+    const mk = (b: GraphBuilder) => {
+      const x = b.input('x', ['f32', ['batch', 'seq', 24]]);
+      const a = b.input('A', ['f32', [slots, 4, 24]]);
+      const bt = b.input('B', ['f32', [slots, 4, 30]]);
+      const idx = b.input('row_slot', ['i64', ['batch']]);
+      const one = b.input('one_slot', ['i64', []]);
+      const t1 = b.matmul(x, b.gather(a, idx), { transposeB: true });
+      const y = b.matmul(t1, b.gather(bt, idx));
+      const single = b.linear(x, b.gather(a, one));
+      b.output('y', y);
+      b.output('single', single);
+      return b.build();
+    };
+    const g = mk(new GraphBuilder('slots'));
+    const enc = encodeProgram(g, new Map());
+    // Two matmuls, one view, one linear, two output copies: no gather instruction left.
+    expect(enc.stats.instructions).toBe(6);
+    expect(enc.stats.views).toBe(1);
+    const inputs = {
+      x: { dtype: 'f32', shape: [3, 2, 24], data: rand(3 * 2 * 24, 1) },
+      A: { dtype: 'f32', shape: [slots, 4, 24], data: rand(slots * 4 * 24, 2) },
+      B: { dtype: 'f32', shape: [slots, 4, 30], data: rand(slots * 4 * 30, 3) },
+      row_slot: { dtype: 'i64', shape: [3], data: Float64Array.from([4, 0, 4]) },
+      one_slot: { dtype: 'i64', shape: [], data: Float64Array.from([2]) },
+    } as const satisfies Record<string, HostTensor>;
+    await expectMatchesInterpreter(executor, { name: 'slots', graph: g, inputs, weights: {}, compare: 'values', tol: F32 });
+    const prepared = await executor.prepare(g);
+    await expect(prepared.run({ ...inputs, row_slot: { dtype: 'i64', shape: [3], data: Float64Array.from([4, 5, 0]) } })).rejects.toMatchObject({ code: 'RT_BAD_VALUE', message: expect.stringContaining('out of range') as string });
+    await expect(prepared.run({ ...inputs, one_slot: { dtype: 'i64', shape: [], data: Float64Array.from([-1]) } })).rejects.toMatchObject({ code: 'RT_BAD_VALUE' });
+  });
+
+  test('attention over the cache inputs ([B, past, H, D], as the engine feeds them) reads them in place', async () => {
+    const b = new GraphBuilder('kv');
+    const q = b.input('q', ['f32', ['batch', 4, 'seq', 8]]);
+    const pk = b.input('past_key', ['f32', ['batch', 'past', 2, 8]]);
+    const pv = b.input('past_value', ['f32', ['batch', 'past', 2, 8]]);
+    const nk = b.input('k', ['f32', ['batch', 2, 'seq', 8]]);
+    const nv = b.input('v', ['f32', ['batch', 2, 'seq', 8]]);
+    const mask = b.input('mask', ['f32', ['batch', 1, 1, 'past + seq']]);
+    const k = b.concat([b.transpose(pk, [0, 2, 1, 3]), nk], 2);
+    const v = b.concat([b.transpose(pv, [0, 2, 1, 3]), nv], 2);
+    b.output('y', b.attention(q, k, v, { causal: true }, mask));
+    const g = b.build();
+    // One attention and one output copy: the transposes and concatenations are gone.
+    expect(encodeProgram(g, new Map()).stats.instructions).toBe(2);
+    for (const [batch, past, seq] of [[2, 5, 1], [1, 0, 3], [3, 7, 4]] as const) {
+      const maskData = new Float32Array(batch * (past + seq));
+      if (past > 0) maskData[0] = -3.4028234663852886e38;
+      const inputs: Record<string, HostTensor> = {
+        q: { dtype: 'f32', shape: [batch, 4, seq, 8], data: rand(batch * 4 * seq * 8, 11) },
+        past_key: { dtype: 'f32', shape: [batch, past, 2, 8], data: rand(batch * past * 16, 12) },
+        past_value: { dtype: 'f32', shape: [batch, past, 2, 8], data: rand(batch * past * 16, 13) },
+        k: { dtype: 'f32', shape: [batch, 2, seq, 8], data: rand(batch * 2 * seq * 8, 14) },
+        v: { dtype: 'f32', shape: [batch, 2, seq, 8], data: rand(batch * 2 * seq * 8, 15) },
+        mask: { dtype: 'f32', shape: [batch, 1, 1, past + seq], data: maskData },
+      };
+      await expectMatchesInterpreter(executor, { name: `kv ${String(batch)}/${String(past)}/${String(seq)}`, graph: g, inputs, weights: {}, compare: 'values', tol: { rtol: 1e-4, atol: 1e-5 } });
+    }
+  });
+
+  test('concurrent runs of one prepared graph give what each gives alone', async () => {
+    const cs = c('conc', [t('f32', ['m', 300], { dims: [4, 300] }), t('f32', [64, 300], { param: true })], (b, [x, w]) => b.silu(b.linear(x!, w!)));
+    const prepared = await executor.prepare(cs.graph, cs.weights);
+    const xs = [1, 2, 3, 4].map((m): Record<string, HostTensor> => ({ x0: { dtype: 'f32', shape: [m, 300], data: rand(m * 300, m) } }));
+    const alone: HostTensor[] = [];
+    for (const x of xs) alone.push((await prepared.run(x))['out']!);
+    const together = await Promise.all(xs.map((x) => prepared.run(x)));
+    together.forEach((r, i) => {
+      expect(Array.from(r['out']!.data)).toEqual(Array.from(alone[i]!.data));
+    });
+  });
+
+  test('errors: bad options, unsupported dtypes and ops at prepare, inputs that disagree with the graph, use after dispose', async () => {
+    expect(() => createCpuNativeExecutor({ threads: 0 })).toThrow(expect.objectContaining({ code: 'RT_BAD_VALUE' }) as Error);
+    const f64 = c('f64', [t('f64', [3])], (b, [x]) => b.exp(x!));
+    await expect(executor.prepare(f64.graph, f64.weights)).rejects.toMatchObject({ code: 'RT_UNSUPPORTED_OP', message: expect.stringContaining('f64') as string });
+    const topk = c('topk', [t('f32', [5])], (b, [x]) => b.op('argmax', [x!], { axis: 0 }));
+    await expect(executor.prepare(topk.graph, topk.weights)).rejects.toMatchObject({ code: 'RT_UNSUPPORTED_OP', message: expect.stringContaining('argmax') as string });
+    const lin = c('lin', [t('f32', ['m', 4], { dims: [2, 4] }), t('f32', [3, 4], { param: true })], (b, [x, w]) => b.linear(x!, w!));
+    await expect(executor.prepare(lin.graph, {})).rejects.toMatchObject({ code: 'RT_MISSING_WEIGHT' });
+    const prepared = await executor.prepare(lin.graph, lin.weights);
+    await expect(prepared.run({ x0: { dtype: 'f32', shape: [2, 5], data: new Float32Array(10) } })).rejects.toMatchObject({ code: 'RT_BAD_VALUE' });
+    await expect(prepared.run({ x0: { dtype: 'f32', shape: [2, 4], data: new Float32Array(3) } })).rejects.toMatchObject({ code: 'RT_BAD_VALUE' });
+    expect((await prepared.run(lin.inputs))['out']!.shape).toEqual([2, 3]);
+    prepared.dispose();
+    await expect(prepared.run(lin.inputs)).rejects.toMatchObject({ code: 'RT_DISPOSED' });
+  });
+});

@@ -1,0 +1,11 @@
+/**
+ * The `cpu-native` executor of `@stageml/runtime`: IR graphs on this package's own C++ kernels
+ * (a Node-API addon built once per machine), for CPU serving where onnxruntime's per-node cost and
+ * quantized GEMV bound decode speed.
+ */
+export { NATIVE_CACHE_ENV, loadCpuAddon } from './addon.js';
+export type { CpuAddon } from './addon.js';
+export { encodeProgram } from './compile.js';
+export type { NativeProgram } from './compile.js';
+export { CPU_NATIVE_OPS, createCpuNativeExecutor } from './executor.js';
+export type { CpuNativeExecutor, CpuNativeExecutorOptions } from './executor.js';
