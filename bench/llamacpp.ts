@@ -1,5 +1,6 @@
 // Suite `llamacpp`: our serving path (the `Engine` of @stageml/engine, what `stageml serve` runs:
-// slot programs on onnxruntime, resident KV, chunked prefill; 2 threads) against llama.cpp
+// slot programs on the cpu-native executor (or onnxruntime: --executor onnxruntime), resident KV,
+// chunked prefill; 2 threads) against llama.cpp
 // (node-llama-cpp 3.21.1, prebuilt CPU binary, 2 threads) in the same run, on random-weight
 // checkpoints with SmolLM2-135M's and TinyLlama-1.1B's shapes and 8 LoRA adapters (r = 16, all 7
 // projections), converted to GGUF by @stageml/models' writer. Greedy tokens of both engines are
@@ -7,8 +8,8 @@
 // (base, 8 different adapters) per precision pair: f32/F32, int8/Q8_0, int4/Q4_0.
 //
 // Usage: LLAMACPP_THREADS=1 pnpm bench llamacpp (or node … bench/llamacpp.ts --shapes smol,tiny
-// --pairs f32,int8,int4 --threads 2 --rules fused; LLAMACPP_SHAPES / LLAMACPP_PAIRS / LLAMACPP_RULES
-// likewise)
+// --pairs f32,int8,int4 --threads 2 --executor cpu-native|onnxruntime --rules fused; LLAMACPP_SHAPES /
+// LLAMACPP_PAIRS / LLAMACPP_EXECUTOR / LLAMACPP_RULES likewise)
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
@@ -16,7 +17,7 @@ import { type HostTensor, graphParams } from '@stageml/ir';
 import { Engine, type Sequence } from '@stageml/engine';
 import { buildLlamaGraph, parseLlamaConfig, writeLlamaGguf, writeLoraGguf } from '@stageml/models';
 import { ONNX_FUSED_RULES } from '@stageml/onnx-lower';
-import { createOrtExecutor, parseWeightQuantSpec } from '@stageml/runtime';
+import { createCpuNativeExecutor, createOrtExecutor, parseWeightQuantSpec } from '@stageml/runtime';
 import { writeSafetensors } from '@stageml/safetensors';
 import { type Llama, type LlamaContext, LlamaLogLevel, type LlamaModel, type Token, getLlama } from 'node-llama-cpp';
 import { RESULTS_DIR } from './lib/harness.js';
@@ -283,7 +284,11 @@ const llama: Llama = await getLlama({ gpu: false, build: 'never', maxThreads: TH
  */
 const RULES = arg('rules') ?? 'default';
 if (RULES !== 'default' && RULES !== 'fused') throw new Error(`--rules must be default or fused, got ${RULES}`);
-const executor = await createOrtExecutor({ intraOpNumThreads: THREADS, ...(RULES === 'fused' ? { rules: ONNX_FUSED_RULES } : {}) });
+/** Our executor: `cpu-native` (default: this repository's own kernels) or `onnxruntime`. */
+const EXECUTOR = arg('executor') ?? 'cpu-native';
+if (EXECUTOR !== 'cpu-native' && EXECUTOR !== 'onnxruntime') throw new Error(`--executor must be cpu-native or onnxruntime, got ${EXECUTOR}`);
+const NATIVE = EXECUTOR === 'cpu-native';
+const executor = NATIVE ? createCpuNativeExecutor({ threads: THREADS }) : await createOrtExecutor({ intraOpNumThreads: THREADS, ...(RULES === 'fused' ? { rules: ONNX_FUSED_RULES } : {}) });
 let peakRss = 0;
 const rss = () => (peakRss = Math.max(peakRss, process.memoryUsage.rss()));
 
@@ -300,7 +305,7 @@ for (const s of SHAPES) {
     console.log(`[${s.key} ${p.key}] loading`);
     // f32: base-only batches run a program with its own pre-packed copy of the weights
     // (`stageml serve --pack-base`); quantized programs hold their packed weights anyway.
-    const lm = await Engine.load(dir, { executor, ...ENGINE_SLOTS, prefillChunk: PREFILL_CHUNK, ...(p.ours === undefined ? { packBase: PACK_BASE } : { quantize: parseWeightQuantSpec(p.ours) }) });
+    const lm = await Engine.load(dir, { executor, ...ENGINE_SLOTS, prefillChunk: PREFILL_CHUNK, ...(p.ours === undefined ? { packBase: PACK_BASE && !NATIVE } : { quantize: parseWeightQuantSpec(p.ours) }) });
     for (const n of names) await lm.loadAdapter(join(dir, 'adapters', n), n);
     const model: LlamaModel = await llama.loadModel({ modelPath: join(dir, `model-${p.gguf}.gguf`) });
     // Contexts live only while their cases run: each holds a ggml thread pool that polls for work.
@@ -372,6 +377,7 @@ const doc = {
   machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version },
   peer: 'node-llama-cpp 3.21.1 (llama.cpp prebuilt CPU binary)',
   threads: THREADS,
+  executor: EXECUTOR,
   rules: RULES,
   loadavg: loads,
   wallSeconds: Math.round((Date.now() - started) / 1000),
@@ -385,7 +391,9 @@ const fmt = (v: number) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
 const md: string[] = [
   '# llamacpp',
   '',
-  `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${RULES === 'fused' ? '`ONNX_FUSED_RULES`' : 'the default lowering (`ONNX_RULES`)'}; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
+  NATIVE
+    ? `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve --executor cpu-native\` runs: slot programs on the cpu-native executor (this repository's C++ kernels, built here with g++ -O3 -march=native, ${'isa' in executor ? executor.isa : ''}) with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${String(THREADS)} kernel thread(s); int8/int4 = block-32 symmetric weights, int8 activations per 32 inputs (VNNI dot products, as Q8_0 / Q4_0 dot products do), LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`
+    : `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${RULES === 'fused' ? '\`ONNX_FUSED_RULES\`' : 'the default lowering (\`ONNX_RULES\`)'}; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
   '',
   `Date: ${doc.date} · ${String(doc.machine.cpus)}× ${doc.machine.cpuModel}, ${String(doc.machine.memoryGiB)} GiB · load average at start ${loads['start']!.map((x) => x.toFixed(2)).join(' ')}, at end ${loads['end']!.map((x) => x.toFixed(2)).join(' ')} (shared machine) · wall ${String(doc.wallSeconds)} s · peak RSS ${String(doc.peakRssGiB)} GiB`,
   '',
@@ -399,7 +407,7 @@ const md: string[] = [
     ? 'One thread per engine: on this shared machine, under the other helpers’ load (10–26 when it was tried), llama.cpp with 2 threads collapses — its spinning thread barrier waits on descheduled threads: 0.5–0.8 decode tok/s at F32 against 23–28 with 1 thread, measured back to back — so the 2-thread comparison of docs/peers is not reproducible here; 1 thread is the fair setting for both.'
     : `${String(THREADS)} threads per engine.`,
   '',
-  `A batch of base rows only runs the engine's base program (no slot tables)${PACK_BASE ? '; at f32 that program holds its own pre-packed copy of the weights (`packBase`, `stageml serve --pack-base`: one more copy of the weights in memory), the slot programs read the shared host copy' : ''}; a batch with one adapter runs the single slot form, a mixed batch the gathered or grouped form, whichever the engine's cost rule picks. Quantized weights are packed into every program.`,
+  `A batch of base rows only runs the engine's base program (no slot tables)${NATIVE ? '; the native kernels read the f32 weights of every program in place from the one host copy, and the quantized programs share one repacked copy of each quantized weight' : ''}${PACK_BASE && !NATIVE ? '; at f32 that program holds its own pre-packed copy of the weights (`packBase`, `stageml serve --pack-base`: one more copy of the weights in memory), the slot programs read the shared host copy' : ''}; a batch with one adapter runs the single slot form, a mixed batch the gathered or grouped form, whichever the engine's cost rule picks.${NATIVE ? '' : ' Quantized weights are packed into every program.'}`,
   '',
   `8 streams 8 adapters: ours runs one mixed batch (8 rows, one adapter each, the engine picks the gathered or grouped slot form per step); llama.cpp applies LoRA per context, so its best way is one context per adapter, run concurrently under one thread budget.`,
   '',
