@@ -318,6 +318,7 @@ void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc
     i64 i = 0;
     for (; i + 32 <= k; i += 32) {
       _mm_prefetch(reinterpret_cast<const char*>(wr + i + 512), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wr + i + 528), _MM_HINT_T0);
       const __m512 w0 = _mm512_loadu_ps(wr + i), w1 = _mm512_loadu_ps(wr + i + 16);
       for (int m = 0; m < MR; m++) {
         a0[m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + m * lda + i), a0[m]);
@@ -520,12 +521,9 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
   const __m512 zpv = _mm512_set1_ps(w.zp);
   for (i64 kb = 0; kb < w.kb; kb++) {
     const uint8_t* c = w.codes.data() + (g * w.kb + kb) * cb;
-    _mm_prefetch(reinterpret_cast<const char*>(c + 2048), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + 2048 + 64), _MM_HINT_T0);
-    if (w.bits == 8) {
-      _mm_prefetch(reinterpret_cast<const char*>(c + 2048 + 128), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(c + 2048 + 192), _MM_HINT_T0);
-    }
+    // Every line of the block 2 KB ahead (the codes of a row group are one sequential stream).
+    for (i64 o = 0; o < cb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(c + 2048 + o), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w.scales.data() + (g * w.kb + kb + 8) * 16), _MM_HINT_T0);
     __m512i iacc[MT];
     for (int m = 0; m < MT; m++) iacc[m] = _mm512_setzero_si512();
     if (w.bits == 4) {
@@ -993,8 +991,8 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
           i64 j = 0;
           for (int sg = 0; sg < nk && j < jmax; sg++)
             for (i64 jj = 0; jj < ks[sg].s && j < jmax; jj++, j++) {
-              if (jj + 4 < ks[sg].s) {
-                const char* pf = reinterpret_cast<const char*>(ks[sg].row(b, kh, jj + 4));
+              if (jj + 12 < ks[sg].s) {
+                const char* pf = reinterpret_cast<const char*>(ks[sg].row(b, kh, jj + 12));
                 for (i64 o = 0; o < d * 4; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
               }
               const float* kr = ks[sg].row(b, kh, jj);
@@ -1044,8 +1042,8 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
           i64 j = 0;
           for (int sg = 0; sg < nk && j < jmax; sg++)
             for (i64 jj = 0; jj < vs[sg].s && j < jmax; jj++, j++) {
-              if (jj + 4 < vs[sg].s) {
-                const char* pf = reinterpret_cast<const char*>(vs[sg].row(b, kh, jj + 4));
+              if (jj + 12 < vs[sg].s) {
+                const char* pf = reinterpret_cast<const char*>(vs[sg].row(b, kh, jj + 12));
                 for (i64 o = 0; o < dv * 4; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
               }
               const float* vr = vs[sg].row(b, kh, jj);
@@ -1201,7 +1199,7 @@ void matmul(Run& p, const Instr& in) {
     A = at.data();
   }
   // Work items: (batch, 16-column chunk of n)
-  const i64 chunk = tb ? 16 : 64;
+  const i64 chunk = tb ? 16 : 256;
   const i64 nchunks = (n + chunk - 1) / chunk;
   pool().parallel(nbatch * nchunks, [&](i64 w0, i64 w1) {
     for (i64 w = w0; w < w1; w++) {
