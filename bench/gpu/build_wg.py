@@ -39,7 +39,7 @@ def configs():
             if a is not None and tma.wg_fits_registers(a):
                 wg.add((a, r))
     old = set()
-    for c in st.DEFAULT.values():
+    for c in list(st.DEFAULT.values()) + [("tma", 64, 1, 2, 8, 12, 0, 1)]:  # and the 1-8 row entry shipped before lora_wg
         if tma.is_tma(c):
             for n, k in SHAPES:
                 a = tma.adapt(c, n, k)
@@ -69,7 +69,7 @@ def main():
     if "--stream" in sys.argv:
         # the streaming kernels the bank bench and the decode step compare against (LDW 0): the
         # shipped table's and splitk.py's cluster sweep (CL_SWEEP) at 1-64 rows
-        cfgs = {c for c in st.DEFAULT_BANK.values() if not tma.is_tma(c) and not tma.is_wg(c)} | {(1, 1, 8, 1, 2, 0)}
+        cfgs = {c for c in st.DEFAULT_BANK.values() if not (tma.is_tma(c) or tma.is_wg(c) or tma.is_sx(c))} | {(1, 1, 8, 1, 2, 0)}
         for mt, rows in CL_SWEEP.items():
             cfgs.update(("cl", wr, rg, mt, unr, cl, ldw) for wr, rg, unr, cl, ldw in rows)
         scu = os.path.join(out, "lora_stream_0.cu")

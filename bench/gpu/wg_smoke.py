@@ -3,7 +3,9 @@ at awkward row counts, shapes and ranks (one adapter and 64-adapter banks with r
 rows without an adapter), one call each against float64 with NaN-poisoned outputs, and chains of 8
 launches where each call's x is the previous call's y (PDL on and off). One line per case.
 
-    python3 bench/gpu/wg_smoke.py [--nvrtc]     (--nvrtc: a few cases only, for a run without cubins)
+    python3 bench/gpu/wg_smoke.py [--nvrtc | --shipped]
+    (--nvrtc: a few cases, for a run without cubins; --shipped: the dispatch as the executor calls it,
+    no configuration named, at the bench's and the Llama-3-8B decode's shapes, with the build time)
 """
 import os
 import sys
@@ -77,9 +79,20 @@ def run(label, fn, *args):
     print("%s %s: %s (%.1f s)" % (label, args, r, time.time() - t0), flush=True)
 
 
+def shipped():
+    for m, n, k in [(1, 4096, 4096), (7, 1024, 4096), (16, 4096, 4096), (32, 14336, 4096), (64, 4096, 4096), (100, 4096, 4096), (128, 4096, 14336)]:
+        print("shipped one adapter m=%d n=%d k=%d cfg %s" % (m, n, k, st._pick(m, n, k, 16, False, None)), flush=True)
+        run("shipped single", single_case, None, m, n, k, 16)
+    for m, n, k in [(1, 4096, 4096), (16, 4096, 4096), (17, 1024, 4096), (32, 14336, 4096), (64, 4096, 14336), (64, 4096, 4096)]:
+        print("shipped bank m=%d n=%d k=%d cfg %s" % (m, n, k, st._pick(m, n, k, 64, True, None)), flush=True)
+        run("shipped bank", bank_case, None, m, n, k)
+
+
 def main():
     torch.manual_seed(3)
     print("tma available:", tma.available(), "cubin:", os.environ.get("STAGEML_TMA_CUBIN"), flush=True)
+    if "--shipped" in sys.argv:
+        return shipped()
     if "--nvrtc" in sys.argv:
         import traceback  # noqa: PLC0415
 
@@ -113,7 +126,7 @@ def main():
     for cfg, m, n, k, rank in [(("sx", 32, 256), 64, 4096, 4096, 16), (("sx", 8, 256), 33, 4096, 4096, 16), (("sx", 32, 128), 64, 1024, 4096, 64),
                                (("sx", 32, 256), 64, 4096, 14336, 8), (("sx", 32, 256), 5, 14336, 4096, 16)]:
         run("single", single_case, cfg, m, n, k, rank)
-    for cfg, m, n, k in [(("sx", 32, 256), 64, 4096, 4096), (("sx", 32, 256), 256, 4096, 4096), (("sx", 8, 256), 37, 4096, 4096),
+    for cfg, m, n, k in [(("sx", 32, 256), 64, 4096, 4096), (("sx", 32, 256), 256, 4096, 4096), (("sx", 8, 256), 37, 4096, 4096), (("sx", 8, 128), 64, 4096, 4096), (("sx", 8, 128), 16, 4096, 14336),
                          (("sx", 32, 128), 64, 1024, 4096), (("sx", 32, 256), 64, 14336, 4096), (("sx", 32, 256), 64, 4096, 14336), (("sx", 32, 256), 1, 4096, 4096)]:
         run("bank", bank_case, cfg, m, n, k)
     for cfg, m, bank in [(("sx", 32, 256), 64, False), (("sx", 32, 256), 64, True), (("sx", 32, 256), 200, True), (("wg", 64, 2, 64, 10, 0), 64, False), (("wg", 64, 2, 32, 12, 0), 20, False), (("wg", 64, 2, 64, 10, 4), 64, True),

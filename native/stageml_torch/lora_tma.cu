@@ -747,9 +747,10 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + EW 
   if (KS > 1) cl_sync();
 }
 
-// The bank's shrink for lora_wg: t[m][i] = x[m] . A_j[i]^T (j = slot[m], i < rank_j; f32), one block
-// per (row, 16-row A group), KW warps splitting K, summed in shared memory, written once (no
-// atomics, no reset). Launched right before lora_wg: it lets that launch start (its weight
+// The bank's shrink: t[z][m][i] = x[m, Kz] . A_j[i, Kz]^T (j = slot[m], i < rank_j; f32) over the
+// z-th of gridDim.z K slices, one block per (row, 16-row A group, slice), KW warps splitting the
+// slice, summed in shared memory, written once (no atomics, no reset; lora_expand sums the slices,
+// lora_wg takes one). Launched right before lora_wg: it lets that launch start (its weight
 // prefetch) at once and writes t only after the previous grid is done (programmatic dependent
 // launch; without it both are no-ops).
 template <int KW>
@@ -758,13 +759,13 @@ __global__ void __launch_bounds__(32 * KW) lora_shrink(const bf16_t* __restrict_
   __shared__ float part[KW][16];
   griddep_launch();  // (lora_wg's prefetch may start; lora_expand waits for this grid anyway)
   griddep_wait();
-  const int m = blockIdx.x, ga = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int m = blockIdx.x, ga = blockIdx.y, z = blockIdx.z, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int j = slot ? slot[m] : 0;
   const int r = j >= 0 ? rank[j] : 0;
   if (ga * 16 >= r) return;
-  const int kper = K / KW;
+  const int kper = K / (KW * (int)gridDim.z), k0 = (z * KW + warp) * kper;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  shrink_rows(a + ((size_t)j * rmax + ga * 16) * K, K, r - ga * 16, x + (size_t)m * K, K, 1, warp * kper, (warp + 1) * kper, acc);
+  shrink_rows(a + ((size_t)j * rmax + ga * 16) * K, K, r - ga * 16, x + (size_t)m * K, K, 1, k0, k0 + kper, acc);
   if ((lane & 3) == 0) {
     part[warp][lane >> 2] = acc[0];
     part[warp][(lane >> 2) + 8] = acc[2];
@@ -774,26 +775,30 @@ __global__ void __launch_bounds__(32 * KW) lora_shrink(const bf16_t* __restrict_
     float v = 0.f;
 #pragma unroll
     for (int w = 0; w < KW; ++w) v += part[w][threadIdx.x];
-    t[(size_t)m * rmax + ga * 16 + threadIdx.x] = v;
+    t[((size_t)z * M + m) * rmax + ga * 16 + threadIdx.x] = v;
   }
 }
 
 // The LoRA half of a linear whose base GEMM ran before (cuBLAS wrote y = x . W^T in bf16): y[m][n]
-// += s_j . sum_i t[m][i] B_j[n][i], j = slot[m] (-1: none), t from lora_shrink. One thread per
+// += s_j . sum_i t[m][i] B_j[n][i], j = slot[m] (-1: none), t the sum of lora_shrink's kc K slices. One thread per
 // output column, NB per block, one batch row per block row; each thread streams its B row's first
 // rank_j columns (16-byte loads, up to 8 in flight), t's row sits in shared memory. Waits for the
 // previous grids (t, y) first.
 template <int NB>
 __global__ void __launch_bounds__(NB) lora_expand(const float* __restrict__ t, const bf16_t* __restrict__ b, bf16_t* __restrict__ y,
                                                   const int* __restrict__ slot, const int* __restrict__ rank, const float* __restrict__ scale,
-                                                  int M, int N, int rmax) {
+                                                  int M, int N, int rmax, int kc) {
   __shared__ float tr[128];
   griddep_wait();
   const int m = blockIdx.y, n = blockIdx.x * NB + threadIdx.x;
   const int j = slot ? slot[m] : 0;
   if (j < 0) return;
   const int r = rank[j];
-  for (int i = threadIdx.x; i < r; i += NB) tr[i] = __ldcg(t + (size_t)m * rmax + i);
+  for (int i = threadIdx.x; i < r; i += NB) {
+    float v = 0.f;
+    for (int z = 0; z < kc; ++z) v += __ldcg(t + ((size_t)z * M + m) * rmax + i);
+    tr[i] = v;
+  }
   __syncthreads();
   if (n >= N) return;
   const bf16_t* bp = b + ((size_t)j * N + n) * rmax;

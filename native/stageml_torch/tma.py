@@ -7,7 +7,10 @@ least 4), WR 16-row W tiles per consumer warp (7-tuples mean WR = 1). One adapte
 producers: its A rows (rank padded to 16, FA ≤ 64) ride in the ring. `adapt` re-picks KS for
 weights other than the 4096² one the tables were measured on.
 
-What ships (stream.DEFAULT): one adapter at ≤ 32 rows. The bank path (producer blocks, FA = 0) gave
+Two more families live here (sections below): `lora_wg`, the same ring with wgmma consumers
+(("wg", ...), sm_90a), and ("sx", ...): cuBLAS's base GEMM between `lora_shrink` and `lora_expand`.
+What ships (stream.DEFAULT / DEFAULT_BANK): lora_wg at 1-8 rows and this kernel at 9-32 rows of one
+adapter; sx at 65-128 rows of one adapter and 17-64 rows of a bank. The bank path (producer blocks, FA = 0) gave
 wrong results when two blocks shared an SM (bench/results/gpu-kernels.md; `ONE_PER_SM` now
 prevents that), so `shippable` keeps it out of every table and override; the bench measures it.
 
@@ -549,7 +552,7 @@ def wg_explicit_instantiations(pairs):
     for kw in sorted({SHRINK_WARPS} | set(SX_KW)):
         out += "template __global__ void lora_shrink<%d>(const bf16_t*, const bf16_t*, float*, const int*, const int*, int, int, int);\n" % kw
     for nb in SX_NB:
-        out += "template __global__ void lora_expand<%d>(const float*, const bf16_t*, bf16_t*, const int*, const int*, const float*, int, int, int);\n" % nb
+        out += "template __global__ void lora_expand<%d>(const float*, const bf16_t*, bf16_t*, const int*, const int*, const float*, int, int, int, int);\n" % nb
     return out
 
 
@@ -617,12 +620,13 @@ def wg_function(cfg, rmax):
 
 
 def _tbuf(device, stream, rmax):
-    """t for a bank launch ([MAX_ROWS, rmax] f32, per stream: lora_shrink writes it, lora_wg reads it;
-    its own buffer, since the producer-block path expects a zeroed one)."""
+    """t for lora_shrink's consumers ([SX_MAX_KC, MAX_ROWS, rmax] f32 at most, per stream: lora_shrink
+    writes it, lora_wg or lora_expand reads it; its own buffer, since the producer-block path expects
+    a zeroed one)."""
     key = (str(device), stream, rmax)
     t = _TBUF.get(key)
     if t is None:
-        t = _TBUF[key] = torch.empty((MAX_ROWS * rmax,), device=device, dtype=torch.float32)
+        t = _TBUF[key] = torch.empty((SX_MAX_KC * MAX_ROWS * rmax,), device=device, dtype=torch.float32)
     return t
 
 
@@ -630,10 +634,10 @@ def _launch_raw(f, grid, threads, smem, stream, vals, what):
     lib = _lib()
     params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
     if PDL[0]:
-        lc = LaunchConfig(grid[0], grid[1], 1, threads, 1, 1, smem, ctypes.c_void_p(stream), ctypes.pointer(_PDL_ATTR), 1)
+        lc = LaunchConfig(grid[0], grid[1], grid[2], threads, 1, 1, smem, ctypes.c_void_p(stream), ctypes.pointer(_PDL_ATTR), 1)
         _check(lib.cuLaunchKernelEx(ctypes.byref(lc), ctypes.c_void_p(f), params, None), "cuLaunchKernelEx(%s)" % (what,))
     else:
-        _check(lib.cuLaunchKernel(ctypes.c_void_p(f), grid[0], grid[1], 1, threads, 1, 1, smem, ctypes.c_void_p(stream), params, None),
+        _check(lib.cuLaunchKernel(ctypes.c_void_p(f), grid[0], grid[1], grid[2], threads, 1, 1, smem, ctypes.c_void_p(stream), params, None),
                "cuLaunchKernel(%s)" % (what,))
 
 
@@ -664,12 +668,12 @@ def wg_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
         t = _tbuf(x2.device, stream, rmax)
         fs = _wg_function(SHRINK_INST, SHRINK_MANGLED)
         vals = [p(x2), p(a), p(t), p(slots), p(ranks)] + [ctypes.c_int32(v) for v in (m, k, rmax)]
-        _launch_raw(fs, (m, -(-rmax // 16)), 32 * SHRINK_WARPS, 0, stream, vals, SHRINK_INST)
+        _launch_raw(fs, (m, -(-rmax // 16), 1), 32 * SHRINK_WARPS, 0, stream, vals, SHRINK_INST)
     wm = _wmap(w, rt)
     xm = _xmap(x2, mb)
     am = _wmap(a, fa) if fa > 0 else _ZERO_MAP
     vals = [wm, xm, am, p(b), p(t), p(y), p(slots), p(ranks), p(scales)] + [ctypes.c_int32(v) for v in (m, n, k, rmax)]
-    _launch_raw(f, (n // rt * ks, 1), wg_threads(cfg), smem, stream, vals, cfg)
+    _launch_raw(f, (n // rt * ks, 1, 1), wg_threads(cfg), smem, stream, vals, cfg)
     return y
 
 
@@ -697,12 +701,14 @@ def wg_sweep(m, bank=False, rmax=16):
 # -- cuBLAS base + lora_shrink + lora_expand ("sx") ------------------------------------------------
 #
 # ("sx", KW, NB): the base GEMM through cuBLAS (torch.matmul into y), t = x·A_jᵀ by lora_shrink (one
-# block of KW warps per (row, 16-row A group), written once), then lora_expand adds s_j·t·B_jᵀ into
+# block of KW warps per (row, 16-row A group, K slice: sx_slices), written once), then lora_expand
+# sums the slices and adds s_j·t·B_jᵀ into
 # y (NB columns per block, one row per block row). Three launches (the two kernels with
 # programmatic dependent launch), one adapter (slots None) or a bank (slot per row).
 
 SX_KW = (8, 32)
 SX_NB = (128, 256)
+SX_MAX_KC = 8
 
 
 def is_sx(cfg):
@@ -725,7 +731,7 @@ def _shrink_fn(kw):
 
 
 def _expand_fn(nb):
-    return _wg_function("lora_expand<%d>" % nb, "_Z11lora_expandILi%dEEvPKfPKtPtPKiS6_S1_iii" % nb)
+    return _wg_function("lora_expand<%d>" % nb, "_Z11lora_expandILi%dEEvPKfPKtPtPKiS6_S1_iiii" % nb)
 
 
 def sx_function(cfg):
@@ -744,12 +750,23 @@ def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
     def p(v):
         return ctypes.c_uint64(v.data_ptr() if v is not None else 0)
 
-    _launch_raw(fs, (m, -(-rmax // 16)), 32 * cfg[1], 0, stream, [p(x2), p(a), p(t), p(slots), p(ranks)] + [ctypes.c_int32(v) for v in (m, k, rmax)],
+    groups = -(-rmax // 16)
+    kc = sx_slices(cfg[1], m, groups, k)
+    _launch_raw(fs, (m, groups, kc), 32 * cfg[1], 0, stream, [p(x2), p(a), p(t), p(slots), p(ranks)] + [ctypes.c_int32(v) for v in (m, k, rmax)],
                 "lora_shrink<%d>" % cfg[1])
     torch.matmul(x2, w.t(), out=y)
-    _launch_raw(fe, (-(-n // cfg[2]), m), cfg[2], 0, stream, [p(t), p(b), p(y), p(slots), p(ranks), p(scales)] + [ctypes.c_int32(v) for v in (m, n, rmax)],
-                "lora_expand<%d>" % cfg[2])
+    _launch_raw(fe, (-(-n // cfg[2]), m, 1), cfg[2], 0, stream,
+                [p(t), p(b), p(y), p(slots), p(ranks), p(scales)] + [ctypes.c_int32(v) for v in (m, n, rmax, kc)], "lora_expand<%d>" % cfg[2])
     return y
 
 
-SX_SWEEP = [("sx", 32, 256), ("sx", 32, 128), ("sx", 8, 256)]
+def sx_slices(kw, m, groups, k):
+    """lora_shrink's K slices (grid z): doubled while the launch has under ~2048 warps (one DRAM
+    round trip of A in flight) and each warp keeps a multiple of 64 of K; at most SX_MAX_KC."""
+    kc = 1
+    while kc < SX_MAX_KC and m * groups * kc * kw < 2048 and k % (kw * 64 * kc * 2) == 0:
+        kc *= 2
+    return kc
+
+
+SX_SWEEP = [("sx", 32, 128), ("sx", 8, 128), ("sx", 8, 256)]
