@@ -3,7 +3,7 @@ at awkward row counts, shapes and ranks (one adapter and 64-adapter banks with r
 rows without an adapter), one call each against float64 with NaN-poisoned outputs, and chains of 8
 launches where each call's x is the previous call's y (PDL on and off). One line per case.
 
-    python3 bench/gpu/wg_smoke.py [--nvrtc | --shipped]
+    python3 bench/gpu/wg_smoke.py [--nvrtc | --shipped | --side]
     (--nvrtc: a few cases, for a run without cubins; --shipped: the dispatch as the executor calls it,
     no configuration named, at the bench's and the Llama-3-8B decode's shapes, with the build time)
 """
@@ -93,6 +93,17 @@ def main():
     print("tma available:", tma.available(), "cubin:", os.environ.get("STAGEML_TMA_CUBIN"), flush=True)
     if "--shipped" in sys.argv:
         return shipped()
+    if "--side" in sys.argv:  # the SIDE = 1 form of the shrink/expand path only
+        for cfg, m, n, k, rank in [(("sx", 8, 128, 1), 64, 4096, 4096, 16), (("sx", 32, 128, 1), 100, 4096, 14336, 64)]:
+            run("single", single_case, cfg, m, n, k, rank)
+        for cfg, m, n, k in [(("sx", 8, 128, 1), 64, 4096, 4096), (("sx", 32, 128, 1), 37, 14336, 4096), (("sx", 8, 128, 1), 256, 1024, 4096)]:
+            run("bank", bank_case, cfg, m, n, k)
+        for cfg, m, bank in [(("sx", 8, 128, 1), 64, True), (("sx", 32, 128, 1), 64, False)]:
+            for pdl in (True, False):
+                tma.PDL[0] = pdl
+                run("chain pdl=%s" % pdl, chain, cfg, m, bank)
+        tma.PDL[0] = True
+        return
     if "--nvrtc" in sys.argv:
         import traceback  # noqa: PLC0415
 

@@ -700,11 +700,12 @@ def wg_sweep(m, bank=False, rmax=16):
 
 # -- cuBLAS base + lora_shrink + lora_expand ("sx") ------------------------------------------------
 #
-# ("sx", KW, NB): the base GEMM through cuBLAS (torch.matmul into y), t = x·A_jᵀ by lora_shrink (one
+# ("sx", KW, NB[, SIDE]): the base GEMM through cuBLAS (torch.matmul into y), t = x·A_jᵀ by lora_shrink (one
 # block of KW warps per (row, 16-row A group, K slice: sx_slices), written once), then lora_expand
 # sums the slices and adds s_j·t·B_jᵀ into
 # y (NB columns per block, one row per block row). Three launches (the two kernels with
-# programmatic dependent launch), one adapter (slots None) or a bank (slot per row).
+# programmatic dependent launch; SIDE = 1: the shrink on a side stream beside the GEMM), one
+# adapter (slots None) or a bank (slot per row).
 
 SX_KW = (8, 32)
 SX_NB = (128, 256)
@@ -716,10 +717,22 @@ def is_sx(cfg):
 
 
 def check_sx(cfg):
-    """Validates a ("sx", KW, NB) tuple; raises WorkerError (RT_BAD_VALUE) naming what is wrong."""
-    if not is_sx(cfg) or len(cfg) != 3 or cfg[1] not in SX_KW or cfg[2] not in SX_NB:
-        raise WorkerError(errors.BAD_VALUE, "sx config must be ('sx', KW, NB), KW in %s, NB in %s, got %r" % (SX_KW, SX_NB, cfg))
+    """Validates a ("sx", KW, NB[, SIDE]) tuple; raises WorkerError (RT_BAD_VALUE) naming what is wrong."""
+    if (not is_sx(cfg) or len(cfg) not in (3, 4) or cfg[1] not in SX_KW or cfg[2] not in SX_NB
+            or (len(cfg) == 4 and cfg[3] not in (0, 1))):
+        raise WorkerError(errors.BAD_VALUE, "sx config must be ('sx', KW, NB[, SIDE]), KW in %s, NB in %s, SIDE 0 or 1, got %r" % (SX_KW, SX_NB, cfg))
     return cfg
+
+
+_SIDE = {}
+
+
+def _side_stream(device):
+    """The side stream lora_shrink runs on beside the base GEMM (SIDE = 1), one per device."""
+    s = _SIDE.get(str(device))
+    if s is None:
+        s = _SIDE[str(device)] = torch.cuda.Stream(device=device)
+    return s
 
 
 def sx_suits(cfg, m, n, k, rmax):
@@ -752,9 +765,20 @@ def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
 
     groups = -(-rmax // 16)
     kc = sx_slices(cfg[1], m, groups, k)
-    _launch_raw(fs, (m, groups, kc), 32 * cfg[1], 0, stream, [p(x2), p(a), p(t), p(slots), p(ranks)] + [ctypes.c_int32(v) for v in (m, k, rmax)],
-                "lora_shrink<%d>" % cfg[1])
-    torch.matmul(x2, w.t(), out=y)
+    vals = [p(x2), p(a), p(t), p(slots), p(ranks)] + [ctypes.c_int32(v) for v in (m, k, rmax)]
+    if len(cfg) > 3 and cfg[3]:
+        # SIDE: the shrink on a side stream, concurrent with the base GEMM (it reads only x and A);
+        # the side stream waits for the work before (x, and the previous call's expand reading t),
+        # the expand waits for both.
+        main = torch.cuda.current_stream(x2.device)
+        side = _side_stream(x2.device)
+        side.wait_stream(main)
+        _launch_raw(fs, (m, groups, kc), 32 * cfg[1], 0, side.cuda_stream, vals, "lora_shrink<%d>" % cfg[1])
+        torch.matmul(x2, w.t(), out=y)
+        main.wait_stream(side)
+    else:
+        _launch_raw(fs, (m, groups, kc), 32 * cfg[1], 0, stream, vals, "lora_shrink<%d>" % cfg[1])
+        torch.matmul(x2, w.t(), out=y)
     _launch_raw(fe, (-(-n // cfg[2]), m, 1), cfg[2], 0, stream,
                 [p(t), p(b), p(y), p(slots), p(ranks), p(scales)] + [ctypes.c_int32(v) for v in (m, n, rmax, kc)], "lora_expand<%d>" % cfg[2])
     return y
@@ -769,4 +793,4 @@ def sx_slices(kw, m, groups, k):
     return kc
 
 
-SX_SWEEP = [("sx", 32, 128), ("sx", 8, 128), ("sx", 8, 256)]
+SX_SWEEP = [("sx", 32, 128), ("sx", 8, 128), ("sx", 8, 128, 1), ("sx", 32, 128, 1)]

@@ -170,7 +170,7 @@ import json
 from stageml_torch import tma
 from stageml_torch.errors import WorkerError
 bad = [("wg", 96, 2, 64, 10, 0), ("wg", 64, 3, 64, 10, 0), ("wg", 64, 2, 48, 10, 0), ("wg", 64, 2, 64, 1, 0), ("wg", 64, 2, 64, 10, 9),
-       ("wg", 64, 2, 64, 10), ("wg", 64, 2, 64, 10, True), ("sx", 16, 256), ("sx", 32, 64), ("sx", 32)]
+       ("wg", 64, 2, 64, 10), ("wg", 64, 2, 64, 10, True), ("sx", 16, 256), ("sx", 32, 64), ("sx", 32), ("sx", 32, 128, 2)]
 res = []
 for c in bad:
     try:
@@ -213,7 +213,8 @@ print(json.dumps({
     expect(msgs[6]).toMatch(/with integers/);
     expect(msgs[7]).toMatch(/KW in \(8, 32\)/);
     expect(msgs[8]).toMatch(/NB in \(128, 256\)/);
-    expect(msgs[9]).toMatch(/must be \('sx', KW, NB\)/);
+    expect(msgs[9]).toMatch(/must be \('sx', KW, NB\[, SIDE\]\)/);
+    expect(msgs[10]).toMatch(/SIDE 0 or 1/);
   });
 
   it('sizes wgmma-ring launches within the shared memory and registers it was built spill-free for', () => {
