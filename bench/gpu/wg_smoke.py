@@ -3,7 +3,7 @@ at awkward row counts, shapes and ranks (one adapter and 64-adapter banks with r
 rows without an adapter), one call each against float64 with NaN-poisoned outputs, and chains of 8
 launches where each call's x is the previous call's y (PDL on and off). One line per case.
 
-    python3 bench/gpu/wg_smoke.py [--nvrtc | --shipped | --side]
+    python3 bench/gpu/wg_smoke.py [--nvrtc | --shipped | --side | --xl]
     (--nvrtc: a few cases, for a run without cubins; --shipped: the dispatch as the executor calls it,
     no configuration named, at the bench's and the Llama-3-8B decode's shapes, with the build time)
 """
@@ -93,6 +93,21 @@ def main():
     print("tma available:", tma.available(), "cubin:", os.environ.get("STAGEML_TMA_CUBIN"), flush=True)
     if "--shipped" in sys.argv:
         return shipped()
+    if "--xl" in sys.argv:  # lora_wg with x through cp.async (XL = 1) only
+        for cfg, m, n, k, rank in [(("wg", 64, 2, 8, 12, 0, 1), 1, 4096, 4096, 16), (("wg", 64, 2, 16, 10, 0, 1), 13, 4096, 4096, 16),
+                                   (("wg", 64, 2, 32, 10, 0, 1), 32, 4096, 4096, 16), (("wg", 64, 2, 64, 8, 0, 1), 64, 4096, 4096, 16),
+                                   (("wg", 64, 2, 64, 8, 0, 1), 37, 4096, 4096, 64), (tma.wg_adapt(("wg", 64, 2, 64, 8, 0, 1), 1024, 4096), 60, 1024, 4096, 16),
+                                   (tma.wg_adapt(("wg", 64, 2, 32, 10, 0, 1), 14336, 4096), 30, 14336, 4096, 16),
+                                   (("wg", 64, 2, 64, 8, 0, 1), 64, 4096, 14336, 8), (("wg", 64, 2, 128, 6, 0, 1), 100, 4096, 4096, 16)]:
+            run("single", single_case, cfg, m, n, k, rank)
+        for cfg, m, n, k in [(("wg", 64, 2, 64, 8, 4, 1), 64, 4096, 4096), (("wg", 64, 2, 16, 8, 4, 1), 9, 4096, 4096)]:
+            run("bank", bank_case, cfg, m, n, k)
+        for cfg, m, bank in [(("wg", 64, 2, 64, 8, 0, 1), 64, False), (("wg", 64, 2, 8, 12, 0, 1), 3, False), (("wg", 64, 2, 64, 8, 4, 1), 64, True)]:
+            for pdl in (True, False):
+                tma.PDL[0] = pdl
+                run("chain pdl=%s" % pdl, chain, cfg, m, bank)
+        tma.PDL[0] = True
+        return
     if "--side" in sys.argv:  # the SIDE = 1 form of the shrink/expand path only
         for cfg, m, n, k, rank in [(("sx", 8, 128, 1), 64, 4096, 4096, 16), (("sx", 32, 128, 1), 100, 4096, 14336, 64)]:
             run("single", single_case, cfg, m, n, k, rank)

@@ -515,12 +515,14 @@ __device__ __forceinline__ void wg_hold(float* d) {
 // One warpgroup's main loop: per stage four wgmma k-steps on its 64 W rows (at byte offset wrow of
 // the W box) and, with FA > 0, on the 64 rows from the A box; the stage before is released once
 // this stage's group is issued. Each call site is one warpgroup-uniform branch (no divergent wgmma).
-template <int MB, int ST, int STAGE, int FA, int WBOX, int ABOX>
+template <int MB, int ST, int STAGE, int FA, int WBOX, int ABOX, int XL>
 __device__ __forceinline__ void wg_loop(float* acc, float* acca, u32 bar0, u32 ring0, u32 wrow, int NS, int lane) {
   for (int it = 0; it < NS; ++it) {
     const int s = it % ST;
     mbar_wait(bar0 + 8 * s, (it / ST) & 1);
     const u32 st0 = ring0 + s * STAGE;
+    // XL: x came through cp.async (the generic proxy); the tensor cores read it through the async one
+    if (XL) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     wg_fence<0>();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -539,10 +541,10 @@ __device__ __forceinline__ void wg_loop(float* acc, float* acca, u32 bar0, u32 r
   if (FA > 0) wg_hold<MB / 2>(acca);
 }
 
-template <int RT, int KS, int MB, int ST, int FA, int EW>
+template <int RT, int KS, int MB, int ST, int FA, int EW, int XL>
 __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + EW + 1), 1) lora_wg(
     const __grid_constant__ TMap wmap, const __grid_constant__ TMap xmap, const __grid_constant__ TMap amap,
-    const bf16_t* __restrict__ b, const float* __restrict__ t_in, bf16_t* __restrict__ y, const int* __restrict__ slot,
+    const bf16_t* __restrict__ x, const bf16_t* __restrict__ b, const float* __restrict__ t_in, bf16_t* __restrict__ y, const int* __restrict__ slot,
     const int* __restrict__ rank, const float* __restrict__ scale, int M, int N, int K, int rmax) {
   constexpr int WW = RT / 16, NT = 32 * (WW + EW + 1);
   constexpr int WBOX = RT * 128, ABOX = FA * 128, XBOX = MB * 128, STAGE = WBOX + ABOX + XBOX, RS = MB + 1, SH = RT / KS;
@@ -569,7 +571,7 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + EW 
   const bool issuer = warp == WW + EW && lane == 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < ST; ++s) {
-      mbar_init(bar0 + 8 * s, 1);
+      mbar_init(bar0 + 8 * s, XL ? 33 : 1);  // XL: the issuing lane's arrive + one per lane's cp.async group
       mbar_init(bar0 + 8 * (ST + s), WW);
     }
     mbar_init(bbar, 1);
@@ -585,40 +587,61 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + EW 
 #pragma unroll
   for (int i = 0; i < (FA > 0 ? MB / 2 : 1); ++i) acca[i] = 0.f;
   if (warp == WW + EW) {
+    // The issuing warp. Lane 0: the tensor copies of W (and A), the first ring's before the
+    // dependency wait. x: lane 0's tensor copy, or (XL) every lane's 16-byte cp.async chunks written
+    // in the same 128-byte swizzle (chunk c of row r at c ^ (r & 7)), rows past M zero-filled, each
+    // lane's group completing on the stage's full barrier (so the copy engine carries W only).
+    constexpr u32 TX = XL ? WBOX + ABOX : STAGE;
+    const int pre = NS < ST ? NS : ST;
     if (lane == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&wmap) : "memory");
-      asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&xmap) : "memory");
+      if (!XL) asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&xmap) : "memory");
       if (FA > 0) {
         asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&amap) : "memory");
         mbar_expect_tx(bbar, SH * rmax * 2);
         bulk_copy(smem_u32(bs), b + (size_t)nq * rmax, SH * rmax * 2, bbar);
       }
-      const int pre = NS < ST ? NS : ST;
       for (int it = 0; it < pre; ++it) {
         const u32 full = bar0 + 8 * it, st0 = ring0 + it * STAGE;
         const int k = kbeg + it * 64;
-        mbar_expect_tx(full, STAGE);
+        mbar_expect_tx(full, TX);
         tma_2d(st0, &wmap, k, n0, full);
         if (FA > 0) tma_2d(st0 + WBOX, &amap, k, 0, full);
       }
-      griddep_wait();
+    }
+    griddep_wait();
+    if (lane == 0 || XL) {
       for (int it = 0; it < NS; ++it) {
         const int s = it % ST;
         const u32 full = bar0 + 8 * s, st0 = ring0 + s * STAGE;
         const int k = kbeg + it * 64;
         if (it >= pre) {
           mbar_wait(bar0 + 8 * (ST + s), ((it / ST) & 1) ^ 1);
-          mbar_expect_tx(full, STAGE);
-          tma_2d(st0, &wmap, k, n0, full);
-          if (FA > 0) tma_2d(st0 + WBOX, &amap, k, 0, full);
+          if (lane == 0) {
+            mbar_expect_tx(full, TX);
+            tma_2d(st0, &wmap, k, n0, full);
+            if (FA > 0) tma_2d(st0 + WBOX, &amap, k, 0, full);
+          }
         }
-        tma_2d(st0 + WBOX + ABOX, &xmap, k, 0, full);
+        if (XL) {
+          const u32 xs = st0 + WBOX + ABOX;
+#pragma unroll 4
+          for (int c = lane; c < MB * 8; c += 32) {
+            const int r = c >> 3, ch = c & 7;
+            const bf16_t* src = x + (size_t)(r < M ? r : 0) * K + k + ch * 8;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(xs + r * 128 + ((ch ^ (r & 7)) << 4)), "l"(src), "r"(r < M ? 16 : 0)
+                         : "memory");
+          }
+          asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
+        } else {
+          tma_2d(st0 + WBOX + ABOX, &xmap, k, 0, full);
+        }
       }
     }
   } else if (warp < 4) {
-    wg_loop<MB, ST, STAGE, FA, WBOX, ABOX>(acc, acca, bar0, ring0, 0u, NS, lane);
+    wg_loop<MB, ST, STAGE, FA, WBOX, ABOX, XL>(acc, acca, bar0, ring0, 0u, NS, lane);
   } else if (warp < WW) {
-    wg_loop<MB, ST, STAGE, 0, WBOX, ABOX>(acc, acca, bar0, ring0, (u32)(warp >> 2) * 64 * 128, NS, lane);
+    wg_loop<MB, ST, STAGE, 0, WBOX, ABOX, XL>(acc, acca, bar0, ring0, (u32)(warp >> 2) * 64 * 128, NS, lane);
   } else if (EW > 0) {
     // Expand warps (bank): t rows into shared memory, the chunk offsets per row, then the chunks.
     const int et = threadIdx.x - 32 * WW;

@@ -450,10 +450,11 @@ _ZERO_MAP = TensorMap()
 
 # -- lora_wg: the ring with wgmma (sm_90a) ---------------------------------------------------------
 #
-# A configuration ("wg", RT, KS, MB, ST, EW): RT rows of W per cluster (64 or 128: one warpgroup per
-# 64), KS blocks per cluster splitting K, MB batch rows (8, 16, 32, 64 or 128: the wgmma's N), ST
+# A configuration ("wg", RT, KS, MB, ST, EW[, XL]): RT rows of W per cluster (64 or 128: one warpgroup
+# per 64), KS blocks per cluster splitting K, MB batch rows (8, 16, 32, 64 or 128: the wgmma's N), ST
 # ring stages of one 64-K box each, EW expand warps (0: one adapter, its shrink in the ring; ≥ 1: a
-# bank, t from lora_shrink launched just before). NVRTC builds it for sm_90a (cupy's RawModule
+# bank, t from lora_shrink launched just before), XL 1: x comes into the ring through the issuing
+# warp's cp.async chunks instead of a tensor copy (the copy engine then carries W and A only). NVRTC builds it for sm_90a (cupy's RawModule
 # compiles for the plain sm_90 target, which has no wgmma), else the STAGEML_TMA_CUBIN cubins.
 
 WG_MB = (8, 16, 32, 64, 128)
@@ -467,10 +468,12 @@ def is_wg(cfg):
 
 
 def check_wg(cfg):
-    """Validates a ("wg", RT, KS, MB, ST, EW) tuple; raises WorkerError (RT_BAD_VALUE) naming what is wrong."""
-    if not is_wg(cfg) or len(cfg) != 6 or not all(isinstance(v, int) and not isinstance(v, bool) for v in cfg[1:]):
-        raise WorkerError(errors.BAD_VALUE, "wg config must be ('wg', RT, KS, MB, ST, EW) with integers, got %r" % (cfg,))
-    _, rt, ks, mb, stg, ew = cfg
+    """Validates a ("wg", RT, KS, MB, ST, EW[, XL]) tuple; raises WorkerError (RT_BAD_VALUE) naming what is wrong."""
+    if not is_wg(cfg) or len(cfg) not in (6, 7) or not all(isinstance(v, int) and not isinstance(v, bool) for v in cfg[1:]):
+        raise WorkerError(errors.BAD_VALUE, "wg config must be ('wg', RT, KS, MB, ST, EW[, XL]) with integers, got %r" % (cfg,))
+    _, rt, ks, mb, stg, ew = cfg[:6]
+    if len(cfg) == 7 and cfg[6] not in (0, 1):
+        raise WorkerError(errors.BAD_VALUE, "wg config %r: XL 0 or 1" % (cfg,))
     if rt not in (64, 128) or ks not in (1, 2, 4, 8) or rt % ks != 0:
         raise WorkerError(errors.BAD_VALUE, "wg config %r: RT 64 or 128, KS in 1/2/4/8 dividing RT" % (cfg,))
     if mb not in WG_MB or not 2 <= stg <= 16 or not 0 <= ew <= 8:
@@ -491,7 +494,7 @@ def wg_smem(cfg, m, rmax):
     """Dynamic shared memory of a lora_wg launch (the kernel's layout: alignment slack, barriers,
     the ring or the partial sums in its bytes, then the B tile and t (one adapter) or t, the
     expand sums and the row offsets (bank)); never under ONE_PER_SM."""
-    _, rt, ks, mb, stg, ew = cfg
+    _, rt, ks, mb, stg, ew = cfg[:6]
     fa = wg_fa(cfg, rmax)
     sh = rt // ks
     ring = stg * (rt + fa + mb) * 128 + (8192 if fa else 0)
@@ -513,7 +516,7 @@ def wg_fits_registers(cfg):
 
 
 def wg_suits(cfg, m, n, k, rmax, bank):
-    _, rt, ks, mb, stg, ew = cfg
+    _, rt, ks, mb, stg, ew = cfg[:6]
     if bank != (ew > 0) or not 0 < m <= mb or rmax % 8 != 0 or not 0 < rmax <= (128 if bank else 64):
         return False
     if bank and k % (SHRINK_WARPS * 64) != 0:
@@ -524,19 +527,23 @@ def wg_suits(cfg, m, n, k, rmax, bank):
 
 def wg_adapt(cfg, n, k):
     """KS re-picked for an [n, k] weight as `adapt` does (one block per SM, fewest waves); None when none suits."""
-    _, rt, ks, mb, stg, ew = cfg
+    _, rt, ks, mb, stg, ew = cfg[:6]
     a = adapt(("tma", rt, 1, ks, mb, stg, 0, 1), n, k)
-    return None if a is None else ("wg", rt, a[3], mb, stg, ew)
+    return None if a is None else ("wg", rt, a[3], mb, stg, ew) + tuple(cfg[6:])
+
+
+def wg_xl(cfg):
+    return cfg[6] if len(cfg) > 6 else 0
 
 
 def wg_instantiation(cfg, rmax):
-    _, rt, ks, mb, stg, ew = cfg
-    return "lora_wg<%d,%d,%d,%d,%d,%d>" % (rt, ks, mb, stg, wg_fa(cfg, rmax), ew)
+    _, rt, ks, mb, stg, ew = cfg[:6]
+    return "lora_wg<%d,%d,%d,%d,%d,%d,%d>" % (rt, ks, mb, stg, wg_fa(cfg, rmax), ew, wg_xl(cfg))
 
 
 def wg_mangled(cfg, rmax):
-    _, rt, ks, mb, stg, ew = cfg
-    return "_Z7lora_wgILi%dELi%dELi%dELi%dELi%dELi%dEEv4TMapS0_S0_PKtPKfPtPKiS7_S4_iiii" % (rt, ks, mb, stg, wg_fa(cfg, rmax), ew)
+    _, rt, ks, mb, stg, ew = cfg[:6]
+    return "_Z7lora_wgILi%dELi%dELi%dELi%dELi%dELi%dELi%dEEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii" % (rt, ks, mb, stg, wg_fa(cfg, rmax), ew, wg_xl(cfg))
 
 
 SHRINK_INST = "lora_shrink<%d>" % SHRINK_WARPS
@@ -545,7 +552,7 @@ SHRINK_MANGLED = "_Z11lora_shrinkILi%dEEvPKtS1_PfPKiS4_iii" % SHRINK_WARPS
 
 def wg_explicit_instantiations(pairs):
     """C++ explicit instantiations of (cfg, rmax) pairs and the shrink kernel (for an nvcc cubin)."""
-    sig = ("(const __grid_constant__ TMap, const __grid_constant__ TMap, const __grid_constant__ TMap, const bf16_t*, const float*, bf16_t*,"
+    sig = ("(const __grid_constant__ TMap, const __grid_constant__ TMap, const __grid_constant__ TMap, const bf16_t*, const bf16_t*, const float*, bf16_t*,"
            " const int*, const int*, const float*, int, int, int, int)")
     names = sorted(set(wg_instantiation(c, r) for c, r in pairs))
     out = "".join("template __global__ void %s%s;\n" % (nm, sig) for nm in names)
@@ -649,7 +656,7 @@ def wg_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
     n = w.shape[0]
     if SMS == 132 and torch.cuda.is_available():
         SMS = torch.cuda.get_device_properties(x2.device).multi_processor_count
-    _, rt, ks, mb, stg, ew = cfg
+    _, rt, ks, mb, stg, ew = cfg[:6]
     f = wg_function(cfg, rmax)
     smem = wg_smem(cfg, m, rmax)
     key = wg_instantiation(cfg, rmax)  # the attribute belongs to the function: its largest launch so far
@@ -672,15 +679,15 @@ def wg_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
     wm = _wmap(w, rt)
     xm = _xmap(x2, mb)
     am = _wmap(a, fa) if fa > 0 else _ZERO_MAP
-    vals = [wm, xm, am, p(b), p(t), p(y), p(slots), p(ranks), p(scales)] + [ctypes.c_int32(v) for v in (m, n, k, rmax)]
+    vals = [wm, xm, am, p(x2), p(b), p(t), p(y), p(slots), p(ranks), p(scales)] + [ctypes.c_int32(v) for v in (m, n, k, rmax)]
     _launch_raw(f, (n // rt * ks, 1, 1), wg_threads(cfg), smem, stream, vals, cfg)
     return y
 
 
-# What bench/gpu/splitk.py --sweep wg measures per row bucket: (RT, KS, ST, EW) with EW = 0 for one
-# adapter; the largest ST that fits is kept where one does not.
-WG_SWEEP_SINGLE = [(64, 2, 12, 0), (64, 2, 10, 0), (64, 2, 8, 0), (128, 4, 8, 0), (128, 4, 6, 0)]
-WG_SWEEP_BANK = [(64, 2, 10, 2), (64, 2, 10, 4), (64, 2, 8, 4), (128, 4, 6, 4), (64, 2, 12, 6)]
+# What bench/gpu/splitk.py --sweep wg measures per row bucket: (RT, KS, ST, EW, XL) with EW = 0 for
+# one adapter; the largest ST that fits is kept where one does not.
+WG_SWEEP_SINGLE = [(64, 2, 12, 0, 0), (64, 2, 8, 0, 0), (64, 2, 12, 0, 1), (64, 2, 10, 0, 1), (64, 2, 8, 0, 1), (64, 2, 6, 0, 1)]
+WG_SWEEP_BANK = [(64, 2, 8, 4, 0), (64, 2, 12, 6, 0), (64, 2, 8, 4, 1)]
 
 
 def wg_sweep(m, bank=False, rmax=16):
@@ -688,11 +695,11 @@ def wg_sweep(m, bank=False, rmax=16):
     if mb > 128:
         return []
     out = []
-    for rt, ks, stg, ew in (WG_SWEEP_BANK if bank else WG_SWEEP_SINGLE):
-        c = ("wg", rt, ks, mb, stg, ew)
+    for rt, ks, stg, ew, xl in (WG_SWEEP_BANK if bank else WG_SWEEP_SINGLE):
+        c = ("wg", rt, ks, mb, stg, ew, xl)
         while stg > 2 and wg_smem(c, mb, rmax) > 227 * 1024:
             stg -= 1
-            c = ("wg", rt, ks, mb, stg, ew)
+            c = ("wg", rt, ks, mb, stg, ew, xl)
         if c not in out and wg_fits_registers(c):
             out.append(c)
     return out

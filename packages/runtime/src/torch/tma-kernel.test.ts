@@ -170,7 +170,7 @@ import json
 from stageml_torch import tma
 from stageml_torch.errors import WorkerError
 bad = [("wg", 96, 2, 64, 10, 0), ("wg", 64, 3, 64, 10, 0), ("wg", 64, 2, 48, 10, 0), ("wg", 64, 2, 64, 1, 0), ("wg", 64, 2, 64, 10, 9),
-       ("wg", 64, 2, 64, 10), ("wg", 64, 2, 64, 10, True), ("sx", 16, 256), ("sx", 32, 64), ("sx", 32), ("sx", 32, 128, 2)]
+       ("wg", 64, 2, 64, 10), ("wg", 64, 2, 64, 10, True), ("wg", 64, 2, 64, 10, 0, 2), ("sx", 16, 256), ("sx", 32, 64), ("sx", 32), ("sx", 32, 128, 2)]
 res = []
 for c in bad:
     try:
@@ -179,7 +179,7 @@ for c in bad:
     except WorkerError as e:
         res.append([e.code, e.message])
 print(json.dumps({
-  "m": [tma.wg_mangled(("wg", 64, 2, 64, 10, 0), 16), tma.wg_mangled(("wg", 64, 2, 64, 8, 4), 64), tma.SHRINK_MANGLED],
+  "m": [tma.wg_mangled(("wg", 64, 2, 64, 10, 0), 16), tma.wg_mangled(("wg", 64, 2, 64, 8, 4), 64), tma.wg_mangled(("wg", 64, 2, 8, 12, 0, 1), 16), tma.SHRINK_MANGLED],
   "inst": tma.wg_explicit_instantiations([(("wg", 64, 2, 8, 12, 0), 16), (("wg", 64, 2, 8, 12, 0), 8), (("wg", 64, 2, 64, 8, 4), 64)]).strip().split("\\n"),
   "fa": [tma.wg_fa(("wg", 64, 2, 8, 12, 0), r) for r in (8, 16, 40, 64)] + [tma.wg_fa(("wg", 64, 2, 8, 12, 4), 64)],
   "bad": res,
@@ -187,14 +187,15 @@ print(json.dumps({
 `) as { m: string[]; inst: string[]; fa: number[]; bad: ([string, string] | null)[] };
     // Read off nvcc 13.0's -Xptxas -v report for these instantiations (bench/gpu/build_wg.py).
     expect(out.m).toEqual([
-      '_Z7lora_wgILi64ELi2ELi64ELi10ELi16ELi0EEv4TMapS0_S0_PKtPKfPtPKiS7_S4_iiii',
-      '_Z7lora_wgILi64ELi2ELi64ELi8ELi0ELi4EEv4TMapS0_S0_PKtPKfPtPKiS7_S4_iiii',
+      '_Z7lora_wgILi64ELi2ELi64ELi10ELi16ELi0ELi0EEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii',
+      '_Z7lora_wgILi64ELi2ELi64ELi8ELi0ELi4ELi0EEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii',
+      '_Z7lora_wgILi64ELi2ELi8ELi12ELi16ELi0ELi1EEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii',
       '_Z11lora_shrinkILi32EEvPKtS1_PfPKiS4_iii',
     ]);
     // Rank 8 and 16 share FA 16 (one instantiation); the shrink (KW 8, 32) and expand (NB 128, 256) once each.
     expect(out.inst).toHaveLength(2 + 2 + 2);
-    expect(out.inst[0]).toMatch(/^template __global__ void lora_wg<64,2,64,8,0,4>\(const __grid_constant__ TMap, /);
-    expect(out.inst[1]).toMatch(/^template __global__ void lora_wg<64,2,8,12,16,0>\(/);
+    expect(out.inst[0]).toMatch(/^template __global__ void lora_wg<64,2,64,8,0,4,0>\(const __grid_constant__ TMap, /);
+    expect(out.inst[1]).toMatch(/^template __global__ void lora_wg<64,2,8,12,16,0,0>\(/);
     expect(out.inst.slice(2)).toEqual([
       expect.stringMatching(/^template __global__ void lora_shrink<8>\(/),
       expect.stringMatching(/^template __global__ void lora_shrink<32>\(/),
@@ -211,10 +212,11 @@ print(json.dumps({
     expect(msgs[4]).toMatch(/EW in 0\.\.8/);
     expect(msgs[5]).toMatch(/must be \('wg'/);
     expect(msgs[6]).toMatch(/with integers/);
-    expect(msgs[7]).toMatch(/KW in \(8, 32\)/);
-    expect(msgs[8]).toMatch(/NB in \(128, 256\)/);
-    expect(msgs[9]).toMatch(/must be \('sx', KW, NB\[, SIDE\]\)/);
-    expect(msgs[10]).toMatch(/SIDE 0 or 1/);
+    expect(msgs[7]).toMatch(/XL 0 or 1/);
+    expect(msgs[8]).toMatch(/KW in \(8, 32\)/);
+    expect(msgs[9]).toMatch(/NB in \(128, 256\)/);
+    expect(msgs[10]).toMatch(/must be \('sx', KW, NB\[, SIDE\]\)/);
+    expect(msgs[11]).toMatch(/SIDE 0 or 1/);
   });
 
   it('sizes wgmma-ring launches within the shared memory and registers it was built spill-free for', () => {
@@ -250,7 +252,7 @@ print(json.dumps({
     // stages exceed 227 KB; banks need K a multiple of the shrink's 32 warps · 64; N a multiple of RT.
     expect(out.suits).toEqual([true, false, false, false, false, true, false, false]);
     expect(out.adapt).toEqual([['wg', 64, 2, 64, 10, 0], ['wg', 64, 8, 64, 10, 0], ['wg', 64, 4, 64, 10, 0], null]);
-    expect(out.sweep).toEqual([5, 5, 2, 0]);
+    expect(out.sweep).toEqual([6, 6, 3, 0]);
     expect(out.sx).toEqual([true, true, false, false, true, false]);
     expect(out.tables_valid).toBe(true);
   });
