@@ -29,8 +29,8 @@ alone in the same run, 4096², r16 and 64-adapter banks of ranks 8/16/64, LoRA f
 | lora_linear | 65-128 | cuBLAS + lora_shrink + lora_expand ("sx", 32, 128) | 1.75 (torch ops 1.94-1.98) |
 | lora_bank_linear | 1-8 | lora_stream (1, 1, 8, 1, 2, 0) | 1.02-1.06 |
 | lora_bank_linear | 9-16 | lora_stream_cl ("cl", 1, 4, 2, 4, 8, 0) | 1.24-1.32 r16, 1.51-1.53 8/16/64 |
-| lora_bank_linear | 17-32 | ("sx", 8, 128, 1): the shrink on a side stream beside cuBLAS | 1.48 r16, 1.88 8/16/64 (SIDE 0: 1.56-1.63 / 1.97-2.03) |
-| lora_bank_linear | 33-64 | ("sx", 32, 128, 1) | 1.87 r16, 2.57 8/16/64 (SIDE 0: 1.93-2.00 / 2.62-2.75) |
+| lora_bank_linear | 17-32 | ("sx", 8, 128, 1): the shrink on a side stream beside cuBLAS | 1.48-1.51 r16, 1.86-1.88 8/16/64 (SIDE 0: 1.55-1.63 / 1.97-2.04) |
+| lora_bank_linear | 33-64 | ("sx", 32, 128, 1) | 1.85-1.89 r16, 2.53-2.57 8/16/64 (SIDE 0: 1.93-2.00 / 2.62-2.75) |
 | both | beyond | None: the caller's fallback (torch ops, the generated SGMV kernels) | - |
 
 The TMA ring's bank path (producer blocks) is never taken (tma.shippable): it computed wrong sums
