@@ -10,10 +10,12 @@ CUDA graph and replayed. The weights are the PEFT model's own tensors (no copy).
     python3 bench/gpu/decode8b.py --root DIR --out decode8b.json
     python3 bench/gpu/decode8b.py --kernel stream --out decode8b-stream.json
 
-`--kernel stream`: the 64-adapter step runs every projection as one launch of the fused swap-AB
-streaming kernel (native/stageml_torch/stream.py: base GEMM + the row's adapter, slot per row) on
-random bank factors (no PEFT model, no generated launchers needed); base = the same step with
-cuBLAS and no adapters. Checked against the same step with torch ops (gathered factors, f32).
+`--kernel stream`: the 64-adapter step runs every projection through `stream.lora_bank_linear`
+(native/stageml_torch/stream.py: base GEMM + the row's adapter, slot per row; whichever kernel its
+table names for the row count: the fused streaming kernels at ≤ 16 rows, cuBLAS + lora_shrink +
+lora_expand at 17-64) on random bank factors (no PEFT model, no generated launchers needed); base =
+the same step with cuBLAS and no adapters. Checked against the same step with torch ops (gathered
+factors, f32).
 """
 import argparse
 import importlib
@@ -189,10 +191,12 @@ class StreamBanks:
 def stream_main(args):
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from stageml_torch import stream as st_tables  # noqa: PLC0415 - the tables this run dispatches with (overrides applied)
+
     dev = "cuda"
     mixes = {"mixed": [[8, 16, 64][i % 3] for i in range(64)], "r8": [8] * 64}
     res = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__, "device": torch.cuda.get_device_name(),
-                    "context": CONTEXT, "kernel": "stream (fused base + bank LoRA, one launch per projection)",
+                    "context": CONTEXT, "kernel": "stream.lora_bank_linear (the dispatch table's kernel per row count)", "bank_table": {str(k): list(v) if v else None for k, v in st_tables.DEFAULT_BANK.items()},
                     "model": "Llama-3-8B shape: 32 layers, hidden 4096, intermediate 14336, GQA 32/8, head 128, vocab 128256, random bf16"},
            "steps": [], "checks": {}}
     t0 = time.time()

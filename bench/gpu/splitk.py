@@ -212,9 +212,22 @@ def cuda_cfgs(m, bank=False):
         out += [("cl", wr, rg, mt, unr, cl, ldw) for wr, rg, unr, cl, ldw in CL_SWEEP[mt]]
     if "tma" in SWEEP_KINDS:
         out += st._tma.sweep(m, bank)
+    if "wg" in SWEEP_KINDS:
+        out += st._tma.wg_sweep(m, bank, 64 if bank else 16)
+    if "wgx" in SWEEP_KINDS and not bank and m > 16:
+        out += [c for c in WGX_EXTRA if c[3] == st._tma.bucket(m)]
+    if "sx" in SWEEP_KINDS and m >= 8:
+        out += list(st._tma.SX_SWEEP)
+    if "tmadef" in SWEEP_KINDS and not bank:
+        # the TMA ring's shipped configurations only (1-8 rows: the one shipped before lora_wg)
+        c = ("tma", 64, 1, 2, 8, 12, 0, 1) if m <= 8 else st.config_for(m)
+        if c is not None and st._tma.is_tma(c):
+            out.append(c)
     return out
 
 
+# one adapter at 32-64 rows: fewer, larger W tiles per cluster (less x re-read from L2; 64 blocks)
+WGX_EXTRA = [("wg", 128, 2, 64, 8, 0), ("wg", 128, 2, 64, 6, 0), ("wg", 64, 1, 64, 10, 0), ("wg", 128, 2, 32, 10, 0), ("wg", 64, 1, 32, 12, 0)]
 SWAP_SWEEP = [(128, 8, 128, 4, 4), (128, 4, 128, 4, 4), (64, 8, 128, 4, 4), (128, 8, 64, 6, 4), (256, 4, 128, 3, 8), (64, 16, 128, 4, 4), (128, 16, 64, 4, 4)]
 
 
@@ -263,8 +276,8 @@ def single_case(m, ws, budget, res):
     if m <= 256 and st.available():
         for cfg in cuda_cfgs(m):
             run = lambda i, c=cfg: must(st.lora_linear(xs[i], ws[i], As[i], Bs[i], SCALE, cfg=c, out=outs[i]))  # noqa: E731
-            measure(row, "cuda_stream %s" % (cfg,), run, refs, outs, extra={"config": list(cfg), "pdl": st._tma.PDL[0] if st._tma.is_tma(cfg) else None})
-            if st._tma.is_tma(cfg) and NOPDL:
+            measure(row, "cuda_stream %s" % (cfg,), run, refs, outs, extra={"config": list(cfg), "pdl": st._tma.PDL[0] if st._tma.is_tma(cfg) or st._tma.is_wg(cfg) or st._tma.is_sx(cfg) else None})
+            if (st._tma.is_tma(cfg) or st._tma.is_wg(cfg)) and NOPDL:
                 without_pdl(row, cfg, run, refs, outs)
             if st._tma.is_tma(cfg) and PRETILE:
                 st._tma.PRETILE[0] = True
@@ -354,8 +367,8 @@ def bank_case(m, ws, ranks_cycle, budget, res, banks):
     if st.available():
         for cfg in cuda_cfgs(m, bank=True):
             run = lambda i, c=cfg: must(st.lora_bank_linear(xs[i], ws[i], a_bank[i % len(a_bank)], b_bank[i % len(a_bank)], slots[i], ranks, scales, cfg=c, out=outs[i]))  # noqa: E731
-            measure(row, "cuda_stream %s" % (cfg,), run, refs, outs, extra={"config": list(cfg), "pdl": st._tma.PDL[0] if st._tma.is_tma(cfg) else None})
-            if st._tma.is_tma(cfg) and NOPDL:
+            measure(row, "cuda_stream %s" % (cfg,), run, refs, outs, extra={"config": list(cfg), "pdl": st._tma.PDL[0] if st._tma.is_tma(cfg) or st._tma.is_wg(cfg) or st._tma.is_sx(cfg) else None})
+            if (st._tma.is_tma(cfg) or st._tma.is_wg(cfg)) and NOPDL:
                 without_pdl(row, cfg, run, refs, outs)
         if st.config_for(m, bank=True) is not None:
             run = lambda i: must(st.lora_bank_linear(xs[i], ws[i], a_bank[i % len(a_bank)], b_bank[i % len(a_bank)], slots[i], ranks, scales, out=outs[i]))  # noqa: E731
@@ -409,14 +422,14 @@ def report(paths, out):
         L.append("- run %d: %s, %s, torch %s, triton %s, copy %.2f TB/s (W read once ≥ %.1f µs), %d cases, %.0f s" % (
             n, m["date"], m["device"], m["torch"], m["triton"], m["copy_TBps"], m["floor_us"], len(r["rows"]), m.get("wall_s", 0)))
     L.append("")
-    fams = [("cuda_stream ('tma'", "CUDA TMA ring (lora_tma.cu)"), ("cuda_stream_nopdl", "TMA ring without PDL"), ("cuda_stream_pretiled", "TMA ring, W pre-tiled"),
+    fams = [("cuda_stream_default", "shipped dispatch"), ("cuda_stream ('wg'", "CUDA wgmma ring (lora_wg)"), ("cuda_stream ('sx'", "cuBLAS base + lora_shrink + lora_expand"), ("cuda_stream ('tma'", "CUDA TMA ring (lora_tma.cu)"), ("cuda_stream_nopdl", "TMA ring without PDL"), ("cuda_stream_pretiled", "TMA ring, W pre-tiled"),
             ("cuda_stream (", "CUDA stream, per-block K split"), ("cuda_stream ('cl'", "CUDA stream, cluster K split"), ("triton_one", "Triton split-K"),
             ("triton_swap ", "Triton swap-AB"), ("triton_swap_tma", "Triton swap-AB + TMA"), ("punica_style", "cuBLAS + shrink + expand (punica-style)"),
             ("cublas_base_plus_lora", "cuBLAS base + cuBLAS LoRA")]
 
     def fam_best(row, prefix):
         c = [(v["us"], k, v) for k, v in row["variants"].items() if "us" in v and k.startswith(prefix)
-             and not (prefix == "cuda_stream (" and ("'cl'" in k or "'tma'" in k))]
+             and not (prefix == "cuda_stream (" and ("'cl'" in k or "'tma'" in k or "'wg'" in k or "'sx'" in k))]
         return min(c, key=lambda t: t[0]) if c else None
 
     for case, title in (("single_r16", "One adapter, r16"), ("bank64_r16", "64-adapter bank, r16, one adapter per row"),
@@ -436,7 +449,8 @@ def report(paths, out):
                     if b and (best is None or b[0] < best[0]):
                         best = b
                 v = VLLM.get((case, row["rows"]))
-                L.append("| %d | %d | %.1f | %s | %.2f | %.1e | %s |" % (row["rows"], n, row["cublas_base_us"], " | ".join(cells), best[2]["TBps"], best[2]["rel_err"], "%.2f" % v if v else "-"))
+                L.append("| %d | %d | %.1f | %s | %s | %s | %s |" % (row["rows"], n, row["cublas_base_us"], " | ".join(cells), "%.2f" % best[2]["TBps"] if best else "-",
+                                                                     "%.1e" % best[2]["rel_err"] if best else "-", "%.2f" % v if v else "-"))
         L.append("")
     L.append("### One adapter, r16, 4096 rows (compute-bound)")
     L.append("")
@@ -475,7 +489,7 @@ def main():
     ap.add_argument("--budget", type=float, default=240.0, help="seconds after which the Triton swap-AB sweep stops adding configurations")
     ap.add_argument("--rows", default="1,16,32,64,128,256,4096")
     ap.add_argument("--bank-rows", default="1,16,32,64,128,256")
-    ap.add_argument("--sweep", default="old,cl", help="CUDA kernel families to sweep: old (per-block K split), old1 (its best 1-8 row config), cl (cluster), tma (TMA ring, lora_tma.cu)")
+    ap.add_argument("--sweep", default="old,cl", help="CUDA kernel families to sweep: old (per-block K split), old1 (its best 1-8 row config), cl (cluster), tma (TMA ring, lora_tma.cu), tmadef (its shipped configuration only), wg (wgmma ring), wgx (its 64-block variants), sx (cuBLAS + shrink + expand)")
     ap.add_argument("--no-triton", action="store_true", help="skip the Triton, punica and 4096-row cuBLAS variants")
     ap.add_argument("--pretile", action="store_true", help="also measure one-adapter TMA configurations with W pre-tiled (tma.pretile)")
     ap.add_argument("--no-pdl-too", action="store_true", help="also measure every TMA configuration without programmatic dependent launch")

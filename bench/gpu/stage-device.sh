@@ -8,7 +8,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$DEST"; mkdir -p "$DEST/bench/gpu" "$DEST/native" "$DEST/fixtures/peft-tiny/llama/adapters"
 cp -r "$ROOT/native/stageml_torch" "$DEST/native/"
 find "$DEST/native" -name __pycache__ -prune -exec rm -rf {} +
-cp "$ROOT"/bench/gpu/{e2e.py,decode8b.py,splitk.py,worker_smoke.py,device-e2e.sh} "$DEST/bench/gpu/"
+cp "$ROOT"/bench/gpu/{e2e.py,decode8b.py,splitk.py,worker_smoke.py,device-e2e.sh,tma_smoke.py,wg_smoke.py,device-kernels.sh} "$DEST/bench/gpu/"
 cp -r "$PREP"/bundles "$PREP"/triton "$PREP"/mixes.json "$DEST/"
 cp "$ROOT/fixtures/peft-tiny/golden.json" "$DEST/fixtures/peft-tiny/"
 cp -r "$ROOT/fixtures/peft-tiny/llama/base" "$DEST/fixtures/peft-tiny/llama/"

@@ -427,3 +427,423 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * ((RT / 16 / WR
     }
   }
 }
+
+// ---------------------------------------------------------------------------------------------------
+// lora_wg: the same ring with the W tiles multiplied by wgmma (sm_90a) instead of mma.sync. One
+// warpgroup (4 warps) per 64 rows of W issues wgmma.m64nMBk16 with both operands read by the tensor
+// cores straight from the swizzled ring (W tile: A operand, x box: B operand, K-major, 128-byte
+// swizzle descriptors), four per 64-K stage, one commit group per stage, the stage released once
+// the next stage's group is issued (wait_group 1). One adapter (FA > 0): warpgroup 0 also multiplies
+// the 64 ring rows starting at the stage's A box (its FA rows, then x and whatever follows: rows
+// past FA are discarded; the ring carries 8 KB of slack so the last stage's read stays in bounds),
+// and the issuing lane bulk-copies the B rows this block finishes ([SH][rank] bf16, contiguous) into
+// shared memory at the start, so the epilogue reads no global memory but y's stores.
+// A bank (FA == 0): t = x . A_j^T comes from the previous launch (lora_shrink, in global memory, f32
+// [M][rmax]); EW expand warps compute s_j . t[m] . B_j[n]^T for the rows this block finishes while
+// the W warps stream, their B loads spread over the warps as 16-byte chunks of each row's first
+// rank_j columns (8 chunks per lane in flight), partial dot products added into shared memory.
+// The warp roles: [0, RT / 16) W warps, then EW expand warps, then the issuing warp.
+
+template <int Z = 0>
+__device__ __forceinline__ void wgmma_n8(float* d, u64 da, u64 db) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
+               "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n\t}"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "l"(da), "l"(db), "r"(1));
+}
+
+template <int Z = 0>
+__device__ __forceinline__ void wgmma_n16(float* d, u64 da, u64 db) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %10, 0;\n\t"
+               "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n\t}"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+               : "l"(da), "l"(db), "r"(1));
+}
+
+template <int Z = 0>
+__device__ __forceinline__ void wgmma_n32(float* d, u64 da, u64 db) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %18, 0;\n\t"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n\t}"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+               : "l"(da), "l"(db), "r"(1));
+}
+
+template <int Z = 0>
+__device__ __forceinline__ void wgmma_n64(float* d, u64 da, u64 db) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n\t}"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db), "r"(1));
+}
+
+template <int Z = 0>
+__device__ __forceinline__ void wgmma_n128(float* d, u64 da, u64 db) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n\t}"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               : "l"(da), "l"(db), "r"(1));
+}
+
+
+template <int NB>
+__device__ __forceinline__ void wgmma_nb(float* d, u64 da, u64 db) {
+  if constexpr (NB == 8) wgmma_n8<0>(d, da, db);
+  else if constexpr (NB == 16) wgmma_n16<0>(d, da, db);
+  else if constexpr (NB == 32) wgmma_n32<0>(d, da, db);
+  else if constexpr (NB == 64) wgmma_n64<0>(d, da, db);
+  else wgmma_n128<0>(d, da, db);
+}
+
+// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ u64 wg_desc(u32 addr) {
+  return (u64)((addr >> 4) & 0x3FFF) | ((u64)1 << 16) | ((u64)64 << 32) | ((u64)1 << 62);
+}
+template <int Z = 0>
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+template <int Z = 0>
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int P>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(P) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void wg_hold(float* d) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// One warpgroup's main loop: per stage four wgmma k-steps on its 64 W rows (at byte offset wrow of
+// the W box) and, with FA > 0, on the 64 rows from the A box; the stage before is released once
+// this stage's group is issued. Each call site is one warpgroup-uniform branch (no divergent wgmma).
+template <int MB, int ST, int STAGE, int FA, int WBOX, int ABOX, int XL>
+__device__ __forceinline__ void wg_loop(float* acc, float* acca, u32 bar0, u32 ring0, u32 wrow, int NS, int lane) {
+  for (int it = 0; it < NS; ++it) {
+    const int s = it % ST;
+    mbar_wait(bar0 + 8 * s, (it / ST) & 1);
+    const u32 st0 = ring0 + s * STAGE;
+    // XL: x came through cp.async (the generic proxy); the tensor cores read it through the async one
+    if (XL) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    wg_fence<0>();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const u64 db = wg_desc(st0 + WBOX + ABOX + kk * 32);
+      wgmma_nb<MB>(acc, wg_desc(st0 + wrow + kk * 32), db);
+      if (FA > 0) wgmma_nb<MB>(acca, wg_desc(st0 + WBOX + kk * 32), db);
+    }
+    wg_commit<0>();
+    if (it > 0) {
+      wg_wait<1>();
+      if (lane == 0) mbar_arrive(bar0 + 8 * (ST + (it - 1) % ST));
+    }
+  }
+  wg_wait<0>();
+  wg_hold<MB / 2>(acc);
+  if (FA > 0) wg_hold<MB / 2>(acca);
+}
+
+template <int RT, int KS, int MB, int ST, int FA, int EW, int XL>
+__global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + EW + 1), 1) lora_wg(
+    const __grid_constant__ TMap wmap, const __grid_constant__ TMap xmap, const __grid_constant__ TMap amap,
+    const bf16_t* __restrict__ x, const bf16_t* __restrict__ b, const float* __restrict__ t_in, bf16_t* __restrict__ y, const int* __restrict__ slot,
+    const int* __restrict__ rank, const float* __restrict__ scale, int M, int N, int K, int rmax) {
+  constexpr int WW = RT / 16, NT = 32 * (WW + EW + 1);
+  constexpr int WBOX = RT * 128, ABOX = FA * 128, XBOX = MB * 128, STAGE = WBOX + ABOX + XBOX, RS = MB + 1, SH = RT / KS;
+  constexpr int RING = ST * STAGE + (FA > 0 ? 8192 : 0), AR = FA > 0 ? 64 : 0, TAIL = (RT + AR) * RS * 4;
+  constexpr int EXTRA0 = ((RING > TAIL ? RING : TAIL) + 1023) / 1024 * 1024;
+  static_assert(RT % 64 == 0 && RT <= 128 && FA % 16 == 0 && FA <= 64 && MB % 8 == 0 && MB <= 128 && RT % KS == 0 && (FA == 0) == (EW > 0), "wg shape");
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* sm = (unsigned char*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const u32 q = KS > 1 ? cta_rank() : 0u;
+  const int cb = blockIdx.x / KS, n0 = cb * RT, nq = n0 + (int)q * SH;
+  const int kper = K / KS, kbeg = (int)q * kper, NS = kper / 64;
+  const u32 bar0 = smem_u32(sm);  // full[ST], empty[ST], then the B-tile barrier
+  const u32 bbar = bar0 + 16 * ST;
+  unsigned char* ring = sm + 1024;
+  const u32 ring0 = smem_u32(ring);
+  unsigned char* extra = ring + EXTRA0;
+  // One adapter: bs [SH][rmax] bf16, then st [M][rmax] f32. Bank: ts [M][rmax] f32, ls [M][SH] f32, off [M + 1].
+  bf16_t* bs = (bf16_t*)extra;
+  float* st = (float*)(extra + ((SH * rmax * 2 + 15) / 16) * 16);
+  float* ts = (float*)extra;
+  float* ls = ts + M * rmax;
+  int* off = (int*)(ls + M * SH);
+  const bool issuer = warp == WW + EW && lane == 0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(bar0 + 8 * s, XL ? 33 : 1);  // XL: the issuing lane's arrive + one per lane's cp.async group
+      mbar_init(bar0 + 8 * (ST + s), WW);
+    }
+    mbar_init(bbar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+  if (!issuer) griddep_wait();
+  float acc[MB / 2];
+  float acca[FA > 0 ? MB / 2 : 1];
+#pragma unroll
+  for (int i = 0; i < MB / 2; ++i) acc[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < (FA > 0 ? MB / 2 : 1); ++i) acca[i] = 0.f;
+  if (warp == WW + EW) {
+    // The issuing warp. Lane 0: the tensor copies of W (and A), the first ring's before the
+    // dependency wait. x: lane 0's tensor copy, or (XL) every lane's 16-byte cp.async chunks written
+    // in the same 128-byte swizzle (chunk c of row r at c ^ (r & 7)), rows past M zero-filled, each
+    // lane's group completing on the stage's full barrier (so the copy engine carries W only).
+    constexpr u32 TX = XL ? WBOX + ABOX : STAGE;
+    const int pre = NS < ST ? NS : ST;
+    if (lane == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&wmap) : "memory");
+      if (!XL) asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&xmap) : "memory");
+      if (FA > 0) {
+        asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&amap) : "memory");
+        mbar_expect_tx(bbar, SH * rmax * 2);
+        bulk_copy(smem_u32(bs), b + (size_t)nq * rmax, SH * rmax * 2, bbar);
+      }
+      for (int it = 0; it < pre; ++it) {
+        const u32 full = bar0 + 8 * it, st0 = ring0 + it * STAGE;
+        const int k = kbeg + it * 64;
+        mbar_expect_tx(full, TX);
+        tma_2d(st0, &wmap, k, n0, full);
+        if (FA > 0) tma_2d(st0 + WBOX, &amap, k, 0, full);
+      }
+    }
+    griddep_wait();
+    if (lane == 0 || XL) {
+      for (int it = 0; it < NS; ++it) {
+        const int s = it % ST;
+        const u32 full = bar0 + 8 * s, st0 = ring0 + s * STAGE;
+        const int k = kbeg + it * 64;
+        if (it >= pre) {
+          mbar_wait(bar0 + 8 * (ST + s), ((it / ST) & 1) ^ 1);
+          if (lane == 0) {
+            mbar_expect_tx(full, TX);
+            tma_2d(st0, &wmap, k, n0, full);
+            if (FA > 0) tma_2d(st0 + WBOX, &amap, k, 0, full);
+          }
+        }
+        if (XL) {
+          const u32 xs = st0 + WBOX + ABOX;
+#pragma unroll 4
+          for (int c = lane; c < MB * 8; c += 32) {
+            const int r = c >> 3, ch = c & 7;
+            const bf16_t* src = x + (size_t)(r < M ? r : 0) * K + k + ch * 8;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(xs + r * 128 + ((ch ^ (r & 7)) << 4)), "l"(src), "r"(r < M ? 16 : 0)
+                         : "memory");
+          }
+          asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
+        } else {
+          tma_2d(st0 + WBOX + ABOX, &xmap, k, 0, full);
+        }
+      }
+    }
+  } else if (warp < 4) {
+    wg_loop<MB, ST, STAGE, FA, WBOX, ABOX, XL>(acc, acca, bar0, ring0, 0u, NS, lane);
+  } else if (warp < WW) {
+    wg_loop<MB, ST, STAGE, 0, WBOX, ABOX, XL>(acc, acca, bar0, ring0, (u32)(warp >> 2) * 64 * 128, NS, lane);
+  } else if (EW > 0) {
+    // Expand warps (bank): t rows into shared memory, the chunk offsets per row, then the chunks.
+    const int et = threadIdx.x - 32 * WW;
+    for (int i = et; i < M * rmax; i += 32 * EW) ts[i] = __ldcg(t_in + i);
+    for (int i = et; i < M * SH; i += 32 * EW) ls[i] = 0.f;
+    if (et == 0) {
+      int o = 0;
+      for (int m = 0; m < M; ++m) {
+        off[m] = o;
+        const int j = slot ? slot[m] : 0;
+        o += j >= 0 ? SH * (rank[j] >> 3) : 0;
+      }
+      off[M] = o;
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(32 * EW) : "memory");
+    const int total = off[M];
+    const int ew = et >> 5;
+    for (int base = ew * 256; base < total; base += EW * 256) {
+      V4 v[8];
+      int row[8], col[8];
+      float sc[8];
+      int m = 0;
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int c = base + u * 32 + lane;
+        row[u] = -1;
+        if (c < total) {
+          while (off[m + 1] <= c) ++m;
+          const int j = slot ? slot[m] : 0;
+          const int per = rank[j] >> 3, w = c - off[m], nl = w / per, i8 = w - nl * per;
+          row[u] = m;
+          col[u] = nl * 64 + i8;  // packed (nl, chunk)
+          sc[u] = scale[j];
+          v[u] = ldg_stream(b + ((size_t)j * N + nq + nl) * rmax + i8 * 8);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (row[u] < 0) continue;
+        const int nl = col[u] >> 6, i8 = col[u] & 63;
+        const float* tp = ts + row[u] * rmax + i8 * 8;
+        const u32 wd[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+        float d = 0.f;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          d += tp[2 * e] * __uint_as_float(wd[e] << 16);
+          d += tp[2 * e + 1] * __uint_as_float(wd[e] & 0xffff0000u);
+        }
+        atomicAdd(&ls[row[u] * SH + nl], sc[u] * d);
+      }
+    }
+  }
+  __syncthreads();  // every stage consumed (and the expand done): the ring is free for the partial sums
+  griddep_launch();
+  float* red = (float*)ring;  // [RT + AR][RS]
+  if (warp < WW) {
+#pragma unroll
+    for (int i = 0; i < MB / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 16 * warp + g + 8 * (e >> 1), m = 8 * i + 2 * tig + (e & 1);
+        red[row * RS + m] = acc[4 * i + e];
+        if (FA > 0 && warp < 4 && 16 * warp + g + 8 * (e >> 1) < FA) red[(RT + row) * RS + m] = acca[4 * i + e];
+      }
+  }
+  if (KS > 1) cl_sync();
+  else __syncthreads();
+  // The cluster's partial sums are read UE items at a time, all their (distributed) shared-memory
+  // loads issued before the first is used: the epilogue is latency-bound, one item per thread at a
+  // time cost ~0.7 us per NT items.
+  constexpr int UE = 4;
+  if (FA > 0) {
+    const int total = M * rmax;
+    for (int i0 = threadIdx.x; i0 < total; i0 += NT * UE) {
+      float lv[UE][KS];
+#pragma unroll
+      for (int u = 0; u < UE; ++u) {
+        const int i = min(i0 + u * NT, total - 1), m = i / rmax, r = i % rmax;
+#pragma unroll
+        for (int c = 0; c < KS; ++c) lv[u][c] = KS > 1 ? ld_remote(&red[(RT + r) * RS + m], c) : red[(RT + r) * RS + m];
+      }
+#pragma unroll
+      for (int u = 0; u < UE; ++u) {
+        float v = 0.f;
+#pragma unroll
+        for (int c = 0; c < KS; ++c) v += lv[u][c];
+        if (i0 + u * NT < total) st[i0 + u * NT] = v;
+      }
+    }
+    mbar_wait(bbar, 0);
+    __syncthreads();
+  }
+  const float s0 = FA > 0 ? scale[0] : 0.f;
+  const int items = SH * M;
+  for (int i0 = threadIdx.x; i0 < items; i0 += NT * UE) {
+    float lv[UE][KS];
+#pragma unroll
+    for (int u = 0; u < UE; ++u) {
+      const int i = min(i0 + u * NT, items - 1), m = i / SH, nl = i % SH;
+#pragma unroll
+      for (int c = 0; c < KS; ++c) lv[u][c] = KS > 1 ? ld_remote(&red[((int)q * SH + nl) * RS + m], c) : red[((int)q * SH + nl) * RS + m];
+    }
+#pragma unroll
+    for (int u = 0; u < UE; ++u) {
+      const int i = i0 + u * NT;
+      if (i >= items) break;
+      const int m = i / SH, nl = i % SH;
+      float v = 0.f;
+#pragma unroll
+      for (int c = 0; c < KS; ++c) v += lv[u][c];
+      if (FA > 0) {
+        const float* tp = st + m * rmax;
+        const bf16_t* bp = bs + nl * rmax;
+        float d = 0.f;
+        for (int r0 = 0; r0 < rmax; r0 += 2) {
+          const u32 w2 = *(const u32*)(bp + r0);
+          d += tp[r0] * __uint_as_float(w2 << 16) + tp[r0 + 1] * __uint_as_float(w2 & 0xffff0000u);
+        }
+        v += s0 * d;
+      } else {
+        v += ls[m * SH + nl];
+      }
+      y[(size_t)m * N + nq + nl] = to_bf16(v);
+    }
+  }
+  if (KS > 1) cl_sync();
+}
+
+// The bank's shrink: t[z][m][i] = x[m, Kz] . A_j[i, Kz]^T (j = slot[m], i < rank_j; f32) over the
+// z-th of gridDim.z K slices, one block per (row, 16-row A group, slice), KW warps splitting the
+// slice, summed in shared memory, written once (no atomics, no reset; lora_expand sums the slices,
+// lora_wg takes one). Launched right before lora_wg: it lets that launch start (its weight
+// prefetch) at once and writes t only after the previous grid is done (programmatic dependent
+// launch; without it both are no-ops).
+template <int KW>
+__global__ void __launch_bounds__(32 * KW) lora_shrink(const bf16_t* __restrict__ x, const bf16_t* __restrict__ a, float* __restrict__ t,
+                                                       const int* __restrict__ slot, const int* __restrict__ rank, int M, int K, int rmax) {
+  __shared__ float part[KW][16];
+  griddep_launch();  // (lora_wg's prefetch may start; lora_expand waits for this grid anyway)
+  griddep_wait();
+  const int m = blockIdx.x, ga = blockIdx.y, z = blockIdx.z, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int j = slot ? slot[m] : 0;
+  const int r = j >= 0 ? rank[j] : 0;
+  if (ga * 16 >= r) return;
+  const int kper = K / (KW * (int)gridDim.z), k0 = (z * KW + warp) * kper;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  shrink_rows(a + ((size_t)j * rmax + ga * 16) * K, K, r - ga * 16, x + (size_t)m * K, K, 1, k0, k0 + kper, acc);
+  if ((lane & 3) == 0) {
+    part[warp][lane >> 2] = acc[0];
+    part[warp][(lane >> 2) + 8] = acc[2];
+  }
+  __syncthreads();
+  if (threadIdx.x < 16 && ga * 16 + (int)threadIdx.x < r) {
+    float v = 0.f;
+#pragma unroll
+    for (int w = 0; w < KW; ++w) v += part[w][threadIdx.x];
+    t[((size_t)z * M + m) * rmax + ga * 16 + threadIdx.x] = v;
+  }
+}
+
+// The LoRA half of a linear whose base GEMM ran before (cuBLAS wrote y = x . W^T in bf16): y[m][n]
+// += s_j . sum_i t[m][i] B_j[n][i], j = slot[m] (-1: none), t the sum of lora_shrink's kc K slices. One thread per
+// output column, NB per block, one batch row per block row; each thread streams its B row's first
+// rank_j columns (16-byte loads, up to 8 in flight), t's row sits in shared memory. Waits for the
+// previous grids (t, y) first.
+template <int NB>
+__global__ void __launch_bounds__(NB) lora_expand(const float* __restrict__ t, const bf16_t* __restrict__ b, bf16_t* __restrict__ y,
+                                                  const int* __restrict__ slot, const int* __restrict__ rank, const float* __restrict__ scale,
+                                                  int M, int N, int rmax, int kc) {
+  __shared__ float tr[128];
+  griddep_wait();
+  const int m = blockIdx.y, n = blockIdx.x * NB + threadIdx.x;
+  const int j = slot ? slot[m] : 0;
+  if (j < 0) return;
+  const int r = rank[j];
+  for (int i = threadIdx.x; i < r; i += NB) {
+    float v = 0.f;
+    for (int z = 0; z < kc; ++z) v += __ldcg(t + ((size_t)z * M + m) * rmax + i);
+    tr[i] = v;
+  }
+  __syncthreads();
+  if (n >= N) return;
+  const bf16_t* bp = b + ((size_t)j * N + n) * rmax;
+  float d = 0.f;
+  for (int i0 = 0; i0 < r; i0 += 64) {
+    V4 v[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+      if (i0 + 8 * c < r) v[c] = ldg_x(bp + i0 + 8 * c);
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+      if (i0 + 8 * c < r) {
+        const u32 wd[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
+        const float* tp = tr + i0 + 8 * c;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          d += tp[2 * e] * __uint_as_float(wd[e] << 16);
+          d += tp[2 * e + 1] * __uint_as_float(wd[e] & 0xffff0000u);
+        }
+      }
+  }
+  bf16_t* yp = y + (size_t)m * N + n;
+  const float yv = __uint_as_float(((u32)*yp) << 16);
+  *yp = to_bf16(yv + scale[j] * d);
+}

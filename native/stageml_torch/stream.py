@@ -12,25 +12,32 @@ ld.global.nc.L1::no_allocate, 1: the same with an L2 256-byte prefetch hint). `l
 distributed shared memory, so x fragments are shared by a block's RG warps through L1.
 
 A third family, the TMA ring (`lora_tma.cu`, host side `tma.py`, configurations ("tma", ...)),
-streams W through the copy engine into a shared-memory ring and is dispatched from here too.
+streams W through the copy engine into a shared-memory ring; its wgmma form ("wg", ...: lora_wg,
+sm_90a) and the three-launch ("sx", ...) path (cuBLAS base GEMM, then lora_shrink and lora_expand,
+one adapter or a slot per row) are dispatched from here too.
 
 `DEFAULT` / `DEFAULT_BANK` hold, per row bucket, the fastest correct configuration measured on the
-H200 (bench/results/gpu-kernels.md, four runs of 2026-12-01 ~18:20-18:42 UTC, × cuBLAS's base
-GEMM alone, 4096², r16, LoRA fused):
+H200 (bench/results/gpu-kernels.md: 2026-12-01, runs ~20:30-21:00 UTC; × cuBLAS's base GEMM
+alone in the same run, 4096², r16 and 64-adapter banks of ranks 8/16/64, LoRA fused):
 
 | entry point | rows | kernel | × cuBLAS base |
 | --- | --- | --- | ---: |
-| lora_linear | 1-8 | TMA ring ("tma", 64, 1, 2, 8, 12, 0, 1), PDL | 0.94-0.96 (1.03 without PDL) |
-| lora_linear | 9-16 | TMA ring, MB 16 | 1.00-1.01 |
-| lora_linear | 17-32 | TMA ring, MB 32 | 1.15 (Triton 1.20-1.22) |
-| lora_linear | 33-64 | None: triton_lora's split-K kernel | 1.45-1.49 (TMA ring 1.70) |
-| lora_bank_linear | 1-8 | lora_stream (1, 1, 8, 1, 2, 0) | 1.04-1.05 |
-| lora_bank_linear | 9-16 | lora_stream_cl ("cl", 1, 4, 2, 4, 8, 0) | 1.28-1.33 r16, 1.50-1.54 8/16/64 |
-| both | beyond | None: the caller's fallback (Triton ≤ 64 rows, torch ops, SGMV) | - |
+| lora_linear | 1-8 | wgmma ring ("wg", 64, 2, 8, 12, 0), PDL | 0.92-0.95 (TMA ring 0.94-0.96) |
+| lora_linear | 9-16 | TMA ring ("tma", 64, 1, 2, 16, 12, 0, 1) | 1.00 |
+| lora_linear | 17-32 | TMA ring, MB 32 | 1.14-1.17 (Triton 1.20) |
+| lora_linear | 33-64 | None: triton_lora's split-K kernel | 1.44-1.48 (wgmma ring 1.62) |
+| lora_linear | 65-128 | cuBLAS + lora_shrink + lora_expand ("sx", 32, 128) | 1.75 (torch ops 1.94-1.98) |
+| lora_bank_linear | 1-8 | lora_stream (1, 1, 8, 1, 2, 0) | 1.02-1.06 |
+| lora_bank_linear | 9-16 | lora_stream_cl ("cl", 1, 4, 2, 4, 8, 0) | 1.24-1.32 r16, 1.51-1.53 8/16/64 |
+| lora_bank_linear | 17-32 | ("sx", 8, 128, 1): the shrink on a side stream beside cuBLAS | 1.48-1.51 r16, 1.86-1.88 8/16/64 (SIDE 0: 1.55-1.63 / 1.97-2.04) |
+| lora_bank_linear | 33-64 | ("sx", 32, 128, 1) | 1.85-1.89 r16, 2.53-2.57 8/16/64 (SIDE 0: 1.93-2.00 / 2.62-2.75) |
+| both | beyond | None: the caller's fallback (torch ops, the generated SGMV kernels) | - |
 
 The TMA ring's bank path (producer blocks) is never taken (tma.shippable): it computed wrong sums
-when two of its blocks shared an SM (now prevented) and is behind the cluster kernel in the decode. Without an sm_90 GPU, cupy or libcuda the TMA rows return None too, and the
-callers fall back (Triton split-K, torch ops)."""
+when two of its blocks shared an SM (now prevented) and is behind the cluster kernel in the decode.
+Without an sm_90 GPU, cupy or libcuda the TMA, wg and sx rows return None too, and the callers
+fall back (Triton split-K, torch ops); a configuration NVRTC cannot build is switched off for the
+process (tma._FAILED) and falls back the same way."""
 
 import os
 
@@ -43,14 +50,17 @@ _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lora_stream.cu"
 
 # rows bucket (8·MT) -> configuration; bench/gpu/splitk.py sweeps the alternatives.
 DEFAULT = {
-    8: ("tma", 64, 1, 2, 8, 12, 0, 1),
+    8: ("wg", 64, 2, 8, 12, 0),
     16: ("tma", 64, 1, 2, 16, 12, 0, 1),
     32: ("tma", 64, 1, 2, 32, 12, 0, 1),
+    128: ("sx", 32, 128),
 }
 
 DEFAULT_BANK = {
     8: (1, 1, 8, 1, 2, 0),
     16: ("cl", 1, 4, 2, 4, 8, 0),
+    32: ("sx", 8, 128, 1),
+    64: ("sx", 32, 128, 1),
 }
 
 _CUPY = None
@@ -166,6 +176,13 @@ def _pick(m, n, k, rmax, bank, cfg):
         if not _tma.shippable(cfg, bank) or not _tma.available():
             return None  # an override naming the bank path measured wrong: not taken
         return _tma.adapt(cfg, n, k, rmax)
+    if _tma.is_sx(cfg):
+        return cfg if _tma.available() and cfg not in _tma._FAILED else None
+    if _tma.is_wg(cfg):
+        if not _tma.available():
+            return None
+        cfg = _tma.wg_adapt(cfg, n, k)
+        return None if cfg is None or cfg in _tma._FAILED else cfg
     return cfg
 
 
@@ -173,12 +190,32 @@ def _suits(cfg, m, n, k, rmax, bank):
     if _tma.is_tma(cfg):
         _tma.check_cfg(cfg)
         return _tma.available() and _tma.suits(cfg, m, n, k, rmax, bank)
+    if _tma.is_sx(cfg):
+        _tma.check_sx(cfg)
+        return _tma.available() and _tma.sx_suits(cfg, m, n, k, rmax)
+    if _tma.is_wg(cfg):
+        _tma.check_wg(cfg)
+        return _tma.available() and _tma.wg_suits(cfg, m, n, k, rmax, bank)
     return suits(cfg, m, n, k, rmax)
 
 
 def _run(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, bank):
     """Launches cfg; None when the TMA family cannot be built or launched here (the family is then
     switched off for the process and the caller falls back; nothing was written)."""
+    if _tma.is_sx(cfg):
+        try:
+            _tma.sx_function(cfg)
+        except Exception:  # noqa: BLE001 - NVRTC or the module load failed: this configuration falls back
+            _tma._FAILED.add(tuple(cfg))
+            return None
+        return _tma.sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax)
+    if _tma.is_wg(cfg):
+        try:
+            _tma.wg_function(cfg, rmax)
+        except Exception:  # noqa: BLE001 - NVRTC (sm_90a) or the module load failed: this configuration falls back
+            _tma._FAILED.add(tuple(cfg))
+            return None
+        return _tma.wg_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax)
     if _tma.is_tma(cfg):
         t_acc, sync = _state(x2.device, torch.cuda.current_stream(x2.device).cuda_stream, rmax)
         try:

@@ -7,7 +7,10 @@ least 4), WR 16-row W tiles per consumer warp (7-tuples mean WR = 1). One adapte
 producers: its A rows (rank padded to 16, FA ≤ 64) ride in the ring. `adapt` re-picks KS for
 weights other than the 4096² one the tables were measured on.
 
-What ships (stream.DEFAULT): one adapter at ≤ 32 rows. The bank path (producer blocks, FA = 0) gave
+Two more families live here (sections below): `lora_wg`, the same ring with wgmma consumers
+(("wg", ...), sm_90a), and ("sx", ...): cuBLAS's base GEMM between `lora_shrink` and `lora_expand`.
+What ships (stream.DEFAULT / DEFAULT_BANK): lora_wg at 1-8 rows and this kernel at 9-32 rows of one
+adapter; sx at 65-128 rows of one adapter and 17-64 rows of a bank. The bank path (producer blocks, FA = 0) gave
 wrong results when two blocks shared an SM (bench/results/gpu-kernels.md; `ONE_PER_SM` now
 prevents that), so `shippable` keeps it out of every table and override; the bench measures it.
 
@@ -443,3 +446,358 @@ def launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, t_acc, s
 
 
 _ZERO_MAP = TensorMap()
+
+
+# -- lora_wg: the ring with wgmma (sm_90a) ---------------------------------------------------------
+#
+# A configuration ("wg", RT, KS, MB, ST, EW[, XL]): RT rows of W per cluster (64 or 128: one warpgroup
+# per 64), KS blocks per cluster splitting K, MB batch rows (8, 16, 32, 64 or 128: the wgmma's N), ST
+# ring stages of one 64-K box each, EW expand warps (0: one adapter, its shrink in the ring; ≥ 1: a
+# bank, t from lora_shrink launched just before), XL 1: x comes into the ring through the issuing
+# warp's cp.async chunks instead of a tensor copy (the copy engine then carries W and A only). NVRTC builds it for sm_90a (cupy's RawModule
+# compiles for the plain sm_90 target, which has no wgmma), else the STAGEML_TMA_CUBIN cubins.
+
+WG_MB = (8, 16, 32, 64, 128)
+SHRINK_WARPS = 32
+_TBUF = {}
+_FAILED = set()
+
+
+def is_wg(cfg):
+    return cfg is not None and len(cfg) > 0 and cfg[0] == "wg"
+
+
+def check_wg(cfg):
+    """Validates a ("wg", RT, KS, MB, ST, EW[, XL]) tuple; raises WorkerError (RT_BAD_VALUE) naming what is wrong."""
+    if not is_wg(cfg) or len(cfg) not in (6, 7) or not all(isinstance(v, int) and not isinstance(v, bool) for v in cfg[1:]):
+        raise WorkerError(errors.BAD_VALUE, "wg config must be ('wg', RT, KS, MB, ST, EW[, XL]) with integers, got %r" % (cfg,))
+    _, rt, ks, mb, stg, ew = cfg[:6]
+    if len(cfg) == 7 and cfg[6] not in (0, 1):
+        raise WorkerError(errors.BAD_VALUE, "wg config %r: XL 0 or 1" % (cfg,))
+    if rt not in (64, 128) or ks not in (1, 2, 4, 8) or rt % ks != 0:
+        raise WorkerError(errors.BAD_VALUE, "wg config %r: RT 64 or 128, KS in 1/2/4/8 dividing RT" % (cfg,))
+    if mb not in WG_MB or not 2 <= stg <= 16 or not 0 <= ew <= 8:
+        raise WorkerError(errors.BAD_VALUE, "wg config %r: MB in 8/16/32/64/128, ST in 2..16, EW in 0..8" % (cfg,))
+    return cfg
+
+
+def wg_fa(cfg, rmax):
+    """The A rows a one-adapter launch carries (rank padded to 16), 0 for a bank (EW > 0)."""
+    return 0 if cfg[5] > 0 else -(-rmax // 16) * 16
+
+
+def wg_threads(cfg):
+    return 32 * (cfg[1] // 16 + cfg[5] + 1)
+
+
+def wg_smem(cfg, m, rmax):
+    """Dynamic shared memory of a lora_wg launch (the kernel's layout: alignment slack, barriers,
+    the ring or the partial sums in its bytes, then the B tile and t (one adapter) or t, the
+    expand sums and the row offsets (bank)); never under ONE_PER_SM."""
+    _, rt, ks, mb, stg, ew = cfg[:6]
+    fa = wg_fa(cfg, rmax)
+    sh = rt // ks
+    ring = stg * (rt + fa + mb) * 128 + (8192 if fa else 0)
+    tail = (rt + (64 if fa else 0)) * (mb + 1) * 4
+    extra0 = -(-max(ring, tail) // 1024) * 1024
+    if fa:
+        extra = -(-(sh * rmax * 2) // 16) * 16 + m * rmax * 4
+    else:
+        extra = m * rmax * 4 + m * sh * 4 + (m + 1) * 4
+    return max(ONE_PER_SM, 2048 + extra0 + extra)
+
+
+def wg_fits_registers(cfg):
+    """Spill-free under the cap __launch_bounds__(threads, 1) sets (65536 / threads), as nvcc 13.0's
+    report read: one adapter keeps 2 · MB / 2 accumulators (W and A products) beside ~48 registers; a
+    bank's expand warps hold 8 chunk loads in flight (spilled at 157 registers, not at 186)."""
+    cap = min(255, 65536 // wg_threads(cfg))
+    return cap >= 168 if cfg[5] > 0 else cfg[3] + 48 <= cap
+
+
+def wg_suits(cfg, m, n, k, rmax, bank):
+    _, rt, ks, mb, stg, ew = cfg[:6]
+    if bank != (ew > 0) or not 0 < m <= mb or rmax % 8 != 0 or not 0 < rmax <= (128 if bank else 64):
+        return False
+    if bank and k % (SHRINK_WARPS * 64) != 0:
+        return False
+    return (n % rt == 0 and k % (ks * 64) == 0 and wg_smem(cfg, mb, rmax) <= 227 * 1024 and wg_fits_registers(cfg)
+            and n < 2**31 and k < 2**31)
+
+
+def wg_adapt(cfg, n, k):
+    """KS re-picked for an [n, k] weight as `adapt` does (one block per SM, fewest waves); None when none suits."""
+    _, rt, ks, mb, stg, ew = cfg[:6]
+    a = adapt(("tma", rt, 1, ks, mb, stg, 0, 1), n, k)
+    return None if a is None else ("wg", rt, a[3], mb, stg, ew) + tuple(cfg[6:])
+
+
+def wg_xl(cfg):
+    return cfg[6] if len(cfg) > 6 else 0
+
+
+def wg_instantiation(cfg, rmax):
+    _, rt, ks, mb, stg, ew = cfg[:6]
+    return "lora_wg<%d,%d,%d,%d,%d,%d,%d>" % (rt, ks, mb, stg, wg_fa(cfg, rmax), ew, wg_xl(cfg))
+
+
+def wg_mangled(cfg, rmax):
+    _, rt, ks, mb, stg, ew = cfg[:6]
+    return "_Z7lora_wgILi%dELi%dELi%dELi%dELi%dELi%dELi%dEEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii" % (rt, ks, mb, stg, wg_fa(cfg, rmax), ew, wg_xl(cfg))
+
+
+SHRINK_INST = "lora_shrink<%d>" % SHRINK_WARPS
+SHRINK_MANGLED = "_Z11lora_shrinkILi%dEEvPKtS1_PfPKiS4_iii" % SHRINK_WARPS
+
+
+def wg_explicit_instantiations(pairs):
+    """C++ explicit instantiations of (cfg, rmax) pairs and the shrink kernel (for an nvcc cubin)."""
+    sig = ("(const __grid_constant__ TMap, const __grid_constant__ TMap, const __grid_constant__ TMap, const bf16_t*, const bf16_t*, const float*, bf16_t*,"
+           " const int*, const int*, const float*, int, int, int, int)")
+    names = sorted(set(wg_instantiation(c, r) for c, r in pairs))
+    out = "".join("template __global__ void %s%s;\n" % (nm, sig) for nm in names)
+    for kw in sorted({SHRINK_WARPS} | set(SX_KW)):
+        out += "template __global__ void lora_shrink<%d>(const bf16_t*, const bf16_t*, float*, const int*, const int*, int, int, int);\n" % kw
+    for nb in SX_NB:
+        out += "template __global__ void lora_expand<%d>(const float*, const bf16_t*, bf16_t*, const int*, const int*, const float*, int, int, int, int);\n" % nb
+    return out
+
+
+def _nvrtc_sm90a(expr):
+    """Compiles `expr` (an instantiation in lora_tma.cu) with NVRTC for sm_90a (cupy's NVRTC
+    binding); loads the cubin, or the PTX (JIT-compiled by the driver) where this cupy cannot hand
+    out cubins. Returns the function; its module is kept alive in _MODULES."""
+    from cupy_backends.cuda.libs import nvrtc  # noqa: PLC0415 - GPU hosts only
+    from cupy.cuda import function as cpf  # noqa: PLC0415
+
+    with open(_SRC) as fh:
+        src = fh.read()
+    prog = nvrtc.createProgram(src, "lora_tma.cu", [], [])
+    try:
+        (getattr(nvrtc, "addNameExpression", None) or nvrtc.addAddNameExpression)(prog, expr)  # the binding's name varies by cupy version
+        try:
+            nvrtc.compileProgram(prog, ["-std=c++17", "--gpu-architecture=sm_90a"])
+        except Exception as ex:  # noqa: BLE001 - name the log
+            raise KernelError("NVRTC (sm_90a) failed for %s: %s %s" % (expr, ex, nvrtc.getProgramLog(prog)[:2000])) from ex
+        try:
+            image = bytes(nvrtc.getCUBIN(prog))
+        except Exception:  # noqa: BLE001 - no cubin from this binding: the PTX
+            image = nvrtc.getPTX(prog).encode() + b"\0"
+        lowered = nvrtc.getLoweredName(prog, expr)
+    finally:
+        nvrtc.destroyProgram(prog)
+    mod = cpf.Module()
+    mod.load(image)
+    _MODULES[("nvrtc", expr)] = mod
+    return mod.get_function(lowered)
+
+
+def _wg_function(expr, mangled_name):
+    f = _FUNCS.get(expr)
+    if f is None:
+        from . import stream  # noqa: PLC0415
+
+        cp = stream._cupy()
+        fn = None
+        for path in (os.environ.get("STAGEML_TMA_CUBIN") or "").split(":"):
+            if not path or not os.path.exists(path):
+                continue
+            mod = _MODULES.get(path)
+            if mod is None:
+                mod = _MODULES[path] = cp.RawModule(path=path)
+            try:
+                fn = mod.get_function(mangled_name)
+                break
+            except Exception:  # noqa: BLE001 - not in this cubin: the next, else NVRTC
+                fn = None
+        if fn is None:
+            fn = _nvrtc_sm90a(expr)
+        k = getattr(fn, "kernel", fn)
+        f = (fn, int(k.ptr))
+        _FUNCS[expr] = f
+    return f[1]
+
+
+def wg_function(cfg, rmax):
+    """The CUfunction handle of a lora_wg configuration (and, for a bank, the shrink's), built once."""
+    f = _wg_function(wg_instantiation(cfg, rmax), wg_mangled(cfg, rmax))
+    if cfg[5] > 0:
+        _wg_function(SHRINK_INST, SHRINK_MANGLED)
+    return f
+
+
+def _tbuf(device, stream, rmax):
+    """t for lora_shrink's consumers ([SX_MAX_KC, MAX_ROWS, rmax] f32 at most, per stream: lora_shrink
+    writes it, lora_wg or lora_expand reads it; its own buffer, since the producer-block path expects
+    a zeroed one)."""
+    key = (str(device), stream, rmax)
+    t = _TBUF.get(key)
+    if t is None:
+        t = _TBUF[key] = torch.empty((SX_MAX_KC * MAX_ROWS * rmax,), device=device, dtype=torch.float32)
+    return t
+
+
+def _launch_raw(f, grid, threads, smem, stream, vals, what):
+    lib = _lib()
+    params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
+    if PDL[0]:
+        lc = LaunchConfig(grid[0], grid[1], grid[2], threads, 1, 1, smem, ctypes.c_void_p(stream), ctypes.pointer(_PDL_ATTR), 1)
+        _check(lib.cuLaunchKernelEx(ctypes.byref(lc), ctypes.c_void_p(f), params, None), "cuLaunchKernelEx(%s)" % (what,))
+    else:
+        _check(lib.cuLaunchKernel(ctypes.c_void_p(f), grid[0], grid[1], grid[2], threads, 1, 1, smem, ctypes.c_void_p(stream), params, None),
+               "cuLaunchKernel(%s)" % (what,))
+
+
+def wg_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
+    """One adapter: a [rank, K], b [N, rank] (rmax = rank). Bank: a [S, rmax, K], b [S, N, rmax],
+    slots [M] (−1: none); then lora_shrink writes t first. y [M, N] is written."""
+    global SMS
+    m, k = x2.shape
+    n = w.shape[0]
+    if SMS == 132 and torch.cuda.is_available():
+        SMS = torch.cuda.get_device_properties(x2.device).multi_processor_count
+    _, rt, ks, mb, stg, ew = cfg[:6]
+    f = wg_function(cfg, rmax)
+    smem = wg_smem(cfg, m, rmax)
+    key = wg_instantiation(cfg, rmax)  # the attribute belongs to the function: its largest launch so far
+    lib = _lib()
+    if _SMEM.get(key, 0) < smem:
+        _check(lib.cuFuncSetAttribute(ctypes.c_void_p(f), 8, smem), "cuFuncSetAttribute")
+        _SMEM[key] = smem
+    stream = torch.cuda.current_stream(x2.device).cuda_stream
+
+    def p(t):
+        return ctypes.c_uint64(t.data_ptr() if t is not None else 0)
+
+    fa = wg_fa(cfg, rmax)
+    t = None
+    if ew > 0:
+        t = _tbuf(x2.device, stream, rmax)
+        fs = _wg_function(SHRINK_INST, SHRINK_MANGLED)
+        vals = [p(x2), p(a), p(t), p(slots), p(ranks)] + [ctypes.c_int32(v) for v in (m, k, rmax)]
+        _launch_raw(fs, (m, -(-rmax // 16), 1), 32 * SHRINK_WARPS, 0, stream, vals, SHRINK_INST)
+    wm = _wmap(w, rt)
+    xm = _xmap(x2, mb)
+    am = _wmap(a, fa) if fa > 0 else _ZERO_MAP
+    vals = [wm, xm, am, p(x2), p(b), p(t), p(y), p(slots), p(ranks), p(scales)] + [ctypes.c_int32(v) for v in (m, n, k, rmax)]
+    _launch_raw(f, (n // rt * ks, 1, 1), wg_threads(cfg), smem, stream, vals, cfg)
+    return y
+
+
+# What bench/gpu/splitk.py --sweep wg measures per row bucket: (RT, KS, ST, EW, XL) with EW = 0 for
+# one adapter; the largest ST that fits is kept where one does not.
+WG_SWEEP_SINGLE = [(64, 2, 12, 0, 0), (64, 2, 8, 0, 0), (64, 2, 12, 0, 1), (64, 2, 10, 0, 1), (64, 2, 8, 0, 1), (64, 2, 6, 0, 1)]
+WG_SWEEP_BANK = [(64, 2, 8, 4, 0), (64, 2, 12, 6, 0), (64, 2, 8, 4, 1)]
+
+
+def wg_sweep(m, bank=False, rmax=16):
+    mb = bucket(m)
+    if mb > 128:
+        return []
+    out = []
+    for rt, ks, stg, ew, xl in (WG_SWEEP_BANK if bank else WG_SWEEP_SINGLE):
+        c = ("wg", rt, ks, mb, stg, ew, xl)
+        while stg > 2 and wg_smem(c, mb, rmax) > 227 * 1024:
+            stg -= 1
+            c = ("wg", rt, ks, mb, stg, ew, xl)
+        if c not in out and wg_fits_registers(c):
+            out.append(c)
+    return out
+
+
+# -- cuBLAS base + lora_shrink + lora_expand ("sx") ------------------------------------------------
+#
+# ("sx", KW, NB[, SIDE]): the base GEMM through cuBLAS (torch.matmul into y), t = x·A_jᵀ by lora_shrink (one
+# block of KW warps per (row, 16-row A group, K slice: sx_slices), written once), then lora_expand
+# sums the slices and adds s_j·t·B_jᵀ into
+# y (NB columns per block, one row per block row). Three launches (the two kernels with
+# programmatic dependent launch; SIDE = 1: the shrink on a side stream beside the GEMM), one
+# adapter (slots None) or a bank (slot per row).
+
+SX_KW = (8, 32)
+SX_NB = (128, 256)
+SX_MAX_KC = 8
+
+
+def is_sx(cfg):
+    return cfg is not None and len(cfg) > 0 and cfg[0] == "sx"
+
+
+def check_sx(cfg):
+    """Validates a ("sx", KW, NB[, SIDE]) tuple; raises WorkerError (RT_BAD_VALUE) naming what is wrong."""
+    if (not is_sx(cfg) or len(cfg) not in (3, 4) or cfg[1] not in SX_KW or cfg[2] not in SX_NB
+            or (len(cfg) == 4 and cfg[3] not in (0, 1))):
+        raise WorkerError(errors.BAD_VALUE, "sx config must be ('sx', KW, NB[, SIDE]), KW in %s, NB in %s, SIDE 0 or 1, got %r" % (SX_KW, SX_NB, cfg))
+    return cfg
+
+
+_SIDE = {}
+
+
+def _side_stream(device):
+    """The side stream lora_shrink runs on beside the base GEMM (SIDE = 1), one per device."""
+    s = _SIDE.get(str(device))
+    if s is None:
+        s = _SIDE[str(device)] = torch.cuda.Stream(device=device)
+    return s
+
+
+def sx_suits(cfg, m, n, k, rmax):
+    return 0 < m <= MAX_ROWS and k % (cfg[1] * 64) == 0 and rmax % 8 == 0 and 0 < rmax <= 128 and 0 < n < 2**31 and k < 2**31
+
+
+def _shrink_fn(kw):
+    return _wg_function("lora_shrink<%d>" % kw, "_Z11lora_shrinkILi%dEEvPKtS1_PfPKiS4_iii" % kw)
+
+
+def _expand_fn(nb):
+    return _wg_function("lora_expand<%d>" % nb, "_Z11lora_expandILi%dEEvPKfPKtPtPKiS6_S1_iiii" % nb)
+
+
+def sx_function(cfg):
+    """Both kernels' handles (built once); raises when they cannot be built here."""
+    return _shrink_fn(cfg[1]), _expand_fn(cfg[2])
+
+
+def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
+    """y = x2·wᵀ (cuBLAS) + the rows' LoRA terms; a [S, rmax, K] or [rank, K], b [S, N, rmax] or [N, rank]."""
+    m, k = x2.shape
+    n = w.shape[0]
+    fs, fe = sx_function(cfg)
+    stream = torch.cuda.current_stream(x2.device).cuda_stream
+    t = _tbuf(x2.device, stream, rmax)
+
+    def p(v):
+        return ctypes.c_uint64(v.data_ptr() if v is not None else 0)
+
+    groups = -(-rmax // 16)
+    kc = sx_slices(cfg[1], m, groups, k)
+    vals = [p(x2), p(a), p(t), p(slots), p(ranks)] + [ctypes.c_int32(v) for v in (m, k, rmax)]
+    if len(cfg) > 3 and cfg[3]:
+        # SIDE: the shrink on a side stream, concurrent with the base GEMM (it reads only x and A);
+        # the side stream waits for the work before (x, and the previous call's expand reading t),
+        # the expand waits for both.
+        main = torch.cuda.current_stream(x2.device)
+        side = _side_stream(x2.device)
+        side.wait_stream(main)
+        _launch_raw(fs, (m, groups, kc), 32 * cfg[1], 0, side.cuda_stream, vals, "lora_shrink<%d>" % cfg[1])
+        torch.matmul(x2, w.t(), out=y)
+        main.wait_stream(side)
+    else:
+        _launch_raw(fs, (m, groups, kc), 32 * cfg[1], 0, stream, vals, "lora_shrink<%d>" % cfg[1])
+        torch.matmul(x2, w.t(), out=y)
+    _launch_raw(fe, (-(-n // cfg[2]), m, 1), cfg[2], 0, stream,
+                [p(t), p(b), p(y), p(slots), p(ranks), p(scales)] + [ctypes.c_int32(v) for v in (m, n, rmax, kc)], "lora_expand<%d>" % cfg[2])
+    return y
+
+
+def sx_slices(kw, m, groups, k):
+    """lora_shrink's K slices (grid z): doubled while the launch has under ~2048 warps (one DRAM
+    round trip of A in flight) and each warp keeps a multiple of 64 of K; at most SX_MAX_KC."""
+    kc = 1
+    while kc < SX_MAX_KC and m * groups * kc * kw < 2048 and k % (kw * 64 * kc * 2) == 0:
+        kc *= 2
+    return kc
+
+
+SX_SWEEP = [("sx", 32, 128), ("sx", 8, 128), ("sx", 8, 128, 1), ("sx", 32, 128, 1)]

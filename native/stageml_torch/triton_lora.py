@@ -2,14 +2,16 @@
 bench/results/gpu-kernels.md has the numbers and which one is the default per shape).
 
 - `lora_linear(x, w, a, b, scale)`: y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ, or None when no kernel suits.
-  bf16, rows ≤ 32, on an sm_90 GPU with cupy: the TMA-ring CUDA kernel (`lora_tma.cu`, `tma.py`,
-  chosen in `stream.py`; 0.94-1.16x cuBLAS's base GEMM alone with the LoRA fused); otherwise
-  (33-64 rows, f16, no cupy) the one-launch split-K Triton kernel below (1.20-1.49x): every
+  bf16 on an sm_90 GPU with cupy, rows 1-32 and 65-128: the CUDA kernels `stream.py` picks (the
+  TMA rings of `lora_tma.cu`, 0.92-1.17x cuBLAS's base GEMM alone with the LoRA fused; cuBLAS +
+  lora_shrink + lora_expand at 65-128 rows, 1.74-1.80x); otherwise (33-64 rows, f16, no cupy) the
+  one-launch split-K Triton kernel below (1.20-1.49x): every
   (N block, K split) program streams its W tile once and adds its slices of x·Wᵀ and t = x·Aᵀ into
   f32 accumulators; the last program of an N block to arrive adds s·t·Bᵀ, stores y and zeroes the
   accumulators and its counter, so calls need no memset.
 - `lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales)`: one adapter per row out of a
-  bank (SGMV/BGMV), through the CUDA kernel at ≤ 16 rows; None otherwise (the caller falls back).
+  bank (SGMV/BGMV), through the CUDA kernels at ≤ 64 rows (stream kernels to 16, cuBLAS + shrink +
+  expand at 17-64); None otherwise (the caller falls back).
 - `lora_linear_swap(...)`: the same one-launch split-K scheme in swap-AB form (yᵀ = W·xᵀ, W the
   MMA's big operand), optionally loading W through TMA tensor descriptors; measured, not default:
   128 × 4 × 128 reached 1.04-1.06x at 1-16 rows, but its results are wrong (rel. error 1-3e-2)

@@ -164,6 +164,123 @@ print(json.dumps({"shape": list(t.shape), "contiguous": t.is_contiguous(), "ok":
     expect(out).toEqual({ shape: [2, 4, 64, 8, 8], contiguous: true, ok: true, bad: 'RT_BAD_VALUE' });
   });
 
+  it('names the wgmma ring, shrink and expand kernels as nvcc 13 mangles them, and validates their configurations', () => {
+    const out = py(`
+import json
+from stageml_torch import tma
+from stageml_torch.errors import WorkerError
+bad = [("wg", 96, 2, 64, 10, 0), ("wg", 64, 3, 64, 10, 0), ("wg", 64, 2, 48, 10, 0), ("wg", 64, 2, 64, 1, 0), ("wg", 64, 2, 64, 10, 9),
+       ("wg", 64, 2, 64, 10), ("wg", 64, 2, 64, 10, True), ("wg", 64, 2, 64, 10, 0, 2), ("sx", 16, 256), ("sx", 32, 64), ("sx", 32), ("sx", 32, 128, 2)]
+res = []
+for c in bad:
+    try:
+        (tma.check_sx if c[0] == "sx" else tma.check_wg)(c)
+        res.append(None)
+    except WorkerError as e:
+        res.append([e.code, e.message])
+print(json.dumps({
+  "m": [tma.wg_mangled(("wg", 64, 2, 64, 10, 0), 16), tma.wg_mangled(("wg", 64, 2, 64, 8, 4), 64), tma.wg_mangled(("wg", 64, 2, 8, 12, 0, 1), 16), tma.SHRINK_MANGLED],
+  "inst": tma.wg_explicit_instantiations([(("wg", 64, 2, 8, 12, 0), 16), (("wg", 64, 2, 8, 12, 0), 8), (("wg", 64, 2, 64, 8, 4), 64)]).strip().split("\\n"),
+  "fa": [tma.wg_fa(("wg", 64, 2, 8, 12, 0), r) for r in (8, 16, 40, 64)] + [tma.wg_fa(("wg", 64, 2, 8, 12, 4), 64)],
+  "bad": res,
+}))
+`) as { m: string[]; inst: string[]; fa: number[]; bad: ([string, string] | null)[] };
+    // Read off nvcc 13.0's -Xptxas -v report for these instantiations (bench/gpu/build_wg.py).
+    expect(out.m).toEqual([
+      '_Z7lora_wgILi64ELi2ELi64ELi10ELi16ELi0ELi0EEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii',
+      '_Z7lora_wgILi64ELi2ELi64ELi8ELi0ELi4ELi0EEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii',
+      '_Z7lora_wgILi64ELi2ELi8ELi12ELi16ELi0ELi1EEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii',
+      '_Z11lora_shrinkILi32EEvPKtS1_PfPKiS4_iii',
+    ]);
+    // Rank 8 and 16 share FA 16 (one instantiation); the shrink (KW 8, 32) and expand (NB 128, 256) once each.
+    expect(out.inst).toHaveLength(2 + 2 + 2);
+    expect(out.inst[0]).toMatch(/^template __global__ void lora_wg<64,2,64,8,0,4,0>\(const __grid_constant__ TMap, /);
+    expect(out.inst[1]).toMatch(/^template __global__ void lora_wg<64,2,8,12,16,0,0>\(/);
+    expect(out.inst.slice(2)).toEqual([
+      expect.stringMatching(/^template __global__ void lora_shrink<8>\(/),
+      expect.stringMatching(/^template __global__ void lora_shrink<32>\(/),
+      expect.stringMatching(/^template __global__ void lora_expand<128>\(/),
+      expect.stringMatching(/^template __global__ void lora_expand<256>\(/),
+    ]);
+    expect(out.fa).toEqual([16, 16, 48, 64, 0]);
+    expect(out.bad.every((r) => r !== null && r[0] === 'RT_BAD_VALUE')).toBe(true);
+    const msgs = out.bad.map((r) => (r === null ? '' : r[1]));
+    expect(msgs[0]).toMatch(/RT 64 or 128/);
+    expect(msgs[1]).toMatch(/KS in 1\/2\/4\/8/);
+    expect(msgs[2]).toMatch(/MB in 8\/16\/32\/64\/128/);
+    expect(msgs[3]).toMatch(/ST in 2\.\.16/);
+    expect(msgs[4]).toMatch(/EW in 0\.\.8/);
+    expect(msgs[5]).toMatch(/must be \('wg'/);
+    expect(msgs[6]).toMatch(/with integers/);
+    expect(msgs[7]).toMatch(/XL 0 or 1/);
+    expect(msgs[8]).toMatch(/KW in \(8, 32\)/);
+    expect(msgs[9]).toMatch(/NB in \(128, 256\)/);
+    expect(msgs[10]).toMatch(/must be \('sx', KW, NB\[, SIDE\]\)/);
+    expect(msgs[11]).toMatch(/SIDE 0 or 1/);
+  });
+
+  it('sizes wgmma-ring launches within the shared memory and registers it was built spill-free for', () => {
+    const out = py(`
+import json
+from stageml_torch import tma, stream as st
+one = ("wg", 64, 2, 64, 10, 0)
+bank = ("wg", 64, 2, 64, 10, 4)
+print(json.dumps({
+  "smem": [tma.wg_smem(("wg", 64, 2, 8, 12, 0), 1, 16), tma.wg_smem(one, 64, 16), tma.wg_smem(bank, 64, 64)],
+  "threads": [tma.wg_threads(one), tma.wg_threads(bank), tma.wg_threads(("wg", 128, 4, 64, 8, 0))],
+  "regs": [tma.wg_fits_registers(one), tma.wg_fits_registers(("wg", 128, 4, 128, 5, 4)), tma.wg_fits_registers(("wg", 64, 2, 128, 7, 6))],
+  "suits": [tma.wg_suits(one, 64, 4096, 4096, 16, False), tma.wg_suits(one, 65, 4096, 4096, 16, False), tma.wg_suits(one, 64, 4096, 4096, 16, True),
+            tma.wg_suits(one, 64, 4096, 4096, 128, False), tma.wg_suits(("wg", 64, 2, 64, 12, 0), 64, 4096, 4096, 16, False),
+            tma.wg_suits(bank, 64, 4096, 4096, 64, True), tma.wg_suits(bank, 64, 4096, 4096 + 1024, 64, True), tma.wg_suits(one, 64, 4000, 4096, 16, False)],
+  "adapt": [tma.wg_adapt(one, 4096, 4096), tma.wg_adapt(one, 1024, 4096), tma.wg_adapt(one, 14336, 4096), tma.wg_adapt(one, 4000, 4096)],
+  "sweep": [len(tma.wg_sweep(m)) for m in (1, 64, 128, 256)],
+  "sx": [tma.sx_suits(("sx", 32, 128), 128, 4096, 4096, 16), tma.sx_suits(("sx", 32, 128), 64, 4096, 14336, 64), tma.sx_suits(("sx", 32, 128), 257, 4096, 4096, 16),
+         tma.sx_suits(("sx", 32, 128), 64, 4096, 4096 + 1024, 16), tma.sx_suits(("sx", 8, 128), 64, 4096, 4096 + 512, 16), tma.sx_suits(("sx", 32, 128), 8, 4096, 4096, 12)],
+  "tables_valid": all((tma.check_wg(c) if tma.is_wg(c) else tma.check_sx(c)) for t in (st.DEFAULT, st.DEFAULT_BANK) for c in t.values() if tma.is_wg(c) or tma.is_sx(c)),
+}))
+`) as { smem: number[]; threads: number[]; regs: boolean[]; suits: boolean[]; adapt: unknown[]; sweep: number[]; sx: boolean[]; tables_valid: boolean };
+    // One adapter at 64 rows: 10 stages of (64 + 16 + 64) rows · 128 bytes + 8 KB over-read slack,
+    // 2 KB barriers/alignment, then the B tile (32 rows · 16 bf16) and t (rows · 16 f32).
+    expect(out.smem[0]).toBe(2048 + 12 * 88 * 128 + 8192 + 1024 + 1 * 16 * 4);
+    expect(out.smem[1]).toBe(2048 + 10 * 144 * 128 + 8192 + 1024 + 64 * 16 * 4);
+    // Bank: t (64 · 64 f32), the expand sums (64 · 32 f32) and 65 row offsets after the ring.
+    expect(out.smem[2]).toBe(2048 + 10 * 128 * 128 + 64 * 64 * 4 + 64 * 32 * 4 + 65 * 4);
+    // One warpgroup per 64 W rows, the expand warps, the issuing warp.
+    expect(out.threads).toEqual([160, 288, 288]);
+    expect(out.regs).toEqual([true, false, true]);
+    // 65 rows exceed MB; the bank flag must match EW; rank 128 exceeds one adapter's FA ≤ 64; 12
+    // stages exceed 227 KB; banks need K a multiple of the shrink's 32 warps · 64; N a multiple of RT.
+    expect(out.suits).toEqual([true, false, false, false, false, true, false, false]);
+    expect(out.adapt).toEqual([['wg', 64, 2, 64, 10, 0], ['wg', 64, 8, 64, 10, 0], ['wg', 64, 4, 64, 10, 0], null]);
+    expect(out.sweep).toEqual([6, 6, 3, 0]);
+    expect(out.sx).toEqual([true, true, false, false, true, false]);
+    expect(out.tables_valid).toBe(true);
+  });
+
+  it('dispatches the wgmma ring and the shrink/expand path only where the family runs, and declines here', () => {
+    const out = py(`
+import json, torch
+from stageml_torch import stream as st, tma
+x = torch.randn(100, 4096, dtype=torch.bfloat16)
+w = torch.randn(4096, 4096, dtype=torch.bfloat16)
+a = torch.randn(16, 4096, dtype=torch.bfloat16)
+b = torch.randn(4096, 16, dtype=torch.bfloat16)
+ab = torch.randn(4, 16, 4096, dtype=torch.bfloat16)
+bb = torch.randn(4, 4096, 16, dtype=torch.bfloat16)
+slots = torch.zeros(40, dtype=torch.int32)
+ranks = torch.full((4,), 16, dtype=torch.int32)
+scales = torch.ones(4)
+print(json.dumps({
+  "pick": [st._pick(1, 4096, 4096, 16, False, None), st._pick(100, 4096, 4096, 16, False, None), st._pick(40, 4096, 4096, 16, True, None)],
+  "declined": [st.lora_linear(x[:1], w, a, b, 2.0) is None, st.lora_linear(x, w, a, b, 2.0) is None, st.lora_linear(x, w, a, b, 2.0, cfg=("sx", 32, 128)) is None,
+               st.lora_bank_linear(x[:40], w, ab, bb, slots, ranks, scales) is None],
+}))
+`) as { pick: unknown[]; declined: boolean[] };
+    // No sm_90 GPU / cupy here: the wg and sx entries are not picked and every call declines.
+    expect(out.pick).toEqual([null, null, null]);
+    expect(out.declined).toEqual([true, true, true, true]);
+  });
+
   it('reports a failed driver call as RT_EVAL_FAILED naming it', () => {
     const out = py(`
 import json
