@@ -317,8 +317,8 @@ void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc
     for (int m = 0; m < MR; m++) a0[m] = a1[m] = _mm512_setzero_ps();
     i64 i = 0;
     for (; i + 32 <= k; i += 32) {
-      _mm_prefetch(reinterpret_cast<const char*>(wr + i + 512), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(wr + i + 528), _MM_HINT_T0);
+      __builtin_prefetch(reinterpret_cast<const char*>(wr + i + 512));
+      __builtin_prefetch(reinterpret_cast<const char*>(wr + i + 528));
       const __m512 w0 = _mm512_loadu_ps(wr + i), w1 = _mm512_loadu_ps(wr + i + 16);
       for (int m = 0; m < MR; m++) {
         a0[m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + m * lda + i), a0[m]);
@@ -362,6 +362,7 @@ void gemm_nn_range(const float* a, i64 lda, const float* b, i64 ldb, float* y, i
     std::memset(yr + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
     const float* ar = a + r * lda;
     for (i64 j = 0; j < k; j++) {
+      if (j + 2 < k) __builtin_prefetch(reinterpret_cast<const char*>(b + (j + 2) * ldb + n0));
       const float s = ar[j];
       if (s != 0.0f) axpy_f32(yr + n0, b + j * ldb + n0, s, n1 - n0);
     }
@@ -522,10 +523,14 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
   for (i64 kb = 0; kb < w.kb; kb++) {
     const uint8_t* c = w.codes.data() + (g * w.kb + kb) * cb;
     // Every line of the block 2 KB ahead (the codes of a row group are one sequential stream).
-    for (i64 o = 0; o < cb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(c + 2048 + o), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w.scales.data() + (g * w.kb + kb + 8) * 16), _MM_HINT_T0);
-    __m512i iacc[MT];
-    for (int m = 0; m < MT; m++) iacc[m] = _mm512_setzero_si512();
+    for (i64 o = 0; o < cb; o += 64) __builtin_prefetch(reinterpret_cast<const char*>(c + 2048 + o));
+    __builtin_prefetch(reinterpret_cast<const char*>(w.scales.data() + (g * w.kb + kb + 8) * 16));
+    // NA independent accumulators per activation row: with few rows, one chain of dependent
+    // vpdpbusd would bound the kernel by its latency, not by memory.
+    constexpr int NA = MT == 1 ? 4 : MT == 2 ? 2 : 1;
+    __m512i ia[MT][NA];
+    for (int m = 0; m < MT; m++)
+      for (int a = 0; a < NA; a++) ia[m][a] = _mm512_setzero_si512();
     if (w.bits == 4) {
       for (int qq = 0; qq < 4; qq++) {
         const __m512i v = _mm512_loadu_si512(c + 64 * qq);
@@ -533,8 +538,9 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
         for (int m = 0; m < MT; m++) {
           const int32_t* xq = reinterpret_cast<const int32_t*>(a.q.data() + ((m0 + m) * a.kb + kb) * 32);
-          iacc[m] = _mm512_dpbusd_epi32(iacc[m], lo, _mm512_set1_epi32(xq[2 * qq]));
-          iacc[m] = _mm512_dpbusd_epi32(iacc[m], hi, _mm512_set1_epi32(xq[2 * qq + 1]));
+          __m512i& acc = ia[m][qq % NA];
+          acc = _mm512_dpbusd_epi32(acc, lo, _mm512_set1_epi32(xq[2 * qq]));
+          acc = _mm512_dpbusd_epi32(acc, hi, _mm512_set1_epi32(xq[2 * qq + 1]));
         }
       }
     } else {
@@ -542,9 +548,15 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
         const __m512i v = _mm512_loadu_si512(c + 64 * qq);
         for (int m = 0; m < MT; m++) {
           const int32_t* xq = reinterpret_cast<const int32_t*>(a.q.data() + ((m0 + m) * a.kb + kb) * 32);
-          iacc[m] = _mm512_dpbusd_epi32(iacc[m], v, _mm512_set1_epi32(xq[qq]));
+          __m512i& acc = ia[m][qq % NA];
+          acc = _mm512_dpbusd_epi32(acc, v, _mm512_set1_epi32(xq[qq]));
         }
       }
+    }
+    __m512i iacc[MT];
+    for (int m = 0; m < MT; m++) {
+      iacc[m] = ia[m][0];
+      for (int q2 = 1; q2 < NA; q2++) iacc[m] = _mm512_add_epi32(iacc[m], ia[m][q2]);
     }
     const __m512 dw = _mm512_loadu_ps(w.scales.data() + (g * w.kb + kb) * 16);
     if (!w.asym) {
@@ -668,12 +680,15 @@ struct Program {
   std::vector<size_t> param_bytes;
   std::vector<napi_ref> refs;
   std::vector<int> output_vals;
+  // Spare run states (their shape vectors keep their capacity from run to run).
+  std::mutex spare_m;
+  std::vector<std::unique_ptr<struct Run>> spare;
   // The intermediates' arena, reused by every run (runs hold g_run_mutex).
   std::vector<size_t> slot_bytes, slot_off;
   void* arena = nullptr;
   size_t arena_bytes = 0;
   size_t packed_bytes = 0;
-  ~Program() { std::free(arena); }
+  ~Program();
 };
 
 i64 numel(const std::vector<i64>& s) {
@@ -691,6 +706,8 @@ struct Run {
   std::vector<void*> ptr;
   explicit Run(const Program& p) : vals(p.vals), exprs(p.exprs) {}
 };
+
+Program::~Program() { std::free(arena); }
 
 std::string shape_str(const std::vector<i64>& s) {
   std::string o = "[";
@@ -993,7 +1010,7 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
             for (i64 jj = 0; jj < ks[sg].s && j < jmax; jj++, j++) {
               if (jj + 12 < ks[sg].s) {
                 const char* pf = reinterpret_cast<const char*>(ks[sg].row(b, kh, jj + 12));
-                for (i64 o = 0; o < d * 4; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+                for (i64 o = 0; o < d * 4; o += 64) __builtin_prefetch(pf + o);
               }
               const float* kr = ks[sg].row(b, kh, jj);
               float madd = 0;
@@ -1044,7 +1061,7 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
             for (i64 jj = 0; jj < vs[sg].s && j < jmax; jj++, j++) {
               if (jj + 12 < vs[sg].s) {
                 const char* pf = reinterpret_cast<const char*>(vs[sg].row(b, kh, jj + 12));
-                for (i64 o = 0; o < dv * 4; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+                for (i64 o = 0; o < dv * 4; o += 64) __builtin_prefetch(pf + o);
               }
               const float* vr = vs[sg].row(b, kh, jj);
               for (i64 g = 0; g < gc; g++) {
@@ -1198,8 +1215,10 @@ void matmul(Run& p, const Instr& in) {
         for (i64 j = 0; j < k; j++) at[t * m * k + i * k + j] = A[t * m * k + j * m + i];
     A = at.data();
   }
-  // Work items: (batch, 16-column chunk of n)
-  const i64 chunk = tb ? 16 : 256;
+  // Work items: (batch, column chunk of n). Without transposeB each item streams its rows of b
+  // whole (one sequential read), unless there are too few batch entries to keep the pool busy.
+  const i64 threads = pool().size();
+  const i64 chunk = tb ? 16 : (nbatch >= 2 * threads ? std::max<i64>(n, 1) : std::max<i64>(64, (n + 2 * threads - 1) / (2 * threads)));
   const i64 nchunks = (n + chunk - 1) / chunk;
   pool().parallel(nbatch * nchunks, [&](i64 w0, i64 w1) {
     for (i64 w = w0; w < w1; w++) {
@@ -1686,8 +1705,20 @@ napi_value js_compile(napi_env env, napi_callback_info info) {
 
 struct RunWork {
   Program* prog = nullptr;
-  Run run;
-  explicit RunWork(Program& p) : prog(&p), run(p) {}
+  std::unique_ptr<Run> owned;
+  Run& run;
+  static std::unique_ptr<Run> take(Program& p) {
+    std::lock_guard<std::mutex> lk(p.spare_m);
+    if (p.spare.empty()) return std::make_unique<Run>(p);
+    auto r = std::move(p.spare.back());
+    p.spare.pop_back();
+    return r;
+  }
+  explicit RunWork(Program& p) : prog(&p), owned(take(p)), run(*owned) {}
+  ~RunWork() {
+    std::lock_guard<std::mutex> lk(prog->spare_m);
+    if (prog->spare.size() < 4) prog->spare.push_back(std::move(owned));
+  }
   napi_async_work work = nullptr;
   napi_deferred deferred = nullptr;
   std::vector<napi_ref> pins;
@@ -1779,10 +1810,11 @@ napi_value js_run(napi_env env, napi_callback_info info) {
       napi_value e;
       NAPI(napi_get_element(env, argv[2], j, &e));
       inptr[j] = any_typed_data(env, e, &inbytes[j]);
-      napi_ref r;
-      NAPI(napi_create_reference(env, e, 1, &r));
-      w->pins.push_back(r);
     }
+    // The array pins its typed arrays (and their buffers) until the run completes.
+    napi_ref inr;
+    NAPI(napi_create_reference(env, argv[2], 1, &inr));
+    w->pins.push_back(inr);
     napi_value outs, bufs, shapes;
     NAPI(napi_create_array_with_length(env, 2, &outs));
     NAPI(napi_create_array_with_length(env, static_cast<size_t>(p.noutputs), &bufs));
