@@ -76,13 +76,14 @@ class Pool {
   int size() const { return n_; }
 
   // Runs f(begin, end) over contiguous chunks of [0, n).
-  void parallel(i64 n, const std::function<void(i64, i64)>& f, bool serial = false) {
+  // `per_thread`: parts per thread (more for uneven items, e.g. causal attention rows).
+  void parallel(i64 n, const std::function<void(i64, i64)>& f, bool serial = false, int per_thread = 2) {
     if (n <= 0) return;
     if (n_ == 1 || serial || n == 1) {
       f(0, n);
       return;
     }
-    const uint64_t parts = static_cast<uint64_t>(std::min<i64>(n, 2 * n_));
+    const uint64_t parts = static_cast<uint64_t>(std::min<i64>({n, static_cast<i64>(per_thread) * n_, 0xFFFF}));
     fn_ = &f;
     total_ = n;
     completed_.store(0, std::memory_order_relaxed);
@@ -214,6 +215,33 @@ inline float dot_f32(const float* a, const float* b, i64 n) {
   float s = 0;
   for (i64 i = 0; i < n; i++) s += a[i] * b[i];
   return s;
+#endif
+}
+
+// Four dot products of q with k₀…k₃ (length n), reduced together.
+inline void dot4_f32(const float* q, const float* k0, const float* k1, const float* k2, const float* k3, i64 n, float* out) {
+#ifdef SML_AVX512
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (i64 i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 qv = _mm512_maskz_loadu_ps(m, q + i);
+    a0 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k0 + i), a0);
+    a1 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k1 + i), a1);
+    a2 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k2 + i), a2);
+    a3 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k3 + i), a3);
+  }
+  // Per 128-bit lane: [a0, a1, a2, a3] partial sums, then the four lanes added.
+  const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  const __m512 u = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))), _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))));
+  const __m512 v = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 w = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  _mm_storeu_ps(out, _mm512_castps512_ps128(w));
+#else
+  out[0] = dot_f32(q, k0, n);
+  out[1] = dot_f32(q, k1, n);
+  out[2] = dot_f32(q, k2, n);
+  out[3] = dot_f32(q, k3, n);
 #endif
 }
 
@@ -1005,6 +1033,21 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
           mx[g] = -INFINITY;
         }
         {
+          // Raw q·k for four keys at a time (one batched horizontal reduction), then scale, mask
+          // and the running max.
+          const float* kp[4];
+          i64 kj[4];
+          int nq = 0;
+          auto flush = [&]() {
+            for (i64 g = 0; g < gc; g++) {
+              float out[4];
+              if (nq == 4) dot4_f32(qi[g], kp[0], kp[1], kp[2], kp[3], d, out);
+              else
+                for (int t = 0; t < nq; t++) out[t] = dot_f32(qi[g], kp[t], d);
+              for (int t = 0; t < nq; t++) sc[g * tk + kj[t]] = out[t];
+            }
+            nq = 0;
+          };
           i64 j = 0;
           for (int sg = 0; sg < nk && j < jmax; sg++)
             for (i64 jj = 0; jj < ks[sg].s && j < jmax; jj++, j++) {
@@ -1012,26 +1055,34 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
                 const char* pf = reinterpret_cast<const char*>(ks[sg].row(b, kh, jj + 12));
                 for (i64 o = 0; o < d * 4; o += 64) __builtin_prefetch(pf + o);
               }
-              const float* kr = ks[sg].row(b, kh, jj);
-              float madd = 0;
-              if (has_mask) {
-                const i64 mo0 = mbatch[b] + i * mst[r - 2] + j * mst[r - 1];
-                for (i64 g = 0; g < gc; g++) {
-                  const i64 mo = mo0 + (kh * group + g0 + g) * mst[r - 3];
-                  if (mask_bool) madd = static_cast<const uint8_t*>(mask)[mo] == 0 ? -INFINITY : 0.0f;
-                  else madd = static_cast<const float*>(mask)[mo];
-                  const float s = dot_f32(qi[g], kr, d) * scale + madd;
-                  sc[g * tk + j] = s;
-                  mx[g] = std::max(mx[g], s);
-                }
-              } else {
-                for (i64 g = 0; g < gc; g++) {
-                  const float s = dot_f32(qi[g], kr, d) * scale;
-                  sc[g * tk + j] = s;
-                  mx[g] = std::max(mx[g], s);
-                }
+              kp[nq] = ks[sg].row(b, kh, jj);
+              kj[nq++] = j;
+              if (nq == 4) flush();
+            }
+          if (nq > 0) flush();
+          for (i64 g = 0; g < gc; g++) {
+            float* srow = sc.data() + g * tk;
+            float m = -INFINITY;
+            if (has_mask) {
+              const i64 mo0 = mbatch[b] + i * mst[r - 2] + (kh * group + g0 + g) * mst[r - 3];
+              const i64 mj = mst[r - 1];
+              for (i64 jx = 0; jx < jmax; jx++) {
+                float madd;
+                if (mask_bool) madd = static_cast<const uint8_t*>(mask)[mo0 + jx * mj] == 0 ? -INFINITY : 0.0f;
+                else madd = static_cast<const float*>(mask)[mo0 + jx * mj];
+                const float v = srow[jx] * scale + madd;
+                srow[jx] = v;
+                m = std::max(m, v);
+              }
+            } else {
+              for (i64 jx = 0; jx < jmax; jx++) {
+                const float v = srow[jx] * scale;
+                srow[jx] = v;
+                m = std::max(m, v);
               }
             }
+            mx[g] = m;
+          }
         }
         for (i64 g = 0; g < gc; g++) {
           float* srow = sc.data() + g * tk;
@@ -1081,7 +1132,7 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
         }
       }
     }
-  }, items * group * tk * d < kParallelMin);
+  }, items * group * tk * d < kParallelMin, causal && tq > 1 ? 16 : 2);
 }
 
 void attention(Run& p, const Instr& in) {
