@@ -308,23 +308,34 @@ for (const s of SHAPES) {
     const lm = await Engine.load(dir, { executor, ...ENGINE_SLOTS, prefillChunk: PREFILL_CHUNK, ...(p.ours === undefined ? { packBase: PACK_BASE && !NATIVE } : { quantize: parseWeightQuantSpec(p.ours) }) });
     for (const n of names) await lm.loadAdapter(join(dir, 'adapters', n), n);
     const model: LlamaModel = await llama.loadModel({ modelPath: join(dir, `model-${p.gguf}.gguf`) });
-    // Contexts live only while their cases run: each holds a ggml thread pool that polls for work.
-    const base = await model.createContext({ contextSize: 512, sequences: 8, threads: THREADS, batchSize: 512 });
+    // llama.cpp's contexts exist only while its own measurement runs: each holds a ggml thread
+    // pool whose threads poll for work, which took CPU from our engine's runs when they were kept
+    // alive across both engines' measurements.
+    const baseContext = (): Promise<LlamaContext> => model.createContext({ contextSize: 512, sequences: 8, threads: THREADS, batchSize: 512 });
     const loraContexts = async (n: number): Promise<LlamaContext[]> => {
       const out: LlamaContext[] = [];
       for (const a of names.slice(0, n)) out.push(await model.createContext({ contextSize: 256, sequences: 1, threads: THREADS, lora: { adapters: [{ filePath: join(dir, `lora-${a}.gguf`) }] } }));
       return out;
     };
-    let loraCtxs = await loraContexts(1);
-    rss();
+    const withContexts = async <T>(make: () => Promise<LlamaContext[]>, run: (ctxs: LlamaContext[]) => Promise<T>): Promise<T> => {
+      const ctxs = await make();
+      rss();
+      try {
+        return await run(ctxs);
+      } finally {
+        for (const c of ctxs) await c.dispose();
+      }
+    };
+    const onBase = (run: (ctx: LlamaContext) => Promise<number>) => () => withContexts(async () => [await baseContext()], (c) => run(c[0]!));
+    const onLora = (n: number, run: (ctxs: LlamaContext[]) => Promise<number>) => () => withContexts(() => loraContexts(n), run);
     // Greedy agreement: 3 prompts × 16 tokens, base and adapter a0.
     const gp = prompts(s.vocab, 3, 12, 1);
     let equal = 0;
     let total = 0;
-    for (const [adapter, ctx] of [[undefined, base], ['a0', loraCtxs[0]!]] as const) {
+    for (const adapter of [undefined, 'a0'] as const) {
       for (const pr of gp) {
         const a = await oursGreedy(lm, pr, 16, adapter);
-        const b = await llamaGreedy(ctx, pr, 16);
+        const b = await withContexts(adapter === undefined ? async () => [await baseContext()] : () => loraContexts(1), (c) => llamaGreedy(c[0]!, pr, 16));
         const same = a.findIndex((t, i) => t !== b[i]);
         total++;
         if (same < 0) equal++;
@@ -350,19 +361,14 @@ for (const s of SHAPES) {
     const short8 = prompts(s.vocab, 8, 8, 3);
     // Warm both (programs compile on first use).
     await oursPrefill(lm, long);
-    await llamaPrefill(base, long);
+    await onBase((c) => llamaPrefill(c, long))();
     await oursDecode(lm, short8.map((x) => x.slice(0, 3)), 1, names);
     await oursDecode(lm, [short8[0]!], 1, [undefined]);
-    await measure('prefill 128', () => oursPrefill(lm, long), () => llamaPrefill(base, long), 'one sequence');
-    await measure('decode b1', () => oursDecode(lm, [short8[0]!], s.steps, [undefined]), () => llamaDecode([base], [short8[0]!], s.steps), 'one sequence');
-    await measure('decode b1 LoRA', () => oursDecode(lm, [short8[0]!], s.steps, ['a0']), () => llamaDecode([loraCtxs[0]!], [short8[0]!], s.steps), 'context with the adapter');
-    for (const c of loraCtxs) await c.dispose();
-    await measure('8 streams base', () => oursDecode(lm, short8, s.steps, new Array<undefined>(8).fill(undefined)), () => llamaDecode([base], short8, s.steps), 'one context, 8 sequences');
-    await base.dispose();
-    loraCtxs = await loraContexts(ADAPTERS);
-    rss();
-    await measure('8 streams 8 adapters', () => oursDecode(lm, short8, s.steps, names), () => llamaDecode(loraCtxs, short8, s.steps), 'one context per adapter, concurrent');
-    for (const c of loraCtxs) await c.dispose();
+    await measure('prefill 128', () => oursPrefill(lm, long), onBase((c) => llamaPrefill(c, long)), 'one sequence');
+    await measure('decode b1', () => oursDecode(lm, [short8[0]!], s.steps, [undefined]), onBase((c) => llamaDecode([c], [short8[0]!], s.steps)), 'one sequence');
+    await measure('decode b1 LoRA', () => oursDecode(lm, [short8[0]!], s.steps, ['a0']), onLora(1, (c) => llamaDecode(c, [short8[0]!], s.steps)), 'context with the adapter');
+    await measure('8 streams base', () => oursDecode(lm, short8, s.steps, new Array<undefined>(8).fill(undefined)), onBase((c) => llamaDecode([c], short8, s.steps)), 'one context, 8 sequences');
+    await measure('8 streams 8 adapters', () => oursDecode(lm, short8, s.steps, names), onLora(ADAPTERS, (c) => llamaDecode(c, short8, s.steps)), 'one context per adapter, concurrent');
     await model.dispose();
     // Each pair's engine holds its own programs (packed weights): free them before the next pair.
     lm.dispose();
@@ -410,6 +416,8 @@ const md: string[] = [
   `A batch of base rows only runs the engine's base program (no slot tables)${NATIVE ? '; the native kernels read the f32 weights of every program in place from the one host copy, and the quantized programs share one repacked copy of each quantized weight' : ''}${PACK_BASE && !NATIVE ? '; at f32 that program holds its own pre-packed copy of the weights (`packBase`, `stageml serve --pack-base`: one more copy of the weights in memory), the slot programs read the shared host copy' : ''}; a batch with one adapter runs the single slot form, a mixed batch the gathered or grouped form, whichever the engine's cost rule picks.${NATIVE ? '' : ' Quantized weights are packed into every program.'}`,
   '',
   `8 streams 8 adapters: ours runs one mixed batch (8 rows, one adapter each, the engine picks the gathered or grouped slot form per step); llama.cpp applies LoRA per context, so its best way is one context per adapter, run concurrently under one thread budget.`,
+  '',
+  "llama.cpp's contexts are created for each of its measurements and disposed after it (their ggml thread pools poll for work: kept alive, they took CPU from our engine's runs). On this shared 2-core VM both engines move by up to ±30% between runs of the same code (llama.cpp's SmolLM2 int4 batch-1 decode measured 48.7–155 tok/s across today's runs), so compare ratios within one run.",
   '',
   'Greedy agreement (3 prompts × 16 tokens, base and adapter a0): ' + checks.filter((c) => 'greedyEqual' in c).map((c) => `${String(c['shape'])} ${String(c['pair'])}: ${String(c['greedyEqual'])}`).join(', ') + '. Quantized pairs use different rounding (ours: scale max|w|/7 or /127 in f32, codes ±7/±127; Q4_0: d = max/−8 in f16), so their tokens may part after a near tie.',
   '',
