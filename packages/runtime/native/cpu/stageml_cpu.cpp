@@ -672,6 +672,7 @@ enum Op {
   OP_LAYERNORM = 18,
   OP_WHERE = 19,
   OP_ATTENTION_KV = 20,
+  OP_LORA = 21,
 };
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
@@ -1323,6 +1324,41 @@ void matmul_int(Run& p, const Instr& in) {
   }
 }
 
+// y[b, t] = (x[b, t] · A[idx[b]]ᵀ) · B[idx[b]]: a = [x [B, T, K], A [S, R, K], B [S, R, N], idx [B]]
+// (the gathered slot form's LoRA term). One item per batch row: its two factor matrices are read
+// once, in order, and the rank-R intermediate stays in cache.
+void lora_gathered(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const auto& as = p.shapes[in.a[1]];
+  const auto& bs = p.shapes[in.a[2]];
+  const i64 nb = xs[0], T = xs[1], K = xs[2];
+  const i64 S = as[0], R = as[1], N = bs[2];
+  if (as[2] != K || bs[0] != S || bs[1] != R || numel(p.shapes[in.a[3]]) != nb) fail("RT_BAD_VALUE", "lora: slot tables disagree with the activations");
+  const float* x = F(p, in.a[0]);
+  const float* A = F(p, in.a[1]);
+  const float* B = F(p, in.a[2]);
+  float* y = F(p, in.r[0]);
+  std::vector<i64> slot(static_cast<size_t>(nb));
+  for (i64 b = 0; b < nb; b++) slot[b] = checked_index(index_at(p, in.a[3], b), S, "matmul (gathered operand)");
+  pool().parallel(nb, [&](i64 b0, i64 b1) {
+    std::vector<float> t(static_cast<size_t>(R));
+    for (i64 b = b0; b < b1; b++) {
+      const float* Ab = A + slot[b] * R * K;
+      const float* Bb = B + slot[b] * R * N;
+      for (i64 q = 0; q < T; q++) {
+        const float* xr = x + (b * T + q) * K;
+        rows_nt<1>(xr, K, Ab, K, t.data(), 1, K, 0, R);
+        float* yr = y + (b * T + q) * N;
+        std::memset(yr, 0, sizeof(float) * static_cast<size_t>(N));
+        for (i64 r = 0; r < R; r++) {
+          if (r + 2 < R) __builtin_prefetch(Bb + (r + 2) * N);
+          if (t[r] != 0.0f) axpy_f32(yr, Bb + r * N, t[r], N);
+        }
+      }
+    }
+  }, nb * T * R * (K + N) < kParallelMin, 4);
+}
+
 void linear(Run& p, const Instr& in) {
   const auto& xs = p.shapes[in.a[0]];
   const auto& ws = p.shapes[in.a[1]];
@@ -1514,6 +1550,7 @@ void exec(Run& p, const Instr& in) {
     case OP_ROTARY: rotary(p, in); break;
     case OP_ATTENTION: attention(p, in); break;
     case OP_ATTENTION_KV: attention_kv(p, in); break;
+    case OP_LORA: lora_gathered(p, in); break;
     case OP_SOFTMAX: {
       const auto& xs = p.shapes[in.a[0]];
       const size_t ax = static_cast<size_t>(in.i[0]);

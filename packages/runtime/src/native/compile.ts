@@ -24,6 +24,7 @@ const OP = {
   LAYERNORM: 18,
   WHERE: 19,
   ATTENTION_KV: 20,
+  LORA: 21,
 } as const;
 
 const BINARY: Partial<Record<string, number>> = { add: 0, sub: 1, mul: 2, div: 3, maximum: 4, minimum: 5, pow: 6 };
@@ -278,7 +279,16 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
         const ta = at['transposeA'] === true ? 1 : 0;
         const tb = at['transposeB'] === true ? 1 : 0;
         const g = producer.get(a[1]!);
-        if (g !== undefined && folded.has(g) && dt === 'f32') emit(OP.MATMUL, [ta, tb], [], [a[0]!, g.operands[0]!, g.operands[1]!]);
+        // y = (x · A[idx]ᵀ) · B[idx] over gathered slot tables (the gathered slot form's LoRA term):
+        // one instruction streaming each row's factors once.
+        const inner = producer.get(a[0]!);
+        const gi = inner?.op === 'matmul' ? producer.get(inner.operands[1]!) : undefined;
+        const fusable =
+          g !== undefined && folded.has(g) && dt === 'f32' && ta === 0 && tb === 0 && inner !== undefined && gi !== undefined && folded.has(gi) &&
+          inner.attrs['transposeA'] !== true && inner.attrs['transposeB'] === true && gi.operands[1] === g.operands[1] &&
+          (users.get(a[0]!) ?? []).length === 1 && (outputsOf.get(a[0]!) ?? 0) === 0 && shapeOf(inner.operands[0]!).length === 3;
+        if (fusable) emit(OP.LORA, [], [], [inner.operands[0]!, gi.operands[0]!, g.operands[0]!, g.operands[1]!]);
+        else if (g !== undefined && folded.has(g) && dt === 'f32') emit(OP.MATMUL, [ta, tb], [], [a[0]!, g.operands[0]!, g.operands[1]!]);
         else emit(OP.MATMUL, [ta, tb]);
         break;
       }
