@@ -756,6 +756,17 @@ std::vector<i64> bstrides(const std::vector<i64>& s, const std::vector<i64>& out
   return st;
 }
 
+// Row-major (contiguous) strides of `shape`, in elements.
+std::vector<i64> row_major(const std::vector<i64>& shape) {
+  std::vector<i64> st(shape.size());
+  i64 acc = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    st[d] = acc;
+    acc *= shape[d];
+  }
+  return st;
+}
+
 // Calls f(offsets…) for every index of `shape` except the last axis, with each operand's offset.
 template <int N, typename F>
 void for_rows(const std::vector<i64>& shape, const std::vector<i64>* strides, F f) {
@@ -792,12 +803,7 @@ void strided_copy_t(const T* src, T* dst, const std::vector<i64>& shape, const s
   const size_t rank = shape.size();
   const i64 inner = rank == 0 ? 1 : shape[rank - 1];
   const i64 is = rank == 0 ? 1 : sst[rank - 1];
-  std::vector<i64> dst_st(rank, 0);
-  i64 acc = 1;
-  for (size_t d = rank; d-- > 0;) {
-    dst_st[d] = acc;
-    acc *= shape[d];
-  }
+  const std::vector<i64> dst_st = row_major(shape);
   const std::vector<i64> st[2] = {sst, dst_st};
   for_rows<2>(shape, st, [&](const i64* o) {
     const T* s = src + o[0];
@@ -833,12 +839,7 @@ void binary_t(int kind, const T* a, const T* b, T* y, const std::vector<i64>& ou
   const size_t rank = out.size();
   const i64 inner = rank == 0 ? 1 : out[rank - 1];
   const i64 ia = rank == 0 ? 0 : sa[rank - 1], ib = rank == 0 ? 0 : sb[rank - 1];
-  std::vector<i64> so(rank, 0);
-  i64 acc = 1;
-  for (size_t d = rank; d-- > 0;) {
-    so[d] = acc;
-    acc *= out[d];
-  }
+  const std::vector<i64> so = row_major(out);
   const std::vector<i64> st[3] = {sa, sb, so};
   for_rows<3>(out, st, [&](const i64* o) {
     const T* pa = a + o[0];
@@ -866,12 +867,7 @@ void binary_int(int kind, const T* a, const T* b, T* y, const std::vector<i64>& 
   const size_t rank = out.size();
   const i64 inner = rank == 0 ? 1 : out[rank - 1];
   const i64 ia = rank == 0 ? 0 : sa[rank - 1], ib = rank == 0 ? 0 : sb[rank - 1];
-  std::vector<i64> so(rank, 0);
-  i64 acc = 1;
-  for (size_t d = rank; d-- > 0;) {
-    so[d] = acc;
-    acc *= out[d];
-  }
+  const std::vector<i64> so = row_major(out);
   const std::vector<i64> st[3] = {sa, sb, so};
   for_rows<3>(out, st, [&](const i64* o) {
     for (i64 j = 0; j < inner; j++) {
@@ -1429,12 +1425,7 @@ void exec(Run& p, const Instr& in) {
     }
     case OP_TRANSPOSE: {
       const auto& xs = p.shapes[in.a[0]];
-      std::vector<i64> xst(xs.size());
-      i64 acc = 1;
-      for (size_t d = xs.size(); d-- > 0;) {
-        xst[d] = acc;
-        acc *= xs[d];
-      }
+      const std::vector<i64> xst = row_major(xs);
       std::vector<i64> sst(xs.size());
       for (size_t d = 0; d < xs.size(); d++) sst[d] = xst[static_cast<size_t>(in.i[d])];
       strided_copy(p.ptr[in.a[0]], p.ptr[in.r[0]], esz, p.shapes[in.r[0]], sst);
@@ -1513,12 +1504,7 @@ void exec(Run& p, const Instr& in) {
       if (end < 0) end = std::max<i64>(0, end + size);
       start = std::min(start, size);
       end = std::min(end, size);
-      std::vector<i64> xst(xs.size());
-      i64 acc = 1;
-      for (size_t d = xs.size(); d-- > 0;) {
-        xst[d] = acc;
-        acc *= xs[d];
-      }
+      const std::vector<i64> xst = row_major(xs);
       std::vector<i64> sst = xst;
       sst[ax] = xst[ax] * step;
       const uint8_t* src = static_cast<const uint8_t*>(p.ptr[in.a[0]]) + static_cast<size_t>(start * xst[ax]) * esz;
@@ -1563,12 +1549,7 @@ void exec(Run& p, const Instr& in) {
     case OP_WHERE: {
       const auto& ys = p.shapes[in.r[0]];
       const auto sc = bstrides(p.shapes[in.a[0]], ys), sa = bstrides(p.shapes[in.a[1]], ys), sb = bstrides(p.shapes[in.a[2]], ys);
-      std::vector<i64> so(ys.size());
-      i64 acc = 1;
-      for (size_t d = ys.size(); d-- > 0;) {
-        so[d] = acc;
-        acc *= ys[d];
-      }
+      const std::vector<i64> so = row_major(ys);
       const std::vector<i64> st[4] = {sc, sa, sb, so};
       const uint8_t* c = static_cast<const uint8_t*>(p.ptr[in.a[0]]);
       const uint8_t* a = static_cast<const uint8_t*>(p.ptr[in.a[1]]);
