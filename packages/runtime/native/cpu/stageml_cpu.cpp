@@ -13,8 +13,6 @@
 #include <node_api.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -413,7 +411,6 @@ struct QPacked {
   std::vector<uint8_t> zps;
   // Fallback (block sizes that do not tile by 32): the dequantized weight [n, k].
   std::vector<float> dense;
-  size_t bytes() const { return codes.size() + scales.size() * 4 + zps.size() + dense.size() * 4; }
 };
 
 inline int unpack_code(const uint8_t* row, i64 j, int bits) {
@@ -609,7 +606,7 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
 }
 #endif
 
-void qlinear(const QPacked& w, const float* x, i64 m, const float* bias, float* y) {
+void qlinear(const QPacked& w, const float* x, i64 m, float* y) {
   Pool& P = pool();
   if (!w.dense.empty()) {
     P.parallel((w.n + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, w.k, w.dense.data(), w.k, y, w.n, m, w.k, b * 4, std::min(w.n, e * 4)); }, m * w.n * w.k < kParallelMin);
@@ -637,9 +634,6 @@ void qlinear(const QPacked& w, const float* x, i64 m, const float* bias, float* 
     fail("CPU_INTERNAL", "quantized tiles without VNNI");
 #endif
   }
-  if (bias != nullptr)
-    for (i64 r = 0; r < m; r++)
-      for (i64 o = 0; o < w.n; o++) y[r * w.n + o] += bias[o];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -716,7 +710,6 @@ struct Program {
   std::vector<size_t> slot_bytes, slot_off;
   void* arena = nullptr;
   size_t arena_bytes = 0;
-  size_t packed_bytes = 0;
   ~Program();
 };
 
@@ -834,17 +827,19 @@ inline float apply_binary(int k, float a, float b) {
   }
 }
 
-template <typename T>
-void binary_t(int kind, const T* a, const T* b, T* y, const std::vector<i64>& out, const std::vector<i64>& sa, const std::vector<i64>& sb) {
+// Calls row(pa, pb, py, inner, ia, ib) for each row of the broadcast output: pointers to the
+// row's first elements and the operands' strides along it (1, or 0 where broadcast).
+template <typename T, typename Row>
+void binary_rows(const T* a, const T* b, T* y, const std::vector<i64>& out, const std::vector<i64>& sa, const std::vector<i64>& sb, Row row) {
   const size_t rank = out.size();
   const i64 inner = rank == 0 ? 1 : out[rank - 1];
   const i64 ia = rank == 0 ? 0 : sa[rank - 1], ib = rank == 0 ? 0 : sb[rank - 1];
-  const std::vector<i64> so = row_major(out);
-  const std::vector<i64> st[3] = {sa, sb, so};
-  for_rows<3>(out, st, [&](const i64* o) {
-    const T* pa = a + o[0];
-    const T* pb = b + o[1];
-    T* py = y + o[2];
+  const std::vector<i64> st[3] = {sa, sb, row_major(out)};
+  for_rows<3>(out, st, [&](const i64* o) { row(a + o[0], b + o[1], y + o[2], inner, ia, ib); });
+}
+
+void binary_f32(int kind, const float* a, const float* b, float* y, const std::vector<i64>& out, const std::vector<i64>& sa, const std::vector<i64>& sb) {
+  binary_rows(a, b, y, out, sa, sb, [&](const float* pa, const float* pb, float* py, i64 inner, i64 ia, i64 ib) {
     if (ia == 1 && ib == 1) {
       switch (kind) {
         case B_ADD: for (i64 j = 0; j < inner; j++) py[j] = pa[j] + pb[j]; return;
@@ -854,24 +849,20 @@ void binary_t(int kind, const T* a, const T* b, T* y, const std::vector<i64>& ou
       }
     }
     if (ia == 1 && ib == 0 && kind == B_MUL) {
-      const T s = pb[0];
-      for (i64 j = 0; j < inner; j++) py[j] = pa[j] * s;
+      const float sc = pb[0];
+      for (i64 j = 0; j < inner; j++) py[j] = pa[j] * sc;
       return;
     }
-    for (i64 j = 0; j < inner; j++) py[j] = static_cast<T>(apply_binary(kind, static_cast<float>(pa[j * ia]), static_cast<float>(pb[j * ib])));
+    for (i64 j = 0; j < inner; j++) py[j] = apply_binary(kind, pa[j * ia], pb[j * ib]);
   });
 }
 
+// Integer operands (i64 stored as double, i32, u8), wrapping to the result type like the IR.
 template <typename T>
 void binary_int(int kind, const T* a, const T* b, T* y, const std::vector<i64>& out, const std::vector<i64>& sa, const std::vector<i64>& sb) {
-  const size_t rank = out.size();
-  const i64 inner = rank == 0 ? 1 : out[rank - 1];
-  const i64 ia = rank == 0 ? 0 : sa[rank - 1], ib = rank == 0 ? 0 : sb[rank - 1];
-  const std::vector<i64> so = row_major(out);
-  const std::vector<i64> st[3] = {sa, sb, so};
-  for_rows<3>(out, st, [&](const i64* o) {
+  binary_rows(a, b, y, out, sa, sb, [&](const T* pa, const T* pb, T* py, i64 inner, i64 ia, i64 ib) {
     for (i64 j = 0; j < inner; j++) {
-      const double x = static_cast<double>(a[o[0] + j * ia]), z = static_cast<double>(b[o[1] + j * ib]);
+      const double x = static_cast<double>(pa[j * ia]), z = static_cast<double>(pb[j * ib]);
       double v;
       switch (kind) {
         case B_ADD: v = x + z; break;
@@ -884,7 +875,7 @@ void binary_int(int kind, const T* a, const T* b, T* y, const std::vector<i64>& 
       }
       if (sizeof(T) == 4) v = static_cast<double>(static_cast<int32_t>(static_cast<int64_t>(v)));
       if (sizeof(T) == 1) v = static_cast<double>(static_cast<int64_t>(v) & 0xFF);
-      y[o[2] + j] = static_cast<T>(v);
+      py[j] = static_cast<T>(v);
     }
   });
 }
@@ -1436,7 +1427,7 @@ void exec(Run& p, const Instr& in) {
     case OP_BINARY: {
       const auto& ys = p.shapes[in.r[0]];
       const auto sa = bstrides(p.shapes[in.a[0]], ys), sb = bstrides(p.shapes[in.a[1]], ys);
-      if (p.vals[in.r[0]].dtype == DT_F32) binary_t<float>(static_cast<int>(in.i[0]), F(p, in.a[0]), F(p, in.a[1]), F(p, in.r[0]), ys, sa, sb);
+      if (p.vals[in.r[0]].dtype == DT_F32) binary_f32(static_cast<int>(in.i[0]), F(p, in.a[0]), F(p, in.a[1]), F(p, in.r[0]), ys, sa, sb);
       else if (p.vals[in.r[0]].dtype == DT_I64) binary_int<double>(static_cast<int>(in.i[0]), D(p, in.a[0]), D(p, in.a[1]), D(p, in.r[0]), ys, sa, sb);
       else if (p.vals[in.r[0]].dtype == DT_I32) binary_int<int32_t>(static_cast<int>(in.i[0]), static_cast<const int32_t*>(p.ptr[in.a[0]]), static_cast<const int32_t*>(p.ptr[in.a[1]]), static_cast<int32_t*>(p.ptr[in.r[0]]), ys, sa, sb);
       else binary_int<uint8_t>(static_cast<int>(in.i[0]), static_cast<const uint8_t*>(p.ptr[in.a[0]]), static_cast<const uint8_t*>(p.ptr[in.a[1]]), static_cast<uint8_t*>(p.ptr[in.r[0]]), ys, sa, sb);
@@ -1530,7 +1521,7 @@ void exec(Run& p, const Instr& in) {
     case OP_QLINEAR: {
       const auto& xs = p.shapes[in.a[0]];
       const i64 m = numel(xs) / std::max<i64>(in.pack->k, 1);
-      qlinear(*in.pack, F(p, in.a[0]), m, in.i[0] >= 0 ? F(p, static_cast<int>(in.i[0])) : nullptr, F(p, in.r[0]));
+      qlinear(*in.pack, F(p, in.a[0]), m, F(p, in.r[0]));
       break;
     }
     case OP_ROTARY: rotary(p, in); break;
@@ -1745,7 +1736,7 @@ napi_value js_compile(napi_env env, napi_callback_info info) {
         in.f.push_back(Fl[at]);
       }
       if (in.op == OP_QLINEAR) {
-        // a = [x, qweight, scales, zeroPoints?] (params); i = [bias value or −1, bits, blockSize, inFeatures, out]
+        // a = [x, qweight, scales, zeroPoints?] (params); i = [bits, blockSize, inFeatures, out]
         auto param_of = [&](int v) -> const void* {
           if (p->vals[v].storage != ST_PARAM) fail("RT_UNSUPPORTED", "quantizedLinear needs its codes and scales as parameters (prepare-time data)");
           return p->params[static_cast<size_t>(p->vals[v].index)];
@@ -1753,8 +1744,7 @@ napi_value js_compile(napi_env env, napi_callback_info info) {
         const uint8_t* q = static_cast<const uint8_t*>(param_of(in.a[1]));
         const float* s = static_cast<const float*>(param_of(in.a[2]));
         const uint8_t* z = in.a.size() > 3 ? static_cast<const uint8_t*>(param_of(in.a[3])) : nullptr;
-        in.pack = shared_pack(q, s, z, in.i[4], in.i[3], static_cast<int>(in.i[1]), in.i[2]);
-        p->packed_bytes += in.pack->bytes();
+        in.pack = shared_pack(q, s, z, in.i[3], in.i[2], static_cast<int>(in.i[0]), in.i[1]);
         in.a.resize(1);
       }
     }
@@ -1796,32 +1786,13 @@ struct RunWork {
   std::string code, msg;
 };
 
-#ifdef SML_PROFILE
-struct Prof {
-  double t[32] = {};
-  long n[32] = {};
-  ~Prof() {
-    for (int i = 0; i < 32; i++)
-      if (n[i] > 0) std::fprintf(stderr, "op %2d: %10ld calls %10.1f ms %8.2f us/call\n", i, n[i], t[i] * 1e3, t[i] * 1e6 / static_cast<double>(n[i]));
-  }
-} g_prof;
-#endif
 
 void run_execute(napi_env, void* data) {
   RunWork* w = static_cast<RunWork*>(data);
   try {
     std::lock_guard<std::mutex> lk(g_run_mutex);
     place(*w->prog, w->run);
-#ifdef SML_PROFILE
-    for (const Instr& in : w->prog->code) {
-      const auto t0 = std::chrono::steady_clock::now();
-      exec(w->run, in);
-      g_prof.t[in.op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      g_prof.n[in.op]++;
-    }
-#else
     for (const Instr& in : w->prog->code) exec(w->run, in);
-#endif
   } catch (const Fail& f) {
     w->failed = true;
     w->code = f.code;
@@ -1955,17 +1926,8 @@ napi_value js_threads(napi_env env, napi_callback_info info) {
   return r;
 }
 
-// info(program) → { packedBytes }
-napi_value js_info(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr);
-  void* raw;
-  if (napi_get_value_external(env, argv[0], &raw) != napi_ok) return nullptr;
-  napi_value o, v;
-  napi_create_object(env, &o);
-  napi_create_double(env, static_cast<double>(static_cast<Program*>(raw)->packed_bytes), &v);
-  napi_set_named_property(env, o, "packedBytes", v);
+// isa() → the instruction set the kernels were built for.
+napi_value js_isa(napi_env env, napi_callback_info) {
   napi_value isa;
 #if defined(SML_VNNI)
   napi_create_string_utf8(env, "avx512-vnni", NAPI_AUTO_LENGTH, &isa);
@@ -1974,8 +1936,7 @@ napi_value js_info(napi_env env, napi_callback_info info) {
 #else
   napi_create_string_utf8(env, "generic", NAPI_AUTO_LENGTH, &isa);
 #endif
-  napi_set_named_property(env, o, "isa", isa);
-  return o;
+  return isa;
 }
 
 napi_value init(napi_env env, napi_value exports) {
@@ -1983,7 +1944,7 @@ napi_value init(napi_env env, napi_value exports) {
       {"compile", nullptr, js_compile, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"run", nullptr, js_run, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"threads", nullptr, js_threads, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"info", nullptr, js_info, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"isa", nullptr, js_isa, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   return exports;

@@ -20,7 +20,7 @@ export interface CpuAddon {
   compile(ints: Int32Array, floats: Float64Array, params: readonly ArrayBufferView[]): object;
   run(program: object, symbols: Float64Array, inputs: readonly ArrayBufferView[]): Promise<[ArrayBuffer[], Float64Array]>;
   threads(n: number): number;
-  info(program: object): { packedBytes: number; isa: string };
+  isa(): string;
 }
 
 const require_ = createRequire(import.meta.url);

@@ -297,7 +297,7 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
         const out = shapeOf(a[1]!)[0];
         need(n, typeof out === 'number', 'needs a static output size');
         need(n, a.slice(1).every((v) => table[v]!.storage === ST.PARAM), 'needs its codes, scales and zero points as parameters');
-        emit(OP.QLINEAR, [-1, Number(at['bits'] ?? 8), Number(at['blockSize']), Number(at['inFeatures']), out as number]);
+        emit(OP.QLINEAR, [Number(at['bits'] ?? 8), Number(at['blockSize']), Number(at['inFeatures']), out as number]);
         break;
       }
       case 'rotary':

@@ -75,11 +75,6 @@ class CpuNativePrepared implements PreparedGraph {
     this.#program = program;
   }
 
-  /** Bytes of the weights repacked for the quantized kernels. */
-  get packedBytes(): number {
-    return this.#program === undefined ? 0 : this.addon.info(this.#program).packedBytes;
-  }
-
   async run(inputs: Readonly<Record<string, HostTensor>>): Promise<Record<string, HostTensor>> {
     if (this.#disposed || this.#program === undefined) throw new RuntimeError(RuntimeCode.DISPOSED, 'this prepared graph was disposed');
     const bound = checkInputs(this.graph, inputs, this.bindings);
@@ -132,8 +127,7 @@ export function createCpuNativeExecutor(opts: CpuNativeExecutorOptions = {}): Cp
   if (!Number.isSafeInteger(threads) || threads < 1 || threads > 256) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cpu-native: threads must be an integer in [1, 256], got ${String(threads)}`);
   const addon = loadCpuAddon();
   const got = addon.threads(threads);
-  const probe = addon.compile(Int32Array.from([1, 0, 0, 0, 0, 0, 0, 0, 0]), new Float64Array(0), []);
-  const isa = addon.info(probe).isa;
+  const isa = addon.isa();
   return {
     name: 'cpu-native',
     isa,
