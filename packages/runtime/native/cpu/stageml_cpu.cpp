@@ -963,6 +963,21 @@ Seg seg_of(Run& p, int v, int layout) {
   return g;
 }
 
+// Calls f(j, row) for keys 0 … jmax−1 of (batch b, kv head kh) across the segments, prefetching
+// the row 12 keys ahead (cache rows are scattered).
+template <typename F>
+void each_row(const Seg* segs, int n, i64 jmax, i64 b, i64 kh, F f) {
+  i64 j = 0;
+  for (int sg = 0; sg < n && j < jmax; sg++)
+    for (i64 jj = 0; jj < segs[sg].s && j < jmax; jj++, j++) {
+      if (jj + 12 < segs[sg].s) {
+        const char* pf = reinterpret_cast<const char*>(segs[sg].row(b, kh, jj + 12));
+        for (i64 o = 0; o < segs[sg].d * 4; o += 64) __builtin_prefetch(pf + o);
+      }
+      f(j, segs[sg].row(b, kh, jj));
+    }
+}
+
 // Attention over q [nb…, hq, tq, d] and keys/values in segments (see Seg), with an optional mask
 // broadcast to [nb…, hq, tq, tk] (f32 additive or bool), causal aligned to the end; GQA by
 // kv head = h / (hq / hkv).
@@ -1036,17 +1051,11 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
             }
             nq = 0;
           };
-          i64 j = 0;
-          for (int sg = 0; sg < nk && j < jmax; sg++)
-            for (i64 jj = 0; jj < ks[sg].s && j < jmax; jj++, j++) {
-              if (jj + 12 < ks[sg].s) {
-                const char* pf = reinterpret_cast<const char*>(ks[sg].row(b, kh, jj + 12));
-                for (i64 o = 0; o < d * 4; o += 64) __builtin_prefetch(pf + o);
-              }
-              kp[nq] = ks[sg].row(b, kh, jj);
-              kj[nq++] = j;
-              if (nq == 4) flush();
-            }
+          each_row(ks, nk, jmax, b, kh, [&](i64 j, const float* kr) {
+            kp[nq] = kr;
+            kj[nq++] = j;
+            if (nq == 4) flush();
+          });
           if (nq > 0) flush();
           for (i64 g = 0; g < gc; g++) {
             float* srow = sc.data() + g * tk;
@@ -1094,21 +1103,12 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
 #endif
         }
         std::fill(acc.begin(), acc.begin() + gc * dv, 0.0f);
-        {
-          i64 j = 0;
-          for (int sg = 0; sg < nk && j < jmax; sg++)
-            for (i64 jj = 0; jj < vs[sg].s && j < jmax; jj++, j++) {
-              if (jj + 12 < vs[sg].s) {
-                const char* pf = reinterpret_cast<const char*>(vs[sg].row(b, kh, jj + 12));
-                for (i64 o = 0; o < dv * 4; o += 64) __builtin_prefetch(pf + o);
-              }
-              const float* vr = vs[sg].row(b, kh, jj);
-              for (i64 g = 0; g < gc; g++) {
-                const float e = sc[g * tk + j];
-                if (e != 0.0f) axpy_f32(acc.data() + g * dv, vr, e, dv);
-              }
-            }
-        }
+        each_row(vs, nk, jmax, b, kh, [&](i64 j, const float* vr) {
+          for (i64 g = 0; g < gc; g++) {
+            const float e = sc[g * tk + j];
+            if (e != 0.0f) axpy_f32(acc.data() + g * dv, vr, e, dv);
+          }
+        });
         for (i64 g = 0; g < gc; g++) {
           float* yo = y + ((b * hq + kh * group + g0 + g) * tq + i) * dv;
           if (jmax <= 0 || mx[g] == -INFINITY) {
