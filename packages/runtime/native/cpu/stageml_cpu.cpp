@@ -749,6 +749,14 @@ std::vector<i64> bstrides(const std::vector<i64>& s, const std::vector<i64>& out
   return st;
 }
 
+// Elements before and after axis `ax` of `shape`.
+std::pair<i64, i64> split_at(const std::vector<i64>& shape, size_t ax) {
+  i64 outer = 1, inner = 1;
+  for (size_t d = 0; d < ax; d++) outer *= shape[d];
+  for (size_t d = ax + 1; d < shape.size(); d++) inner *= shape[d];
+  return {outer, inner};
+}
+
 // Row-major (contiguous) strides of `shape`, in elements.
 std::vector<i64> row_major(const std::vector<i64>& shape) {
   std::vector<i64> st(shape.size());
@@ -1469,9 +1477,7 @@ void exec(Run& p, const Instr& in) {
     case OP_GATHER: {
       const auto& ts = p.shapes[in.a[0]];
       const size_t ax = static_cast<size_t>(in.i[0]);
-      i64 outer = 1, inner = 1;
-      for (size_t d = 0; d < ax; d++) outer *= ts[d];
-      for (size_t d = ax + 1; d < ts.size(); d++) inner *= ts[d];
+      const auto [outer, inner] = split_at(ts, ax);
       const i64 size = ts[ax];
       const i64 ni = numel(p.shapes[in.a[1]]);
       const uint8_t* t = static_cast<const uint8_t*>(p.ptr[in.a[0]]);
@@ -1531,9 +1537,7 @@ void exec(Run& p, const Instr& in) {
     case OP_SOFTMAX: {
       const auto& xs = p.shapes[in.a[0]];
       const size_t ax = static_cast<size_t>(in.i[0]);
-      i64 outer = 1, inner = 1;
-      for (size_t d = 0; d < ax; d++) outer *= xs[d];
-      for (size_t d = ax + 1; d < xs.size(); d++) inner *= xs[d];
+      const auto [outer, inner] = split_at(xs, ax);
       softmax_axis(F(p, in.a[0]), F(p, in.r[0]), outer, xs.empty() ? 1 : xs[ax], inner);
       break;
     }
