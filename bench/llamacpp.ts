@@ -173,7 +173,8 @@ async function oursOpen(engine: Engine, ps: readonly number[][], adapters: reado
     let last: Float32Array | undefined;
     while (!seq.ready) last = await engine.prefill(seq, { maxChunk: IDLE_PREFILL });
     seqs.push(seq);
-    logits.push(last!);
+    // A copy: with recycleOutputs the engine reuses the storage at its next run.
+    logits.push(last!.slice());
   }
   return { seqs, logits };
 }
@@ -195,7 +196,9 @@ async function oursDecode(engine: Engine, ps: number[][], steps: number, adapter
   try {
     let toks = ps.map((p) => p[p.length - 1]!);
     const t0 = performance.now();
-    for (let t = 0; t < steps; t++) toks = (await engine.decode(seqs, toks)).map(argmax);
+    const st: number[] = [];
+    for (let t = 0; t < steps; t++) { const a = performance.now(); toks = (await engine.decode(seqs, toks)).map(argmax); st.push(performance.now() - a); }
+    if (process.env['TRACE_STEPS']) console.log('steps', ps.length, st.map((x) => x.toFixed(1)).join(' '));
     return (ps.length * steps) / ((performance.now() - t0) / 1000);
   } finally {
     for (const s of seqs) engine.release(s);
@@ -271,6 +274,10 @@ interface CaseResult {
 }
 
 const CASES = ['prefill 128', 'decode b1', 'decode b1 LoRA', '8 streams base', '8 streams 8 adapters'] as const;
+/** `--cases a,b` (LLAMACPP_CASES): only these cases, by their names in CASES (default all). */
+const casesArg = arg('cases');
+const wantCases = new Set<string>(casesArg === undefined ? CASES : casesArg.split(','));
+for (const c of wantCases) if (!(CASES as readonly string[]).includes(c)) throw new Error(`--cases: unknown case '${c}' (cases: ${CASES.join(', ')})`);
 const results: CaseResult[] = [];
 const checks: Record<string, unknown>[] = [];
 const loads: Record<string, number[]> = { start: loadavg() };
@@ -305,7 +312,7 @@ for (const s of SHAPES) {
     console.log(`[${s.key} ${p.key}] loading`);
     // f32: base-only batches run a program with its own pre-packed copy of the weights
     // (`stageml serve --pack-base`); quantized programs hold their packed weights anyway.
-    const lm = await Engine.load(dir, { executor, ...ENGINE_SLOTS, prefillChunk: PREFILL_CHUNK, ...(p.ours === undefined ? { packBase: PACK_BASE && !NATIVE } : { quantize: parseWeightQuantSpec(p.ours) }) });
+    const lm = await Engine.load(dir, { executor, ...ENGINE_SLOTS, prefillChunk: PREFILL_CHUNK, recycleOutputs: true, ...(p.ours === undefined ? { packBase: PACK_BASE && !NATIVE } : { quantize: parseWeightQuantSpec(p.ours) }) });
     for (const n of names) await lm.loadAdapter(join(dir, 'adapters', n), n);
     const model: LlamaModel = await llama.loadModel({ modelPath: join(dir, `model-${p.gguf}.gguf`) });
     // llama.cpp's contexts exist only while its own measurement runs: each holds a ggml thread
@@ -346,6 +353,7 @@ for (const s of SHAPES) {
     console.log(`[${s.key} ${p.key}] greedy sequences equal: ${String(equal)}/${String(total)}`);
     if (p.key === 'f32' && equal !== total) console.warn(`[${s.key}] WARNING: f32 greedy tokens differ between the engines`);
     const measure = async (name: (typeof CASES)[number], ours: () => Promise<number>, peer: () => Promise<number>, peerName: string): Promise<void> => {
+      if (!wantCases.has(name)) return;
       const o: number[] = [];
       const l: number[] = [];
       for (let r = 0; r < s.reps; r++) {

@@ -193,6 +193,9 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     ...(opts.packBase === undefined ? {} : { packBase: opts.packBase }),
     ...(opts.dtype === undefined ? {} : { dtype: opts.dtype }),
     ...(opts.adapterDtype === undefined ? {} : { adapterDtype: opts.adapterDtype }),
+    // The scheduler is the engine's only caller here, and it samples each step's logits before
+    // the next step: their storage is reused (no allocation per step on the cpu-native executor).
+    recycleOutputs: true,
   });
   const modelName = opts.modelName ?? (modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   if (opts.adaptersDir !== undefined) {

@@ -587,6 +587,35 @@ describe('Engine on the cpu-native executor', () => {
       expect(maxAbsDiff(both[i]!, dec.logits.data as Float32Array), String(a)).toBeLessThan(1e-4);
     }
     expect(engine.stats().runsByForm.gathered + engine.stats().runsByForm.grouped).toBe(1);
+    // recycleOutputs: the same logits step for step, each step's written into the last one's
+    // storage (valid until the next call, as documented).
+    const recycling = await Engine.load(`${root}base`, { executor: native, maxLoras: 2, maxLoraRank: 16, recycleOutputs: true });
+    await recycling.loadAdapter(`${root}adapters/qv-r8`, 'qv-r8');
+    const runSteps = async (e: Engine): Promise<{ copies: Float32Array[]; views: Float32Array[] }> => {
+      const seqs = [e.open('qv-r8', prompt), e.open(undefined, prompt)];
+      for (const s of seqs) {
+        await e.attach(s);
+        while (!s.ready) await e.prefill(s);
+      }
+      const copies: Float32Array[] = [];
+      const views: Float32Array[] = [];
+      for (const tok of [7, 11, 13]) {
+        const out = await e.decode(seqs, [tok, tok]);
+        views.push(out[0]!);
+        copies.push(out[0]!.slice(), out[1]!.slice());
+      }
+      for (const s of seqs) e.release(s);
+      return { copies, views };
+    };
+    const plain = await runSteps(engine);
+    const reused = await runSteps(recycling);
+    reused.copies.forEach((x, i) => {
+      expect(Array.from(x), `row ${String(i % 2)} step ${String(i >> 1)}`).toEqual(Array.from(plain.copies[i]!));
+    });
+    expect(reused.views[1]!.buffer).toBe(reused.views[2]!.buffer);
+    expect(Array.from(reused.views[1]!)).toEqual(Array.from(reused.copies[4]!));
+    expect(plain.views[1]!.buffer).not.toBe(plain.views[2]!.buffer);
+    recycling.dispose();
     for (const spec of ['int8', 'int4']) {
       const quantize = parseWeightQuantSpec(spec);
       const q = await Engine.load(`${root}base`, { executor: native, quantize, maxLoras: 2, maxLoraRank: 16 });

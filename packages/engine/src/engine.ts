@@ -100,6 +100,8 @@ export class Engine {
   readonly #adapterDtype: EngineAdapterDType;
   /** The executor's caches when sequences' KV lives there (`EngineOptions.residentKv`). */
   readonly #caches: CacheStore | undefined;
+  /** `EngineOptions.recycleOutputs`: per program, its last result, given back to its next run (taken while that runs). */
+  readonly #spare: Map<PreparedGraph, Record<string, HostTensor>> | undefined;
   /** The cache streams of every program: each layer's keys and values (appended from `new_*`), the key mask (from the run's tail). */
   readonly #streams: readonly CacheStream[];
 
@@ -110,11 +112,12 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; recycleOutputs: boolean },
   ) {
     this.#dtype = parts.dtype;
     this.#adapterDtype = parts.adapterDtype;
     this.#caches = parts.caches;
+    this.#spare = parts.recycleOutputs ? new Map() : undefined;
     const streams: CacheStream[] = [];
     for (let l = 0; l < config.numLayers; l++) {
       for (const kv of ['key', 'value']) streams.push({ input: `past_${kv}.${String(l)}`, from: `new_${kv}.${String(l)}`, pad: 0 });
@@ -263,7 +266,7 @@ export class Engine {
     if (quantize === undefined) weightBytes = oneCopy * (copies + (asInputs ? 1 : 0));
     const baseTakesWeights = quantize !== undefined || (asInputs && !packBase);
     const tables = new SlotTables(maxLoras + 1, rank, modules, dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32');
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches });
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, recycleOutputs: opts.recycleOutputs === true });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
@@ -601,6 +604,7 @@ export class Engine {
     this.#disposed = true;
     for (const s of [...this.#live]) this.release(s);
     for (const p of Object.values(this.#programs)) p.dispose();
+    this.#spare?.clear();
     this.#scoring?.then((p) => { p.dispose(); }, () => undefined);
   }
 
@@ -639,7 +643,7 @@ export class Engine {
       if (this.#baseTakesWeights) Object.assign(inputs, this.#weightInputs);
       this.#runs++;
       this.#runsByForm.base++;
-      return runProgram(programs.base, inputs, this.#resident, caches);
+      return this.#runProgram(programs.base, inputs, caches);
     }
     Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
     const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
@@ -660,7 +664,19 @@ export class Engine {
     }
     this.#runs++;
     this.#runsByForm[form]++;
-    return runProgram(programs[form]!, inputs, this.#resident, caches);
+    return this.#runProgram(programs[form]!, inputs, caches);
+  }
+
+  /** Runs `program` (with the last result it gave back, when recycling outputs). */
+  async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined): Promise<Record<string, HostTensor>> {
+    const spare = this.#spare;
+    if (spare === undefined) return runProgram(program, inputs, this.#resident, caches);
+    // Taken while the run is in flight: a concurrent run of the same program allocates.
+    const recycle = spare.get(program);
+    spare.delete(program);
+    const out = await runProgram(program, inputs, this.#resident, caches, recycle);
+    spare.set(program, out);
+    return out;
   }
 
   /** The cache rows of a step over `seqs` (resident KV), row r appending `append[r]` [from, count). */
@@ -888,9 +904,9 @@ function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
 }
 
 /** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */
-async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun): Promise<Record<string, HostTensor>> {
+async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun, recycle?: Readonly<Record<string, HostTensor>>): Promise<Record<string, HostTensor>> {
   try {
-    return await program.run(inputs, caches === undefined ? { resident } : { resident, caches });
+    return await program.run(inputs, { resident, ...(caches === undefined ? {} : { caches }), ...(recycle === undefined ? {} : { recycle }) });
   } catch (e) {
     if (e instanceof StageError) throw e;
     throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${errorMessage(e)}`, { cause: e });

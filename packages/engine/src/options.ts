@@ -105,6 +105,15 @@ export interface EngineOptions {
    * caches, or with a sliding window, is `ENGINE_BAD_OPTIONS`.
    */
   readonly residentKv?: boolean;
+  /**
+   * Logits (and the engine's other run outputs) are written into the storage of the previous
+   * run's outputs instead of fresh buffers, on executors that can (`RunOptions.recycle`; the
+   * cpu-native executor): no allocation per decode step, which on a small heap otherwise drives a
+   * major garbage collection every few steps. The cost: logits returned by `decode`, `prefill` or
+   * `prefillMany` stay valid only until the engine's next call of one of them (read or copy them
+   * first, as the router's scheduler does when it samples). Default false.
+   */
+  readonly recycleOutputs?: boolean;
 }
 
 /** The plan the engine applies now (what `GET /v1/plan` shows). */

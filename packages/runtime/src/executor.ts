@@ -26,6 +26,15 @@ export interface RunOptions {
    * executor computes), instead of from `inputs`; only executors with `caches` accept it.
    */
   readonly caches?: CacheRun;
+  /**
+   * An earlier result of this prepared graph that the caller no longer reads: the executor may
+   * write this run's outputs into its storage instead of allocating new buffers (a decode step's
+   * logits and KV outputs every step, which is garbage-collector pressure that slows the whole
+   * process). The record's tensors must not be read after this call, nor be passed to another
+   * run. A hint: executors that cannot reuse it (or find it too small, or overlapping an input)
+   * allocate as usual. The cpu-native executor reuses it.
+   */
+  readonly recycle?: Readonly<Record<string, HostTensor>>;
 }
 
 /**

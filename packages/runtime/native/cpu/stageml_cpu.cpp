@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
@@ -491,24 +492,27 @@ std::shared_ptr<QPacked> shared_pack(const uint8_t* q, const float* s, const uin
   return p;
 }
 
-// Activations of one linear, quantized per (row, 32 inputs): int8 codes, scale d, d · Σ codes.
+// Activations of one linear, quantized per (row, 32 inputs): int8 codes, scale d, and zd =
+// zp · d · Σ codes (the weights' zero point folded in). Laid out block-major ([block][row]) so
+// that a tile's rows of one block are adjacent.
 struct QAct {
   std::vector<int8_t> q;
-  std::vector<float> d, dsum;
-  i64 kb = 0;
+  std::vector<float> d, zd;
+  i64 kb = 0, m = 0;
 };
 
-void quantize_act(const float* x, i64 m, i64 k, QAct& a) {
+void quantize_act(const float* x, i64 m, i64 k, float zp, QAct& a) {
   a.kb = (k + 31) / 32;
+  a.m = m;
   a.q.resize(static_cast<size_t>(m * a.kb * 32));
   a.d.resize(static_cast<size_t>(m * a.kb));
-  a.dsum.resize(static_cast<size_t>(m * a.kb));
+  a.zd.resize(static_cast<size_t>(m * a.kb));
   pool().parallel(m, [&](i64 r0, i64 r1) {
     for (i64 r = r0; r < r1; r++)
       for (i64 b = 0; b < a.kb; b++) {
         const float* xs = x + r * k + b * 32;
         const i64 len = std::min<i64>(32, k - b * 32);
-        int8_t* qs = a.q.data() + (r * a.kb + b) * 32;
+        int8_t* qs = a.q.data() + (b * m + r) * 32;
 #ifdef SML_AVX512
         const __mmask16 m0 = tail_mask(len), m1 = tail_mask(std::max<i64>(0, len - 16));
         const __m512 v0 = _mm512_maskz_loadu_ps(m0, xs), v1 = _mm512_maskz_loadu_ps(m1, xs + 16);
@@ -531,8 +535,8 @@ void quantize_act(const float* x, i64 m, i64 k, QAct& a) {
           sum += qs[i];
         }
 #endif
-        a.d[r * a.kb + b] = d;
-        a.dsum[r * a.kb + b] = d * static_cast<float>(sum);
+        a.d[b * m + r] = d;
+        a.zd[b * m + r] = zp * d * static_cast<float>(sum);
       }
   }, m * k < kParallelMin);
 }
@@ -544,7 +548,6 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
   for (int m = 0; m < MT; m++) facc[m] = _mm512_setzero_ps();
   const i64 cb = w.bits == 4 ? 256 : 512;
   const __m512i nib = _mm512_set1_epi8(0x0F);
-  const __m512 zpv = _mm512_set1_ps(w.zp);
   for (i64 kb = 0; kb < w.kb; kb++) {
     const uint8_t* c = w.codes.data() + (g * w.kb + kb) * cb;
     // Every line of the block 2 KB ahead (the codes of a row group are one sequential stream).
@@ -553,6 +556,9 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
     // NA independent accumulators per activation row: with few rows, one chain of dependent
     // vpdpbusd would bound the kernel by its latency, not by memory.
     constexpr int NA = MT == 1 ? 4 : MT == 2 ? 2 : 1;
+    const int8_t* xb = a.q.data() + (kb * a.m + m0) * 32;
+    const float* db = a.d.data() + kb * a.m + m0;
+    const float* zb = a.zd.data() + kb * a.m + m0;
     __m512i ia[MT][NA];
     for (int m = 0; m < MT; m++)
       for (int a = 0; a < NA; a++) ia[m][a] = _mm512_setzero_si512();
@@ -562,7 +568,7 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
         const __m512i lo = _mm512_and_si512(v, nib);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
         for (int m = 0; m < MT; m++) {
-          const int32_t* xq = reinterpret_cast<const int32_t*>(a.q.data() + ((m0 + m) * a.kb + kb) * 32);
+          const int32_t* xq = reinterpret_cast<const int32_t*>(xb + m * 32);
           __m512i& acc = ia[m][qq % NA];
           acc = _mm512_dpbusd_epi32(acc, lo, _mm512_set1_epi32(xq[2 * qq]));
           acc = _mm512_dpbusd_epi32(acc, hi, _mm512_set1_epi32(xq[2 * qq + 1]));
@@ -572,7 +578,7 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
       for (int qq = 0; qq < 8; qq++) {
         const __m512i v = _mm512_loadu_si512(c + 64 * qq);
         for (int m = 0; m < MT; m++) {
-          const int32_t* xq = reinterpret_cast<const int32_t*>(a.q.data() + ((m0 + m) * a.kb + kb) * 32);
+          const int32_t* xq = reinterpret_cast<const int32_t*>(xb + m * 32);
           __m512i& acc = ia[m][qq % NA];
           acc = _mm512_dpbusd_epi32(acc, v, _mm512_set1_epi32(xq[qq]));
         }
@@ -586,17 +592,15 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
     const __m512 dw = _mm512_loadu_ps(w.scales.data() + (g * w.kb + kb) * 16);
     if (!w.asym) {
       for (int m = 0; m < MT; m++) {
-        const i64 ai = (m0 + m) * a.kb + kb;
-        const __m512 t = _mm512_fmsub_ps(_mm512_cvtepi32_ps(iacc[m]), _mm512_set1_ps(a.d[ai]), _mm512_mul_ps(zpv, _mm512_set1_ps(a.dsum[ai])));
+        const __m512 t = _mm512_fmsub_ps(_mm512_cvtepi32_ps(iacc[m]), _mm512_set1_ps(db[m]), _mm512_set1_ps(zb[m]));
         facc[m] = _mm512_fmadd_ps(dw, t, facc[m]);
       }
     } else {
       const __m128i z8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.zps.data() + (g * w.kb + kb) * 16));
       const __m512 dwz = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(z8)));
       for (int m = 0; m < MT; m++) {
-        const i64 ai = (m0 + m) * a.kb + kb;
-        facc[m] = _mm512_fmadd_ps(dw, _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[m]), _mm512_set1_ps(a.d[ai])), facc[m]);
-        facc[m] = _mm512_fnmadd_ps(dwz, _mm512_set1_ps(a.dsum[ai]), facc[m]);
+        facc[m] = _mm512_fmadd_ps(dw, _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[m]), _mm512_set1_ps(db[m])), facc[m]);
+        facc[m] = _mm512_fnmadd_ps(dwz, _mm512_set1_ps(zb[m]), facc[m]);
       }
     }
   }
@@ -613,7 +617,8 @@ void qlinear(const QPacked& w, const float* x, i64 m, float* y) {
   } else {
 #ifdef SML_VNNI
     QAct a;
-    quantize_act(x, m, w.k, a);
+    // Symmetric: the weights' single zero point is folded into zd; asymmetric ones apply their own.
+    quantize_act(x, m, w.k, w.asym ? 1.0f : w.zp, a);
     P.parallel(w.groups, [&](i64 g0, i64 g1) {
       for (i64 g = g0; g < g1; g++)
         for (i64 r = 0; r < m;) {
@@ -971,18 +976,19 @@ Seg seg_of(Run& p, int v, int layout) {
   return g;
 }
 
-// Calls f(j, row) for keys 0 … jmax−1 of (batch b, kv head kh) across the segments, prefetching
-// the row 12 keys ahead (cache rows are scattered).
+// Calls f(j, row) for keys 0 … jmax−1 of (batch b, kv head kh) across the segments (only those
+// with live[j] != 0 when `live` is given), prefetching the row 12 keys ahead (cache rows are
+// scattered).
 template <typename F>
-void each_row(const Seg* segs, int n, i64 jmax, i64 b, i64 kh, F f) {
+void each_row(const Seg* segs, int n, i64 jmax, i64 b, i64 kh, const uint8_t* live, F f) {
   i64 j = 0;
   for (int sg = 0; sg < n && j < jmax; sg++)
     for (i64 jj = 0; jj < segs[sg].s && j < jmax; jj++, j++) {
-      if (jj + 12 < segs[sg].s) {
+      if (jj + 12 < segs[sg].s && (live == nullptr || (j + 12 < jmax && live[j + 12] != 0))) {
         const char* pf = reinterpret_cast<const char*>(segs[sg].row(b, kh, jj + 12));
         for (i64 o = 0; o < segs[sg].d * 4; o += 64) __builtin_prefetch(pf + o);
       }
-      f(j, segs[sg].row(b, kh, jj));
+      if (live == nullptr || live[j] != 0) f(j, segs[sg].row(b, kh, jj));
     }
 }
 
@@ -1030,6 +1036,7 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
     std::vector<float> sc(static_cast<size_t>(tk * group));
     std::vector<float> acc(static_cast<size_t>(dv * group));
     std::vector<float> mx(static_cast<size_t>(group)), tot(static_cast<size_t>(group));
+    std::vector<uint8_t> act(has_mask ? static_cast<size_t>(tk) : 0);
     for (i64 it = b0; it < b1; it++) {
       const i64 i = it % tq;
       const i64 kh = (it / tq) % hkv;
@@ -1042,6 +1049,27 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
         for (i64 g = 0; g < gc; g++) {
           qi[g] = q + ((b * hq + kh * group + g0 + g) * tq + i) * d;
           mx[g] = -INFINITY;
+        }
+        // The additive mask at key jx for query head g0 + g (−∞ for a false boolean mask).
+        const auto mask_at = [&](i64 g, i64 jx) -> float {
+          const i64 mo = mbatch[b] + i * mst[r - 2] + (kh * group + g0 + g) * mst[r - 3] + jx * mst[r - 1];
+          if (mask_bool) return static_cast<const uint8_t*>(mask)[mo] == 0 ? -INFINITY : 0.0f;
+          return static_cast<const float*>(mask)[mo];
+        };
+        // Keys masked (at or below −FLT_MAX, what padding gets) for every head of the group have
+        // weight exactly 0 as soon as one key is not (e^(score − max) underflows), so they are
+        // not read at all: a batch of rows with caches of different lengths reads only each row's
+        // own positions. A query whose every key is masked keeps the full computation.
+        const uint8_t* live = nullptr;
+        if (has_mask) {
+          i64 n = 0;
+          for (i64 jx = 0; jx < jmax; jx++) {
+            uint8_t a = 0;
+            for (i64 g = 0; g < gc && a == 0; g++) a = mask_at(g, jx) > -FLT_MAX ? 1 : 0;
+            act[static_cast<size_t>(jx)] = a;
+            n += a;
+          }
+          if (n > 0 && n < jmax) live = act.data();
         }
         {
           // Raw q·k for four keys at a time (one batched horizontal reduction), then scale, mask
@@ -1059,7 +1087,7 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
             }
             nq = 0;
           };
-          each_row(ks, nk, jmax, b, kh, [&](i64 j, const float* kr) {
+          each_row(ks, nk, jmax, b, kh, live, [&](i64 j, const float* kr) {
             kp[nq] = kr;
             kj[nq++] = j;
             if (nq == 4) flush();
@@ -1069,13 +1097,12 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
             float* srow = sc.data() + g * tk;
             float m = -INFINITY;
             if (has_mask) {
-              const i64 mo0 = mbatch[b] + i * mst[r - 2] + (kh * group + g0 + g) * mst[r - 3];
-              const i64 mj = mst[r - 1];
               for (i64 jx = 0; jx < jmax; jx++) {
-                float madd;
-                if (mask_bool) madd = static_cast<const uint8_t*>(mask)[mo0 + jx * mj] == 0 ? -INFINITY : 0.0f;
-                else madd = static_cast<const float*>(mask)[mo0 + jx * mj];
-                const float v = srow[jx] * scale + madd;
+                if (live != nullptr && live[jx] == 0) {
+                  srow[jx] = -INFINITY;
+                  continue;
+                }
+                const float v = srow[jx] * scale + mask_at(g, jx);
                 srow[jx] = v;
                 m = std::max(m, v);
               }
@@ -1111,7 +1138,7 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
 #endif
         }
         std::fill(acc.begin(), acc.begin() + gc * dv, 0.0f);
-        each_row(vs, nk, jmax, b, kh, [&](i64 j, const float* vr) {
+        each_row(vs, nk, jmax, b, kh, live, [&](i64 j, const float* vr) {
           for (i64 g = 0; g < gc; g++) {
             const float e = sc[g * tk + j];
             if (e != 0.0f) axpy_f32(acc.data() + g * dv, vr, e, dv);
@@ -1825,12 +1852,15 @@ void run_complete(napi_env env, napi_status, void* data) {
   delete w;
 }
 
-// run(program, symbols: Float64Array, inputs: TypedArray[]) → Promise<[ArrayBuffer[], Float64Array shapes]>
+// run(program, symbols: Float64Array, inputs: TypedArray[], recycle?: ArrayBuffer)
+//   → Promise<[ArrayBuffer, Float64Array]>: the outputs in one buffer, and per output its byte
+// offset, rank and dims. `recycle`: a buffer the caller gives back (an earlier run's outputs it no
+// longer reads): used instead of a new one when it is large enough and no input lies in it.
 napi_value js_run(napi_env env, napi_callback_info info) {
   RunWork* w = nullptr;
   try {
-    size_t argc = 3;
-    napi_value argv[3];
+    size_t argc = 4;
+    napi_value argv[4];
     NAPI(napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr));
     void* raw;
     NAPI(napi_get_value_external(env, argv[0], &raw));
@@ -1861,7 +1891,6 @@ napi_value js_run(napi_env env, napi_callback_info info) {
     w->pins.push_back(inr);
     napi_value outs, bufs, shapes;
     NAPI(napi_create_array_with_length(env, 2, &outs));
-    NAPI(napi_create_array_with_length(env, static_cast<size_t>(p.noutputs), &bufs));
     std::vector<double> shape_flat;
     for (size_t v = 0; v < p.vals.size(); v++) {
       const Val& val = p.vals[v];
@@ -1875,14 +1904,41 @@ napi_value js_run(napi_env env, napi_callback_info info) {
         run.ptr[v] = p.params[static_cast<size_t>(val.index)];
       }
     }
+    // Every output in one buffer (each at a 64-byte aligned offset): one allocation per run for
+    // the garbage collector to account, however many outputs (a decode step has 2 per layer).
+    std::vector<size_t> at(static_cast<size_t>(p.noutputs));
+    size_t total = 0;
     for (int o = 0; o < p.noutputs; o++) {
       const int v = p.output_vals[static_cast<size_t>(o)];
       const size_t bytes = dtype_bytes(p.vals[v].dtype) * static_cast<size_t>(numel(run.shapes[v]));
-      void* data;
-      napi_value ab;
-      NAPI(napi_create_arraybuffer(env, std::max<size_t>(bytes, 1), &data, &ab));
-      run.ptr[v] = data;
-      NAPI(napi_set_element(env, bufs, static_cast<uint32_t>(o), ab));
+      at[static_cast<size_t>(o)] = total;
+      total += (bytes + 63) & ~static_cast<size_t>(63);
+    }
+    void* base = nullptr;
+    napi_value ab = nullptr;
+    bool is_ab = false;
+    if (argc > 3) NAPI(napi_is_arraybuffer(env, argv[3], &is_ab));
+    if (is_ab) {
+      void* rb;
+      size_t rn;
+      NAPI(napi_get_arraybuffer_info(env, argv[3], &rb, &rn));
+      bool clear = rb != nullptr && rn >= std::max<size_t>(total, 1);
+      for (uint32_t j = 0; j < nin && clear; j++) {
+        const char* ip = static_cast<const char*>(inptr[j]);
+        const char* rp = static_cast<const char*>(rb);
+        if (ip < rp + rn && rp < ip + inbytes[j]) clear = false;
+      }
+      if (clear) {
+        base = rb;
+        ab = argv[3];
+      }
+    }
+    if (ab == nullptr) NAPI(napi_create_arraybuffer(env, std::max<size_t>(total, 1), &base, &ab));
+    bufs = ab;
+    for (int o = 0; o < p.noutputs; o++) {
+      const int v = p.output_vals[static_cast<size_t>(o)];
+      run.ptr[v] = static_cast<char*>(base) + at[static_cast<size_t>(o)];
+      shape_flat.push_back(static_cast<double>(at[static_cast<size_t>(o)]));
       shape_flat.push_back(static_cast<double>(run.shapes[v].size()));
       for (i64 d : run.shapes[v]) shape_flat.push_back(static_cast<double>(d));
     }

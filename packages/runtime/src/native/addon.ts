@@ -18,7 +18,7 @@ export const NATIVE_ADDON_ENV = 'STAGEML_CPU_ADDON';
 /** The addon's functions (native/cpu/stageml_cpu.cpp). */
 export interface CpuAddon {
   compile(ints: Int32Array, floats: Float64Array, params: readonly ArrayBufferView[]): object;
-  run(program: object, symbols: Float64Array, inputs: readonly ArrayBufferView[]): Promise<[ArrayBuffer[], Float64Array]>;
+  run(program: object, symbols: Float64Array, inputs: readonly ArrayBufferView[], recycle?: ArrayBuffer): Promise<[ArrayBuffer, Float64Array]>;
   threads(n: number): number;
   isa(): string;
 }

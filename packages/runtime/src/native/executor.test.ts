@@ -156,6 +156,91 @@ describe('cpu-native kernels', () => {
     }
   });
 
+  test('keys every head masks out (padding of shorter rows) are not read: values there that would win the softmax change nothing; a fully masked row keeps the full computation', async () => {
+    const b = new GraphBuilder('pad');
+    const q = b.input('q', ['f32', ['batch', 6, 1, 8]]);
+    const pk = b.input('past_key', ['f32', ['batch', 'past', 3, 8]]);
+    const pv = b.input('past_value', ['f32', ['batch', 'past', 3, 8]]);
+    const nk = b.input('k', ['f32', ['batch', 3, 1, 8]]);
+    const nv = b.input('v', ['f32', ['batch', 3, 1, 8]]);
+    const mask = b.input('mask', ['f32', ['batch', 1, 1, 'past + 1']]);
+    const k = b.concat([b.transpose(pk, [0, 2, 1, 3]), nk], 2);
+    const v = b.concat([b.transpose(pv, [0, 2, 1, 3]), nv], 2);
+    b.output('y', b.attention(q, k, v, {}, mask));
+    const g = b.build();
+    const batch = 3;
+    const past = 20;
+    const lengths = [20, 7, 0];
+    const MASKED = -3.4028234663852886e38;
+    const maskData = new Float32Array(batch * (past + 1));
+    const key = rand(batch * past * 24, 21);
+    const value = rand(batch * past * 24, 22);
+    lengths.forEach((len, r) => {
+      maskData.fill(MASKED, r * (past + 1) + len, r * (past + 1) + past);
+      for (let j = len; j < past; j++) {
+        // Read, a padded key would score +∞ (q's first component is positive) and win the softmax.
+        key.fill(0, (r * past + j) * 24, (r * past + j + 1) * 24);
+        for (let h = 0; h < 3; h++) key[(r * past + j) * 24 + h * 8] = Number.POSITIVE_INFINITY;
+        value.fill(Number.NaN, (r * past + j) * 24, (r * past + j + 1) * 24);
+      }
+    });
+    const qData = rand(batch * 48, 23);
+    for (let i = 0; i < qData.length; i += 8) qData[i] = Math.abs(qData[i]!) + 0.1;
+    const inputs: Record<string, HostTensor> = {
+      q: { dtype: 'f32', shape: [batch, 6, 1, 8], data: qData },
+      past_key: { dtype: 'f32', shape: [batch, past, 3, 8], data: key },
+      past_value: { dtype: 'f32', shape: [batch, past, 3, 8], data: value },
+      k: { dtype: 'f32', shape: [batch, 3, 1, 8], data: rand(batch * 24, 24) },
+      v: { dtype: 'f32', shape: [batch, 3, 1, 8], data: rand(batch * 24, 25) },
+      mask: { dtype: 'f32', shape: [batch, 1, 1, past + 1], data: maskData },
+    };
+    const got = (await (await executor.prepare(g, {})).run(inputs))['y']!;
+    // Each row against the interpreter on that row alone, with only its own positions.
+    lengths.forEach((len, r) => {
+      const whole = (name: string): HostTensor => {
+        const x = inputs[name]!;
+        const n = x.data.length / batch;
+        return { dtype: 'f32', shape: [1, ...x.shape.slice(1)], data: x.data.slice(r * n, (r + 1) * n) as Float32Array };
+      };
+      const prefix = (name: string): HostTensor => ({ dtype: 'f32', shape: [1, len, 3, 8], data: inputs[name]!.data.slice(r * past * 24, (r * past + len) * 24) as Float32Array });
+      const one = interpret(g, {
+        inputs: { q: whole('q'), past_key: prefix('past_key'), past_value: prefix('past_value'), k: whole('k'), v: whole('v'), mask: { dtype: 'f32', shape: [1, 1, 1, len + 1], data: new Float32Array(len + 1) } },
+        weights: {},
+      })['y']!;
+      const mine = Array.from(got.data.slice(r * 48, (r + 1) * 48));
+      mine.forEach((x, i) => {
+        expect(x).toBeCloseTo(one.data[i]!, 5);
+      });
+    });
+    // Every key masked (the new one too): the full computation, as the interpreter does it.
+    const all = new Float32Array(batch * (past + 1)).fill(MASKED);
+    const dense = { ...inputs, past_key: { ...inputs['past_key']!, data: rand(batch * past * 24, 26) }, past_value: { ...inputs['past_value']!, data: rand(batch * past * 24, 27) }, mask: { ...inputs['mask']!, data: all } };
+    await expectMatchesInterpreter(executor, { name: 'all masked', graph: g, inputs: dense, weights: {}, compare: 'values', tol: { rtol: 1e-4, atol: 1e-5 } });
+  });
+
+  test('recycle: outputs are written into a given-back result when it fits and no input lies in it', async () => {
+    const cs = c('recycle', [t('f32', ['m', 40], { dims: [3, 40] }), t('f32', [24, 40], { param: true })], (b, [x, w]) => b.linear(x!, w!));
+    const prepared = await executor.prepare(cs.graph, cs.weights);
+    const x = (m: number, seed: number): Record<string, HostTensor> => ({ x0: { dtype: 'f32', shape: [m, 40], data: rand(m * 40, seed) } });
+    const first = await prepared.run(x(3, 1));
+    const buffer = (first['out']!.data as Float32Array).buffer;
+    const want = Array.from((await prepared.run(x(2, 2)))['out']!.data);
+    // Smaller (fits): the same storage, the new values.
+    const second = await prepared.run(x(2, 2), { recycle: first });
+    expect((second['out']!.data as Float32Array).buffer).toBe(buffer);
+    expect(Array.from(second['out']!.data)).toEqual(want);
+    // Larger than the given-back storage: a new buffer.
+    const third = await prepared.run(x(5, 3), { recycle: second });
+    expect((third['out']!.data as Float32Array).buffer).not.toBe(buffer);
+    // An input inside the given-back storage: not overwritten while read.
+    const inside = new Float32Array((third['out']!.data as Float32Array).buffer, 0, 80);
+    inside.set(rand(80, 4));
+    const fromInside = Array.from((await prepared.run({ x0: { dtype: 'f32', shape: [2, 40], data: inside.slice() } }))['out']!.data);
+    const fourth = await prepared.run({ x0: { dtype: 'f32', shape: [2, 40], data: inside } }, { recycle: third });
+    expect((fourth['out']!.data as Float32Array).buffer).not.toBe((third['out']!.data as Float32Array).buffer);
+    expect(Array.from(fourth['out']!.data)).toEqual(fromInside);
+  });
+
   test('concurrent runs of one prepared graph give what each gives alone', async () => {
     const cs = c('conc', [t('f32', ['m', 300], { dims: [4, 300] }), t('f32', [64, 300], { param: true })], (b, [x, w]) => b.silu(b.linear(x!, w!)));
     const prepared = await executor.prepare(cs.graph, cs.weights);

@@ -1,7 +1,7 @@
 import { availableParallelism } from 'node:os';
 import { type DType, type Graph, type HostTensor, type OpKey, errorMessage } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from '../errors.js';
-import { type Executor, type PreparedGraph, checkInputs, resolveWeights } from '../executor.js';
+import { type Executor, type PreparedGraph, type RunOptions, checkInputs, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
 import { type CpuAddon, loadCpuAddon } from './addon.js';
 import { encodeProgram } from './compile.js';
@@ -39,17 +39,28 @@ function nativeError(e: unknown): RuntimeError {
   return new RuntimeError(RuntimeCode.EVAL_FAILED, msg, { cause: e });
 }
 
-function wrap(dtype: DType, buf: ArrayBuffer, count: number): HostTensor['data'] {
+/** The one buffer behind every output of `outputs` (an earlier result of a cpu-native run), if so. */
+function recycledBuffer(outputs: Readonly<Record<string, HostTensor>> | undefined): ArrayBuffer | undefined {
+  let buf: ArrayBuffer | undefined;
+  for (const t of Object.values(outputs ?? {})) {
+    const b = (t.data as ArrayBufferView).buffer as ArrayBuffer | undefined;
+    if (b === undefined || (buf !== undefined && b !== buf)) return undefined;
+    buf = b;
+  }
+  return buf;
+}
+
+function wrap(dtype: DType, buf: ArrayBuffer, offset: number, count: number): HostTensor['data'] {
   switch (dtype) {
     case 'f32':
-      return new Float32Array(buf, 0, count);
+      return new Float32Array(buf, offset, count);
     case 'i64':
-      return new Float64Array(buf, 0, count);
+      return new Float64Array(buf, offset, count);
     case 'i32':
-      return new Int32Array(buf, 0, count);
+      return new Int32Array(buf, offset, count);
     case 'u8':
     case 'bool':
-      return new Uint8Array(buf, 0, count);
+      return new Uint8Array(buf, offset, count);
     case 'f64':
     case 'f16':
     case 'bf16':
@@ -75,7 +86,7 @@ class CpuNativePrepared implements PreparedGraph {
     this.#program = program;
   }
 
-  async run(inputs: Readonly<Record<string, HostTensor>>): Promise<Record<string, HostTensor>> {
+  async run(inputs: Readonly<Record<string, HostTensor>>, opts?: RunOptions): Promise<Record<string, HostTensor>> {
     if (this.#disposed || this.#program === undefined) throw new RuntimeError(RuntimeCode.DISPOSED, 'this prepared graph was disposed');
     const bound = checkInputs(this.graph, inputs, this.bindings);
     const syms = new Float64Array(this.symbols.length);
@@ -85,22 +96,28 @@ class CpuNativePrepared implements PreparedGraph {
       syms[i] = v;
     });
     const data = this.inputs.map((n) => inputs[n]!.data as ArrayBufferView);
-    let res: [ArrayBuffer[], Float64Array];
+    let res: [ArrayBuffer, Float64Array];
     try {
-      res = await this.addon.run(this.#program, syms, data);
+      res = await this.addon.run(this.#program, syms, data, recycledBuffer(opts?.recycle));
     } catch (e) {
       throw nativeError(e);
     }
-    const [bufs, shapes] = res;
+    // One buffer holds every output; per output: its byte offset, rank and dims.
+    const [buf, layout] = res;
     const out: Record<string, HostTensor> = {};
     let at = 0;
-    this.outputs.forEach((o, k) => {
-      const rank = shapes[at++]!;
-      const shape = Array.from(shapes.subarray(at, at + rank));
-      at += rank;
-      const count = shape.reduce((a, b) => a * b, 1);
-      out[o.name] = { dtype: o.dtype, shape, data: wrap(o.dtype, bufs[k]!, count) };
-    });
+    for (const o of this.outputs) {
+      const offset = layout[at++]!;
+      const rank = layout[at++]!;
+      const shape: number[] = [];
+      let count = 1;
+      for (let i = 0; i < rank; i++) {
+        const d = layout[at++]!;
+        shape.push(d);
+        count *= d;
+      }
+      out[o.name] = { dtype: o.dtype, shape, data: wrap(o.dtype, buf, offset, count) };
+    }
     return out;
   }
 
