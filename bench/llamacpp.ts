@@ -8,11 +8,13 @@
 // (base, 8 different adapters) per precision pair: f32/F32, int8/Q8_0, int4/Q4_0.
 //
 // Usage: LLAMACPP_THREADS=1 pnpm bench llamacpp (or node … bench/llamacpp.ts --shapes smol,tiny
-// --pairs f32,int8,int4 --threads 2 --executor cpu-native|onnxruntime --rules fused; LLAMACPP_SHAPES /
-// LLAMACPP_PAIRS / LLAMACPP_EXECUTOR / LLAMACPP_RULES likewise)
+// --pairs f32,int8,int4 --threads 2 --executor cpu-native|onnxruntime --rules fused --cases 'decode b1'
+// --trace 1; LLAMACPP_SHAPES / LLAMACPP_PAIRS / LLAMACPP_EXECUTOR / LLAMACPP_RULES / LLAMACPP_CASES /
+// LLAMACPP_TRACE likewise)
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
+import { type PerformanceEntry, PerformanceObserver } from 'node:perf_hooks';
 import { type HostTensor, graphParams } from '@stageml/ir';
 import { Engine, type Sequence } from '@stageml/engine';
 import { buildLlamaGraph, parseLlamaConfig, writeLlamaGguf, writeLoraGguf } from '@stageml/models';
@@ -195,11 +197,24 @@ async function oursDecode(engine: Engine, ps: number[][], steps: number, adapter
   const { seqs } = await oursOpen(engine, ps.map((p) => p.slice(0, -1)), adapters);
   try {
     let toks = ps.map((p) => p[p.length - 1]!);
+    const gcs: PerformanceEntry[] = [];
+    const obs = TRACE_STEPS ? new PerformanceObserver((l) => gcs.push(...l.getEntries())) : undefined;
+    obs?.observe({ entryTypes: ['gc'] });
     const t0 = performance.now();
     const st: number[] = [];
-    for (let t = 0; t < steps; t++) { const a = performance.now(); toks = (await engine.decode(seqs, toks)).map(argmax); st.push(performance.now() - a); }
-    if (process.env['TRACE_STEPS']) console.log('steps', ps.length, st.map((x) => x.toFixed(1)).join(' '));
-    return (ps.length * steps) / ((performance.now() - t0) / 1000);
+    for (let t = 0; t < steps; t++) {
+      const a = performance.now();
+      toks = (await engine.decode(seqs, toks)).map(argmax);
+      st.push(performance.now() - a);
+    }
+    const dt = performance.now() - t0;
+    if (obs !== undefined) {
+      await new Promise((r) => setImmediate(r));
+      obs.disconnect();
+      const ms = gcs.reduce((a, e) => a + e.duration, 0);
+      console.log(`  ours: ${String(ps.length)} row(s), step ms: ${st.map((x) => x.toFixed(1)).join(' ')}; ${String(gcs.length)} GC pauses, ${ms.toFixed(1)} ms`);
+    }
+    return (ps.length * steps) / (dt / 1000);
   } finally {
     for (const s of seqs) engine.release(s);
   }
@@ -276,6 +291,8 @@ interface CaseResult {
 const CASES = ['prefill 128', 'decode b1', 'decode b1 LoRA', '8 streams base', '8 streams 8 adapters'] as const;
 /** `--cases a,b` (LLAMACPP_CASES): only these cases, by their names in CASES (default all). */
 const casesArg = arg('cases');
+/** `--trace 1` (LLAMACPP_TRACE=1): print each of our decode steps' milliseconds. */
+const TRACE_STEPS = (arg('trace') ?? '0') !== '0';
 const wantCases = new Set<string>(casesArg === undefined ? CASES : casesArg.split(','));
 for (const c of wantCases) if (!(CASES as readonly string[]).includes(c)) throw new Error(`--cases: unknown case '${c}' (cases: ${CASES.join(', ')})`);
 const results: CaseResult[] = [];
