@@ -33,7 +33,7 @@ of ranks 8/16/64, LoRA fused):
 | lora_linear | 65-128, rank > 16; 129 and more | cuBLAS alone ("cx": t, s·t·Bᵀ into y, y += x·Wᵀ) | 1.68 at 128 rows r64; 1.58-1.84 at 129-256, 1.45-1.51 at 512, 1.29-1.35 at 1024, 1.19-1.26 at 2048, 1.18-1.25 at 4096 (torch ops 1.31-1.75) |
 | lora_bank_linear | 1-8 | lora_stream (1, 1, 8, 1, 2, 0) | 1.02-1.06 |
 | lora_bank_linear | 9-16 | lora_stream_cl ("cl", 1, 4, 2, 4, 8, 0) | 1.24-1.32 r16, 1.51-1.53 8/16/64 |
-| lora_bank_linear | 17-32 | ("sx", 8, 128, 1, 1): the shrink on a side stream beside cuBLAS, lora_expand2 | 1.41-1.51 r16, 1.83-1.88 8/16/64 |
+| lora_bank_linear | 17-32 | ("sx", 32, 128, 1, 1): the shrink on a side stream beside cuBLAS, lora_expand2 | 1.41-1.43 r16, 1.83-1.85 8/16/64 (KW 8: 1.44-1.45 / 1.92-1.99) |
 | lora_bank_linear | 33-64 | ("sx", 32, 128, 1, 1) | 1.75-1.89 r16, 2.48-2.57 8/16/64 |
 | both | beyond | None: the caller's fallback (torch ops, the generated SGMV kernels) | - |
 
@@ -73,7 +73,7 @@ BIG_DEFAULT = [
 DEFAULT_BANK = {
     8: (1, 1, 8, 1, 2, 0),
     16: ("cl", 1, 4, 2, 4, 8, 0),
-    32: ("sx", 8, 128, 1, 1),
+    32: ("sx", 32, 128, 1, 1),
     64: ("sx", 32, 128, 1, 1),
 }
 

@@ -58,7 +58,7 @@ print(json.dumps({
       ['cx'],
     ]);
     // Banks: the stream kernels to 16 rows, cuBLAS + shrink + expand2 at 17-64, the caller's SGMV beyond.
-    expect(out.bank).toEqual([[1, 1, 8, 1, 2, 0], ['cl', 1, 4, 2, 4, 8, 0], ['sx', 8, 128, 1, 1], ['sx', 32, 128, 1, 1], null]);
+    expect(out.bank).toEqual([[1, 1, 8, 1, 2, 0], ['cl', 1, 4, 2, 4, 8, 0], ['sx', 32, 128, 1, 1], ['sx', 32, 128, 1, 1], null]);
     // Producer K chunks: about 64-128 producer blocks, every warp's share a multiple of 64.
     expect(out.kch).toEqual([8, 2, 4]);
   });
