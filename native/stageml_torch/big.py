@@ -1,15 +1,22 @@
-"""Fused base + LoRA for compute-bound row counts (hundreds to thousands of rows): cuBLAS's base GEMM
-with the LoRA term (`lora_big.cu`'s `lora_lowrank`) beside it.
+"""Fused base + LoRA for compute-bound row counts (hundreds to thousands of rows, one adapter).
 
-At 4096 rows (4096², bf16) the base GEMM is compute-bound (~173 µs on the H200) while the LoRA term
-is memory-bound (t = x·Aᵀ reads x; s·t·Bᵀ writes or updates y), so the two can share the chip: the
-rows are cut into CH chunks; for ORDER 0 ("pre") a side stream writes y_i = s·t_i·Bᵀ chunk by chunk
-and the caller's stream runs cuBLAS y_i += x_i·Wᵀ (addmm, β = 1: y read once in the epilogue) as soon
-as chunk i is there, so the side kernel of chunk i + 1 runs beside the GEMM of chunk i on the G SMs
-it leaves free; ORDER 1 ("post") runs cuBLAS first per chunk and the side stream adds the term
-after it; ORDER 2 ("mixed") runs chunk 0 "post" and the others "pre", so that no chunk's term
-waits alone: the terms of chunks 1.. are written beside the GEMM of chunk 0, chunk 0's is added
-beside the later GEMMs. CH = 1: both on the caller's stream, the term on every SM first (no overlap).
+What the dispatch uses (`stream.BIG_DEFAULT`, from 129 rows, and at 65-128 rows above rank 16):
+("cx",), `cx_launch`: cuBLAS alone. t = x·Aᵀ, y = (s·t)·Bᵀ written, then cuBLAS's base GEMM adds
+x·Wᵀ into y (addmm, β = 1: y read once in the GEMM's epilogue). On the H200 at 4096² it is
+1.18-1.25× cuBLAS's base GEMM alone at 4096 rows, against 1.30-1.37× for the unfused ops
+(bench/results/gpu-kernels.md); its floor is ~1.10× (reading x and writing the term once).
+
+Measured, not dispatched: cuBLAS's base GEMM with the LoRA term (`lora_big.cu`'s `lora_lowrank`)
+beside it. At 4096 rows the base GEMM is compute-bound (~175 µs on the H200) while the LoRA term
+is memory-bound (t = x·Aᵀ reads x; s·t·Bᵀ writes or updates y), so the two could share the chip:
+the rows are cut into CH chunks; for ORDER 0 ("pre") a side stream writes y_i = s·t_i·Bᵀ chunk by
+chunk and the caller's stream runs cuBLAS y_i += x_i·Wᵀ (addmm, β = 1) as soon as chunk i is
+there, so the side kernel of chunk i + 1 runs beside the GEMM of chunk i on the G SMs it leaves
+free; ORDER 1 ("post") runs cuBLAS first per chunk and the side stream adds the term after it;
+ORDER 2 ("mixed") runs chunk 0 "post" and the others "pre", so that no chunk's term waits alone.
+CH = 1: both on the caller's stream, the term on the whole chip first (no overlap). None of these
+beat "cx" (cuBLAS leaves no SMs free; the term kernel moves too few bytes per SM): they stay for
+bench/gpu/bigrows.py.
 
 Configurations ("big", ORDER, CH, G, NW, MG, U, BS): G blocks for the overlapped chunks (0: a block per
 row block, the whole chip; the exposed chunk, the first for "pre" and the last for "post", always
@@ -20,8 +27,11 @@ the side stream first waits for the caller's stream (x written, y free), the cal
 for the side stream's last event before returning, so nothing leaks past the call and CUDA-graph
 capture sees one fork and one join per call. Launched through the driver API (no PDL: cuBLAS may
 let a dependent launch start early, and these kernels have no dependency wait). bf16 only,
-rank ≤ 64 (padded to 16/32/64 in the kernel), N a multiple of 64·NW, K of 64·U·NW/MG; anything else
-returns None and the caller falls back."""
+rank ≤ 64 (padded to 16/32/64 in the kernel), N a multiple of 128·NW, K of 64·U·NW/MG (`suits`).
+
+Banks (`bank_launch`, ("bx", KW, NB, CH)): the base GEMM in CH column chunks, `lora_expand_cols`
+of chunk i on the side stream beside the GEMM of chunk i + 1; measured, not dispatched (the
+memory-bound GEMM itself slows 1.5-2.4× in column chunks)."""
 
 import ctypes
 import os
@@ -127,10 +137,6 @@ def _events(device, n):
     return ev
 
 
-def _sms(device):
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def lowrank(x2, a, b, y, scale, rank, kern, mode, grid, stream):
     """One launch of the term on rows x2 [m, K] into y [m, ldy] (row stride ldy, N columns): MODE 0
     writes y = s·(x·Aᵀ)·Bᵀ, MODE 1 adds it. kern = (NW, MG, U, BS); grid ≤ 0: a block per 16·MG rows."""
@@ -207,9 +213,6 @@ def launch(cfg, x2, w, a, b, y, scale):
         main.wait_stream(side)
     return y
 
-
-def available():
-    return _tma.available()
 
 
 # -- banks at 17-256 rows: cuBLAS by column chunks, the expand of each chunk beside the next ---------
