@@ -83,6 +83,10 @@ def shipped():
     for m, n, k in [(1, 4096, 4096), (7, 1024, 4096), (16, 4096, 4096), (32, 14336, 4096), (64, 4096, 4096), (100, 4096, 4096), (128, 4096, 14336)]:
         print("shipped one adapter m=%d n=%d k=%d cfg %s" % (m, n, k, st._pick(m, n, k, 16, False, None)), flush=True)
         run("shipped single", single_case, None, m, n, k, 16)
+    # compute-bound rows (cuBLAS + the LoRA term written first, "cx"), ranks 8/16/64
+    for m, n, k, rank in [(129, 4096, 4096, 16), (300, 14336, 4096, 8), (1000, 1024, 4096, 64), (2048, 4096, 14336, 16), (4096, 4096, 4096, 64)]:
+        print("shipped one adapter m=%d n=%d k=%d r=%d cfg %s" % (m, n, k, rank, st._pick(m, n, k, rank, False, None)), flush=True)
+        run("shipped single", single_case, None, m, n, k, rank)
     for m, n, k in [(1, 4096, 4096), (16, 4096, 4096), (17, 1024, 4096), (32, 14336, 4096), (64, 4096, 14336), (64, 4096, 4096)]:
         print("shipped bank m=%d n=%d k=%d cfg %s" % (m, n, k, st._pick(m, n, k, 64, True, None)), flush=True)
         run("shipped bank", bank_case, None, m, n, k)

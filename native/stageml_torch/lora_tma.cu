@@ -847,3 +847,57 @@ __global__ void __launch_bounds__(NB) lora_expand(const float* __restrict__ t, c
   const float yv = __uint_as_float(((u32)*yp) << 16);
   *yp = to_bf16(yv + scale[j] * d);
 }
+
+// lora_expand with its loads reordered: the row's B_j chunks (a weight: before the dependency wait,
+// as lora_wg takes its first W ring) and y's element are requested before t's K slices are summed,
+// so one thread's B, y and t round trips overlap instead of following one another. Same sums and
+// rounding as lora_expand.
+template <int NB>
+__global__ void __launch_bounds__(NB) lora_expand2(const float* __restrict__ t, const bf16_t* __restrict__ b, bf16_t* __restrict__ y,
+                                                   const int* __restrict__ slot, const int* __restrict__ rank, const float* __restrict__ scale,
+                                                   int M, int N, int rmax, int kc) {
+  __shared__ float tr[128];
+  const int m = blockIdx.y, n = blockIdx.x * NB + threadIdx.x;
+  const int j = slot ? slot[m] : 0;
+  if (j < 0) {
+    griddep_wait();
+    return;
+  }
+  const int r = rank[j];
+  const bool on = n < N;
+  const bf16_t* bp = b + ((size_t)j * N + (on ? n : 0)) * rmax;
+  V4 v[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c)
+    if (8 * c < r) v[c] = ldg_x(bp + 8 * c);
+  griddep_wait();
+  bf16_t* yp = y + (size_t)m * N + (on ? n : 0);
+  const u32 yraw = on ? (u32)*yp : 0u;
+  for (int i = threadIdx.x; i < r; i += NB) {
+    float s = 0.f;
+    for (int z = 0; z < kc; ++z) s += __ldcg(t + ((size_t)z * M + m) * rmax + i);
+    tr[i] = s;
+  }
+  __syncthreads();
+  if (!on) return;
+  float d = 0.f;
+  for (int i0 = 0; i0 < r; i0 += 64) {
+    if (i0 > 0) {
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+        if (i0 + 8 * c < r) v[c] = ldg_x(bp + i0 + 8 * c);
+    }
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+      if (i0 + 8 * c < r) {
+        const u32 wd[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
+        const float* tp = tr + i0 + 8 * c;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          d += tp[2 * e] * __uint_as_float(wd[e] << 16);
+          d += tp[2 * e + 1] * __uint_as_float(wd[e] & 0xffff0000u);
+        }
+      }
+  }
+  *yp = to_bf16(__uint_as_float(yraw << 16) + scale[j] * d);
+}

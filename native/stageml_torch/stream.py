@@ -1,5 +1,6 @@
 """Host side of the swap-AB streaming CUDA kernel (`lora_stream.cu`): fused base + LoRA in one
-launch for one adapter or a bank (one adapter per row), bf16, rows ≤ 256.
+launch for one adapter or a bank (one adapter per row), bf16, rows ≤ 256; and the dispatch of every
+CUDA path of `lora_linear` / `lora_bank_linear` (tables below).
 
 Compiled at first use by NVRTC through cupy (present on the GPU image), one instantiation per
 configuration; `STAGEML_STREAM_CUBIN` may name a prebuilt cubin (nvcc, sm_90) holding them instead.
@@ -14,11 +15,13 @@ distributed shared memory, so x fragments are shared by a block's RG warps throu
 A third family, the TMA ring (`lora_tma.cu`, host side `tma.py`, configurations ("tma", ...)),
 streams W through the copy engine into a shared-memory ring; its wgmma form ("wg", ...: lora_wg,
 sm_90a) and the three-launch ("sx", ...) path (cuBLAS base GEMM, then lora_shrink and lora_expand,
-one adapter or a slot per row) are dispatched from here too.
+one adapter or a slot per row) are dispatched from here too, and for one adapter beyond 128 rows
+big.py's ("cx",) (cuBLAS alone: the LoRA term written into y first, the base GEMM adding into it).
 
-`DEFAULT` / `DEFAULT_BANK` hold, per row bucket, the fastest correct configuration measured on the
-H200 (bench/results/gpu-kernels.md: 2026-12-01, runs ~20:30-21:00 UTC; × cuBLAS's base GEMM
-alone in the same run, 4096², r16 and 64-adapter banks of ranks 8/16/64, LoRA fused):
+`DEFAULT` / `DEFAULT_BANK` / `BIG_DEFAULT` hold, per row bucket, the fastest correct configuration
+measured on the H200 (bench/results/gpu-kernels.md: 2026-12-01, runs ~20:30-21:00 UTC and
+~22:55-23:20 UTC; × cuBLAS's base GEMM alone in the same run, 4096², r16 / r64 and 64-adapter banks
+of ranks 8/16/64, LoRA fused):
 
 | entry point | rows | kernel | × cuBLAS base |
 | --- | --- | --- | ---: |
@@ -26,11 +29,12 @@ alone in the same run, 4096², r16 and 64-adapter banks of ranks 8/16/64, LoRA f
 | lora_linear | 9-16 | TMA ring ("tma", 64, 1, 2, 16, 12, 0, 1) | 1.00 |
 | lora_linear | 17-32 | TMA ring, MB 32 | 1.14-1.17 (Triton 1.20) |
 | lora_linear | 33-64 | None: triton_lora's split-K kernel | 1.44-1.48 (wgmma ring 1.62) |
-| lora_linear | 65-128 | cuBLAS + lora_shrink + lora_expand ("sx", 32, 128) | 1.75 (torch ops 1.94-1.98) |
+| lora_linear | 65-128, rank ≤ 16 | cuBLAS + lora_shrink + lora_expand2 ("sx", 32, 128, 0, 1) | 1.68-1.75 (torch ops 1.76-1.98) |
+| lora_linear | 65-128, rank > 16; 129 and more | cuBLAS alone ("cx": t, s·t·Bᵀ into y, y += x·Wᵀ) | 1.68 at 128 rows r64; 1.58-1.84 at 129-256, 1.45-1.51 at 512, 1.29-1.35 at 1024, 1.19-1.26 at 2048, 1.18-1.25 at 4096 (torch ops 1.31-1.75) |
 | lora_bank_linear | 1-8 | lora_stream (1, 1, 8, 1, 2, 0) | 1.02-1.06 |
 | lora_bank_linear | 9-16 | lora_stream_cl ("cl", 1, 4, 2, 4, 8, 0) | 1.24-1.32 r16, 1.51-1.53 8/16/64 |
-| lora_bank_linear | 17-32 | ("sx", 8, 128, 1): the shrink on a side stream beside cuBLAS | 1.48-1.51 r16, 1.86-1.88 8/16/64 (SIDE 0: 1.55-1.63 / 1.97-2.04) |
-| lora_bank_linear | 33-64 | ("sx", 32, 128, 1) | 1.85-1.89 r16, 2.53-2.57 8/16/64 (SIDE 0: 1.93-2.00 / 2.62-2.75) |
+| lora_bank_linear | 17-32 | ("sx", 32, 128, 1, 1): the shrink on a side stream beside cuBLAS, lora_expand2 | 1.41-1.43 r16, 1.83-1.85 8/16/64 (KW 8: 1.44-1.45 / 1.92-1.99) |
+| lora_bank_linear | 33-64 | ("sx", 32, 128, 1, 1) | 1.75-1.89 r16, 2.48-2.57 8/16/64 |
 | both | beyond | None: the caller's fallback (torch ops, the generated SGMV kernels) | - |
 
 The TMA ring's bank path (producer blocks) is never taken (tma.shippable): it computed wrong sums
@@ -43,6 +47,7 @@ import os
 
 import torch
 
+from . import big as _big
 from . import tma as _tma
 
 MAX_ROWS = 256
@@ -53,14 +58,23 @@ DEFAULT = {
     8: ("wg", 64, 2, 8, 12, 0),
     16: ("tma", 64, 1, 2, 16, 12, 0, 1),
     32: ("tma", 64, 1, 2, 32, 12, 0, 1),
-    128: ("sx", 32, 128),
+    128: ("sx", 32, 128, 0, 1),
 }
+
+# one adapter at 65-128 rows: "sx" reads A row by row (its shrink), which loses beyond rank 16
+# (128 rows, r64: 51-54 µs against cuBLAS alone's 26.8); above this rank those rows take "cx"
+SX_SINGLE_MAX_RANK = 16
+
+# one adapter beyond 128 rows (compute-bound): (least rows, configuration), the last that applies wins
+BIG_DEFAULT = [
+    (129, ("cx",)),
+]
 
 DEFAULT_BANK = {
     8: (1, 1, 8, 1, 2, 0),
     16: ("cl", 1, 4, 2, 4, 8, 0),
-    32: ("sx", 8, 128, 1),
-    64: ("sx", 32, 128, 1),
+    32: ("sx", 32, 128, 1, 1),
+    64: ("sx", 32, 128, 1, 1),
 }
 
 _CUPY = None
@@ -161,6 +175,12 @@ def _load_overrides():
 
 def config_for(m, bank=False):
     """The configuration for m rows (None: the kernel is not the fastest choice there)."""
+    if not bank and m > 128:
+        cfg = None
+        for lo, c in BIG_DEFAULT:
+            if m >= lo:
+                cfg = c
+        return cfg
     return (DEFAULT_BANK if bank else DEFAULT).get(_bucket(m))
 
 
@@ -177,7 +197,13 @@ def _pick(m, n, k, rmax, bank, cfg):
             return None  # an override naming the bank path measured wrong: not taken
         return _tma.adapt(cfg, n, k, rmax)
     if _tma.is_sx(cfg):
+        if not bank and rmax > SX_SINGLE_MAX_RANK:
+            return ("cx",)
         return cfg if _tma.available() and cfg not in _tma._FAILED else None
+    if _big.is_big(cfg):
+        return cfg if _tma.available() and not bank and cfg not in _big._FAILED else None
+    if _big.is_cx(cfg):
+        return None if bank else cfg
     if _tma.is_wg(cfg):
         if not _tma.available():
             return None
@@ -193,13 +219,19 @@ def _suits(cfg, m, n, k, rmax, bank):
     if _tma.is_sx(cfg):
         _tma.check_sx(cfg)
         return _tma.available() and _tma.sx_suits(cfg, m, n, k, rmax)
+    if _big.is_big(cfg):
+        _big.check_big(cfg)
+        return not bank and _tma.available() and _big.suits(cfg, m, n, k, rmax)
+    if _big.is_cx(cfg):
+        _big.check_cx(cfg)
+        return not bank and m > 0
     if _tma.is_wg(cfg):
         _tma.check_wg(cfg)
         return _tma.available() and _tma.wg_suits(cfg, m, n, k, rmax, bank)
     return suits(cfg, m, n, k, rmax)
 
 
-def _run(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, bank):
+def _run(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, bank, scales_host=None):
     """Launches cfg; None when the TMA family cannot be built or launched here (the family is then
     switched off for the process and the caller falls back; nothing was written)."""
     if _tma.is_sx(cfg):
@@ -209,6 +241,17 @@ def _run(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, bank):
             _tma._FAILED.add(tuple(cfg))
             return None
         return _tma.sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax)
+    if _big.is_cx(cfg):
+        return _big.cx_launch(x2, w, a, b, y, float(scales_host[0]))
+    if _big.is_big(cfg):
+        try:
+            _big.function(_big.rank_pad(rmax), cfg[4], cfg[5], cfg[6], 0 if cfg[1] == 0 else 1, cfg[7])
+            if cfg[1] == 2:
+                _big.function(_big.rank_pad(rmax), cfg[4], cfg[5], cfg[6], 0, cfg[7])
+        except Exception:  # noqa: BLE001 - NVRTC or the module load failed: this configuration falls back
+            _big._FAILED.add(tuple(cfg))
+            return None
+        return _big.launch(cfg, x2, w, a, b, y, float(scales_host[0]))
     if _tma.is_wg(cfg):
         try:
             _tma.wg_function(cfg, rmax)
@@ -347,7 +390,7 @@ def lora_linear(x, w, a, b, scale, cfg=None, out=None):
         return None
     ranks, scales = _consts(rank, scale, x.device)
     y = out if out is not None else torch.empty((m, n), device=x.device, dtype=x.dtype)
-    if _run(cfg, x2, w, a, b, y, None, ranks, scales, rank, 8, False) is None:
+    if _run(cfg, x2, w, a, b, y, None, ranks, scales, rank, 8, False, (float(scale),)) is None:
         return None
     return y.reshape(*x.shape[:-1], n)
 

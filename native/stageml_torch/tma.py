@@ -309,12 +309,12 @@ def function(cfg, fa=0, pre=0):
 
         cp = stream._cupy()
         fn = None
-        for path in (os.environ.get("STAGEML_TMA_CUBIN") or "").split(":"):
-            if not path or not os.path.exists(path):
+        for cub in (os.environ.get("STAGEML_TMA_CUBIN") or "").split(":"):
+            if not cub or not os.path.exists(cub):
                 continue
-            mod = _MODULES.get(path)
+            mod = _MODULES.get(cub)
             if mod is None:
-                mod = _MODULES[path] = cp.RawModule(path=path)
+                mod = _MODULES[cub] = cp.RawModule(path=cub)
             try:
                 fn = mod.get_function(mangled(cfg, fa, pre))
                 break
@@ -560,19 +560,21 @@ def wg_explicit_instantiations(pairs):
         out += "template __global__ void lora_shrink<%d>(const bf16_t*, const bf16_t*, float*, const int*, const int*, int, int, int);\n" % kw
     for nb in SX_NB:
         out += "template __global__ void lora_expand<%d>(const float*, const bf16_t*, bf16_t*, const int*, const int*, const float*, int, int, int, int);\n" % nb
+        out += "template __global__ void lora_expand2<%d>(const float*, const bf16_t*, bf16_t*, const int*, const int*, const float*, int, int, int, int);\n" % nb
     return out
 
 
-def _nvrtc_sm90a(expr):
-    """Compiles `expr` (an instantiation in lora_tma.cu) with NVRTC for sm_90a (cupy's NVRTC
-    binding); loads the cubin, or the PTX (JIT-compiled by the driver) where this cupy cannot hand
-    out cubins. Returns the function; its module is kept alive in _MODULES."""
+def _nvrtc_sm90a(expr, path=None):
+    """Compiles `expr` (an instantiation in lora_tma.cu, or in the file `path`) with NVRTC for sm_90a
+    (cupy's NVRTC binding); loads the cubin, or the PTX (JIT-compiled by the driver) where this cupy
+    cannot hand out cubins. Returns the function; its module is kept alive in _MODULES."""
     from cupy_backends.cuda.libs import nvrtc  # noqa: PLC0415 - GPU hosts only
     from cupy.cuda import function as cpf  # noqa: PLC0415
 
-    with open(_SRC) as fh:
+    path = path or _SRC
+    with open(path) as fh:
         src = fh.read()
-    prog = nvrtc.createProgram(src, "lora_tma.cu", [], [])
+    prog = nvrtc.createProgram(src, os.path.basename(path), [], [])
     try:
         (getattr(nvrtc, "addNameExpression", None) or nvrtc.addAddNameExpression)(prog, expr)  # the binding's name varies by cupy version
         try:
@@ -592,26 +594,26 @@ def _nvrtc_sm90a(expr):
     return mod.get_function(lowered)
 
 
-def _wg_function(expr, mangled_name):
+def _wg_function(expr, mangled_name, path=None):
     f = _FUNCS.get(expr)
     if f is None:
         from . import stream  # noqa: PLC0415
 
         cp = stream._cupy()
         fn = None
-        for path in (os.environ.get("STAGEML_TMA_CUBIN") or "").split(":"):
-            if not path or not os.path.exists(path):
+        for cub in (os.environ.get("STAGEML_TMA_CUBIN") or "").split(":"):
+            if not cub or not os.path.exists(cub):
                 continue
-            mod = _MODULES.get(path)
+            mod = _MODULES.get(cub)
             if mod is None:
-                mod = _MODULES[path] = cp.RawModule(path=path)
+                mod = _MODULES[cub] = cp.RawModule(path=cub)
             try:
                 fn = mod.get_function(mangled_name)
                 break
             except Exception:  # noqa: BLE001 - not in this cubin: the next, else NVRTC
                 fn = None
         if fn is None:
-            fn = _nvrtc_sm90a(expr)
+            fn = _nvrtc_sm90a(expr, path)
         k = getattr(fn, "kernel", fn)
         f = (fn, int(k.ptr))
         _FUNCS[expr] = f
@@ -707,7 +709,7 @@ def wg_sweep(m, bank=False, rmax=16):
 
 # -- cuBLAS base + lora_shrink + lora_expand ("sx") ------------------------------------------------
 #
-# ("sx", KW, NB[, SIDE]): the base GEMM through cuBLAS (torch.matmul into y), t = x·A_jᵀ by lora_shrink (one
+# ("sx", KW, NB[, SIDE[, EV]]): the base GEMM through cuBLAS (torch.matmul into y), t = x·A_jᵀ by lora_shrink (one
 # block of KW warps per (row, 16-row A group, K slice: sx_slices), written once), then lora_expand
 # sums the slices and adds s_j·t·B_jᵀ into
 # y (NB columns per block, one row per block row). Three launches (the two kernels with
@@ -725,9 +727,10 @@ def is_sx(cfg):
 
 def check_sx(cfg):
     """Validates a ("sx", KW, NB[, SIDE]) tuple; raises WorkerError (RT_BAD_VALUE) naming what is wrong."""
-    if (not is_sx(cfg) or len(cfg) not in (3, 4) or cfg[1] not in SX_KW or cfg[2] not in SX_NB
-            or (len(cfg) == 4 and cfg[3] not in (0, 1))):
-        raise WorkerError(errors.BAD_VALUE, "sx config must be ('sx', KW, NB[, SIDE]), KW in %s, NB in %s, SIDE 0 or 1, got %r" % (SX_KW, SX_NB, cfg))
+    if (not is_sx(cfg) or len(cfg) not in (3, 4, 5) or cfg[1] not in SX_KW or cfg[2] not in SX_NB
+            or (len(cfg) >= 4 and cfg[3] not in (0, 1)) or (len(cfg) == 5 and cfg[4] not in (0, 1))):
+        raise WorkerError(errors.BAD_VALUE, "sx config must be ('sx', KW, NB[, SIDE[, EV]]), KW in %s, NB in %s, SIDE and EV 0 or 1, got %r"
+                          % (SX_KW, SX_NB, cfg))
     return cfg
 
 
@@ -750,13 +753,20 @@ def _shrink_fn(kw):
     return _wg_function("lora_shrink<%d>" % kw, "_Z11lora_shrinkILi%dEEvPKtS1_PfPKiS4_iii" % kw)
 
 
-def _expand_fn(nb):
+def _expand_fn(nb, ev=0):
+    if ev:
+        return _wg_function("lora_expand2<%d>" % nb, "_Z12lora_expand2ILi%dEEvPKfPKtPtPKiS6_S1_iiii" % nb)
     return _wg_function("lora_expand<%d>" % nb, "_Z11lora_expandILi%dEEvPKfPKtPtPKiS6_S1_iiii" % nb)
+
+
+def sx_ev(cfg):
+    """The expand kernel of an sx configuration: 0 lora_expand, 1 lora_expand2 (loads reordered)."""
+    return cfg[4] if len(cfg) > 4 else 0
 
 
 def sx_function(cfg):
     """Both kernels' handles (built once); raises when they cannot be built here."""
-    return _shrink_fn(cfg[1]), _expand_fn(cfg[2])
+    return _shrink_fn(cfg[1]), _expand_fn(cfg[2], sx_ev(cfg))
 
 
 def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
@@ -787,7 +797,8 @@ def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
         _launch_raw(fs, (m, groups, kc), 32 * cfg[1], 0, stream, vals, "lora_shrink<%d>" % cfg[1])
         torch.matmul(x2, w.t(), out=y)
     _launch_raw(fe, (-(-n // cfg[2]), m, 1), cfg[2], 0, stream,
-                [p(t), p(b), p(y), p(slots), p(ranks), p(scales)] + [ctypes.c_int32(v) for v in (m, n, rmax, kc)], "lora_expand<%d>" % cfg[2])
+                [p(t), p(b), p(y), p(slots), p(ranks), p(scales)] + [ctypes.c_int32(v) for v in (m, n, rmax, kc)],
+                ("lora_expand2<%d>" if sx_ev(cfg) else "lora_expand<%d>") % cfg[2])
     return y
 
 

@@ -2,9 +2,11 @@
 bench/results/gpu-kernels.md has the numbers and which one is the default per shape).
 
 - `lora_linear(x, w, a, b, scale)`: y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ, or None when no kernel suits.
-  bf16 on an sm_90 GPU with cupy, rows 1-32 and 65-128: the CUDA kernels `stream.py` picks (the
-  TMA rings of `lora_tma.cu`, 0.92-1.17x cuBLAS's base GEMM alone with the LoRA fused; cuBLAS +
-  lora_shrink + lora_expand at 65-128 rows, 1.74-1.80x); otherwise (33-64 rows, f16, no cupy) the
+  bf16 on an sm_90 GPU with cupy, rows 1-32 and from 65: the paths `stream.py` picks (the TMA
+  rings of `lora_tma.cu`, 0.92-1.17x cuBLAS's base GEMM alone with the LoRA fused; cuBLAS +
+  lora_shrink + lora_expand2 at 65-128 rows up to rank 16, 1.68-1.75x; from 129 rows, and at 65-128
+  above rank 16, cuBLAS alone with the LoRA term written into y first and the base GEMM adding into
+  it, 1.18-1.25x at 4096 rows); otherwise (33-64 rows, f16, no cupy) the
   one-launch split-K Triton kernel below (1.20-1.49x): every
   (N block, K split) program streams its W tile once and adds its slices of x·Wᵀ and t = x·Aᵀ into
   f32 accumulators; the last program of an N block to arrive adds s·t·Bᵀ, stores y and zeroes the

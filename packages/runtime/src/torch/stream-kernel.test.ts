@@ -39,7 +39,7 @@ print(json.dumps({
   "ok": [st.suits(old, 8, 4096, 4096, 16), st.suits(cl, 16, 1024, 14336, 64), st.suits(old, 1, 14336, 14336, 8)],
   "bad": [st.suits(old, 9, 4096, 4096, 16), st.suits(old, 1, 4100, 4096, 16), st.suits(old, 1, 4096, 4000, 16),
           st.suits(old, 1, 4096, 4096, 12), st.suits(cl, 1, 4096, 4096 + 512, 16)],
-  "single": [st.config_for(m) for m in (1, 8, 9, 64, 65, 129)],
+  "single": [st.config_for(m) for m in (1, 8, 9, 64, 65, 129, 4096)],
   "bank": [st.config_for(m, bank=True) for m in (1, 16, 17, 64, 65)],
   "kch": [st._kch(1, 4096, 8), st._kch(64, 4096, 8), st._kch(1, 14336, 8)],
 }))
@@ -47,17 +47,18 @@ print(json.dumps({
     expect(out.ok).toEqual([true, true, true]);
     expect(out.bad).toEqual([false, false, false, false, false]);
     // One adapter: the wgmma ring at 1-8 rows, the TMA ring to 32 (tma-kernel.test.ts covers their
-    // host side), Triton at 33-64, cuBLAS + shrink + expand at 65-128, the caller's torch ops beyond.
+    // host side), Triton at 33-64, cuBLAS + shrink + expand2 at 65-128, cuBLAS alone ("cx") beyond.
     expect(out.single).toEqual([
       ['wg', 64, 2, 8, 12, 0],
       ['wg', 64, 2, 8, 12, 0],
       ['tma', 64, 1, 2, 16, 12, 0, 1],
       null,
-      ['sx', 32, 128],
-      null,
+      ['sx', 32, 128, 0, 1],
+      ['cx'],
+      ['cx'],
     ]);
-    // Banks: the stream kernels to 16 rows, cuBLAS + shrink + expand at 17-64, the caller's SGMV beyond.
-    expect(out.bank).toEqual([[1, 1, 8, 1, 2, 0], ['cl', 1, 4, 2, 4, 8, 0], ['sx', 8, 128, 1], ['sx', 32, 128, 1], null]);
+    // Banks: the stream kernels to 16 rows, cuBLAS + shrink + expand2 at 17-64, the caller's SGMV beyond.
+    expect(out.bank).toEqual([[1, 1, 8, 1, 2, 0], ['cl', 1, 4, 2, 4, 8, 0], ['sx', 32, 128, 1, 1], ['sx', 32, 128, 1, 1], null]);
     // Producer K chunks: about 64-128 producer blocks, every warp's share a multiple of 64.
     expect(out.kch).toEqual([8, 2, 4]);
   });

@@ -170,7 +170,7 @@ import json
 from stageml_torch import tma
 from stageml_torch.errors import WorkerError
 bad = [("wg", 96, 2, 64, 10, 0), ("wg", 64, 3, 64, 10, 0), ("wg", 64, 2, 48, 10, 0), ("wg", 64, 2, 64, 1, 0), ("wg", 64, 2, 64, 10, 9),
-       ("wg", 64, 2, 64, 10), ("wg", 64, 2, 64, 10, True), ("wg", 64, 2, 64, 10, 0, 2), ("sx", 16, 256), ("sx", 32, 64), ("sx", 32), ("sx", 32, 128, 2)]
+       ("wg", 64, 2, 64, 10), ("wg", 64, 2, 64, 10, True), ("wg", 64, 2, 64, 10, 0, 2), ("sx", 16, 256), ("sx", 32, 64), ("sx", 32), ("sx", 32, 128, 2), ("sx", 32, 128, 1, 2), ("sx", 32, 128, 1, 1, 0)]
 res = []
 for c in bad:
     try:
@@ -180,11 +180,12 @@ for c in bad:
         res.append([e.code, e.message])
 print(json.dumps({
   "m": [tma.wg_mangled(("wg", 64, 2, 64, 10, 0), 16), tma.wg_mangled(("wg", 64, 2, 64, 8, 4), 64), tma.wg_mangled(("wg", 64, 2, 8, 12, 0, 1), 16), tma.SHRINK_MANGLED],
+  "ev": [tma.sx_ev(("sx", 32, 128)), tma.sx_ev(("sx", 32, 128, 1)), tma.sx_ev(("sx", 32, 128, 1, 1)), list(tma.check_sx(("sx", 8, 128, 0, 1)))],
   "inst": tma.wg_explicit_instantiations([(("wg", 64, 2, 8, 12, 0), 16), (("wg", 64, 2, 8, 12, 0), 8), (("wg", 64, 2, 64, 8, 4), 64)]).strip().split("\\n"),
   "fa": [tma.wg_fa(("wg", 64, 2, 8, 12, 0), r) for r in (8, 16, 40, 64)] + [tma.wg_fa(("wg", 64, 2, 8, 12, 4), 64)],
   "bad": res,
 }))
-`) as { m: string[]; inst: string[]; fa: number[]; bad: ([string, string] | null)[] };
+`) as { m: string[]; ev: unknown[]; inst: string[]; fa: number[]; bad: ([string, string] | null)[] };
     // Read off nvcc 13.0's -Xptxas -v report for these instantiations (bench/gpu/build_wg.py).
     expect(out.m).toEqual([
       '_Z7lora_wgILi64ELi2ELi64ELi10ELi16ELi0ELi0EEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii',
@@ -192,15 +193,19 @@ print(json.dumps({
       '_Z7lora_wgILi64ELi2ELi8ELi12ELi16ELi0ELi1EEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii',
       '_Z11lora_shrinkILi32EEvPKtS1_PfPKiS4_iii',
     ]);
-    // Rank 8 and 16 share FA 16 (one instantiation); the shrink (KW 8, 32) and expand (NB 128, 256) once each.
-    expect(out.inst).toHaveLength(2 + 2 + 2);
+    // EV (5th element): lora_expand (0, the default) or lora_expand2 (1)
+    expect(out.ev).toEqual([0, 0, 1, ['sx', 8, 128, 0, 1]]);
+    // Rank 8 and 16 share FA 16 (one instantiation); the shrink (KW 8, 32) and both expands (NB 128, 256) once each.
+    expect(out.inst).toHaveLength(2 + 2 + 4);
     expect(out.inst[0]).toMatch(/^template __global__ void lora_wg<64,2,64,8,0,4,0>\(const __grid_constant__ TMap, /);
     expect(out.inst[1]).toMatch(/^template __global__ void lora_wg<64,2,8,12,16,0,0>\(/);
     expect(out.inst.slice(2)).toEqual([
       expect.stringMatching(/^template __global__ void lora_shrink<8>\(/),
       expect.stringMatching(/^template __global__ void lora_shrink<32>\(/),
       expect.stringMatching(/^template __global__ void lora_expand<128>\(/),
+      expect.stringMatching(/^template __global__ void lora_expand2<128>\(/),
       expect.stringMatching(/^template __global__ void lora_expand<256>\(/),
+      expect.stringMatching(/^template __global__ void lora_expand2<256>\(/),
     ]);
     expect(out.fa).toEqual([16, 16, 48, 64, 0]);
     expect(out.bad.every((r) => r !== null && r[0] === 'RT_BAD_VALUE')).toBe(true);
@@ -215,8 +220,10 @@ print(json.dumps({
     expect(msgs[7]).toMatch(/XL 0 or 1/);
     expect(msgs[8]).toMatch(/KW in \(8, 32\)/);
     expect(msgs[9]).toMatch(/NB in \(128, 256\)/);
-    expect(msgs[10]).toMatch(/must be \('sx', KW, NB\[, SIDE\]\)/);
-    expect(msgs[11]).toMatch(/SIDE 0 or 1/);
+    expect(msgs[10]).toMatch(/must be \('sx', KW, NB\[, SIDE\[, EV\]\]\)/);
+    expect(msgs[11]).toMatch(/SIDE and EV 0 or 1/);
+    expect(msgs[12]).toMatch(/SIDE and EV 0 or 1/);
+    expect(msgs[13]).toMatch(/must be \('sx'/);
   });
 
   it('sizes wgmma-ring launches within the shared memory and registers it was built spill-free for', () => {
