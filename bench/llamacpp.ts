@@ -11,7 +11,7 @@
 // --pairs f32,int8,int4 --threads 2 --executor cpu-native|onnxruntime --rules fused --cases 'decode b1'
 // --trace 1; LLAMACPP_SHAPES / LLAMACPP_PAIRS / LLAMACPP_EXECUTOR / LLAMACPP_RULES / LLAMACPP_CASES /
 // LLAMACPP_TRACE likewise)
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { type PerformanceEntry, PerformanceObserver } from 'node:perf_hooks';
@@ -192,6 +192,22 @@ async function oursGreedy(engine: Engine, prompt: number[], steps: number, adapt
   return out;
 }
 
+/** CPU ticks (user + system) of each of this process's threads, by `tid name` (Linux /proc; empty elsewhere). */
+function threadTicks(): Map<string, number> {
+  const out = new Map<string, number>();
+  try {
+    for (const tid of readdirSync('/proc/self/task')) {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      const close = stat.lastIndexOf(')');
+      const fields = stat.slice(close + 2).split(' ');
+      out.set(`${tid} ${stat.slice(stat.indexOf('(') + 1, close)}`, Number(fields[11]) + Number(fields[12]));
+    }
+  } catch {
+    // Not Linux, or a thread ended while read: no per-thread accounting.
+  }
+  return out;
+}
+
 /** Decode tokens/s over `rows` streams in one batch per step (after an untimed prefill of all but the last prompt token). */
 async function oursDecode(engine: Engine, ps: number[][], steps: number, adapters: (string | undefined)[]): Promise<number> {
   const { seqs } = await oursOpen(engine, ps.map((p) => p.slice(0, -1)), adapters);
@@ -200,6 +216,7 @@ async function oursDecode(engine: Engine, ps: number[][], steps: number, adapter
     const gcs: PerformanceEntry[] = [];
     const obs = TRACE_STEPS ? new PerformanceObserver((l) => gcs.push(...l.getEntries())) : undefined;
     obs?.observe({ entryTypes: ['gc'] });
+    const ticks0 = TRACE_STEPS ? threadTicks() : undefined;
     const t0 = performance.now();
     const st: number[] = [];
     for (let t = 0; t < steps; t++) {
@@ -212,7 +229,8 @@ async function oursDecode(engine: Engine, ps: number[][], steps: number, adapter
       await new Promise((r) => setImmediate(r));
       obs.disconnect();
       const ms = gcs.reduce((a, e) => a + e.duration, 0);
-      console.log(`  ours: ${String(ps.length)} row(s), step ms: ${st.map((x) => x.toFixed(1)).join(' ')}; ${String(gcs.length)} GC pauses, ${ms.toFixed(1)} ms`);
+      const busy = [...threadTicks()].map(([k, v]) => [k, v - (ticks0?.get(k) ?? 0)] as const).filter(([, d]) => d > 0).sort((a, b) => b[1] - a[1]);
+      console.log(`  ours: ${String(ps.length)} row(s), step ms: ${st.map((x) => x.toFixed(1)).join(' ')}; ${String(gcs.length)} GC pauses, ${ms.toFixed(1)} ms; thread CPU over ${(dt / 1000).toFixed(2)} s: ${busy.map(([k, d]) => `${k} ${(d / 100).toFixed(2)} s`).join(', ')}`);
     }
     return (ps.length * steps) / (dt / 1000);
   } finally {
