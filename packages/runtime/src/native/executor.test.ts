@@ -200,9 +200,9 @@ describe('cpu-native kernels', () => {
       const whole = (name: string): HostTensor => {
         const x = inputs[name]!;
         const n = x.data.length / batch;
-        return { dtype: 'f32', shape: [1, ...x.shape.slice(1)], data: x.data.slice(r * n, (r + 1) * n) as Float32Array };
+        return { dtype: 'f32', shape: [1, ...x.shape.slice(1)], data: x.data.slice(r * n, (r + 1) * n) };
       };
-      const prefix = (name: string): HostTensor => ({ dtype: 'f32', shape: [1, len, 3, 8], data: inputs[name]!.data.slice(r * past * 24, (r * past + len) * 24) as Float32Array });
+      const prefix = (name: string): HostTensor => ({ dtype: 'f32', shape: [1, len, 3, 8], data: inputs[name]!.data.slice(r * past * 24, (r * past + len) * 24) });
       const one = interpret(g, {
         inputs: { q: whole('q'), past_key: prefix('past_key'), past_value: prefix('past_value'), k: whole('k'), v: whole('v'), mask: { dtype: 'f32', shape: [1, 1, 1, len + 1], data: new Float32Array(len + 1) } },
         weights: {},
