@@ -298,6 +298,22 @@ def available():
     return _AVAIL[0]
 
 
+def _from_cubins(cp, mangled_name):
+    """The kernel `mangled_name` from the first cubin in STAGEML_TMA_CUBIN (':'-separated) holding
+    it, or None (then the caller builds it with NVRTC)."""
+    for cub in (os.environ.get("STAGEML_TMA_CUBIN") or "").split(":"):
+        if not cub or not os.path.exists(cub):
+            continue
+        mod = _MODULES.get(cub)
+        if mod is None:
+            mod = _MODULES[cub] = cp.RawModule(path=cub)
+        try:
+            return mod.get_function(mangled_name)
+        except Exception:  # noqa: BLE001 - not in this cubin: the next, else NVRTC
+            continue
+    return None
+
+
 def function(cfg, fa=0, pre=0):
     """The CUfunction handle (an int) of a configuration, compiled or loaded once per process, in
     cupy's current device (one GPU per worker process, as the executor runs it; a process driving
@@ -308,18 +324,7 @@ def function(cfg, fa=0, pre=0):
         from . import stream  # noqa: PLC0415
 
         cp = stream._cupy()
-        fn = None
-        for cub in (os.environ.get("STAGEML_TMA_CUBIN") or "").split(":"):
-            if not cub or not os.path.exists(cub):
-                continue
-            mod = _MODULES.get(cub)
-            if mod is None:
-                mod = _MODULES[cub] = cp.RawModule(path=cub)
-            try:
-                fn = mod.get_function(mangled(cfg, fa, pre))
-                break
-            except Exception:  # noqa: BLE001 - not in this cubin: the next, else NVRTC
-                fn = None
+        fn = _from_cubins(cp, mangled(cfg, fa, pre))
         if fn is None:
             with open(_SRC) as fh:
                 src = fh.read()
@@ -599,19 +604,7 @@ def _wg_function(expr, mangled_name, path=None):
     if f is None:
         from . import stream  # noqa: PLC0415
 
-        cp = stream._cupy()
-        fn = None
-        for cub in (os.environ.get("STAGEML_TMA_CUBIN") or "").split(":"):
-            if not cub or not os.path.exists(cub):
-                continue
-            mod = _MODULES.get(cub)
-            if mod is None:
-                mod = _MODULES[cub] = cp.RawModule(path=cub)
-            try:
-                fn = mod.get_function(mangled_name)
-                break
-            except Exception:  # noqa: BLE001 - not in this cubin: the next, else NVRTC
-                fn = None
+        fn = _from_cubins(stream._cupy(), mangled_name)
         if fn is None:
             fn = _nvrtc_sm90a(expr, path)
         k = getattr(fn, "kernel", fn)

@@ -438,6 +438,16 @@ describe('Engine: plans applied', () => {
     expect(none.memory().lanes).toBe(0);
   });
 
+  it('recycleOutputs on cpu-native: a step over several lanes returns every lane\'s own logits (one call never reuses its own runs\' storage)', async () => {
+    const native = createCpuNativeExecutor({ threads: 2 });
+    const engine = await Engine.load(`${root}base`, { executor: native, maxLoras: 4, memoryBudget: 1e12, recycleOutputs: true });
+    for (const a of ADAPTERS) await engine.loadAdapter(`${root}adapters/${a}`, a);
+    await mixedStepMatches(engine);
+    await mixedStepMatches(engine);
+    expect(Object.keys(engine.plan().merged).length).toBeGreaterThan(1);
+    engine.dispose();
+  });
+
   it('spends a tight budget on the adapter with the traffic, re-plans on unload, swapping between steps', async () => {
     // q_proj (64×64) and v_proj (32×64) of both layers: the bytes of merging qv-r8 whole.
     const budget = 2 * (64 * 64 + 32 * 64) * 4;

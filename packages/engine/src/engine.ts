@@ -100,8 +100,12 @@ export class Engine {
   readonly #adapterDtype: EngineAdapterDType;
   /** The executor's caches when sequences' KV lives there (`EngineOptions.residentKv`). */
   readonly #caches: CacheStore | undefined;
-  /** `EngineOptions.recycleOutputs`: per program, its last result, given back to its next run (taken while that runs). */
-  readonly #spare: Map<PreparedGraph, Record<string, HostTensor>> | undefined;
+  /**
+   * `EngineOptions.recycleOutputs`: per program, the last result of a finished `decode`/`prefillMany`
+   * call, given back to its next run (and taken while that runs). A call's results join it only
+   * when the call returns, so no run reuses storage its own call is about to return.
+   */
+  readonly #spare: Outputs | undefined;
   /** The cache streams of every program: each layer's keys and values (appended from `new_*`), the key mask (from the run's tail). */
   readonly #streams: readonly CacheStream[];
 
@@ -636,14 +640,14 @@ export class Engine {
     inputs[TOKEN_SLOT_INPUT] = hostTensor('i64', [rowSlots.length * seq], rowSlots.flatMap((s) => new Array<number>(seq).fill(s)));
   }
 
-  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined, caches?: CacheRun): Promise<Record<string, HostTensor>> {
+  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined, caches: CacheRun | undefined, produced: Outputs): Promise<Record<string, HostTensor>> {
     if (this.#disposed) throw new EngineError(EngineCode.BAD_OPTIONS, 'the engine was disposed');
     const programs = this.#programs;
     if (programs.base !== undefined && lane === undefined && rowSlots.every((s) => s === 0)) {
       if (this.#baseTakesWeights) Object.assign(inputs, this.#weightInputs);
       this.#runs++;
       this.#runsByForm.base++;
-      return this.#runProgram(programs.base, inputs, caches);
+      return this.#runProgram(programs.base, inputs, caches, produced);
     }
     Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
     const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
@@ -664,19 +668,25 @@ export class Engine {
     }
     this.#runs++;
     this.#runsByForm[form]++;
-    return this.#runProgram(programs[form]!, inputs, caches);
+    return this.#runProgram(programs[form]!, inputs, caches, produced);
   }
 
-  /** Runs `program` (with the last result it gave back, when recycling outputs). */
-  async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined): Promise<Record<string, HostTensor>> {
+  /** Runs `program`, recycling its last finished call's result when recycling outputs; the result goes to `produced`. */
+  async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined, produced: Outputs): Promise<Record<string, HostTensor>> {
     const spare = this.#spare;
     if (spare === undefined) return runProgram(program, inputs, this.#resident, caches);
     // Taken while the run is in flight: a concurrent run of the same program allocates.
     const recycle = spare.get(program);
     spare.delete(program);
     const out = await runProgram(program, inputs, this.#resident, caches, recycle);
-    spare.set(program, out);
+    produced.set(program, out);
     return out;
+  }
+
+  /** A finished call's results become the storage its programs' next runs write into. */
+  #keep(produced: Outputs): void {
+    if (this.#spare === undefined || this.#disposed) return;
+    for (const [program, out] of produced) this.#spare.set(program, out);
   }
 
   /** The cache rows of a step over `seqs` (resident KV), row r appending `append[r]` [from, count). */
@@ -758,16 +768,18 @@ export class Engine {
       byLane.set(key, [...(byLane.get(key) ?? []), i]);
     });
     const result: (Float32Array | undefined)[] = new Array<Float32Array | undefined>(seqs.length);
+    const produced: Outputs = new Map();
     for (const [key, idx] of byLane) {
-      const out = await this.#prefillBatch(idx.map((i) => seqs[i]!), key === '' ? undefined : this.#lanes.get(key), maxChunk);
+      const out = await this.#prefillBatch(idx.map((i) => seqs[i]!), key === '' ? undefined : this.#lanes.get(key), maxChunk, produced);
       idx.forEach((i, j) => {
         result[i] = out[j];
       });
     }
+    this.#keep(produced);
     return result;
   }
 
-  async #prefillBatch(seqs: readonly Sequence[], lane: Lane | undefined, maxChunk: number | undefined): Promise<(Float32Array | undefined)[]> {
+  async #prefillBatch(seqs: readonly Sequence[], lane: Lane | undefined, maxChunk: number | undefined, produced: Outputs): Promise<(Float32Array | undefined)[]> {
     const slots = seqs.map((s) => this.#check(s));
     const counts = seqs.map((s) => this.chunkOf(s, maxChunk));
     const { inputs, C, past, chunkMasks, nexts } = prefillInputs(seqs, counts, this.config.slidingWindow);
@@ -781,7 +793,7 @@ export class Engine {
       inputs['attention_mask'] = { dtype: 'f32', shape: [seqs.length, C], data: tail };
       caches = this.#cacheRun(seqs, counts.map((c) => [C - c, c] as const));
     } else this.#stagePast(inputs, seqs, past);
-    const out = await this.#run(inputs, slots, lane, caches);
+    const out = await this.#run(inputs, slots, lane, caches, produced);
     const { k, v } = this.#outputs(out);
     const width = this.#kvShape[0] * this.#kvShape[1];
     const V = this.config.vocabSize;
@@ -816,16 +828,18 @@ export class Engine {
       byLane.set(key, [...(byLane.get(key) ?? []), i]);
     });
     const result: Float32Array[] = new Array<Float32Array>(seqs.length);
+    const produced: Outputs = new Map();
     for (const [key, idx] of byLane) {
-      const out = await this.#decodeBatch(idx.map((i) => seqs[i]!), idx.map((i) => tokens[i]!), key === '' ? undefined : this.#lanes.get(key));
+      const out = await this.#decodeBatch(idx.map((i) => seqs[i]!), idx.map((i) => tokens[i]!), key === '' ? undefined : this.#lanes.get(key), produced);
       idx.forEach((i, j) => {
         result[i] = out[j]!;
       });
     }
+    this.#keep(produced);
     return result;
   }
 
-  async #decodeBatch(seqs: readonly Sequence[], tokens: readonly number[], lane: Lane | undefined): Promise<Float32Array[]> {
+  async #decodeBatch(seqs: readonly Sequence[], tokens: readonly number[], lane: Lane | undefined, produced: Outputs): Promise<Float32Array[]> {
     const rows = seqs.length;
     const slots = seqs.map((s) => {
       const slot = this.#check(s);
@@ -862,7 +876,7 @@ export class Engine {
       }
     }
     if (caches === undefined) inputs['attention_mask'] = decodeAttention(seqs, past, this.config.slidingWindow, this.#staging);
-    const out = await this.#run(inputs, slots, lane, caches);
+    const out = await this.#run(inputs, slots, lane, caches, produced);
     const { k, v } = this.#outputs(out);
     const logits = out['logits']!.data as Float32Array;
     const V = this.config.vocabSize;
@@ -902,6 +916,9 @@ function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
   if (dt === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `the checkpoint in '${dir}' stores ${top ?? 'no float tensors'}; dtype checkpoint needs F32, BF16 or F16`, { hint: 'give dtype f32, bf16 or f16' });
   return dt;
 }
+
+/** Per prepared program, one of its results. */
+type Outputs = Map<PreparedGraph, Record<string, HostTensor>>;
 
 /** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */
 async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun, recycle?: Readonly<Record<string, HostTensor>>): Promise<Record<string, HostTensor>> {

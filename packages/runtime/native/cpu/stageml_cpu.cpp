@@ -1646,15 +1646,14 @@ void place(Program& p, Run& r) {
 
 void throw_js(napi_env env, const Fail& f) { napi_throw_error(env, f.code.c_str(), f.what()); }
 
+void* any_typed_data(napi_env env, napi_value v, size_t* bytes);
+
+// A typed array's data as T elements (`count` of them).
 template <typename T>
 const T* typed_data(napi_env env, napi_value v, size_t* count) {
-  napi_typedarray_type t;
-  size_t len;
-  void* data;
-  napi_value ab;
-  size_t off;
-  NAPI(napi_get_typedarray_info(env, v, &t, &len, &data, &ab, &off));
-  *count = len;
+  size_t bytes;
+  void* data = any_typed_data(env, v, &bytes);
+  *count = bytes / sizeof(T);
   return static_cast<const T*>(data);
 }
 
