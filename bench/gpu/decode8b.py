@@ -151,7 +151,7 @@ class StreamBanks:
     """Per (layer, projection) banks for the fused kernel: A [64, R, K], B [64, N, R] (zero beyond
     each adapter's rank), ranks, scales; `lin` replaces Ours.lin."""
 
-    def __init__(self, ours, ranks):
+    def __init__(self, ours, ranks, with_transposed=False):
         from stageml_torch import stream as st  # noqa: PLC0415
 
         self.st = st
@@ -168,15 +168,18 @@ class StreamBanks:
                 for j, r in enumerate(ranks):
                     a[j, r:] = 0
                     b[j, :, r:] = 0
-                row[p] = (a, b)
+                # the same factors stored [64, R, N] too (lora_expand4 reads them; its view is [64, N, R])
+                row[p] = (a, b, b.transpose(1, 2).contiguous().transpose(1, 2) if with_transposed else None)
             self.banks.append(row)
         self.fallbacks = 0
+        self.transposed = False
 
     def lin(self, ours, x, l, p, slots, reference=False):
         w = ours.layers[l]["w"][p]
-        a, b = self.banks[l][p]
+        a, b, bt = self.banks[l][p]
         if not reference:
-            y = self.st.lora_bank_linear(x, w, a, b, slots, self.ranks, self.scales)
+            # transposed storage where the sx path runs (> 16 rows); the fused kernels below read [S, N, R]
+            y = self.st.lora_bank_linear(x, w, a, bt if self.transposed and x.shape[0] > 16 else b, slots, self.ranks, self.scales)
             if y is not None:
                 return y
             self.fallbacks += 1
@@ -194,7 +197,7 @@ def stream_main(args):
     from stageml_torch import stream as st_tables  # noqa: PLC0415 - the tables this run dispatches with (overrides applied)
 
     dev = "cuda"
-    mixes = {"mixed": [[8, 16, 64][i % 3] for i in range(64)], "r8": [8] * 64}
+    mixes = {"mixed": [[8, 16, 64][i % 3] for i in range(64)], "r8": [8] * 64, "r16": [16] * 64}
     res = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__, "device": torch.cuda.get_device_name(),
                     "context": CONTEXT, "kernel": "stream.lora_bank_linear (the dispatch table's kernel per row count)", "bank_table": {str(k): list(v) if v else None for k, v in st_tables.DEFAULT_BANK.items()},
                     "model": "Llama-3-8B shape: 32 layers, hidden 4096, intermediate 14336, GQA 32/8, head 128, vocab 128256, random bf16"},
@@ -212,38 +215,62 @@ def stream_main(args):
     per_rank_bytes = 2 * LAYERS * (2 * (HIDDEN + HIDDEN) + 2 * (HIDDEN + 1024) + 3 * (HIDDEN + INTER))
     res["meta"]["base_weight_bytes"] = base_bytes
     print("model built in %.1f s" % (time.time() - t0), flush=True)
+    # --bank-tables: more dispatch tables ({"bank": {bucket: cfg}} files, as STAGEML_STREAM_CONFIGS)
+    # whose 64-adapter step is timed (and checked at 64 streams) beside the built-in one's
+    tables = [("default", dict(st_tables.DEFAULT_BANK))]
+    for path in [v for v in (args.bank_tables or "").split(",") if v]:
+        with open(path) as fh:
+            over = {int(k): tuple(v) if v is not None else None for k, v in json.load(fh).get("bank", {}).items()}
+        t = dict(st_tables.DEFAULT_BANK)
+        t.update(over)
+        with open(path) as fh:
+            t["b_transposed"] = bool(json.load(fh).get("b_transposed", False))
+        tables.append((os.path.splitext(os.path.basename(path))[0], t))
+    res["meta"]["bank_tables"] = {n: {str(k): (list(v) if isinstance(v, tuple) else v) for k, v in t.items()} for n, t in tables}
     kc = [torch.randn((64, KV_HEADS, LMAX, HEAD_DIM), device=dev, dtype=torch.bfloat16) for _ in range(LAYERS)]
     vc = [torch.randn((64, KV_HEADS, LMAX, HEAD_DIM), device=dev, dtype=torch.bfloat16) for _ in range(LAYERS)]
     with torch.no_grad():
-        for mix in ("mixed", "r8"):
-            banks = StreamBanks(ours, mixes[mix])
+        for mix in ("mixed", "r8", "r16"):
+            banks = StreamBanks(ours, mixes[mix], with_transposed=any(t.get("b_transposed") for _, t in tables))
             for b in [int(x) for x in args.batches.split(",")] if mix == "mixed" else [64]:
                 slots = torch.arange(b, device=dev, dtype=torch.int32) % 64
                 ids = torch.randint(0, VOCAB, (b,), device=dev)
                 pos = torch.full((1,), CONTEXT - 1, dtype=torch.int64, device=dev)
                 kb = [t[:b] for t in kc]
                 vb = [t[:b] for t in vc]
-                if b == 64:
-                    ours.lin = lambda x, l, p, meta: banks.lin(ours, x, l, p, slots, reference=True)
-                    ref = ours.step(ids, pos, [t.clone() for t in kb], [t.clone() for t in vb], slots).float()
-                    ours.lin = lambda x, l, p, meta: banks.lin(ours, x, l, p, slots)
-                    mine = ours.step(ids, pos, [t.clone() for t in kb], [t.clone() for t in vb], slots).float()
-                    del ours.lin
-                    base_l = ours.step(ids, pos, [t.clone() for t in kb], [t.clone() for t in vb], None).float()
-                    res["checks"][mix] = {"stream_vs_torch_rel": float((mine - ref).norm() / ref.norm()), "argmax_agree": float((mine.argmax(-1) == ref.argmax(-1)).float().mean()),
-                                          "adapter_effect_rel": float((ref - base_l).norm() / base_l.norm()), "fallbacks": banks.fallbacks}
-                    print("check %s: %s" % (mix, res["checks"][mix]), flush=True)
                 row = {"mix": mix, "batch": b, "adapters": min(b, 64)}
-                for mode in ("base", "lora"):
-                    if mode == "lora":
+                for ti, (tname, table) in enumerate(tables):
+                    st_tables.DEFAULT_BANK.clear()
+                    st_tables.DEFAULT_BANK.update({kk: vv for kk, vv in table.items() if kk != "b_transposed"})
+                    banks.transposed = table.get("b_transposed", False)
+                    key = "" if ti == 0 else "table_%s_" % tname
+                    if b == 64:
+                        ours.lin = lambda x, l, p, meta: banks.lin(ours, x, l, p, slots, reference=True)
+                        ref = ours.step(ids, pos, [t.clone() for t in kb], [t.clone() for t in vb], slots).float()
                         ours.lin = lambda x, l, p, meta: banks.lin(ours, x, l, p, slots)
-                    g, _ = graphed(lambda: ours.step(ids, pos, kb, vb, slots if mode == "lora" else None))
-                    ms = median_ms(g.replay, args.reps)
-                    if mode == "lora":
+                        mine = ours.step(ids, pos, [t.clone() for t in kb], [t.clone() for t in vb], slots).float()
                         del ours.lin
-                    row[mode + "_ms"] = ms
-                    row[mode + "_tok_s"] = b * 1000.0 / ms
-                    del g
+                        base_l = ours.step(ids, pos, [t.clone() for t in kb], [t.clone() for t in vb], None).float()
+                        res["checks"][mix + ("" if ti == 0 else " " + tname)] = {
+                            "stream_vs_torch_rel": float((mine - ref).norm() / ref.norm()), "argmax_agree": float((mine.argmax(-1) == ref.argmax(-1)).float().mean()),
+                            "adapter_effect_rel": float((ref - base_l).norm() / base_l.norm()), "fallbacks": banks.fallbacks}
+                        print("check %s %s: %s" % (mix, tname, res["checks"][mix + ("" if ti == 0 else " " + tname)]), flush=True)
+                    for mode in ("base", "lora") if ti == 0 else ("lora",):
+                        if mode == "lora":
+                            ours.lin = lambda x, l, p, meta: banks.lin(ours, x, l, p, slots)
+                        g, _ = graphed(lambda: ours.step(ids, pos, kb, vb, slots if mode == "lora" else None))
+                        ms = median_ms(g.replay, args.reps)
+                        if mode == "lora":
+                            del ours.lin
+                        row[key + mode + "_ms"] = ms
+                        row[key + mode + "_tok_s"] = b * 1000.0 / ms
+                        del g
+                    if ti > 0:
+                        row[key + "lora_over_base"] = row[key + "lora_ms"] / row["base_ms"]
+                        print("  table %s: %.2f ms (x%.3f)" % (tname, row[key + "lora_ms"], row[key + "lora_over_base"]), flush=True)
+                st_tables.DEFAULT_BANK.clear()
+                st_tables.DEFAULT_BANK.update(tables[0][1])
+                banks.transposed = False
                 row["lora_over_base"] = row["lora_ms"] / row["base_ms"]
                 row["byte_floor_ratio"] = 1 + sum(mixes[mix][i % 64] for i in range(b)) * per_rank_bytes / base_bytes
                 row["fallbacks"] = banks.fallbacks
@@ -282,6 +309,7 @@ def main():
     ap.add_argument("--batches", default="1,2,4,8,16,32,64")
     ap.add_argument("--peft-batches", default="1,8,64")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--bank-tables", default=None, help="--kernel stream: comma-separated JSON files of more bank tables to time beside the built-in one")
     args = ap.parse_args()
     if args.kernel == "stream":
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "native"))

@@ -901,3 +901,202 @@ __global__ void __launch_bounds__(NB) lora_expand2(const float* __restrict__ t, 
   }
   *yp = to_bf16(__uint_as_float(yraw << 16) + scale[j] * d);
 }
+
+// The LoRA half again, with the factor reads coalesced (lora_expand's thread per column reads 16
+// bytes of 32 different B_j rows per warp load). Block (bx, m): batch row m, j = slot[m], rank r (a
+// multiple of 8). L, the power of two >= r / 8, lanes share a column, each loading one 16-byte
+// chunk of B_j[n][0 : r] (lanes past r / 8 idle), so one warp load takes 32 / L whole columns;
+// P loads per thread, all issued before the dependency wait (B is a weight), NT / L columns per
+// load, P NT / L per block: the grid's x is sized for the bank's widest rank (lmax lanes), and a
+// narrower row's blocks cover more columns each (those starting past N exit). Each column's dot
+// with t's row is summed over its L lanes by shuffles and staged in shared memory, then y is
+// updated with 16-byte accesses: MODE 0 y[m][n] = bf16(y + s_j d) (y written by the base GEMM
+// before); MODE 1 writes s_j d in f32 to d_out instead and does not touch y (it runs beside the
+// base GEMM; lora_add folds it in after). t is the sum of lora_shrink's kc K slices.
+template <int NT, int P, int MODE>
+__global__ void __launch_bounds__(NT) lora_expand3(const float* __restrict__ t, const bf16_t* __restrict__ b, bf16_t* __restrict__ y,
+                                                   float* __restrict__ d_out, const int* __restrict__ slot, const int* __restrict__ rank,
+                                                   const float* __restrict__ scale, int M, int N, int rmax, int kc) {
+  __shared__ float tr[128];
+  __shared__ __align__(16) float ds[P * NT];
+  const int m = blockIdx.y, tid = threadIdx.x;
+  const int j = slot ? slot[m] : 0;
+  const int r = j >= 0 ? rank[j] : 0;
+  int lanes = 1;
+  while (lanes * 8 < r) lanes <<= 1;
+  const int per = NT / lanes, cols_blk = P * per, n0 = blockIdx.x * cols_blk;
+  if (j < 0 || n0 >= N) {
+    griddep_wait();
+    return;
+  }
+  const int q = tid & (lanes - 1), c0 = tid / lanes;
+  const bool on = q * 8 < r;
+  const V4 zero = {0u, 0u, 0u, 0u};
+  V4 v[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int n = n0 + p * per + c0;
+    v[p] = on && n < N ? ldg_x(b + ((size_t)j * N + n) * rmax + q * 8) : zero;
+  }
+  griddep_wait();
+  for (int i = tid; i < r; i += NT) {
+    float s = 0.f;
+    for (int z = 0; z < kc; ++z) s += __ldcg(t + ((size_t)z * M + m) * rmax + i);
+    tr[i] = s;
+  }
+  __syncthreads();
+  float tv[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) tv[e] = on ? tr[q * 8 + e] : 0.f;
+  const float sj = scale[j];
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const u32 wd[4] = {v[p].x, v[p].y, v[p].z, v[p].w};
+    float d = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      d += tv[2 * e] * __uint_as_float(wd[e] << 16);
+      d += tv[2 * e + 1] * __uint_as_float(wd[e] & 0xffff0000u);
+    }
+    for (int o = 1; o < lanes; o <<= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+    if (q == 0) ds[p * per + c0] = sj * d;
+  }
+  __syncthreads();
+  const int cols = min(cols_blk, N - n0);
+  for (int c = tid * 8; c < cols; c += NT * 8) {
+    const size_t at = (size_t)m * N + n0 + c;
+    if (c + 8 <= cols) {
+      if (MODE == 0) {
+        V4 yv = *(const V4*)(y + at);
+        u32 wd[4] = {yv.x, yv.y, yv.z, yv.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const u32 lo = to_bf16(__uint_as_float(wd[e] << 16) + ds[c + 2 * e]);
+          const u32 hi = to_bf16(__uint_as_float(wd[e] & 0xffff0000u) + ds[c + 2 * e + 1]);
+          wd[e] = lo | (hi << 16);
+        }
+        yv.x = wd[0];
+        yv.y = wd[1];
+        yv.z = wd[2];
+        yv.w = wd[3];
+        *(V4*)(y + at) = yv;
+      } else {
+        *(float4*)(d_out + at) = *(const float4*)(ds + c);
+        *(float4*)(d_out + at + 4) = *(const float4*)(ds + c + 4);
+      }
+    } else {
+      for (int e = 0; c + e < cols; ++e) {
+        if (MODE == 0)
+          y[at + e] = to_bf16(__uint_as_float(((u32)y[at + e]) << 16) + ds[c + e]);
+        else
+          d_out[at + e] = ds[c + e];
+      }
+    }
+  }
+}
+
+// y[m][n] = bf16(y + d[m][n]) over the rows whose slot is not -1 (slot null: every row), eight
+// columns per thread (N a multiple of 8): the join of lora_expand3<MODE 1> beside the base GEMM.
+__global__ void __launch_bounds__(256) lora_add(bf16_t* __restrict__ y, const float* __restrict__ d, const int* __restrict__ slot, int M, int N) {
+  griddep_wait();
+  const size_t i = ((size_t)blockIdx.x * 256 + threadIdx.x) * 8, total = (size_t)M * N;
+  if (i >= total) return;
+  const int m = (int)(i / N);
+  if (slot && slot[m] < 0) return;
+  V4 yv = *(const V4*)(y + i);
+  const float4 d0 = __ldcs((const float4*)(d + i)), d1 = __ldcs((const float4*)(d + i + 4));
+  const float dv[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
+  u32 wd[4] = {yv.x, yv.y, yv.z, yv.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const u32 lo = to_bf16(__uint_as_float(wd[e] << 16) + dv[2 * e]);
+    const u32 hi = to_bf16(__uint_as_float(wd[e] & 0xffff0000u) + dv[2 * e + 1]);
+    wd[e] = lo | (hi << 16);
+  }
+  yv.x = wd[0];
+  yv.y = wd[1];
+  yv.z = wd[2];
+  yv.w = wd[3];
+  *(V4*)(y + i) = yv;
+}
+
+// The LoRA half for factors stored transposed (bt [S][rmax][N]: row i of B_j^T holds column i of
+// B_j for every output n), so a row's rank_j factor rows are read whole: one batch row m and 256
+// columns per block, 8 per lane (16-byte loads), warp w taking factor rows i = w, w + 8, ... < r
+// (at most LW each: LW = the power of two >= rmax / 8, the bank's widest rank), all requested
+// before the dependency wait (a weight). No byte of a padded rank row is fetched, where
+// [S][N][rmax] storage spreads a narrow row's r elements over 32- or 64-byte sectors. The warps'
+// sums meet in shared memory; one warp updates the block's 256 columns 16 bytes at a time, as
+// lora_expand3 (MODE 0: y += s_j d; MODE 1: d_out = s_j d in f32, for lora_add after the join).
+template <int LW, int MODE>
+__global__ void __launch_bounds__(256) lora_expand4(const float* __restrict__ t, const bf16_t* __restrict__ bt, bf16_t* __restrict__ y,
+                                                    float* __restrict__ d_out, const int* __restrict__ slot, const int* __restrict__ rank,
+                                                    const float* __restrict__ scale, int M, int N, int rmax, int kc) {
+  __shared__ float tr[128];
+  __shared__ __align__(16) float part[8][256];
+  __shared__ __align__(16) float ds[256];
+  const int m = blockIdx.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+  const int j = slot ? slot[m] : 0;
+  const int r = j >= 0 ? rank[j] : 0;
+  const int n0 = blockIdx.x * 256, nl = n0 + lane * 8;
+  if (j < 0) {
+    griddep_wait();
+    return;
+  }
+  const V4 zero = {0u, 0u, 0u, 0u};
+  V4 v[LW];
+#pragma unroll
+  for (int u = 0; u < LW; ++u) {
+    const int i = w + 8 * u;
+    v[u] = i < r && nl < N ? ldg_x(bt + ((size_t)j * rmax + i) * N + nl) : zero;
+  }
+  griddep_wait();
+  for (int i = tid; i < r; i += 256) {
+    float s = 0.f;
+    for (int z = 0; z < kc; ++z) s += __ldcg(t + ((size_t)z * M + m) * rmax + i);
+    tr[i] = s;
+  }
+  __syncthreads();
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int u = 0; u < LW; ++u) {
+    const int i = w + 8 * u;
+    if (i < r) {
+      const float ti = tr[i];
+      const u32 wd[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[2 * e] += ti * __uint_as_float(wd[e] << 16);
+        acc[2 * e + 1] += ti * __uint_as_float(wd[e] & 0xffff0000u);
+      }
+    }
+  }
+  *(float4*)&part[w][lane * 8] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  *(float4*)&part[w][lane * 8 + 4] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  __syncthreads();
+  float s = 0.f;
+#pragma unroll
+  for (int ww = 0; ww < 8; ++ww) s += part[ww][tid];
+  ds[tid] = scale[j] * s;
+  __syncthreads();
+  if (tid >= 32 || nl >= N) return;
+  const size_t at = (size_t)m * N + nl;
+  if (MODE == 0) {
+    V4 yv = *(const V4*)(y + at);
+    u32 wd[4] = {yv.x, yv.y, yv.z, yv.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const u32 lo = to_bf16(__uint_as_float(wd[e] << 16) + ds[lane * 8 + 2 * e]);
+      const u32 hi = to_bf16(__uint_as_float(wd[e] & 0xffff0000u) + ds[lane * 8 + 2 * e + 1]);
+      wd[e] = lo | (hi << 16);
+    }
+    yv.x = wd[0];
+    yv.y = wd[1];
+    yv.z = wd[2];
+    yv.w = wd[3];
+    *(V4*)(y + at) = yv;
+  } else {
+    *(float4*)(d_out + at) = *(const float4*)(ds + lane * 8);
+    *(float4*)(d_out + at + 4) = *(const float4*)(ds + lane * 8 + 4);
+  }
+}

@@ -411,7 +411,13 @@ def lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=N
             or slots.dtype != torch.int32 or ranks.dtype != torch.int32 or scales.dtype != torch.float32 or not _suits(cfg, m, n, k, rmax, True)):
         return None
     x2 = x2.contiguous()
-    if not _ok(x2, w, a_bank, b_bank, slots, ranks, scales):
+    if _tma.transposed_b(b_bank, n):
+        # factors stored [S, R, N] (b_bank its transposed view): only the sx path reads them
+        if not _tma.is_sx(cfg) or n % 8 != 0 or not _ok(b_bank.transpose(1, 2)):
+            return None
+        if not _ok(x2, w, a_bank, slots, ranks, scales):
+            return None
+    elif not _ok(x2, w, a_bank, b_bank, slots, ranks, scales):
         return None
     y = out if out is not None else torch.empty((m, n), device=x.device, dtype=x.dtype)
     if _run(cfg, x2, w, a_bank, b_bank, y, slots, ranks, scales, rmax, 1, True) is None:

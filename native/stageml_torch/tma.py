@@ -566,6 +566,13 @@ def wg_explicit_instantiations(pairs):
     for nb in SX_NB:
         out += "template __global__ void lora_expand<%d>(const float*, const bf16_t*, bf16_t*, const int*, const int*, const float*, int, int, int, int);\n" % nb
         out += "template __global__ void lora_expand2<%d>(const float*, const bf16_t*, bf16_t*, const int*, const int*, const float*, int, int, int, int);\n" % nb
+    for mode in (0, 1):
+        out += ("template __global__ void lora_expand3<%d,%d,%d>(const float*, const bf16_t*, bf16_t*, float*, const int*, const int*, const float*, int, int, int, int);\n"
+                % (EXPAND3_NT, EXPAND3_P, mode))
+    for lw in (1, 2, 4, 8, 16):
+        for mode in (0, 1):
+            out += ("template __global__ void lora_expand4<%d,%d>(const float*, const bf16_t*, bf16_t*, float*, const int*, const int*, const float*, int, int, int, int);\n"
+                    % (lw, mode))
     return out
 
 
@@ -707,7 +714,11 @@ def wg_sweep(m, bank=False, rmax=16):
 # sums the slices and adds s_j·t·B_jᵀ into
 # y (NB columns per block, one row per block row). Three launches (the two kernels with
 # programmatic dependent launch; SIDE = 1: the shrink on a side stream beside the GEMM), one
-# adapter (slots None) or a bank (slot per row).
+# adapter (slots None) or a bank (slot per row). EV picks the expand: 0 lora_expand, 1 lora_expand2
+# (its loads reordered), 2 lora_expand3 (the factor rows read by whole columns per warp load, y
+# updated 16 bytes at a time), 3 lora_expand3 writing s_j·t·B_jᵀ to an f32 buffer on the side
+# stream right after the shrink, beside the base GEMM, and lora_add folding it into y after the
+# join (needs SIDE = 1). EV 2 and 3 need N a multiple of 8 (else EV 1 runs).
 
 SX_KW = (8, 32)
 SX_NB = (128, 256)
@@ -721,8 +732,9 @@ def is_sx(cfg):
 def check_sx(cfg):
     """Validates a ("sx", KW, NB[, SIDE]) tuple; raises WorkerError (RT_BAD_VALUE) naming what is wrong."""
     if (not is_sx(cfg) or len(cfg) not in (3, 4, 5) or cfg[1] not in SX_KW or cfg[2] not in SX_NB
-            or (len(cfg) >= 4 and cfg[3] not in (0, 1)) or (len(cfg) == 5 and cfg[4] not in (0, 1))):
-        raise WorkerError(errors.BAD_VALUE, "sx config must be ('sx', KW, NB[, SIDE[, EV]]), KW in %s, NB in %s, SIDE and EV 0 or 1, got %r"
+            or (len(cfg) >= 4 and cfg[3] not in (0, 1)) or (len(cfg) == 5 and cfg[4] not in (0, 1, 2, 3))
+            or (len(cfg) == 5 and cfg[4] == 3 and cfg[3] != 1)):
+        raise WorkerError(errors.BAD_VALUE, "sx config must be ('sx', KW, NB[, SIDE[, EV]]), KW in %s, NB in %s, SIDE 0 or 1, EV 0-3 (3 with SIDE 1), got %r"
                           % (SX_KW, SX_NB, cfg))
     return cfg
 
@@ -746,7 +758,64 @@ def _shrink_fn(kw):
     return _wg_function("lora_shrink<%d>" % kw, "_Z11lora_shrinkILi%dEEvPKtS1_PfPKiS4_iii" % kw)
 
 
+# lora_expand3's block (threads) and loads per thread (template NT, P)
+EXPAND3_NT = 256
+EXPAND3_P = 8
+
+
+ADD_MANGLED = "_Z8lora_addPtPKfPKiii"
+
+
+def expand3_mangled(mode):
+    return "_Z12lora_expand3ILi%dELi%dELi%dEEvPKfPKtPtPfPKiS7_S1_iiii" % (EXPAND3_NT, EXPAND3_P, mode)
+
+
+def expand4_mangled(lw, mode):
+    return "_Z12lora_expand4ILi%dELi%dEEvPKfPKtPtPfPKiS7_S1_iiii" % (lw, mode)
+
+
+def _expand3_fn(mode):
+    return _wg_function("lora_expand3<%d,%d,%d>" % (EXPAND3_NT, EXPAND3_P, mode), expand3_mangled(mode))
+
+
+def _add_fn():
+    return _wg_function("lora_add", ADD_MANGLED)
+
+
+def expand3_lanes(rmax):
+    """lora_expand3's lanes per column for the bank's widest rank: the power of two ≥ rmax / 8."""
+    lanes = 1
+    while lanes * 8 < rmax:
+        lanes *= 2
+    return lanes
+
+
+def expand3_grid(n, m, rmax):
+    """lora_expand3's grid: column blocks sized for the widest rank's lanes, one row per block row."""
+    return (-(-n // (EXPAND3_P * EXPAND3_NT // expand3_lanes(rmax))), m, 1)
+
+
+def expand4_lw(rmax):
+    """lora_expand4's factor rows per warp for the bank's widest rank: the power of two ≥ rmax / 8."""
+    return expand3_lanes(rmax)
+
+
+def _expand4_fn(rmax, mode):
+    lw = expand4_lw(rmax)
+    return _wg_function("lora_expand4<%d,%d>" % (lw, mode), expand4_mangled(lw, mode))
+
+
+def transposed_b(b, n):
+    """True when b ([S, N, R] or [N, R]) is a view of factors stored transposed ([S, R, N] / [R, N]
+    contiguous): lora_expand4 reads those; every other kernel needs b contiguous as shaped."""
+    if b.dim() == 3:
+        return b.shape[1] == n and b.stride(1) == 1 and b.stride(2) == n and b.stride(0) == n * b.shape[2]
+    return b.dim() == 2 and b.shape[0] == n and b.stride(0) == 1 and b.stride(1) == n
+
+
 def _expand_fn(nb, ev=0):
+    if ev >= 2:
+        return _expand3_fn(ev - 2)
     if ev:
         return _wg_function("lora_expand2<%d>" % nb, "_Z12lora_expand2ILi%dEEvPKfPKtPtPKiS6_S1_iiii" % nb)
     return _wg_function("lora_expand<%d>" % nb, "_Z11lora_expandILi%dEEvPKfPKtPtPKiS6_S1_iiii" % nb)
@@ -758,7 +827,9 @@ def sx_ev(cfg):
 
 
 def sx_function(cfg):
-    """Both kernels' handles (built once); raises when they cannot be built here."""
+    """Both kernels' handles (built once; EV 3 also lora_add's); raises when they cannot be built here."""
+    if sx_ev(cfg) == 3:
+        _add_fn()
     return _shrink_fn(cfg[1]), _expand_fn(cfg[2], sx_ev(cfg))
 
 
@@ -766,7 +837,18 @@ def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
     """y = x2·wᵀ (cuBLAS) + the rows' LoRA terms; a [S, rmax, K] or [rank, K], b [S, N, rmax] or [N, rank]."""
     m, k = x2.shape
     n = w.shape[0]
+    ev = sx_ev(cfg)
+    bt = transposed_b(b, n)
+    if bt and (n % 8 != 0 or y.data_ptr() % 16 != 0):
+        raise WorkerError(errors.BAD_VALUE, "sx with transposed factors needs N a multiple of 8 and y 16-byte aligned (N %d)" % n)
+    if ev >= 2 and (n % 8 != 0 or y.data_ptr() % 16 != 0):
+        cfg, ev = cfg[:4] + (1,), 1  # lora_expand3 updates y 8 columns (16 bytes) at a time
     fs, fe = sx_function(cfg)
+    egrid, ethreads = expand3_grid(n, m, rmax), EXPAND3_NT
+    if bt:
+        # factors stored [S, R, N]: lora_expand4 whatever EV says (3: its d-writing form)
+        fe = _expand4_fn(rmax, 1 if ev == 3 else 0)
+        egrid, ethreads, ev = (-(-n // 256), m, 1), 256, (3 if ev == 3 else 2)
     stream = torch.cuda.current_stream(x2.device).cuda_stream
     t = _tbuf(x2.device, stream, rmax)
 
@@ -776,6 +858,22 @@ def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
     groups = -(-rmax // 16)
     kc = sx_slices(cfg[1], m, groups, k)
     vals = [p(x2), p(a), p(t), p(slots), p(ranks)] + [ctypes.c_int32(v) for v in (m, k, rmax)]
+    tail = [ctypes.c_int32(v) for v in (m, n, rmax, kc)]
+    if ev == 3:
+        # the whole LoRA term beside the base GEMM: side stream shrink -> expand into d (f32), the
+        # caller's stream GEMM -> join -> lora_add (y += d); d is this call's, freed on the caller's
+        # stream after the join, so its memory is reused only behind the side stream's work.
+        main = torch.cuda.current_stream(x2.device)
+        side = _side_stream(x2.device)
+        d = torch.empty((m, n), device=x2.device, dtype=torch.float32)
+        side.wait_stream(main)
+        _launch_raw(fs, (m, groups, kc), 32 * cfg[1], 0, side.cuda_stream, vals, "lora_shrink<%d>" % cfg[1])
+        _launch_raw(fe, egrid, ethreads, 0, side.cuda_stream,
+                    [p(t), p(b), p(None), p(d), p(slots), p(ranks), p(scales)] + tail, "lora_expand3/4<MODE 1>")
+        torch.matmul(x2, w.t(), out=y)
+        main.wait_stream(side)
+        _launch_raw(_add_fn(), (-(-(m * n // 8) // 256), 1, 1), 256, 0, stream, [p(y), p(d), p(slots), ctypes.c_int32(m), ctypes.c_int32(n)], "lora_add")
+        return y
     if len(cfg) > 3 and cfg[3]:
         # SIDE: the shrink on a side stream, concurrent with the base GEMM (it reads only x and A);
         # the side stream waits for the work before (x, and the previous call's expand reading t),
@@ -789,9 +887,12 @@ def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
     else:
         _launch_raw(fs, (m, groups, kc), 32 * cfg[1], 0, stream, vals, "lora_shrink<%d>" % cfg[1])
         torch.matmul(x2, w.t(), out=y)
-    _launch_raw(fe, (-(-n // cfg[2]), m, 1), cfg[2], 0, stream,
-                [p(t), p(b), p(y), p(slots), p(ranks), p(scales)] + [ctypes.c_int32(v) for v in (m, n, rmax, kc)],
-                ("lora_expand2<%d>" if sx_ev(cfg) else "lora_expand<%d>") % cfg[2])
+    if ev == 2:
+        _launch_raw(fe, egrid, ethreads, 0, stream, [p(t), p(b), p(y), p(None), p(slots), p(ranks), p(scales)] + tail,
+                    "lora_expand3/4<MODE 0>")
+        return y
+    _launch_raw(fe, (-(-n // cfg[2]), m, 1), cfg[2], 0, stream, [p(t), p(b), p(y), p(slots), p(ranks), p(scales)] + tail,
+                ("lora_expand2<%d>" if ev else "lora_expand<%d>") % cfg[2])
     return y
 
 

@@ -170,7 +170,7 @@ import json
 from stageml_torch import tma
 from stageml_torch.errors import WorkerError
 bad = [("wg", 96, 2, 64, 10, 0), ("wg", 64, 3, 64, 10, 0), ("wg", 64, 2, 48, 10, 0), ("wg", 64, 2, 64, 1, 0), ("wg", 64, 2, 64, 10, 9),
-       ("wg", 64, 2, 64, 10), ("wg", 64, 2, 64, 10, True), ("wg", 64, 2, 64, 10, 0, 2), ("sx", 16, 256), ("sx", 32, 64), ("sx", 32), ("sx", 32, 128, 2), ("sx", 32, 128, 1, 2), ("sx", 32, 128, 1, 1, 0)]
+       ("wg", 64, 2, 64, 10), ("wg", 64, 2, 64, 10, True), ("wg", 64, 2, 64, 10, 0, 2), ("sx", 16, 256), ("sx", 32, 64), ("sx", 32), ("sx", 32, 128, 2), ("sx", 32, 128, 1, 4), ("sx", 32, 128, 1, 1, 0), ("sx", 32, 128, 0, 3)]
 res = []
 for c in bad:
     try:
@@ -180,7 +180,8 @@ for c in bad:
         res.append([e.code, e.message])
 print(json.dumps({
   "m": [tma.wg_mangled(("wg", 64, 2, 64, 10, 0), 16), tma.wg_mangled(("wg", 64, 2, 64, 8, 4), 64), tma.wg_mangled(("wg", 64, 2, 8, 12, 0, 1), 16), tma.SHRINK_MANGLED],
-  "ev": [tma.sx_ev(("sx", 32, 128)), tma.sx_ev(("sx", 32, 128, 1)), tma.sx_ev(("sx", 32, 128, 1, 1)), list(tma.check_sx(("sx", 8, 128, 0, 1)))],
+  "ev": [tma.sx_ev(("sx", 32, 128)), tma.sx_ev(("sx", 32, 128, 1)), tma.sx_ev(("sx", 32, 128, 1, 1)), list(tma.check_sx(("sx", 8, 128, 0, 1))),
+         list(tma.check_sx(("sx", 32, 128, 0, 2))), list(tma.check_sx(("sx", 32, 128, 1, 3)))],
   "inst": tma.wg_explicit_instantiations([(("wg", 64, 2, 8, 12, 0), 16), (("wg", 64, 2, 8, 12, 0), 8), (("wg", 64, 2, 64, 8, 4), 64)]).strip().split("\\n"),
   "fa": [tma.wg_fa(("wg", 64, 2, 8, 12, 0), r) for r in (8, 16, 40, 64)] + [tma.wg_fa(("wg", 64, 2, 8, 12, 4), 64)],
   "bad": res,
@@ -193,10 +194,12 @@ print(json.dumps({
       '_Z7lora_wgILi64ELi2ELi8ELi12ELi16ELi0ELi1EEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii',
       '_Z11lora_shrinkILi32EEvPKtS1_PfPKiS4_iii',
     ]);
-    // EV (5th element): lora_expand (0, the default) or lora_expand2 (1)
-    expect(out.ev).toEqual([0, 0, 1, ['sx', 8, 128, 0, 1]]);
-    // Rank 8 and 16 share FA 16 (one instantiation); the shrink (KW 8, 32) and both expands (NB 128, 256) once each.
-    expect(out.inst).toHaveLength(2 + 2 + 4);
+    // EV (5th element): lora_expand (0, the default), lora_expand2 (1), lora_expand3 (2), or
+    // lora_expand3 into a buffer on the side stream (3, only with SIDE 1)
+    expect(out.ev).toEqual([0, 0, 1, ['sx', 8, 128, 0, 1], ['sx', 32, 128, 0, 2], ['sx', 32, 128, 1, 3]]);
+    // Rank 8 and 16 share FA 16 (one instantiation); the shrink (KW 8, 32) and both expands (NB 128, 256) once each,
+    // lora_expand3 in both modes, lora_expand4 for every factor-row count per warp in both modes.
+    expect(out.inst).toHaveLength(2 + 2 + 4 + 2 + 10);
     expect(out.inst[0]).toMatch(/^template __global__ void lora_wg<64,2,64,8,0,4,0>\(const __grid_constant__ TMap, /);
     expect(out.inst[1]).toMatch(/^template __global__ void lora_wg<64,2,8,12,16,0,0>\(/);
     expect(out.inst.slice(2)).toEqual([
@@ -206,6 +209,9 @@ print(json.dumps({
       expect.stringMatching(/^template __global__ void lora_expand2<128>\(/),
       expect.stringMatching(/^template __global__ void lora_expand<256>\(/),
       expect.stringMatching(/^template __global__ void lora_expand2<256>\(/),
+      expect.stringMatching(/^template __global__ void lora_expand3<256,8,0>\(const float\*, const bf16_t\*, bf16_t\*, float\*, /),
+      expect.stringMatching(/^template __global__ void lora_expand3<256,8,1>\(/),
+      ...[1, 2, 4, 8, 16].flatMap((lw) => [0, 1].map((mode) => expect.stringMatching(new RegExp(`^template __global__ void lora_expand4<${lw},${mode}>\\(const float\\*, `)))),
     ]);
     expect(out.fa).toEqual([16, 16, 48, 64, 0]);
     expect(out.bad.every((r) => r !== null && r[0] === 'RT_BAD_VALUE')).toBe(true);
@@ -221,9 +227,41 @@ print(json.dumps({
     expect(msgs[8]).toMatch(/KW in \(8, 32\)/);
     expect(msgs[9]).toMatch(/NB in \(128, 256\)/);
     expect(msgs[10]).toMatch(/must be \('sx', KW, NB\[, SIDE\[, EV\]\]\)/);
-    expect(msgs[11]).toMatch(/SIDE and EV 0 or 1/);
-    expect(msgs[12]).toMatch(/SIDE and EV 0 or 1/);
+    expect(msgs[11]).toMatch(/SIDE 0 or 1, EV 0-3 \(3 with SIDE 1\)/);
+    expect(msgs[12]).toMatch(/SIDE 0 or 1, EV 0-3/);
     expect(msgs[13]).toMatch(/must be \('sx'/);
+    expect(msgs[14]).toMatch(/3 with SIDE 1/);
+  });
+
+  it('tells factors stored transposed from [S, N, R] storage, and names the expands and lora_add as nvcc 13 mangles them', () => {
+    const out = py(`
+import json
+import torch
+from stageml_torch import tma
+b = torch.zeros(4, 64, 16)
+bt = b.transpose(1, 2).contiguous().transpose(1, 2)
+one = torch.zeros(64, 16)
+print(json.dumps({
+  "t": [tma.transposed_b(b, 64), tma.transposed_b(bt, 64), tma.transposed_b(bt[:, :32], 32), tma.transposed_b(bt, 32),
+        tma.transposed_b(one, 64), tma.transposed_b(one.t().contiguous().t(), 64)],
+  "lw": [tma.expand4_lw(r) for r in (8, 16, 24, 64, 128)],
+  "grid": [list(tma.expand3_grid(4096, 64, 64)), list(tma.expand3_grid(14336, 3, 16)), list(tma.expand3_grid(100, 1, 8))],
+  "m": [tma.expand3_mangled(0), tma.expand3_mangled(1), tma.expand4_mangled(8, 0), tma.expand4_mangled(16, 1), tma.ADD_MANGLED],
+}))
+`) as { t: boolean[]; lw: number[]; grid: number[][]; m: string[] };
+    // A [64, N, R] view of [64, R, N] storage is transposed; a slice of it (strides no longer N) or a plain tensor is not.
+    expect(out.t).toEqual([false, true, false, false, false, true]);
+    expect(out.lw).toEqual([1, 2, 4, 8, 16]);
+    // lora_expand3: 8 loads of 256 threads per block, 256 / lanes columns per load.
+    expect(out.grid).toEqual([[16, 64, 1], [14, 3, 1], [1, 1, 1]]);
+    // Read off nvcc 13.0's -Xptxas -v report (sm_90a).
+    expect(out.m).toEqual([
+      '_Z12lora_expand3ILi256ELi8ELi0EEvPKfPKtPtPfPKiS7_S1_iiii',
+      '_Z12lora_expand3ILi256ELi8ELi1EEvPKfPKtPtPfPKiS7_S1_iiii',
+      '_Z12lora_expand4ILi8ELi0EEvPKfPKtPtPfPKiS7_S1_iiii',
+      '_Z12lora_expand4ILi16ELi1EEvPKfPKtPtPfPKiS7_S1_iiii',
+      '_Z8lora_addPtPKfPKiii',
+    ]);
   });
 
   it('sizes wgmma-ring launches within the shared memory and registers it was built spill-free for', () => {
