@@ -26,7 +26,7 @@ from stageml_torch import tma  # noqa: E402
 SETS = 4
 MIXES = {"r16": [16] * 64, "8-16-64": [[8, 16, 64][i % 3] for i in range(64)], "r8": [8] * 64}
 VARIANTS = [("sx", 32, 128, 1, 1), ("sx", 32, 128, 1, 2), ("sx", 32, 128, 1, 3), ("sx", 32, 128, 0, 2)]
-# with the factors stored transposed ([64, R, N], passed as its [64, N, R] view): lora_expand4
+# with the factors also stored transposed ([64, R, N], b_bank_t): lora_expand4
 VARIANTS_T = [("sx", 32, 128, 1, 2), ("sx", 32, 128, 1, 3), ("sx", 32, 128, 0, 2)]
 
 
@@ -67,11 +67,16 @@ def case(res, mix, m, n, k):
     for cfg in VARIANTS:
         run = lambda i, c=cfg: sk.must(st.lora_bank_linear(xs[i], ws[i], bk[i][0], bk[i][1], slots[i], ranks, scales, cfg=c, out=outs[i]))  # noqa: E731
         sk.measure(row, "sx %s" % (cfg,), run, refs, outs, extra={"config": list(cfg)})
-    bts = [b.transpose(1, 2).contiguous().transpose(1, 2) for _, b in bk]
-    assert all(tma.transposed_b(v, n) for v in bts)
+    bts = [b.transpose(1, 2).contiguous() for _, b in bk]
     for cfg in VARIANTS_T:
-        run = lambda i, c=cfg: sk.must(st.lora_bank_linear(xs[i], ws[i], bk[i][0], bts[i], slots[i], ranks, scales, cfg=c, out=outs[i]))  # noqa: E731
+        run = lambda i, c=cfg: sk.must(st.lora_bank_linear(xs[i], ws[i], bk[i][0], bk[i][1], slots[i], ranks, scales, cfg=c, out=outs[i], b_bank_t=bts[i]))  # noqa: E731
         sk.measure(row, "sx %s B^T" % (cfg,), run, refs, outs, extra={"config": list(cfg), "b_transposed": True})
+    if st.config_for(m, bank=True) is not None:
+        shipped = list(st.config_for(m, bank=True))
+        run = lambda i: sk.must(st.lora_bank_linear(xs[i], ws[i], bk[i][0], bk[i][1], slots[i], ranks, scales, out=outs[i]))  # noqa: E731
+        sk.measure(row, "shipped dispatch, b_bank", run, refs, outs, extra={"config": shipped})
+        run = lambda i: sk.must(st.lora_bank_linear(xs[i], ws[i], bk[i][0], bk[i][1], slots[i], ranks, scales, out=outs[i], b_bank_t=bts[i]))  # noqa: E731
+        sk.measure(row, "shipped dispatch, b_bank + b_bank_t", run, refs, outs, extra={"config": shipped})
     if m == 64 and n == k == 4096:
         pieces(row, xs, ws, bk, bts, slots, ranks, scales, rmax, outs, m, n, k)
     del bts
@@ -123,16 +128,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True)
     ap.add_argument("--rows", default="16,32,64,128,256")
+    ap.add_argument("--mixes", default=",".join(MIXES), help="which banks (r16, 8-16-64, r8)")
+    ap.add_argument("--no-8b", action="store_true", help="skip the Llama-3-8B projection shapes")
     ARGS = ap.parse_args()
     res = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__, "device": torch.cuda.get_device_name(),
-                    "copy_TBps": sk.copy_tbs(), "variants": [list(v) for v in VARIANTS]}, "rows": []}
+                    "copy_TBps": sk.copy_tbs(), "variants": [list(v) for v in VARIANTS],
+                    "shrink_warps": tma.SX_SHRINK_WARPS, "bank_table": {str(kk): list(v) for kk, v in st.DEFAULT_BANK.items()}}, "rows": []}
     print("copy %.2f TB/s" % res["meta"]["copy_TBps"], flush=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     with torch.no_grad():
-        for mix in MIXES:
+        mixes = [v for v in ARGS.mixes.split(",") if v]
+        for mix in mixes:
             for m in [int(v) for v in ARGS.rows.split(",")] if mix != "r8" else [32, 64]:
                 case(res, mix, m, 4096, 4096)
-        for mix in ("8-16-64", "r16"):
+        for mix in [] if ARGS.no_8b else [v for v in ("8-16-64", "r16") if v in mixes]:
             for n, k in ((1024, 4096), (14336, 4096), (4096, 14336)):
                 case(res, mix, 64, n, k)
                 torch.cuda.empty_cache()

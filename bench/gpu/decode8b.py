@@ -168,8 +168,8 @@ class StreamBanks:
                 for j, r in enumerate(ranks):
                     a[j, r:] = 0
                     b[j, :, r:] = 0
-                # the same factors stored [64, R, N] too (lora_expand4 reads them; its view is [64, N, R])
-                row[p] = (a, b, b.transpose(1, 2).contiguous().transpose(1, 2) if with_transposed else None)
+                # the same factors stored [64, R, N] too (lora_bank_linear's b_bank_t; lora_expand4 reads them)
+                row[p] = (a, b, b.transpose(1, 2).contiguous() if with_transposed else None)
             self.banks.append(row)
         self.fallbacks = 0
         self.transposed = False
@@ -178,8 +178,8 @@ class StreamBanks:
         w = ours.layers[l]["w"][p]
         a, b, bt = self.banks[l][p]
         if not reference:
-            # transposed storage where the sx path runs (> 16 rows); the fused kernels below read [S, N, R]
-            y = self.st.lora_bank_linear(x, w, a, bt if self.transposed and x.shape[0] > 16 else b, slots, self.ranks, self.scales)
+            # b_bank_t: the factors also stored [S, R, N], which the 17-64-row path reads (lora_expand4)
+            y = self.st.lora_bank_linear(x, w, a, b, slots, self.ranks, self.scales, b_bank_t=bt if self.transposed else None)
             if y is not None:
                 return y
             self.fallbacks += 1
@@ -217,7 +217,7 @@ def stream_main(args):
     print("model built in %.1f s" % (time.time() - t0), flush=True)
     # --bank-tables: more dispatch tables ({"bank": {bucket: cfg}} files, as STAGEML_STREAM_CONFIGS)
     # whose 64-adapter step is timed (and checked at 64 streams) beside the built-in one's
-    tables = [("default", dict(st_tables.DEFAULT_BANK))]
+    tables = [("default", dict(st_tables.DEFAULT_BANK, b_transposed=not args.no_b_transposed))]
     for path in [v for v in (args.bank_tables or "").split(",") if v]:
         with open(path) as fh:
             over = {int(k): tuple(v) if v is not None else None for k, v in json.load(fh).get("bank", {}).items()}
@@ -269,8 +269,7 @@ def stream_main(args):
                         row[key + "lora_over_base"] = row[key + "lora_ms"] / row["base_ms"]
                         print("  table %s: %.2f ms (x%.3f)" % (tname, row[key + "lora_ms"], row[key + "lora_over_base"]), flush=True)
                 st_tables.DEFAULT_BANK.clear()
-                st_tables.DEFAULT_BANK.update(tables[0][1])
-                banks.transposed = False
+                st_tables.DEFAULT_BANK.update({kk: vv for kk, vv in tables[0][1].items() if kk != "b_transposed"})
                 row["lora_over_base"] = row["lora_ms"] / row["base_ms"]
                 row["byte_floor_ratio"] = 1 + sum(mixes[mix][i % 64] for i in range(b)) * per_rank_bytes / base_bytes
                 row["fallbacks"] = banks.fallbacks
@@ -309,6 +308,7 @@ def main():
     ap.add_argument("--batches", default="1,2,4,8,16,32,64")
     ap.add_argument("--peft-batches", default="1,8,64")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--no-b-transposed", action="store_true", help="--kernel stream: the built-in table's step without b_bank_t (B stored [S, N, R] only)")
     ap.add_argument("--bank-tables", default=None, help="--kernel stream: comma-separated JSON files of more bank tables to time beside the built-in one")
     args = ap.parse_args()
     if args.kernel == "stream":

@@ -73,8 +73,16 @@ BIG_DEFAULT = [
 DEFAULT_BANK = {
     8: (1, 1, 8, 1, 2, 0),
     16: ("cl", 1, 4, 2, 4, 8, 0),
-    32: ("sx", 32, 128, 1, 1),
-    64: ("sx", 32, 128, 1, 1),
+    32: ("sx", 32, 128, 1, 3),
+    64: ("sx", 32, 128, 1, 3),
+}
+
+# banks whose factors also come stored [S, R, N] (lora_bank_linear's b_bank_t) and whose widest rank
+# is above tma.SX_SIDE_EXPAND_MAX_RANK: at 9-16 rows the side-stream sx path, not the cluster kernel
+# (64 adapters of ranks 8/16/64 at 16 rows: 1.41x cuBLAS base against 1.55x; r16 stays with the
+# cluster kernel, 1.38x against 1.44x)
+DEFAULT_BANK_T_WIDE = {
+    16: ("sx", 32, 128, 1, 3),
 }
 
 _CUPY = None
@@ -231,16 +239,18 @@ def _suits(cfg, m, n, k, rmax, bank):
     return suits(cfg, m, n, k, rmax)
 
 
-def _run(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, bank, scales_host=None):
+def _run(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, bank, scales_host=None, bt=None):
     """Launches cfg; None when the TMA family cannot be built or launched here (the family is then
     switched off for the process and the caller falls back; nothing was written)."""
     if _tma.is_sx(cfg):
         try:
             _tma.sx_function(cfg)
+            if bt is not None and _tma.sx_ev(cfg) >= 2:
+                _tma._expand4_fn(rmax, 1 if _tma.sx_ev(cfg) == 3 else 0)
         except Exception:  # noqa: BLE001 - NVRTC or the module load failed: this configuration falls back
             _tma._FAILED.add(tuple(cfg))
             return None
-        return _tma.sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax)
+        return _tma.sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, bt=bt)
     if _big.is_cx(cfg):
         return _big.cx_launch(x2, w, a, b, y, float(scales_host[0]))
     if _big.is_big(cfg):
@@ -395,9 +405,13 @@ def lora_linear(x, w, a, b, scale, cfg=None, out=None):
     return y.reshape(*x.shape[:-1], n)
 
 
-def lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=None):
+def lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=None, b_bank_t=None):
     """y = x·Wᵀ + scales[j]·(x·A_jᵀ)·B_jᵀ, j = slots[row] (−1: no adapter), or None when the kernel
-    does not suit. a_bank [S, R, K], b_bank [S, N, R], ranks [S] int32 multiples of 8 ≤ R."""
+    does not suit. a_bank [S, R, K], b_bank [S, N, R], ranks [S] int32 multiples of 8 ≤ R.
+    b_bank_t: optionally the same factors stored [S, R, N] (contiguous: b_bank.transpose(1, 2)
+    copied), which the 17-64-row path reads without touching any padded rank column (lora_expand4;
+    ranks 8/16/64 at 64 rows: 2.29x cuBLAS base against 2.54x from b_bank alone); the fused
+    kernels at ≤ 16 rows read b_bank. It costs a second copy of B; a wrong shape or dtype declines."""
     if not available() or x.dtype != torch.bfloat16 or not (w.dtype == a_bank.dtype == b_bank.dtype == x.dtype):
         return None
     n, k = w.shape
@@ -406,21 +420,19 @@ def lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=N
     s_, rmax, ka = a_bank.shape
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
+    if cfg is None and b_bank_t is not None and rmax > _tma.SX_SIDE_EXPAND_MAX_RANK and 0 < m <= 16:
+        cfg = DEFAULT_BANK_T_WIDE.get(_bucket(m))
     cfg = _pick(m, n, k, rmax, True, cfg)
     if (cfg is None or ka != k or b_bank.shape != (s_, n, rmax) or slots.shape != (m,) or ranks.shape != (s_,) or scales.shape != (s_,)
             or slots.dtype != torch.int32 or ranks.dtype != torch.int32 or scales.dtype != torch.float32 or not _suits(cfg, m, n, k, rmax, True)):
         return None
     x2 = x2.contiguous()
-    if _tma.transposed_b(b_bank, n):
-        # factors stored [S, R, N] (b_bank its transposed view): only the sx path reads them
-        if not _tma.is_sx(cfg) or n % 8 != 0 or not _ok(b_bank.transpose(1, 2)):
-            return None
-        if not _ok(x2, w, a_bank, slots, ranks, scales):
-            return None
-    elif not _ok(x2, w, a_bank, b_bank, slots, ranks, scales):
+    if not _ok(x2, w, a_bank, b_bank, slots, ranks, scales):
+        return None
+    if b_bank_t is not None and (b_bank_t.shape != (s_, rmax, n) or b_bank_t.dtype != x.dtype or not _ok(b_bank_t)):
         return None
     y = out if out is not None else torch.empty((m, n), device=x.device, dtype=x.dtype)
-    if _run(cfg, x2, w, a_bank, b_bank, y, slots, ranks, scales, rmax, 1, True) is None:
+    if _run(cfg, x2, w, a_bank, b_bank, y, slots, ranks, scales, rmax, 1, True, bt=b_bank_t) is None:
         return None
     return y.reshape(*x.shape[:-1], n)
 

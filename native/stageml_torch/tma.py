@@ -805,14 +805,6 @@ def _expand4_fn(rmax, mode):
     return _wg_function("lora_expand4<%d,%d>" % (lw, mode), expand4_mangled(lw, mode))
 
 
-def transposed_b(b, n):
-    """True when b ([S, N, R] or [N, R]) is a view of factors stored transposed ([S, R, N] / [R, N]
-    contiguous): lora_expand4 reads those; every other kernel needs b contiguous as shaped."""
-    if b.dim() == 3:
-        return b.shape[1] == n and b.stride(1) == 1 and b.stride(2) == n and b.stride(0) == n * b.shape[2]
-    return b.dim() == 2 and b.shape[0] == n and b.stride(0) == 1 and b.stride(1) == n
-
-
 def _expand_fn(nb, ev=0):
     if ev >= 2:
         return _expand3_fn(ev - 2)
@@ -833,22 +825,29 @@ def sx_function(cfg):
     return _shrink_fn(cfg[1]), _expand_fn(cfg[2], sx_ev(cfg))
 
 
-def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
+# EV 3 (the expand beside the base GEMM) with factors stored [S, N, R] only up to this widest rank:
+# beyond it lora_expand3 spends more on the padded rank rows than the overlap saves (64 rows of
+# ranks 8/16/64: 3.04x cuBLAS base against EV 1's 2.54x), so EV 1 runs; with the factors also
+# stored [S, R, N] (bt) lora_expand4 reads no padding and EV 3 wins at every measured rank.
+SX_SIDE_EXPAND_MAX_RANK = 16
+
+
+def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, bt=None):
     """y = x2·wᵀ (cuBLAS) + the rows' LoRA terms; a [S, rmax, K] or [rank, K], b [S, N, rmax] or [N, rank]."""
     m, k = x2.shape
     n = w.shape[0]
     ev = sx_ev(cfg)
-    bt = transposed_b(b, n)
-    if bt and (n % 8 != 0 or y.data_ptr() % 16 != 0):
-        raise WorkerError(errors.BAD_VALUE, "sx with transposed factors needs N a multiple of 8 and y 16-byte aligned (N %d)" % n)
     if ev >= 2 and (n % 8 != 0 or y.data_ptr() % 16 != 0):
-        cfg, ev = cfg[:4] + (1,), 1  # lora_expand3 updates y 8 columns (16 bytes) at a time
+        cfg, ev, bt = cfg[:4] + (1,), 1, None  # lora_expand3/4 update y 8 columns (16 bytes) at a time
+    if ev == 3 and bt is None and rmax > SX_SIDE_EXPAND_MAX_RANK:
+        cfg, ev = cfg[:4] + (1,), 1
     fs, fe = sx_function(cfg)
     egrid, ethreads = expand3_grid(n, m, rmax), EXPAND3_NT
-    if bt:
-        # factors stored [S, R, N]: lora_expand4 whatever EV says (3: its d-writing form)
+    if bt is not None and ev >= 2:
+        # the factors stored [S, R, N] too: lora_expand4 reads them (3: its d-writing form)
+        b = bt
         fe = _expand4_fn(rmax, 1 if ev == 3 else 0)
-        egrid, ethreads, ev = (-(-n // 256), m, 1), 256, (3 if ev == 3 else 2)
+        egrid, ethreads = (-(-n // 256), m, 1), 256
     stream = torch.cuda.current_stream(x2.device).cuda_stream
     t = _tbuf(x2.device, stream, rmax)
 
@@ -869,7 +868,7 @@ def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
         side.wait_stream(main)
         _launch_raw(fs, (m, groups, kc), 32 * cfg[1], 0, side.cuda_stream, vals, "lora_shrink<%d>" % cfg[1])
         _launch_raw(fe, egrid, ethreads, 0, side.cuda_stream,
-                    [p(t), p(b), p(None), p(d), p(slots), p(ranks), p(scales)] + tail, "lora_expand3/4<MODE 1>")
+                    [p(t), p(b), p(None), p(d), p(slots), p(ranks), p(scales)] + tail, "lora_expand%d<MODE 1>" % (4 if bt is not None else 3))
         torch.matmul(x2, w.t(), out=y)
         main.wait_stream(side)
         _launch_raw(_add_fn(), (-(-(m * n // 8) // 256), 1, 1), 256, 0, stream, [p(y), p(d), p(slots), ctypes.c_int32(m), ctypes.c_int32(n)], "lora_add")
@@ -889,7 +888,7 @@ def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax):
         torch.matmul(x2, w.t(), out=y)
     if ev == 2:
         _launch_raw(fe, egrid, ethreads, 0, stream, [p(t), p(b), p(y), p(None), p(slots), p(ranks), p(scales)] + tail,
-                    "lora_expand3/4<MODE 0>")
+                    "lora_expand%d<MODE 0>" % (4 if bt is not None else 3))
         return y
     _launch_raw(fe, (-(-n // cfg[2]), m, 1), cfg[2], 0, stream, [p(t), p(b), p(y), p(slots), p(ranks), p(scales)] + tail,
                 ("lora_expand2<%d>" if ev else "lora_expand<%d>") % cfg[2])
@@ -900,9 +899,13 @@ def sx_slices(kw, m, groups, k):
     """lora_shrink's K slices (grid z): doubled while the launch has under ~2048 warps (one DRAM
     round trip of A in flight) and each warp keeps a multiple of 64 of K; at most SX_MAX_KC."""
     kc = 1
-    while kc < SX_MAX_KC and m * groups * kc * kw < 2048 and k % (kw * 64 * kc * 2) == 0:
+    while kc < SX_MAX_KC and m * groups * kc * kw < SX_SHRINK_WARPS and k % (kw * 64 * kc * 2) == 0:
         kc *= 2
     return kc
+
+
+# the warps sx_slices aims lora_shrink's launch at (STAGEML_SX_SHRINK_WARPS overrides, for the bench)
+SX_SHRINK_WARPS = int(os.environ.get("STAGEML_SX_SHRINK_WARPS", "2048") or 2048)
 
 
 SX_SWEEP = [("sx", 32, 128), ("sx", 8, 128), ("sx", 8, 128, 1), ("sx", 32, 128, 1)]

@@ -57,8 +57,8 @@ print(json.dumps({
       ['cx'],
       ['cx'],
     ]);
-    // Banks: the stream kernels to 16 rows, cuBLAS + shrink + expand2 at 17-64, the caller's SGMV beyond.
-    expect(out.bank).toEqual([[1, 1, 8, 1, 2, 0], ['cl', 1, 4, 2, 4, 8, 0], ['sx', 32, 128, 1, 1], ['sx', 32, 128, 1, 1], null]);
+    // Banks: the stream kernels to 16 rows, cuBLAS + shrink + the expand beside it (EV 3) at 17-64, the caller's SGMV beyond.
+    expect(out.bank).toEqual([[1, 1, 8, 1, 2, 0], ['cl', 1, 4, 2, 4, 8, 0], ['sx', 32, 128, 1, 3], ['sx', 32, 128, 1, 3], null]);
     // Producer K chunks: about 64-128 producer blocks, every warp's share a multiple of 64.
     expect(out.kch).toEqual([8, 2, 4]);
   });
