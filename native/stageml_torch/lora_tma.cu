@@ -1100,3 +1100,119 @@ __global__ void __launch_bounds__(256) lora_expand4(const float* __restrict__ t,
     *(float4*)(d_out + at + 4) = *(const float4*)(ds + lane * 8 + 4);
   }
 }
+
+// The bank's whole LoRA term in one launch (sx EV 4), for the side stream beside the base GEMM, with
+// the factors stored [S][rmax][N] as lora_expand4 reads them: d[m][n] = s_j sum_i t[m][i] B_j[n][i],
+// t = x . A_j^T. Phase 1: each warp takes (row, 16-row A group, 256-wide K slice) items (shrink_rows'
+// mma) and adds its partial sums into t_acc (f32 atomics); then every block bumps sync[0]. Phase 2:
+// each block takes (row, 256 columns) items as lora_expand4 does, the next item's factor rows
+// requested before the current one is summed, and the first one's before waiting for sync[0] to
+// reach the grid, so B streams while the last shrink items finish. The host sizes the grid to the
+// blocks that fit on the device at once (the wait needs every block resident; blocks waiting for SMs
+// a concurrent kernel holds get them when it finishes). The last block to leave zeroes t_acc and
+// both counters, so calls need no memset and replay in CUDA graphs. K a multiple of 256, N of 8.
+template <int LW>
+__device__ __forceinline__ void sxe_load(V4 (&v)[LW], int item, int nchunks, const bf16_t* __restrict__ bt, const int* __restrict__ slot,
+                                         const int* __restrict__ rank, int N, int rmax, int& j, int& r) {
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int m = item / nchunks, nl = (item % nchunks) * 256 + lane * 8;
+  j = slot ? slot[m] : 0;
+  r = j >= 0 ? rank[j] : 0;
+  const V4 zero = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int u = 0; u < LW; ++u) {
+    const int i = w + 8 * u;
+    v[u] = i < r && nl < N ? ldg_x(bt + ((size_t)j * rmax + i) * N + nl) : zero;
+  }
+}
+
+template <int LW>
+__global__ void __launch_bounds__(256) lora_sxe(const bf16_t* __restrict__ x, const bf16_t* __restrict__ a, const bf16_t* __restrict__ bt,
+                                                float* __restrict__ d_out, float* __restrict__ t_acc, int* __restrict__ sync,
+                                                const int* __restrict__ slot, const int* __restrict__ rank, const float* __restrict__ scale, int M,
+                                                int N, int K, int rmax) {
+  __shared__ float tr[128];
+  __shared__ __align__(16) float part[8][256];
+  __shared__ int last;
+  const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, G = gridDim.x;
+  griddep_wait();
+  const int groups = (rmax + 15) / 16, ks = K / 256, items1 = M * groups * ks;
+  for (int it = blockIdx.x * 8 + w; it < items1; it += G * 8) {
+    const int kz = it % ks, rest = it / ks, ga = rest % groups, m = rest / groups;
+    const int j = slot ? slot[m] : 0;
+    if (j < 0) continue;
+    const int r = rank[j];
+    if (ga * 16 >= r) continue;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    shrink_rows(a + ((size_t)j * rmax + ga * 16) * K, K, r - ga * 16, x + (size_t)m * K, K, 1, kz * 256, kz * 256 + 256, acc);
+    if ((lane & 3) == 0) {
+      const int g = lane >> 2;
+      if (ga * 16 + g < r) atomicAdd(t_acc + (size_t)m * rmax + ga * 16 + g, acc[0]);
+      if (ga * 16 + g + 8 < r) atomicAdd(t_acc + (size_t)m * rmax + ga * 16 + g + 8, acc[2]);
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) atomicAdd(sync, 1);
+  const int nchunks = (N + 255) / 256, items2 = M * nchunks;
+  int it = blockIdx.x, jc = -1, rc = 0;
+  V4 cur[LW], nxt[LW];
+  if (it < items2) sxe_load<LW>(cur, it, nchunks, bt, slot, rank, N, rmax, jc, rc);
+  if (tid == 0) {
+    while (ld_acq(sync) < G) __nanosleep(32);
+    __threadfence();
+  }
+  __syncthreads();
+  while (it < items2) {
+    const int nx = it + G;
+    int jn = -1, rn = 0;
+    if (nx < items2) sxe_load<LW>(nxt, nx, nchunks, bt, slot, rank, N, rmax, jn, rn);
+    if (jc >= 0) {
+      const int m = it / nchunks, n0 = (it % nchunks) * 256;
+      for (int i = tid; i < rc; i += 256) tr[i] = __ldcg(t_acc + (size_t)m * rmax + i);
+      __syncthreads();
+      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int u = 0; u < LW; ++u) {
+        const int i = w + 8 * u;
+        if (i < rc) {
+          const float ti = tr[i];
+          const u32 wd[4] = {cur[u].x, cur[u].y, cur[u].z, cur[u].w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            acc[2 * e] += ti * __uint_as_float(wd[e] << 16);
+            acc[2 * e + 1] += ti * __uint_as_float(wd[e] & 0xffff0000u);
+          }
+        }
+      }
+      *(float4*)&part[w][lane * 8] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      *(float4*)&part[w][lane * 8 + 4] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      __syncthreads();
+      float s = 0.f;
+#pragma unroll
+      for (int ww = 0; ww < 8; ++ww) s += part[ww][tid];
+      if (n0 + tid < N) d_out[(size_t)m * N + n0 + tid] = scale[jc] * s;
+      __syncthreads();
+    }
+#pragma unroll
+    for (int u = 0; u < LW; ++u) cur[u] = nxt[u];
+    jc = jn;
+    rc = rn;
+    it = nx;
+  }
+  // leave: the last block (every block has passed the wait and read t) resets t and the counters
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(sync + 1, 1) == G - 1;
+  __syncthreads();
+  if (last) {
+    for (int i = tid; i < M * rmax; i += 256) t_acc[i] = 0.f;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      sync[0] = 0;
+      sync[1] = 0;
+      __threadfence();
+    }
+  }
+}
