@@ -27,7 +27,7 @@ SETS = 4
 MIXES = {"r16": [16] * 64, "8-16-64": [[8, 16, 64][i % 3] for i in range(64)], "r8": [8] * 64}
 VARIANTS = [("sx", 32, 128, 1, 1), ("sx", 32, 128, 1, 2), ("sx", 32, 128, 1, 3), ("sx", 32, 128, 0, 2)]
 # with the factors also stored transposed ([64, R, N], b_bank_t): lora_expand4
-VARIANTS_T = [("sx", 32, 128, 1, 2), ("sx", 32, 128, 1, 3), ("sx", 32, 128, 0, 2), ("sx", 32, 128, 1, 4)]
+VARIANTS_T = [("sx", 32, 128, 1, 2), ("sx", 32, 128, 1, 3), ("sx", 32, 128, 0, 2)]
 
 
 def banks(rank_list, n, k):

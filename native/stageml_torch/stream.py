@@ -245,9 +245,7 @@ def _run(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, bank, scal
     if _tma.is_sx(cfg):
         try:
             _tma.sx_function(cfg)
-            if bt is not None and _tma.sx_ev(cfg) == 4:
-                _tma._sxe_fn(rmax)
-            elif bt is not None and _tma.sx_ev(cfg) >= 2:
+            if bt is not None and _tma.sx_ev(cfg) >= 2:
                 _tma._expand4_fn(rmax, 1 if _tma.sx_ev(cfg) == 3 else 0)
         except Exception:  # noqa: BLE001 - NVRTC or the module load failed: this configuration falls back
             _tma._FAILED.add(tuple(cfg))

@@ -226,8 +226,6 @@ def _lib():
         lib.cuFuncSetAttribute.restype = ctypes.c_int
         lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
         lib.cuGetErrorName.restype = ctypes.c_int
-        lib.cuOccupancyMaxActiveBlocksPerMultiprocessor.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-        lib.cuOccupancyMaxActiveBlocksPerMultiprocessor.restype = ctypes.c_int
         _LIB[0] = lib
     return _LIB[0]
 
@@ -572,8 +570,6 @@ def wg_explicit_instantiations(pairs):
         out += ("template __global__ void lora_expand3<%d,%d,%d>(const float*, const bf16_t*, bf16_t*, float*, const int*, const int*, const float*, int, int, int, int);\n"
                 % (EXPAND3_NT, EXPAND3_P, mode))
     for lw in (1, 2, 4, 8, 16):
-        out += ("template __global__ void lora_sxe<%d>(const bf16_t*, const bf16_t*, const bf16_t*, float*, float*, int*, const int*, const int*, const float*, int, int, int, int);\n"
-                % lw)
         for mode in (0, 1):
             out += ("template __global__ void lora_expand4<%d,%d>(const float*, const bf16_t*, bf16_t*, float*, const int*, const int*, const float*, int, int, int, int);\n"
                     % (lw, mode))
@@ -736,9 +732,9 @@ def is_sx(cfg):
 def check_sx(cfg):
     """Validates a ("sx", KW, NB[, SIDE]) tuple; raises WorkerError (RT_BAD_VALUE) naming what is wrong."""
     if (not is_sx(cfg) or len(cfg) not in (3, 4, 5) or cfg[1] not in SX_KW or cfg[2] not in SX_NB
-            or (len(cfg) >= 4 and cfg[3] not in (0, 1)) or (len(cfg) == 5 and cfg[4] not in (0, 1, 2, 3, 4))
-            or (len(cfg) == 5 and cfg[4] >= 3 and cfg[3] != 1)):
-        raise WorkerError(errors.BAD_VALUE, "sx config must be ('sx', KW, NB[, SIDE[, EV]]), KW in %s, NB in %s, SIDE 0 or 1, EV 0-4 (3 and 4 with SIDE 1), got %r"
+            or (len(cfg) >= 4 and cfg[3] not in (0, 1)) or (len(cfg) == 5 and cfg[4] not in (0, 1, 2, 3))
+            or (len(cfg) == 5 and cfg[4] == 3 and cfg[3] != 1)):
+        raise WorkerError(errors.BAD_VALUE, "sx config must be ('sx', KW, NB[, SIDE[, EV]]), KW in %s, NB in %s, SIDE 0 or 1, EV 0-3 (3 with SIDE 1), got %r"
                           % (SX_KW, SX_NB, cfg))
     return cfg
 
@@ -809,49 +805,9 @@ def _expand4_fn(rmax, mode):
     return _wg_function("lora_expand4<%d,%d>" % (lw, mode), expand4_mangled(lw, mode))
 
 
-def sxe_mangled(lw):
-    return "_Z8lora_sxeILi%dEEvPKtS1_S1_PfS2_PiPKiS5_PKfiiii" % lw
-
-
-def _sxe_fn(rmax):
-    lw = expand4_lw(rmax)
-    return _wg_function("lora_sxe<%d>" % lw, sxe_mangled(lw))
-
-
-_SXE = {}
-
-
-def _sxe_state(device, stream):
-    """lora_sxe's t accumulator and counters for one stream ([MAX_ROWS, 128] f32 and 2 int32, zero;
-    every launch leaves them zero again)."""
-    key = (str(device), stream)
-    st = _SXE.get(key)
-    if st is None:
-        st = _SXE[key] = (torch.zeros((MAX_ROWS * 128,), device=device, dtype=torch.float32), torch.zeros((2,), device=device, dtype=torch.int32))
-    return st
-
-
-_SXE_GRID = {}
-
-
-def sxe_grid(f):
-    """lora_sxe's grid: as many 256-thread blocks as fit on the device at once (its phase-2 wait
-    needs every block resident), from the driver's occupancy for the built function."""
-    g = _SXE_GRID.get(f)
-    if g is None:
-        global SMS
-        if SMS == 132 and torch.cuda.is_available():
-            SMS = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-        n = ctypes.c_int(0)
-        _check(_lib().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), ctypes.c_void_p(f), 256, ctypes.c_size_t(0)),
-               "cuOccupancyMaxActiveBlocksPerMultiprocessor(lora_sxe)")
-        g = _SXE_GRID[f] = max(1, n.value) * SMS
-    return g
-
-
 def _expand_fn(nb, ev=0):
     if ev >= 2:
-        return _expand3_fn(1 if ev >= 3 else 0)
+        return _expand3_fn(ev - 2)
     if ev:
         return _wg_function("lora_expand2<%d>" % nb, "_Z12lora_expand2ILi%dEEvPKfPKtPtPKiS6_S1_iiii" % nb)
     return _wg_function("lora_expand<%d>" % nb, "_Z11lora_expandILi%dEEvPKfPKtPtPKiS6_S1_iiii" % nb)
@@ -881,8 +837,6 @@ def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, bt=None):
     m, k = x2.shape
     n = w.shape[0]
     ev = sx_ev(cfg)
-    if ev == 4 and (bt is None or k % 256 != 0):
-        cfg, ev = cfg[:4] + (3,), 3  # lora_sxe reads the factors stored [S, R, N], K in 256-wide slices
     if ev >= 2 and (n % 8 != 0 or y.data_ptr() % 16 != 0):
         cfg, ev, bt = cfg[:4] + (1,), 1, None  # lora_expand3/4 update y 8 columns (16 bytes) at a time
     if ev == 3 and bt is None and rmax > SX_SIDE_EXPAND_MAX_RANK:
@@ -904,20 +858,6 @@ def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, bt=None):
     kc = sx_slices(cfg[1], m, groups, k)
     vals = [p(x2), p(a), p(t), p(slots), p(ranks)] + [ctypes.c_int32(v) for v in (m, k, rmax)]
     tail = [ctypes.c_int32(v) for v in (m, n, rmax, kc)]
-    if ev == 4:
-        # shrink and expand in one launch on the side stream beside the base GEMM, lora_add after
-        main = torch.cuda.current_stream(x2.device)
-        side = _side_stream(x2.device)
-        fx = _sxe_fn(rmax)
-        d = torch.empty((m, n), device=x2.device, dtype=torch.float32)
-        side.wait_stream(main)
-        t_acc, sync = _sxe_state(x2.device, side.cuda_stream)
-        _launch_raw(fx, (sxe_grid(fx), 1, 1), 256, 0, side.cuda_stream,
-                    [p(x2), p(a), p(bt), p(d), p(t_acc), p(sync), p(slots), p(ranks), p(scales)] + [ctypes.c_int32(v) for v in (m, n, k, rmax)], "lora_sxe")
-        torch.matmul(x2, w.t(), out=y)
-        main.wait_stream(side)
-        _launch_raw(_add_fn(), (-(-(m * n // 8) // 256), 1, 1), 256, 0, stream, [p(y), p(d), p(slots), ctypes.c_int32(m), ctypes.c_int32(n)], "lora_add")
-        return y
     if ev == 3:
         # the whole LoRA term beside the base GEMM: side stream shrink -> expand into d (f32), the
         # caller's stream GEMM -> join -> lora_add (y += d); d is this call's, freed on the caller's

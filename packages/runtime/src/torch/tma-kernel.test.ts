@@ -170,7 +170,7 @@ import json
 from stageml_torch import tma
 from stageml_torch.errors import WorkerError
 bad = [("wg", 96, 2, 64, 10, 0), ("wg", 64, 3, 64, 10, 0), ("wg", 64, 2, 48, 10, 0), ("wg", 64, 2, 64, 1, 0), ("wg", 64, 2, 64, 10, 9),
-       ("wg", 64, 2, 64, 10), ("wg", 64, 2, 64, 10, True), ("wg", 64, 2, 64, 10, 0, 2), ("sx", 16, 256), ("sx", 32, 64), ("sx", 32), ("sx", 32, 128, 2), ("sx", 32, 128, 1, 5), ("sx", 32, 128, 1, 1, 0), ("sx", 32, 128, 0, 3)]
+       ("wg", 64, 2, 64, 10), ("wg", 64, 2, 64, 10, True), ("wg", 64, 2, 64, 10, 0, 2), ("sx", 16, 256), ("sx", 32, 64), ("sx", 32), ("sx", 32, 128, 2), ("sx", 32, 128, 1, 4), ("sx", 32, 128, 1, 1, 0), ("sx", 32, 128, 0, 3)]
 res = []
 for c in bad:
     try:
@@ -198,8 +198,8 @@ print(json.dumps({
     // lora_expand3 into a buffer on the side stream (3, only with SIDE 1)
     expect(out.ev).toEqual([0, 0, 1, ['sx', 8, 128, 0, 1], ['sx', 32, 128, 0, 2], ['sx', 32, 128, 1, 3]]);
     // Rank 8 and 16 share FA 16 (one instantiation); the shrink (KW 8, 32) and both expands (NB 128, 256) once each,
-    // lora_expand3 in both modes, lora_sxe and lora_expand4 (both modes) for every factor-row count per warp.
-    expect(out.inst).toHaveLength(2 + 2 + 4 + 2 + 15);
+    // lora_expand3 in both modes, lora_expand4 for every factor-row count per warp in both modes.
+    expect(out.inst).toHaveLength(2 + 2 + 4 + 2 + 10);
     expect(out.inst[0]).toMatch(/^template __global__ void lora_wg<64,2,64,8,0,4,0>\(const __grid_constant__ TMap, /);
     expect(out.inst[1]).toMatch(/^template __global__ void lora_wg<64,2,8,12,16,0,0>\(/);
     expect(out.inst.slice(2)).toEqual([
@@ -211,10 +211,7 @@ print(json.dumps({
       expect.stringMatching(/^template __global__ void lora_expand2<256>\(/),
       expect.stringMatching(/^template __global__ void lora_expand3<256,8,0>\(const float\*, const bf16_t\*, bf16_t\*, float\*, /),
       expect.stringMatching(/^template __global__ void lora_expand3<256,8,1>\(/),
-      ...[1, 2, 4, 8, 16].flatMap((lw) => [
-        expect.stringMatching(new RegExp(`^template __global__ void lora_sxe<${lw}>\\(const bf16_t\\*, const bf16_t\\*, const bf16_t\\*, float\\*, float\\*, int\\*, `)),
-        ...[0, 1].map((mode) => expect.stringMatching(new RegExp(`^template __global__ void lora_expand4<${lw},${mode}>\\(const float\\*, `))),
-      ]),
+      ...[1, 2, 4, 8, 16].flatMap((lw) => [0, 1].map((mode) => expect.stringMatching(new RegExp(`^template __global__ void lora_expand4<${lw},${mode}>\\(const float\\*, `)))),
     ]);
     expect(out.fa).toEqual([16, 16, 48, 64, 0]);
     expect(out.bad.every((r) => r !== null && r[0] === 'RT_BAD_VALUE')).toBe(true);
@@ -230,10 +227,10 @@ print(json.dumps({
     expect(msgs[8]).toMatch(/KW in \(8, 32\)/);
     expect(msgs[9]).toMatch(/NB in \(128, 256\)/);
     expect(msgs[10]).toMatch(/must be \('sx', KW, NB\[, SIDE\[, EV\]\]\)/);
-    expect(msgs[11]).toMatch(/SIDE 0 or 1, EV 0-4 \(3 and 4 with SIDE 1\)/);
-    expect(msgs[12]).toMatch(/SIDE 0 or 1, EV 0-4/);
+    expect(msgs[11]).toMatch(/SIDE 0 or 1, EV 0-3 \(3 with SIDE 1\)/);
+    expect(msgs[12]).toMatch(/SIDE 0 or 1, EV 0-3/);
     expect(msgs[13]).toMatch(/must be \('sx'/);
-    expect(msgs[14]).toMatch(/3 and 4 with SIDE 1/);
+    expect(msgs[14]).toMatch(/3 with SIDE 1/);
   });
 
   it('sizes lora_expand3/4 launches and names the expands and lora_add as nvcc 13 mangles them', () => {
@@ -243,10 +240,10 @@ from stageml_torch import tma
 print(json.dumps({
   "lw": [tma.expand4_lw(r) for r in (8, 16, 24, 64, 128)],
   "grid": [list(tma.expand3_grid(4096, 64, 64)), list(tma.expand3_grid(14336, 3, 16)), list(tma.expand3_grid(100, 1, 8))],
-  "m": [tma.expand3_mangled(0), tma.expand3_mangled(1), tma.expand4_mangled(8, 0), tma.expand4_mangled(16, 1), tma.ADD_MANGLED, tma.sxe_mangled(8)],
+  "m": [tma.expand3_mangled(0), tma.expand3_mangled(1), tma.expand4_mangled(8, 0), tma.expand4_mangled(16, 1), tma.ADD_MANGLED],
 }))
 `) as { lw: number[]; grid: number[][]; m: string[] };
-    // lora_expand4 / lora_sxe: factor rows per warp for the widest rank (8 warps, ranks to 128).
+    // lora_expand4: factor rows per warp for the widest rank (8 warps, ranks to 128).
     expect(out.lw).toEqual([1, 2, 4, 8, 16]);
     // lora_expand3: 8 loads of 256 threads per block, 256 / lanes columns per load.
     expect(out.grid).toEqual([[16, 64, 1], [14, 3, 1], [1, 1, 1]]);
@@ -257,7 +254,6 @@ print(json.dumps({
       '_Z12lora_expand4ILi8ELi0EEvPKfPKtPtPfPKiS7_S1_iiii',
       '_Z12lora_expand4ILi16ELi1EEvPKfPKtPtPfPKiS7_S1_iiii',
       '_Z8lora_addPtPKfPKiii',
-      '_Z8lora_sxeILi8EEvPKtS1_S1_PfS2_PiPKiS5_PKfiiii',
     ]);
   });
 
