@@ -20,7 +20,7 @@ from stageml_torch import tma  # noqa: E402
 from tma_smoke import chain  # noqa: E402
 
 
-def bank_case(cfg, m, n, k, s_=64, ranks_cycle=(8, 16, 64)):
+def bank_case(cfg, m, n, k, s_=64, ranks_cycle=(8, 16, 64), with_t=False):
     ranks = torch.tensor([ranks_cycle[j % len(ranks_cycle)] for j in range(s_)], device="cuda", dtype=torch.int32)
     rmax = max(ranks_cycle)
     x = torch.randn((m, k), device="cuda", dtype=torch.bfloat16)
@@ -36,7 +36,7 @@ def bank_case(cfg, m, n, k, s_=64, ranks_cycle=(8, 16, 64)):
         slots[1] = -1
         slots[m - 1] = slots[0]
     y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    got = st.lora_bank_linear(x, w, a, b, slots, ranks, scales, cfg=cfg, out=y)
+    got = st.lora_bank_linear(x, w, a, b, slots, ranks, scales, cfg=cfg, out=y, b_bank_t=b.transpose(1, 2).contiguous() if with_t else None)
     torch.cuda.synchronize()
     if got is None:
         return "declined"
@@ -90,6 +90,12 @@ def shipped():
     for m, n, k in [(1, 4096, 4096), (16, 4096, 4096), (17, 1024, 4096), (32, 14336, 4096), (64, 4096, 14336), (64, 4096, 4096)]:
         print("shipped bank m=%d n=%d k=%d cfg %s" % (m, n, k, st._pick(m, n, k, 64, True, None)), flush=True)
         run("shipped bank", bank_case, None, m, n, k)
+        # the factors also stored [S, R, N] (b_bank_t: lora_expand4, and sx at 9-16 rows for ranks above 16)
+        run("shipped bank b_bank_t", bank_case, None, m, n, k, 64, (8, 16, 64), True)
+    # narrow banks (ranks <= 16: the expand beside the GEMM without b_bank_t too)
+    for m, n, k in [(12, 4096, 4096), (32, 1024, 4096), (64, 14336, 4096)]:
+        run("shipped bank r16", bank_case, None, m, n, k, 64, (16,))
+        run("shipped bank r8 b_bank_t", bank_case, None, m, n, k, 64, (8,), True)
 
 
 def main():

@@ -20,8 +20,11 @@ big.py's ("cx",) (cuBLAS alone: the LoRA term written into y first, the base GEM
 
 `DEFAULT` / `DEFAULT_BANK` / `BIG_DEFAULT` hold, per row bucket, the fastest correct configuration
 measured on the H200 (bench/results/gpu-kernels.md: 2026-12-01, runs ~20:30-21:00 UTC and
-~22:55-23:20 UTC; × cuBLAS's base GEMM alone in the same run, 4096², r16 / r64 and 64-adapter banks
-of ranks 8/16/64, LoRA fused):
+~22:55-23:20 UTC; banks at 9-64 rows 2026-12-02 ~00:55-01:27 UTC; × cuBLAS's base GEMM alone in
+the same run, 4096², r16 / r64 and 64-adapter banks of ranks 8/16/64, LoRA fused). Banks may pass
+their B factors a second time stored [S, R, N] (`lora_bank_linear(..., b_bank_t=)`): the sx path
+then reads them with lora_expand4, touching no padded rank column; without it sx reads B [S, N, R]
+and, for ranks above 16, keeps the expand after the GEMM (EV 1: tma.SX_SIDE_EXPAND_MAX_RANK):
 
 | entry point | rows | kernel | × cuBLAS base |
 | --- | --- | --- | ---: |
@@ -32,9 +35,9 @@ of ranks 8/16/64, LoRA fused):
 | lora_linear | 65-128, rank ≤ 16 | cuBLAS + lora_shrink + lora_expand2 ("sx", 32, 128, 0, 1) | 1.68-1.75 (torch ops 1.76-1.98) |
 | lora_linear | 65-128, rank > 16; 129 and more | cuBLAS alone ("cx": t, s·t·Bᵀ into y, y += x·Wᵀ) | 1.68 at 128 rows r64; 1.58-1.84 at 129-256, 1.45-1.51 at 512, 1.29-1.35 at 1024, 1.19-1.26 at 2048, 1.18-1.25 at 4096 (torch ops 1.31-1.75) |
 | lora_bank_linear | 1-8 | lora_stream (1, 1, 8, 1, 2, 0) | 1.02-1.06 |
-| lora_bank_linear | 9-16 | lora_stream_cl ("cl", 1, 4, 2, 4, 8, 0) | 1.24-1.32 r16, 1.51-1.53 8/16/64 |
-| lora_bank_linear | 17-32 | ("sx", 32, 128, 1, 1): the shrink on a side stream beside cuBLAS, lora_expand2 | 1.41-1.43 r16, 1.83-1.85 8/16/64 (KW 8: 1.44-1.45 / 1.92-1.99) |
-| lora_bank_linear | 33-64 | ("sx", 32, 128, 1, 1) | 1.75-1.89 r16, 2.48-2.57 8/16/64 |
+| lora_bank_linear | 9-16 | lora_stream_cl ("cl", 1, 4, 2, 4, 8, 0); with b_bank_t and ranks above 16 ("sx", 32, 128, 1, 3) (DEFAULT_BANK_T_WIDE) | 1.32-1.37 r16; 8/16/64 1.39-1.43 (cluster kernel 1.54-1.55) |
+| lora_bank_linear | 17-32 | ("sx", 32, 128, 1, 3): shrink, then the expand into an f32 buffer, on a side stream beside cuBLAS; lora_add after the join | 1.36-1.44 r16, 1.28-1.30 r8; 8/16/64 1.54-1.61 with b_bank_t (EV 1 without: 1.81-1.88) |
+| lora_bank_linear | 33-64 | ("sx", 32, 128, 1, 3) | 1.66-1.74 r16, 1.48-1.52 r8; 8/16/64 2.27-2.30 with b_bank_t (EV 1 without: 2.54-2.57) |
 | both | beyond | None: the caller's fallback (torch ops, the generated SGMV kernels) | - |
 
 The TMA ring's bank path (producer blocks) is never taken (tma.shippable): it computed wrong sums
