@@ -211,7 +211,7 @@ print(json.dumps({
       expect.stringMatching(/^template __global__ void lora_expand2<256>\(/),
       expect.stringMatching(/^template __global__ void lora_expand3<256,8,0>\(const float\*, const bf16_t\*, bf16_t\*, float\*, /),
       expect.stringMatching(/^template __global__ void lora_expand3<256,8,1>\(/),
-      ...[1, 2, 4, 8, 16].flatMap((lw) => [0, 1].map((mode) => expect.stringMatching(new RegExp(`^template __global__ void lora_expand4<${lw},${mode}>\\(const float\\*, `)))),
+      ...[1, 2, 4, 8, 16].flatMap((lw) => [0, 1].map((mode) => expect.stringMatching(new RegExp(`^template __global__ void lora_expand4<${String(lw)},${String(mode)}>\\(const float\\*, `)))),
     ]);
     expect(out.fa).toEqual([16, 16, 48, 64, 0]);
     expect(out.bad.every((r) => r !== null && r[0] === 'RT_BAD_VALUE')).toBe(true);
