@@ -61,6 +61,14 @@ DEFAULT = {
     128: ("sx", 32, 128, 0, 1),
 }
 
+# one adapter: what a row bucket whose DEFAULT entry is a lora_wgt ("wgt", ...) takes for a weight
+# that no K split of it fits into one wave (more row tiles than SMs, e.g. N = 14336 at RT 64)
+WGT_FALLBACK = {
+    8: ("wg", 64, 2, 8, 12, 0),
+    16: ("tma", 64, 1, 2, 16, 12, 0, 1),
+    32: ("tma", 64, 1, 2, 32, 12, 0, 1),
+}
+
 # one adapter at 65-128 rows: "sx" reads A row by row (its shrink), which loses beyond rank 16
 # (128 rows, r64: 51-54 µs against cuBLAS alone's 26.8); above this rank those rows take "cx"
 SX_SINGLE_MAX_RANK = 16
@@ -192,6 +200,15 @@ def _pick(m, n, k, rmax, bank, cfg):
     cfg = config_for(m, bank)
     if cfg is None:
         return None
+    if _tma.is_wgt(cfg):
+        if bank or not _tma.available():
+            return None
+        a = _tma.wgt_adapt(cfg, n, k)
+        if a is not None and a not in _tma._FAILED:
+            return a
+        cfg = WGT_FALLBACK.get(_bucket(m))  # no split of this weight fits one wave: the ring before lora_wgt
+        if cfg is None:
+            return None
     if _tma.is_tma(cfg):
         if not _tma.shippable(cfg, bank) or not _tma.available():
             return None  # an override naming the bank path measured wrong: not taken
@@ -213,6 +230,9 @@ def _pick(m, n, k, rmax, bank, cfg):
 
 
 def _suits(cfg, m, n, k, rmax, bank):
+    if _tma.is_wgt(cfg):
+        _tma.check_wgt(cfg)
+        return not bank and _tma.available() and _tma.wgt_suits(cfg, m, n, k, rmax)
     if _tma.is_tma(cfg):
         _tma.check_cfg(cfg)
         return _tma.available() and _tma.suits(cfg, m, n, k, rmax, bank)
@@ -252,6 +272,13 @@ def _run(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, bank, scal
             _big._FAILED.add(tuple(cfg))
             return None
         return _big.launch(cfg, x2, w, a, b, y, float(scales_host[0]))
+    if _tma.is_wgt(cfg):
+        try:
+            _tma.wgt_function(cfg)
+        except Exception:  # noqa: BLE001 - NVRTC (sm_90a) or the module load failed: this configuration falls back
+            _tma._FAILED.add(tuple(cfg))
+            return None
+        return _tma.wgt_launch(cfg, x2, w, a, b, y, scales, rmax)
     if _tma.is_wg(cfg):
         try:
             _tma.wg_function(cfg, rmax)
