@@ -1,6 +1,6 @@
 """Builds lora_wgt (native/stageml_torch/lora_tma.cu) ahead with nvcc for sm_90a, one cubin: every
-configuration bench/gpu/wgt.py measures (tma.wgt_sweep at ranks 16 and 64), the dispatch table's
-lora_wgt entries, and each re-picked (tma.wgt_adapt) for the Llama-3-8B decode shapes. Fails on
+configuration bench/gpu/wgt.py measures (tma.wgt_sweep at ranks 16 and 64), the dispatch tables'
+lora_wgt entries (DEFAULT, DEFAULT_HIGH_RANK), and each re-picked (tma.wgt_adapt) for the Llama-3-8B decode shapes. Fails on
 any spill or stack frame (nvcc -Xptxas -v). STAGEML_TMA_CUBIN=OUTDIR/lora_wgt.cubin.
 
     /usr/bin/python3 bench/gpu/build_wgt.py OUTDIR
@@ -21,7 +21,7 @@ def configs():
     for m in (8, 16, 32, 64):
         for r in (16, 64):
             cfgs.update(tma.wgt_sweep(m, r))
-    cfgs.update(c for c in st.DEFAULT.values() if tma.is_wgt(c))
+    cfgs.update(c for table in (st.DEFAULT, st.DEFAULT_HIGH_RANK) for c in table.values() if tma.is_wgt(c))
     for c in list(cfgs):
         for n, k in SHAPES:
             a = tma.wgt_adapt(c, n, k)

@@ -94,7 +94,8 @@ def odd_shapes(res):
     import wg_smoke  # noqa: PLC0415
 
     log = []
-    for cfg, m, n, k, rank in [(None, 1, 4096, 4096, 16), (None, 7, 1024, 4096, 16), (None, 13, 4096, 4096, 8), (None, 16, 14336, 4096, 16),
+    for cfg, m, n, k, rank in [(None, 2, 4096, 4096, 64), (None, 5, 1024, 4096, 32), (None, 8, 14336, 4096, 64), (None, 3, 4096, 14336, 24),
+                               (None, 1, 4096, 4096, 16), (None, 7, 1024, 4096, 16), (None, 13, 4096, 4096, 8), (None, 16, 14336, 4096, 16),
                                (None, 30, 4096, 14336, 32), (None, 37, 4096, 4096, 64), (None, 64, 1024, 4096, 16), (None, 50, 14336, 4096, 16),
                                (None, 64, 4096, 14336, 64), (("wgt", 256, 1, 8, 64, 4, 2, 1), 61, 4096, 4096, 64), (("wgt", 128, 1, 4, 32, 8, 4, 1), 19, 4096, 4096, 8), (("wgt", 64, 2, 1, 8, 12, 4, 1), 3, 1024, 4096, 32)]:
         pick = cfg or st._pick(m, n, k, rank, False, None)
@@ -117,8 +118,57 @@ def odd_shapes(res):
     res["odd_shapes"] = log
 
 
+RANKS_FINAL = (8, 16, 32, 64)
+ROWS_FINAL = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
+EXTRA_FINAL = [("wgt", 64, 2, 1, 8, 16, 4, 1), ("wgt", 64, 2, 1, 8, 12, 2, 1), ("wgt", 64, 2, 1, 8, 12, 4, 0)]
+
+
+def torch_ops_run(xs, ws, As, Bs, outs):
+    """fuse.LoraStep's fallback (the unfused ops, each rounded to bf16; the scale as a Python number)."""
+    F = torch.nn.functional
+
+    def run(i):
+        u = F.linear(F.linear(xs[i], As[i]), Bs[i])
+        outs[i].copy_(F.linear(xs[i], ws[i]) + u * sk.SCALE)
+    return run
+
+
+def final(out):
+    """The committed dispatch ("dispatch") against the tables before this session ("shipped_before":
+    DEFAULT_HIGH_RANK empty), the unfused ops and cuBLAS at ranks 8/16/32/64, rows 1-64; lora_wgt's
+    other candidates at 1-8 rows; a read of W alone; odd shapes and chains through the dispatch."""
+    res = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                    "triton": sk.triton.__version__, "cubin": os.environ.get("STAGEML_TMA_CUBIN"), "mode": "final",
+                    "high_rank": {str(k): list(v) for k, v in st.DEFAULT_HIGH_RANK.items()}}, "rows": []}
+    res["meta"]["copy_TBps"] = sk.copy_tbs()
+    res["meta"]["floor_us"] = 2 * N * K / (res["meta"]["copy_TBps"] * 1e12) * 1e6
+    ws = [torch.randn((N, K), device="cuda", dtype=torch.bfloat16) / 64 for _ in range(sk.SETS)]
+    res["meta"]["read_W_us"] = sk.graph_us([lambda i=i: ws[i].view(torch.float32).sum() for i in range(sk.SETS)])
+    new = dict(st.DEFAULT_HIGH_RANK)
+
+    def before(xs, ws_, As, Bs, outs):
+        def run(i):
+            st.DEFAULT_HIGH_RANK.clear()
+            try:
+                shipped_run(xs, ws_, As, Bs, outs)(i)
+            finally:
+                st.DEFAULT_HIGH_RANK.update(new)
+        return run
+
+    for rank in RANKS_FINAL:
+        for m in ROWS_FINAL:
+            extra = [c for c in EXTRA_FINAL if m <= 8]
+            row = case(m, rank, ws, res, extra, label="final", extra_runs=[("shipped_before", before), ("torch_ops", torch_ops_run)])
+            row["variants"]["dispatch"] = row["variants"].pop("shipped")
+            save(out, res)
+    odd_shapes(res)
+    save(out, res)
+
+
 def main():
     out = sys.argv[1]
+    if "--final" in sys.argv:
+        return final(out)
     torch.manual_seed(5)
     res = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "device": torch.cuda.get_device_name(),
                     "torch": torch.__version__, "triton": sk.triton.__version__, "cubin": os.environ.get("STAGEML_TMA_CUBIN")}, "rows": []}

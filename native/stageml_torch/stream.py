@@ -61,6 +61,15 @@ DEFAULT = {
     128: ("sx", 32, 128, 0, 1),
 }
 
+# one adapter of rank >= HIGH_RANK_MIN: per row bucket, the entry that replaces DEFAULT's. lora_wgt
+# computes t once per launch, where lora_wg carries A's rows (the rank padded to 16) in every ring
+# stage of every cluster: at rank 64 that is 8 KB beside each 8 KB of W (bench/results/gpu-kernels.md,
+# session gpuk5)
+HIGH_RANK_MIN = 17
+DEFAULT_HIGH_RANK = {
+    8: ("wgt", 64, 2, 1, 8, 12, 4, 1),
+}
+
 # one adapter: what a row bucket whose DEFAULT entry is a lora_wgt ("wgt", ...) takes for a weight
 # that no K split of it fits into one wave (more row tiles than SMs, e.g. N = 14336 at RT 64)
 WGT_FALLBACK = {
@@ -167,8 +176,9 @@ def _bucket(m):
 
 
 def _load_overrides():
-    """STAGEML_STREAM_CONFIGS: a JSON file {"single": {bucket: cfg}, "bank": {bucket: cfg}} (written
-    by bench/gpu/splitk.py --write-configs) replacing the built-in tables."""
+    """STAGEML_STREAM_CONFIGS: a JSON file {"single": {bucket: cfg}, "bank": {bucket: cfg},
+    "single_high_rank": {bucket: cfg}} (written by bench/gpu/splitk.py --write-configs or
+    bench/gpu/wgt.py) replacing the built-in tables' entries."""
     path = os.environ.get("STAGEML_STREAM_CONFIGS")
     if not path or not os.path.exists(path):
         return
@@ -176,19 +186,22 @@ def _load_overrides():
 
     with open(path) as fh:
         data = json.load(fh)
-    for table, dest in (("single", DEFAULT), ("bank", DEFAULT_BANK)):
+    for table, dest in (("single", DEFAULT), ("bank", DEFAULT_BANK), ("single_high_rank", DEFAULT_HIGH_RANK)):
         for bucket, cfg in data.get(table, {}).items():
             dest[int(bucket)] = tuple(cfg) if cfg is not None else None
 
 
-def config_for(m, bank=False):
-    """The configuration for m rows (None: the kernel is not the fastest choice there)."""
+def config_for(m, bank=False, rank=0):
+    """The configuration for m rows of an adapter of rank `rank` (None: the kernel is not the fastest
+    choice there); one adapter above HIGH_RANK_MIN - 1 takes DEFAULT_HIGH_RANK's entry where it has one."""
     if not bank and m > 128:
         cfg = None
         for lo, c in BIG_DEFAULT:
             if m >= lo:
                 cfg = c
         return cfg
+    if not bank and rank >= HIGH_RANK_MIN and _bucket(m) in DEFAULT_HIGH_RANK:
+        return DEFAULT_HIGH_RANK[_bucket(m)]
     return (DEFAULT_BANK if bank else DEFAULT).get(_bucket(m))
 
 
@@ -197,7 +210,7 @@ def _pick(m, n, k, rmax, bank, cfg):
     K split re-picked for [n, k], and only where that family can run here); None: no kernel."""
     if cfg is not None:
         return tuple(cfg)
-    cfg = config_for(m, bank)
+    cfg = config_for(m, bank, rmax)
     if cfg is None:
         return None
     if _tma.is_wgt(cfg):

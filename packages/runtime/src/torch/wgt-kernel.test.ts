@@ -122,33 +122,42 @@ print(json.dumps({"sw": sw, "one": tma.ONE_PER_SM, "limit": 227 * 1024,
     expect(out.fits).toEqual([true, false]);
   });
 
-  it('falls back where no split fits one wave, never serves a bank, and declines without a GPU', () => {
+  it('takes lora_wgt above rank 16 at 1-8 rows, falls back where no split fits one wave, never for a bank, and declines without a GPU', () => {
     const out = py(`
 import json, torch
 from stageml_torch import stream as st, tma
 x = torch.randn(3, 4096, dtype=torch.bfloat16)
 w = torch.randn(4096, 4096, dtype=torch.bfloat16)
-a = torch.randn(16, 4096, dtype=torch.bfloat16)
-b = torch.randn(4096, 16, dtype=torch.bfloat16)
-here = [st._pick(3, 4096, 4096, 16, False, None) if st.DEFAULT.get(8) is None or not tma.is_wgt(st.DEFAULT[8]) else "wgt-table",
+a = torch.randn(64, 4096, dtype=torch.bfloat16)
+b = torch.randn(4096, 64, dtype=torch.bfloat16)
+here = [st._pick(3, 4096, 4096, 64, False, None), st.lora_linear(x, w, a, b, 2.0) is None,
         st.lora_linear(x, w, a, b, 2.0, cfg=("wgt", 64, 2, 1, 8, 12, 4, 1)) is None, tma.available()]
+table = [st.config_for(3, False, 64), st.config_for(3, False, 16), st.config_for(3), st.config_for(8, False, 17), st.config_for(9, False, 64),
+         st.config_for(3, True, 64)]
 tma.SMS = 132
 tma.available = lambda: True  # the pick as on an sm_90 host (nothing is launched)
-st.DEFAULT[8] = ("wgt", 64, 2, 1, 8, 12, 4, 1)
-pick = [st._pick(3, 4096, 4096, 16, False, None), st._pick(3, 1024, 4096, 16, False, None), st._pick(3, 14336, 4096, 16, False, None),
-        st._pick(3, 4096, 4096, 16, True, None)]
+pick = [st._pick(3, 4096, 4096, 64, False, None), st._pick(3, 1024, 4096, 32, False, None), st._pick(3, 14336, 4096, 64, False, None),
+        st._pick(3, 4096, 4096, 16, False, None), st._pick(3, 4096, 4096, 64, True, None)]
 tma._FAILED.add(("wgt", 64, 2, 1, 8, 12, 4, 1))
-pick.append(st._pick(3, 4096, 4096, 16, False, None))
-print(json.dumps({"here": here, "pick": pick, "suits_bank": st._suits(("wgt", 64, 2, 1, 8, 12, 4, 1), 3, 4096, 4096, 16, True)}))
-`) as { here: unknown[]; pick: unknown[]; suits_bank: boolean };
-    // here: no sm_90 GPU, cupy or libcuda: nothing picked, an explicit configuration declines
-    expect(out.here[0] === null || out.here[0] === 'wgt-table').toBe(true);
-    expect(out.here.slice(1)).toEqual([true, false]);
+pick.append(st._pick(3, 4096, 4096, 64, False, None))
+print(json.dumps({"here": here, "table": table, "pick": pick, "suits_bank": st._suits(("wgt", 64, 2, 1, 8, 12, 4, 1), 3, 4096, 4096, 16, True)}))
+`) as { here: unknown[]; table: unknown[]; pick: unknown[]; suits_bank: boolean };
+    // here: no sm_90 GPU, cupy or libcuda: nothing picked, every call declines
+    expect(out.here).toEqual([null, true, true, false]);
+    expect(out.table).toEqual([
+      ['wgt', 64, 2, 1, 8, 12, 4, 1], // rank 64
+      ['wg', 64, 2, 8, 12, 0], // rank 16: DEFAULT
+      ['wg', 64, 2, 8, 12, 0], // rank not given
+      ['wgt', 64, 2, 1, 8, 12, 4, 1], // rank 17
+      ['tma', 64, 1, 2, 16, 12, 0, 1], // 9 rows: no high-rank entry
+      [1, 1, 8, 1, 2, 0], // banks keep their own table
+    ]);
     expect(out.pick).toEqual([
       ['wgt', 64, 2, 1, 8, 12, 4, 1],
-      ['wgt', 64, 2, 4, 8, 12, 4, 1],
-      ['wg', 64, 4, 8, 12, 0], // WGT_FALLBACK[8], its K split re-picked (tma.adapt) for 14336 rows
-      [1, 1, 8, 1, 2, 0], // banks keep their own table
+      ['wgt', 64, 2, 4, 8, 12, 4, 1], // 16 row tiles: K split 8 ways (2 in the cluster, 4 across)
+      ['wg', 64, 4, 8, 12, 0], // 224 row tiles: WGT_FALLBACK[8], its K split re-picked (tma.wg_adapt) for 14336 rows
+      ['wg', 64, 2, 8, 12, 0],
+      [1, 1, 8, 1, 2, 0],
       ['wg', 64, 2, 8, 12, 0], // a configuration that failed to build falls back too
     ]);
     expect(out.suits_bank).toBe(false);
