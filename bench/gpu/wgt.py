@@ -163,6 +163,15 @@ def final(out):
             save(out, res)
     odd_shapes(res)
     save(out, res)
+    print("read W alone %.2f us; copy %.2f TB/s" % (res["meta"]["read_W_us"], res["meta"]["copy_TBps"]))
+    for row in res["rows"]:
+        v = row["variants"]
+        cell = lambda k: ("%.2f" % v[k]["us"]) if "us" in v.get(k, {}) else "err"  # noqa: E731
+        ext = sorted((vv["us"], k[4:]) for k, vv in v.items() if k.startswith("wgt ") and "us" in vv)
+        errs = max((vv.get("rel_err_after", 0) for vv in v.values() if "us" in vv), default=0)
+        print("r%d m%d base %s dispatch %s before %s torch_ops %s best_wgt %s maxerr %.1e" % (
+            int(row["case"][8:]), row["rows"], cell("cublas_base"), cell("dispatch"), cell("shipped_before"), cell("torch_ops"),
+            ("%.2f %s" % ext[0]) if ext else "-", errs), flush=True)
 
 
 def main():
