@@ -13,19 +13,20 @@ ld.global.nc.L1::no_allocate, 1: the same with an L2 256-byte prefetch hint). `l
 distributed shared memory, so x fragments are shared by a block's RG warps through L1.
 
 A third family, the TMA ring (`lora_tma.cu`, host side `tma.py`, configurations ("tma", ...)),
-streams W through the copy engine into a shared-memory ring; its wgmma form ("wg", ...: lora_wg,
-sm_90a) and the three-launch ("sx", ...) path (cuBLAS base GEMM, then lora_shrink and lora_expand,
+streams W through the copy engine into a shared-memory ring; its wgmma forms ("wg", ...: lora_wg,
+sm_90a; ("wgt", ...): lora_wgt, one adapter with t computed once per launch) and the three-launch ("sx", ...) path (cuBLAS base GEMM, then lora_shrink and lora_expand,
 one adapter or a slot per row) are dispatched from here too, and for one adapter beyond 128 rows
 big.py's ("cx",) (cuBLAS alone: the LoRA term written into y first, the base GEMM adding into it).
 
 `DEFAULT` / `DEFAULT_BANK` / `BIG_DEFAULT` hold, per row bucket, the fastest correct configuration
 measured on the H200 (bench/results/gpu-kernels.md: 2026-12-01, runs ~20:30-21:00 UTC and
-~22:55-23:20 UTC; × cuBLAS's base GEMM alone in the same run, 4096², r16 / r64 and 64-adapter banks
+~22:55-23:20 UTC; 2026-12-02 ~01:26 UTC for DEFAULT_HIGH_RANK; × cuBLAS's base GEMM alone in the same run, 4096², r16 / r64 and 64-adapter banks
 of ranks 8/16/64, LoRA fused):
 
 | entry point | rows | kernel | × cuBLAS base |
 | --- | --- | --- | ---: |
 | lora_linear | 1-8 | wgmma ring ("wg", 64, 2, 8, 12, 0), PDL | 0.92-0.95 (TMA ring 0.94-0.96) |
+| lora_linear | 1-8, rank ≥ 17 | lora_wgt ("wgt", 64, 2, 1, 8, 12, 4, 1): t once per launch (DEFAULT_HIGH_RANK) | r32 0.93-1.01, r64 0.97-1.13 (wgmma ring 0.93-1.06, 1.03-1.40) |
 | lora_linear | 9-16 | TMA ring ("tma", 64, 1, 2, 16, 12, 0, 1) | 1.00 |
 | lora_linear | 17-32 | TMA ring, MB 32 | 1.14-1.17 (Triton 1.20) |
 | lora_linear | 33-64 | None: triton_lora's split-K kernel | 1.44-1.48 (wgmma ring 1.62) |
