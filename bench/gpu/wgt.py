@@ -120,7 +120,20 @@ def odd_shapes(res):
 
 RANKS_FINAL = (8, 16, 32, 64)
 ROWS_FINAL = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
-EXTRA_FINAL = [("wgt", 64, 2, 1, 8, 16, 4, 1), ("wgt", 64, 2, 1, 8, 12, 2, 1), ("wgt", 64, 2, 1, 8, 12, 4, 0)]
+EXTRA_FINAL = {8: [("wgt", 64, 2, 1, 8, 16, 4, 1), ("wgt", 64, 2, 1, 8, 12, 2, 1), ("wgt", 64, 2, 1, 8, 12, 4, 0)],
+               16: [("wgt", 64, 2, 1, 16, 12, 4, 1), ("wgt", 64, 2, 1, 16, 16, 4, 1)],
+               32: [("wgt", 64, 2, 1, 32, 12, 4, 1), ("wgt", 128, 1, 4, 32, 8, 4, 1)],
+               64: [("wgt", 64, 2, 1, 64, 10, 4, 1), ("wgt", 128, 1, 4, 64, 8, 4, 1)]}
+
+
+def fitted(cfgs, rank):
+    """Each configuration with its ST lowered until the shared memory (this rank) fits."""
+    out = []
+    for c in cfgs:
+        while c[5] > 2 and tma.wgt_smem(c, c[4], rank) > 227 * 1024:
+            c = c[:5] + (c[5] - 1,) + c[6:]
+        out.append(c)
+    return out
 
 
 def torch_ops_run(xs, ws, As, Bs, outs):
@@ -136,7 +149,7 @@ def torch_ops_run(xs, ws, As, Bs, outs):
 def final(out):
     """The committed dispatch ("dispatch") against the tables before this session ("shipped_before":
     DEFAULT_HIGH_RANK empty), the unfused ops and cuBLAS at ranks 8/16/32/64, rows 1-64; lora_wgt's
-    other candidates at 1-8 rows; a read of W alone; odd shapes and chains through the dispatch."""
+    candidates per row bucket (EXTRA_FINAL); a read of W alone; odd shapes and chains through the dispatch."""
     res = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                     "triton": sk.triton.__version__, "cubin": os.environ.get("STAGEML_TMA_CUBIN"), "mode": "final",
                     "high_rank": {str(k): list(v) for k, v in st.DEFAULT_HIGH_RANK.items()}}, "rows": []}
@@ -157,7 +170,7 @@ def final(out):
 
     for rank in RANKS_FINAL:
         for m in ROWS_FINAL:
-            extra = [c for c in EXTRA_FINAL if m <= 8]
+            extra = fitted(EXTRA_FINAL[tma.bucket(m)], rank)
             row = case(m, rank, ws, res, extra, label="final", extra_runs=[("shipped_before", before), ("torch_ops", torch_ops_run)])
             row["variants"]["dispatch"] = row["variants"].pop("shipped")
             save(out, res)
