@@ -20,13 +20,14 @@ big.py's ("cx",) (cuBLAS alone: the LoRA term written into y first, the base GEM
 
 `DEFAULT` / `DEFAULT_BANK` / `BIG_DEFAULT` hold, per row bucket, the fastest correct configuration
 measured on the H200 (bench/results/gpu-kernels.md: 2026-12-01, runs ~20:30-21:00 UTC and
-~22:55-23:20 UTC; 2026-12-02 ~01:26 UTC for DEFAULT_HIGH_RANK; × cuBLAS's base GEMM alone in the same run, 4096², r16 / r64 and 64-adapter banks
+~22:55-23:20 UTC; 2026-12-02 ~01:31 UTC for DEFAULT_HIGH_RANK; × cuBLAS's base GEMM alone in the same run, 4096², r16 / r64 and 64-adapter banks
 of ranks 8/16/64, LoRA fused):
 
 | entry point | rows | kernel | × cuBLAS base |
 | --- | --- | --- | ---: |
 | lora_linear | 1-8 | wgmma ring ("wg", 64, 2, 8, 12, 0), PDL | 0.92-0.95 (TMA ring 0.94-0.96) |
-| lora_linear | 1-8, rank ≥ 17 | lora_wgt ("wgt", 64, 2, 1, 8, 12, 4, 1): t once per launch (DEFAULT_HIGH_RANK) | r32 0.93-1.01, r64 0.97-1.13 (wgmma ring 0.93-1.06, 1.03-1.40) |
+| lora_linear | 1-8, rank 49-64 | lora_wgt ("wgt", 64, 2, 1, 8, 12, 4, 1): t once per launch (DEFAULT_HIGH_RANK) | 0.96-1.13 at rank 64 (wgmma ring 1.01-1.44) |
+| lora_linear | 17-32, rank 49-64 | lora_wgt ("wgt", 64, 2, 1, 32, 12, 4, 1) | 1.39-1.50 at rank 64 (was: the Triton kernel raised; torch ops 2.10-2.11) |
 | lora_linear | 9-16 | TMA ring ("tma", 64, 1, 2, 16, 12, 0, 1) | 1.00 |
 | lora_linear | 17-32 | TMA ring, MB 32 | 1.14-1.17 (Triton 1.20) |
 | lora_linear | 33-64 | None: triton_lora's split-K kernel | 1.44-1.48 (wgmma ring 1.62) |
@@ -63,12 +64,16 @@ DEFAULT = {
 }
 
 # one adapter of rank >= HIGH_RANK_MIN: per row bucket, the entry that replaces DEFAULT's. lora_wgt
-# computes t once per launch, where lora_wg carries A's rows (the rank padded to 16) in every ring
-# stage of every cluster: at rank 64 that is 8 KB beside each 8 KB of W (bench/results/gpu-kernels.md,
-# session gpuk5)
-HIGH_RANK_MIN = 17
+# computes t once per launch, where lora_wg and lora_tma carry A's rows (the rank padded to 16) in
+# every ring stage of every cluster: ranks 49-64 pad to 64 rows, 8 KB beside each 8 KB of W, and at
+# 17-32 rows the TMA ring's 12 stages do not fit them at all (the Triton kernel after it then raises:
+# it asks for 256 KB of shared memory). Measured at rank 64 (bench/results/gpu-kernels.md, session
+# gpuk5); at rank 32 lora_wgt was level at 1 row and behind the TMA ring at 9-32 rows, so below 49
+# the tables above apply.
+HIGH_RANK_MIN = 49
 DEFAULT_HIGH_RANK = {
     8: ("wgt", 64, 2, 1, 8, 12, 4, 1),
+    32: ("wgt", 64, 2, 1, 32, 12, 4, 1),
 }
 
 # one adapter: what a row bucket whose DEFAULT entry is a lora_wgt ("wgt", ...) takes for a weight

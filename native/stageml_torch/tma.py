@@ -11,8 +11,8 @@ Three more families live here (sections below): `lora_wg`, the same ring with wg
 (("wg", ...), sm_90a), `lora_wgt` (("wgt", ...): one adapter, t = x·Aᵀ once per launch instead of
 A's rows in every ring stage, K optionally split across clusters too), and ("sx", ...): cuBLAS's
 base GEMM between `lora_shrink` and `lora_expand`. What ships (stream.DEFAULT / DEFAULT_BANK /
-DEFAULT_HIGH_RANK): lora_wg at 1-8 rows (lora_wgt there above rank 16) and this kernel at 9-32 rows
-of one adapter; sx at 65-128 rows of one adapter and 17-64 rows of a bank. The bank path (producer blocks, FA = 0) gave
+DEFAULT_HIGH_RANK): lora_wg at 1-8 rows (lora_wgt there, and at 17-32 rows, for ranks 49-64) and
+this kernel at 9-32 rows of one adapter; sx at 65-128 rows of one adapter and 17-64 rows of a bank. The bank path (producer blocks, FA = 0) gave
 wrong results when two blocks shared an SM (bench/results/gpu-kernels.md; `ONE_PER_SM` now
 prevents that), so `shippable` keeps it out of every table and override; the bench measures it.
 

@@ -122,7 +122,7 @@ print(json.dumps({"sw": sw, "one": tma.ONE_PER_SM, "limit": 227 * 1024,
     expect(out.fits).toEqual([true, false]);
   });
 
-  it('takes lora_wgt above rank 16 at 1-8 rows, falls back where no split fits one wave, never for a bank, and declines without a GPU', () => {
+  it('takes lora_wgt for ranks 49-64 at 1-8 and 17-32 rows, falls back where no split fits one wave, never for a bank, and declines without a GPU', () => {
     const out = py(`
 import json, torch
 from stageml_torch import stream as st, tma
@@ -132,12 +132,13 @@ a = torch.randn(64, 4096, dtype=torch.bfloat16)
 b = torch.randn(4096, 64, dtype=torch.bfloat16)
 here = [st._pick(3, 4096, 4096, 64, False, None), st.lora_linear(x, w, a, b, 2.0) is None,
         st.lora_linear(x, w, a, b, 2.0, cfg=("wgt", 64, 2, 1, 8, 12, 4, 1)) is None, tma.available()]
-table = [st.config_for(3, False, 64), st.config_for(3, False, 16), st.config_for(3), st.config_for(8, False, 17), st.config_for(9, False, 64),
-         st.config_for(3, True, 64)]
+table = [st.config_for(3, False, 64), st.config_for(3, False, 49), st.config_for(3, False, 48), st.config_for(3), st.config_for(9, False, 64),
+         st.config_for(20, False, 64), st.config_for(20, False, 32), st.config_for(40, False, 64), st.config_for(3, True, 64)]
 tma.SMS = 132
 tma.available = lambda: True  # the pick as on an sm_90 host (nothing is launched)
-pick = [st._pick(3, 4096, 4096, 64, False, None), st._pick(3, 1024, 4096, 32, False, None), st._pick(3, 14336, 4096, 64, False, None),
-        st._pick(3, 4096, 4096, 16, False, None), st._pick(3, 4096, 4096, 64, True, None)]
+pick = [st._pick(3, 4096, 4096, 64, False, None), st._pick(3, 1024, 4096, 56, False, None), st._pick(3, 14336, 4096, 64, False, None),
+        st._pick(3, 4096, 4096, 16, False, None), st._pick(3, 4096, 4096, 64, True, None), st._pick(30, 4096, 4096, 64, False, None),
+        st._pick(30, 14336, 4096, 64, False, None)]
 tma._FAILED.add(("wgt", 64, 2, 1, 8, 12, 4, 1))
 pick.append(st._pick(3, 4096, 4096, 64, False, None))
 print(json.dumps({"here": here, "table": table, "pick": pick, "suits_bank": st._suits(("wgt", 64, 2, 1, 8, 12, 4, 1), 3, 4096, 4096, 16, True)}))
@@ -146,18 +147,23 @@ print(json.dumps({"here": here, "table": table, "pick": pick, "suits_bank": st._
     expect(out.here).toEqual([null, true, true, false]);
     expect(out.table).toEqual([
       ['wgt', 64, 2, 1, 8, 12, 4, 1], // rank 64
-      ['wg', 64, 2, 8, 12, 0], // rank 16: DEFAULT
+      ['wgt', 64, 2, 1, 8, 12, 4, 1], // rank 49: A padded to 64 rows as well
+      ['wg', 64, 2, 8, 12, 0], // rank 48: DEFAULT
       ['wg', 64, 2, 8, 12, 0], // rank not given
-      ['wgt', 64, 2, 1, 8, 12, 4, 1], // rank 17
       ['tma', 64, 1, 2, 16, 12, 0, 1], // 9 rows: no high-rank entry
+      ['wgt', 64, 2, 1, 32, 12, 4, 1], // 17-32 rows, rank 64
+      ['tma', 64, 1, 2, 32, 12, 0, 1], // 17-32 rows, rank 32
+      null, // 33-64 rows: the Triton kernel (no entry)
       [1, 1, 8, 1, 2, 0], // banks keep their own table
     ]);
     expect(out.pick).toEqual([
       ['wgt', 64, 2, 1, 8, 12, 4, 1],
       ['wgt', 64, 2, 4, 8, 12, 4, 1], // 16 row tiles: K split 8 ways (2 in the cluster, 4 across)
-      ['wg', 64, 4, 8, 12, 0], // 224 row tiles: WGT_FALLBACK[8], its K split re-picked (tma.wg_adapt) for 14336 rows
+      ['wg', 64, 4, 8, 12, 0], // 224 row tiles: WGT_FALLBACK[8], its K split re-picked (tma.adapt) for 14336 rows
       ['wg', 64, 2, 8, 12, 0],
       [1, 1, 8, 1, 2, 0],
+      ['wgt', 64, 2, 1, 32, 12, 4, 1],
+      ['tma', 64, 1, 4, 32, 12, 0, 1], // WGT_FALLBACK[32] (it does not fit rank 64: lora_linear then declines)
       ['wg', 64, 2, 8, 12, 0], // a configuration that failed to build falls back too
     ]);
     expect(out.suits_bank).toBe(false);
