@@ -770,6 +770,278 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + EW 
   if (KS > 1) cl_sync();
 }
 
+// ---------------------------------------------------------------------------------------------------
+// lora_wgt: one adapter, lora_wg's ring (W and x boxes only) with t = x . A^T computed once per
+// launch instead of once per cluster (lora_wg's A box made every cluster read all of A: 8 MB at r16,
+// 32 MB at r64, on top of W's 32 MB). TW extra warps per block take (16-row A group, 8-row x group,
+// K chunk) tasks spread over the whole grid (mma.sync on plain loads of x and A), add them into the
+// f32 buffer t_acc [M][rmax] (red.global.add) and count themselves in sync[0]; then, still beside
+// the main loop, they wait for all gridDim.x * TW counts (acquire), take t into shared memory and
+// count the block's read in sync[1]: the last block to read zeroes t_acc and both counters (no
+// memset per call, CUDA-graph safe), so t costs the epilogue nothing.
+// KG > 1 splits K further across KG clusters (clusters of 4 and 8 did not fit one wave), so that a
+// block can hold more W rows (RT up to 256: x is re-read from L2 once per RT rows, not once per 64):
+// the KG blocks holding the same rows' partial sums (each summed over its cluster in distributed
+// shared memory first) exchange them through the f32 workspace ws, each finalizing 1 / KG of the
+// rows (the sum, the LoRA term, the bf16 store), meeting at a ticket counter per row tile in
+// sync[2 + tile] that is never reset. The x box is `xrows` rows (M, or MB): rows of the ring's x
+// tile past it are left as they were, which only the discarded accumulator columns m >= M read.
+// Every wait needs the whole grid co-resident: the host launches one wave at most (one block per
+// SM, ONE_PER_SM). Warp roles: [0, RT / 16) W warps (RT / 64 warpgroups, wgmma), then TW t warps,
+// then the issuing warp.
+// lora_wgt's grid-wide waits: *p >= want (acquire); a wait past 10 s (a grid not co-resident, which
+// the host's one-wave rule prevents) traps instead of hanging the device.
+__device__ __forceinline__ void spin_until(const int* p, int want) {
+  u64 t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while (ld_acq(p) < want) {
+    __nanosleep(32);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    if (t1 - t0 > 10000000000ull) __trap();
+  }
+}
+
+// ... and the KG blocks' ticket wait: until the counter reaches `want` modulo 2^32.
+__device__ __forceinline__ void spin_until_ticket(const int* p, u32 want) {
+  u64 t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while ((int)((u32)ld_acq(p) - want) < 0) {
+    __nanosleep(32);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    if (t1 - t0 > 10000000000ull) __trap();
+  }
+}
+
+// lora_wgt's t tasks: shrink_rows with U 64-wide K steps of loads in flight (U = 1 keeps the
+// 256-row form's 21 warps within their 96 registers; shrink_rows keeps two).
+template <int U>
+__device__ __forceinline__ void shrink_rows_u(const bf16_t* __restrict__ abase, int lda, int r_valid, const bf16_t* __restrict__ xbase, int ldx,
+                                              int mvalid, int kb, int ke, float* acc) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const V4 zero = {0u, 0u, 0u, 0u};
+  const bool ok0 = g < r_valid, ok1 = g + 8 < r_valid, okx = g < mvalid;
+  const bf16_t* p0 = abase + (size_t)g * lda + tig * 16;
+  const bf16_t* p1 = abase + (size_t)(g + 8) * lda + tig * 16;
+  const bf16_t* px = xbase + (size_t)(okx ? g : 0) * ldx + tig * 16;
+  for (int k0 = kb; k0 < ke; k0 += 64 * U) {
+    V4 lo[U][2], hi[U][2], xv[U][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int kc = k0 + u * 64;
+      const bool on = kc < ke;
+      lo[u][0] = on && ok0 ? ldg_stream(p0 + kc) : zero;
+      lo[u][1] = on && ok0 ? ldg_stream(p0 + kc + 8) : zero;
+      hi[u][0] = on && ok1 ? ldg_stream(p1 + kc) : zero;
+      hi[u][1] = on && ok1 ? ldg_stream(p1 + kc + 8) : zero;
+      xv[u][0] = on && okx ? ldg_x(px + kc) : zero;
+      xv[u][1] = on && okx ? ldg_x(px + kc + 8) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const V4& xa = xv[u][j >> 1];
+        const V4& l = lo[u][j >> 1];
+        const V4& h = hi[u][j >> 1];
+        const int w0 = (2 * j) & 3, w1 = (2 * j + 1) & 3;
+        mma_bf16(acc, vword(l, w0), vword(h, w0), vword(l, w1), vword(h, w1), vword(xa, w0), vword(xa, w1));
+      }
+  }
+}
+
+template <int RT, int KS, int KG, int MB, int ST, int TW>
+__global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + TW + 1), 1) lora_wgt(
+    const __grid_constant__ TMap wmap, const __grid_constant__ TMap xmap, const bf16_t* __restrict__ x, const bf16_t* __restrict__ a,
+    const bf16_t* __restrict__ b, bf16_t* __restrict__ y, float* __restrict__ t_acc, float* __restrict__ ws, int* __restrict__ sync,
+    const float* __restrict__ scale, int M, int N, int K, int rmax, int kch, int xrows) {
+  constexpr int WW = RT / 16, NT = 32 * (WW + TW + 1);
+  constexpr int WBOX = RT * 128, XBOX = MB * 128, STAGE = WBOX + XBOX, RS = MB + 1, SH = RT / KS, OW = SH / KG;
+  constexpr int RING = ST * STAGE, TAIL = RT * RS * 4;
+  constexpr int EXTRA0 = ((RING > TAIL ? RING : TAIL) + 1023) / 1024 * 1024;
+  static_assert(RT % 64 == 0 && RT <= 256 && MB % 8 == 0 && MB <= 64 && RT % (KS * KG) == 0 && OW % 8 == 0 && TW >= 1 && ST <= 16, "wgt shape");
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* sm = (unsigned char*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const u32 q = KS > 1 ? cta_rank() : 0u;
+  const int cl = blockIdx.x / KS, cb = cl / KG, kg = cl % KG, tile = cb * KS + (int)q;
+  const int n0 = cb * RT, nq = n0 + (int)q * SH, no = nq + kg * OW;  // this block finishes rows [no, no + OW)
+  const int kper = K / (KS * KG), kbeg = (kg * KS + (int)q) * kper, NS = kper / 64;
+  const u32 bar0 = smem_u32(sm);  // full[ST], empty[ST], the B-tile barrier, then the `last` flag
+  const u32 bbar = bar0 + 16 * ST;
+  int* last = (int*)(sm + 16 * ST + 8);
+  unsigned char* ring = sm + 1024;
+  const u32 ring0 = smem_u32(ring);
+  unsigned char* extra = ring + EXTRA0;
+  bf16_t* bs = (bf16_t*)extra;                                     // [OW][rmax] bf16: B's rows this block finishes
+  float* st = (float*)(extra + ((OW * rmax * 2 + 15) / 16) * 16);  // [M][rmax]: t
+  float* own = st + M * rmax;                                      // [OW][RS]: this block's part of the cluster sums
+  const bool issuer = warp == WW + TW && lane == 0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(bar0 + 8 * s, 1);
+      mbar_init(bar0 + 8 * (ST + s), WW);
+    }
+    mbar_init(bbar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+  // Everything but the weights (W, B) waits for the previous grid (programmatic dependent launch;
+  // returns at once without it): x, t_acc, ws, the counters and y may belong to it.
+  if (!issuer) griddep_wait();
+  float acc[MB / 2];
+  float dummy[1] = {0.f};
+#pragma unroll
+  for (int i = 0; i < MB / 2; ++i) acc[i] = 0.f;
+  if (warp == WW + TW) {
+    if (lane == 0) {
+      const int pre = NS < ST ? NS : ST;
+      asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&wmap) : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&xmap) : "memory");
+      mbar_expect_tx(bbar, OW * rmax * 2);
+      bulk_copy(smem_u32(bs), b + (size_t)no * rmax, OW * rmax * 2, bbar);
+      const u32 tx = WBOX + xrows * 128;
+      for (int it = 0; it < pre; ++it) {
+        const u32 full = bar0 + 8 * it;
+        mbar_expect_tx(full, tx);
+        tma_2d(ring0 + it * STAGE, &wmap, kbeg + it * 64, n0, full);
+      }
+      griddep_wait();
+      for (int it = 0; it < NS; ++it) {
+        const int s = it % ST;
+        const u32 full = bar0 + 8 * s, st0 = ring0 + s * STAGE;
+        const int k = kbeg + it * 64;
+        if (it >= pre) {
+          mbar_wait(bar0 + 8 * (ST + s), ((it / ST) & 1) ^ 1);
+          mbar_expect_tx(full, tx);
+          tma_2d(st0, &wmap, k, n0, full);
+        }
+        tma_2d(st0 + WBOX, &xmap, k, 0, full);
+      }
+    }
+  } else if (warp < WW) {
+    wg_loop<MB, ST, STAGE, 0, WBOX, 0, 0>(acc, dummy, bar0, ring0, (u32)(warp >> 2) * 64 * 128, NS, lane);
+  } else {
+    // t warps: this grid's share of the (A group, x group, K chunk) tasks, then one count each.
+    const int tw = warp - WW, groups = (rmax + 15) / 16, mgroups = (M + 7) / 8, ntask = groups * mgroups * kch, kc = K / kch;
+    for (int task = blockIdx.x * TW + tw; task < ntask; task += gridDim.x * TW) {
+      const int c = task % kch, rest = task / kch, mg = rest % mgroups, ga = rest / mgroups;
+      const int m0 = mg * 8, mv = min(8, M - m0);
+      float ta[4] = {0.f, 0.f, 0.f, 0.f};
+      shrink_rows_u<RT >= 256 ? 1 : 2>(a + (size_t)ga * 16 * K, K, rmax - ga * 16, x + (size_t)m0 * K, K, mv, c * kc, (c + 1) * kc, ta);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = ga * 16 + g + (e >> 1) * 8, m = 2 * tig + (e & 1);
+        if (i < rmax && m < mv) atomicAdd(&t_acc[(size_t)(m0 + m) * rmax + i], ta[e]);
+      }
+    }
+    __threadfence();
+    __syncwarp();
+    if (lane == 0) atomicAdd(&sync[0], 1);
+    // Still beside the main loop: wait for every task of the grid (acquire), take t into shared
+    // memory, count this block's read; the last block to read zeroes t_acc and both counters.
+    constexpr int TT = 32 * TW;
+    const int tt = threadIdx.x - 32 * WW;
+    if (tt == 0) spin_until(&sync[0], (int)gridDim.x * TW);
+    asm volatile("bar.sync 1, %0;" ::"n"(TT) : "memory");
+    for (int i = tt; i < M * rmax; i += TT) st[i] = __ldcg(&t_acc[i]);
+    asm volatile("bar.sync 1, %0;" ::"n"(TT) : "memory");
+    if (tt == 0) {
+      __threadfence();
+      *last = atomicAdd(&sync[1], 1) == (int)gridDim.x - 1;
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(TT) : "memory");
+    if (*last) {
+      for (int i = tt; i < M * rmax; i += TT) t_acc[i] = 0.f;
+      __threadfence();
+      asm volatile("bar.sync 1, %0;" ::"n"(TT) : "memory");
+      if (tt == 0) {
+        sync[0] = 0;
+        sync[1] = 0;
+        __threadfence();
+      }
+    }
+  }
+  __syncthreads();  // every stage consumed (and t read): the ring is free for the partial sums
+  griddep_launch();
+  float* red = (float*)ring;  // [RT][RS]
+  if (warp < WW) {
+#pragma unroll
+    for (int i = 0; i < MB / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) red[(16 * warp + g + 8 * (e >> 1)) * RS + 8 * i + 2 * tig + (e & 1)] = acc[4 * i + e];
+  }
+  if (KS > 1) cl_sync();
+  else __syncthreads();
+  // Stage 1: the cluster's partial sums of this block's SH rows (UE items' distributed shared-memory
+  // loads in flight at a time); part kg stays here, the other KG - 1 parts go to their blocks via ws
+  // ([tile][destination part][source part][M][OW] f32).
+  constexpr int UE = 4;
+  const int items = SH * M;
+  for (int i0 = threadIdx.x; i0 < items; i0 += NT * UE) {
+    float lv[UE][KS];
+#pragma unroll
+    for (int u = 0; u < UE; ++u) {
+      const int i = min(i0 + u * NT, items - 1), m = i / SH, nl = i % SH;
+#pragma unroll
+      for (int c = 0; c < KS; ++c) lv[u][c] = KS > 1 ? ld_remote(&red[((int)q * SH + nl) * RS + m], c) : red[((int)q * SH + nl) * RS + m];
+    }
+#pragma unroll
+    for (int u = 0; u < UE; ++u) {
+      const int i = i0 + u * NT;
+      if (i >= items) break;
+      const int m = i / SH, nl = i % SH, p = nl / OW, r = nl % OW;
+      float v = 0.f;
+#pragma unroll
+      for (int c = 0; c < KS; ++c) v += lv[u][c];
+      if (p == kg) own[r * RS + m] = v;
+      else ws[((((size_t)tile * KG + p) * KG + kg) * MB + m) * OW + r] = v;
+    }
+  }
+  // The KG blocks of this row tile: every part in ws (fenced, then one ticket per block), wait for
+  // all KG. The counters are never reset: each block adds 8 / KG, so a launch moves its tile's
+  // counter by 8 whatever its KG, and the wait compares with wrap-around.
+  if (KG > 1) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const u32 t0 = (u32)atomicAdd(&sync[2 + tile], 8 / KG);
+      spin_until_ticket(&sync[2 + tile], (t0 & ~7u) + 8u);
+    }
+  }
+  __syncthreads();
+  mbar_wait(bbar, 0);
+  // Stage 2: rows [no, no + OW): own part + the other KG - 1 blocks' parts, the LoRA term, bf16.
+  const float s0 = scale[0];
+  for (int i = threadIdx.x; i < OW * M; i += NT) {
+    const int m = i / OW, r = i % OW;
+    float v = own[r * RS + m];
+#pragma unroll
+    for (int src = 0; src < KG; ++src)
+      if (src != kg) v += __ldcg(&ws[((((size_t)tile * KG + kg) * KG + src) * MB + m) * OW + r]);
+    const float* tp = st + m * rmax;
+    const bf16_t* bp = bs + r * rmax;
+    float d = 0.f;
+    // The row's 16-byte chunks from chunk r mod nc on: a warp's lanes (consecutive rows, rmax * 2
+    // bytes apart) then read different banks; in order from 0, every lane of a quarter-warp hit the
+    // same four (32-way at rank 64: ~9 us of a 64-row epilogue).
+    const int nc = rmax >> 3;
+    int c = r % nc;
+    for (int s = 0; s < nc; ++s) {
+      const V4 bv = *(const V4*)(bp + c * 8);
+      const float4 t0 = *(const float4*)(tp + c * 8), t1 = *(const float4*)(tp + c * 8 + 4);
+      d += t0.x * __uint_as_float(bv.x << 16) + t0.y * __uint_as_float(bv.x & 0xffff0000u);
+      d += t0.z * __uint_as_float(bv.y << 16) + t0.w * __uint_as_float(bv.y & 0xffff0000u);
+      d += t1.x * __uint_as_float(bv.z << 16) + t1.y * __uint_as_float(bv.z & 0xffff0000u);
+      d += t1.z * __uint_as_float(bv.w << 16) + t1.w * __uint_as_float(bv.w & 0xffff0000u);
+      if (++c == nc) c = 0;
+    }
+    y[(size_t)m * N + no + r] = to_bf16(v + s0 * d);
+  }
+  // No block leaves while another of its cluster may still read its shared memory.
+  if (KS > 1) cl_sync();
+}
+
 // The bank's shrink: t[z][m][i] = x[m, Kz] . A_j[i, Kz]^T (j = slot[m], i < rank_j; f32) over the
 // z-th of gridDim.z K slices, one block per (row, 16-row A group, slice), KW warps splitting the
 // slice, summed in shared memory, written once (no atomics, no reset; lora_expand sums the slices,

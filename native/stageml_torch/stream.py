@@ -13,22 +13,25 @@ ld.global.nc.L1::no_allocate, 1: the same with an L2 256-byte prefetch hint). `l
 distributed shared memory, so x fragments are shared by a block's RG warps through L1.
 
 A third family, the TMA ring (`lora_tma.cu`, host side `tma.py`, configurations ("tma", ...)),
-streams W through the copy engine into a shared-memory ring; its wgmma form ("wg", ...: lora_wg,
-sm_90a) and the three-launch ("sx", ...) path (cuBLAS base GEMM, then lora_shrink and lora_expand,
+streams W through the copy engine into a shared-memory ring; its wgmma forms ("wg", ...: lora_wg,
+sm_90a; ("wgt", ...): lora_wgt, one adapter with t computed once per launch) and the three-launch ("sx", ...) path (cuBLAS base GEMM, then lora_shrink and lora_expand,
 one adapter or a slot per row) are dispatched from here too, and for one adapter beyond 128 rows
 big.py's ("cx",) (cuBLAS alone: the LoRA term written into y first, the base GEMM adding into it).
 
 `DEFAULT` / `DEFAULT_BANK` / `BIG_DEFAULT` hold, per row bucket, the fastest correct configuration
 measured on the H200 (bench/results/gpu-kernels.md: 2026-12-01, runs ~20:30-21:00 UTC and
-~22:55-23:20 UTC; banks at 9-64 rows 2026-12-02 ~00:55-01:27 UTC; × cuBLAS's base GEMM alone in
-the same run, 4096², r16 / r64 and 64-adapter banks of ranks 8/16/64, LoRA fused). Banks may pass
-their B factors a second time stored [S, R, N] (`lora_bank_linear(..., b_bank_t=)`): the sx path
-then reads them with lora_expand4, touching no padded rank column; without it sx reads B [S, N, R]
-and, for ranks above 16, keeps the expand after the GEMM (EV 1: tma.SX_SIDE_EXPAND_MAX_RANK):
+~22:55-23:20 UTC; 2026-12-02 ~01:31 UTC for DEFAULT_HIGH_RANK, banks at 9-64 rows 2026-12-02
+~00:55-01:27 UTC; × cuBLAS's base GEMM alone in the same run, 4096², r16 / r64 and 64-adapter banks
+of ranks 8/16/64, LoRA fused). Banks may pass their B factors a second time stored [S, R, N]
+(`lora_bank_linear(..., b_bank_t=)`): the sx path then reads them with lora_expand4, touching no
+padded rank column; without it sx reads B [S, N, R] and, for ranks above 16, keeps the expand after
+the GEMM (EV 1: tma.SX_SIDE_EXPAND_MAX_RANK):
 
 | entry point | rows | kernel | × cuBLAS base |
 | --- | --- | --- | ---: |
 | lora_linear | 1-8 | wgmma ring ("wg", 64, 2, 8, 12, 0), PDL | 0.92-0.95 (TMA ring 0.94-0.96) |
+| lora_linear | 1-8, rank 49-64 | lora_wgt ("wgt", 64, 2, 1, 8, 12, 4, 1): t once per launch (DEFAULT_HIGH_RANK) | 0.96-1.13 at rank 64 (wgmma ring 1.01-1.44) |
+| lora_linear | 17-32, rank 49-64 | lora_wgt ("wgt", 64, 2, 1, 32, 12, 4, 1) | 1.39-1.50 at rank 64 (was: the Triton kernel raised; torch ops 2.10-2.11) |
 | lora_linear | 9-16 | TMA ring ("tma", 64, 1, 2, 16, 12, 0, 1) | 1.00 |
 | lora_linear | 17-32 | TMA ring, MB 32 | 1.14-1.17 (Triton 1.20) |
 | lora_linear | 33-64 | None: triton_lora's split-K kernel | 1.44-1.48 (wgmma ring 1.62) |
@@ -62,6 +65,27 @@ DEFAULT = {
     16: ("tma", 64, 1, 2, 16, 12, 0, 1),
     32: ("tma", 64, 1, 2, 32, 12, 0, 1),
     128: ("sx", 32, 128, 0, 1),
+}
+
+# one adapter of rank >= HIGH_RANK_MIN: per row bucket, the entry that replaces DEFAULT's. lora_wgt
+# computes t once per launch, where lora_wg and lora_tma carry A's rows (the rank padded to 16) in
+# every ring stage of every cluster: ranks 49-64 pad to 64 rows, 8 KB beside each 8 KB of W, and at
+# 17-32 rows the TMA ring's 12 stages do not fit them at all (the Triton kernel after it then raises:
+# it asks for 256 KB of shared memory). Measured at rank 64 (bench/results/gpu-kernels.md, session
+# gpuk5); at rank 32 lora_wgt was level at 1 row and behind the TMA ring at 9-32 rows, so below 49
+# the tables above apply.
+HIGH_RANK_MIN = 49
+DEFAULT_HIGH_RANK = {
+    8: ("wgt", 64, 2, 1, 8, 12, 4, 1),
+    32: ("wgt", 64, 2, 1, 32, 12, 4, 1),
+}
+
+# one adapter: what a row bucket whose DEFAULT entry is a lora_wgt ("wgt", ...) takes for a weight
+# that no K split of it fits into one wave (more row tiles than SMs, e.g. N = 14336 at RT 64)
+WGT_FALLBACK = {
+    8: ("wg", 64, 2, 8, 12, 0),
+    16: ("tma", 64, 1, 2, 16, 12, 0, 1),
+    32: ("tma", 64, 1, 2, 32, 12, 0, 1),
 }
 
 # one adapter at 65-128 rows: "sx" reads A row by row (its shrink), which loses beyond rank 16
@@ -170,8 +194,9 @@ def _bucket(m):
 
 
 def _load_overrides():
-    """STAGEML_STREAM_CONFIGS: a JSON file {"single": {bucket: cfg}, "bank": {bucket: cfg}} (written
-    by bench/gpu/splitk.py --write-configs) replacing the built-in tables."""
+    """STAGEML_STREAM_CONFIGS: a JSON file {"single": {bucket: cfg}, "bank": {bucket: cfg},
+    "single_high_rank": {bucket: cfg}} (written by bench/gpu/splitk.py --write-configs or
+    bench/gpu/wgt.py) replacing the built-in tables' entries."""
     path = os.environ.get("STAGEML_STREAM_CONFIGS")
     if not path or not os.path.exists(path):
         return
@@ -179,19 +204,22 @@ def _load_overrides():
 
     with open(path) as fh:
         data = json.load(fh)
-    for table, dest in (("single", DEFAULT), ("bank", DEFAULT_BANK)):
+    for table, dest in (("single", DEFAULT), ("bank", DEFAULT_BANK), ("single_high_rank", DEFAULT_HIGH_RANK)):
         for bucket, cfg in data.get(table, {}).items():
             dest[int(bucket)] = tuple(cfg) if cfg is not None else None
 
 
-def config_for(m, bank=False):
-    """The configuration for m rows (None: the kernel is not the fastest choice there)."""
+def config_for(m, bank=False, rank=0):
+    """The configuration for m rows of an adapter of rank `rank` (None: the kernel is not the fastest
+    choice there); one adapter above HIGH_RANK_MIN - 1 takes DEFAULT_HIGH_RANK's entry where it has one."""
     if not bank and m > 128:
         cfg = None
         for lo, c in BIG_DEFAULT:
             if m >= lo:
                 cfg = c
         return cfg
+    if not bank and rank >= HIGH_RANK_MIN and _bucket(m) in DEFAULT_HIGH_RANK:
+        return DEFAULT_HIGH_RANK[_bucket(m)]
     return (DEFAULT_BANK if bank else DEFAULT).get(_bucket(m))
 
 
@@ -200,9 +228,18 @@ def _pick(m, n, k, rmax, bank, cfg):
     K split re-picked for [n, k], and only where that family can run here); None: no kernel."""
     if cfg is not None:
         return tuple(cfg)
-    cfg = config_for(m, bank)
+    cfg = config_for(m, bank, rmax)
     if cfg is None:
         return None
+    if _tma.is_wgt(cfg):
+        if bank or not _tma.available():
+            return None
+        a = _tma.wgt_adapt(cfg, n, k)
+        if a is not None and a not in _tma._FAILED:
+            return a
+        cfg = WGT_FALLBACK.get(_bucket(m))  # no split of this weight fits one wave: the ring before lora_wgt
+        if cfg is None:
+            return None
     if _tma.is_tma(cfg):
         if not _tma.shippable(cfg, bank) or not _tma.available():
             return None  # an override naming the bank path measured wrong: not taken
@@ -224,6 +261,9 @@ def _pick(m, n, k, rmax, bank, cfg):
 
 
 def _suits(cfg, m, n, k, rmax, bank):
+    if _tma.is_wgt(cfg):
+        _tma.check_wgt(cfg)
+        return not bank and _tma.available() and _tma.wgt_suits(cfg, m, n, k, rmax)
     if _tma.is_tma(cfg):
         _tma.check_cfg(cfg)
         return _tma.available() and _tma.suits(cfg, m, n, k, rmax, bank)
@@ -265,6 +305,13 @@ def _run(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, bank, scal
             _big._FAILED.add(tuple(cfg))
             return None
         return _big.launch(cfg, x2, w, a, b, y, float(scales_host[0]))
+    if _tma.is_wgt(cfg):
+        try:
+            _tma.wgt_function(cfg)
+        except Exception:  # noqa: BLE001 - NVRTC (sm_90a) or the module load failed: this configuration falls back
+            _tma._FAILED.add(tuple(cfg))
+            return None
+        return _tma.wgt_launch(cfg, x2, w, a, b, y, scales, rmax)
     if _tma.is_wg(cfg):
         try:
             _tma.wg_function(cfg, rmax)

@@ -7,10 +7,12 @@ least 4), WR 16-row W tiles per consumer warp (7-tuples mean WR = 1). One adapte
 producers: its A rows (rank padded to 16, FA ≤ 64) ride in the ring. `adapt` re-picks KS for
 weights other than the 4096² one the tables were measured on.
 
-Two more families live here (sections below): `lora_wg`, the same ring with wgmma consumers
-(("wg", ...), sm_90a), and ("sx", ...): cuBLAS's base GEMM between `lora_shrink` and `lora_expand`.
-What ships (stream.DEFAULT / DEFAULT_BANK): lora_wg at 1-8 rows and this kernel at 9-32 rows of one
-adapter; sx at 65-128 rows of one adapter and 17-64 rows of a bank. The bank path (producer blocks, FA = 0) gave
+Three more families live here (sections below): `lora_wg`, the same ring with wgmma consumers
+(("wg", ...), sm_90a), `lora_wgt` (("wgt", ...): one adapter, t = x·Aᵀ once per launch instead of
+A's rows in every ring stage, K optionally split across clusters too), and ("sx", ...): cuBLAS's
+base GEMM between `lora_shrink` and `lora_expand`. What ships (stream.DEFAULT / DEFAULT_BANK /
+DEFAULT_HIGH_RANK): lora_wg at 1-8 rows (lora_wgt there, and at 17-32 rows, for ranks 49-64) and
+this kernel at 9-32 rows of one adapter; sx at 65-128 rows of one adapter and 17-64 rows of a bank. The bank path (producer blocks, FA = 0) gave
 wrong results when two blocks shared an SM (bench/results/gpu-kernels.md; `ONE_PER_SM` now
 prevents that), so `shippable` keeps it out of every table and override; the bench measures it.
 
@@ -703,6 +705,207 @@ def wg_sweep(m, bank=False, rmax=16):
             stg -= 1
             c = ("wg", rt, ks, mb, stg, ew, xl)
         if c not in out and wg_fits_registers(c):
+            out.append(c)
+    return out
+
+
+# -- lora_wgt: one adapter, t once per launch, K split across clusters too --------------------------
+#
+# ("wgt", RT, KS, KG, MB, ST, TW[, XB]): RT rows of W per row tile (64, 128 or 256: one warpgroup per
+# 64), KS blocks per cluster splitting K (1 or 2; partial sums in distributed shared memory), KG
+# clusters splitting K further (1, 2, 4 or 8; partial sums through a global workspace), MB batch rows
+# (8, 16, 32 or 64: the wgmma's N), ST ring stages (a W box and an x box each), TW t warps (t = x·Aᵀ
+# over the whole grid, added into a zeroed f32 buffer that the launch leaves zeroed), XB 1: the x box
+# is the call's M rows, not MB (no zero rows copied; default 0). The kernel waits on
+# the whole grid (t, and the KG partial sums), so `wgt_suits` admits one wave at most (one block per
+# SM); `wgt_adapt` re-picks KS and KG per weight and gives None where no split fits one wave (N /
+# RT row tiles beyond it: the caller then takes stream.WGT_FALLBACK). Rank ≤ 64 (one adapter).
+
+WGT_MB = (8, 16, 32, 64)
+WGT_MAX_TILES = 1024
+_WGT_STATE = {}
+_WGT_WS = {}
+
+
+def is_wgt(cfg):
+    return cfg is not None and len(cfg) > 0 and cfg[0] == "wgt"
+
+
+def check_wgt(cfg):
+    """Validates a ("wgt", RT, KS, KG, MB, ST, TW[, XB]) tuple; raises WorkerError (RT_BAD_VALUE) naming what is wrong."""
+    if not is_wgt(cfg) or len(cfg) not in (7, 8) or not all(isinstance(v, int) and not isinstance(v, bool) for v in cfg[1:]):
+        raise WorkerError(errors.BAD_VALUE, "wgt config must be ('wgt', RT, KS, KG, MB, ST, TW[, XB]) with integers, got %r" % (cfg,))
+    _, rt, ks, kg, mb, stg, tw = cfg[:7]
+    if len(cfg) == 8 and cfg[7] not in (0, 1):
+        raise WorkerError(errors.BAD_VALUE, "wgt config %r: XB 0 or 1" % (cfg,))
+    if rt not in (64, 128, 256) or ks not in (1, 2) or kg not in (1, 2, 4, 8):
+        raise WorkerError(errors.BAD_VALUE, "wgt config %r: RT 64/128/256, KS 1 or 2, KG 1/2/4/8" % (cfg,))
+    if (rt // (ks * kg)) % 8 != 0 or rt // (ks * kg) == 0:
+        raise WorkerError(errors.BAD_VALUE, "wgt config %r: RT / (KS KG) a multiple of 8" % (cfg,))
+    if mb not in WGT_MB or not 2 <= stg <= 16 or not 1 <= tw <= 8:
+        raise WorkerError(errors.BAD_VALUE, "wgt config %r: MB in 8/16/32/64, ST in 2..16, TW in 1..8" % (cfg,))
+    return cfg
+
+
+def wgt_threads(cfg):
+    return 32 * (cfg[1] // 16 + cfg[6] + 1)
+
+
+def wgt_blocks(cfg, n):
+    return n // cfg[1] * cfg[2] * cfg[3]
+
+
+def wgt_max_blocks(ks):
+    """The largest grid that is one wave at one block per SM: every SM, or for clusters of 2 a
+    multiple of 8 below the SM count (128 of 132: what the shipped 2-block clusters fill)."""
+    return SMS if ks == 1 else SMS - SMS % 8
+
+
+def wgt_smem(cfg, m, rmax):
+    """Dynamic shared memory of a lora_wgt launch (the kernel's layout: alignment slack, barriers,
+    the ring or the partial sums in its bytes, then B's rows [OW][rmax] bf16, t [M][rmax] f32 and
+    the block's part of the sums [OW][MB + 1] f32); never under ONE_PER_SM."""
+    _, rt, ks, kg, mb, stg, tw = cfg[:7]
+    ow = rt // ks // kg
+    ring = stg * (rt + mb) * 128
+    tail = rt * (mb + 1) * 4
+    extra0 = -(-max(ring, tail) // 1024) * 1024
+    extra = -(-(ow * rmax * 2) // 16) * 16 + m * rmax * 4 + ow * (mb + 1) * 4
+    return max(ONE_PER_SM, 2048 + extra0 + extra)
+
+
+def wgt_fits_registers(cfg):
+    """Spill-free under the cap __launch_bounds__(threads, 1) sets, as nvcc 13.0's report read for
+    every configuration bench/gpu/wgt.py builds: MB / 2 accumulators beside ~60 registers (the
+    256-row form's t warps keep one 64-K step of loads in flight to stay within 96)."""
+    cap = min(255, 65536 // wgt_threads(cfg)) // 8 * 8
+    return cfg[4] // 2 + 60 <= cap
+
+
+def wgt_suits(cfg, m, n, k, rmax):
+    _, rt, ks, kg, mb, stg, tw = cfg[:7]
+    if not 0 < m <= mb or rmax % 8 != 0 or not 0 < rmax <= 64 or n % rt != 0 or k % (ks * kg * 64) != 0:
+        return False
+    return (wgt_blocks(cfg, n) <= wgt_max_blocks(ks) and n // rt * ks <= WGT_MAX_TILES and wgt_smem(cfg, mb, rmax) <= 227 * 1024
+            and wgt_fits_registers(cfg) and n < 2**31 and k < 2**31)
+
+
+def wgt_adapt(cfg, n, k):
+    """KS and KG re-picked for an [n, k] weight: the most blocks within one wave (ties: the
+    configuration's own KG, then its KS); None when no split fits (more row tiles than SMs)."""
+    _, rt, ks, kg, mb, stg, tw = cfg[:7]
+    if n % rt != 0:
+        return None
+    best = None
+    for cks in (1, 2):
+        for ckg in (1, 2, 4, 8):
+            ow = rt // (cks * ckg)
+            if ow == 0 or ow % 8 != 0 or k % (cks * ckg * 64) != 0:
+                continue
+            c = ("wgt", rt, cks, ckg, mb, stg, tw) + tuple(cfg[7:])
+            blocks = wgt_blocks(c, n)
+            if blocks > wgt_max_blocks(cks):
+                continue
+            key = (blocks, ckg == kg, cks == ks)
+            if best is None or key > best[0]:
+                best = (key, c)
+    return None if best is None else best[1]
+
+
+def wgt_kch(m, rmax, k, blocks, tw):
+    """K chunks per (A group, x group) t task: doubled while the tasks stay within one per t warp of
+    the grid (each chunk a multiple of 64 of K)."""
+    groups, mgroups, kch = -(-rmax // 16), -(-m // 8), 1
+    while kch * 2 * 64 <= k and k % (kch * 2 * 64) == 0 and groups * mgroups * kch * 2 <= blocks * tw:
+        kch *= 2
+    return kch
+
+
+def wgt_instantiation(cfg):
+    return "lora_wgt<%d,%d,%d,%d,%d,%d>" % tuple(cfg[1:7])
+
+
+def wgt_mangled(cfg):
+    return "_Z8lora_wgtILi%dELi%dELi%dELi%dELi%dELi%dEEv4TMapS0_PKtS2_S2_PtPfS4_PiPKfiiiiii" % tuple(cfg[1:7])
+
+
+def wgt_explicit_instantiations(cfgs):
+    """C++ explicit instantiations of lora_wgt configurations (for an nvcc cubin)."""
+    sig = ("(const __grid_constant__ TMap, const __grid_constant__ TMap, const bf16_t*, const bf16_t*, const bf16_t*, bf16_t*, float*, float*, int*,"
+           " const float*, int, int, int, int, int, int)")
+    return "".join("template __global__ void %s%s;\n" % (nm, sig) for nm in sorted(set(wgt_instantiation(c) for c in cfgs)))
+
+
+def wgt_function(cfg):
+    """The CUfunction handle of a lora_wgt configuration (built once: cubin, else NVRTC for sm_90a)."""
+    return _wg_function(wgt_instantiation(cfg), wgt_mangled(cfg))
+
+
+def _wgt_state(device, stream, ws_floats):
+    """(t_acc, ws, sync) of a stream: t_acc [64 · 64] f32 and sync [2 + WGT_MAX_TILES] int32 zeroed
+    once (every launch leaves t_acc, sync[0] and sync[1] zeroed; the tile tickets sync[2 + tile]
+    grow by 8 a launch, compared modulo 2^32), the workspace ws (no zeroing needed) grown to the
+    largest launch so far (outgrown ones stay allocated: CUDA graphs may hold their addresses)."""
+    key = (str(device), stream)
+    s = _WGT_STATE.get(key)
+    if s is None:
+        s = _WGT_STATE[key] = (torch.zeros((64 * 64,), device=device, dtype=torch.float32),
+                               torch.zeros((2 + WGT_MAX_TILES,), device=device, dtype=torch.int32))
+    held = _WGT_WS.setdefault(key, [])
+    if not held or held[-1].numel() < ws_floats:
+        held.append(torch.empty((max(ws_floats, 1),), device=device, dtype=torch.float32))
+    return s[0], held[-1], s[1]
+
+
+def wgt_launch(cfg, x2, w, a, b, y, scales, rmax):
+    """One adapter: x2 [M, K], w [N, K], a [rank, K], b [N, rank] (rmax = rank), y [M, N] written."""
+    global SMS
+    m, k = x2.shape
+    n = w.shape[0]
+    if SMS == 132 and torch.cuda.is_available():
+        SMS = torch.cuda.get_device_properties(x2.device).multi_processor_count
+    _, rt, ks, kg, mb, stg, tw = cfg[:7]
+    xr = m if len(cfg) > 7 and cfg[7] else mb
+    f = wgt_function(cfg)
+    smem = wgt_smem(cfg, m, rmax)
+    key = wgt_instantiation(cfg)
+    lib = _lib()
+    if _SMEM.get(key, 0) < smem:
+        _check(lib.cuFuncSetAttribute(ctypes.c_void_p(f), 8, smem), "cuFuncSetAttribute")
+        _SMEM[key] = smem
+    stream = torch.cuda.current_stream(x2.device).cuda_stream
+    t_acc, ws, sync = _wgt_state(x2.device, stream, n * kg * mb if kg > 1 else 1)
+    blocks = wgt_blocks(cfg, n)
+    kch = wgt_kch(m, rmax, k, blocks, tw)
+
+    def p(t):
+        return ctypes.c_uint64(t.data_ptr() if t is not None else 0)
+
+    vals = [_wmap(w, rt), _xmap(x2, xr), p(x2), p(a), p(b), p(y), p(t_acc), p(ws), p(sync), p(scales)]
+    vals += [ctypes.c_int32(v) for v in (m, n, k, rmax, kch, xr)]
+    _launch_raw(f, (blocks, 1, 1), wgt_threads(cfg), smem, stream, vals, cfg)
+    return y
+
+
+# What bench/gpu/wgt.py measures per row bucket: (RT, KS, KG, ST, TW, XB); ST lowered while the
+# shared memory (rank 64) does not fit.
+WGT_SWEEP = {
+    8: [(64, 2, 1, 12, 4, 0), (64, 2, 1, 12, 4, 1), (64, 2, 1, 16, 4, 1), (64, 2, 1, 12, 2, 1), (128, 2, 2, 10, 4, 1), (128, 1, 4, 10, 4, 1)],
+    16: [(64, 2, 1, 12, 4, 0), (64, 2, 1, 12, 4, 1), (64, 2, 1, 16, 4, 1), (128, 2, 2, 8, 4, 1), (128, 1, 4, 8, 4, 1)],
+    32: [(64, 2, 1, 12, 4, 0), (64, 2, 1, 12, 4, 1), (128, 1, 4, 8, 4, 1), (128, 2, 2, 8, 4, 1), (256, 1, 8, 5, 2, 1)],
+    64: [(64, 2, 1, 10, 4, 0), (64, 2, 1, 10, 4, 1), (128, 1, 4, 8, 4, 1), (128, 2, 2, 8, 4, 1), (256, 1, 8, 5, 2, 1)],
+}
+
+
+def wgt_sweep(m, rmax=16):
+    mb = bucket(m)
+    out = []
+    for rt, ks, kg, stg, tw, xb in WGT_SWEEP.get(mb, []):
+        c = ("wgt", rt, ks, kg, mb, stg, tw, xb)
+        while stg > 2 and wgt_smem(c, mb, rmax) > 227 * 1024:
+            stg -= 1
+            c = ("wgt", rt, ks, kg, mb, stg, tw, xb)
+        if c not in out and wgt_fits_registers(c):
             out.append(c)
     return out
 
