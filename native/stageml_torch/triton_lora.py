@@ -10,7 +10,8 @@ bench/results/gpu-kernels.md has the numbers and which one is the default per sh
   one-launch split-K Triton kernel below (1.20-1.49x): every
   (N block, K split) program streams its W tile once and adds its slices of x·Wᵀ and t = x·Aᵀ into
   f32 accumulators; the last program of an N block to arrive adds s·t·Bᵀ, stores y and zeroes the
-  accumulators and its counter, so calls need no memset.
+  accumulators and its counter, so calls need no memset. A tile the GPU's shared memory cannot hold
+  (rank 49-64 at 17-64 rows: 256 KB) returns None, before anything ran, and is not tried again.
 - `lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales)`: one adapter per row out of a
   bank (SGMV/BGMV), through the CUDA kernels at ≤ 64 rows (stream kernels to 16, cuBLAS + shrink +
   expand at 17-64); None otherwise (the caller falls back).
@@ -25,6 +26,12 @@ import triton
 import triton.language as tl
 
 from . import stream as _stream
+
+try:
+    from triton.runtime.errors import OutOfResources
+except ImportError:  # noqa: BLE001 - a Triton without that module: nothing to catch by name
+    class OutOfResources(Exception):  # noqa: N818 - Triton's name
+        pass
 
 MAX_ROWS = 64
 BLOCK_N, BLOCK_K = 128, 128
@@ -122,12 +129,24 @@ def lora_linear_triton(x, w, a, b, scale):
     r_pad = max(16, triton.next_power_of_2(rank))
     # Two row tiles only (16, 64): each is compiled once per shape, never once per batch size.
     mb = 16 if m <= 16 else 64
+    if (r_pad, mb, x.dtype) in _TOO_BIG:
+        return None
     y_acc, t_acc, count = _state(n, r_pad, x.device)
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     split = split_for(n, k)
-    _kernel[(n // BLOCK_N, split)](x2, w.contiguous(), a.contiguous(), b.contiguous(), y, y_acc, t_acc, count, scale, m, n, k, r_pad, rank, MAX_ROWS, mb,
-                                   BLOCK_N, split, BLOCK_K, num_warps=4, num_stages=4)
+    try:
+        _kernel[(n // BLOCK_N, split)](x2, w.contiguous(), a.contiguous(), b.contiguous(), y, y_acc, t_acc, count, scale, m, n, k, r_pad, rank, MAX_ROWS, mb,
+                                       BLOCK_N, split, BLOCK_K, num_warps=4, num_stages=4)
+    except OutOfResources:
+        # the tile does not fit this GPU (rank 64 at 64 rows asks for 256 KB of shared memory): raised
+        # before the launch, so nothing ran; the caller's unfused ops take these shapes from now on
+        _TOO_BIG.add((r_pad, mb, x.dtype))
+        return None
     return y.reshape(*x.shape[:-1], n)
+
+
+# (padded rank, row tile, dtype) whose compiled kernel did not fit the device's shared memory
+_TOO_BIG = set()
 
 
 @triton.jit(do_not_specialize=["M"])
