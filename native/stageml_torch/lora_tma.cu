@@ -541,6 +541,19 @@ __device__ __forceinline__ void wg_loop(float* acc, float* acca, u32 bar0, u32 r
   if (FA > 0) wg_hold<MB / 2>(acca);
 }
 
+// The epilogue's loads of UE items' partial sums from the cluster's KS blocks (distributed shared
+// memory; red holds RS floats per W row): item i = i0 + u NT (clamped to the last of `items`) is
+// batch row i / SH of W row i % SH of rank q's share. All loads are issued before any is used.
+template <int UE, int KS, int NT, int SH, int RS>
+__device__ __forceinline__ void cluster_loads(float (&lv)[UE][KS], const float* red, u32 q, int i0, int items) {
+#pragma unroll
+  for (int u = 0; u < UE; ++u) {
+    const int i = min(i0 + u * NT, items - 1), m = i / SH, nl = i % SH;
+#pragma unroll
+    for (int c = 0; c < KS; ++c) lv[u][c] = KS > 1 ? ld_remote(&red[((int)q * SH + nl) * RS + m], c) : red[((int)q * SH + nl) * RS + m];
+  }
+}
+
 template <int RT, int KS, int MB, int ST, int FA, int EW, int XL>
 __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + EW + 1), 1) lora_wg(
     const __grid_constant__ TMap wmap, const __grid_constant__ TMap xmap, const __grid_constant__ TMap amap,
@@ -738,12 +751,7 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + EW 
   const int items = SH * M;
   for (int i0 = threadIdx.x; i0 < items; i0 += NT * UE) {
     float lv[UE][KS];
-#pragma unroll
-    for (int u = 0; u < UE; ++u) {
-      const int i = min(i0 + u * NT, items - 1), m = i / SH, nl = i % SH;
-#pragma unroll
-      for (int c = 0; c < KS; ++c) lv[u][c] = KS > 1 ? ld_remote(&red[((int)q * SH + nl) * RS + m], c) : red[((int)q * SH + nl) * RS + m];
-    }
+    cluster_loads<UE, KS, NT, SH, RS>(lv, red, q, i0, items);
 #pragma unroll
     for (int u = 0; u < UE; ++u) {
       const int i = i0 + u * NT;
@@ -980,12 +988,7 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + TW 
   const int items = SH * M;
   for (int i0 = threadIdx.x; i0 < items; i0 += NT * UE) {
     float lv[UE][KS];
-#pragma unroll
-    for (int u = 0; u < UE; ++u) {
-      const int i = min(i0 + u * NT, items - 1), m = i / SH, nl = i % SH;
-#pragma unroll
-      for (int c = 0; c < KS; ++c) lv[u][c] = KS > 1 ? ld_remote(&red[((int)q * SH + nl) * RS + m], c) : red[((int)q * SH + nl) * RS + m];
-    }
+    cluster_loads<UE, KS, NT, SH, RS>(lv, red, q, i0, items);
 #pragma unroll
     for (int u = 0; u < UE; ++u) {
       const int i = i0 + u * NT;
@@ -1174,6 +1177,22 @@ __global__ void __launch_bounds__(NB) lora_expand2(const float* __restrict__ t, 
   *yp = to_bf16(__uint_as_float(yraw << 16) + scale[j] * d);
 }
 
+// y's eight bf16 values (one 16-byte load) plus eight f32 addends, each sum rounded to bf16 once.
+__device__ __forceinline__ V4 add8_bf16(V4 yv, const float* d) {
+  u32 wd[4] = {yv.x, yv.y, yv.z, yv.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const u32 lo = to_bf16(__uint_as_float(wd[e] << 16) + d[2 * e]);
+    const u32 hi = to_bf16(__uint_as_float(wd[e] & 0xffff0000u) + d[2 * e + 1]);
+    wd[e] = lo | (hi << 16);
+  }
+  yv.x = wd[0];
+  yv.y = wd[1];
+  yv.z = wd[2];
+  yv.w = wd[3];
+  return yv;
+}
+
 // The LoRA half again, with the factor reads coalesced (lora_expand's thread per column reads 16
 // bytes of 32 different B_j rows per warp load). Block (bx, m): batch row m, j = slot[m], rank r (a
 // multiple of 8). L, the power of two >= r / 8, lanes share a column, each loading one 16-byte
@@ -1239,19 +1258,7 @@ __global__ void __launch_bounds__(NT) lora_expand3(const float* __restrict__ t, 
     const size_t at = (size_t)m * N + n0 + c;
     if (c + 8 <= cols) {
       if (MODE == 0) {
-        V4 yv = *(const V4*)(y + at);
-        u32 wd[4] = {yv.x, yv.y, yv.z, yv.w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const u32 lo = to_bf16(__uint_as_float(wd[e] << 16) + ds[c + 2 * e]);
-          const u32 hi = to_bf16(__uint_as_float(wd[e] & 0xffff0000u) + ds[c + 2 * e + 1]);
-          wd[e] = lo | (hi << 16);
-        }
-        yv.x = wd[0];
-        yv.y = wd[1];
-        yv.z = wd[2];
-        yv.w = wd[3];
-        *(V4*)(y + at) = yv;
+        *(V4*)(y + at) = add8_bf16(*(const V4*)(y + at), ds + c);
       } else {
         *(float4*)(d_out + at) = *(const float4*)(ds + c);
         *(float4*)(d_out + at + 4) = *(const float4*)(ds + c + 4);
@@ -1275,21 +1282,9 @@ __global__ void __launch_bounds__(256) lora_add(bf16_t* __restrict__ y, const fl
   if (i >= total) return;
   const int m = (int)(i / N);
   if (slot && slot[m] < 0) return;
-  V4 yv = *(const V4*)(y + i);
   const float4 d0 = __ldcs((const float4*)(d + i)), d1 = __ldcs((const float4*)(d + i + 4));
   const float dv[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
-  u32 wd[4] = {yv.x, yv.y, yv.z, yv.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const u32 lo = to_bf16(__uint_as_float(wd[e] << 16) + dv[2 * e]);
-    const u32 hi = to_bf16(__uint_as_float(wd[e] & 0xffff0000u) + dv[2 * e + 1]);
-    wd[e] = lo | (hi << 16);
-  }
-  yv.x = wd[0];
-  yv.y = wd[1];
-  yv.z = wd[2];
-  yv.w = wd[3];
-  *(V4*)(y + i) = yv;
+  *(V4*)(y + i) = add8_bf16(*(const V4*)(y + i), dv);
 }
 
 // The LoRA half for factors stored transposed (bt [S][rmax][N]: row i of B_j^T holds column i of
@@ -1354,19 +1349,7 @@ __global__ void __launch_bounds__(256) lora_expand4(const float* __restrict__ t,
   if (tid >= 32 || nl >= N) return;
   const size_t at = (size_t)m * N + nl;
   if (MODE == 0) {
-    V4 yv = *(const V4*)(y + at);
-    u32 wd[4] = {yv.x, yv.y, yv.z, yv.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const u32 lo = to_bf16(__uint_as_float(wd[e] << 16) + ds[lane * 8 + 2 * e]);
-      const u32 hi = to_bf16(__uint_as_float(wd[e] & 0xffff0000u) + ds[lane * 8 + 2 * e + 1]);
-      wd[e] = lo | (hi << 16);
-    }
-    yv.x = wd[0];
-    yv.y = wd[1];
-    yv.z = wd[2];
-    yv.w = wd[3];
-    *(V4*)(y + at) = yv;
+    *(V4*)(y + at) = add8_bf16(*(const V4*)(y + at), ds + lane * 8);
   } else {
     *(float4*)(d_out + at) = *(const float4*)(ds + lane * 8);
     *(float4*)(d_out + at + 4) = *(const float4*)(ds + lane * 8 + 4);
