@@ -541,6 +541,18 @@ __device__ __forceinline__ void wg_loop(float* acc, float* acca, u32 bar0, u32 r
   if (FA > 0) wg_hold<MB / 2>(acca);
 }
 
+// The wgmma rings' barriers (one thread): full[s] with `full` arrivals, empty[s] with one per
+// consumer warp, and the B-tile barrier; made visible to the cluster and to the copy engine.
+__device__ __forceinline__ void ring_init(u32 bar0, int stages, u32 full, u32 consumers, u32 bbar) {
+  for (int s = 0; s < stages; ++s) {
+    mbar_init(bar0 + 8 * s, full);
+    mbar_init(bar0 + 8 * (stages + s), consumers);
+  }
+  mbar_init(bbar, 1);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // The epilogue's loads of UE items' partial sums from the cluster's KS blocks (distributed shared
 // memory; red holds RS floats per W row): item i = i0 + u NT (clamped to the last of `items`) is
 // batch row i / SH of W row i % SH of rank q's share. All loads are issued before any is used.
@@ -582,15 +594,7 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + EW 
   float* ls = ts + M * rmax;
   int* off = (int*)(ls + M * SH);
   const bool issuer = warp == WW + EW && lane == 0;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < ST; ++s) {
-      mbar_init(bar0 + 8 * s, XL ? 33 : 1);  // XL: the issuing lane's arrive + one per lane's cp.async group
-      mbar_init(bar0 + 8 * (ST + s), WW);
-    }
-    mbar_init(bbar, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  }
+  if (threadIdx.x == 0) ring_init(bar0, ST, XL ? 33 : 1, WW, bbar);  // XL: the issuing lane's arrive + one per lane's cp.async group
   __syncthreads();
   if (!issuer) griddep_wait();
   float acc[MB / 2];
@@ -884,15 +888,7 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + TW 
   float* st = (float*)(extra + ((OW * rmax * 2 + 15) / 16) * 16);  // [M][rmax]: t
   float* own = st + M * rmax;                                      // [OW][RS]: this block's part of the cluster sums
   const bool issuer = warp == WW + TW && lane == 0;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < ST; ++s) {
-      mbar_init(bar0 + 8 * s, 1);
-      mbar_init(bar0 + 8 * (ST + s), WW);
-    }
-    mbar_init(bbar, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  }
+  if (threadIdx.x == 0) ring_init(bar0, ST, 1, WW, bbar);
   __syncthreads();
   // Everything but the weights (W, B) waits for the previous grid (programmatic dependent launch;
   // returns at once without it): x, t_acc, ws, the counters and y may belong to it.
