@@ -541,6 +541,18 @@ __device__ __forceinline__ void wg_loop(float* acc, float* acca, u32 bar0, u32 r
   if (FA > 0) wg_hold<MB / 2>(acca);
 }
 
+// d plus the dot product of eight bf16 values (one 16-byte load) with eight f32 values, summed in
+// order (the expands' inner step).
+__device__ __forceinline__ float dot8_acc(float d, const V4& v, const float* tp) {
+  const u32 wd[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    d += tp[2 * e] * __uint_as_float(wd[e] << 16);
+    d += tp[2 * e + 1] * __uint_as_float(wd[e] & 0xffff0000u);
+  }
+  return d;
+}
+
 // The wgmma rings' barriers (one thread): full[s] with `full` arrivals, empty[s] with one per
 // consumer warp, and the B-tile barrier; made visible to the cluster and to the copy engine.
 __device__ __forceinline__ void ring_init(u32 bar0, int stages, u32 full, u32 consumers, u32 bbar) {
@@ -1041,6 +1053,16 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + TW 
   if (KS > 1) cl_sync();
 }
 
+// The expands' t row: tr[i] = sum over lora_shrink's kc K slices of t[z][m][i], i < r, the block's
+// nt threads striding over i.
+__device__ __forceinline__ void sum_t_row(float* tr, const float* __restrict__ t, int m, int M, int rmax, int kc, int r, int tid, int nt) {
+  for (int i = tid; i < r; i += nt) {
+    float s = 0.f;
+    for (int z = 0; z < kc; ++z) s += __ldcg(t + ((size_t)z * M + m) * rmax + i);
+    tr[i] = s;
+  }
+}
+
 // The bank's shrink: t[z][m][i] = x[m, Kz] . A_j[i, Kz]^T (j = slot[m], i < rank_j; f32) over the
 // z-th of gridDim.z K slices, one block per (row, 16-row A group, slice), KW warps splitting the
 // slice, summed in shared memory, written once (no atomics, no reset; lora_expand sums the slices,
@@ -1088,11 +1110,7 @@ __global__ void __launch_bounds__(NB) lora_expand(const float* __restrict__ t, c
   const int j = slot ? slot[m] : 0;
   if (j < 0) return;
   const int r = rank[j];
-  for (int i = threadIdx.x; i < r; i += NB) {
-    float v = 0.f;
-    for (int z = 0; z < kc; ++z) v += __ldcg(t + ((size_t)z * M + m) * rmax + i);
-    tr[i] = v;
-  }
+  sum_t_row(tr, t, m, M, rmax, kc, r, threadIdx.x, NB);
   __syncthreads();
   if (n >= N) return;
   const bf16_t* bp = b + ((size_t)j * N + n) * rmax;
@@ -1104,15 +1122,7 @@ __global__ void __launch_bounds__(NB) lora_expand(const float* __restrict__ t, c
       if (i0 + 8 * c < r) v[c] = ldg_x(bp + i0 + 8 * c);
 #pragma unroll
     for (int c = 0; c < 8; ++c)
-      if (i0 + 8 * c < r) {
-        const u32 wd[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
-        const float* tp = tr + i0 + 8 * c;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          d += tp[2 * e] * __uint_as_float(wd[e] << 16);
-          d += tp[2 * e + 1] * __uint_as_float(wd[e] & 0xffff0000u);
-        }
-      }
+      if (i0 + 8 * c < r) d = dot8_acc(d, v[c], tr + i0 + 8 * c);
   }
   bf16_t* yp = y + (size_t)m * N + n;
   const float yv = __uint_as_float(((u32)*yp) << 16);
@@ -1144,11 +1154,7 @@ __global__ void __launch_bounds__(NB) lora_expand2(const float* __restrict__ t, 
   griddep_wait();
   bf16_t* yp = y + (size_t)m * N + (on ? n : 0);
   const u32 yraw = on ? (u32)*yp : 0u;
-  for (int i = threadIdx.x; i < r; i += NB) {
-    float s = 0.f;
-    for (int z = 0; z < kc; ++z) s += __ldcg(t + ((size_t)z * M + m) * rmax + i);
-    tr[i] = s;
-  }
+  sum_t_row(tr, t, m, M, rmax, kc, r, threadIdx.x, NB);
   __syncthreads();
   if (!on) return;
   float d = 0.f;
@@ -1160,15 +1166,7 @@ __global__ void __launch_bounds__(NB) lora_expand2(const float* __restrict__ t, 
     }
 #pragma unroll
     for (int c = 0; c < 8; ++c)
-      if (i0 + 8 * c < r) {
-        const u32 wd[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
-        const float* tp = tr + i0 + 8 * c;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          d += tp[2 * e] * __uint_as_float(wd[e] << 16);
-          d += tp[2 * e + 1] * __uint_as_float(wd[e] & 0xffff0000u);
-        }
-      }
+      if (i0 + 8 * c < r) d = dot8_acc(d, v[c], tr + i0 + 8 * c);
   }
   *yp = to_bf16(__uint_as_float(yraw << 16) + scale[j] * d);
 }
@@ -1226,11 +1224,7 @@ __global__ void __launch_bounds__(NT) lora_expand3(const float* __restrict__ t, 
     v[p] = on && n < N ? ldg_x(b + ((size_t)j * N + n) * rmax + q * 8) : zero;
   }
   griddep_wait();
-  for (int i = tid; i < r; i += NT) {
-    float s = 0.f;
-    for (int z = 0; z < kc; ++z) s += __ldcg(t + ((size_t)z * M + m) * rmax + i);
-    tr[i] = s;
-  }
+  sum_t_row(tr, t, m, M, rmax, kc, r, tid, NT);
   __syncthreads();
   float tv[8];
 #pragma unroll
@@ -1238,13 +1232,7 @@ __global__ void __launch_bounds__(NT) lora_expand3(const float* __restrict__ t, 
   const float sj = scale[j];
 #pragma unroll
   for (int p = 0; p < P; ++p) {
-    const u32 wd[4] = {v[p].x, v[p].y, v[p].z, v[p].w};
-    float d = 0.f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      d += tv[2 * e] * __uint_as_float(wd[e] << 16);
-      d += tv[2 * e + 1] * __uint_as_float(wd[e] & 0xffff0000u);
-    }
+    float d = dot8_acc(0.f, v[p], tv);
     for (int o = 1; o < lanes; o <<= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
     if (q == 0) ds[p * per + c0] = sj * d;
   }
@@ -1314,11 +1302,7 @@ __global__ void __launch_bounds__(256) lora_expand4(const float* __restrict__ t,
     v[u] = i < r && nl < N ? ldg_x(bt + ((size_t)j * rmax + i) * N + nl) : zero;
   }
   griddep_wait();
-  for (int i = tid; i < r; i += 256) {
-    float s = 0.f;
-    for (int z = 0; z < kc; ++z) s += __ldcg(t + ((size_t)z * M + m) * rmax + i);
-    tr[i] = s;
-  }
+  sum_t_row(tr, t, m, M, rmax, kc, r, tid, 256);
   __syncthreads();
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll

@@ -195,7 +195,7 @@ def _bucket(m):
 
 def _load_overrides():
     """STAGEML_STREAM_CONFIGS: a JSON file {"single": {bucket: cfg}, "bank": {bucket: cfg},
-    "single_high_rank": {bucket: cfg}} (written by bench/gpu/splitk.py --write-configs or
+    "single_high_rank": {bucket: cfg}, "bank_t_wide": {bucket: cfg}} (written by bench/gpu/splitk.py --write-configs or
     bench/gpu/wgt.py) replacing the built-in tables' entries."""
     path = os.environ.get("STAGEML_STREAM_CONFIGS")
     if not path or not os.path.exists(path):
@@ -204,14 +204,15 @@ def _load_overrides():
 
     with open(path) as fh:
         data = json.load(fh)
-    for table, dest in (("single", DEFAULT), ("bank", DEFAULT_BANK), ("single_high_rank", DEFAULT_HIGH_RANK)):
+    for table, dest in (("single", DEFAULT), ("bank", DEFAULT_BANK), ("single_high_rank", DEFAULT_HIGH_RANK), ("bank_t_wide", DEFAULT_BANK_T_WIDE)):
         for bucket, cfg in data.get(table, {}).items():
             dest[int(bucket)] = tuple(cfg) if cfg is not None else None
 
 
-def config_for(m, bank=False, rank=0):
+def config_for(m, bank=False, rank=0, bank_t=False):
     """The configuration for m rows of an adapter of rank `rank` (None: the kernel is not the fastest
-    choice there); one adapter above HIGH_RANK_MIN - 1 takes DEFAULT_HIGH_RANK's entry where it has one."""
+    choice there); one adapter above HIGH_RANK_MIN - 1 takes DEFAULT_HIGH_RANK's entry where it has one,
+    a bank passing b_bank_t (bank_t) with ranks above tma.SX_SIDE_EXPAND_MAX_RANK DEFAULT_BANK_T_WIDE's."""
     if not bank and m > 128:
         cfg = None
         for lo, c in BIG_DEFAULT:
@@ -220,15 +221,17 @@ def config_for(m, bank=False, rank=0):
         return cfg
     if not bank and rank >= HIGH_RANK_MIN and _bucket(m) in DEFAULT_HIGH_RANK:
         return DEFAULT_HIGH_RANK[_bucket(m)]
+    if bank and bank_t and rank > _tma.SX_SIDE_EXPAND_MAX_RANK and _bucket(m) in DEFAULT_BANK_T_WIDE:
+        return DEFAULT_BANK_T_WIDE[_bucket(m)]
     return (DEFAULT_BANK if bank else DEFAULT).get(_bucket(m))
 
 
-def _pick(m, n, k, rmax, bank, cfg):
+def _pick(m, n, k, rmax, bank, cfg, bank_t=False):
     """The configuration a call runs: `cfg` as given, else the table's for m rows (a TMA one with its
     K split re-picked for [n, k], and only where that family can run here); None: no kernel."""
     if cfg is not None:
         return tuple(cfg)
-    cfg = config_for(m, bank, rmax)
+    cfg = config_for(m, bank, rmax, bank_t)
     if cfg is None:
         return None
     if _tma.is_wgt(cfg):
@@ -470,9 +473,7 @@ def lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=N
     s_, rmax, ka = a_bank.shape
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    if cfg is None and b_bank_t is not None and rmax > _tma.SX_SIDE_EXPAND_MAX_RANK and 0 < m <= 16:
-        cfg = DEFAULT_BANK_T_WIDE.get(_bucket(m))
-    cfg = _pick(m, n, k, rmax, True, cfg)
+    cfg = _pick(m, n, k, rmax, True, cfg, b_bank_t is not None)
     if (cfg is None or ka != k or b_bank.shape != (s_, n, rmax) or slots.shape != (m,) or ranks.shape != (s_,) or scales.shape != (s_,)
             or slots.dtype != torch.int32 or ranks.dtype != torch.int32 or scales.dtype != torch.float32 or not _suits(cfg, m, n, k, rmax, True)):
         return None

@@ -1107,8 +1107,8 @@ def sx_slices(kw, m, groups, k):
     return kc
 
 
-# the warps sx_slices aims lora_shrink's launch at (STAGEML_SX_SHRINK_WARPS overrides, for the bench)
-SX_SHRINK_WARPS = int(os.environ.get("STAGEML_SX_SHRINK_WARPS", "2048") or 2048)
+# the warps sx_slices aims lora_shrink's launch at (four times as many measured slower: gpu-kernels.md)
+SX_SHRINK_WARPS = 2048
 
 
 SX_SWEEP = [("sx", 32, 128), ("sx", 8, 128), ("sx", 8, 128, 1), ("sx", 32, 128, 1)]

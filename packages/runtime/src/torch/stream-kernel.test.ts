@@ -41,9 +41,10 @@ print(json.dumps({
           st.suits(old, 1, 4096, 4096, 12), st.suits(cl, 1, 4096, 4096 + 512, 16)],
   "single": [st.config_for(m) for m in (1, 8, 9, 64, 65, 129, 4096)],
   "bank": [st.config_for(m, bank=True) for m in (1, 16, 17, 64, 65)],
+  "bank_t": [st.config_for(m, True, r, True) for m, r in ((8, 64), (12, 64), (16, 16), (16, 64), (32, 64))],
   "kch": [st._kch(1, 4096, 8), st._kch(64, 4096, 8), st._kch(1, 14336, 8)],
 }))
-`) as { ok: boolean[]; bad: boolean[]; single: unknown[]; bank: unknown[]; kch: number[] };
+`) as { ok: boolean[]; bad: boolean[]; single: unknown[]; bank: unknown[]; bank_t: unknown[]; kch: number[] };
     expect(out.ok).toEqual([true, true, true]);
     expect(out.bad).toEqual([false, false, false, false, false]);
     // One adapter: the wgmma ring at 1-8 rows, the TMA ring to 32 (tma-kernel.test.ts covers their
@@ -59,6 +60,9 @@ print(json.dumps({
     ]);
     // Banks: the stream kernels to 16 rows, cuBLAS + shrink + the expand beside it (EV 3) at 17-64, the caller's SGMV beyond.
     expect(out.bank).toEqual([[1, 1, 8, 1, 2, 0], ['cl', 1, 4, 2, 4, 8, 0], ['sx', 32, 128, 1, 3], ['sx', 32, 128, 1, 3], null]);
+    // With b_bank_t and ranks above 16 the side-stream sx path also takes 9-16 rows; narrow banks and
+    // 1-8 rows keep the stream kernels, 17-64 rows are the same either way.
+    expect(out.bank_t).toEqual([[1, 1, 8, 1, 2, 0], ['sx', 32, 128, 1, 3], ['cl', 1, 4, 2, 4, 8, 0], ['sx', 32, 128, 1, 3], ['sx', 32, 128, 1, 3]]);
     // Producer K chunks: about 64-128 producer blocks, every warp's share a multiple of 64.
     expect(out.kch).toEqual([8, 2, 4]);
   });
