@@ -199,7 +199,7 @@ def stream_main(args):
     dev = "cuda"
     mixes = {"mixed": [[8, 16, 64][i % 3] for i in range(64)], "r8": [8] * 64, "r16": [16] * 64}
     res = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__, "device": torch.cuda.get_device_name(),
-                    "context": CONTEXT, "kernel": "stream.lora_bank_linear (the dispatch table's kernel per row count)", "bank_table": {str(k): list(v) if v else None for k, v in st_tables.DEFAULT_BANK.items()},
+                    "context": CONTEXT, "kernel": "stream.lora_bank_linear (the dispatch table's kernel per row count)", "blas": str(torch.backends.cuda.preferred_blas_library()), "bank_table": {str(k): list(v) if v else None for k, v in st_tables.DEFAULT_BANK.items()},
                     "model": "Llama-3-8B shape: 32 layers, hidden 4096, intermediate 14336, GQA 32/8, head 128, vocab 128256, random bf16"},
            "steps": [], "checks": {}}
     t0 = time.time()
@@ -310,7 +310,10 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-b-transposed", action="store_true", help="--kernel stream: the built-in table's step without b_bank_t (B stored [S, N, R] only)")
     ap.add_argument("--bank-tables", default=None, help="--kernel stream: comma-separated JSON files of more bank tables to time beside the built-in one")
+    ap.add_argument("--blas", default=None, choices=["cublas", "cublaslt"], help="torch.backends.cuda.preferred_blas_library for every GEMM of both steps (default: torch's)")
     args = ap.parse_args()
+    if args.blas:
+        torch.backends.cuda.preferred_blas_library(args.blas)
     if args.kernel == "stream":
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "native"))
         return stream_main(args)

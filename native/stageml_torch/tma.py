@@ -1064,15 +1064,17 @@ def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, bt=None):
     if ev == 3:
         # the whole LoRA term beside the base GEMM: side stream shrink -> expand into d (f32), the
         # caller's stream GEMM -> join -> lora_add (y += d); d is this call's, freed on the caller's
-        # stream after the join, so its memory is reused only behind the side stream's work.
+        # stream after the join, so its memory is reused only behind the side stream's work. The
+        # GEMM is launched first (the side stream waits only for the work before it): 0.4-0.6 µs
+        # faster per call at every measured shape than the side kernels first (bench/gpu/carve.py).
         main = torch.cuda.current_stream(x2.device)
         side = _side_stream(x2.device)
         d = torch.empty((m, n), device=x2.device, dtype=torch.float32)
         side.wait_stream(main)
+        torch.matmul(x2, w.t(), out=y)
         _launch_raw(fs, (m, groups, kc), 32 * cfg[1], 0, side.cuda_stream, vals, "lora_shrink<%d>" % cfg[1])
         _launch_raw(fe, egrid, ethreads, 0, side.cuda_stream,
                     [p(t), p(b), p(None), p(d), p(slots), p(ranks), p(scales)] + tail, "lora_expand%d<MODE 1>" % (4 if bt is not None else 3))
-        torch.matmul(x2, w.t(), out=y)
         main.wait_stream(side)
         _launch_raw(_add_fn(), (-(-(m * n // 8) // 256), 1, 1), 256, 0, stream, [p(y), p(d), p(slots), ctypes.c_int32(m), ctypes.c_int32(n)], "lora_add")
         return y
