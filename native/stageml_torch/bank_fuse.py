@@ -1,0 +1,289 @@
+"""Recognises the engine's slot linears (packages/engine/src/slot-linear.ts) in a prepared f16/bf16
+program and runs each as one step (`BankStep`): on CUDA with bf16 through the multi-adapter bank
+kernel `stream.lora_bank_linear` (one slot per row), otherwise, or whenever the kernel declines
+(more than 64 rows, no sm_90 GPU or cupy, rank above 64, ...), as exactly the ops it replaced.
+
+The forms, as `castEngineGraph` emits them with `adapterDtype: 'same'` (factors in the compute
+dtype, no casts in the chain; interior values read once, either operand order of add/mul):
+
+- `gathered`: add(linear(x, W[, bias]), matmul(matmul(x, gather(A, row_slot), transposeB),
+  gather(B, row_slot))), x [batch, seq, in], row_slot [batch];
+- `single`: add(linear(x, W[, bias]), matmul(mul(linear(x, gather(A, one_slot)), row_mask),
+  gather(B, one_slot))), one_slot [], row_mask [batch, 1, 1] (the engine's 0/1 mask, cast).
+
+A [S, R, in] and B [S, R, out] are the slot tables (scale folded into B, slot 0 all zeros, ranks
+zero-padded to R). The kernel gets a_bank = A, b_bank_t = B, b_bank = B transposed [S, out, R] and
+per-slot ranks (the highest nonzero rank row of A or B, rounded up to 8; 0 for an all-zero slot),
+derived once per table tensor (`_derived`: keyed by the tables' identity, checked against their
+storage and version, dropped when a table is freed, at most `CACHE_SIZE` entries); scales are ones;
+the slots are one per row of x's [batch·seq, in] rows (each batch row's slot repeated seq times;
+−1, base only, where the slot's rank is 0, the mask is 0 or the index is outside the table), all
+computed on the device without a host sync. A bias is added after the kernel.
+
+What this does not fuse: the `f32` adapterDtype (PEFT's numerics: casts in the chain, f32
+factors; the same chains never match, so they run as the IR's ops), and the `grouped` form (its
+row → group weights are a general f32 matrix `row_group`: a per-row slot equals it only when each
+row has at most one nonzero entry, equal to 1, which cannot be checked without a host sync).
+In the `single` form the kernel treats a nonzero mask entry as 1 (the engine sends 0 or 1).
+
+Numerics: the kernel accumulates x·Wᵀ + (x·Aᵀ)·Bᵀ in f32 and rounds once where the IR's ops round
+after each op, as `fuse.LoraStep` does for bundles (`STAGEML_TORCH_FUSE=0` keeps the op-by-op
+rounding). `STAGEML_TORCH_FUSE` applies as for `fuse.fuse_lora`.
+"""
+
+import collections
+import weakref
+
+import torch
+
+from .fuse import mode
+from .ops import HALF, NATIVE_HALF_ON_CUDA
+
+#: Key of the fused step (its operands reach it as stored: `graph.RAW_OPERANDS`).
+KEY = "bankLinear"
+#: Most derived table entries kept at once.
+CACHE_SIZE = 256
+#: Tables derived so far (ranks, B transposed): what the tests read to see the cache work.
+DERIVATIONS = 0
+MAX_ROWS = 64
+
+_DERIVED = collections.OrderedDict()
+_STREAM = None
+
+
+def _stream():
+    """The stream module (the bank kernel's host side), or False when it does not import."""
+    global _STREAM
+    if _STREAM is None:
+        try:
+            from . import stream
+
+            _STREAM = stream
+        except Exception:  # noqa: BLE001 - any import failure means: no kernel, the unfused ops
+            _STREAM = False
+    return _STREAM
+
+
+class _Entry:
+    __slots__ = ("refs", "stamp", "a_bank", "b_bank", "b_bank_t", "ranks", "scales", "__weakref__")
+
+
+def _stamp(t):
+    return (t.data_ptr(), t._version, tuple(t.shape), t.dtype, t.device)
+
+
+def _drop(key, entry_ref):
+    def cb(_):
+        e = entry_ref()
+        if e is not None and _DERIVED.get(key) is e:
+            del _DERIVED[key]
+
+    return cb
+
+
+def _derived(a, b):
+    """(a_bank, b_bank [S, N, R], b_bank_t [S, R, N], ranks int32 [S], scales f32 [S]) of the
+    tables a [S, R, K], b [S, R, N]: computed once per pair of table tensors."""
+    global DERIVATIONS
+    key = (id(a), id(b))
+    e = _DERIVED.get(key)
+    if e is not None and e.refs[0]() is a and e.refs[1]() is b and e.stamp == (_stamp(a), _stamp(b)):
+        _DERIVED.move_to_end(key)
+        return e
+    e = _Entry()
+    ref = weakref.ref(e)
+    e.refs = (weakref.ref(a, _drop(key, ref)), weakref.ref(b, _drop(key, ref)))
+    e.stamp = (_stamp(a), _stamp(b))
+    s, r = a.shape[0], a.shape[1]
+    nz = (a != 0).any(dim=-1) | (b != 0).any(dim=-1)
+    top = (nz.to(torch.int32) * torch.arange(1, r + 1, dtype=torch.int32, device=a.device)).amax(dim=-1)
+    e.ranks = torch.clamp((top + 7) // 8 * 8, max=r).to(torch.int32).contiguous()
+    e.a_bank = a if a.is_contiguous() else a.contiguous()
+    e.b_bank_t = b if b.is_contiguous() else b.contiguous()
+    e.b_bank = b.transpose(1, 2).contiguous()
+    e.scales = torch.ones(s, dtype=torch.float32, device=a.device)
+    DERIVATIONS += 1
+    _DERIVED[key] = e
+    while len(_DERIVED) > CACHE_SIZE:
+        _DERIVED.popitem(last=False)
+    return e
+
+
+def _row_slots(slot, ranks, rows_of, seq, on):
+    """int32 [batch·seq]: `slot` (i64 [batch]) where `on` (bool [batch]) and the slot's rank is
+    nonzero, else −1; each entry repeated seq times. No host sync."""
+    s = ranks.shape[0]
+    inside = (slot >= 0) & (slot < s)
+    safe = torch.where(inside, slot, torch.zeros_like(slot))
+    keep = inside & on & (ranks.index_select(0, safe.reshape(-1)).reshape(safe.shape) > 0)
+    out = torch.where(keep, safe, torch.full_like(safe, -1)).to(torch.int32)
+    return out.reshape(rows_of, 1).expand(rows_of, seq).reshape(-1)
+
+
+class BankStep:
+    """One slot linear: operands x, W, [bias], A, B, then row_slot (`gathered`) or one_slot and the
+    mask (`single`); `sub` the steps it replaced, replayed when the kernel declines."""
+
+    def __init__(self, form, has_bias, sub, operands, dtypes):
+        self.form = form
+        self.has_bias = has_bias
+        self.sub = sub
+        self.operands = operands
+        self.dtypes = dtypes
+        # Runs that reached the kernel, and those it ran (did not decline).
+        self.calls = 0
+        self.hits = 0
+
+    def __call__(self, args, attrs, ctx):
+        y = self._kernel(args)
+        if y is not None:
+            return [y]
+        return [self._unfused(args, ctx)]
+
+    def _kernel(self, args):
+        x, w = args[0], args[1]
+        bias = args[2] if self.has_bias else None
+        rest = args[3:] if self.has_bias else args[2:]
+        a, b = rest[0], rest[1]
+        if x.dtype != torch.bfloat16 or not (w.dtype == a.dtype == b.dtype == x.dtype) or x.dim() != 3 or a.dim() != 3 or b.dim() != 3:
+            return None
+        batch, seq, k = x.shape
+        s, r, ka = a.shape
+        if batch * seq > MAX_ROWS or batch * seq == 0 or r > 64 or r % 8 != 0 or ka != k or b.shape[:2] != (s, r) or w.shape != (b.shape[2], k):
+            return None
+        mod = _stream()
+        if not mod or not mod.available():
+            return None
+        if self.form == "gathered":
+            slot = rest[2]
+            if slot.dim() != 1 or slot.shape[0] != batch or slot.dtype.is_floating_point:
+                return None
+            on = torch.ones(batch, dtype=torch.bool, device=x.device)
+        else:
+            slot, mask = rest[2], rest[3]
+            if slot.dim() != 0 or slot.dtype.is_floating_point or mask.numel() != batch:
+                return None
+            on = mask.reshape(batch) != 0
+            slot = slot.reshape(1).expand(batch)
+        e = _derived(a, b)
+        slots = _row_slots(slot.to(torch.int64), e.ranks, batch, seq, on)
+        self.calls += 1
+        y = mod.lora_bank_linear(x, w, e.a_bank, e.b_bank, slots, e.ranks, e.scales, b_bank_t=e.b_bank_t)
+        if y is None:
+            return None
+        self.hits += 1
+        return y if bias is None else y + bias
+
+    def _unfused(self, args, ctx):
+        """The replaced ops, each as `Program.run` runs it (half operands widened off CUDA, every
+        result rounded to its declared dtype)."""
+        env = dict(zip(self.operands, args))
+        on_cuda = ctx.device.type == "cuda"
+        last = None
+        for key, fn, operands, attrs, ids in self.sub:
+            vals = [env[v] for v in operands]
+            if not (on_cuda and key in NATIVE_HALF_ON_CUDA):
+                vals = [t.float() if t.dtype in HALF else t for t in vals]
+            outs = fn(vals, attrs, ctx)
+            for vid, t in zip(ids, outs):
+                want = self.dtypes[vid]
+                env[vid] = t if t.dtype == want else t.to(want)
+            last = ids[0]
+        return env[last]
+
+
+def fuse_bank(steps, value_types, outputs, on_cuda, dtypes):
+    """Rewrites `steps` (key, fn, operands, attrs, ids), replacing each slot linear with a
+    `BankStep`; `dtypes` maps a dtype name to its torch dtype. Returns (steps, count)."""
+    m = mode()
+    if m == "0" or (m == "auto" and not on_cuda):
+        return steps, 0
+    uses = {}
+    for _, _, operands, _, _ in steps:
+        for v in operands:
+            uses[v] = uses.get(v, 0) + 1
+    for v in outputs:
+        uses[v] = uses.get(v, 0) + 1
+    defs = {}
+    for i, (_, _, _, _, ids) in enumerate(steps):
+        for v in ids:
+            defs[v] = i
+
+    def op(v, key, n=None):
+        i = defs.get(v)
+        if i is None or steps[i][0] != key or uses.get(v, 0) != 1 or (n is not None and len(steps[i][2]) != n):
+            return None
+        return i
+
+    def flag(i, name):
+        return bool(steps[i][3].get(name, False))
+
+    def rank(v):
+        return len(value_types[v][2])
+
+    def gather0(v, idx_rank):
+        """(table, index, step) of `gather(table, index)` along axis 0, a rank-3 table and an
+        index of rank `idx_rank` (1: a slot per batch row, 0: one slot)."""
+        i = op(v, "gather", 2)
+        if i is None or steps[i][3].get("axis", 0) != 0:
+            return None
+        t, idx = steps[i][2]
+        if rank(t) != 3 or rank(idx) != idx_rank or value_types[idx][1] not in ("i64", "i32"):
+            return None
+        return t, idx, i
+
+    out = list(steps)
+    drop = set()
+    count = 0
+    for i, (key, _, operands, _, ids) in enumerate(steps):
+        if key != "add" or len(operands) != 2:
+            continue
+        dt = value_types[ids[0]][1]
+        if dt not in ("bf16", "f16"):
+            continue
+        for base_v, delta_v in ((operands[0], operands[1]), (operands[1], operands[0])):
+            ib = op(base_v, "linear")
+            ie = op(delta_v, "matmul", 2)
+            if ib is None or ie is None or len(steps[ib][2]) not in (2, 3) or flag(ie, "transposeA") or flag(ie, "transposeB"):
+                continue
+            x_v, w_v = steps[ib][2][:2]
+            bias = steps[ib][2][2:]
+            if rank(x_v) != 3 or rank(w_v) != 2:
+                continue
+            left, right = steps[ie][2]
+            matched = None
+            # gathered: left = matmul(x, gather(A, row_slot), transposeB), right = gather(B, row_slot)
+            ish = op(left, "matmul", 2)
+            if ish is not None and flag(ish, "transposeB") and not flag(ish, "transposeA") and steps[ish][2][0] == x_v:
+                ga = gather0(steps[ish][2][1], 1)
+                gb = gather0(right, 1)
+                if ga is not None and gb is not None and ga[1] == gb[1]:
+                    matched = ("gathered", ga[0], gb[0], [ga[1]], [ish, ga[2], gb[2]])
+            # single: left = mul(linear(x, gather(A, one_slot)), mask), right = gather(B, one_slot)
+            im = op(left, "mul", 2)
+            if matched is None and im is not None:
+                for lin_v, mask_v in ((steps[im][2][0], steps[im][2][1]), (steps[im][2][1], steps[im][2][0])):
+                    il = op(lin_v, "linear", 2)
+                    if il is None or steps[il][2][0] != x_v or rank(mask_v) != 3 or value_types[mask_v][1] != dt:
+                        continue
+                    ga = gather0(steps[il][2][1], 0)
+                    gb = gather0(right, 0)
+                    if ga is not None and gb is not None and ga[1] == gb[1]:
+                        matched = ("single", ga[0], gb[0], [ga[1], mask_v], [im, il, ga[2], gb[2]])
+                        break
+            if matched is None:
+                continue
+            form, a_v, b_v, extra, interior = matched
+            if any(value_types[v][1] != dt for v in (x_v, w_v, a_v, b_v, *bias)):
+                continue
+            sub_idx = sorted([ib, ie, i, *interior])
+            sub = [steps[j] for j in sub_idx]
+            fused_ops = [x_v, w_v, *bias, a_v, b_v, *extra]
+            types = {vid: dtypes[value_types[vid][1]] for j in sub_idx for vid in steps[j][4]}
+            step = BankStep(form, len(bias) == 1, sub, fused_ops, types)
+            out[i] = (KEY, step, fused_ops, {}, ids)
+            drop.update(j for j in sub_idx if j != i)
+            count += 1
+            break
+    return [s for j, s in enumerate(out) if j not in drop], count
+
