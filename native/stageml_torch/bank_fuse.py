@@ -82,8 +82,9 @@ def _drop(key, entry_ref):
 
 
 def _derived(a, b):
-    """(a_bank, b_bank [S, N, R], b_bank_t [S, R, N], ranks int32 [S], scales f32 [S]) of the
-    tables a [S, R, K], b [S, R, N]: computed once per pair of table tensors."""
+    """The kernel's view of the tables a [S, R, K], b [S, R, N] (an `_Entry`: b_bank [S, N, R], ranks
+    int32 [S], scales f32 [S]; a_bank and b_bank_t contiguous copies, or None for the tables
+    themselves): computed once per pair of table tensors."""
     global DERIVATIONS
     key = (id(a), id(b))
     e = _DERIVED.get(key)
@@ -98,8 +99,9 @@ def _derived(a, b):
     nz = (a != 0).any(dim=-1) | (b != 0).any(dim=-1)
     top = (nz.to(torch.int32) * torch.arange(1, r + 1, dtype=torch.int32, device=a.device)).amax(dim=-1)
     e.ranks = torch.clamp((top + 7) // 8 * 8, max=r).to(torch.int32).contiguous()
-    e.a_bank = a if a.is_contiguous() else a.contiguous()
-    e.b_bank_t = b if b.is_contiguous() else b.contiguous()
+    # The tables themselves are not held (a freed table frees its entry): None stands for them.
+    e.a_bank = None if a.is_contiguous() else a.contiguous()
+    e.b_bank_t = None if b.is_contiguous() else b.contiguous()
     e.b_bank = b.transpose(1, 2).contiguous()
     e.scales = torch.ones(s, dtype=torch.float32, device=a.device)
     DERIVATIONS += 1
@@ -168,7 +170,9 @@ class BankStep:
         e = _derived(a, b)
         slots = _row_slots(slot.to(torch.int64), e.ranks, batch, seq, on)
         self.calls += 1
-        y = mod.lora_bank_linear(x, w, e.a_bank, e.b_bank, slots, e.ranks, e.scales, b_bank_t=e.b_bank_t)
+        a_bank = a if e.a_bank is None else e.a_bank
+        b_bank_t = b if e.b_bank_t is None else e.b_bank_t
+        y = mod.lora_bank_linear(x, w, a_bank, e.b_bank, slots, e.ranks, e.scales, b_bank_t=b_bank_t)
         if y is None:
             return None
         self.hits += 1

@@ -1,0 +1,139 @@
+// The engine's slot linears fused by the torch worker (native/stageml_torch/bank_fuse.py): real
+// engine programs (engineGraph, cast as Engine.load does for bf16 with adapterDtype same) prepared
+// in the CPU torch executor with STAGEML_TORCH_FUSE=1 have every projection's slot linear replaced
+// (layers × 7 per program) and give the unfused program's outputs (STAGEML_TORCH_FUSE=0; on the
+// CPU the bank kernel declines and the fused step runs the replaced ops); rows of slot 0 or mask 0
+// give the base program's. The PEFT-exact f32 factors are not fused.
+import { type Graph, type HostTensor, graphParams, graphToJson, hostTensor, seededRandom } from '@stageml/ir';
+import { type LlamaConfig, parseLlamaConfig } from '@stageml/models';
+import { RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
+import { describeNeeding } from '@stageml/testkit';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { type EngineAdapterDType, castEngineGraph } from './dtype.js';
+import { engineGraph, paramsToInputs } from './graph.js';
+
+function describeWithTorch(name: string, fn: () => void): void {
+  describeNeeding(name, isTorchAvailable(), () => new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)'), fn);
+}
+
+const LAYERS = 2;
+const SLOTS = 4;
+const RANK = 16;
+const cfg: LlamaConfig = parseLlamaConfig(
+  JSON.stringify({ architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_size: 32, intermediate_size: 64, num_hidden_layers: LAYERS, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8, vocab_size: 50, rms_norm_eps: 1e-5, rope_theta: 10000, max_position_embeddings: 128, tie_word_embeddings: false }),
+  'config.json',
+);
+
+/** The engine's program of `form` at bf16, as Engine.load prepares it (castProgram, weights as inputs). */
+function program(form: 'gathered' | 'single' | 'base', adapterDtype: EngineAdapterDType = 'same'): Graph {
+  const g = castEngineGraph(engineGraph(cfg, form, SLOTS, RANK, []), 'bf16', { adapterDtype, isFactorInput: (n) => n.startsWith('slots.'), maskInputs: new Set(['attention_mask']), dtypeInputs: (n) => n.startsWith('past_'), dtypeOutputs: (n) => n.startsWith('new_') });
+  return paramsToInputs(g);
+}
+
+const rand = seededRandom(7);
+const uniform = (dtype: 'bf16' | 'f32', shape: number[], scale: number): HostTensor => hostTensor(dtype, shape, Array.from({ length: shape.reduce((a, b) => a * b, 1) }, () => (rand() * 2 - 1) * scale));
+
+/** Weights (the base program's parameters, fed as inputs) and slot tables: slot 0 zeros, slot j of rank 8·j (≤ R). */
+const weights: Record<string, HostTensor> = {};
+const base32 = engineGraph(cfg, 'base', SLOTS, RANK, []);
+for (const p of graphParams(base32)) {
+  const s = base32.values[p.results[0]!]!.type.shape as number[];
+  weights[p.name] = s.length === 1 ? hostTensor('bf16', s, new Array<number>(s[0]!).fill(1)) : uniform('bf16', s, 1 / Math.sqrt(s[s.length - 1]!));
+}
+
+function tables(g: Graph): Record<string, HostTensor> {
+  const out: Record<string, HostTensor> = {};
+  for (const n of g.nodes) {
+    if (n.kind !== 'input' || !n.name.startsWith('slots.')) continue;
+    const [s, r, d] = g.values[n.results[0]!]!.type.shape as number[];
+    const t = uniform('bf16', [s!, r!, d!], 0.3);
+    for (let j = 0; j < s!; j++) for (let k = Math.min(8 * j, r!); k < r!; k++) t.data.fill(0, (j * r! + k) * d!, (j * r! + k + 1) * d!);
+    out[n.name] = t;
+  }
+  return out;
+}
+
+const pasts = new Map<string, HostTensor>();
+/** The cached keys/values of a shape: the same for every program of the test (drawn once). */
+function pastCache(name: string, shape: number[]): HostTensor {
+  const key = `${name}:${shape.join(',')}`;
+  let t = pasts.get(key);
+  if (t === undefined) pasts.set(key, (t = uniform('bf16', shape, 0.5)));
+  return t;
+}
+
+/** A step's inputs: `batch` rows of `seq` new tokens after `past` cached ones. */
+function stepInputs(g: Graph, batch: number, seq: number, past: number, slots: Record<string, HostTensor>, extra: Record<string, HostTensor>): Record<string, HostTensor> {
+  const dims: Record<string, number> = { batch, seq, past };
+  const dim = (d: number | string): number => (typeof d === 'number' ? d : d.split('+').reduce((a, t) => a + dims[t.trim()]!, 0));
+  const out: Record<string, HostTensor> = {};
+  for (const n of graphToJson(g).nodes) {
+    if (n.kind !== 'input') continue;
+    const name = n.results[0]!.name;
+    const shape = n.results[0]!.type.shape.map(dim);
+    const size = shape.reduce((a, b) => a * b, 1);
+    if (name in weights) out[name] = weights[name]!;
+    else if (name in slots) out[name] = slots[name]!;
+    else if (name in extra) out[name] = extra[name]!;
+    else if (name === 'input_ids') out[name] = hostTensor('i64', shape, Array.from({ length: size }, (_, i) => (i * 7 + 3) % cfg.vocabSize));
+    else if (name === 'position_ids') out[name] = hostTensor('i64', shape, Array.from({ length: size }, (_, i) => past + (i % seq)));
+    else if (name === 'attention_mask') out[name] = hostTensor('f32', shape, new Array<number>(size).fill(0));
+    else if (name.startsWith('past_')) out[name] = pastCache(name, shape);
+    else throw new Error(`no test rule for input ${name}`);
+  }
+  return out;
+}
+
+const rows = (t: HostTensor, which: number[]): number[] => {
+  const w = t.shape.slice(1).reduce((a, b) => a * b, 1);
+  return which.flatMap((r) => Array.from(t.data.subarray(r * w, (r + 1) * w)));
+};
+
+describeWithTorch("the engine's slot linears fused on the torch worker (CPU torch, STAGEML_TORCH_FUSE=1)", () => {
+  let fused: TorchExecutor;
+  let plain: TorchExecutor;
+  beforeAll(async () => {
+    fused = await createTorchExecutor({ device: 'cpu', env: { STAGEML_TORCH_FUSE: '1' } });
+    plain = await createTorchExecutor({ device: 'cpu', env: { STAGEML_TORCH_FUSE: '0' } });
+  }, 120_000);
+  afterAll(async () => {
+    await fused.close();
+    await plain.close();
+  });
+
+  for (const form of ['gathered', 'single'] as const) {
+    it(`${form}: every projection's slot linear is replaced, outputs equal the unfused program's, base rows the base program's`, async () => {
+      const g = program(form);
+      const p = await fused.prepare(g);
+      const u = await plain.prepare(g);
+      const base = await fused.prepare(program('base'));
+      expect(p.fused.slotLinears).toBe(LAYERS * 7);
+      expect(u.fused.slotLinears).toBe(0);
+      expect(base.fused.slotLinears).toBe(0);
+      const slots = tables(g);
+      // Decode (3 rows, seq 1) and a chunk of 2 tokens per row (seq repetition of each row's slot).
+      for (const [batch, seq] of [
+        [3, 1],
+        [3, 2],
+      ] as const) {
+        const extra: Record<string, HostTensor> =
+          form === 'gathered' ? { row_slot: hostTensor('i64', [batch], [2, 0, 1]) } : { one_slot: hostTensor('i64', [], [2]), row_mask: hostTensor('f32', [batch, 1, 1], [1, 0, 1]) };
+        const ins = stepInputs(g, batch, seq, 4, slots, extra);
+        const [a, b, c] = await Promise.all([p.run(ins), u.run(ins), base.run(stepInputs(program('base'), batch, seq, 4, {}, {}))]);
+        for (const name of Object.keys(b)) expect(a[name], name).toBeAllclose(b[name]!, { rtol: 1e-2, atol: 1e-2 });
+        // Row 1 is a base row in both forms (slot 0; mask 0); rows 0 and 2 carry an adapter.
+        expect(rows(a['logits']!, [1])).toEqual(rows(c['logits']!, [1]));
+        expect(rows(a['logits']!, [0])).not.toEqual(rows(c['logits']!, [0]));
+      }
+      p.dispose();
+      u.dispose();
+      base.dispose();
+    }, 120_000);
+  }
+
+  it('leaves the PEFT-exact programs (adapterDtype f32: casts in each chain) unfused', async () => {
+    const p = await fused.prepare(program('gathered', 'f32'));
+    expect(p.fused).toEqual({ loraLinears: 0, slotLinears: 0 });
+    p.dispose();
+  }, 120_000);
+});
