@@ -119,7 +119,7 @@ def _row_slots(slot, ranks, rows_of, seq, on):
     safe = torch.where(inside, slot, torch.zeros_like(slot))
     keep = inside & on & (ranks.index_select(0, safe.reshape(-1)).reshape(safe.shape) > 0)
     out = torch.where(keep, safe, torch.full_like(safe, -1)).to(torch.int32)
-    return out.reshape(rows_of, 1).expand(rows_of, seq).reshape(-1)
+    return out.reshape(rows_of, 1).expand(rows_of, seq).reshape(-1).contiguous()
 
 
 class BankStep:

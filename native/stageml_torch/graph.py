@@ -53,7 +53,8 @@ class Program:
     """`graph_json` prepared on `device` with parameter tensors `params` (name → tensor).
 
     Parameters are moved to the device once (resident); `run(inputs)` takes and returns tensors by
-    name. Missing parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`.
+    name. `fused` counts the LoRA linears `fuse.fuse_lora` replaced, `fused_slots` the engine's slot
+    linears `bank_fuse.fuse_bank` replaced. Missing parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`.
     """
 
     def __init__(self, graph_json, params, device="cpu", seed=0):
