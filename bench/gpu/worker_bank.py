@@ -68,7 +68,9 @@ def draw_tables(manifest, device, gen):
 
 
 def step_inputs(manifest, tables, batch, past, slots, device, gen):
-    env = {"batch": batch, "seq": 1, "past": past}
+    # The grouped form's distinct slots (as the engine builds them: [0] when every row is base).
+    groups = sorted(set(s for s in slots if s != 0)) or [0]
+    env = {"batch": batch, "seq": 1, "past": past, "groups": len(groups)}
     cfg = manifest["config"]
     ins = {}
     for i in manifest["inputs"]:
@@ -87,6 +89,10 @@ def step_inputs(manifest, tables, batch, past, slots, device, gen):
             ins[name] = torch.tensor(slots, dtype=dt, device=device)
         elif name == "one_slot":
             ins[name] = torch.tensor(slots[0], dtype=dt, device=device)
+        elif name == "group_slot":
+            ins[name] = torch.tensor(groups, dtype=dt, device=device)
+        elif name == "row_group":
+            ins[name] = torch.tensor([[1.0 if s != 0 and s == g else 0.0 for g in groups] for s in slots], dtype=dt, device=device)
         elif name == "row_mask":
             ins[name] = torch.tensor([1.0 if s else 0.0 for s in slots], dtype=dt, device=device).reshape(shape)
         elif name.startswith("past_"):

@@ -9,7 +9,10 @@ dtype, no casts in the chain; interior values read once, either operand order of
 - `gathered`: add(linear(x, W[, bias]), matmul(matmul(x, gather(A, row_slot), transposeB),
   gather(B, row_slot))), x [batch, seq, in], row_slot [batch];
 - `single`: add(linear(x, W[, bias]), matmul(mul(linear(x, gather(A, one_slot)), row_mask),
-  gather(B, one_slot))), one_slot [], row_mask [batch, 1, 1] (the engine's 0/1 mask, cast).
+  gather(B, one_slot))), one_slot [], row_mask [batch, 1, 1] (the engine's 0/1 mask, cast);
+- `grouped`: add(linear(x, W[, bias]), matmul(reshape(mul(reshape(linear(x, reshape(gather(A,
+  group_slot)))), onehot)), reshape(gather(B, group_slot)))), group_slot [groups], onehot
+  [batch, 1, groups, 1] (the engine's row_group one-hot, reshaped and cast).
 
 A [S, R, in] and B [S, R, out] are the slot tables (scale folded into B, slot 0 all zeros, ranks
 zero-padded to R). The kernel gets a_bank = A, b_bank_t = B, b_bank = B transposed [S, out, R] and
@@ -17,14 +20,15 @@ per-slot ranks (the highest nonzero rank row of A or B, rounded up to 8; 0 for a
 derived once per table tensor (`_derived`: keyed by the tables' identity, checked against their
 storage and version, dropped when a table is freed, at most `CACHE_SIZE` entries); scales are ones;
 the slots are one per row of x's [batch·seq, in] rows (each batch row's slot repeated seq times;
-−1, base only, where the slot's rank is 0, the mask is 0 or the index is outside the table), all
-computed on the device without a host sync. A bias is added after the kernel.
+−1, base only, where the slot's rank is 0, the mask is 0, the one-hot row is all zeros or the index
+is outside the table), all computed on the device without a host sync. A bias is added after the
+kernel.
 
 What this does not fuse: the `f32` adapterDtype (PEFT's numerics: casts in the chain, f32
-factors; the same chains never match, so they run as the IR's ops), and the `grouped` form (its
-row → group weights are a general f32 matrix `row_group`: a per-row slot equals it only when each
-row has at most one nonzero entry, equal to 1, which cannot be checked without a host sync).
-In the `single` form the kernel treats a nonzero mask entry as 1 (the engine sends 0 or 1).
+factors; the same chains never match, so they run as the IR's ops). The kernel path takes the
+engine's contract for the masks, which it cannot check without a host sync: in the `single` form a
+nonzero mask entry counts as 1, in the `grouped` form a row's first nonzero one-hot entry is its
+group, weight 1 (the engine sends 0/1 masks and one-hots with at most one 1 per row).
 
 Numerics: the kernel accumulates x·Wᵀ + (x·Aᵀ)·Bᵀ in f32 and rounds once where the IR's ops round
 after each op, as `fuse.LoraStep` does for bundles (`STAGEML_TORCH_FUSE=0` keeps the op-by-op
@@ -123,8 +127,9 @@ def _row_slots(slot, ranks, rows_of, seq, on):
 
 
 class BankStep:
-    """One slot linear: operands x, W, [bias], A, B, then row_slot (`gathered`) or one_slot and the
-    mask (`single`); `sub` the steps it replaced, replayed when the kernel declines."""
+    """One slot linear: operands x, W, [bias], A, B, then row_slot (`gathered`), one_slot and the
+    mask (`single`) or group_slot and the one-hot (`grouped`); `sub` the steps it replaced,
+    replayed when the kernel declines."""
 
     def __init__(self, form, has_bias, sub, operands, dtypes):
         self.form = form
@@ -161,12 +166,21 @@ class BankStep:
             if slot.dim() != 1 or slot.shape[0] != batch or slot.dtype.is_floating_point:
                 return None
             on = torch.ones(batch, dtype=torch.bool, device=x.device)
-        else:
+        elif self.form == "single":
             slot, mask = rest[2], rest[3]
             if slot.dim() != 0 or slot.dtype.is_floating_point or mask.numel() != batch:
                 return None
             on = mask.reshape(batch) != 0
             slot = slot.reshape(1).expand(batch)
+        else:
+            groups, onehot = rest[2], rest[3]
+            g = groups.shape[0] if groups.dim() == 1 else -1
+            if g <= 0 or groups.dtype.is_floating_point or onehot.numel() != batch * g:
+                return None
+            nz = onehot.reshape(batch, g) != 0
+            on = nz.any(dim=-1)
+            # The row's group: its first nonzero entry (the engine's one-hot has one 1 or none).
+            slot = groups.index_select(0, nz.to(torch.float32).argmax(dim=-1))
         e = _derived(a, b)
         slots = _row_slots(slot.to(torch.int64), e.ranks, batch, seq, on)
         self.calls += 1
@@ -236,6 +250,35 @@ def fuse_bank(steps, value_types, outputs, on_cuda, dtypes):
             return None
         return t, idx, i
 
+    def shape(v):
+        return value_types[v][2]
+
+    def grouped(x_v, left, right):
+        irb = op(right, "reshape", 1)
+        il3 = op(left, "reshape", 1)
+        if irb is None or il3 is None or rank(right) != 2 or rank(left) != 3:
+            return None
+        gb = gather0(steps[irb][2][0], 1)
+        im = op(steps[il3][2][0], "mul", 2)
+        if gb is None or im is None:
+            return None
+        for r4_v, oh_v in ((steps[im][2][0], steps[im][2][1]), (steps[im][2][1], steps[im][2][0])):
+            oh = shape(oh_v)
+            ir4 = op(r4_v, "reshape", 1)
+            if ir4 is None or len(oh) != 4 or oh[1] != 1 or oh[3] != 1 or rank(r4_v) != 4:
+                continue
+            il = op(steps[ir4][2][0], "linear", 2)
+            if il is None or steps[il][2][0] != x_v:
+                continue
+            ira = op(steps[il][2][1], "reshape", 1)
+            if ira is None or rank(steps[il][2][1]) != 2:
+                continue
+            ga = gather0(steps[ira][2][0], 1)
+            if ga is None or ga[1] != gb[1] or shape(r4_v)[3] != shape(ga[0])[1]:
+                continue
+            return ("grouped", ga[0], gb[0], [ga[1], oh_v], [irb, gb[2], il3, im, ir4, il, ira, ga[2]])
+        return None
+
     out = list(steps)
     drop = set()
     count = 0
@@ -275,6 +318,10 @@ def fuse_bank(steps, value_types, outputs, on_cuda, dtypes):
                     if ga is not None and gb is not None and ga[1] == gb[1]:
                         matched = ("single", ga[0], gb[0], [ga[1], mask_v], [im, il, ga[2], gb[2]])
                         break
+            # grouped: left = reshape(mul(reshape(linear(x, reshape(gather(A, group_slot)))), onehot)),
+            # right = reshape(gather(B, group_slot))
+            if matched is None:
+                matched = grouped(x_v, left, right)
             if matched is None:
                 continue
             form, a_v, b_v, extra, interior = matched

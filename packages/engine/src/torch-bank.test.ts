@@ -25,7 +25,7 @@ const cfg: LlamaConfig = parseLlamaConfig(
 );
 
 /** The engine's program of `form` at bf16, as Engine.load prepares it (castProgram, weights as inputs). */
-function program(form: 'gathered' | 'single' | 'base', adapterDtype: EngineAdapterDType = 'same'): Graph {
+function program(form: 'gathered' | 'single' | 'grouped' | 'base', adapterDtype: EngineAdapterDType = 'same'): Graph {
   const g = castEngineGraph(engineGraph(cfg, form, SLOTS, RANK, []), 'bf16', { adapterDtype, isFactorInput: (n) => n.startsWith('slots.'), maskInputs: new Set(['attention_mask']), dtypeInputs: (n) => n.startsWith('past_'), dtypeOutputs: (n) => n.startsWith('new_') });
   return paramsToInputs(g);
 }
@@ -64,7 +64,7 @@ function pastCache(name: string, shape: number[]): HostTensor {
 
 /** A step's inputs: `batch` rows of `seq` new tokens after `past` cached ones. */
 function stepInputs(g: Graph, batch: number, seq: number, past: number, slots: Record<string, HostTensor>, extra: Record<string, HostTensor>): Record<string, HostTensor> {
-  const dims: Record<string, number> = { batch, seq, past };
+  const dims: Record<string, number> = { batch, seq, past, groups: 2 };
   const dim = (d: number | string): number => (typeof d === 'number' ? d : d.split('+').reduce((a, t) => a + dims[t.trim()]!, 0));
   const out: Record<string, HostTensor> = {};
   for (const n of graphToJson(g).nodes) {
@@ -101,7 +101,7 @@ describeWithTorch("the engine's slot linears fused on the torch worker (CPU torc
     await plain.close();
   });
 
-  for (const form of ['gathered', 'single'] as const) {
+  for (const form of ['gathered', 'single', 'grouped'] as const) {
     it(`${form}: every projection's slot linear is replaced, outputs equal the unfused program's, base rows the base program's`, async () => {
       const g = program(form);
       const p = await fused.prepare(g);
@@ -117,11 +117,15 @@ describeWithTorch("the engine's slot linears fused on the torch worker (CPU torc
         [3, 2],
       ] as const) {
         const extra: Record<string, HostTensor> =
-          form === 'gathered' ? { row_slot: hostTensor('i64', [batch], [2, 0, 1]) } : { one_slot: hostTensor('i64', [], [2]), row_mask: hostTensor('f32', [batch, 1, 1], [1, 0, 1]) };
+          form === 'gathered'
+            ? { row_slot: hostTensor('i64', [batch], [2, 0, 1]) }
+            : form === 'single'
+              ? { one_slot: hostTensor('i64', [], [2]), row_mask: hostTensor('f32', [batch, 1, 1], [1, 0, 1]) }
+              : { group_slot: hostTensor('i64', [2], [2, 1]), row_group: hostTensor('f32', [batch, 2], [1, 0, 0, 0, 0, 1]) };
         const ins = stepInputs(g, batch, seq, 4, slots, extra);
         const [a, b, c] = await Promise.all([p.run(ins), u.run(ins), base.run(stepInputs(program('base'), batch, seq, 4, {}, {}))]);
         for (const name of Object.keys(b)) expect(a[name], name).toBeAllclose(b[name]!, { rtol: 1e-2, atol: 1e-2 });
-        // Row 1 is a base row in both forms (slot 0; mask 0); rows 0 and 2 carry an adapter.
+        // Row 1 is a base row in every form (slot 0; mask 0; no group); rows 0 and 2 carry an adapter.
         expect(rows(a['logits']!, [1])).toEqual(rows(c['logits']!, [1]));
         expect(rows(a['logits']!, [0])).not.toEqual(rows(c['logits']!, [0]));
       }

@@ -18,7 +18,7 @@ const IN = 16;
 const OUT = 24;
 
 /** One slot linear as the engine's slotLinear builds it at bf16 with adapterDtype same. */
-function slotGraph(form: 'gathered' | 'single', bias: boolean): string {
+function slotGraph(form: 'gathered' | 'single' | 'grouped', bias: boolean): string {
   const b = new GraphBuilder(`slot_${form}`);
   const x = b.input('x', ['bf16', ['batch', 'seq', IN]]);
   const w = b.input('W', ['bf16', [OUT, IN]]);
@@ -30,6 +30,12 @@ function slotGraph(form: 'gathered' | 'single', bias: boolean): string {
     const shrink = b.matmul(x, b.gather(A, rows, 0), { transposeB: true });
     // The delta first: either operand order of the add is matched.
     b.output('y', b.add(b.matmul(shrink, b.gather(B, rows, 0)), base));
+  } else if (form === 'grouped') {
+    const groups = b.input('group_slot', ['i64', ['groups']]);
+    const onehot = b.cast(b.reshape(b.input('row_group', ['f32', ['batch', 'groups']]), ['batch', 1, 'groups', 1]), 'bf16');
+    const shrink = b.reshape(b.linear(x, b.reshape(b.gather(A, groups, 0), [-1, IN])), ['batch', 'seq', 'groups', R]);
+    const own = b.reshape(b.mul(onehot, shrink), ['batch', 'seq', -1]);
+    b.output('y', b.add(base, b.matmul(own, b.reshape(b.gather(B, groups, 0), [-1, OUT]))));
   } else {
     const one = b.input('one_slot', ['i64', []]);
     const mask = b.cast(b.input('row_mask', ['f32', ['batch', 1, 1]]), 'bf16');
@@ -137,26 +143,44 @@ print(json.dumps({"fused": p.fused_slots, "calls": [c["slots"] for c in calls], 
     for (const e of out.errs) expect(e).toBeLessThan(2e-2);
   });
 
+  it('grouped: each row takes the slot of its one-hot group (none: a base row)', () => {
+    const out = runNativePython(`${PRELUDE}
+path = ${JSON.stringify(slotGraph('grouped', false))}
+p, u = prog(path, "1"), prog(path, "0")
+A, B = tables(${String(S)}, ${String(R)}, ${String(IN)}, ${String(OUT)})
+ins = {"x": rnd(3, 2, ${String(IN)}), "W": rnd(${String(OUT)}, ${String(IN)}), "A": A, "B": B,
+       "group_slot": torch.tensor([2, 1]), "row_group": torch.tensor([[0.0, 1.0], [0.0, 0.0], [1.0, 0.0]])}
+err = close(p.run(ins)["y"], u.run(ins)["y"])
+print(json.dumps({"fused": p.fused_slots, "steps": [len(p.steps), len(u.steps)], "calls": [c["slots"] for c in calls], "err": err}))
+`) as { fused: number; steps: number[]; calls: number[][]; err: number };
+    expect(out.fused).toBe(1);
+    // Kept: the one-hot's reshape and cast (shared by every projection of a program).
+    expect(out.steps).toEqual([3, 13]);
+    expect(out.calls).toEqual([[1, 1, -1, -1, 2, 2]]);
+    expect(out.err).toBeLessThan(2e-2);
+  });
+
   it('runs exactly the unfused ops when the kernel declines (and when the rows exceed 64 it is not asked)', () => {
     const out = runNativePython(`${PRELUDE}
 decline[0] = True
 res = {}
-for form in ("gathered", "single"):
-    path = ${JSON.stringify(slotGraph('gathered', true))} if form == "gathered" else ${JSON.stringify(slotGraph('single', false))}
+paths = {"gathered": ${JSON.stringify(slotGraph('gathered', true))}, "single": ${JSON.stringify(slotGraph('single', false))}, "grouped": ${JSON.stringify(slotGraph('grouped', true))}}
+for form, path in paths.items():
     p, u = prog(path, "1"), prog(path, "0")
     A, B = tables(${String(S)}, ${String(R)}, ${String(IN)}, ${String(OUT)})
     eq = []
     for batch, seq in ((3, 2), (5, 13)):
         ins = {"x": rnd(batch, seq, ${String(IN)}), "W": rnd(${String(OUT)}, ${String(IN)}), "bias": rnd(${String(OUT)}), "A": A, "B": B,
-               "row_slot": torch.arange(batch) % 3, "one_slot": torch.tensor(2), "row_mask": (torch.arange(batch) % 2).float().reshape(batch, 1, 1)}
+               "row_slot": torch.arange(batch) % 3, "one_slot": torch.tensor(2), "row_mask": (torch.arange(batch) % 2).float().reshape(batch, 1, 1),
+               "group_slot": torch.tensor([1, 2]), "row_group": torch.eye(2)[torch.arange(batch) % 2]}
         ins = {k: v for k, v in ins.items() if k in p.input_names()}
         eq.append(bool(torch.equal(p.run(ins)["y"], u.run(ins)["y"])))
     res[form] = {"fused": p.fused_slots, "equal": eq}
 print(json.dumps({"res": res, "calls": len(calls)}))
 `) as { res: Record<string, { fused: number; equal: boolean[] }>; calls: number };
-    expect(out.res).toEqual({ gathered: { fused: 1, equal: [true, true] }, single: { fused: 1, equal: [true, true] } });
+    expect(out.res).toEqual({ gathered: { fused: 1, equal: [true, true] }, single: { fused: 1, equal: [true, true] }, grouped: { fused: 1, equal: [true, true] } });
     // Asked at 6 rows (declined), not at 65.
-    expect(out.calls).toBe(2);
+    expect(out.calls).toBe(3);
   });
 
   it('is off with STAGEML_TORCH_FUSE=0, and under auto on a CPU device', () => {
