@@ -18,10 +18,12 @@ A [S, R, in] and B [S, R, out] are the slot tables (scale folded into B, slot 0 
 zero-padded to R). The kernel gets a_bank = A, b_bank_t = B, b_bank = B transposed [S, out, R] and
 per-slot ranks (the highest nonzero rank row of A or B, rounded up to 8; 0 for an all-zero slot),
 derived once per table tensor (`_derived`: keyed by the tables' identity, checked against their
-storage and version, dropped when a table is freed, at most `CACHE_SIZE` entries); scales are ones;
+storage and version, dropped when a table is freed, at most `CACHE_SIZE` entries; one host read of
+the ranks per derivation, so tables of equal ranks share one ranks tensor); scales are ones;
 the slots are one per row of x's [batch·seq, in] rows (each batch row's slot repeated seq times;
 −1, base only, where the slot's rank is 0, the mask is 0, the one-hot row is all zeros or the index
-is outside the table), all computed on the device without a host sync. A bias is added after the
+is outside the table), all computed on the device without a host sync, once per step for all projections whose tables share
+their ranks (memoized in the run's context). A bias is added after the
 kernel.
 
 What this does not fuse: the `f32` adapterDtype (PEFT's numerics: casts in the chain, f32
@@ -52,6 +54,8 @@ DERIVATIONS = 0
 MAX_ROWS = 64
 
 _DERIVED = collections.OrderedDict()
+# Rank vectors and scales by value, shared by the entries (a handful: one per distinct rank mix).
+_SHARED = {}
 _STREAM = None
 
 
@@ -102,12 +106,21 @@ def _derived(a, b):
     s, r = a.shape[0], a.shape[1]
     nz = (a != 0).any(dim=-1) | (b != 0).any(dim=-1)
     top = (nz.to(torch.int32) * torch.arange(1, r + 1, dtype=torch.int32, device=a.device)).amax(dim=-1)
-    e.ranks = torch.clamp((top + 7) // 8 * 8, max=r).to(torch.int32).contiguous()
+    ranks = torch.clamp((top + 7) // 8 * 8, max=r).to(torch.int32)
+    # One host read per table derivation (not per run): tables of equal ranks share one tensor, so
+    # a step's per-row slots are computed once for all of them (`_row_slots`' memo).
+    key_r = (tuple(ranks.tolist()), str(a.device))
+    e.ranks = _SHARED.get(key_r)
+    if e.ranks is None:
+        e.ranks = _SHARED[key_r] = ranks.contiguous()
+    key_s = (s, str(a.device))
+    e.scales = _SHARED.get(key_s)
+    if e.scales is None:
+        e.scales = _SHARED[key_s] = torch.ones(s, dtype=torch.float32, device=a.device)
     # The tables themselves are not held (a freed table frees its entry): None stands for them.
     e.a_bank = None if a.is_contiguous() else a.contiguous()
     e.b_bank_t = None if b.is_contiguous() else b.contiguous()
     e.b_bank = b.transpose(1, 2).contiguous()
-    e.scales = torch.ones(s, dtype=torch.float32, device=a.device)
     DERIVATIONS += 1
     _DERIVED[key] = e
     while len(_DERIVED) > CACHE_SIZE:
@@ -116,12 +129,14 @@ def _derived(a, b):
 
 
 def _row_slots(slot, ranks, rows_of, seq, on):
-    """int32 [batch·seq]: `slot` (i64 [batch]) where `on` (bool [batch]) and the slot's rank is
-    nonzero, else −1; each entry repeated seq times. No host sync."""
+    """int32 [batch·seq]: `slot` (i64 [batch]) where `on` (bool [batch], None: every row) and the
+    slot's rank is nonzero, else −1; each entry repeated seq times. No host sync."""
     s = ranks.shape[0]
     inside = (slot >= 0) & (slot < s)
     safe = torch.where(inside, slot, torch.zeros_like(slot))
-    keep = inside & on & (ranks.index_select(0, safe.reshape(-1)).reshape(safe.shape) > 0)
+    keep = inside & (ranks.index_select(0, safe.reshape(-1)).reshape(safe.shape) > 0)
+    if on is not None:
+        keep = keep & on
     out = torch.where(keep, safe, torch.full_like(safe, -1)).to(torch.int32)
     return out.reshape(rows_of, 1).expand(rows_of, seq).reshape(-1).contiguous()
 
@@ -142,12 +157,12 @@ class BankStep:
         self.hits = 0
 
     def __call__(self, args, attrs, ctx):
-        y = self._kernel(args)
+        y = self._kernel(args, ctx.memo)
         if y is not None:
             return [y]
         return [self._unfused(args, ctx)]
 
-    def _kernel(self, args):
+    def _kernel(self, args, memo):
         x, w = args[0], args[1]
         bias = args[2] if self.has_bias else None
         rest = args[3:] if self.has_bias else args[2:]
@@ -165,24 +180,21 @@ class BankStep:
             slot = rest[2]
             if slot.dim() != 1 or slot.shape[0] != batch or slot.dtype.is_floating_point:
                 return None
-            on = torch.ones(batch, dtype=torch.bool, device=x.device)
         elif self.form == "single":
             slot, mask = rest[2], rest[3]
             if slot.dim() != 0 or slot.dtype.is_floating_point or mask.numel() != batch:
                 return None
-            on = mask.reshape(batch) != 0
-            slot = slot.reshape(1).expand(batch)
         else:
-            groups, onehot = rest[2], rest[3]
-            g = groups.shape[0] if groups.dim() == 1 else -1
-            if g <= 0 or groups.dtype.is_floating_point or onehot.numel() != batch * g:
+            slot, onehot = rest[2], rest[3]
+            g = slot.shape[0] if slot.dim() == 1 else -1
+            if g <= 0 or slot.dtype.is_floating_point or onehot.numel() != batch * g:
                 return None
-            nz = onehot.reshape(batch, g) != 0
-            on = nz.any(dim=-1)
-            # The row's group: its first nonzero entry (the engine's one-hot has one 1 or none).
-            slot = groups.index_select(0, nz.to(torch.float32).argmax(dim=-1))
         e = _derived(a, b)
-        slots = _row_slots(slot.to(torch.int64), e.ranks, batch, seq, on)
+        # The same per-row slots for every projection of the step whose tables have the same ranks.
+        key = ("bank_slots", self.form, tuple(id(t) for t in rest[2:]), id(e.ranks), batch, seq)
+        slots = memo.get(key)
+        if slots is None:
+            slots = memo[key] = self._slots(rest[2:], e.ranks, batch, seq)
         self.calls += 1
         a_bank = a if e.a_bank is None else e.a_bank
         b_bank_t = b if e.b_bank_t is None else e.b_bank_t
@@ -191,6 +203,21 @@ class BankStep:
             return None
         self.hits += 1
         return y if bias is None else y + bias
+
+    def _slots(self, sel, ranks, batch, seq):
+        on = None
+        if self.form == "gathered":
+            slot = sel[0]
+        elif self.form == "single":
+            on = sel[1].reshape(batch) != 0
+            slot = sel[0].reshape(1).expand(batch)
+        else:
+            groups, onehot = sel
+            nz = onehot.reshape(batch, groups.shape[0]) != 0
+            on = nz.any(dim=-1)
+            # The row's group: its first nonzero entry (the engine's one-hot has one 1 or none).
+            slot = groups.index_select(0, nz.to(torch.float32).argmax(dim=-1))
+        return _row_slots(slot.to(torch.int64), ranks, batch, seq, on)
 
     def _unfused(self, args, ctx):
         """The replaced ops, each as `Program.run` runs it (half operands widened off CUDA, every
