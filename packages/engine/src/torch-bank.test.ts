@@ -3,7 +3,13 @@
 // in the CPU torch executor with STAGEML_TORCH_FUSE=1 have every projection's slot linear replaced
 // (layers × 7 per program) and give the unfused program's outputs (STAGEML_TORCH_FUSE=0; on the
 // CPU the bank kernel declines and the fused step runs the replaced ops); rows of slot 0 or mask 0
-// give the base program's. The PEFT-exact f32 factors are not fused.
+// give the base program's; through a stand-in bank kernel every slot linear reaches it with the
+// right per-row slots. The PEFT-exact f32 factors are not fused.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { type Graph, type HostTensor, graphParams, graphToJson, hostTensor, seededRandom } from '@stageml/ir';
 import { type LlamaConfig, parseLlamaConfig } from '@stageml/models';
 import { RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
@@ -134,6 +140,87 @@ describeWithTorch("the engine's slot linears fused on the torch worker (CPU torc
       base.dispose();
     }, 120_000);
   }
+
+  it('sends every slot linear of a real program to the bank kernel (a stand-in, the program prepared as the worker prepares it), within bf16 tolerance of the unfused program', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'torch-bank-'));
+    const files = Object.fromEntries(
+      (['gathered', 'single', 'grouped'] as const).map((f) => {
+        const file = join(dir, `${f}.json`);
+        writeFileSync(file, JSON.stringify(graphToJson(program(f))));
+        return [f, file];
+      }),
+    );
+    const python = [process.env['STAGEML_PYTHON'], 'python3', '/usr/bin/python3'].find((c) => c !== undefined && c !== '' && spawnSync(c, ['-c', 'import torch']).status === 0)!;
+    const code = `
+import json, os, sys
+import torch
+from stageml_torch import bank_fuse, stream
+from stageml_torch.graph import Program
+calls = []
+def fake(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=None, b_bank_t=None):
+    calls.append(slots.tolist())
+    k, n = w.shape[1], w.shape[0]
+    x2 = x.reshape(-1, k).float()
+    y = x2 @ w.float().t()
+    for i, j in enumerate(slots.tolist()):
+        if j >= 0:
+            r = int(ranks[j])
+            y[i] += float(scales[j]) * ((x2[i] @ a_bank[j, :r].float().t()) @ b_bank[j, :, :r].float().t())
+    return y.to(x.dtype).reshape(*x.shape[:-1], n)
+stream.lora_bank_linear, stream.available = fake, lambda: True
+files = json.loads(sys.argv[1])
+g = torch.Generator().manual_seed(0)
+res = {}
+for form, path in files.items():
+    with open(path) as f:
+        doc = json.load(f)
+    ins = {}
+    for n in doc["nodes"]:
+        if n["kind"] != "input":
+            continue
+        r = n["results"][0]
+        name, dt = r["name"], r["type"]["dtype"]
+        shape = [{"batch": 3, "seq": 2, "past": 4, "groups": 2, "past + seq": 6}.get(d, d) for d in r["type"]["shape"]]
+        if name.startswith("slots."):
+            t = (torch.rand(shape, generator=g) * 2 - 1) * 0.3
+            t[0] = 0
+            ins[name] = t.to(torch.bfloat16)
+        elif dt == "bf16":
+            ins[name] = ((torch.rand(shape, generator=g) * 2 - 1) * (shape[-1] ** -0.5 if len(shape) == 2 else 1)).to(torch.bfloat16)
+        elif name in ("input_ids", "position_ids"):
+            ins[name] = torch.randint(0, 40, shape, generator=g)
+        elif name == "attention_mask":
+            ins[name] = torch.zeros(shape)
+        elif name == "row_slot":
+            ins[name] = torch.tensor([2, 0, 1])
+        elif name == "one_slot":
+            ins[name] = torch.tensor(2)
+        elif name == "row_mask":
+            ins[name] = torch.tensor([1.0, 0.0, 1.0]).reshape(3, 1, 1)
+        elif name == "group_slot":
+            ins[name] = torch.tensor([2, 1])
+        elif name == "row_group":
+            ins[name] = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]])
+    outs = []
+    for mode in ("1", "0"):
+        os.environ["STAGEML_TORCH_FUSE"] = mode
+        with torch.no_grad():
+            outs.append(Program(doc, {}).run(ins)["logits"].float())
+    a, b = outs
+    res[form] = {"calls": len(calls), "slots": calls[0], "rel": float((a - b).norm() / b.norm())}
+    calls.clear()
+print(json.dumps(res))
+`;
+    const r = spawnSync(python, ['-c', code, JSON.stringify(files)], { env: { ...process.env, PYTHONPATH: fileURLToPath(new URL('../../../native', import.meta.url)) }, encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    const res = JSON.parse(r.stdout.trim().split('\n').pop()!) as Record<string, { calls: number; slots: number[]; rel: number }>;
+    const want = { gathered: [2, 2, -1, -1, 1, 1], single: [2, 2, -1, -1, 2, 2], grouped: [2, 2, -1, -1, 1, 1] };
+    for (const [form, slots] of Object.entries(want)) {
+      expect(res[form]!.calls, form).toBe(LAYERS * 7);
+      expect(res[form]!.slots, form).toEqual(slots);
+      expect(res[form]!.rel, form).toBeLessThan(3e-2);
+    }
+  }, 120_000);
 
   it('leaves the PEFT-exact programs (adapterDtype f32: casts in each chain) unfused', async () => {
     const p = await fused.prepare(program('gathered', 'f32'));
