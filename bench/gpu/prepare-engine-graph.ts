@@ -6,7 +6,8 @@
 //                      parameters (the device script passes them at prepare);
 //   OUT/manifest.json  the config, the form, slots S and rank R, and every parameter and input
 //                      with its dtype and (symbolic) shape.
-// Run: node --conditions=@stageml/source --import tsx bench/gpu/prepare-engine-graph.ts [OUT]
+// Run: node --conditions=@stageml/source --import tsx bench/gpu/prepare-engine-graph.ts [OUT, default
+//      .gpu/wbank at the repository root (git-ignored)]
 //      [--layers N] [--hidden H] [--intermediate I] [--heads Q] [--kv-heads KV] [--head-dim D]
 //      [--vocab V] [--slots S] [--rank R] [--form gathered|single|grouped]
 // Defaults: 4 layers, hidden 4096, intermediate 14336, GQA 32/8, head 128, vocab 32000, S 65, R 64,
@@ -28,7 +29,7 @@ const opt = (name: string, dflt: number): number => {
 };
 const fi = args.indexOf('--form');
 const form = (fi < 0 ? 'gathered' : args[fi + 1]) as SlotForm;
-if (!['gathered', 'single', 'grouped'].includes(form)) throw new Error(`--form must be gathered, single or grouped, got '${String(form)}'`);
+if (!['gathered', 'single', 'grouped'].includes(form)) throw new Error(`--form must be gathered, single or grouped, got '${form}'`);
 
 const config = {
   architectures: ['LlamaForCausalLM'],
