@@ -4,6 +4,8 @@
 // Node there). Shapes only: the device script draws the weights and the slot tables.
 //   OUT/graph.json     the program (the IR's JSON form, what the torch executor sends), weights as
 //                      parameters (the device script passes them at prepare);
+//   OUT/base.json      the engine's base program (no slot tables: what a batch of base rows runs),
+//                      the peer of the slot program's step;
 //   OUT/manifest.json  the config, the form, slots S and rank R, and every parameter and input
 //                      with its dtype and (symbolic) shape.
 // Run: node --conditions=@stageml/source --import tsx bench/gpu/prepare-engine-graph.ts [OUT, default
@@ -51,10 +53,12 @@ const rank = opt('rank', 64);
 const cfg = parseLlamaConfig(JSON.stringify(config), 'config.json');
 const g32 = engineGraph(cfg, form, slots, rank, []);
 // What Engine.load's castProgram does for dtype bf16 (packages/engine/src/engine.ts).
-const g = castEngineGraph(g32, 'bf16', { adapterDtype: 'same', isFactorInput: (n) => n.startsWith('slots.'), maskInputs: new Set(['attention_mask']), dtypeInputs: (n) => n.startsWith('past_'), dtypeOutputs: (n) => n.startsWith('new_') });
+const cast = (graph: typeof g32) => castEngineGraph(graph, 'bf16', { adapterDtype: 'same', isFactorInput: (n) => n.startsWith('slots.'), maskInputs: new Set(['attention_mask']), dtypeInputs: (n) => n.startsWith('past_'), dtypeOutputs: (n) => n.startsWith('new_') });
+const g = cast(g32);
 const json = graphToJson(g);
 const leaves = (kind: 'param' | 'input') => json.nodes.filter((n) => n.kind === kind).map((n) => ({ name: n.results[0]!.name, dtype: n.results[0]!.type.dtype, shape: n.results[0]!.type.shape }));
 await mkdir(OUT, { recursive: true });
 await writeFile(join(OUT, 'graph.json'), JSON.stringify(json));
+await writeFile(join(OUT, 'base.json'), JSON.stringify(graphToJson(cast(engineGraph(cfg, 'base', slots, rank, [])))));
 await writeFile(join(OUT, 'manifest.json'), JSON.stringify({ config, form, slots, rank, dtype: 'bf16', adapterDtype: 'same', params: leaves('param'), inputs: leaves('input'), outputs: json.outputs.map((o) => o.name) }, null, 1));
 console.log(`${OUT}: @${json.name} ${form}, ${String(json.nodes.length)} nodes, ${String(leaves('param').length)} parameters, ${String(leaves('input').length)} inputs`);

@@ -6,7 +6,8 @@ slot tables (slot 0 zeros, slot j ≥ 1 of rank 8/16/64 cycled, zero-padded to R
 (1/8/16/32/64 rows, each on its own slot 1..batch) runs decode steps with the graph prepared twice:
 `STAGEML_TORCH_FUSE=auto` (slot linears through `stream.lora_bank_linear`) and `=0` (the IR's torch
 ops). Checks the logits agree (relative error, argmax agreement) and records the median step ms of
-both; a second case per batch has every row on slot 0 (base rows: the kernel with slots −1). Each
+both, and of the engine's base program (base.json beside the graph, if there: what an all-base
+batch runs, the issue's "base-only step"); a second case per batch has every row on slot 0 (base rows: the kernel with slots −1). Each
 case runs in its own try/except; the JSON is rewritten after every case.
 
 python3 bench/gpu/worker_bank.py --graph .gpu/wbank/graph.json --out $OUT/worker_bank.json
@@ -126,6 +127,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graph", required=True)
     ap.add_argument("--manifest", default=None, help="default: manifest.json beside the graph")
+    ap.add_argument("--base", default=None, help="the base program (default: base.json beside the graph; skipped when missing)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--batches", default="1,8,16,32,64")
     ap.add_argument("--past", type=int, default=128)
@@ -170,6 +172,10 @@ def main():
         for mode in (args.fuse, "0"):
             os.environ["STAGEML_TORCH_FUSE"] = mode
             progs[mode] = Program(graph, params, device)
+        base_path = args.base or os.path.join(os.path.dirname(os.path.abspath(args.graph)), "base.json")
+        if os.path.exists(base_path):
+            with open(base_path) as f:
+                progs["base"] = Program(json.load(f), params, device)
         result["fusedSlotLinears"] = {m: p.fused_slots for m, p in progs.items()}
         print("prepared: fused slot linears %s" % result["fusedSlotLinears"], flush=True)
     except Exception as e:  # noqa: BLE001 - recorded, nothing else can run
@@ -189,12 +195,17 @@ def main():
                 out_f, ms_f, min_f = timed(fused, ins, args.steps, args.warmup, device)
                 calls = sum(s[1].hits for s in fused.steps if s[0] == bank_fuse.KEY) - calls0
                 out_u, ms_u, min_u = timed(plain, ins, args.steps, args.warmup, device)
+                if "base" in progs:
+                    base_names = set(progs["base"].input_names())
+                    _, ms_b, _ = timed(progs["base"], {k: v for k, v in ins.items() if k in base_names}, args.steps, args.warmup, device)
+                    row.update({"base_ms": ms_b, "fused_vs_base": ms_f / ms_b, "unfused_vs_base": ms_u / ms_b})
                 lf, lu = out_f["logits"].float(), out_u["logits"].float()
                 rel = float((lf - lu).norm() / lu.norm().clamp_min(1e-30))
                 agree = float((lf.argmax(-1) == lu.argmax(-1)).float().mean())
                 row.update({"fused_ms": ms_f, "unfused_ms": ms_u, "fused_min_ms": min_f, "unfused_min_ms": min_u, "ratio": ms_f / ms_u,
                             "rel_err": rel, "argmax_agree": agree, "distinct_slots": len(set(slots)), "kernel_runs_per_step": calls / (args.steps + args.warmup)})
-                print("batch %3d %-9s fused %8.3f ms  unfused %8.3f ms  x%.3f  rel %.2e  argmax %.3f" % (batch, case, ms_f, ms_u, ms_f / ms_u, rel, agree), flush=True)
+                print("batch %3d %-9s fused %8.3f ms  unfused %8.3f ms  x%.3f  base %s  rel %.2e  argmax %.3f  kernel runs/step %.1f"
+                      % (batch, case, ms_f, ms_u, ms_f / ms_u, "%.3f ms" % row["base_ms"] if "base_ms" in row else "-", rel, agree, row["kernel_runs_per_step"]), flush=True)
             except Exception as e:  # noqa: BLE001 - one case failing leaves the others
                 row["error"] = "%s: %s" % (type(e).__name__, e)
                 traceback.print_exc()
