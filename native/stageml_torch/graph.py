@@ -5,11 +5,16 @@ import torch
 
 from . import errors
 from .dims import bind_dims, evaluate_dim
+from .bank_fuse import KEY as BANK_KEY
+from .bank_fuse import fuse_bank
 from .fuse import fuse_lora
 from .ops import DTYPES, HALF, NATIVE_HALF_ON_CUDA, OPS, _float
 
 GRAPH_FORMAT = "stageml.graph"
 GRAPH_VERSION = 1
+
+# Steps that take their operands as stored (the fused slot linear widens what it must itself).
+RAW_OPERANDS = {BANK_KEY}
 
 
 def op_key(printed):
@@ -48,7 +53,8 @@ class Program:
     """`graph_json` prepared on `device` with parameter tensors `params` (name → tensor).
 
     Parameters are moved to the device once (resident); `run(inputs)` takes and returns tensors by
-    name. Missing parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`.
+    name. `fused` counts the LoRA linears `fuse.fuse_lora` replaced, `fused_slots` the engine's slot
+    linears `bank_fuse.fuse_bank` replaced. Missing parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`.
     """
 
     def __init__(self, graph_json, params, device="cpu", seed=0):
@@ -88,6 +94,8 @@ class Program:
             if key == "constant" and len(attrs.get("value", [])) == 1 and len(attrs.get("shape", [])) == 0:
                 consts[ids[0]] = _float(attrs["value"][0])
         self.steps, self.fused = fuse_lora(self.steps, self.value_types, consts, self.params, [v for _, v in self.outputs], self.on_cuda)
+        # The engine's slot linears (multi-adapter bank kernel): how many were replaced.
+        self.steps, self.fused_slots = fuse_bank(self.steps, self.value_types, [v for _, v in self.outputs], self.on_cuda, DTYPES)
         # Last use of each value, so intermediates are freed as soon as they are dead.
         last = {}
         for si, (_, _, operands, _, _) in enumerate(self.steps):
@@ -136,7 +144,7 @@ class Program:
         ctx = _Ctx(self.device, env, self.generator)
         for si, (key, fn, operands, attrs, ids) in enumerate(self.steps):
             args = [env_vals[v] for v in operands]
-            half_native = self.on_cuda and key in NATIVE_HALF_ON_CUDA
+            half_native = key in RAW_OPERANDS or (self.on_cuda and key in NATIVE_HALF_ON_CUDA)
             if not half_native:
                 args = [a.float() if a.dtype in HALF else a for a in args]
             try:

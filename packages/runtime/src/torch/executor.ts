@@ -28,6 +28,22 @@ export interface TorchExecutorOptions {
   readonly device?: string;
   /** Receives the worker's stderr lines (default: dropped). */
   readonly log?: (line: string) => void;
+  /** Environment variables added to the worker's (e.g. `STAGEML_TORCH_FUSE`: `auto`, `0`, `1`). */
+  readonly env?: Readonly<Record<string, string>>;
+}
+
+/** What the worker fused when it prepared a graph (`STAGEML_TORCH_FUSE`; all 0 when it fused nothing). */
+export interface TorchFusion {
+  /** LoRA linears of a staged bundle run as one step (native/stageml_torch/fuse.py). */
+  readonly loraLinears: number;
+  /** The engine's slot linears run as one bank-kernel step (native/stageml_torch/bank_fuse.py). */
+  readonly slotLinears: number;
+}
+
+/** A graph prepared by the torch executor: a `PreparedGraph` that also says what the worker fused. */
+export interface TorchPreparedGraph extends PreparedGraph {
+  /** The fusions of the worker that prepared it last (a restarted worker prepares it again). */
+  readonly fused: TorchFusion;
 }
 
 /** What the worker said about itself at start. */
@@ -68,6 +84,8 @@ export interface TorchExecutor extends Executor {
   traffic(): TorchTraffic;
   /** Stops the worker process; prepared graphs fail with `RT_DISPOSED` afterwards. */
   close(): Promise<void>;
+  /** Prepares `graph` on the worker (see `Executor.prepare`); the result also says what was fused. */
+  prepare(graph: Graph, weights?: ValueSource): Promise<TorchPreparedGraph>;
 }
 
 function findPackageDir(explicit: string | undefined): string {
@@ -135,8 +153,8 @@ class WorkerConnection {
   #dead: RuntimeError | undefined;
   #stderr: string[] = [];
 
-  constructor(python: string, packageDir: string, device: string, log: ((line: string) => void) | undefined, readonly counts: { requests: number; sentBytes: number; sentTensorBytes: number; receivedBytes: number }) {
-    const env = { ...process.env, PYTHONPATH: [packageDir, process.env['PYTHONPATH']].filter((p) => p !== undefined && p !== '').join(':'), PYTHONUNBUFFERED: '1' };
+  constructor(python: string, packageDir: string, device: string, log: ((line: string) => void) | undefined, readonly counts: { requests: number; sentBytes: number; sentTensorBytes: number; receivedBytes: number }, extraEnv: Readonly<Record<string, string>> = {}) {
+    const env = { ...process.env, ...extraEnv, PYTHONPATH: [packageDir, process.env['PYTHONPATH']].filter((p) => p !== undefined && p !== '').join(':'), PYTHONUNBUFFERED: '1' };
     this.#child = spawn(python, ['-m', 'stageml_torch.worker', '--device', device], { env, stdio: ['pipe', 'pipe', 'pipe'] });
     this.#child.stdout.on('data', (chunk: Buffer) => {
       this.counts.receivedBytes += chunk.byteLength;
@@ -312,7 +330,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
   const python = findPython(opts.python);
   const device = opts.device ?? process.env[TORCH_DEVICE_ENV] ?? 'auto';
   const counts = { requests: 0, sentBytes: 0, sentTensorBytes: 0, receivedBytes: 0 };
-  let conn = new WorkerConnection(python, packageDir, device, opts.log, counts);
+  let conn = new WorkerConnection(python, packageDir, device, opts.log, counts, opts.env);
   const info = await greet(conn, python);
   const name = `torch-${info.device.startsWith('cuda') ? 'cuda' : 'cpu'}`;
   /** Workers started so far (1 + restarts): what every worker-side handle and id belongs to. */
@@ -324,7 +342,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
     if (closed) throw new RuntimeError(RuntimeCode.DISPOSED, `${name} was closed`);
     if (conn.alive) return conn;
     starting ??= (async () => {
-      const next = new WorkerConnection(python, packageDir, device, opts.log, counts);
+      const next = new WorkerConnection(python, packageDir, device, opts.log, counts, opts.env);
       await greet(next, python);
       conn = next;
       generation++;
@@ -451,23 +469,27 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       await starting?.catch(() => undefined);
       await conn.close();
     },
-    async prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph> {
+    async prepare(graph: Graph, weights?: ValueSource): Promise<TorchPreparedGraph> {
       const { values, bindings } = resolveWeights(graph, weights);
       const params: Record<string, HostTensor> = {};
       for (const [k, v] of values) params[k] = v;
       const json = graphToJson(graph);
       // The handle on the current worker; a new worker prepares the graph again (so the parameters stay referenced here).
-      const onWorker = async (): Promise<{ handle: unknown; generation: number }> => {
+      const onWorker = async (): Promise<{ handle: unknown; generation: number; fused: TorchFusion }> => {
         const c = await live();
         const gen = generation;
         const reply = await c.request({ op: 'prepare', graph: json }, params);
-        return { handle: reply.header['handle'], generation: gen };
+        const count = (k: string): number => (typeof reply.header[k] === 'number' ? reply.header[k] : 0);
+        return { handle: reply.header['handle'], generation: gen, fused: { loraLinears: count('fusedLoraLinears'), slotLinears: count('fusedSlotLinears') } };
       };
       let current = await onWorker();
       let disposed = false;
       const gone = (): RuntimeError => new RuntimeError(RuntimeCode.DISPOSED, `@${graph.name} on ${name} was disposed`);
       return {
         executor: name,
+        get fused(): TorchFusion {
+          return current.fused;
+        },
         async run(inputs: Readonly<Record<string, HostTensor>>, opts?: RunOptions): Promise<Record<string, HostTensor>> {
           if (disposed || closed) throw gone();
           const c = await live();

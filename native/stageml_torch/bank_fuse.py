@@ -1,0 +1,367 @@
+"""Recognises the engine's slot linears (packages/engine/src/slot-linear.ts) in a prepared f16/bf16
+program and runs each as one step (`BankStep`): on CUDA with bf16 through the multi-adapter bank
+kernel `stream.lora_bank_linear` (one slot per row), otherwise, or whenever the kernel declines
+(more than 64 rows, no sm_90 GPU or cupy, rank above 64, ...), as exactly the ops it replaced.
+
+The forms, as `castEngineGraph` emits them with `adapterDtype: 'same'` (factors in the compute
+dtype, no casts in the chain; interior values read once, either operand order of add/mul):
+
+- `gathered`: add(linear(x, W[, bias]), matmul(matmul(x, gather(A, row_slot), transposeB),
+  gather(B, row_slot))), x [batch, seq, in], row_slot [batch];
+- `single`: add(linear(x, W[, bias]), matmul(mul(linear(x, gather(A, one_slot)), row_mask),
+  gather(B, one_slot))), one_slot [], row_mask [batch, 1, 1] (the engine's 0/1 mask, cast);
+- `grouped`: add(linear(x, W[, bias]), matmul(reshape(mul(reshape(linear(x, reshape(gather(A,
+  group_slot)))), onehot)), reshape(gather(B, group_slot)))), group_slot [groups], onehot
+  [batch, 1, groups, 1] (the engine's row_group one-hot, reshaped and cast).
+
+A [S, R, in] and B [S, R, out] are the slot tables (scale folded into B, slot 0 all zeros, ranks
+zero-padded to R). The kernel gets a_bank = A, b_bank_t = B, b_bank = B transposed [S, out, R] and
+per-slot ranks (the highest nonzero rank row of A or B, rounded up to 8; 0 for an all-zero slot),
+derived once per table tensor (`_derived`: keyed by the tables' identity, checked against their
+storage and version, dropped when a table is freed, at most `CACHE_SIZE` entries; one host read of
+the ranks per derivation, so tables of equal ranks share one ranks tensor); scales are ones;
+the slots are one per row of x's [batch·seq, in] rows (each batch row's slot repeated seq times;
+−1, base only, where the slot's rank is 0, the mask is 0, the one-hot row is all zeros or the index
+is outside the table), all computed on the device without a host sync, once per step for all projections whose tables share
+their ranks (memoized in the run's context). A bias is added after the
+kernel.
+
+What this does not fuse: the `f32` adapterDtype (PEFT's numerics: casts in the chain, f32
+factors; the same chains never match, so they run as the IR's ops). The kernel path takes the
+engine's contract for the masks, which it cannot check without a host sync: in the `single` form a
+nonzero mask entry counts as 1, in the `grouped` form a row's first nonzero one-hot entry is its
+group, weight 1 (the engine sends 0/1 masks and one-hots with at most one 1 per row).
+
+Numerics: the kernel accumulates x·Wᵀ + (x·Aᵀ)·Bᵀ in f32 and rounds once where the IR's ops round
+after each op, as `fuse.LoraStep` does for bundles (`STAGEML_TORCH_FUSE=0` keeps the op-by-op
+rounding). `STAGEML_TORCH_FUSE` applies as for `fuse.fuse_lora`.
+"""
+
+import collections
+import weakref
+
+import torch
+
+from .fuse import mode
+from .ops import HALF, NATIVE_HALF_ON_CUDA
+
+#: Key of the fused step (its operands reach it as stored: `graph.RAW_OPERANDS`).
+KEY = "bankLinear"
+#: Most derived table entries kept at once.
+CACHE_SIZE = 256
+#: Tables derived so far (ranks, B transposed): what the tests read to see the cache work.
+DERIVATIONS = 0
+MAX_ROWS = 64
+
+_DERIVED = collections.OrderedDict()
+# Rank vectors and scales by value, shared by the entries (a handful: one per distinct rank mix).
+_SHARED = {}
+_STREAM = None
+
+
+def _stream():
+    """The stream module (the bank kernel's host side), or False when it does not import."""
+    global _STREAM
+    if _STREAM is None:
+        try:
+            from . import stream
+
+            _STREAM = stream
+        except Exception:  # noqa: BLE001 - any import failure means: no kernel, the unfused ops
+            _STREAM = False
+    return _STREAM
+
+
+class _Entry:
+    __slots__ = ("refs", "stamp", "a_bank", "b_bank", "b_bank_t", "ranks", "scales", "__weakref__")
+
+
+def _stamp(t):
+    return (t.data_ptr(), t._version, tuple(t.shape), t.dtype, t.device)
+
+
+def _drop(key, entry_ref):
+    def cb(_):
+        e = entry_ref()
+        if e is not None and _DERIVED.get(key) is e:
+            del _DERIVED[key]
+
+    return cb
+
+
+def _derived(a, b):
+    """The kernel's view of the tables a [S, R, K], b [S, R, N] (an `_Entry`: b_bank [S, N, R], ranks
+    int32 [S], scales f32 [S]; a_bank and b_bank_t contiguous copies, or None for the tables
+    themselves): computed once per pair of table tensors."""
+    global DERIVATIONS
+    key = (id(a), id(b))
+    e = _DERIVED.get(key)
+    if e is not None and e.refs[0]() is a and e.refs[1]() is b and e.stamp == (_stamp(a), _stamp(b)):
+        _DERIVED.move_to_end(key)
+        return e
+    e = _Entry()
+    ref = weakref.ref(e)
+    e.refs = (weakref.ref(a, _drop(key, ref)), weakref.ref(b, _drop(key, ref)))
+    e.stamp = (_stamp(a), _stamp(b))
+    s, r = a.shape[0], a.shape[1]
+    nz = (a != 0).any(dim=-1) | (b != 0).any(dim=-1)
+    top = (nz.to(torch.int32) * torch.arange(1, r + 1, dtype=torch.int32, device=a.device)).amax(dim=-1)
+    ranks = torch.clamp((top + 7) // 8 * 8, max=r).to(torch.int32)
+    # One host read per table derivation (not per run): tables of equal ranks share one tensor, so
+    # a step's per-row slots are computed once for all of them (`_row_slots`' memo).
+    key_r = (tuple(ranks.tolist()), str(a.device))
+    e.ranks = _SHARED.get(key_r)
+    if e.ranks is None:
+        e.ranks = _SHARED[key_r] = ranks.contiguous()
+    key_s = (s, str(a.device))
+    e.scales = _SHARED.get(key_s)
+    if e.scales is None:
+        e.scales = _SHARED[key_s] = torch.ones(s, dtype=torch.float32, device=a.device)
+    # The tables themselves are not held (a freed table frees its entry): None stands for them.
+    e.a_bank = None if a.is_contiguous() else a.contiguous()
+    e.b_bank_t = None if b.is_contiguous() else b.contiguous()
+    e.b_bank = b.transpose(1, 2).contiguous()
+    DERIVATIONS += 1
+    _DERIVED[key] = e
+    while len(_DERIVED) > CACHE_SIZE:
+        _DERIVED.popitem(last=False)
+    return e
+
+
+def _row_slots(slot, ranks, rows_of, seq, on):
+    """int32 [batch·seq]: `slot` (i64 [batch]) where `on` (bool [batch], None: every row) and the
+    slot's rank is nonzero, else −1; each entry repeated seq times. No host sync."""
+    s = ranks.shape[0]
+    inside = (slot >= 0) & (slot < s)
+    safe = torch.where(inside, slot, torch.zeros_like(slot))
+    keep = inside & (ranks.index_select(0, safe.reshape(-1)).reshape(safe.shape) > 0)
+    if on is not None:
+        keep = keep & on
+    out = torch.where(keep, safe, torch.full_like(safe, -1)).to(torch.int32)
+    return out.reshape(rows_of, 1).expand(rows_of, seq).reshape(-1).contiguous()
+
+
+class BankStep:
+    """One slot linear: operands x, W, [bias], A, B, then row_slot (`gathered`), one_slot and the
+    mask (`single`) or group_slot and the one-hot (`grouped`); `sub` the steps it replaced,
+    replayed when the kernel declines."""
+
+    def __init__(self, form, has_bias, sub, operands, dtypes):
+        self.form = form
+        self.has_bias = has_bias
+        self.sub = sub
+        self.operands = operands
+        self.dtypes = dtypes
+        # Runs that reached the kernel, and those it ran (did not decline).
+        self.calls = 0
+        self.hits = 0
+
+    def __call__(self, args, attrs, ctx):
+        y = self._kernel(args, ctx.memo)
+        if y is not None:
+            return [y]
+        return [self._unfused(args, ctx)]
+
+    def _kernel(self, args, memo):
+        x, w = args[0], args[1]
+        bias = args[2] if self.has_bias else None
+        rest = args[3:] if self.has_bias else args[2:]
+        a, b = rest[0], rest[1]
+        if x.dtype != torch.bfloat16 or not (w.dtype == a.dtype == b.dtype == x.dtype) or x.dim() != 3 or a.dim() != 3 or b.dim() != 3:
+            return None
+        batch, seq, k = x.shape
+        s, r, ka = a.shape
+        if batch * seq > MAX_ROWS or batch * seq == 0 or r > 64 or r % 8 != 0 or ka != k or b.shape[:2] != (s, r) or w.shape != (b.shape[2], k):
+            return None
+        mod = _stream()
+        if not mod or not mod.available():
+            return None
+        if self.form == "gathered":
+            slot = rest[2]
+            if slot.dim() != 1 or slot.shape[0] != batch or slot.dtype.is_floating_point:
+                return None
+        elif self.form == "single":
+            slot, mask = rest[2], rest[3]
+            if slot.dim() != 0 or slot.dtype.is_floating_point or mask.numel() != batch:
+                return None
+        else:
+            slot, onehot = rest[2], rest[3]
+            g = slot.shape[0] if slot.dim() == 1 else -1
+            if g <= 0 or slot.dtype.is_floating_point or onehot.numel() != batch * g:
+                return None
+        e = _derived(a, b)
+        # The same per-row slots for every projection of the step whose tables have the same ranks.
+        key = ("bank_slots", self.form, tuple(id(t) for t in rest[2:]), id(e.ranks), batch, seq)
+        slots = memo.get(key)
+        if slots is None:
+            slots = memo[key] = self._slots(rest[2:], e.ranks, batch, seq)
+        self.calls += 1
+        a_bank = a if e.a_bank is None else e.a_bank
+        b_bank_t = b if e.b_bank_t is None else e.b_bank_t
+        y = mod.lora_bank_linear(x, w, a_bank, e.b_bank, slots, e.ranks, e.scales, b_bank_t=b_bank_t)
+        if y is None:
+            return None
+        self.hits += 1
+        return y if bias is None else y + bias
+
+    def _slots(self, sel, ranks, batch, seq):
+        on = None
+        if self.form == "gathered":
+            slot = sel[0]
+        elif self.form == "single":
+            on = sel[1].reshape(batch) != 0
+            slot = sel[0].reshape(1).expand(batch)
+        else:
+            groups, onehot = sel
+            nz = onehot.reshape(batch, groups.shape[0]) != 0
+            on = nz.any(dim=-1)
+            # The row's group: its first nonzero entry (the engine's one-hot has one 1 or none).
+            slot = groups.index_select(0, nz.to(torch.float32).argmax(dim=-1))
+        return _row_slots(slot.to(torch.int64), ranks, batch, seq, on)
+
+    def _unfused(self, args, ctx):
+        """The replaced ops, each as `Program.run` runs it (half operands widened off CUDA, every
+        result rounded to its declared dtype)."""
+        env = dict(zip(self.operands, args))
+        on_cuda = ctx.device.type == "cuda"
+        last = None
+        for key, fn, operands, attrs, ids in self.sub:
+            vals = [env[v] for v in operands]
+            if not (on_cuda and key in NATIVE_HALF_ON_CUDA):
+                vals = [t.float() if t.dtype in HALF else t for t in vals]
+            outs = fn(vals, attrs, ctx)
+            for vid, t in zip(ids, outs):
+                want = self.dtypes[vid]
+                env[vid] = t if t.dtype == want else t.to(want)
+            last = ids[0]
+        return env[last]
+
+
+def fuse_bank(steps, value_types, outputs, on_cuda, dtypes):
+    """Rewrites `steps` (key, fn, operands, attrs, ids), replacing each slot linear with a
+    `BankStep`; `dtypes` maps a dtype name to its torch dtype. Returns (steps, count)."""
+    m = mode()
+    if m == "0" or (m == "auto" and not on_cuda):
+        return steps, 0
+    uses = {}
+    for _, _, operands, _, _ in steps:
+        for v in operands:
+            uses[v] = uses.get(v, 0) + 1
+    for v in outputs:
+        uses[v] = uses.get(v, 0) + 1
+    defs = {}
+    for i, (_, _, _, _, ids) in enumerate(steps):
+        for v in ids:
+            defs[v] = i
+
+    def op(v, key, n=None):
+        i = defs.get(v)
+        if i is None or steps[i][0] != key or uses.get(v, 0) != 1 or (n is not None and len(steps[i][2]) != n):
+            return None
+        return i
+
+    def flag(i, name):
+        return bool(steps[i][3].get(name, False))
+
+    def rank(v):
+        return len(value_types[v][2])
+
+    def gather0(v, idx_rank):
+        """(table, index, step) of `gather(table, index)` along axis 0, a rank-3 table and an
+        index of rank `idx_rank` (1: a slot per batch row, 0: one slot)."""
+        i = op(v, "gather", 2)
+        if i is None or steps[i][3].get("axis", 0) != 0:
+            return None
+        t, idx = steps[i][2]
+        if rank(t) != 3 or rank(idx) != idx_rank or value_types[idx][1] not in ("i64", "i32"):
+            return None
+        return t, idx, i
+
+    def shape(v):
+        return value_types[v][2]
+
+    def grouped(x_v, left, right):
+        irb = op(right, "reshape", 1)
+        il3 = op(left, "reshape", 1)
+        if irb is None or il3 is None or rank(right) != 2 or rank(left) != 3:
+            return None
+        gb = gather0(steps[irb][2][0], 1)
+        im = op(steps[il3][2][0], "mul", 2)
+        if gb is None or im is None:
+            return None
+        for r4_v, oh_v in ((steps[im][2][0], steps[im][2][1]), (steps[im][2][1], steps[im][2][0])):
+            oh = shape(oh_v)
+            ir4 = op(r4_v, "reshape", 1)
+            if ir4 is None or len(oh) != 4 or oh[1] != 1 or oh[3] != 1 or rank(r4_v) != 4:
+                continue
+            il = op(steps[ir4][2][0], "linear", 2)
+            if il is None or steps[il][2][0] != x_v:
+                continue
+            ira = op(steps[il][2][1], "reshape", 1)
+            if ira is None or rank(steps[il][2][1]) != 2:
+                continue
+            ga = gather0(steps[ira][2][0], 1)
+            if ga is None or ga[1] != gb[1] or shape(r4_v)[3] != shape(ga[0])[1]:
+                continue
+            return ("grouped", ga[0], gb[0], [ga[1], oh_v], [irb, gb[2], il3, im, ir4, il, ira, ga[2]])
+        return None
+
+    out = list(steps)
+    drop = set()
+    count = 0
+    for i, (key, _, operands, _, ids) in enumerate(steps):
+        if key != "add" or len(operands) != 2:
+            continue
+        dt = value_types[ids[0]][1]
+        if dt not in ("bf16", "f16"):
+            continue
+        for base_v, delta_v in ((operands[0], operands[1]), (operands[1], operands[0])):
+            ib = op(base_v, "linear")
+            ie = op(delta_v, "matmul", 2)
+            if ib is None or ie is None or len(steps[ib][2]) not in (2, 3) or flag(ie, "transposeA") or flag(ie, "transposeB"):
+                continue
+            x_v, w_v = steps[ib][2][:2]
+            bias = steps[ib][2][2:]
+            if rank(x_v) != 3 or rank(w_v) != 2:
+                continue
+            left, right = steps[ie][2]
+            matched = None
+            # gathered: left = matmul(x, gather(A, row_slot), transposeB), right = gather(B, row_slot)
+            ish = op(left, "matmul", 2)
+            if ish is not None and flag(ish, "transposeB") and not flag(ish, "transposeA") and steps[ish][2][0] == x_v:
+                ga = gather0(steps[ish][2][1], 1)
+                gb = gather0(right, 1)
+                if ga is not None and gb is not None and ga[1] == gb[1]:
+                    matched = ("gathered", ga[0], gb[0], [ga[1]], [ish, ga[2], gb[2]])
+            # single: left = mul(linear(x, gather(A, one_slot)), mask), right = gather(B, one_slot)
+            im = op(left, "mul", 2)
+            if matched is None and im is not None:
+                for lin_v, mask_v in ((steps[im][2][0], steps[im][2][1]), (steps[im][2][1], steps[im][2][0])):
+                    il = op(lin_v, "linear", 2)
+                    if il is None or steps[il][2][0] != x_v or rank(mask_v) != 3 or value_types[mask_v][1] != dt:
+                        continue
+                    ga = gather0(steps[il][2][1], 0)
+                    gb = gather0(right, 0)
+                    if ga is not None and gb is not None and ga[1] == gb[1]:
+                        matched = ("single", ga[0], gb[0], [ga[1], mask_v], [im, il, ga[2], gb[2]])
+                        break
+            # grouped: left = reshape(mul(reshape(linear(x, reshape(gather(A, group_slot)))), onehot)),
+            # right = reshape(gather(B, group_slot))
+            if matched is None:
+                matched = grouped(x_v, left, right)
+            if matched is None:
+                continue
+            form, a_v, b_v, extra, interior = matched
+            if any(value_types[v][1] != dt for v in (x_v, w_v, a_v, b_v, *bias)):
+                continue
+            sub_idx = sorted([ib, ie, i, *interior])
+            sub = [steps[j] for j in sub_idx]
+            fused_ops = [x_v, w_v, *bias, a_v, b_v, *extra]
+            types = {vid: dtypes[value_types[vid][1]] for j in sub_idx for vid in steps[j][4]}
+            step = BankStep(form, len(bias) == 1, sub, fused_ops, types)
+            out[i] = (KEY, step, fused_ops, {}, ids)
+            drop.update(j for j in sub_idx if j != i)
+            count += 1
+            break
+    return [s for j, s in enumerate(out) if j not in drop], count
+

@@ -1,0 +1,193 @@
+// The worker's fused slot linear (native/stageml_torch/bank_fuse.py) on CPU torch, with a stand-in
+// for the bank kernel `stream.lora_bank_linear` (monkeypatched: it records its arguments and
+// returns a torch reference): the slots it is given (−1 for base rows, each batch row's slot
+// repeated over seq), the ranks derived from the tables, the B layouts, the per-table cache, the
+// bias, and the unfused ops when the kernel declines. The engine's real programs are matched in
+// packages/engine/src/torch-bank.test.ts.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { GraphBuilder, graphToJson } from '@stageml/ir';
+import { expect, it } from 'vitest';
+
+import { describeWithTorch, runNativePython } from './test-support.js';
+
+const S = 3;
+const R = 16;
+const IN = 16;
+const OUT = 24;
+
+/** One slot linear as the engine's slotLinear builds it at bf16 with adapterDtype same. */
+function slotGraph(form: 'gathered' | 'single' | 'grouped', bias: boolean): string {
+  const b = new GraphBuilder(`slot_${form}`);
+  const x = b.input('x', ['bf16', ['batch', 'seq', IN]]);
+  const w = b.input('W', ['bf16', [OUT, IN]]);
+  const base = b.linear(x, w, bias ? b.input('bias', ['bf16', [OUT]]) : undefined);
+  const A = b.input('A', ['bf16', [S, R, IN]]);
+  const B = b.input('B', ['bf16', [S, R, OUT]]);
+  if (form === 'gathered') {
+    const rows = b.input('row_slot', ['i64', ['batch']]);
+    const shrink = b.matmul(x, b.gather(A, rows, 0), { transposeB: true });
+    // The delta first: either operand order of the add is matched.
+    b.output('y', b.add(b.matmul(shrink, b.gather(B, rows, 0)), base));
+  } else if (form === 'grouped') {
+    const groups = b.input('group_slot', ['i64', ['groups']]);
+    const onehot = b.cast(b.reshape(b.input('row_group', ['f32', ['batch', 'groups']]), ['batch', 1, 'groups', 1]), 'bf16');
+    const shrink = b.reshape(b.linear(x, b.reshape(b.gather(A, groups, 0), [-1, IN])), ['batch', 'seq', 'groups', R]);
+    const own = b.reshape(b.mul(onehot, shrink), ['batch', 'seq', -1]);
+    b.output('y', b.add(base, b.matmul(own, b.reshape(b.gather(B, groups, 0), [-1, OUT]))));
+  } else {
+    const one = b.input('one_slot', ['i64', []]);
+    const mask = b.cast(b.input('row_mask', ['f32', ['batch', 1, 1]]), 'bf16');
+    const shrink = b.mul(mask, b.linear(x, b.gather(A, one, 0)));
+    b.output('y', b.add(base, b.matmul(shrink, b.gather(B, one, 0))));
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'bank-fuse-'));
+  const file = join(dir, `${form}${bias ? '-bias' : ''}.json`);
+  writeFileSync(file, JSON.stringify(graphToJson(b.build())));
+  return file;
+}
+
+const PRELUDE = `
+import gc, json, os
+import torch
+from stageml_torch import bank_fuse, stream
+from stageml_torch.graph import Program
+calls = []
+decline = [False]
+def fake(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=None, b_bank_t=None):
+    calls.append({"slots": slots.tolist(), "slots_dtype": str(slots.dtype), "ranks": ranks.tolist(), "ranks_dtype": str(ranks.dtype),
+                  "scales": scales.tolist(), "b_bank": list(b_bank.shape), "b_bank_t": list(b_bank_t.shape),
+                  "b_layout": bool(torch.equal(b_bank, b_bank_t.transpose(1, 2))) and b_bank.is_contiguous(), "x": list(x.shape)})
+    if decline[0]:
+        return None
+    k, n = w.shape[1], w.shape[0]
+    x2 = x.reshape(-1, k).float()
+    y = x2 @ w.float().t()
+    for i, j in enumerate(slots.tolist()):
+        if j >= 0:
+            r = int(ranks[j])
+            y[i] += float(scales[j]) * ((x2[i] @ a_bank[j, :r].float().t()) @ b_bank[j, :, :r].float().t())
+    return y.to(x.dtype).reshape(*x.shape[:-1], n)
+stream.lora_bank_linear = fake
+stream.available = lambda: True
+g = torch.Generator().manual_seed(0)
+def rnd(*shape):
+    return (torch.rand(shape, generator=g) * 2 - 1).to(torch.bfloat16)
+def tables(s, r, i, o):
+    A = torch.zeros(s, r, i, dtype=torch.bfloat16)
+    B = torch.zeros(s, r, o, dtype=torch.bfloat16)
+    A[1, :8], B[1, :8] = rnd(8, i), rnd(8, o)          # a rank-8 adapter in an R-16 slot
+    A[2, :16], B[2, :12] = rnd(16, i), rnd(12, o)      # rank 16 (A's rows reach 16)
+    return A, B
+def prog(path, fuse):
+    os.environ["STAGEML_TORCH_FUSE"] = fuse
+    with open(path) as f:
+        return Program(json.load(f), {})
+def close(a, b):
+    return float((a.float() - b.float()).abs().max() / b.float().abs().max())
+`;
+
+describeWithTorch('fused slot linears in the torch worker (stageml_torch.bank_fuse)', () => {
+  it('gathered: the kernel gets per-row slots (−1 for base rows, repeated over seq), derived ranks and both B layouts, once per table', () => {
+    const out = runNativePython(`${PRELUDE}
+p, u = prog(${JSON.stringify(slotGraph('gathered', false))}, "1"), prog(${JSON.stringify(slotGraph('gathered', false))}, "0")
+A, B = tables(${String(S)}, ${String(R)}, ${String(IN)}, ${String(OUT)})
+ins = {"x": rnd(3, 2, ${String(IN)}), "W": rnd(${String(OUT)}, ${String(IN)}), "A": A, "B": B, "row_slot": torch.tensor([1, 0, 2])}
+y = p.run(ins)["y"]
+ref = u.run(ins)["y"]
+d0 = bank_fuse.DERIVATIONS
+p.run(ins)
+same = bank_fuse.DERIVATIONS - d0
+A2 = A.clone()
+A2[1, 8:10] = rnd(2, ${String(IN)})                     # a new table: rank 16 in slot 1 now
+p.run(dict(ins, A=A2, row_slot=torch.tensor([2, 1, 7])))  # 7: outside the table, a base row
+new = bank_fuse.DERIVATIONS - d0
+entries = len(bank_fuse._DERIVED)
+del A2
+gc.collect()
+print(json.dumps({"fused": [p.fused_slots, u.fused_slots], "steps": [len(p.steps), len(u.steps)], "calls": calls, "err": close(y, ref),
+                  "y_shape": list(y.shape), "same": same, "new": new, "entries": [entries, len(bank_fuse._DERIVED)]}))
+`) as { fused: number[]; steps: number[]; calls: Record<string, unknown>[]; err: number; y_shape: number[]; same: number; new: number; entries: number[] };
+    expect(out.fused).toEqual([1, 0]);
+    expect(out.steps).toEqual([1, 6]);
+    expect(out.y_shape).toEqual([3, 2, OUT]);
+    expect(out.err).toBeLessThan(2e-2);
+    expect(out.calls).toHaveLength(3);
+    expect(out.calls[0]).toMatchObject({ slots: [1, 1, -1, -1, 2, 2], slots_dtype: 'torch.int32', ranks: [0, 8, 16], ranks_dtype: 'torch.int32', scales: [1, 1, 1], b_bank: [S, OUT, R], b_bank_t: [S, R, OUT], b_layout: true, x: [3, 2, IN] });
+    expect(out.calls[2]).toMatchObject({ slots: [2, 2, 1, 1, -1, -1], ranks: [0, 16, 16] });
+    // The same tables: no new derivation; a new A: derived again, and its entry freed with it.
+    expect(out.same).toBe(0);
+    expect(out.new).toBe(1);
+    expect(out.entries).toEqual([2, 1]);
+  });
+
+  it('single: rows whose mask is 0 and an all-zero slot are base rows; a bias is added after the kernel', () => {
+    const out = runNativePython(`${PRELUDE}
+path = ${JSON.stringify(slotGraph('single', true))}
+p, u = prog(path, "1"), prog(path, "0")
+A, B = tables(${String(S)}, ${String(R)}, ${String(IN)}, ${String(OUT)})
+ins = {"x": rnd(3, 2, ${String(IN)}), "W": rnd(${String(OUT)}, ${String(IN)}), "bias": rnd(${String(OUT)}), "A": A, "B": B,
+       "one_slot": torch.tensor(1), "row_mask": torch.tensor([1.0, 0.0, 1.0]).reshape(3, 1, 1)}
+errs = [close(p.run(ins)["y"], u.run(ins)["y"])]
+base = u.run(dict(ins, one_slot=torch.tensor(0)))["y"]
+y0 = p.run(dict(ins, one_slot=torch.tensor(0)))["y"]
+errs.append(close(y0, base))
+print(json.dumps({"fused": p.fused_slots, "calls": [c["slots"] for c in calls], "errs": errs}))
+`) as { fused: number; calls: number[][]; errs: number[] };
+    expect(out.fused).toBe(1);
+    expect(out.calls).toEqual([
+      [1, 1, -1, -1, 1, 1],
+      [-1, -1, -1, -1, -1, -1],
+    ]);
+    for (const e of out.errs) expect(e).toBeLessThan(2e-2);
+  });
+
+  it('grouped: each row takes the slot of its one-hot group (none: a base row)', () => {
+    const out = runNativePython(`${PRELUDE}
+path = ${JSON.stringify(slotGraph('grouped', false))}
+p, u = prog(path, "1"), prog(path, "0")
+A, B = tables(${String(S)}, ${String(R)}, ${String(IN)}, ${String(OUT)})
+ins = {"x": rnd(3, 2, ${String(IN)}), "W": rnd(${String(OUT)}, ${String(IN)}), "A": A, "B": B,
+       "group_slot": torch.tensor([2, 1]), "row_group": torch.tensor([[0.0, 1.0], [0.0, 0.0], [1.0, 0.0]])}
+err = close(p.run(ins)["y"], u.run(ins)["y"])
+print(json.dumps({"fused": p.fused_slots, "steps": [len(p.steps), len(u.steps)], "calls": [c["slots"] for c in calls], "err": err}))
+`) as { fused: number; steps: number[]; calls: number[][]; err: number };
+    expect(out.fused).toBe(1);
+    // Kept: the one-hot's reshape and cast (shared by every projection of a program).
+    expect(out.steps).toEqual([3, 13]);
+    expect(out.calls).toEqual([[1, 1, -1, -1, 2, 2]]);
+    expect(out.err).toBeLessThan(2e-2);
+  });
+
+  it('runs exactly the unfused ops when the kernel declines (and when the rows exceed 64 it is not asked)', () => {
+    const out = runNativePython(`${PRELUDE}
+decline[0] = True
+res = {}
+paths = {"gathered": ${JSON.stringify(slotGraph('gathered', true))}, "single": ${JSON.stringify(slotGraph('single', false))}, "grouped": ${JSON.stringify(slotGraph('grouped', true))}}
+for form, path in paths.items():
+    p, u = prog(path, "1"), prog(path, "0")
+    A, B = tables(${String(S)}, ${String(R)}, ${String(IN)}, ${String(OUT)})
+    eq = []
+    for batch, seq in ((3, 2), (5, 13)):
+        ins = {"x": rnd(batch, seq, ${String(IN)}), "W": rnd(${String(OUT)}, ${String(IN)}), "bias": rnd(${String(OUT)}), "A": A, "B": B,
+               "row_slot": torch.arange(batch) % 3, "one_slot": torch.tensor(2), "row_mask": (torch.arange(batch) % 2).float().reshape(batch, 1, 1),
+               "group_slot": torch.tensor([1, 2]), "row_group": torch.eye(2)[torch.arange(batch) % 2]}
+        ins = {k: v for k, v in ins.items() if k in p.input_names()}
+        eq.append(bool(torch.equal(p.run(ins)["y"], u.run(ins)["y"])))
+    res[form] = {"fused": p.fused_slots, "equal": eq}
+print(json.dumps({"res": res, "calls": len(calls)}))
+`) as { res: Record<string, { fused: number; equal: boolean[] }>; calls: number };
+    expect(out.res).toEqual({ gathered: { fused: 1, equal: [true, true] }, single: { fused: 1, equal: [true, true] }, grouped: { fused: 1, equal: [true, true] } });
+    // Asked at 6 rows (declined), not at 65.
+    expect(out.calls).toBe(3);
+  });
+
+  it('is off with STAGEML_TORCH_FUSE=0, and under auto on a CPU device', () => {
+    const out = runNativePython(`${PRELUDE}
+path = ${JSON.stringify(slotGraph('gathered', false))}
+print(json.dumps([prog(path, m).fused_slots for m in ("0", "auto", "1")]))
+`) as number[];
+    expect(out).toEqual([0, 0, 1]);
+  });
+});
