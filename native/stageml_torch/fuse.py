@@ -125,5 +125,6 @@ class LoraStep:
         y0 = F.linear(x, w)
         t = F.linear(x, a)
         u = F.linear(t, b)
-        s = torch.tensor(self.scale, dtype=u.dtype, device=u.device)
+        # (a fill, not a host-to-device copy: nothing a CUDA graph capture cannot take)
+        s = torch.full((), self.scale, dtype=u.dtype, device=u.device)
         return [y0 + u * s]

@@ -25,14 +25,16 @@ def op_key(printed):
 
 
 class _Ctx:
-    __slots__ = ("device", "env", "generator", "memo")
+    __slots__ = ("device", "env", "generator", "memo", "consts")
 
-    def __init__(self, device, env, generator):
+    def __init__(self, device, env, generator, consts):
         self.device = device
         self.env = env
         self.generator = generator
         # Per-run facts ops may share (op_attention: whether a mask tensor is all zeros).
         self.memo = {}
+        # The program's multi-valued constants by (attrs, shape), built on first use (op_constant).
+        self.consts = consts
 
     def dim(self, d):
         return evaluate_dim(d, self.env)
@@ -103,6 +105,7 @@ class Program:
                 last[v] = si
         keep = {v for _, v in self.outputs}
         self.free_after = [[v for v in operands if last.get(v) == si and v not in keep and v not in self.params] for si, (_, _, operands, _, _) in enumerate(self.steps)]
+        self.consts = {}
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
 
@@ -141,7 +144,7 @@ class Program:
             entries.append((name, shape, tuple(t.shape)))
             env_vals[vid] = t.to(self.device, non_blocking=True)
         env = bind_dims(entries, self.param_env)
-        ctx = _Ctx(self.device, env, self.generator)
+        ctx = _Ctx(self.device, env, self.generator, self.consts)
         for si, (key, fn, operands, attrs, ids) in enumerate(self.steps):
             args = [env_vals[v] for v in operands]
             half_native = key in RAW_OPERANDS or (self.on_cuda and key in NATIVE_HALF_ON_CUDA)

@@ -58,7 +58,13 @@ def op_constant(_, a, ctx):
         return [torch.full(shape, vals[0], dtype=torch.float64, device=ctx.device).to(dt)]
     if len(vals) != n:
         raise errors.WorkerError(errors.BAD_VALUE, "constant has %d values for shape %s" % (len(vals), shape))
-    return [torch.tensor(vals, dtype=torch.float64, device=ctx.device).reshape(shape).to(dt)]
+    # Built once per program and shape (ops never write their operands): a host-to-device copy
+    # per run would also be one a CUDA graph cannot capture.
+    key = (id(a), tuple(shape))
+    c = ctx.consts.get(key)
+    if c is None:
+        c = ctx.consts[key] = torch.tensor(vals, dtype=torch.float64, device=ctx.device).reshape(shape).to(dt)
+    return [c]
 
 
 def op_iota(_, a, ctx):
@@ -272,8 +278,20 @@ def op_slice(x, a, ctx):
     return [t[tuple(idx)]]
 
 
+# Set by cudagraph.py: CAPTURING while a CUDA graph is captured (no host reads then: the index
+# checks move to the host before each replay); INDEX_WATCH (data_ptr -> input name, seen list)
+# while an eager run records which inputs reach an index check, with which bound.
+CAPTURING = [False]
+INDEX_WATCH = [None]
+
+
 def _index(idx, size, op):
     i = idx.long()
+    if CAPTURING[0]:
+        return i
+    w = INDEX_WATCH[0]
+    if w is not None and i.numel() > 0 and idx.data_ptr() in w[0]:
+        w[1].append((w[0][idx.data_ptr()], size))
     if i.numel() > 0 and (int(i.min()) < 0 or int(i.max()) >= size):
         raise errors.WorkerError(errors.EVAL, "%s: an index is out of range [0, %d)" % (op, size))
     return i
@@ -333,6 +351,8 @@ def op_rotary(x, a, ctx):
 
 def _all_zero(mask, ctx):
     """Whether a float mask is all zeros (no key masked), memoized per run for the tensor."""
+    if CAPTURING[0]:
+        return False  # (a graph is replayed with other masks: the general, masked path)
     key = (mask.data_ptr(), tuple(mask.shape), mask.dtype)
     hit = ctx.memo.get(key)
     if hit is None:

@@ -7,7 +7,7 @@ import traceback
 
 import torch
 
-from . import PROTOCOL_VERSION, __version__, errors
+from . import PROTOCOL_VERSION, __version__, cudagraph, errors
 from .graph import Program
 from .ops import DTYPES
 from .protocol import read_frame, write_frame
@@ -89,6 +89,7 @@ class Worker:
         self.resident = {}
         self.caches = {}
         self.staged = None
+        self.graphs = cudagraph.StepGraphs()
 
     def handle(self, header, tensors):
         op = header.get("op")
@@ -105,9 +106,18 @@ class Worker:
         if op == "run":
             prog = self._program(header)
             tensors = self._resident(header, tensors, prog.device)
-            commit = self._caches(prog, header["caches"], tensors) if header.get("caches") else None
+            spec = header.get("caches")
+            graphed = bool(spec) and cudagraph.wanted(prog, spec)
+            commit = self._caches(prog, spec, tensors, at_capacity=graphed) if spec else None
             with torch.no_grad():
-                out = prog.run(tensors)
+                if graphed:
+                    # Bound in place (part of a graph's key): resident inputs and the staged cache
+                    # streams; everything else is copied into the graph's buffers (cudagraph.py).
+                    bound = set(header.get("resident") or {}) | set(header.get("store") or {})
+                    bound |= {s["input"] for s in spec["streams"] if s.get("from") is not None}
+                    out = self.graphs.run(prog, tensors, bound)
+                else:
+                    out = prog.run(tensors)
                 if commit is not None:
                     commit(out)
             return {"ok": True}, out
@@ -123,7 +133,7 @@ class Worker:
                         c.detach()
             return {"ok": True}, None
         if op == "dispose":
-            self._program(header)
+            self.graphs.drop(self._program(header))
             del self.programs[header["handle"]]
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()
@@ -149,9 +159,10 @@ class Worker:
             tensors[name] = self.resident[i]
         return tensors
 
-    def _caches(self, prog, spec, tensors):
+    def _caches(self, prog, spec, tensors, at_capacity=False):
         """Cache-fed inputs (`caches` of a run): each stream input [rows, past, *item] from the rows'
-        caches (past = the longest; beyond a row's length: `pad`), then the run's tail along axis 1
+        caches (past = the longest, or with `at_capacity` the staged batch's capacity, so that the
+        steps of one batch have one shape for a CUDA graph; beyond a row's length: `pad`), then the run's tail along axis 1
         for a stream without `from`. Seeds `cache:<id>:<input>` [length, *item] replace a cache.
         The rows are staged into one batch per stream (`Staged`), kept while the composition
         holds, so a decode step reads views and appends in place. Returns the commit that appends,
@@ -194,7 +205,7 @@ class Worker:
         if st is None or st.ids != ids or need > st.cap or any(c.staged is not st for c in caches):
             grow = st.cap + st.cap // 2 if st is not None and st.ids == ids else 0
             st = self._restage(ids, caches, streams, declared, device, max(need, grow))
-        past = max([c.length for c in caches] or [0])
+        past = st.cap if at_capacity else max([c.length for c in caches] or [0])
         tails = {}
         for s in streams:
             name = s["input"]

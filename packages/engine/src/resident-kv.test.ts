@@ -102,6 +102,29 @@ describeWithTorch('resident KV on the torch worker (CPU torch)', () => {
     }
   }, 120_000);
 
+  it('replays decode steps as CUDA graphs (emulated on the CPU: STAGEML_TORCH_GRAPHS=emulate) with the host-fed path\'s tokens', async () => {
+    const lines: string[] = [];
+    const graphs = await createTorchExecutor({ device: 'cpu', env: { STAGEML_TORCH_GRAPHS: 'emulate' }, log: (l) => lines.push(l) });
+    try {
+      for (const dtype of ['f32', 'bf16'] as const) {
+        const host = await load({ executor, dtype, residentKv: false });
+        const graphed = await load({ executor: graphs, dtype });
+        try {
+          // Three rows decode three steps (eager, captured, replayed), a release re-stages the
+          // batch (a new key: eager, captured, replayed twice), at the staged capacity throughout.
+          expect(await script(graphed)).toEqual(await script(host));
+        } finally {
+          host.dispose();
+          graphed.dispose();
+        }
+      }
+      expect(lines.filter((l) => l.includes('replay CUDA graphs (emulated)')).length).toBeGreaterThanOrEqual(2);
+      expect(lines.filter((l) => l.includes('capture failed'))).toEqual([]);
+    } finally {
+      await graphs.close();
+    }
+  }, 120_000);
+
   it('sends the same tensor bytes per decode step at any context length (O(new tokens)); the host-fed path sends the context', async () => {
     const perStep = async (e: Engine, context: number): Promise<{ bytes: number; tensorBytes: number }> => {
       const prompt = [1, ...Array.from({ length: context - 1 }, (_, i) => 3 + ((i * 37) % 400))];

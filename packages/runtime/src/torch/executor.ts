@@ -28,7 +28,7 @@ export interface TorchExecutorOptions {
   readonly device?: string;
   /** Receives the worker's stderr lines (default: dropped). */
   readonly log?: (line: string) => void;
-  /** Environment variables added to the worker's (e.g. `STAGEML_TORCH_FUSE`: `auto`, `0`, `1`). */
+  /** Environment variables added to the worker's (e.g. `STAGEML_TORCH_FUSE`, `STAGEML_TORCH_GRAPHS`; docs/gpu.md). */
   readonly env?: Readonly<Record<string, string>>;
 }
 

@@ -1,0 +1,207 @@
+"""CUDA graphs of the worker's decode steps.
+
+A decode step of a served model is a few thousand small ops (every projection, norm, rotary and
+attention of every layer); run one by one from Python, their dispatch, not the GPU, sets the pace.
+So a cache-fed run in which every row appends exactly one position (a decode step) is captured
+once into a CUDA graph and replayed while nothing it depends on changes:
+
+- **What a graph is keyed by.** The program, every input's shape and dtype, and the *address* of
+  each input bound in place: the resident inputs (weights fed as inputs, slot tables) and the
+  cache streams read from the staged batch (`past_key.*`, `past_value.*`). The staged buffers keep
+  their address while the batch keeps its rows and fits its capacity (worker.py `Staged`); a
+  graph therefore lives as long as a batch composition does. Every other input (token ids,
+  positions, slots, the key mask with the step's tail) is copied into the graph's own buffers
+  before each replay.
+- **Fixed shapes.** Cache streams are fed at the staged capacity (a multiple of 64 positions)
+  instead of the longest row: positions past a row's length hold the stream's pad (the key mask's
+  is MASKED, so attention gives them weight 0). The steps of one batch then have one shape until
+  the batch grows past its capacity.
+- **Captured on the second sight.** A key is run eagerly the first time (which also warms every
+  kernel, Triton's and ours, and the fused steps' derived tables) and captured when the next step
+  has the same key; a batch whose composition changes every step never pays for a capture. At
+  most `LIMIT` graphs are kept (least recently used dropped); a disposed program drops its own.
+- **What stays checked.** Index inputs (ids, slots, positions) that reach a gather, indexSelect or
+  scatterAdd are range-checked on the host before every replay, against the bounds the eager run
+  saw; indices the program computes itself are in range by construction. A program whose capture
+  fails (an op that needs the host mid-run, e.g. the MoE grouping) runs eagerly from then on.
+- **Numerics.** A graph replays exactly the kernels of an eager run of the same shapes, so a
+  replayed step equals an eager step at the padded length bit for bit; against the unpadded eager
+  step the attention runs over more (masked) positions: same values up to the kernels' reduction
+  order (bench/results/gpu-e2e.md).
+
+`STAGEML_TORCH_GRAPHS`: `auto` (default: CUDA workers), `0` (never), `emulate` (the same
+bookkeeping on any device with eager replays of the captured feed, for the CPU tests).
+"""
+
+import os
+import sys
+from collections import OrderedDict
+
+import torch
+
+from . import errors, ops
+
+LIMIT = 8
+
+
+def mode():
+    v = os.environ.get("STAGEML_TORCH_GRAPHS", "auto")
+    return v if v in ("auto", "0", "emulate") else "auto"
+
+
+def wanted(prog, caches):
+    """Whether this run is one the graphs take: a cache-fed run on a CUDA program (or emulated),
+    every row appending one position."""
+    m = mode()
+    if m == "0" or (m == "auto" and not prog.on_cuda) or id(prog) in _FAILED:
+        return False
+    rows = caches.get("rows") or []
+    return bool(rows) and all(int(r["append"][1]) == 1 for r in rows)
+
+
+_FAILED = set()
+
+
+class _Emulated:
+    """What the CPU tests use for a CUDA graph: the captured feed run again eagerly on replay."""
+
+    def __init__(self, prog, feed):
+        self.prog, self.feed = prog, feed
+        self.out = None
+
+    def capture(self):
+        self.out = self.prog.run(self.feed)
+
+    def replay(self):
+        fresh = self.prog.run(self.feed)
+        for k, v in fresh.items():
+            self.out[k].copy_(v)
+
+
+class _Cuda:
+    def __init__(self, prog, feed):
+        self.prog, self.feed = prog, feed
+        self.graph = torch.cuda.CUDAGraph()
+        self.out = None
+
+    def capture(self):
+        with torch.cuda.graph(self.graph):
+            self.out = self.prog.run(self.feed)
+
+    def replay(self):
+        self.graph.replay()
+
+
+class _Entry:
+    __slots__ = ("graph", "static", "checks")
+
+    def __init__(self, graph, static, checks):
+        self.graph, self.static, self.checks = graph, static, checks
+
+
+class StepGraphs:
+    """The worker's graphs: `run(prog, inputs, bound)` returns the outputs of one decode step."""
+
+    def __init__(self, limit=LIMIT):
+        self.limit = limit
+        self.graphs = OrderedDict()
+        self.last = None  # (key, checks) of the last eager run
+        self.stats = {"eager": 0, "captures": 0, "replays": 0, "failures": 0}
+        self.announced = set()
+
+    def drop(self, prog):
+        for k in [k for k in self.graphs if k[0] == id(prog)]:
+            del self.graphs[k]
+        if self.last is not None and self.last[0][0] == id(prog):
+            self.last = None
+        _FAILED.discard(id(prog))
+        self.announced.discard(id(prog))
+
+    @staticmethod
+    def _key(prog, inputs, bound):
+        parts = []
+        for name in sorted(inputs):
+            t = inputs[name]
+            parts.append((name, tuple(t.shape), str(t.dtype), t.data_ptr() if name in bound else None))
+        return (id(prog),) + tuple(parts)
+
+    def run(self, prog, inputs, bound):
+        key = self._key(prog, inputs, bound)
+        e = self.graphs.get(key)
+        if e is not None:
+            self.graphs.move_to_end(key)
+            return self._replay(e, inputs)
+        if self.last is not None and self.last[0] == key:
+            checks = self.last[1]
+            self.last = None
+            e = self._capture(prog, inputs, bound, checks)
+            if e is not None:
+                self.graphs[key] = e
+                while len(self.graphs) > self.limit:
+                    self.graphs.popitem(last=False)
+                return self._replay(e, inputs)
+        out, checks = self._eager(prog, inputs)
+        self.last = (key, checks)
+        return out
+
+    def _eager(self, prog, inputs):
+        """An eager run that records which integer inputs reach a range-checked index op, and the
+        bound each was checked against."""
+        dev = {k: v.to(prog.device) for k, v in inputs.items()}
+        watch = {t.data_ptr(): name for name, t in dev.items() if not t.dtype.is_floating_point and t.numel() > 0}
+        seen = []
+        prev = ops.INDEX_WATCH[0]
+        ops.INDEX_WATCH[0] = (watch, seen)
+        try:
+            out = prog.run(dev)
+        finally:
+            ops.INDEX_WATCH[0] = prev
+        self.stats["eager"] += 1
+        bounds = {}
+        for name, size in seen:
+            bounds[name] = min(size, bounds.get(name, size))
+        return out, sorted(bounds.items())
+
+    def _capture(self, prog, inputs, bound, checks):
+        static = {}
+        feed = {}
+        for name, t in inputs.items():
+            if name in bound:
+                feed[name] = t
+            else:
+                s = t.to(prog.device, copy=True)
+                static[name] = s
+                feed[name] = s
+        g = (_Emulated if mode() == "emulate" else _Cuda)(prog, feed)
+        try:
+            ops.CAPTURING[0] = True
+            try:
+                g.capture()
+            finally:
+                ops.CAPTURING[0] = False
+        except Exception as ex:  # noqa: BLE001 - any capture failure: this program runs eagerly
+            _FAILED.add(id(prog))
+            self.stats["failures"] += 1
+            print("stageml_torch: decode steps of @%s run without a CUDA graph (capture failed: %s: %s)" % (prog.name, type(ex).__name__, str(ex)[:300]), file=sys.stderr)
+            if prog.on_cuda:
+                torch.cuda.synchronize(prog.device)
+            return None
+        self.stats["captures"] += 1
+        if id(prog) not in self.announced:
+            self.announced.add(id(prog))
+            print("stageml_torch: decode steps of @%s replay CUDA graphs%s (first captured: %s)" % (
+                prog.name, " (emulated)" if mode() == "emulate" else "", ", ".join("%s %s" % (k, list(v.shape)) for k, v in sorted(inputs.items())[:3])), file=sys.stderr)
+        return _Entry(g, static, checks)
+
+    def _replay(self, e, inputs):
+        for name, size in e.checks:
+            t = inputs.get(name)
+            if t is not None and t.device.type == "cpu" and t.numel() > 0:
+                lo, hi = int(t.min()), int(t.max())
+                if lo < 0 or hi >= size:
+                    raise errors.WorkerError(errors.EVAL, "input '%s': an index is out of range [0, %d) (got %d..%d)" % (name, size, lo, hi))
+        for name, s in e.static.items():
+            s.copy_(inputs[name], non_blocking=True)
+        e.graph.replay()
+        self.stats["replays"] += 1
+        return e.graph.out

@@ -1,0 +1,110 @@
+// The worker's CUDA graphs of decode steps (native/stageml_torch/cudagraph.py) on CPU torch, with
+// STAGEML_TORCH_GRAPHS=emulate (the same bookkeeping, replays run eagerly on the captured feed):
+// captured on the second step of a key, replayed after; index inputs range-checked on the host
+// before a replay (a bad one is a coded error and the next step works); a failing capture leaves
+// the program eager; a disposed program drops its graphs; at most LIMIT graphs are kept.
+import { GraphBuilder, graphToJson } from '@stageml/ir';
+import { expect, it } from 'vitest';
+
+import { describeWithTorch, runNativePython } from './test-support.js';
+
+/** new = table[ids] [b, 1, 2], y = concat(past, new) [b, p + 1, 2]; past is a cache stream fed from new. */
+function program(): string {
+  const b = new GraphBuilder('step');
+  const ids = b.input('ids', ['i64', ['b', 1]]);
+  const past = b.input('past', ['f32', ['b', 'p', 2]]);
+  const table = b.param('table', ['f32', [10, 2]]);
+  const fresh = b.gather(table, ids, 0);
+  b.output('new', fresh);
+  b.output('y', b.concat([past, fresh], 1));
+  return JSON.stringify(graphToJson(b.build()));
+}
+
+describeWithTorch('CUDA graphs of decode steps (stageml_torch.cudagraph, emulated on the CPU)', () => {
+  it('captures on the second step, replays with fresh inputs, checks indices on the host, falls back when capture fails', () => {
+    const out = runNativePython(
+      `
+import json, torch
+from stageml_torch import cudagraph, errors
+from stageml_torch.worker import Worker
+doc = json.loads(${JSON.stringify(program())})
+w = Worker("cpu")
+table = torch.arange(20, dtype=torch.float32).reshape(10, 2)
+h = w.handle({"op": "prepare", "graph": doc}, {"table": table})[0]["handle"]
+streams = [{"input": "past", "from": "new", "pad": -1}]
+def step(ids, rows=(1, 2)):
+    hdr = {"op": "run", "handle": h, "caches": {"streams": streams, "rows": [{"id": r, "append": [0, 1]} for r in rows]}}
+    return w.handle(hdr, {"ids": torch.tensor(ids, dtype=torch.int64).reshape(len(rows), 1)})[1]
+res = {"shapes": [], "y": [], "stats": []}
+for ids in ([1, 2], [3, 4], [5, 6], [7, 8]):
+    o = step(ids)
+    res["shapes"].append(list(o["y"].shape))
+    res["y"].append(o["y"][:, :, 0].tolist())
+    res["stats"].append(dict(w.graphs.stats))
+try:
+    step([9, 10])
+    res["bad"] = None
+except errors.WorkerError as e:
+    res["bad"] = [e.code, e.message]
+res["after_bad"] = step([0, 1])["y"][:, :, 0].tolist()
+res["lengths"] = [w.caches[1].length, w.caches[2].length]
+# one row: a new batch (re-staged), so a new key
+step([2], rows=(1,)); step([3], rows=(1,))
+res["graphs"] = len(w.graphs.graphs)
+w.handle({"op": "dispose", "handle": h}, {})
+res["after_dispose"] = len(w.graphs.graphs)
+# a capture that fails: eager from then on, and said once on stderr
+h2 = w.handle({"op": "prepare", "graph": doc}, {"table": table})[0]["handle"]
+h = h2
+class Broken(cudagraph._Emulated):
+    def capture(self):
+        raise RuntimeError("operation not permitted when stream is capturing")
+cudagraph._Emulated, keep = Broken, cudagraph._Emulated
+before = dict(w.graphs.stats)
+ys = [step([i, i + 1], rows=(5, 6))["y"][:, -1, 0].tolist() for i in range(4)]
+after = dict(w.graphs.stats)
+res["broken"] = {"ys": ys, "failures": after["failures"] - before["failures"], "eager": after["eager"] - before["eager"], "replays": after["replays"] - before["replays"]}
+cudagraph._Emulated = keep
+# LRU: more keys than LIMIT (each batch size is its own key, each seen twice)
+g = cudagraph.StepGraphs(limit=2)
+prog = w.programs[h2]
+for n in (1, 2, 3):
+    for _ in range(2):
+        g.run(prog, {"ids": torch.zeros((n, 1), dtype=torch.int64), "past": torch.zeros((n, 4, 2))}, set())
+res["lru"] = [len(g.graphs), sorted(k[1][1][0] for k in g.graphs)]
+print(json.dumps(res))
+`,
+      { STAGEML_TORCH_GRAPHS: 'emulate' },
+    ) as {
+      shapes: number[][];
+      y: number[][][];
+      stats: { eager: number; captures: number; replays: number }[];
+      bad: [string, string] | null;
+      after_bad: number[][];
+      lengths: number[];
+      graphs: number;
+      after_dispose: number;
+      broken: { ys: number[][]; failures: number; eager: number; replays: number };
+      lru: [number, number[]];
+    };
+    // The staged capacity (64 positions) every step, so every step has the same shape.
+    expect(out.shapes).toEqual([[2, 65, 2], [2, 65, 2], [2, 65, 2], [2, 65, 2]]);
+    // Step 1 eager, step 2 captured and replayed, steps 3-4 replayed.
+    expect(out.stats.map((s) => [s.eager, s.captures, s.replays])).toEqual([[1, 0, 0], [1, 1, 1], [1, 1, 2], [1, 1, 3]]);
+    // Each step's own ids (table[i][0] = 2i) at the end, the earlier steps' in the cache before the pad.
+    expect(out.y.map((r) => r.map((row) => row[64]))).toEqual([[2, 4], [6, 8], [10, 12], [14, 16]]);
+    expect(out.y[3]!.map((row) => row.slice(0, 4))).toEqual([[2, 6, 10, -1], [4, 8, 12, -1]]);
+    // id 10 is past the table: refused before the replay, nothing appended, the next step fine.
+    expect(out.bad?.[0]).toBe('RT_EVAL_FAILED');
+    expect(out.bad?.[1]).toContain("input 'ids'");
+    expect(out.after_bad.map((row) => row[64])).toEqual([0, 2]);
+    expect(out.lengths).toEqual([5, 5]);
+    expect(out.graphs).toBe(2);
+    expect(out.after_dispose).toBe(0);
+    // A failing capture: the same results, one failure; steps 1-2 eager through the graphs, then
+    // the program leaves them (plain runs).
+    expect(out.broken.ys).toEqual([[0, 2], [2, 4], [4, 6], [6, 8]]);
+    expect(out.broken).toMatchObject({ failures: 1, eager: 2, replays: 0 });
+    expect(out.lru).toEqual([2, [2, 3]]); // the batch of 1 row (least recently used) dropped
+  }, 60_000);
+});
