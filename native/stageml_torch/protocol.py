@@ -88,12 +88,39 @@ def from_wire(t, dtype):
     return t if t.dtype == want else t.to(want)
 
 
+# Pinned host buffers for replies from a GPU, by (shape, dtype, device), reused by the next frame
+# (write_frame has written the bytes before it returns); at most PINNED_BYTES in all.
+_PINNED = {}
+PINNED_BYTES = 512 << 20
+
+
+def _to_host(t):
+    """`t` in host memory. A CUDA tensor goes through a pinned buffer: a pageable copy of a decode
+    step's logits ran at ~1.3 GB/s on the H200 host (64 rows × 32000 f32, 8 MB: ~6 ms)."""
+    t = t.detach()
+    if t.device.type != "cuda":
+        return t.to("cpu")
+    key = (tuple(t.shape), t.dtype, str(t.device))
+    buf = _PINNED.get(key)
+    if buf is None:
+        size = t.numel() * t.element_size()
+        if size > PINNED_BYTES:
+            return t.to("cpu")
+        if sum(b.numel() * b.element_size() for b in _PINNED.values()) + size > PINNED_BYTES:
+            _PINNED.clear()
+        buf = _PINNED[key] = torch.empty(tuple(t.shape), dtype=t.dtype, pin_memory=True)
+    buf.copy_(t, non_blocking=True)
+    torch.cuda.current_stream(t.device).synchronize()
+    return buf
+
+
 def to_wire(t):
-    """(IR dtype name, contiguous CPU tensor in wire storage) of a tensor."""
+    """(IR dtype name, contiguous CPU tensor in wire storage) of a tensor (valid until the next call
+    for a CUDA tensor: it may be a reused pinned buffer)."""
     if t.dtype not in IR_DTYPE:
         raise errors.WorkerError(errors.BAD_VALUE, "tensor dtype %s has no IR dtype" % t.dtype)
     dtype = IR_DTYPE[t.dtype]
-    return dtype, t.detach().to("cpu").to(WIRE[dtype]).contiguous()
+    return dtype, _to_host(t).to(WIRE[dtype]).contiguous()
 
 
 def write_frame(stream, header, tensors=None):
@@ -103,7 +130,7 @@ def write_frame(stream, header, tensors=None):
     entries = []
     for name, t in (tensors or {}).items():
         dtype, w = to_wire(t)
-        data = w.numpy().tobytes() if w.numel() > 0 else b""
+        data = memoryview(w.numpy()).cast("B") if w.numel() > 0 else b""  # the tensor's bytes, not a copy
         entries.append({"name": name, "dtype": dtype, "shape": list(w.shape), "nbytes": len(data)})
         payloads.append(data)
     header["tensors"] = entries

@@ -18,8 +18,8 @@ prevents that), so `shippable` keeps it out of every table and override; the ben
 
 The kernel takes three tensor maps (W, x, A; 128-byte swizzle) by value, which cupy's launcher
 cannot pass, so the launch goes through the driver API with ctypes (`cuTensorMapEncodeTiled`,
-`cuLaunchKernelEx` with programmatic dependent launch unless STAGEML_TMA_PDL=0, else
-`cuLaunchKernel`). The module comes from the cubins named by `STAGEML_TMA_CUBIN` (colon-separated;
+`cuLaunchKernelEx` with programmatic dependent launch into a CUDA-graph capture unless
+STAGEML_TMA_PDL=0, else `cuLaunchKernel`). The module comes from the cubins named by `STAGEML_TMA_CUBIN` (colon-separated;
 bench/gpu/build_tma.py builds them with nvcc for sm_90a), else NVRTC through cupy compiles the
 configuration at first use. Without cupy, libcuda or an sm_90 GPU `available()` is False and
 stream.py never picks the family. A failed driver call raises `WorkerError` (RT_EVAL_FAILED, naming
@@ -224,6 +224,8 @@ def _lib():
         lib.cuLaunchKernel.restype = ctypes.c_int
         lib.cuLaunchKernelEx.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         lib.cuLaunchKernelEx.restype = ctypes.c_int
+        lib.cuStreamIsCapturing.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        lib.cuStreamIsCapturing.restype = ctypes.c_int
         lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         lib.cuFuncSetAttribute.restype = ctypes.c_int
         lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
@@ -409,11 +411,23 @@ def pretiled(w, rt):
 
 
 # Programmatic dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): on unless
-# STAGEML_TMA_PDL=0; bench/gpu/splitk.py measures both.
+# STAGEML_TMA_PDL=0; bench/gpu/splitk.py measures both. Only for launches into a CUDA-graph capture:
+# launched eagerly, a kernel with the attribute made the cuDNN attention after it (SDPA's cuDNN
+# backend) spend ~12 ms of host time per call (the torch worker's eager decode step of a 4-layer
+# 4096-wide model: 48.7 ms with it, 8.7 ms without; bench/results/gpu-e2e.md).
 PDL = [os.environ.get("STAGEML_TMA_PDL", "1") != "0"]
 _PDL_ATTR = LaunchAttr()
 _PDL_ATTR.id = 6
 _PDL_ATTR.value = (1).to_bytes(4, "little") + bytes(60)
+_CAPTURE_STATUS = ctypes.c_int()
+
+
+def _pdl(lib, stream):
+    """Whether this launch into `stream` (a CUstream handle) takes the PDL attribute: PDL on and the
+    stream capturing into a CUDA graph (cudaStreamCaptureStatusActive)."""
+    if not PDL[0] or lib.cuStreamIsCapturing(ctypes.c_void_p(stream), ctypes.byref(_CAPTURE_STATUS)) != 0:
+        return False
+    return _CAPTURE_STATUS.value == 1
 
 
 def launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, t_acc, sync, bank=True):
@@ -443,7 +457,7 @@ def launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, piece_rows, t_acc, s
     vals += [ctypes.c_int32(v) for v in (m, n, k, rmax, piece_rows, pieces, kch, n_prod, n_cons)]
     params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
     stream = torch.cuda.current_stream(x2.device).cuda_stream
-    if PDL[0]:
+    if _pdl(lib, stream):
         lc = LaunchConfig(n_prod + n_cons, 1, 1, threads, 1, 1, smem, ctypes.c_void_p(stream), ctypes.pointer(_PDL_ATTR), 1)
         _check(lib.cuLaunchKernelEx(ctypes.byref(lc), ctypes.c_void_p(f), params, None), "cuLaunchKernelEx(%s)" % (cfg,))
     else:
@@ -644,7 +658,7 @@ def _tbuf(device, stream, rmax):
 def _launch_raw(f, grid, threads, smem, stream, vals, what):
     lib = _lib()
     params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
-    if PDL[0]:
+    if _pdl(lib, stream):
         lc = LaunchConfig(grid[0], grid[1], grid[2], threads, 1, 1, smem, ctypes.c_void_p(stream), ctypes.pointer(_PDL_ATTR), 1)
         _check(lib.cuLaunchKernelEx(ctypes.byref(lc), ctypes.c_void_p(f), params, None), "cuLaunchKernelEx(%s)" % (what,))
     else:

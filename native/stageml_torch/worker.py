@@ -84,6 +84,14 @@ STAGE_STEP = 64
 class Worker:
     def __init__(self, device):
         self.device = device
+        if device.startswith("cuda") and cudagraph.cudnn_sdp_mode() != "1" and hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+            # SDPA's cuDNN backend builds a plan for every new shape, ~19 ms of host time per call
+            # on the H200 (torch 2.11): an eager run whose context length is new (every prefill
+            # chunk) paid it in each layer (a 4-layer 4096-wide step at 64 rows: 86.7 ms with it,
+            # 16.6 ms without; bench/results/gpu-e2e.md). So flash / memory-efficient attention for
+            # eager runs, and cuDNN's (faster on the GPU: 2.5 against 4.9 ms for that step) only
+            # where a decode step is captured into a CUDA graph (cudagraph.py).
+            torch.backends.cuda.enable_cudnn_sdp(False)
         self.programs = {}
         self.next_handle = 1
         self.resident = {}
