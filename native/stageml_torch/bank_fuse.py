@@ -42,7 +42,7 @@ import weakref
 
 import torch
 
-from .fuse import mode
+from .fuse import mode, uses_and_defs
 from .ops import HALF, NATIVE_HALF_ON_CUDA
 
 #: Key of the fused step (its operands reach it as stored: `graph.RAW_OPERANDS`).
@@ -237,22 +237,27 @@ class BankStep:
         return env[last]
 
 
+def reference_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales):
+    """What `stream.lora_bank_linear` computes, in f32 torch ops (tests and checks): y [..., N] =
+    x·Wᵀ + scales[j]·(x·A_j[:r_j]ᵀ)·B_j[:, :r_j]ᵀ per row, j = slots[row] (−1: base only), rounded
+    once to x's dtype; a_bank [S, R, K], b_bank [S, N, R]."""
+    k, n = w.shape[1], w.shape[0]
+    x2 = x.reshape(-1, k).float()
+    y = x2 @ w.float().t()
+    for i, j in enumerate(slots.tolist()):
+        if j >= 0:
+            r = int(ranks[j])
+            y[i] += float(scales[j]) * ((x2[i] @ a_bank[j, :r].float().t()) @ b_bank[j, :, :r].float().t())
+    return y.to(x.dtype).reshape(*x.shape[:-1], n)
+
+
 def fuse_bank(steps, value_types, outputs, on_cuda, dtypes):
     """Rewrites `steps` (key, fn, operands, attrs, ids), replacing each slot linear with a
     `BankStep`; `dtypes` maps a dtype name to its torch dtype. Returns (steps, count)."""
     m = mode()
     if m == "0" or (m == "auto" and not on_cuda):
         return steps, 0
-    uses = {}
-    for _, _, operands, _, _ in steps:
-        for v in operands:
-            uses[v] = uses.get(v, 0) + 1
-    for v in outputs:
-        uses[v] = uses.get(v, 0) + 1
-    defs = {}
-    for i, (_, _, _, _, ids) in enumerate(steps):
-        for v in ids:
-            defs[v] = i
+    uses, defs = uses_and_defs(steps, outputs)
 
     def op(v, key, n=None):
         i = defs.get(v)

@@ -45,12 +45,9 @@ def mode():
     return v if v in ("auto", "0", "1") else "auto"
 
 
-def fuse_lora(steps, value_types, consts, params, outputs, on_cuda):
-    """Rewrites `steps` (key, fn, operands, attrs, ids), replacing each LoRA linear with one step.
-    `consts` maps value ids of scalar literals to their float; returns (steps, count)."""
-    m = mode()
-    if m == "0" or (m == "auto" and not on_cuda):
-        return steps, 0
+def uses_and_defs(steps, outputs):
+    """Of steps (key, fn, operands, attrs, ids) and the output value ids: how many times each value
+    is read (an output counts as a read), and the index of the step defining each value."""
     uses = {}
     for _, _, operands, _, _ in steps:
         for v in operands:
@@ -58,9 +55,19 @@ def fuse_lora(steps, value_types, consts, params, outputs, on_cuda):
     for v in outputs:
         uses[v] = uses.get(v, 0) + 1
     defs = {}
-    for i, (key, _, operands, attrs, ids) in enumerate(steps):
+    for i, (_, _, _, _, ids) in enumerate(steps):
         for v in ids:
             defs[v] = i
+    return uses, defs
+
+
+def fuse_lora(steps, value_types, consts, params, outputs, on_cuda):
+    """Rewrites `steps` (key, fn, operands, attrs, ids), replacing each LoRA linear with one step.
+    `consts` maps value ids of scalar literals to their float; returns (steps, count)."""
+    m = mode()
+    if m == "0" or (m == "auto" and not on_cuda):
+        return steps, 0
+    uses, defs = uses_and_defs(steps, outputs)
 
     def op(v, key):
         i = defs.get(v)
