@@ -20,7 +20,49 @@ function program(): string {
   return JSON.stringify(graphToJson(b.build()));
 }
 
+/** Keys [b, p, 2, 3] (heads × dim) as a cache stream: new = k[ids] [b, 1, 2, 3], y = transpose(concat(past, new)) heads-first. */
+function keysProgram(): string {
+  const b = new GraphBuilder('keys');
+  const ids = b.input('ids', ['i64', ['b', 1]]);
+  const past = b.input('past', ['f32', ['b', 'p', 2, 3]]);
+  const table = b.param('table', ['f32', [10, 2, 3]]);
+  const fresh = b.gather(table, ids, 0);
+  b.output('new', fresh);
+  b.output('y', b.transpose(b.concat([past, fresh], 1), [0, 2, 1, 3]));
+  return JSON.stringify(graphToJson(b.build()));
+}
+
 describeWithTorch('CUDA graphs of decode steps (stageml_torch.cudagraph, emulated on the CPU)', () => {
+  it('stages [rows, positions, heads, dim] streams heads-first: at the capacity the heads-first view is the storage itself', () => {
+    const out = runNativePython(
+      `
+import json, torch
+from stageml_torch.worker import Worker
+doc = json.loads(${JSON.stringify(keysProgram())})
+w = Worker("cpu")
+table = torch.arange(60, dtype=torch.float32).reshape(10, 2, 3)
+h = w.handle({"op": "prepare", "graph": doc}, {"table": table})[0]["handle"]
+streams = [{"input": "past", "from": "new", "pad": 0}]
+ys = []
+for ids in ([1, 2], [3, 4], [5, 6]):
+    hdr = {"op": "run", "handle": h, "caches": {"streams": streams, "rows": [{"id": 1, "append": [0, 1]}, {"id": 2, "append": [0, 1]}]}}
+    ys.append(w.handle(hdr, {"ids": torch.tensor(ids).reshape(2, 1)})[1]["y"])
+buf = w.staged.buffers["past"]
+print(json.dumps({"logical": list(buf.shape), "heads_first_contiguous": buf.permute(0, 2, 1, 3).is_contiguous(),
+                  "row0_head1": ys[-1][0, 1, :3].tolist(), "row0_head1_new": ys[-1][0, 1, 64].tolist(), "row1_cache": w.caches[2].view("past")[:, 0, 0].tolist(), "y": list(ys[-1].shape)}))
+`,
+      { STAGEML_TORCH_GRAPHS: 'emulate' },
+    ) as { logical: number[]; heads_first_contiguous: boolean; row0_head1: number[][]; row0_head1_new: number[]; row1_cache: number[]; y: number[] };
+    expect(out.logical).toEqual([2, 64, 2, 3]);
+    expect(out.heads_first_contiguous).toBe(true);
+    // Row 0 took ids 1, 3, 5 (table[i][1] = [6i + 3, 6i + 4, 6i + 5]): the cache holds 1 and 3 at
+    // positions 0-1 of head 1, the pad after them up to the capacity, the step's own key last.
+    expect(out.row0_head1).toEqual([[9, 10, 11], [21, 22, 23], [0, 0, 0]]);
+    expect(out.row0_head1_new).toEqual([33, 34, 35]);
+    expect(out.row1_cache).toEqual([12, 24, 36]);
+    expect(out.y).toEqual([2, 2, 65, 3]);
+  }, 60_000);
+
   it('captures on the second step, replays with fresh inputs, checks indices on the host, falls back when capture fails', () => {
     const out = runNativePython(
       `
