@@ -5,13 +5,15 @@ One device call, three questions (bench/gpu/carve.py showed that cuBLASLt's SM c
 1. how fast is cuBLAS's 64-row GEMM on a disjoint partition of 132 - c SMs (a CUDA green context
    made with the driver API: cuDevSmResourceSplitByCount, one group of c SMs and the remaining);
 2. how many GB/s can a plain streaming read (16-byte loads, 8 in flight per thread, 2048 threads
-   per SM) pull on c SMs, alone and while the GEMM runs on the other partition;
-3. so: what would co-running save, at the byte counts of the 64-row banks.
+   per SM) pull on c SMs;
+3. so: what could co-running save, at the byte counts of the 64-row banks (bench/results/gpu-kernels.md).
 
     python3 bench/gpu/partition.py --out partition.json
 
 Timing: CUDA-graph replay where capture on a green-context stream works, else eager launches;
-events on each stream, median of 15 repetitions; the weights rotate over 4 sets (past the L2).
+events on the stream, median of 15 repetitions; the weights rotate over 4 sets (past the L2). (A first
+version also launched both sides at once, eagerly: those timings were bound by the host's launches
+and said nothing; they are in gpu-kernels.json, the measurement was removed.)
 """
 import argparse
 import ctypes
@@ -116,38 +118,6 @@ def timed(stream, fns, reps=15, graph=True):
     return ts[len(ts) // 2], g is not None
 
 
-def together(sa, fa, sb, fb, reps=15):
-    """Both lists launched at once on their streams (eager): median µs of each from a common start."""
-    res = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        start = torch.cuda.Event(enable_timing=True)
-        start.record()
-        ends = []
-        for s, fns in ((sa, fa), (sb, fb)):
-            s.wait_event(start)
-        with torch.cuda.stream(sa):
-            for f in fa[: len(fa) // 2]:
-                f()
-        with torch.cuda.stream(sb):
-            for f in fb[: len(fb) // 2]:
-                f()
-        with torch.cuda.stream(sa):
-            for f in fa[len(fa) // 2:]:
-                f()
-            ea = torch.cuda.Event(enable_timing=True)
-            ea.record()
-        with torch.cuda.stream(sb):
-            for f in fb[len(fb) // 2:]:
-                f()
-            eb = torch.cuda.Event(enable_timing=True)
-            eb.record()
-        torch.cuda.synchronize()
-        res.append((start.elapsed_time(ea) * 1000, start.elapsed_time(eb) * 1000))
-    res.sort(key=lambda v: max(v))
-    return res[len(res) // 2]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True)
@@ -177,7 +147,6 @@ def main():
         xs = [torch.randn((m, k), device="cuda", dtype=torch.bfloat16) for _ in range(4)]
         ys = [torch.empty((m, n), device="cuda", dtype=torch.bfloat16) for _ in range(4)]
         gem[(m, n, k)] = [lambda i=i, ws=ws, xs=xs, ys=ys: torch.matmul(xs[i % 4], ws[i % 4].t(), out=ys[i % 4]) for i in range(16)]
-    main_s = torch.cuda.current_stream()
     full = torch.cuda.Stream()
     row = {"partition": "full", "sms": sms}
     for key, fns in gem.items():
@@ -209,21 +178,6 @@ def main():
                 us, _ = timed(small, rd, graph=False)
                 row["read on small GBps (%d blocks/SM)" % blocks_per_sm] = chunk * len(rd) / (us * 1e-6) / 1e9
                 row["read on small GBps per SM (%d blocks/SM)" % blocks_per_sm] = chunk * len(rd) / (us * 1e-6) / 1e9 / nsmall
-            rd = [reader(sp, 2 * nsmall, i) for i in range(8)]
-            for key, fns in gem.items():
-                try:
-                    ta, tb = together(rest, fns, small, rd)
-                    row["together %dx%dx%d: gemm us each" % key] = ta / len(fns)
-                    row["together %dx%dx%d: read GBps" % key] = chunk * len(rd) / (tb * 1e-6) / 1e9
-                    row["together %dx%dx%d: both us" % key] = max(ta, tb)
-                except Exception as ex:  # noqa: BLE001
-                    row["together %dx%dx%d" % key] = "%s: %s" % (type(ex).__name__, str(ex)[:200])
-                    traceback.print_exc(limit=2)
-            # the reference for 'together': the same lists run one after the other on the full GPU
-            for key, fns in gem.items():
-                us_g, _ = timed(full, fns)
-                us_r, _ = timed(full, [reader(full.cuda_stream, 2 * sms, i) for i in range(8)], graph=False)
-                row["serial full %dx%dx%d us" % key] = us_g + us_r
         except Exception as ex:  # noqa: BLE001
             row["error"] = "%s: %s" % (type(ex).__name__, str(ex)[:300])
             traceback.print_exc(limit=3)
@@ -231,7 +185,7 @@ def main():
         print(json.dumps(row), flush=True)
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
-    main_s.synchronize()
+    torch.cuda.synchronize()
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
 

@@ -27,7 +27,7 @@ once into a CUDA graph and replayed while nothing it depends on changes:
 - **Numerics.** A graph replays exactly the kernels of an eager run of the same shapes, so a
   replayed step equals an eager step at the padded length bit for bit; against the unpadded eager
   step the attention runs over more (masked) positions: same values up to the kernels' reduction
-  order (bench/results/gpu-e2e.md).
+  order (bench/results/gpu-worker.md).
 
 - **Attention.** SDPA's cuDNN backend is the fastest on the GPU here (a 4-layer 4096-wide step at 64
   rows: 2.5 against 4.9 ms replayed) but builds a plan on the host for every new shape (~19 ms a
@@ -77,19 +77,6 @@ class _CudnnSdp:
             torch.backends.cuda.enable_cudnn_sdp(self.prev)
 
 
-def wanted(prog, caches):
-    """Whether this run is one the graphs take: a cache-fed run on a CUDA program (or emulated),
-    every row appending one position."""
-    m = mode()
-    if m == "0" or (m == "auto" and not prog.on_cuda) or id(prog) in _FAILED:
-        return False
-    rows = caches.get("rows") or []
-    return bool(rows) and all(int(r["append"][1]) == 1 for r in rows)
-
-
-_FAILED = set()
-
-
 class _Emulated:
     """What the CPU tests use for a CUDA graph: the captured feed run again eagerly on replay."""
 
@@ -136,13 +123,23 @@ class StepGraphs:
         self.last = None  # (key, checks) of the last eager run
         self.stats = {"eager": 0, "captures": 0, "replays": 0, "failures": 0}
         self.announced = set()
+        self.failed = set()  # ids of programs whose capture failed: eager from then on
+
+    def wanted(self, prog, caches):
+        """Whether this run is one the graphs take: a cache-fed run on a CUDA program (or emulated),
+        every row appending one position, of a program whose capture has not failed."""
+        m = mode()
+        if m == "0" or (m == "auto" and not prog.on_cuda) or id(prog) in self.failed:
+            return False
+        rows = caches.get("rows") or []
+        return bool(rows) and all(int(r["append"][1]) == 1 for r in rows)
 
     def drop(self, prog):
         for k in [k for k in self.graphs if k[0] == id(prog)]:
             del self.graphs[k]
         if self.last is not None and self.last[0][0] == id(prog):
             self.last = None
-        _FAILED.discard(id(prog))
+        self.failed.discard(id(prog))
         self.announced.discard(id(prog))
 
     @staticmethod
@@ -210,7 +207,7 @@ class StepGraphs:
             finally:
                 ops.CAPTURING[0] = False
         except Exception as ex:  # noqa: BLE001 - any capture failure: this program runs eagerly
-            _FAILED.add(id(prog))
+            self.failed.add(id(prog))
             self.stats["failures"] += 1
             print("stageml_torch: decode steps of @%s run without a CUDA graph (capture failed: %s: %s)" % (prog.name, type(ex).__name__, str(ex)[:300]), file=sys.stderr)
             if prog.on_cuda:

@@ -414,7 +414,7 @@ def pretiled(w, rt):
 # STAGEML_TMA_PDL=0; bench/gpu/splitk.py measures both. Only for launches into a CUDA-graph capture:
 # launched eagerly, a kernel with the attribute made the cuDNN attention after it (SDPA's cuDNN
 # backend) spend ~12 ms of host time per call (the torch worker's eager decode step of a 4-layer
-# 4096-wide model: 48.7 ms with it, 8.7 ms without; bench/results/gpu-e2e.md).
+# 4096-wide model: 48.7 ms with it, 8.7 ms without; bench/results/gpu-worker.md).
 PDL = [os.environ.get("STAGEML_TMA_PDL", "1") != "0"]
 _PDL_ATTR = LaunchAttr()
 _PDL_ATTR.id = 6

@@ -88,7 +88,7 @@ class Worker:
             # SDPA's cuDNN backend builds a plan for every new shape, ~19 ms of host time per call
             # on the H200 (torch 2.11): an eager run whose context length is new (every prefill
             # chunk) paid it in each layer (a 4-layer 4096-wide step at 64 rows: 86.7 ms with it,
-            # 16.6 ms without; bench/results/gpu-e2e.md). So flash / memory-efficient attention for
+            # 16.6 ms without; bench/results/gpu-worker.md). So flash / memory-efficient attention for
             # eager runs, and cuDNN's (faster on the GPU: 2.5 against 4.9 ms for that step) only
             # where a decode step is captured into a CUDA graph (cudagraph.py).
             torch.backends.cuda.enable_cudnn_sdp(False)
@@ -115,7 +115,7 @@ class Worker:
             prog = self._program(header)
             tensors = self._resident(header, tensors, prog.device)
             spec = header.get("caches")
-            graphed = bool(spec) and cudagraph.wanted(prog, spec)
+            graphed = bool(spec) and self.graphs.wanted(prog, spec)
             commit = self._caches(prog, spec, tensors, at_capacity=graphed) if spec else None
             with torch.no_grad():
                 if graphed:
