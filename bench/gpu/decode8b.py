@@ -117,6 +117,10 @@ class Ours:
             ln.expand(y, ln.shrink(x, bank, meta), bank, meta)
         return y
 
+    def lins(self, x, l, ps, meta):
+        """The projections ps of one input x (q, k, v; gate, up)."""
+        return [self.lin(x, l, p, meta) for p in ps]
+
     def step(self, ids, pos, kc, vc, meta):
         """Next-token logits [B, V] for tokens ids [B] at position pos [1]; writes the KV caches."""
         b = ids.shape[0]
@@ -133,16 +137,18 @@ class Ours:
 
         for l, lay in enumerate(self.layers):
             x = self.rms(h, lay["in_norm"])
-            q = self.lin(x, l, "q_proj", meta).reshape(b, HEADS, 1, HEAD_DIM)
-            k = self.lin(x, l, "k_proj", meta).reshape(b, KV_HEADS, 1, HEAD_DIM)
-            v = self.lin(x, l, "v_proj", meta).reshape(b, KV_HEADS, 1, HEAD_DIM)
+            q, k, v = self.lins(x, l, ("q_proj", "k_proj", "v_proj"), meta)
+            q = q.reshape(b, HEADS, 1, HEAD_DIM)
+            k = k.reshape(b, KV_HEADS, 1, HEAD_DIM)
+            v = v.reshape(b, KV_HEADS, 1, HEAD_DIM)
             q, k = rot(q), rot(k)
             kc[l].index_copy_(2, pos, k)
             vc[l].index_copy_(2, pos, v)
             a = F.scaled_dot_product_attention(q, kc[l], vc[l], attn_mask=mask, enable_gqa=True)
             h = h + self.lin(a.reshape(b, HIDDEN), l, "o_proj", meta)
             x = self.rms(h, lay["post_norm"])
-            m = F.silu(self.lin(x, l, "gate_proj", meta)) * self.lin(x, l, "up_proj", meta)
+            g, u = self.lins(x, l, ("gate_proj", "up_proj"), meta)
+            m = F.silu(g) * u
             h = h + self.lin(m, l, "down_proj", meta)
         return F.linear(self.rms(h, self.norm_w), self.lm_head)
 
@@ -173,6 +179,17 @@ class StreamBanks:
             self.banks.append(row)
         self.fallbacks = 0
         self.transposed = False
+        self.set_misses = 0
+
+    def lins(self, ours, x, l, ps, slots):
+        """ps through `stream.lora_bank_linear_set` (one shrink and one expand for them all beside
+        their base GEMMs); each through `lin` where the set path declines."""
+        items = [(ours.layers[l]["w"][p], *self.banks[l][p][:2], self.ranks, self.scales, self.banks[l][p][2]) for p in ps]
+        ys = self.st.lora_bank_linear_set(x, items, slots)
+        if ys is not None:
+            return ys
+        self.set_misses += 1
+        return [self.lin(ours, x, l, p, slots) for p in ps]
 
     def lin(self, ours, x, l, p, slots, reference=False):
         w = ours.layers[l]["w"][p]
@@ -218,6 +235,9 @@ def stream_main(args):
     # --bank-tables: more dispatch tables ({"bank": {bucket: cfg}} files, as STAGEML_STREAM_CONFIGS)
     # whose 64-adapter step is timed (and checked at 64 streams) beside the built-in one's
     tables = [("default", dict(st_tables.DEFAULT_BANK, b_transposed=not args.no_b_transposed))]
+    if args.set:
+        # the built-in table, q/k/v and gate/up each through one lora_bank_linear_set
+        tables.append(("set", dict(st_tables.DEFAULT_BANK, b_transposed=True, set=True)))
     for path in [v for v in (args.bank_tables or "").split(",") if v]:
         with open(path) as fh:
             over = {int(k): tuple(v) if v is not None else None for k, v in json.load(fh).get("bank", {}).items()}
@@ -241,27 +261,33 @@ def stream_main(args):
                 row = {"mix": mix, "batch": b, "adapters": min(b, 64)}
                 for ti, (tname, table) in enumerate(tables):
                     st_tables.DEFAULT_BANK.clear()
-                    st_tables.DEFAULT_BANK.update({kk: vv for kk, vv in table.items() if kk != "b_transposed"})
+                    st_tables.DEFAULT_BANK.update({kk: vv for kk, vv in table.items() if kk not in ("b_transposed", "set")})
                     banks.transposed = table.get("b_transposed", False)
                     key = "" if ti == 0 else "table_%s_" % tname
                     if b == 64:
                         ours.lin = lambda x, l, p, meta: banks.lin(ours, x, l, p, slots, reference=True)
                         ref = ours.step(ids, pos, [t.clone() for t in kb], [t.clone() for t in vb], slots).float()
                         ours.lin = lambda x, l, p, meta: banks.lin(ours, x, l, p, slots)
+                        if table.get("set"):
+                            ours.lins = lambda x, l, ps, meta: banks.lins(ours, x, l, ps, slots)
                         mine = ours.step(ids, pos, [t.clone() for t in kb], [t.clone() for t in vb], slots).float()
                         del ours.lin
+                        ours.__dict__.pop("lins", None)
                         base_l = ours.step(ids, pos, [t.clone() for t in kb], [t.clone() for t in vb], None).float()
                         res["checks"][mix + ("" if ti == 0 else " " + tname)] = {
                             "stream_vs_torch_rel": float((mine - ref).norm() / ref.norm()), "argmax_agree": float((mine.argmax(-1) == ref.argmax(-1)).float().mean()),
-                            "adapter_effect_rel": float((ref - base_l).norm() / base_l.norm()), "fallbacks": banks.fallbacks}
+                            "adapter_effect_rel": float((ref - base_l).norm() / base_l.norm()), "fallbacks": banks.fallbacks, "set_misses": banks.set_misses}
                         print("check %s %s: %s" % (mix, tname, res["checks"][mix + ("" if ti == 0 else " " + tname)]), flush=True)
                     for mode in ("base", "lora") if ti == 0 else ("lora",):
                         if mode == "lora":
                             ours.lin = lambda x, l, p, meta: banks.lin(ours, x, l, p, slots)
+                            if table.get("set"):
+                                ours.lins = lambda x, l, ps, meta: banks.lins(ours, x, l, ps, slots)
                         g, _ = graphed(lambda: ours.step(ids, pos, kb, vb, slots if mode == "lora" else None))
                         ms = median_ms(g.replay, args.reps)
                         if mode == "lora":
                             del ours.lin
+                            ours.__dict__.pop("lins", None)
                         row[key + mode + "_ms"] = ms
                         row[key + mode + "_tok_s"] = b * 1000.0 / ms
                         del g
@@ -269,7 +295,7 @@ def stream_main(args):
                         row[key + "lora_over_base"] = row[key + "lora_ms"] / row["base_ms"]
                         print("  table %s: %.2f ms (x%.3f)" % (tname, row[key + "lora_ms"], row[key + "lora_over_base"]), flush=True)
                 st_tables.DEFAULT_BANK.clear()
-                st_tables.DEFAULT_BANK.update({kk: vv for kk, vv in tables[0][1].items() if kk != "b_transposed"})
+                st_tables.DEFAULT_BANK.update({kk: vv for kk, vv in tables[0][1].items() if kk not in ("b_transposed", "set")})
                 row["lora_over_base"] = row["lora_ms"] / row["base_ms"]
                 row["byte_floor_ratio"] = 1 + sum(mixes[mix][i % 64] for i in range(b)) * per_rank_bytes / base_bytes
                 row["fallbacks"] = banks.fallbacks
@@ -310,6 +336,7 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-b-transposed", action="store_true", help="--kernel stream: the built-in table's step without b_bank_t (B stored [S, N, R] only)")
     ap.add_argument("--bank-tables", default=None, help="--kernel stream: comma-separated JSON files of more bank tables to time beside the built-in one")
+    ap.add_argument("--set", action="store_true", help="--kernel stream: also time the 64-adapter step with q/k/v and gate/up each through one stream.lora_bank_linear_set")
     ap.add_argument("--blas", default=None, choices=["cublas", "cublaslt"], help="torch.backends.cuda.preferred_blas_library for every GEMM of both steps (default: torch's)")
     args = ap.parse_args()
     if args.blas:

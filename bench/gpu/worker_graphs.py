@@ -2,7 +2,8 @@
 drives it: KV caches resident on the worker (seeded with random keys and values), slot tables
 resident, each step sending ids, positions, the new key's mask and the row slots. With and without
 the CUDA graphs of decode steps (native/stageml_torch/cudagraph.py, `STAGEML_TORCH_GRAPHS`), with and
-without the slot linears through the bank kernel (`STAGEML_TORCH_FUSE`).
+without the slot linears through the bank kernel (`STAGEML_TORCH_FUSE`; `--fuse auto-nosets`: each
+slot linear alone, `STAGEML_TORCH_BANK_SETS=0`).
 
     python3 bench/gpu/worker_graphs.py --graph .gpu/wbank/graph.json --out $OUT/worker_graphs.json
         [--batches 1,16,64] [--past 128] [--steps 24]
@@ -11,8 +12,11 @@ The program and its inputs are what bench/gpu/prepare-engine-graph.ts wrote (gra
 manifest.json); weights and slot tables are drawn here (bench/gpu/worker_bank.py's draw_*). Every
 configuration runs the same steps from the same seeds in a worker of its own; per step: the wall
 time of the worker's `run` request and of writing its reply frame (to /dev/null; the outputs copied
-to the host through protocol.write_frame; `run_ms`: the request alone, synchronized), median of the steps after the first 8; the logits of each step against the
-same configuration without graphs (relative error, argmax agreement).
+to the host through protocol.write_frame; `run_ms`: the request alone, synchronized), median of the steps after the first 8; `device_ms`: the graph replay's own time on the GPU
+(CUDA events around it), the step's kernels without the host's part of the request; the logits of
+each step against the same configuration without graphs (relative error, argmax agreement).
+`--repeat N` runs the configurations N times over, interleaved (run-to-run spread), `--profile K`
+K more steps under torch.profiler (kernels per step by name).
 """
 import argparse
 import json
@@ -34,9 +38,41 @@ from stageml_torch.worker import Worker  # noqa: E402
 
 MASKED = -3.4028234663852886e38
 
+# The device time of every CUDA graph replay (events on the replaying stream around
+# torch.cuda.CUDAGraph.replay): the step's kernels without the host's part of the request.
+REPLAY_MS = []
+_REPLAY = torch.cuda.CUDAGraph.replay
 
-def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs, seed):
-    os.environ["STAGEML_TORCH_FUSE"] = fuse
+
+def _timed_replay(self):
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    _REPLAY(self)
+    e1.record()
+    e1.synchronize()
+    REPLAY_MS.append(e0.elapsed_time(e1))
+
+
+torch.cuda.CUDAGraph.replay = _timed_replay
+
+
+def kernel_summary(prof, steps):
+    """Per step: the CUDA kernels' total µs and launches by name (the profiled steps' device time)."""
+    agg = {}
+    for e in prof.events():
+        if getattr(e, "device_type", None) is None or str(e.device_type) != "DeviceType.CUDA":
+            continue
+        r = agg.setdefault(e.name[:120], [0.0, 0])
+        r[0] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+        r[1] += 1
+    rows = sorted(agg.items(), key=lambda kv: -kv[1][0])
+    return {"total_us": sum(v[0] for _, v in rows) / steps, "kernels": [{"name": n, "us": v[0] / steps, "launches": v[1] / steps} for n, v in rows[:40]]}
+
+
+def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs, seed, profile=0):
+    # "auto-nosets": the bank kernel with every slot linear a step of its own (STAGEML_TORCH_BANK_SETS=0)
+    os.environ["STAGEML_TORCH_BANK_SETS"] = "0" if fuse == "auto-nosets" else "auto"
+    os.environ["STAGEML_TORCH_FUSE"] = "auto" if fuse == "auto-nosets" else fuse
     os.environ["STAGEML_TORCH_GRAPHS"] = "auto" if graphs else "0"
     w = Worker("cuda")
     prep = w.handle({"op": "prepare", "graph": graph}, dict(params))[0]
@@ -54,6 +90,8 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
     times, run_times, logits = [], [], []
     sink = open(os.devnull, "wb")
     names = {n: i for i, n in enumerate(sorted(tables))}
+    prof_all = None
+    device_times = []
     for s in range(steps):
         tensors = {"input_ids": torch.randint(0, vocab, (batch, 1), generator=gen), "position_ids": torch.full((batch, 1), past + s, dtype=torch.int64),
                    "attention_mask": torch.zeros((batch, 1), dtype=torch.float32)}
@@ -69,7 +107,12 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
                 tensors["cache:%d:attention_mask" % (r + 1)] = torch.zeros((past,), dtype=torch.float32)
         else:
             header["resident"] = {n: i for n, i in names.items()}
+        if profile and s == steps - profile:
+            # the last `profile` steps under the profiler (not among the timed ones)
+            prof_all = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+            prof_all.__enter__()
         torch.cuda.synchronize()
+        REPLAY_MS.clear()
         t0 = time.perf_counter()
         reply, out = w.handle(header, tensors)
         torch.cuda.synchronize()
@@ -78,12 +121,20 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
         times.append((time.perf_counter() - t0) * 1e3)
         lg = out["logits"].float().cpu()
         run_times.append((t1 - t0) * 1e3)
+        device_times.append(sum(REPLAY_MS) if REPLAY_MS else None)
         if not reply.get("ok"):
             raise RuntimeError(str(reply))
         logits.append(lg)
+        if profile and s == steps - 1:
+            prof_all.__exit__(None, None, None)
     stats = dict(w.graphs.stats)
     w.handle({"op": "dispose", "handle": h}, {})
-    return {"ms": statistics.median(times[8:]), "ms_min": min(times[8:]), "run_ms": statistics.median(run_times[8:]), "first_ms": times[:3], "graphs": stats}, logits
+    timed = slice(8, steps - profile)
+    dev = [t for t in device_times[timed] if t is not None]
+    res = {"device_ms": statistics.median(dev) if dev else None, "ms": statistics.median(times[timed]), "ms_min": min(times[timed]), "run_ms": statistics.median(run_times[timed]), "first_ms": times[:3], "graphs": stats}
+    if profile:
+        res["profile"] = kernel_summary(prof_all, profile)
+    return res, logits
 
 
 def main():
@@ -94,6 +145,9 @@ def main():
     ap.add_argument("--past", type=int, default=128)
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", type=int, default=0, help="profile this many more steps after the timed ones: their kernels per step by name (torch.profiler)")
+    ap.add_argument("--repeat", type=int, default=1, help="run the batch's configurations this many times over, interleaved")
+    ap.add_argument("--fuse", default="auto,0", help="the 64-adapter program's configurations: auto (bank kernel, sibling projections as sets), auto-nosets (each slot linear alone), 0 (unfused ops)")
     args = ap.parse_args()
     with open(args.graph) as f:
         graph = json.load(f)
@@ -110,38 +164,43 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     base_path = os.path.join(os.path.dirname(os.path.abspath(args.graph)), "base.json")
     base = json.load(open(base_path)) if os.path.exists(base_path) else None
+    configs = ([("base program", base)] if base is not None else []) + [(fuse, graph) for fuse in args.fuse.split(",")]
     for batch in [int(b) for b in args.batches.split(",")]:
-        if base is not None:
-            # the engine's base program (no slot tables): what the 64-adapter step is held against
-            row = {"batch": batch, "fuse": "base program"}
-            try:
-                eager, le = run_config(base, manifest, params, tables, batch, args.past, args.steps, "0", False, args.seed)
-                graphed, lg = run_config(base, manifest, params, tables, batch, args.past, args.steps, "0", True, args.seed)
-                row.update({"eager": eager, "graphs": graphed, "speedup": eager["ms"] / graphed["ms"],
-                            "max_rel_err_vs_eager": max(float((a - b).norm() / b.norm()) for a, b in zip(lg, le))})
-                print("batch %3d base program eager %8.2f ms (run %.2f)  graphs %8.2f ms (run %.2f)  x%.2f  rel %.2e" % (batch, eager["ms"], eager["run_ms"], graphed["ms"], graphed["run_ms"], row["speedup"], row["max_rel_err_vs_eager"]), flush=True)
-            except Exception as ex:  # noqa: BLE001
-                row["error"] = "%s: %s" % (type(ex).__name__, str(ex)[:400])
-                traceback.print_exc()
-            res["cases"].append(row)
-        for fuse in ("auto", "0"):
-            row = {"batch": batch, "fuse": fuse}
-            try:
-                eager, le = run_config(graph, manifest, params, tables, batch, args.past, args.steps, fuse, False, args.seed)
-                graphed, lg = run_config(graph, manifest, params, tables, batch, args.past, args.steps, fuse, True, args.seed)
-                rel = max(float((a - b).norm() / b.norm()) for a, b in zip(lg, le))
-                agree = statistics.mean(float((a.argmax(-1) == b.argmax(-1)).float().mean()) for a, b in zip(lg, le))
-                row.update({"eager": eager, "graphs": graphed, "speedup": eager["ms"] / graphed["ms"], "max_rel_err_vs_eager": rel, "argmax_agree_vs_eager": agree,
-                            "tok_s_graphs": batch * 1000.0 / graphed["ms"], "tok_s_eager": batch * 1000.0 / eager["ms"]})
-                print("batch %3d fuse %-4s eager %8.2f ms (run %.2f)  graphs %8.2f ms (run %.2f)  x%.2f  rel %.2e argmax %.3f  %s" % (batch, fuse, eager["ms"], eager["run_ms"], graphed["ms"], graphed["run_ms"], row["speedup"], rel, agree, graphed["graphs"]), flush=True)
-            except Exception as ex:  # noqa: BLE001 - one case failing leaves the others
-                row["error"] = "%s: %s" % (type(ex).__name__, str(ex)[:400])
-                traceback.print_exc()
-            res["cases"].append(row)
-            with open(args.out, "w") as f:
-                json.dump(res, f, indent=1)
-            torch.cuda.empty_cache()
-
+        seen = {}  # config -> its graphed logits (first pass): the 64-adapter configurations against each other
+        for rep in range(args.repeat):
+            for name, prog in configs:
+                # the engine's base program (no slot tables) is what the 64-adapter step is held against
+                fuse = "0" if name == "base program" else name
+                row = {"batch": batch, "fuse": name, "repeat": rep}
+                try:
+                    graphed, lg = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, True, args.seed, args.profile)
+                    row.update({"graphs": graphed, "tok_s_graphs": batch * 1000.0 / graphed["ms"]})
+                    if rep == 0 and name != "base program":
+                        for other, lo in seen.items():
+                            rel = max(float((x - y).norm() / y.norm()) for x, y in zip(lg, lo))
+                            row.setdefault("max_rel_err_vs", {})[other] = rel
+                            print("batch %3d %s against %s: max rel %.2e" % (batch, name, other, rel), flush=True)
+                        seen[name] = lg
+                    if rep == 0:
+                        eager, le = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, False, args.seed)
+                        row.update({"eager": eager, "speedup": eager["ms"] / graphed["ms"], "tok_s_eager": batch * 1000.0 / eager["ms"],
+                                    "max_rel_err_vs_eager": max(float((x - y).norm() / y.norm()) for x, y in zip(lg, le)),
+                                    "argmax_agree_vs_eager": statistics.mean(float((x.argmax(-1) == y.argmax(-1)).float().mean()) for x, y in zip(lg, le))})
+                        print("batch %3d %-12s eager %8.2f ms (run %.2f)  graphs %8.2f ms (run %.2f, device %.2f)  x%.2f  rel %.2e argmax %.3f  %s" % (
+                            batch, name, eager["ms"], eager["run_ms"], graphed["ms"], graphed["run_ms"], graphed["device_ms"] or 0, row["speedup"], row["max_rel_err_vs_eager"],
+                            row["argmax_agree_vs_eager"], graphed["graphs"]), flush=True)
+                    else:
+                        print("batch %3d %-12s (repeat %d) graphs %8.2f ms (run %.2f, device %.2f)" % (batch, name, rep, graphed["ms"], graphed["run_ms"], graphed["device_ms"] or 0), flush=True)
+                    if args.profile:
+                        pr = graphed["profile"]
+                        print("  kernels %.0f us/step: %s" % (pr["total_us"], "; ".join("%s %.0f/%d" % (k["name"][:48], k["us"], k["launches"]) for k in pr["kernels"][:8])), flush=True)
+                except Exception as ex:  # noqa: BLE001 - one case failing leaves the others
+                    row["error"] = "%s: %s" % (type(ex).__name__, str(ex)[:400])
+                    traceback.print_exc()
+                res["cases"].append(row)
+                with open(args.out, "w") as f:
+                    json.dump(res, f, indent=1)
+                torch.cuda.empty_cache()
 
 if __name__ == "__main__":
     main()

@@ -47,6 +47,8 @@ from .ops import HALF, NATIVE_HALF_ON_CUDA
 
 #: Key of the fused step (its operands reach it as stored: `graph.RAW_OPERANDS`).
 KEY = "bankLinear"
+#: Key of a set of slot linears of one input (`BankSetStep`; raw operands too).
+SET_KEY = "bankSet"
 #: Most derived table entries kept at once.
 CACHE_SIZE = 256
 #: Tables derived so far (ranks, B transposed): what the tests read to see the cache work.
@@ -163,6 +165,20 @@ class BankStep:
         return [self._unfused(args, ctx)]
 
     def _kernel(self, args, memo):
+        op = self.kernel_operands(args, memo)
+        if op is None:
+            return None
+        mod, x, w, bias, a_bank, b_bank, b_bank_t, slots, ranks, scales = op
+        self.calls += 1
+        y = mod.lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, b_bank_t=b_bank_t)
+        if y is None:
+            return None
+        self.hits += 1
+        return y if bias is None else y + bias
+
+    def kernel_operands(self, args, memo):
+        """(stream module, x, W, bias, a_bank, b_bank, b_bank_t, slots, ranks, scales) for the
+        kernel, or None where it cannot take this run (then the unfused ops run)."""
         x, w = args[0], args[1]
         bias = args[2] if self.has_bias else None
         rest = args[3:] if self.has_bias else args[2:]
@@ -195,14 +211,9 @@ class BankStep:
         slots = memo.get(key)
         if slots is None:
             slots = memo[key] = self._slots(rest[2:], e.ranks, batch, seq)
-        self.calls += 1
         a_bank = a if e.a_bank is None else e.a_bank
         b_bank_t = b if e.b_bank_t is None else e.b_bank_t
-        y = mod.lora_bank_linear(x, w, a_bank, e.b_bank, slots, e.ranks, e.scales, b_bank_t=b_bank_t)
-        if y is None:
-            return None
-        self.hits += 1
-        return y if bias is None else y + bias
+        return mod, x, w, bias, a_bank, e.b_bank, b_bank_t, slots, e.ranks, e.scales
 
     def _slots(self, sel, ranks, batch, seq):
         on = None
@@ -235,6 +246,75 @@ class BankStep:
                 env[vid] = t if t.dtype == want else t.to(want)
             last = ids[0]
         return env[last]
+
+
+class BankSetStep:
+    """Slot linears of one input and one row→slot map (a layer's q, k and v; its gate and up) run
+    at once through `stream.lora_bank_linear_set`: their base GEMMs one after the other while one
+    shrink and one expand for them all run beside them. `members` are their `BankStep`s, `spans`
+    where each one's operands lie in the set's; where the set path declines (other row counts, a
+    member whose tables or slots differ in kind, no kernel), each member runs as its own step."""
+
+    def __init__(self, members, spans):
+        self.members = members
+        self.spans = spans
+        # Runs that reached the set kernel, and those it ran.
+        self.calls = 0
+        self.hits = 0
+
+    def __call__(self, args, attrs, ctx):
+        parts = [args[a:b] for a, b in self.spans]
+        ys = self._kernel(parts, ctx.memo)
+        if ys is not None:
+            return ys
+        return [m(p, attrs, ctx)[0] for m, p in zip(self.members, parts)]
+
+    def _kernel(self, parts, memo):
+        ops = [m.kernel_operands(p, memo) for m, p in zip(self.members, parts)]
+        if any(o is None for o in ops) or any(o[1] is not ops[0][1] or o[7] is not ops[0][7] for o in ops):
+            return None
+        mod, x, slots = ops[0][0], ops[0][1], ops[0][7]
+        self.calls += 1
+        ys = mod.lora_bank_linear_set(x, [(o[2], o[4], o[5], o[8], o[9], o[6]) for o in ops], slots)
+        if ys is None:
+            return None
+        self.hits += 1
+        for m in self.members:
+            m.calls += 1
+            m.hits += 1
+        return [y if o[3] is None else y + o[3] for y, o in zip(ys, ops)]
+
+
+def group_banks(steps, outputs, most=4):
+    """Rewrites `steps` after `fuse_bank`, merging the `BankStep`s that read one x into
+    `BankSetStep`s of at most `most` members, each placed where its first member was (every
+    member's operands are defined before that point; those that are not stay alone). Returns
+    (steps, sets)."""
+    _, defs = uses_and_defs(steps, outputs)
+    by_x = collections.OrderedDict()
+    for i, (key, _, operands, _, _) in enumerate(steps):
+        if key == KEY:
+            by_x.setdefault(operands[0], []).append(i)
+    place = {}
+    drop = set()
+    count = 0
+    for idxs in by_x.values():
+        first = idxs[0]
+        members = [i for i in idxs if all(defs.get(v, -1) < first for v in steps[i][2])]
+        for c in range(0, len(members), most):
+            chunk = members[c:c + most]
+            if len(chunk) < 2:
+                continue
+            operands, ids, spans = [], [], []
+            for i in chunk:
+                spans.append((len(operands), len(operands) + len(steps[i][2])))
+                operands.extend(steps[i][2])
+                ids.extend(steps[i][4])
+            place[chunk[0]] = (SET_KEY, BankSetStep([steps[i][1] for i in chunk], spans), operands, {}, ids)
+            drop.update(chunk[1:])
+            count += 1
+    out = [place.get(i, st) for i, st in enumerate(steps) if i not in drop]
+    return out, count
 
 
 def reference_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales):

@@ -1,12 +1,15 @@
 """A residual graph (the IR's JSON form, `graphToJson`) prepared once on a device and run many
 times with torch."""
 
+import os
+
 import torch
 
 from . import errors
 from .dims import bind_dims, evaluate_dim
 from .bank_fuse import KEY as BANK_KEY
-from .bank_fuse import fuse_bank
+from .bank_fuse import SET_KEY as BANK_SET_KEY
+from .bank_fuse import fuse_bank, group_banks
 from .fuse import fuse_lora
 from .ops import DTYPES, HALF, NATIVE_HALF_ON_CUDA, OPS, _float
 
@@ -14,7 +17,7 @@ GRAPH_FORMAT = "stageml.graph"
 GRAPH_VERSION = 1
 
 # Steps that take their operands as stored (the fused slot linear widens what it must itself).
-RAW_OPERANDS = {BANK_KEY}
+RAW_OPERANDS = {BANK_KEY, BANK_SET_KEY}
 
 
 def op_key(printed):
@@ -98,6 +101,11 @@ class Program:
         self.steps, self.fused = fuse_lora(self.steps, self.value_types, consts, self.params, [v for _, v in self.outputs], self.on_cuda)
         # The engine's slot linears (multi-adapter bank kernel): how many were replaced.
         self.steps, self.fused_slots = fuse_bank(self.steps, self.value_types, [v for _, v in self.outputs], self.on_cuda, DTYPES)
+        # Slot linears of one input (q, k, v; gate, up) as one step each (bank_fuse.BankSetStep);
+        # STAGEML_TORCH_BANK_SETS=0 keeps them apart.
+        self.slot_sets = 0
+        if self.fused_slots and os.environ.get("STAGEML_TORCH_BANK_SETS", "auto") != "0":
+            self.steps, self.slot_sets = group_banks(self.steps, [v for _, v in self.outputs])
         # Last use of each value, so intermediates are freed as soon as they are dead.
         last = {}
         for si, (_, _, operands, _, _) in enumerate(self.steps):

@@ -1069,17 +1069,17 @@ __device__ __forceinline__ void sum_t_row(float* tr, const float* __restrict__ t
 // lora_wg takes one). Launched right before lora_wg: it lets that launch start (its weight
 // prefetch) at once and writes t only after the previous grid is done (programmatic dependent
 // launch; without it both are no-ops).
+// One lora_shrink block's work: batch row m, 16-row A group ga, K slice z of kc (KW warps splitting it).
 template <int KW>
-__global__ void __launch_bounds__(32 * KW) lora_shrink(const bf16_t* __restrict__ x, const bf16_t* __restrict__ a, float* __restrict__ t,
-                                                       const int* __restrict__ slot, const int* __restrict__ rank, int M, int K, int rmax) {
+__device__ __forceinline__ void shrink_block(const bf16_t* __restrict__ x, const bf16_t* __restrict__ a, float* __restrict__ t,
+                                             const int* __restrict__ slot, const int* __restrict__ rank, int M, int K, int rmax, int m,
+                                             int ga, int z, int kc) {
   __shared__ float part[KW][16];
-  griddep_launch();  // (lora_wg's prefetch may start; lora_expand waits for this grid anyway)
-  griddep_wait();
-  const int m = blockIdx.x, ga = blockIdx.y, z = blockIdx.z, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int j = slot ? slot[m] : 0;
   const int r = j >= 0 ? rank[j] : 0;
   if (ga * 16 >= r) return;
-  const int kper = K / (KW * (int)gridDim.z), k0 = (z * KW + warp) * kper;
+  const int kper = K / (KW * kc), k0 = (z * KW + warp) * kper;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   shrink_rows(a + ((size_t)j * rmax + ga * 16) * K, K, r - ga * 16, x + (size_t)m * K, K, 1, k0, k0 + kper, acc);
   if ((lane & 3) == 0) {
@@ -1093,6 +1093,58 @@ __global__ void __launch_bounds__(32 * KW) lora_shrink(const bf16_t* __restrict_
     for (int w = 0; w < KW; ++w) v += part[w][threadIdx.x];
     t[((size_t)z * M + m) * rmax + ga * 16 + threadIdx.x] = v;
   }
+}
+
+// The bank's shrink: t[z][m][i] = x[m, Kz] . A_j[i, Kz]^T (j = slot[m], i < rank_j; f32) over the
+// z-th of gridDim.z K slices, one block per (row, 16-row A group, slice), KW warps splitting the
+// slice, summed in shared memory, written once (no atomics, no reset; lora_expand sums the slices,
+// lora_wg takes one). Launched right before lora_wg: it lets that launch start (its weight
+// prefetch) at once and writes t only after the previous grid is done (programmatic dependent
+// launch; without it both are no-ops).
+template <int KW>
+__global__ void __launch_bounds__(32 * KW) lora_shrink(const bf16_t* __restrict__ x, const bf16_t* __restrict__ a, float* __restrict__ t,
+                                                       const int* __restrict__ slot, const int* __restrict__ rank, int M, int K, int rmax) {
+  griddep_launch();  // (lora_wg's prefetch may start; lora_expand waits for this grid anyway)
+  griddep_wait();
+  shrink_block<KW>(x, a, t, slot, rank, M, K, rmax, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z);
+}
+
+// Up to SET_MAX bank linears of one input x and one set of per-row slots (a layer's q, k and v, or
+// its gate and up): each projection g has its own tables (A [S, rmax_g, K], B^T [S, rmax_g, N_g]),
+// ranks and scales, t buffer ([kc][M][rmax_g] f32), f32 term d_g [M, N_g] and output y_g [M, N_g].
+// The launches below take the whole set at once: one grid covers every projection (blockIdx.y of
+// the shrink walks the projections' 16-row A groups, blockIdx.x of the expand and the add their
+// column blocks), so a layer's LoRA half beside its base GEMMs is three launches, not three per
+// projection, and each is wide enough to keep DRAM busy.
+#define SET_MAX 4
+struct BankSet {
+  const bf16_t* a[SET_MAX];
+  const bf16_t* bt[SET_MAX];
+  float* t[SET_MAX];
+  float* d[SET_MAX];
+  bf16_t* y[SET_MAX];
+  const int* rank[SET_MAX];
+  const float* scale[SET_MAX];
+  int rmax[SET_MAX];
+  int n[SET_MAX];
+  int first[SET_MAX + 1];  // the shrink's: projection g owns blockIdx.y in [first[g], first[g + 1])
+  int cols[SET_MAX + 1];   // the expand's (256 columns per block), likewise over blockIdx.x
+  int adds[SET_MAX + 1];   // the add's (2048 elements of [M, N_g] per block), likewise
+  int count;
+};
+
+__device__ __forceinline__ int set_member(const int* start, int count, int i) {
+  int g = 0;
+  while (g + 1 < count && i >= start[g + 1]) ++g;
+  return g;
+}
+
+// lora_shrink over a BankSet: block (m, y, z) is projection g's 16-row A group y - first[g].
+template <int KW>
+__global__ void __launch_bounds__(32 * KW) lora_shrink_set(const bf16_t* __restrict__ x, const int* __restrict__ slot, BankSet s, int M, int K) {
+  griddep_wait();
+  const int g = set_member(s.first, s.count, blockIdx.y);
+  shrink_block<KW>(x, s.a[g], s.t[g], slot, s.rank[g], M, K, s.rmax[g], blockIdx.x, blockIdx.y - s.first[g], blockIdx.z, gridDim.z);
 }
 
 // The LoRA half of a linear whose base GEMM ran before (cuBLAS wrote y = x . W^T in bf16): y[m][n]
@@ -1260,15 +1312,19 @@ __global__ void __launch_bounds__(NT) lora_expand3(const float* __restrict__ t, 
 
 // y[m][n] = bf16(y + d[m][n]) over the rows whose slot is not -1 (slot null: every row), eight
 // columns per thread (N a multiple of 8): the join of lora_expand3<MODE 1> beside the base GEMM.
-__global__ void __launch_bounds__(256) lora_add(bf16_t* __restrict__ y, const float* __restrict__ d, const int* __restrict__ slot, int M, int N) {
-  griddep_wait();
-  const size_t i = ((size_t)blockIdx.x * 256 + threadIdx.x) * 8, total = (size_t)M * N;
+__device__ __forceinline__ void add_block(bf16_t* __restrict__ y, const float* __restrict__ d, const int* __restrict__ slot, int M, int N, int blk) {
+  const size_t i = ((size_t)blk * 256 + threadIdx.x) * 8, total = (size_t)M * N;
   if (i >= total) return;
   const int m = (int)(i / N);
   if (slot && slot[m] < 0) return;
   const float4 d0 = __ldcs((const float4*)(d + i)), d1 = __ldcs((const float4*)(d + i + 4));
   const float dv[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
   *(V4*)(y + i) = add8_bf16(*(const V4*)(y + i), dv);
+}
+
+__global__ void __launch_bounds__(256) lora_add(bf16_t* __restrict__ y, const float* __restrict__ d, const int* __restrict__ slot, int M, int N) {
+  griddep_wait();
+  add_block(y, d, slot, M, N, blockIdx.x);
 }
 
 // The LoRA half for factors stored transposed (bt [S][rmax][N]: row i of B_j^T holds column i of
@@ -1280,16 +1336,16 @@ __global__ void __launch_bounds__(256) lora_add(bf16_t* __restrict__ y, const fl
 // sums meet in shared memory; one warp updates the block's 256 columns 16 bytes at a time, as
 // lora_expand3 (MODE 0: y += s_j d; MODE 1: d_out = s_j d in f32, for lora_add after the join).
 template <int LW, int MODE>
-__global__ void __launch_bounds__(256) lora_expand4(const float* __restrict__ t, const bf16_t* __restrict__ bt, bf16_t* __restrict__ y,
-                                                    float* __restrict__ d_out, const int* __restrict__ slot, const int* __restrict__ rank,
-                                                    const float* __restrict__ scale, int M, int N, int rmax, int kc) {
+__device__ __forceinline__ void expand4_block(const float* __restrict__ t, const bf16_t* __restrict__ bt, bf16_t* __restrict__ y,
+                                              float* __restrict__ d_out, const int* __restrict__ slot, const int* __restrict__ rank,
+                                              const float* __restrict__ scale, int M, int N, int rmax, int kc, int m, int bx) {
   __shared__ float tr[128];
   __shared__ __align__(16) float part[8][256];
   __shared__ __align__(16) float ds[256];
-  const int m = blockIdx.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
   const int j = slot ? slot[m] : 0;
   const int r = j >= 0 ? rank[j] : 0;
-  const int n0 = blockIdx.x * 256, nl = n0 + lane * 8;
+  const int n0 = bx * 256, nl = n0 + lane * 8;
   if (j < 0) {
     griddep_wait();
     return;
@@ -1334,4 +1390,26 @@ __global__ void __launch_bounds__(256) lora_expand4(const float* __restrict__ t,
     *(float4*)(d_out + at) = *(const float4*)(ds + lane * 8);
     *(float4*)(d_out + at + 4) = *(const float4*)(ds + lane * 8 + 4);
   }
+}
+
+template <int LW, int MODE>
+__global__ void __launch_bounds__(256) lora_expand4(const float* __restrict__ t, const bf16_t* __restrict__ bt, bf16_t* __restrict__ y,
+                                                    float* __restrict__ d_out, const int* __restrict__ slot, const int* __restrict__ rank,
+                                                    const float* __restrict__ scale, int M, int N, int rmax, int kc) {
+  expand4_block<LW, MODE>(t, bt, y, d_out, slot, rank, scale, M, N, rmax, kc, blockIdx.y, blockIdx.x);
+}
+
+// lora_expand4<MODE 1> over a BankSet (LW for the set's widest rank): block (x, m) is projection g's
+// column block x - cols[g], writing s_j t B_j^T to d_g.
+template <int LW>
+__global__ void __launch_bounds__(256) lora_expand4_set(const int* __restrict__ slot, BankSet s, int M, int kc) {
+  const int g = set_member(s.cols, s.count, blockIdx.x);
+  expand4_block<LW, 1>(s.t[g], s.bt[g], nullptr, s.d[g], slot, s.rank[g], s.scale[g], M, s.n[g], s.rmax[g], kc, blockIdx.y, blockIdx.x - s.cols[g]);
+}
+
+// lora_add over a BankSet: block x is projection g's block x - adds[g].
+__global__ void __launch_bounds__(256) lora_add_set(const int* __restrict__ slot, BankSet s, int M) {
+  griddep_wait();
+  const int g = set_member(s.adds, s.count, blockIdx.x);
+  add_block(s.y[g], s.d[g], slot, M, s.n[g], blockIdx.x - s.adds[g]);
 }

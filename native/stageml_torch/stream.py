@@ -488,4 +488,48 @@ def lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=N
     return y.reshape(*x.shape[:-1], n)
 
 
+
+def lora_bank_linear_set(x, items, slots):
+    """Several bank linears of one input x and one row→slot map at once (a layer's q, k and v; its
+    gate and up): items are (w, a_bank, b_bank, ranks, scales, b_bank_t) as `lora_bank_linear` takes
+    them, 2 to `tma.SET_MAX` of them, each with b_bank_t. Returns their outputs, or None when the
+    set path does not suit (then nothing ran: call `lora_bank_linear` for each). It suits where every
+    item's dispatch is the side-stream sx path (EV 3 reading b_bank_t): the base GEMMs run one after
+    the other on the caller's stream while one shrink and one expand for the whole set run beside
+    them, and one add folds the terms in after the join (`tma.sx_launch_set`)."""
+    if not available() or not 2 <= len(items) <= _tma.SET_MAX or x.dtype != torch.bfloat16 or slots is None:
+        return None
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    if slots.shape != (m,) or slots.dtype != torch.int32:
+        return None
+    cfg = None
+    run = []
+    for w, a_bank, b_bank, ranks, scales, b_bank_t in items:
+        if b_bank_t is None or a_bank.dim() != 3 or b_bank.dim() != 3 or not (w.dtype == a_bank.dtype == b_bank.dtype == b_bank_t.dtype == x.dtype):
+            return None
+        n, kw = w.shape
+        s_, rmax, ka = a_bank.shape
+        c = _pick(m, n, k, rmax, True, None, True)
+        if (c is None or not _tma.is_sx(c) or _tma.sx_ev(c) != 3 or (cfg is not None and c[:2] != cfg[:2]) or kw != k or ka != k or n % 8 != 0
+                or b_bank.shape != (s_, n, rmax) or b_bank_t.shape != (s_, rmax, n) or ranks.shape != (s_,) or scales.shape != (s_,)
+                or ranks.dtype != torch.int32 or scales.dtype != torch.float32 or not _suits(c, m, n, k, rmax, True)):
+            return None
+        cfg = c
+        run.append((w, a_bank, b_bank_t, ranks, scales, rmax))
+    x2 = x2.contiguous()
+    if not _ok(x2, slots, *[t for it in run for t in it[:5]]):
+        return None
+    if ("set",) + tuple(cfg) in _tma._FAILED:
+        return None
+    try:
+        _tma.set_function(cfg, max(it[5] for it in run))
+    except Exception:  # noqa: BLE001 - NVRTC or the module load failed: the set path is off, each item runs alone
+        _tma._FAILED.add(("set",) + tuple(cfg))
+        return None
+    ys = [torch.empty((m, w.shape[0]), device=x.device, dtype=x.dtype) for w, *_ in run]
+    _tma.sx_launch_set(cfg, x2, [(w, a, bt, y, r, sc, rmax) for (w, a, bt, r, sc, rmax), y in zip(run, ys)], slots)
+    return [y.reshape(*x.shape[:-1], y.shape[1]) for y in ys]
+
 _load_overrides()

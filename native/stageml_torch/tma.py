@@ -579,6 +579,7 @@ def wg_explicit_instantiations(pairs):
     out = "".join("template __global__ void %s%s;\n" % (nm, sig) for nm in names)
     for kw in sorted({SHRINK_WARPS} | set(SX_KW)):
         out += "template __global__ void lora_shrink<%d>(const bf16_t*, const bf16_t*, float*, const int*, const int*, int, int, int);\n" % kw
+        out += "template __global__ void lora_shrink_set<%d>(const bf16_t*, const int*, BankSet, int, int);\n" % kw
     for nb in SX_NB:
         out += "template __global__ void lora_expand<%d>(const float*, const bf16_t*, bf16_t*, const int*, const int*, const float*, int, int, int, int);\n" % nb
         out += "template __global__ void lora_expand2<%d>(const float*, const bf16_t*, bf16_t*, const int*, const int*, const float*, int, int, int, int);\n" % nb
@@ -589,6 +590,7 @@ def wg_explicit_instantiations(pairs):
         for mode in (0, 1):
             out += ("template __global__ void lora_expand4<%d,%d>(const float*, const bf16_t*, bf16_t*, float*, const int*, const int*, const float*, int, int, int, int);\n"
                     % (lw, mode))
+        out += "template __global__ void lora_expand4_set<%d>(const int*, BankSet, int, int);\n" % lw
     return out
 
 
@@ -1112,6 +1114,80 @@ def sx_launch(cfg, x2, w, a, b, y, slots, ranks, scales, rmax, bt=None):
     _launch_raw(fe, (-(-n // cfg[2]), m, 1), cfg[2], 0, stream, [p(t), p(b), p(y), p(slots), p(ranks), p(scales)] + tail,
                 ("lora_expand2<%d>" if ev else "lora_expand<%d>") % cfg[2])
     return y
+
+
+#: Most projections one BankSet launch takes (lora_tma.cu's SET_MAX).
+SET_MAX = 4
+
+
+class BankSet(ctypes.Structure):
+    """lora_tma.cu's BankSet, passed by value: up to SET_MAX projections of one x and one row→slot map."""
+
+    _fields_ = [("a", ctypes.c_uint64 * SET_MAX), ("bt", ctypes.c_uint64 * SET_MAX), ("t", ctypes.c_uint64 * SET_MAX),
+                ("d", ctypes.c_uint64 * SET_MAX), ("y", ctypes.c_uint64 * SET_MAX), ("rank", ctypes.c_uint64 * SET_MAX),
+                ("scale", ctypes.c_uint64 * SET_MAX), ("rmax", ctypes.c_int32 * SET_MAX), ("n", ctypes.c_int32 * SET_MAX),
+                ("first", ctypes.c_int32 * (SET_MAX + 1)), ("cols", ctypes.c_int32 * (SET_MAX + 1)), ("adds", ctypes.c_int32 * (SET_MAX + 1)),
+                ("count", ctypes.c_int32)]
+
+
+def _set_fns(kw, lw):
+    return (_wg_function("lora_shrink_set<%d>" % kw, "_Z15lora_shrink_setILi%dEEvPKtPKi7BankSetii" % kw),
+            _wg_function("lora_expand4_set<%d>" % lw, "_Z16lora_expand4_setILi%dEEvPKi7BankSetii" % lw),
+            _wg_function("lora_add_set", "_Z12lora_add_setPKi7BankSeti"))
+
+
+def set_function(cfg, rmax):
+    """The BankSet kernels' handles for an EV 3 configuration and the set's widest rank (built once);
+    raises when they cannot be built here."""
+    return _set_fns(cfg[1], expand4_lw(rmax))
+
+
+def sx_launch_set(cfg, x2, items, slots):
+    """EV 3 for several bank linears of one input x2 [M, K] and one row→slot map: items are (w [N, K],
+    a [S, rmax, K], bt [S, rmax, N], y [M, N], ranks, scales, rmax), 2 to SET_MAX of them, every N a
+    multiple of 8, every y 16-byte aligned. The caller's stream runs the base GEMMs one after the
+    other while the side stream runs one shrink and one expand for the whole set (lora_shrink_set,
+    lora_expand4_set); after the join one lora_add_set folds every projection's term into its y.
+    One fork and join per set instead of per projection, and launches as wide as the set."""
+    m, k = x2.shape
+    count = len(items)
+    rmax_all = max(it[6] for it in items)
+    fs, fe, fa = set_function(cfg, rmax_all)
+    dev = x2.device
+    main = torch.cuda.current_stream(dev)
+    side = _side_stream(dev)
+    s = BankSet()
+    s.count = count
+    groups_all = sum(-(-it[6] // 16) for it in items)
+    kc = sx_slices(cfg[1], m, groups_all, k)
+    d = torch.empty((sum(m * it[0].shape[0] for it in items),), device=dev, dtype=torch.float32)
+    ts = []
+    first = cols = adds = off = 0
+    for g, (w, a, bt, y, ranks, scales, rmax) in enumerate(items):
+        n = w.shape[0]
+        t = torch.empty((kc * m * rmax,), device=dev, dtype=torch.float32)
+        ts.append(t)
+        s.a[g], s.bt[g], s.t[g], s.y[g] = a.data_ptr(), bt.data_ptr(), t.data_ptr(), y.data_ptr()
+        s.d[g] = d.data_ptr() + 4 * off
+        s.rank[g], s.scale[g], s.rmax[g], s.n[g] = ranks.data_ptr(), scales.data_ptr(), rmax, n
+        s.first[g], s.cols[g], s.adds[g] = first, cols, adds
+        first += -(-rmax // 16)
+        cols += -(-n // 256)
+        adds += -(-(m * n // 8) // 256)
+        off += m * n
+    s.first[count], s.cols[count], s.adds[count] = first, cols, adds
+    sp = ctypes.c_uint64(slots.data_ptr() if slots is not None else 0)
+    side.wait_stream(main)
+    for w, _, _, y, _, _, _ in items:
+        torch.matmul(x2, w.t(), out=y)
+    _launch_raw(fs, (m, first, kc), 32 * cfg[1], 0, side.cuda_stream, [ctypes.c_uint64(x2.data_ptr()), sp, s, ctypes.c_int32(m), ctypes.c_int32(k)],
+                "lora_shrink_set<%d>" % cfg[1])
+    _launch_raw(fe, (cols, m, 1), 256, 0, side.cuda_stream, [sp, s, ctypes.c_int32(m), ctypes.c_int32(kc)], "lora_expand4_set")
+    main.wait_stream(side)
+    # t and d were allocated on the caller's stream and are used on the side stream before the join:
+    # freed after it (their memory is reused only behind the join).
+    _launch_raw(fa, (adds, 1, 1), 256, 0, main.cuda_stream, [sp, s, ctypes.c_int32(m)], "lora_add_set")
+    return [it[3] for it in items]
 
 
 def sx_slices(kw, m, groups, k):

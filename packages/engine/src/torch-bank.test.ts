@@ -141,7 +141,7 @@ describeWithTorch("the engine's slot linears fused on the torch worker (CPU torc
     }, 120_000);
   }
 
-  it('sends every slot linear of a real program to the bank kernel (a stand-in, the program prepared as the worker prepares it), within bf16 tolerance of the unfused program', () => {
+  it('sends every slot linear of a real program to the bank kernel (stand-ins; q, k, v and gate, up as sets), within bf16 tolerance of the unfused program', () => {
     const dir = mkdtempSync(join(tmpdir(), 'torch-bank-'));
     const files = Object.fromEntries(
       (['gathered', 'single', 'grouped'] as const).map((f) => {
@@ -160,7 +160,11 @@ calls = []
 def fake(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=None, b_bank_t=None):
     calls.append(slots.tolist())
     return bank_fuse.reference_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales)
-stream.lora_bank_linear, stream.available = fake, lambda: True
+sets = []
+def fake_set(x, items, slots):
+    sets.append(len(items))
+    return [bank_fuse.reference_bank_linear(x, w, a, b, slots, r, s) for w, a, b, r, s, bt in items]
+stream.lora_bank_linear, stream.lora_bank_linear_set, stream.available = fake, fake_set, lambda: True
 files = json.loads(sys.argv[1])
 g = torch.Generator().manual_seed(0)
 res = {}
@@ -197,19 +201,26 @@ for form, path in files.items():
     outs = []
     for mode in ("1", "0"):
         os.environ["STAGEML_TORCH_FUSE"] = mode
+        prog = Program(doc, {})
         with torch.no_grad():
-            outs.append(Program(doc, {}).run(ins)["logits"].float())
+            outs.append(prog.run(ins)["logits"].float())
+        if mode == "1":
+            slot_sets = prog.slot_sets
     a, b = outs
-    res[form] = {"calls": len(calls), "slots": calls[0], "rel": float((a - b).norm() / b.norm())}
+    res[form] = {"calls": len(calls), "slots": calls[0], "rel": float((a - b).norm() / b.norm()), "slot_sets": slot_sets, "sets": sorted(sets)}
     calls.clear()
+    sets.clear()
 print(json.dumps(res))
 `;
     const r = spawnSync(python, ['-c', code, JSON.stringify(files)], { env: { ...process.env, PYTHONPATH: fileURLToPath(new URL('../../../native', import.meta.url)) }, encoding: 'utf8' });
     expect(r.stderr).toBe('');
-    const res = JSON.parse(r.stdout.trim().split('\n').pop()!) as Record<string, { calls: number; slots: number[]; rel: number }>;
+    const res = JSON.parse(r.stdout.trim().split('\n').pop()!) as Record<string, { calls: number; slots: number[]; rel: number; slot_sets: number; sets: number[] }>;
     const want = { gathered: [2, 2, -1, -1, 1, 1], single: [2, 2, -1, -1, 2, 2], grouped: [2, 2, -1, -1, 1, 1] };
     for (const [form, slots] of Object.entries(want)) {
-      expect(res[form]!.calls, form).toBe(LAYERS * 7);
+      // q, k and v as one set and gate and up as another (one input each); o and down alone.
+      expect(res[form]!.slot_sets, form).toBe(LAYERS * 2);
+      expect(res[form]!.sets, form).toEqual([...Array<number>(LAYERS).fill(2), ...Array<number>(LAYERS).fill(3)]);
+      expect(res[form]!.calls, form).toBe(LAYERS * 2);
       expect(res[form]!.slots, form).toEqual(slots);
       expect(res[form]!.rel, form).toBeLessThan(3e-2);
     }

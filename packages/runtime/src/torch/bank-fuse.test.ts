@@ -2,7 +2,8 @@
 // for the bank kernel `stream.lora_bank_linear` (monkeypatched: it records its arguments and
 // returns a torch reference): the slots it is given (−1 for base rows, each batch row's slot
 // repeated over seq), the ranks derived from the tables, the B layouts, the per-table cache, the
-// bias, and the unfused ops when the kernel declines. The engine's real programs are matched in
+// bias, the unfused ops when the kernel declines, and sibling projections of one input run as one
+// set (`lora_bank_linear_set`, stood in for too). The engine's real programs are matched in
 // packages/engine/src/torch-bank.test.ts.
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -80,6 +81,34 @@ def prog(path, fuse):
 def close(a, b):
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 `;
+
+/** Slot linears (gathered) of one x (q, k, v), one whose weight is computed after the first of them,
+ * and one of another input: `group_banks` may set only the first three. */
+function siblingsGraph(): string {
+  const b = new GraphBuilder('siblings');
+  const x = b.input('x', ['bf16', ['batch', 'seq', IN]]);
+  const rows = b.input('row_slot', ['i64', ['batch']]);
+  const lin = (xv: ReturnType<typeof b.input>, w: ReturnType<typeof b.input>, i: number) => {
+    const A = b.input(`A${String(i)}`, ['bf16', [S, R, IN]]);
+    const B = b.input(`B${String(i)}`, ['bf16', [S, R, OUT]]);
+    return b.add(b.linear(xv, w), b.matmul(b.matmul(xv, b.gather(A, rows, 0), { transposeB: true }), b.gather(B, rows, 0)));
+  };
+  const q = lin(x, b.input('W0', ['bf16', [OUT, IN]]), 0);
+  // computed after q's step: this projection cannot move up to q's place
+  const late = b.add(b.input('W3', ['bf16', [OUT, IN]]), b.input('W3b', ['bf16', [OUT, IN]]));
+  const k = lin(x, b.input('W1', ['bf16', [OUT, IN]]), 1);
+  const v = lin(x, b.input('W2', ['bf16', [OUT, IN]]), 2);
+  const other = b.input('x2', ['bf16', ['batch', 'seq', IN]]);
+  b.output('q', q);
+  b.output('k', k);
+  b.output('v', v);
+  b.output('late', lin(x, late, 3));
+  b.output('other', lin(other, b.input('W4', ['bf16', [OUT, IN]]), 4));
+  const dir = mkdtempSync(join(tmpdir(), 'bank-fuse-'));
+  const file = join(dir, 'siblings.json');
+  writeFileSync(file, JSON.stringify(graphToJson(b.build())));
+  return file;
+}
 
 describeWithTorch('fused slot linears in the torch worker (stageml_torch.bank_fuse)', () => {
   it('gathered: the kernel gets per-row slots (−1 for base rows, repeated over seq), derived ranks and both B layouts, once per table', () => {
@@ -174,6 +203,57 @@ print(json.dumps({"res": res, "calls": len(calls)}))
     expect(out.res).toEqual({ gathered: { fused: 1, equal: [true, true] }, single: { fused: 1, equal: [true, true] }, grouped: { fused: 1, equal: [true, true] } });
     // Asked at 6 rows (declined), not at 65.
     expect(out.calls).toBe(3);
+  });
+
+  it('runs the slot linears of one input as one set (lora_bank_linear_set), each alone where the set path declines or an operand comes later', () => {
+    const out = runNativePython(`${PRELUDE}
+sets = []
+decline_set = [False]
+def fake_set(x, items, slots):
+    sets.append({"items": len(items), "slots": slots.tolist(), "shapes": [list(w.shape) for w, *_ in items], "b_t": [list(bt.shape) for *_, bt in items]})
+    if decline_set[0]:
+        return None
+    return [bank_fuse.reference_bank_linear(x, w, a, b, slots, r, s) for w, a, b, r, s, bt in items]
+stream.lora_bank_linear_set = fake_set
+path = ${JSON.stringify(siblingsGraph())}
+ins = {"x": rnd(3, 2, ${String(IN)}), "x2": rnd(3, 2, ${String(IN)}), "row_slot": torch.tensor([1, 0, 2])}
+for i in range(5):
+    ins["W%d" % i] = rnd(${String(OUT)}, ${String(IN)})
+    ins["A%d" % i], ins["B%d" % i] = tables(${String(S)}, ${String(R)}, ${String(IN)}, ${String(OUT)})
+ins["W3b"] = rnd(${String(OUT)}, ${String(IN)})
+p, u = prog(path, "1"), prog(path, "0")
+os.environ["STAGEML_TORCH_BANK_SETS"] = "0"
+apart = prog(path, "1")
+del os.environ["STAGEML_TORCH_BANK_SETS"]
+members = [len(st[1].members) for st in p.steps if st[0] == bank_fuse.SET_KEY]
+ref = u.run(ins)
+y = p.run(ins)
+first = {"sets": list(sets), "singles": len(calls), "errs": {k: close(y[k], ref[k]) for k in ref}}
+sets.clear(); calls.clear()
+decline_set[0] = True
+y = p.run(ins)
+second = {"sets": len(sets), "singles": len(calls), "errs": {k: close(y[k], ref[k]) for k in ref}}
+print(json.dumps({"slot_sets": [p.slot_sets, apart.slot_sets, u.slot_sets], "fused": p.fused_slots, "members": members, "first": first, "second": second}))
+`) as {
+      slot_sets: number[];
+      fused: number;
+      members: number[];
+      first: { sets: { items: number; slots: number[]; shapes: number[][]; b_t: number[][] }[]; singles: number; errs: Record<string, number> };
+      second: { sets: number; singles: number; errs: Record<string, number> };
+    };
+    expect(out.fused).toBe(5);
+    expect(out.slot_sets).toEqual([1, 0, 0]);
+    expect(out.members).toEqual([3]);
+    // q, k and v in one call (the engine's per-row slots, B as stored [S, R, out]); late and other alone
+    expect(out.first.sets).toEqual([{ items: 3, slots: [1, 1, -1, -1, 2, 2], shapes: [[OUT, IN], [OUT, IN], [OUT, IN]], b_t: [[S, R, OUT], [S, R, OUT], [S, R, OUT]] }]);
+    expect(out.first.singles).toBe(2);
+    // declined: every member through lora_bank_linear, the same results
+    expect(out.second.sets).toBe(1);
+    expect(out.second.singles).toBe(5);
+    for (const errs of [out.first.errs, out.second.errs]) {
+      expect(Object.keys(errs).sort()).toEqual(['k', 'late', 'other', 'q', 'v']);
+      for (const [k, e] of Object.entries(errs)) expect(e, k).toBeLessThan(2e-2);
+    }
   });
 
   it('is off with STAGEML_TORCH_FUSE=0, and under auto on a CPU device', () => {

@@ -1,7 +1,7 @@
 // The torch worker's hand-written CUDA kernels (native/stageml_torch/lora_tma.cu, lora_stream.cu)
 // compiled with nvcc for sm_90a: every configuration the dispatch tables ship, and the sx path's
-// shrink/expand/add kernels, must build with no register spills and no stack frame. The GPU runs
-// them (bench/gpu/*); this catches a source change that no longer builds, or that spills, before a
+// shrink/expand/add kernels (one projection's and a set's), must build with no register spills
+// and no stack frame. The GPU runs them (bench/gpu/*); this catches a source change that no longer builds, or that spills, before a
 // device call does. CI has nvcc on this machine kind and must run it: there a missing nvcc fails
 // the test; elsewhere it is skipped.
 import { spawnSync } from 'node:child_process';
@@ -75,7 +75,7 @@ print(json.dumps({"tma": tma.wg_explicit_instantiations(wg) + tma.explicit_insta
       expect(src.counts.every((n) => n > 0)).toBe(true);
       const entries = [...build('tma', 'lora_tma.cu', src.tma), ...build('stream', 'lora_stream.cu', src.stream)];
       const names = entries.map((e) => e.entry).join(' ');
-      for (const k of ['lora_wg', 'lora_tma', 'lora_wgt', 'lora_shrink', 'lora_expand2', 'lora_expand3', 'lora_expand4', 'lora_add', 'lora_stream', 'lora_stream_cl'])
+      for (const k of ['lora_wg', 'lora_tma', 'lora_wgt', 'lora_shrink', 'lora_expand2', 'lora_expand3', 'lora_expand4', 'lora_add', 'lora_stream', 'lora_stream_cl', 'lora_shrink_set', 'lora_expand4_set', 'lora_add_set'])
         expect(names, k).toContain(`${String(k.length)}${k}`);
       for (const e of entries) expect(e.spill + e.stack, e.entry).toBe(0);
     },
