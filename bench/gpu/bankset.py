@@ -86,14 +86,17 @@ def case(res, mix, group, m):
             sk.must(st.lora_bank_linear(xs[i], w, a, b, slots[i], r, s, out=y, b_bank_t=bt))
         return outs[i]
 
-    def one_set(i):
-        ys = st.lora_bank_linear_set(xs[i], sets[i], slots[i])
+    def one_set(i, cfg=None):
+        ys = st.lora_bank_linear_set(xs[i], sets[i], slots[i], cfg=cfg)
         if ys is None:
             raise RuntimeError("lora_bank_linear_set declined")
         return ys
 
     row = {"case": "%s %s" % (group, mix), "rows": m, "N": ns, "K": K, "variants": {}}
-    for name, run in (("base GEMMs", base), ("each: lora_bank_linear", each), ("set: lora_bank_linear_set", one_set)):
+    runs = [("base GEMMs", base), ("each: lora_bank_linear", each), ("set: lora_bank_linear_set", one_set)]
+    for c in [tuple(int(v) if v.isdigit() else v for v in c.split(",")) for c in ARGS.set_cfgs.split(";") if c]:
+        runs.append(("set %s" % (c,), lambda i, c=c: one_set(i, c)))
+    for name, run in runs:
         rec = {}
         try:
             if name != "base GEMMs":
@@ -129,6 +132,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--rows", default="16,32,64")
     ap.add_argument("--mixes", default=",".join(MIXES))
+    ap.add_argument("--set-cfgs", default="", help="more sx configurations to time the set under, ';'-separated (e.g. sx,8,128,1,3)")
     ARGS = ap.parse_args()
     res = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__, "device": torch.cuda.get_device_name(),
                     "copy_TBps": sk.copy_tbs(), "bank_table": {str(kk): list(v) for kk, v in st.DEFAULT_BANK.items()}}, "rows": []}

@@ -244,7 +244,9 @@ def stream_main(args):
         t = dict(st_tables.DEFAULT_BANK)
         t.update(over)
         with open(path) as fh:
-            t["b_transposed"] = bool(json.load(fh).get("b_transposed", False))
+            doc = json.load(fh)
+            t["b_transposed"] = bool(doc.get("b_transposed", False))
+            t["set"] = bool(doc.get("set", False))  # q/k/v and gate/up through lora_bank_linear_set
         tables.append((os.path.splitext(os.path.basename(path))[0], t))
     res["meta"]["bank_tables"] = {n: {str(k): (list(v) if isinstance(v, tuple) else v) for k, v in t.items()} for n, t in tables}
     kc = [torch.randn((64, KV_HEADS, LMAX, HEAD_DIM), device=dev, dtype=torch.bfloat16) for _ in range(LAYERS)]

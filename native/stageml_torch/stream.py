@@ -43,6 +43,12 @@ the GEMM (EV 1: tma.SX_SIDE_EXPAND_MAX_RANK):
 | lora_bank_linear | 33-64 | ("sx", 32, 128, 1, 3) | 1.66-1.74 r16, 1.48-1.52 r8; 8/16/64 2.27-2.30 with b_bank_t (EV 1 without: 2.54-2.57) |
 | both | beyond | None: the caller's fallback (torch ops, the generated SGMV kernels) | - |
 
+`lora_bank_linear_set` (2-4 bank linears of one input, e.g. a layer's q, k and v) takes the rows
+whose every member's entry above is ("sx", 32, 128, 1, 3) with b_bank_t: the members' base GEMMs in
+a row beside one lora_shrink_set and one lora_expand4_set, lora_add_set after the join (64 rows of
+8/16/64: q/k/v 1.80x their base GEMMs against 2.04x one by one; gate/up 1.65-1.69x against
+1.67-1.72x; bench/gpu/bankset.py, 2026-12-02 ~04:26-04:55 UTC); elsewhere it declines.
+
 The TMA ring's bank path (producer blocks) is never taken (tma.shippable): it computed wrong sums
 when two of its blocks shared an SM (now prevented) and is behind the cluster kernel in the decode.
 Without an sm_90 GPU, cupy or libcuda the TMA, wg and sx rows return None too, and the callers
@@ -489,10 +495,11 @@ def lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=N
 
 
 
-def lora_bank_linear_set(x, items, slots):
+def lora_bank_linear_set(x, items, slots, cfg=None):
     """Several bank linears of one input x and one row→slot map at once (a layer's q, k and v; its
     gate and up): items are (w, a_bank, b_bank, ranks, scales, b_bank_t) as `lora_bank_linear` takes
-    them, 2 to `tma.SET_MAX` of them, each with b_bank_t. Returns their outputs, or None when the
+    them, 2 to `tma.SET_MAX` of them, each with b_bank_t; cfg: the sx configuration for them all
+    instead of the dispatch table's (benches). Returns their outputs, or None when the
     set path does not suit (then nothing ran: call `lora_bank_linear` for each). It suits where every
     item's dispatch is the side-stream sx path (EV 3 reading b_bank_t): the base GEMMs run one after
     the other on the caller's stream while one shrink and one expand for the whole set run beside
@@ -504,6 +511,7 @@ def lora_bank_linear_set(x, items, slots):
     m = x2.shape[0]
     if slots.shape != (m,) or slots.dtype != torch.int32:
         return None
+    want = tuple(cfg) if cfg is not None else None
     cfg = None
     run = []
     for w, a_bank, b_bank, ranks, scales, b_bank_t in items:
@@ -511,7 +519,7 @@ def lora_bank_linear_set(x, items, slots):
             return None
         n, kw = w.shape
         s_, rmax, ka = a_bank.shape
-        c = _pick(m, n, k, rmax, True, None, True)
+        c = _pick(m, n, k, rmax, True, want, True)
         if (c is None or not _tma.is_sx(c) or _tma.sx_ev(c) != 3 or (cfg is not None and c[:2] != cfg[:2]) or kw != k or ka != k or n % 8 != 0
                 or b_bank.shape != (s_, n, rmax) or b_bank_t.shape != (s_, rmax, n) or ranks.shape != (s_,) or scales.shape != (s_,)
                 or ranks.dtype != torch.int32 or scales.dtype != torch.float32 or not _suits(c, m, n, k, rmax, True)):
