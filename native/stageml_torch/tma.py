@@ -1130,10 +1130,14 @@ class BankSet(ctypes.Structure):
                 ("count", ctypes.c_int32)]
 
 
+def set_mangled(kw, lw):
+    """The BankSet kernels' names as nvcc 13 mangles them: lora_shrink_set<kw>, lora_expand4_set<lw>, lora_add_set."""
+    return ("_Z15lora_shrink_setILi%dEEvPKtPKi7BankSetii" % kw, "_Z16lora_expand4_setILi%dEEvPKi7BankSetii" % lw, "_Z12lora_add_setPKi7BankSeti")
+
+
 def _set_fns(kw, lw):
-    return (_wg_function("lora_shrink_set<%d>" % kw, "_Z15lora_shrink_setILi%dEEvPKtPKi7BankSetii" % kw),
-            _wg_function("lora_expand4_set<%d>" % lw, "_Z16lora_expand4_setILi%dEEvPKi7BankSetii" % lw),
-            _wg_function("lora_add_set", "_Z12lora_add_setPKi7BankSeti"))
+    ms, me, ma = set_mangled(kw, lw)
+    return (_wg_function("lora_shrink_set<%d>" % kw, ms), _wg_function("lora_expand4_set<%d>" % lw, me), _wg_function("lora_add_set", ma))
 
 
 def set_function(cfg, rmax):

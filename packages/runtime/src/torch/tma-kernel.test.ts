@@ -179,7 +179,8 @@ for c in bad:
     except WorkerError as e:
         res.append([e.code, e.message])
 print(json.dumps({
-  "m": [tma.wg_mangled(("wg", 64, 2, 64, 10, 0), 16), tma.wg_mangled(("wg", 64, 2, 64, 8, 4), 64), tma.wg_mangled(("wg", 64, 2, 8, 12, 0, 1), 16), tma.SHRINK_MANGLED],
+  "m": [tma.wg_mangled(("wg", 64, 2, 64, 10, 0), 16), tma.wg_mangled(("wg", 64, 2, 64, 8, 4), 64), tma.wg_mangled(("wg", 64, 2, 8, 12, 0, 1), 16), tma.SHRINK_MANGLED,
+        *tma.set_mangled(32, 8)],
   "ev": [tma.sx_ev(("sx", 32, 128)), tma.sx_ev(("sx", 32, 128, 1)), tma.sx_ev(("sx", 32, 128, 1, 1)), list(tma.check_sx(("sx", 8, 128, 0, 1))),
          list(tma.check_sx(("sx", 32, 128, 0, 2))), list(tma.check_sx(("sx", 32, 128, 1, 3)))],
   "inst": tma.wg_explicit_instantiations([(("wg", 64, 2, 8, 12, 0), 16), (("wg", 64, 2, 8, 12, 0), 8), (("wg", 64, 2, 64, 8, 4), 64)]).strip().split("\\n"),
@@ -193,25 +194,34 @@ print(json.dumps({
       '_Z7lora_wgILi64ELi2ELi64ELi8ELi0ELi4ELi0EEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii',
       '_Z7lora_wgILi64ELi2ELi8ELi12ELi16ELi0ELi1EEv4TMapS0_S0_PKtS2_PKfPtPKiS7_S4_iiii',
       '_Z11lora_shrinkILi32EEvPKtS1_PfPKiS4_iii',
+      '_Z15lora_shrink_setILi32EEvPKtPKi7BankSetii',
+      '_Z16lora_expand4_setILi8EEvPKi7BankSetii',
+      '_Z12lora_add_setPKi7BankSeti',
     ]);
     // EV (5th element): lora_expand (0, the default), lora_expand2 (1), lora_expand3 (2), or
     // lora_expand3 into a buffer on the side stream (3, only with SIDE 1)
     expect(out.ev).toEqual([0, 0, 1, ['sx', 8, 128, 0, 1], ['sx', 32, 128, 0, 2], ['sx', 32, 128, 1, 3]]);
-    // Rank 8 and 16 share FA 16 (one instantiation); the shrink (KW 8, 32) and both expands (NB 128, 256) once each,
-    // lora_expand3 in both modes, lora_expand4 for every factor-row count per warp in both modes.
-    expect(out.inst).toHaveLength(2 + 2 + 4 + 2 + 10);
+    // Rank 8 and 16 share FA 16 (one instantiation); the shrink and its BankSet form (KW 8, 32) and both
+    // expands (NB 128, 256) once each, lora_expand3 in both modes, lora_expand4 for every factor-row count
+    // per warp in both modes and its BankSet form.
+    expect(out.inst).toHaveLength(2 + 4 + 4 + 2 + 15);
     expect(out.inst[0]).toMatch(/^template __global__ void lora_wg<64,2,64,8,0,4,0>\(const __grid_constant__ TMap, /);
     expect(out.inst[1]).toMatch(/^template __global__ void lora_wg<64,2,8,12,16,0,0>\(/);
     expect(out.inst.slice(2)).toEqual([
       expect.stringMatching(/^template __global__ void lora_shrink<8>\(/),
+      expect.stringMatching(/^template __global__ void lora_shrink_set<8>\(const bf16_t\*, const int\*, BankSet, int, int\)/),
       expect.stringMatching(/^template __global__ void lora_shrink<32>\(/),
+      expect.stringMatching(/^template __global__ void lora_shrink_set<32>\(/),
       expect.stringMatching(/^template __global__ void lora_expand<128>\(/),
       expect.stringMatching(/^template __global__ void lora_expand2<128>\(/),
       expect.stringMatching(/^template __global__ void lora_expand<256>\(/),
       expect.stringMatching(/^template __global__ void lora_expand2<256>\(/),
       expect.stringMatching(/^template __global__ void lora_expand3<256,8,0>\(const float\*, const bf16_t\*, bf16_t\*, float\*, /),
       expect.stringMatching(/^template __global__ void lora_expand3<256,8,1>\(/),
-      ...[1, 2, 4, 8, 16].flatMap((lw) => [0, 1].map((mode) => expect.stringMatching(new RegExp(`^template __global__ void lora_expand4<${String(lw)},${String(mode)}>\\(const float\\*, `)))),
+      ...[1, 2, 4, 8, 16].flatMap((lw) => [
+        ...[0, 1].map((mode) => expect.stringMatching(new RegExp(`^template __global__ void lora_expand4<${String(lw)},${String(mode)}>\\(const float\\*, `))),
+        expect.stringMatching(new RegExp(`^template __global__ void lora_expand4_set<${String(lw)}>\\(const int\\*, BankSet, int, int\\)`)),
+      ]),
     ]);
     expect(out.fa).toEqual([16, 16, 48, 64, 0]);
     expect(out.bad.every((r) => r !== null && r[0] === 'RT_BAD_VALUE')).toBe(true);
