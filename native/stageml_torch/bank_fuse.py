@@ -26,6 +26,12 @@ is outside the table), all computed on the device without a host sync, once per 
 their ranks (memoized in the run's context). A bias is added after the
 kernel.
 
+`group_banks` then merges the fused slot linears of one input (a layer's q, k and v; its gate and
+up) into one `BankSetStep` each, placed where the first of them was: on CUDA their base GEMMs run
+one after the other beside one shrink and one expand for the whole set (`stream.lora_bank_linear_set`),
+and wherever that path declines each member runs as its own `BankStep` (`STAGEML_TORCH_BANK_SETS=0`
+keeps them apart; graph.Program applies it).
+
 What this does not fuse: the `f32` adapterDtype (PEFT's numerics: casts in the chain, f32
 factors; the same chains never match, so they run as the IR's ops). The kernel path takes the
 engine's contract for the masks, which it cannot check without a host sync: in the `single` form a

@@ -59,7 +59,8 @@ class Program:
 
     Parameters are moved to the device once (resident); `run(inputs)` takes and returns tensors by
     name. `fused` counts the LoRA linears `fuse.fuse_lora` replaced, `fused_slots` the engine's slot
-    linears `bank_fuse.fuse_bank` replaced. Missing parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`.
+    linears `bank_fuse.fuse_bank` replaced, `slot_sets` the sets of them `bank_fuse.group_banks`
+    formed. Missing parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`.
     """
 
     def __init__(self, graph_json, params, device="cpu", seed=0):

@@ -110,7 +110,7 @@ class Worker:
             h = self.next_handle
             self.next_handle += 1
             self.programs[h] = prog
-            return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names(), "fusedLoraLinears": prog.fused, "fusedSlotLinears": prog.fused_slots}, None
+            return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names(), "fusedLoraLinears": prog.fused, "fusedSlotLinears": prog.fused_slots, "fusedSlotSets": prog.slot_sets}, None
         if op == "run":
             prog = self._program(header)
             tensors = self._resident(header, tensors, prog.device)

@@ -114,6 +114,8 @@ describeWithTorch("the engine's slot linears fused on the torch worker (CPU torc
       const u = await plain.prepare(g);
       const base = await fused.prepare(program('base'));
       expect(p.fused.slotLinears).toBe(LAYERS * 7);
+      // q, k and v; gate and up
+      expect(p.fused.slotSets).toBe(LAYERS * 2);
       expect(u.fused.slotLinears).toBe(0);
       expect(base.fused.slotLinears).toBe(0);
       const slots = tables(g);
@@ -228,7 +230,7 @@ print(json.dumps(res))
 
   it('leaves the PEFT-exact programs (adapterDtype f32: casts in each chain) unfused', async () => {
     const p = await fused.prepare(program('gathered', 'f32'));
-    expect(p.fused).toEqual({ loraLinears: 0, slotLinears: 0 });
+    expect(p.fused).toEqual({ loraLinears: 0, slotLinears: 0, slotSets: 0 });
     p.dispose();
   }, 120_000);
 });

@@ -38,6 +38,8 @@ export interface TorchFusion {
   readonly loraLinears: number;
   /** The engine's slot linears run as one bank-kernel step (native/stageml_torch/bank_fuse.py). */
   readonly slotLinears: number;
+  /** Sets of those slot linears sharing one input (a layer's q, k, v; gate, up) run as one step (`STAGEML_TORCH_BANK_SETS`). */
+  readonly slotSets: number;
 }
 
 /** A graph prepared by the torch executor: a `PreparedGraph` that also says what the worker fused. */
@@ -480,7 +482,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         const gen = generation;
         const reply = await c.request({ op: 'prepare', graph: json }, params);
         const count = (k: string): number => (typeof reply.header[k] === 'number' ? reply.header[k] : 0);
-        return { handle: reply.header['handle'], generation: gen, fused: { loraLinears: count('fusedLoraLinears'), slotLinears: count('fusedSlotLinears') } };
+        return { handle: reply.header['handle'], generation: gen, fused: { loraLinears: count('fusedLoraLinears'), slotLinears: count('fusedSlotLinears'), slotSets: count('fusedSlotSets') } };
       };
       let current = await onWorker();
       let disposed = false;
