@@ -172,8 +172,10 @@ class BankStep:
 
     def _kernel(self, args, memo):
         op = self.kernel_operands(args, memo)
-        if op is None:
-            return None
+        return None if op is None else self.run_operands(op)
+
+    def run_operands(self, op):
+        """The kernel on `kernel_operands`' answer: y, or None where it declines."""
         mod, x, w, bias, a_bank, b_bank, b_bank_t, slots, ranks, scales = op
         self.calls += 1
         y = mod.lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, b_bank_t=b_bank_t)
@@ -270,13 +272,18 @@ class BankSetStep:
 
     def __call__(self, args, attrs, ctx):
         parts = [args[a:b] for a, b in self.spans]
-        ys = self._kernel(parts, ctx.memo)
+        ops = [m.kernel_operands(p, ctx.memo) for m, p in zip(self.members, parts)]
+        ys = self._kernel(ops)
         if ys is not None:
             return ys
-        return [m(p, attrs, ctx)[0] for m, p in zip(self.members, parts)]
+        # each member alone, on the operands already derived: its kernel, else its unfused ops
+        out = []
+        for m, p, o in zip(self.members, parts, ops):
+            y = None if o is None else m.run_operands(o)
+            out.append(y if y is not None else m._unfused(p, ctx))
+        return out
 
-    def _kernel(self, parts, memo):
-        ops = [m.kernel_operands(p, memo) for m, p in zip(self.members, parts)]
+    def _kernel(self, ops):
         if any(o is None for o in ops) or any(o[1] is not ops[0][1] or o[7] is not ops[0][7] for o in ops):
             return None
         mod, x, slots = ops[0][0], ops[0][1], ops[0][7]
@@ -291,7 +298,7 @@ class BankSetStep:
         return [y if o[3] is None else y + o[3] for y, o in zip(ys, ops)]
 
 
-def group_banks(steps, outputs, most=4):
+def group_banks(steps, outputs, most=4):  # most: tma.SET_MAX, the projections one BankSet launch takes
     """Rewrites `steps` after `fuse_bank`, merging the `BankStep`s that read one x into
     `BankSetStep`s of at most `most` members, each placed where its first member was (every
     member's operands are defined before that point; those that are not stay alone). Returns

@@ -494,7 +494,6 @@ def lora_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=N
     return y.reshape(*x.shape[:-1], n)
 
 
-
 def lora_bank_linear_set(x, items, slots, cfg=None):
     """Several bank linears of one input x and one row→slot map at once (a layer's q, k and v; its
     gate and up): items are (w, a_bank, b_bank, ranks, scales, b_bank_t) as `lora_bank_linear` takes
@@ -539,5 +538,6 @@ def lora_bank_linear_set(x, items, slots, cfg=None):
     ys = [torch.empty((m, w.shape[0]), device=x.device, dtype=x.dtype) for w, *_ in run]
     _tma.sx_launch_set(cfg, x2, [(w, a, bt, y, r, sc, rmax) for (w, a, bt, r, sc, rmax), y in zip(run, ys)], slots)
     return [y.reshape(*x.shape[:-1], y.shape[1]) for y in ys]
+
 
 _load_overrides()

@@ -205,7 +205,7 @@ print(json.dumps({"res": res, "calls": len(calls)}))
     expect(out.calls).toBe(3);
   });
 
-  it('runs the slot linears of one input as one set (lora_bank_linear_set), each alone where the set path declines or an operand comes later', () => {
+  it('runs the slot linears of one input as one set (lora_bank_linear_set), each alone where the set path declines (exactly the unfused ops where their kernels decline too) or an operand comes later', () => {
     const out = runNativePython(`${PRELUDE}
 sets = []
 decline_set = [False]
@@ -233,13 +233,17 @@ sets.clear(); calls.clear()
 decline_set[0] = True
 y = p.run(ins)
 second = {"sets": len(sets), "singles": len(calls), "errs": {k: close(y[k], ref[k]) for k in ref}}
-print(json.dumps({"slot_sets": [p.slot_sets, apart.slot_sets, u.slot_sets], "fused": p.fused_slots, "members": members, "first": first, "second": second}))
+decline[0] = True
+y = p.run(ins)
+unfused = sorted(k for k in ref if torch.equal(y[k], ref[k]))
+print(json.dumps({"slot_sets": [p.slot_sets, apart.slot_sets, u.slot_sets], "fused": p.fused_slots, "members": members, "first": first, "second": second, "unfused": unfused}))
 `) as {
       slot_sets: number[];
       fused: number;
       members: number[];
       first: { sets: { items: number; slots: number[]; shapes: number[][]; b_t: number[][] }[]; singles: number; errs: Record<string, number> };
       second: { sets: number; singles: number; errs: Record<string, number> };
+      unfused: string[];
     };
     expect(out.fused).toBe(5);
     expect(out.slot_sets).toEqual([1, 0, 0]);
@@ -250,6 +254,8 @@ print(json.dumps({"slot_sets": [p.slot_sets, apart.slot_sets, u.slot_sets], "fus
     // declined: every member through lora_bank_linear, the same results
     expect(out.second.sets).toBe(1);
     expect(out.second.singles).toBe(5);
+    // the set and every single kernel declining: exactly the unfused ops
+    expect(out.unfused).toEqual(['k', 'late', 'other', 'q', 'v']);
     for (const errs of [out.first.errs, out.second.errs]) {
       expect(Object.keys(errs).sort()).toEqual(['k', 'late', 'other', 'q', 'v']);
       for (const [k, e] of Object.entries(errs)) expect(e, k).toBeLessThan(2e-2);
