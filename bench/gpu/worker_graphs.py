@@ -6,7 +6,7 @@ without the slot linears through the bank kernel (`STAGEML_TORCH_FUSE`; `--fuse 
 slot linear alone, `STAGEML_TORCH_BANK_SETS=0`).
 
     python3 bench/gpu/worker_graphs.py --graph .gpu/wbank/graph.json --out $OUT/worker_graphs.json
-        [--batches 1,16,64] [--past 128] [--steps 24]
+        [--batches 1,16,64] [--past 128] [--steps 24] [--kv auto,0]
 
 The program and its inputs are what bench/gpu/prepare-engine-graph.ts wrote (graph.json +
 manifest.json); weights and slot tables are drawn here (bench/gpu/worker_bank.py's draw_*). Every
@@ -16,7 +16,8 @@ to the host through protocol.write_frame; `run_ms`: the request alone, synchroni
 (CUDA events around it), the step's kernels without the host's part of the request; the logits of
 each step against the same configuration without graphs (relative error, argmax agreement).
 `--repeat N` runs the configurations N times over, interleaved (run-to-run spread), `--profile K`
-K more steps under torch.profiler (kernels per step by name).
+K more steps under torch.profiler (kernels per step by name), `--kv auto,0` every configuration with
+the keys appended in place and with the program's concat (`STAGEML_TORCH_KV_IN_PLACE`).
 """
 import argparse
 import json
@@ -69,8 +70,25 @@ def kernel_summary(prof, steps):
     return {"total_us": sum(v[0] for _, v in rows) / steps, "kernels": [{"name": n, "us": v[0] / steps, "launches": v[1] / steps} for n, v in rows[:40]]}
 
 
-def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs, seed, profile=0):
+_SEEDS = {}
+
+
+def cache_seeds(batch, past, item, seed):
+    """The rows' seeded keys and values (bf16, drawn on the device once per batch, context and seed:
+    every configuration starts from the same caches)."""
+    key = (batch, past, seed)
+    if key not in _SEEDS:
+        _SEEDS.clear()
+        g = torch.Generator(device="cuda")
+        g.manual_seed(seed + 1)
+        _SEEDS[key] = {"cache:%d:%s" % (r + 1, name): (torch.randn([past] + it, generator=g, device="cuda") * 0.5).to(torch.bfloat16)
+                       for r in range(batch) for name, it in item.items()}
+    return _SEEDS[key]
+
+
+def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs, seed, profile=0, kv="auto"):
     # "auto-nosets": the bank kernel with every slot linear a step of its own (STAGEML_TORCH_BANK_SETS=0)
+    os.environ["STAGEML_TORCH_KV_IN_PLACE"] = kv
     os.environ["STAGEML_TORCH_BANK_SETS"] = "0" if fuse == "auto-nosets" else "auto"
     os.environ["STAGEML_TORCH_FUSE"] = "auto" if fuse == "auto-nosets" else fuse
     os.environ["STAGEML_TORCH_GRAPHS"] = "auto" if graphs else "0"
@@ -101,9 +119,8 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
         if s == 0:
             header["store"] = {n: i for n, i in names.items()}
             tensors.update(tables)
+            tensors.update(cache_seeds(batch, past, item, seed))
             for r in range(batch):
-                for name, it in item.items():
-                    tensors["cache:%d:%s" % (r + 1, name)] = (torch.randn([past] + it, generator=gen) * 0.5).to(torch.bfloat16)
                 tensors["cache:%d:attention_mask" % (r + 1)] = torch.zeros((past,), dtype=torch.float32)
         else:
             header["resident"] = {n: i for n, i in names.items()}
@@ -131,7 +148,7 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
     w.handle({"op": "dispose", "handle": h}, {})
     timed = slice(8, steps - profile)
     dev = [t for t in device_times[timed] if t is not None]
-    res = {"device_ms": statistics.median(dev) if dev else None, "ms": statistics.median(times[timed]), "ms_min": min(times[timed]), "run_ms": statistics.median(run_times[timed]), "first_ms": times[:3], "graphs": stats}
+    res = {"cache_concats": prep.get("cacheConcats"), "device_ms": statistics.median(dev) if dev else None, "ms": statistics.median(times[timed]), "ms_min": min(times[timed]), "run_ms": statistics.median(run_times[timed]), "first_ms": times[:3], "graphs": stats}
     if profile:
         res["profile"] = kernel_summary(prof_all, profile)
     return res, logits
@@ -148,6 +165,7 @@ def main():
     ap.add_argument("--profile", type=int, default=0, help="profile this many more steps after the timed ones: their kernels per step by name (torch.profiler)")
     ap.add_argument("--repeat", type=int, default=1, help="run the batch's configurations this many times over, interleaved")
     ap.add_argument("--fuse", default="auto,0", help="the 64-adapter program's configurations: auto (bank kernel, sibling projections as sets), auto-nosets (each slot linear alone), 0 (unfused ops)")
+    ap.add_argument("--kv", default="auto", help="STAGEML_TORCH_KV_IN_PLACE values to run every configuration with: auto (keys appended in place), 0 (the program's concat)")
     args = ap.parse_args()
     with open(args.graph) as f:
         graph = json.load(f)
@@ -165,25 +183,30 @@ def main():
     base_path = os.path.join(os.path.dirname(os.path.abspath(args.graph)), "base.json")
     base = json.load(open(base_path)) if os.path.exists(base_path) else None
     configs = ([("base program", base)] if base is not None else []) + [(fuse, graph) for fuse in args.fuse.split(",")]
+    kvs = args.kv.split(",")
+    if kvs != ["auto"]:
+        configs = [("%s kv=%s" % (name, kv), prog) for kv in kvs for name, prog in configs]
     for batch in [int(b) for b in args.batches.split(",")]:
         seen = {}  # config -> its graphed logits (first pass): configurations against each other, repeats against the first
         for rep in range(args.repeat):
             for name, prog in configs:
                 # the engine's base program (no slot tables) is what the 64-adapter step is held against
-                fuse = "0" if name == "base program" else name
-                row = {"batch": batch, "fuse": name, "repeat": rep}
+                plain, _, kv = name.partition(" kv=")
+                kv = kv or "auto"
+                fuse = "0" if plain == "base program" else plain
+                row = {"batch": batch, "fuse": name, "kv": kv, "repeat": rep}
                 try:
-                    graphed, lg = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, True, args.seed, args.profile)
+                    graphed, lg = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, True, args.seed, args.profile, kv)
                     row.update({"graphs": graphed, "tok_s_graphs": batch * 1000.0 / graphed["ms"]})
                     if rep == 0:
                         for other, lo in seen.items():
-                            if other != "base program" and name != "base program":
+                            if other.startswith("base program") == name.startswith("base program"):  # same program, another setting
                                 rel = max(float((x - y).norm() / y.norm()) for x, y in zip(lg, lo))
                                 row.setdefault("max_rel_err_vs", {})[other] = rel
                                 print("batch %3d %s against %s: max rel %.2e" % (batch, name, other, rel), flush=True)
                         seen[name] = lg
                     if rep == 0:
-                        eager, le = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, False, args.seed)
+                        eager, le = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, False, args.seed, 0, kv)
                         row.update({"eager": eager, "speedup": eager["ms"] / graphed["ms"], "tok_s_eager": batch * 1000.0 / eager["ms"],
                                     "max_rel_err_vs_eager": max(float((x - y).norm() / y.norm()) for x, y in zip(lg, le)),
                                     "argmax_agree_vs_eager": statistics.mean(float((x.argmax(-1) == y.argmax(-1)).float().mean()) for x, y in zip(lg, le))})

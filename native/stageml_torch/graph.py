@@ -11,7 +11,7 @@ from .bank_fuse import KEY as BANK_KEY
 from .bank_fuse import SET_KEY as BANK_SET_KEY
 from .bank_fuse import fuse_bank, group_banks
 from .fuse import fuse_lora
-from .ops import DTYPES, HALF, NATIVE_HALF_ON_CUDA, OPS, _float
+from .ops import DTYPES, HALF, NATIVE_HALF_ON_CUDA, OPS, _float, op_cache_concat
 
 GRAPH_FORMAT = "stageml.graph"
 GRAPH_VERSION = 1
@@ -43,6 +43,32 @@ class _Ctx:
         return evaluate_dim(d, self.env)
 
 
+def in_place_concats(steps, outputs):
+    """The concats of two operands whose result only attention steps read (as keys or values) and
+    no output is: run as `cacheConcat`, which appends the step's keys to a staged cache's view in
+    place (ops.append_in_place) instead of copying the whole context every step. Anything a view
+    of the result could reach (an output, a transpose, a slice) keeps the plain concat, since the
+    worker rewrites the buffer's tail after the run. `STAGEML_TORCH_KV_IN_PLACE=0` keeps them all.
+    Returns the steps and how many were changed."""
+    if os.environ.get("STAGEML_TORCH_KV_IN_PLACE", "auto") == "0":
+        return steps, 0
+    readers = {}
+    for si, (key, _, operands, _, _) in enumerate(steps):
+        for pos, v in enumerate(operands):
+            readers.setdefault(v, []).append((key, pos))
+    out = set(outputs)
+    changed = 0
+    new_steps = []
+    for key, fn, operands, attrs, ids in steps:
+        if key == "concat" and len(operands) == 2 and ids[0] not in out:
+            rs = readers.get(ids[0], [])
+            if rs and all(k == "attention" and pos in (1, 2) for k, pos in rs):
+                key, fn = "cacheConcat", op_cache_concat
+                changed += 1
+        new_steps.append((key, fn, operands, attrs, ids))
+    return new_steps, changed
+
+
 def check_graph(doc):
     """Validates the JSON document's envelope and op names; raises `WorkerError`."""
     if not isinstance(doc, dict) or doc.get("format") != GRAPH_FORMAT:
@@ -60,7 +86,8 @@ class Program:
     Parameters are moved to the device once (resident); `run(inputs)` takes and returns tensors by
     name. `fused` counts the LoRA linears `fuse.fuse_lora` replaced, `fused_slots` the engine's slot
     linears `bank_fuse.fuse_bank` replaced, `slot_sets` the sets of them `bank_fuse.group_banks`
-    formed. Missing parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`.
+    formed, `cache_concats` the KV concats `in_place_concats` turned into appends. Missing
+    parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`.
     """
 
     def __init__(self, graph_json, params, device="cpu", seed=0):
@@ -107,6 +134,8 @@ class Program:
         self.slot_sets = 0
         if self.fused_slots and os.environ.get("STAGEML_TORCH_BANK_SETS", "auto") != "0":
             self.steps, self.slot_sets = group_banks(self.steps, [v for _, v in self.outputs])
+        # The KV caches' concats with the step's keys, appended in place (worker.py stages them).
+        self.steps, self.cache_concats = in_place_concats(self.steps, [v for _, v in self.outputs])
         # Last use of each value, so intermediates are freed as soon as they are dead.
         last = {}
         for si, (_, _, operands, _, _) in enumerate(self.steps):

@@ -8,6 +8,7 @@ f16/bf16 op computes in f32 (CPU torch lacks or emulates half matmuls).
 """
 
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -269,6 +270,73 @@ def op_concat(x, a, ctx):
     return [torch.cat(list(x), dim=_axis(a["axis"], x[0].dim()))]
 
 
+class Tail:
+    """A staged cache buffer of the worker (worker.py `Staged`): `phys` the contiguous storage,
+    `axis` its position axis, `length` the positions the current run's view of it holds (every
+    row's filled positions lie below; from `length` to the end of `phys` nothing is live during
+    the run), `pad` the stream's pad, `written` the positions [start, start + n) a run appended in
+    place (the worker puts the pad back there before it commits)."""
+
+    __slots__ = ("phys", "axis", "length", "pad", "written", "appends", "__weakref__")
+
+    def __init__(self, phys, axis, pad):
+        self.phys, self.axis, self.pad = phys, axis, pad
+        self.length = -1
+        self.written = None
+        self.appends = 0  # runs that appended in place (eager and captured runs; replays run no Python)
+
+
+# The staged buffers whose positions past a run's view may take the step's keys in place, by
+# storage address (the worker registers them; an entry lives as long as its staged batch).
+CACHE_TAILS = weakref.WeakValueDictionary()
+
+
+def storage_ptr(t):
+    """The address of a tensor's whole storage (torch < 2.0 has no untyped_storage)."""
+    return t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else t.storage().data_ptr()
+
+
+def append_in_place(past, new, ax, ctx):
+    """concat([past, new], ax) without copying `past`: where `past` is a whole run's view of a
+    staged cache buffer (any permutation of it, `ax` its position axis), `new` is written into the
+    buffer's next positions and the view is extended over them. None where that does not hold
+    (then the caller concatenates): another storage, a narrowed or converted view, no room left,
+    or this buffer's tail already taken in this run."""
+    if not CACHE_TAILS or past.dim() != new.dim() or past.dtype != new.dtype or past.device != new.device:
+        return None
+    tail = CACHE_TAILS.get(storage_ptr(past))
+    if tail is None:
+        return None
+    phys, n = tail.phys, new.shape[ax]
+    key = ("tail", id(tail))
+    if key in ctx.memo or n == 0 or past.shape[ax] != tail.length or tail.length + n > phys.shape[tail.axis]:
+        return None
+    if past.storage_offset() != phys.storage_offset() or past.stride(ax) != phys.stride(tail.axis) or sorted(past.stride()) != sorted(phys.stride()):
+        return None
+    if past.dim() != phys.dim() or any(past.shape[d] != new.shape[d] for d in range(past.dim()) if d != ax):
+        return None
+    size = list(past.shape)
+    size[ax] += n
+    if min(size) == 0 or sum((s - 1) * st for s, st in zip(size, past.stride())) >= phys.numel():
+        return None
+    ext = past.as_strided(size, past.stride(), past.storage_offset())
+    ext.narrow(ax, tail.length, n).copy_(new)
+    ctx.memo[key] = True
+    tail.written = (tail.length, n)
+    tail.appends += 1
+    return ext
+
+
+def op_cache_concat(x, a, ctx):
+    """A concat whose result only attention reads (graph.py `in_place_concats`): a staged cache's
+    view and the step's keys appended in place where the buffer allows, else a concat."""
+    if len(x) == 2:
+        ext = append_in_place(x[0], x[1], _axis(a["axis"], x[0].dim()), ctx)
+        if ext is not None:
+            return [ext]
+    return op_concat(x, a, ctx)
+
+
 def op_slice(x, a, ctx):
     t = x[0]
     ax = _axis(a["axis"], t.dim())
@@ -463,4 +531,4 @@ OPS = {
 }
 
 # Ops whose operands stay in f16/bf16 on CUDA (tensor cores); on the CPU all half ops compute in f32.
-NATIVE_HALF_ON_CUDA = {"loraLinear", "matmul", "linear", "groupedMatmul", "attention", "add", "sub", "mul", "gather", "indexSelect", "reshape", "transpose", "concat", "slice", "broadcastTo", "silu", "cast", "constant", "where"}
+NATIVE_HALF_ON_CUDA = {"loraLinear", "matmul", "linear", "groupedMatmul", "attention", "add", "sub", "mul", "gather", "indexSelect", "reshape", "transpose", "concat", "cacheConcat", "slice", "broadcastTo", "silu", "cast", "constant", "where"}

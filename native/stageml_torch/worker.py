@@ -7,7 +7,7 @@ import traceback
 
 import torch
 
-from . import PROTOCOL_VERSION, __version__, cudagraph, errors
+from . import PROTOCOL_VERSION, __version__, cudagraph, errors, ops
 from .graph import Program
 from .ops import DTYPES
 from .protocol import read_frame, write_frame
@@ -70,15 +70,32 @@ class Staged:
     same rows in the same order and fits `cap`, its inputs are views of these buffers and its appends
     are written in place: no copy of the context."""
 
-    __slots__ = ("ids", "cap", "buffers")
+    __slots__ = ("ids", "cap", "buffers", "tails")
 
     def __init__(self, ids, cap):
         self.ids = ids
         self.cap = cap
         self.buffers = {}
+        # Keys and values: their storage (ops.Tail, registered in ops.CACHE_TAILS), TAIL positions
+        # longer than `cap`, so that a step at the capacity appends its keys in place as well.
+        self.tails = {}
+
+    def reset_tails(self):
+        """Puts each stream's pad back over the positions a run appended in place below `cap`
+        (those past `cap` are never read: the next batch copies only filled positions)."""
+        for t in self.tails.values():
+            if t.written is not None:
+                start, n = t.written
+                end = min(start + n, self.cap)
+                if start < end:
+                    t.phys.narrow(t.axis, start, end - start).fill_(t.pad)
+                t.written = None
 
 
 STAGE_STEP = 64
+# Positions past the capacity in a staged key or value buffer: where a decode step at the capacity
+# (a CUDA graph's) writes its key before the attention reads the buffer (ops.append_in_place).
+TAIL = 1
 
 
 class Worker:
@@ -110,7 +127,7 @@ class Worker:
             h = self.next_handle
             self.next_handle += 1
             self.programs[h] = prog
-            return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names(), "fusedLoraLinears": prog.fused, "fusedSlotLinears": prog.fused_slots, "fusedSlotSets": prog.slot_sets}, None
+            return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names(), "fusedLoraLinears": prog.fused, "fusedSlotLinears": prog.fused_slots, "fusedSlotSets": prog.slot_sets, "cacheConcats": prog.cache_concats}, None
         if op == "run":
             prog = self._program(header)
             tensors = self._resident(header, tensors, prog.device)
@@ -118,14 +135,20 @@ class Worker:
             graphed = bool(spec) and self.graphs.wanted(prog, spec)
             commit = self._caches(prog, spec, tensors, at_capacity=graphed) if spec else None
             with torch.no_grad():
-                if graphed:
-                    # Bound in place (part of a graph's key): resident inputs and the staged cache
-                    # streams; everything else is copied into the graph's buffers (cudagraph.py).
-                    bound = set(header.get("resident") or {}) | set(header.get("store") or {})
-                    bound |= {s["input"] for s in spec["streams"] if s.get("from") is not None}
-                    out = self.graphs.run(prog, tensors, bound)
-                else:
-                    out = prog.run(tensors)
+                try:
+                    if graphed:
+                        # Bound in place (part of a graph's key): resident inputs and the staged cache
+                        # streams; everything else is copied into the graph's buffers (cudagraph.py).
+                        bound = set(header.get("resident") or {}) | set(header.get("store") or {})
+                        bound |= {s["input"] for s in spec["streams"] if s.get("from") is not None}
+                        out = self.graphs.run(prog, tensors, bound)
+                    else:
+                        out = prog.run(tensors)
+                finally:
+                    # Keys appended in place (ops.append_in_place) leave the pad behind them, run
+                    # or failed: the commit below writes each row's own at its own length.
+                    if spec and self.staged is not None:
+                        self.staged.reset_tails()
                 if commit is not None:
                     commit(out)
             return {"ok": True}, out
@@ -219,6 +242,9 @@ class Worker:
             name = s["input"]
             _, dt, _ = declared[name]
             view = st.buffers[name][:, :past]
+            tail = st.tails.get(name)
+            if tail is not None:
+                tail.length, tail.written = past, None
             if view.dtype != DTYPES[dt]:
                 view = view.to(DTYPES[dt])
             if s.get("from") is None:
@@ -264,8 +290,12 @@ class Worker:
                 # dim] is then the storage itself at the staged capacity, which a graphed decode
                 # step reads, and its concatenation with the step's keys copies contiguous blocks
                 # (the strided copy took 5.3 of a Llama-3-8B step's 14 ms of kernels at 64 rows).
-                phys = torch.full((len(caches), item[0], cap, item[1]), float(s["pad"]), dtype=self._store_dtype(s, declared), device=device)
-                buf = phys.permute(0, 2, 1, 3)
+                # The step's concatenation is not copied at all where the program's only reader of
+                # it is attention (graph.in_place_concats): the key goes into the next position.
+                phys = torch.full((len(caches), item[0], cap + TAIL, item[1]), float(s["pad"]), dtype=self._store_dtype(s, declared), device=device)
+                buf = phys.permute(0, 2, 1, 3)[:, :cap]
+                st.tails[name] = tail = ops.Tail(phys, 2, float(s["pad"]))
+                ops.CACHE_TAILS[ops.storage_ptr(phys)] = tail
             else:
                 buf = torch.full((len(caches), cap, *item), float(s["pad"]), dtype=self._store_dtype(s, declared), device=device)
             for i, c in enumerate(caches):

@@ -116,6 +116,9 @@ describeWithTorch("the engine's slot linears fused on the torch worker (CPU torc
       expect(p.fused.slotLinears).toBe(LAYERS * 7);
       // q, k and v; gate and up
       expect(p.fused.slotSets).toBe(LAYERS * 2);
+      // Each layer's keys and values appended to the resident cache in place (kv-append.test.ts).
+      expect(p.fused.cacheConcats).toBe(LAYERS * 2);
+      expect(base.fused.cacheConcats).toBe(LAYERS * 2);
       expect(u.fused.slotLinears).toBe(0);
       expect(base.fused.slotLinears).toBe(0);
       const slots = tables(g);
@@ -230,7 +233,7 @@ print(json.dumps(res))
 
   it('leaves the PEFT-exact programs (adapterDtype f32: casts in each chain) unfused', async () => {
     const p = await fused.prepare(program('gathered', 'f32'));
-    expect(p.fused).toEqual({ loraLinears: 0, slotLinears: 0, slotSets: 0 });
+    expect(p.fused).toMatchObject({ loraLinears: 0, slotLinears: 0, slotSets: 0 });
     p.dispose();
   }, 120_000);
 });

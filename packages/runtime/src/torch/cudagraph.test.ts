@@ -33,7 +33,7 @@ function keysProgram(): string {
 }
 
 describeWithTorch('CUDA graphs of decode steps (stageml_torch.cudagraph, emulated on the CPU)', () => {
-  it('stages [rows, positions, heads, dim] streams heads-first: at the capacity the heads-first view is the storage itself', () => {
+  it('stages [rows, positions, heads, dim] streams heads-first: at the capacity the heads-first view is the storage itself, less its tail position', () => {
     const out = runNativePython(
       `
 import json, torch
@@ -48,13 +48,17 @@ for ids in ([1, 2], [3, 4], [5, 6]):
     hdr = {"op": "run", "handle": h, "caches": {"streams": streams, "rows": [{"id": 1, "append": [0, 1]}, {"id": 2, "append": [0, 1]}]}}
     ys.append(w.handle(hdr, {"ids": torch.tensor(ids).reshape(2, 1)})[1]["y"])
 buf = w.staged.buffers["past"]
-print(json.dumps({"logical": list(buf.shape), "heads_first_contiguous": buf.permute(0, 2, 1, 3).is_contiguous(),
+phys = w.staged.tails["past"].phys
+print(json.dumps({"logical": list(buf.shape), "phys": list(phys.shape), "heads_first": buf.permute(0, 2, 1, 3).data_ptr() == phys.data_ptr() and phys.is_contiguous(),
                   "row0_head1": ys[-1][0, 1, :3].tolist(), "row0_head1_new": ys[-1][0, 1, 64].tolist(), "row1_cache": w.caches[2].view("past")[:, 0, 0].tolist(), "y": list(ys[-1].shape)}))
 `,
       { STAGEML_TORCH_GRAPHS: 'emulate' },
-    ) as { logical: number[]; heads_first_contiguous: boolean; row0_head1: number[][]; row0_head1_new: number[]; row1_cache: number[]; y: number[] };
+    ) as { logical: number[]; phys: number[]; heads_first: boolean; row0_head1: number[][]; row0_head1_new: number[]; row1_cache: number[]; y: number[] };
     expect(out.logical).toEqual([2, 64, 2, 3]);
-    expect(out.heads_first_contiguous).toBe(true);
+    // Stored heads-first, one position past the capacity (where a step at the capacity appends its
+    // keys in place; kv-append.test.ts).
+    expect(out.phys).toEqual([2, 2, 65, 3]);
+    expect(out.heads_first).toBe(true);
     // Row 0 took ids 1, 3, 5 (table[i][1] = [6i + 3, 6i + 4, 6i + 5]): the cache holds 1 and 3 at
     // positions 0-1 of head 1, the pad after them up to the capacity, the step's own key last.
     expect(out.row0_head1).toEqual([[9, 10, 11], [21, 22, 23], [0, 0, 0]]);

@@ -40,6 +40,8 @@ export interface TorchFusion {
   readonly slotLinears: number;
   /** Sets of those slot linears sharing one input (a layer's q, k, v; gate, up) run as one step (`STAGEML_TORCH_BANK_SETS`). */
   readonly slotSets: number;
+  /** Concats of a cache with the step's keys that only attention reads, appended in place on the worker (`STAGEML_TORCH_KV_IN_PLACE`). */
+  readonly cacheConcats: number;
 }
 
 /** A graph prepared by the torch executor: a `PreparedGraph` that also says what the worker fused. */
@@ -482,7 +484,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         const gen = generation;
         const reply = await c.request({ op: 'prepare', graph: json }, params);
         const count = (k: string): number => (typeof reply.header[k] === 'number' ? reply.header[k] : 0);
-        return { handle: reply.header['handle'], generation: gen, fused: { loraLinears: count('fusedLoraLinears'), slotLinears: count('fusedSlotLinears'), slotSets: count('fusedSlotSets') } };
+        return { handle: reply.header['handle'], generation: gen, fused: { loraLinears: count('fusedLoraLinears'), slotLinears: count('fusedSlotLinears'), slotSets: count('fusedSlotSets'), cacheConcats: count('cacheConcats') } };
       };
       let current = await onWorker();
       let disposed = false;

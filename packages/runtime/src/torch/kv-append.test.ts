@@ -1,0 +1,147 @@
+// The worker's KV appends in place (native/stageml_torch: graph.in_place_concats,
+// ops.append_in_place, worker.py Staged.tails): where a program's concat of a staged cache with the
+// step's keys is read only by attention, the keys go into the buffer's next position instead of a
+// copy of the whole context. Checked on CPU torch against the plain concat (STAGEML_TORCH_KV_IN_PLACE=0),
+// eagerly and through the emulated CUDA graphs, with rows of different lengths, a failing run, and
+// programs whose concat a view could leak (left as concats).
+import { GraphBuilder, graphToJson } from '@stageml/ir';
+import { expect, it } from 'vitest';
+
+import { describeWithTorch, runNativePython } from './test-support.js';
+
+/**
+ * Llama's attention over resident caches, shrunk: past keys and values [b, p, 2, 4] (rows,
+ * positions, heads, dim), transposed heads-first and concatenated with the step's (gathered from
+ * tables by id), attention with the key mask [b, p + 1] and queries gathered by `qids`; the step's
+ * keys and values are outputs.
+ * With `leak`, the concatenated keys are an output too (through a transpose).
+ */
+function attentionProgram(leak = false): string {
+  const b = new GraphBuilder('attn');
+  const ids = b.input('ids', ['i64', ['b', 1]]);
+  const pk = b.input('past_key', ['f32', ['b', 'p', 2, 4]]);
+  const pv = b.input('past_value', ['f32', ['b', 'p', 2, 4]]);
+  const mask = b.reshape(b.input('attention_mask', ['f32', ['b', 'p + 1']]), ['b', 1, 1, -1]);
+  const table = (name: string): ReturnType<GraphBuilder['param']> => b.param(name, ['f32', [10, 2, 4]]);
+  const nk = b.gather(table('kt'), ids, 0);
+  const nv = b.gather(table('vt'), ids, 0);
+  const k = b.concat([b.transpose(pk, [0, 2, 1, 3]), b.transpose(nk, [0, 2, 1, 3])], 2);
+  const v = b.concat([b.transpose(pv, [0, 2, 1, 3]), b.transpose(nv, [0, 2, 1, 3])], 2);
+  // After the concats, so that a bad query id fails a run whose keys already went in.
+  const q = b.transpose(b.gather(table('qt'), b.input('qids', ['i64', ['b', 1]]), 0), [0, 2, 1, 3]);
+  b.output('out', b.attention(q, k, v, { causal: true }, mask));
+  b.output('new_key', nk);
+  b.output('new_value', nv);
+  if (leak) b.output('keys', b.transpose(k, [0, 2, 1, 3]));
+  return JSON.stringify(graphToJson(b.build()));
+}
+
+const DRIVER = (doc: string): string => `
+import json, os, torch
+from stageml_torch import errors
+from stageml_torch.worker import Worker
+doc = json.loads(${JSON.stringify(doc)})
+w = Worker("cpu")
+g = torch.Generator().manual_seed(0)
+params = {n: torch.randn((10, 2, 4), generator=g) for n in ("kt", "vt", "qt")}
+rep = w.handle({"op": "prepare", "graph": doc}, params)[0]
+h = rep["handle"]
+MASKED = -3.4028234663852886e38
+streams = [{"input": "past_key", "from": "new_key", "pad": 0}, {"input": "past_value", "from": "new_value", "pad": 0},
+           {"input": "attention_mask", "from": None, "pad": MASKED}]
+def step(ids, rows, seeds=None, qids=None):
+    hdr = {"op": "run", "handle": h, "caches": {"streams": streams, "rows": [{"id": r, "append": [0, 1]} for r in rows]}}
+    t = {"ids": torch.tensor(ids, dtype=torch.int64).reshape(len(rows), 1), "attention_mask": torch.zeros((len(rows), 1)),
+         "qids": torch.tensor(qids or ids, dtype=torch.int64).reshape(len(rows), 1)}
+    t.update(seeds or {})
+    return w.handle(hdr, t)[1]
+def pads_hold():
+    # every position at or past a row's length holds the pad, in every staged stream
+    st = w.staged
+    for name in ("past_key", "past_value"):
+        buf = st.buffers[name]
+        for i, cid in enumerate(st.ids):
+            if bool((buf[i, w.caches[cid].length:] != 0).any()):
+                return False
+    return True
+# row 1 starts with 3 positions of its own, row 2 empty: the rows' lengths differ throughout
+seeds = {"cache:1:past_key": torch.randn((3, 2, 4), generator=g), "cache:1:past_value": torch.randn((3, 2, 4), generator=g),
+         "cache:1:attention_mask": torch.zeros((3,))}
+res = {"cacheConcats": rep["cacheConcats"], "out": [], "pads": []}
+for s, ids in enumerate(([1, 2], [3, 4], [5, 6], [7, 8], [9, 0])):
+    o = step(ids, (1, 2), seeds if s == 0 else None)
+    res["out"].append(o["out"].tolist())
+    res["pads"].append(pads_hold())
+    if "keys" in o:
+        res["keys_shape"] = list(o["keys"].shape)
+tails = w.staged.tails
+res["appends"] = sum(t.appends for t in tails.values())
+res["tail_positions"] = [list(t.phys.shape) for t in tails.values()]
+# a run that fails after its keys went in (a query id past the table): a coded error, the pad back
+# in place, nothing appended, and the next step as if it had not happened
+try:
+    step([1, 1], (1, 2), qids=[99, 0])
+    res["bad"] = None
+except errors.WorkerError as e:
+    res["bad"] = e.code
+res["pads_after_bad"] = pads_hold()
+res["lengths"] = [w.caches[1].length, w.caches[2].length]
+res["after_bad"] = step([2, 3], (1, 2))["out"].tolist()
+print(json.dumps(res))
+`;
+
+interface Result {
+  cacheConcats: number;
+  out: number[][][][][];
+  pads: boolean[];
+  appends: number;
+  tail_positions: number[][];
+  bad: string | null;
+  pads_after_bad: boolean;
+  lengths: number[];
+  after_bad: number[][][][];
+  keys_shape?: number[];
+}
+
+function maxDiff(a: unknown, b: unknown): number {
+  if (Array.isArray(a) && Array.isArray(b)) {
+    expect(a.length).toBe(b.length);
+    return a.reduce<number>((m, x, i) => Math.max(m, maxDiff(x, b[i])), 0);
+  }
+  return Math.abs((a as number) - (b as number));
+}
+
+describeWithTorch('KV appends in place (stageml_torch.ops.append_in_place)', () => {
+  for (const graphs of ['0', 'emulate']) {
+    it(`appends the step's keys into the staged buffers, with the concat's results (graphs ${graphs})`, () => {
+      const run = (inPlace: string): Result => runNativePython(DRIVER(attentionProgram()), { STAGEML_TORCH_GRAPHS: graphs, STAGEML_TORCH_KV_IN_PLACE: inPlace }) as Result;
+      const fast = run('auto');
+      const plain = run('0');
+      expect(fast.cacheConcats).toBe(2);
+      expect(plain.cacheConcats).toBe(0);
+      // The same attention over the same keys: equal up to the matmuls' reduction order.
+      expect(maxDiff(fast.out, plain.out)).toBeLessThan(1e-6);
+      expect(maxDiff(fast.after_bad, plain.after_bad)).toBeLessThan(1e-6);
+      // Every step of both streams appended in place (emulated, the capture and every replay run
+      // the program: step 2 counts twice), and one position past the capacity was allocated for
+      // the steps at the capacity.
+      expect(fast.appends).toBe(graphs === '0' ? 10 : 12);
+      expect(plain.appends).toBe(0);
+      expect(fast.tail_positions).toEqual([[2, 2, 65, 4], [2, 2, 65, 4]]);
+      // Past each row's length the pad, after every step and after the failed one.
+      expect(fast.pads).toEqual([true, true, true, true, true]);
+      expect(fast.bad).toBe('RT_EVAL_FAILED');
+      expect(fast.pads_after_bad).toBe(true);
+      expect(fast.lengths).toEqual([8, 5]);
+    }, 120_000);
+  }
+
+  it('leaves a concat that reaches an output as a concat', () => {
+    const out = runNativePython(DRIVER(attentionProgram(true)), { STAGEML_TORCH_GRAPHS: '0' }) as Result;
+    // The keys' concat is an output (through a transpose): copied; the values' is still appended.
+    expect(out.cacheConcats).toBe(1);
+    expect(out.appends).toBe(5);
+    expect(out.keys_shape).toEqual([2, 8, 2, 4]);
+    expect(out.pads).toEqual([true, true, true, true, true]);
+  }, 60_000);
+});
