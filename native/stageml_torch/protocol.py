@@ -94,42 +94,71 @@ _PINNED = {}
 PINNED_BYTES = 512 << 20
 
 
-def _to_host(t):
-    """`t` in host memory. A CUDA tensor goes through a pinned buffer: a pageable copy of a decode
-    step's logits ran at ~1.3 GB/s on the H200 host (64 rows × 32000 f32, 8 MB: ~6 ms)."""
+def _to_host(t, uses, waits):
+    """`t` in host memory, in its wire storage (or a `_Widen` to convert after the wait). A CUDA
+    tensor of `GPU_WIDEN_MIN` elements or more is converted where it lives (bf16 and f16 to f32,
+    i64 to f64: the host then only copies); it goes through a pinned buffer (a pageable
+    copy of a decode step's logits ran at ~1.3 GB/s on the H200 host: 64 rows × 32000 f32, 8 MB,
+    ~6 ms), copied without waiting: its stream goes into `waits`, which the caller synchronizes
+    once for the whole frame. `uses` counts the frame's tensors of one shape and dtype, each of
+    which takes a buffer of its own (a step's 64 new keys and values have one shape)."""
     t = t.detach()
+    wire = WIRE[IR_DTYPE[t.dtype]]
     if t.device.type != "cuda":
-        return t.to("cpu")
+        return t.to("cpu").to(wire).contiguous()
+    if t.numel() >= GPU_WIDEN_MIN:
+        t = t.to(wire)
     key = (tuple(t.shape), t.dtype, str(t.device))
+    n = uses.get(key, 0)
+    uses[key] = n + 1
+    key += (n,)
     buf = _PINNED.get(key)
     if buf is None:
         size = t.numel() * t.element_size()
         if size > PINNED_BYTES:
-            return t.to("cpu")
+            return t.to("cpu").to(wire).contiguous()
         if sum(b.numel() * b.element_size() for b in _PINNED.values()) + size > PINNED_BYTES:
             _PINNED.clear()
         buf = _PINNED[key] = torch.empty(tuple(t.shape), dtype=t.dtype, pin_memory=True)
     buf.copy_(t, non_blocking=True)
-    torch.cuda.current_stream(t.device).synchronize()
-    return buf
+    waits[str(t.device)] = torch.cuda.current_stream(t.device)
+    return buf if buf.dtype == wire else _Widen(buf)
 
 
-def to_wire(t):
-    """(IR dtype name, contiguous CPU tensor in wire storage) of a tensor (valid until the next call
-    for a CUDA tensor: it may be a reused pinned buffer)."""
-    if t.dtype not in IR_DTYPE:
-        raise errors.WorkerError(errors.BAD_VALUE, "tensor dtype %s has no IR dtype" % t.dtype)
-    dtype = IR_DTYPE[t.dtype]
-    return dtype, _to_host(t).to(WIRE[dtype]).contiguous()
+class _Widen:
+    """A pinned buffer still to be widened to its wire storage on the host, once the frame's copies
+    are waited for."""
+
+    __slots__ = ("buf",)
+
+    def __init__(self, buf):
+        self.buf = buf
+
+
+# Tensors of at least this many elements are widened on the GPU (a Llama-3-8B step's reply at 64
+# rows: 2.0-2.4 ms written against 8-11 ms widened on the host, bench/results/gpu-worker.md);
+# smaller ones on the host, where one row's 64 new keys cost less than 64 kernel launches.
+GPU_WIDEN_MIN = 1 << 16
 
 
 def write_frame(stream, header, tensors=None):
-    """Writes one frame; `tensors` maps name → torch tensor (any device)."""
+    """Writes one frame; `tensors` maps name → torch tensor (any device). Every CUDA tensor is on
+    its way to the host before one wait for all of them (a wait per tensor cost a round trip each:
+    65 in a 32-layer step's reply)."""
     header = dict(header)
+    hosts = []
+    uses, waits = {}, {}
+    for name, t in (tensors or {}).items():
+        if t.dtype not in IR_DTYPE:
+            raise errors.WorkerError(errors.BAD_VALUE, "tensor '%s': dtype %s has no IR dtype" % (name, t.dtype))
+        hosts.append((name, IR_DTYPE[t.dtype], _to_host(t, uses, waits)))
+    for s in waits.values():
+        s.synchronize()
     payloads = []
     entries = []
-    for name, t in (tensors or {}).items():
-        dtype, w = to_wire(t)
+    for name, dtype, w in hosts:
+        if isinstance(w, _Widen):
+            w = w.buf.to(WIRE[dtype])
         data = memoryview(w.numpy()).cast("B") if w.numel() > 0 else b""  # the tensor's bytes, not a copy
         entries.append({"name": name, "dtype": dtype, "shape": list(w.shape), "nbytes": len(data)})
         payloads.append(data)

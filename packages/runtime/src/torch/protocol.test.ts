@@ -45,6 +45,26 @@ describe('torch worker frames', () => {
     }
   });
 
+  it('decodes frames however the bytes are split: many in one chunk, chunks of every size, a frame ending where a chunk does', () => {
+    const one = Buffer.concat(encodeFrame({ op: 'a' }, samples));
+    const stream = Buffer.concat([one, ...encodeFrame({ op: 'b' }), one, ...encodeFrame({ op: 'c' }, { x: samples['f64']! })]);
+    const check = (frames: { header: Record<string, unknown>; tensors: Record<string, HostTensor> }[]): void => {
+      expect(frames.map((f) => f.header['op'])).toEqual(['a', 'b', 'a', 'c']);
+      for (const i of [0, 2]) for (const [k, t] of Object.entries(samples)) expect(Array.from(frames[i]!.tensors[k]!.data), k).toEqual(Array.from(t.data));
+      expect(Array.from(frames[3]!.tensors['x']!.data)).toEqual([1.5, -2.25]);
+    };
+    for (const size of [stream.byteLength, one.byteLength, 3, 7, 64, 1000]) {
+      const d = new FrameDecoder();
+      const frames = [];
+      for (let o = 0; o < stream.byteLength; o += size) {
+        d.push(Buffer.from(stream.subarray(o, o + size)));
+        for (let f = d.next(); f !== undefined; f = d.next()) frames.push(f);
+      }
+      check(frames);
+      expect(d.buffered).toBe(0);
+    }
+  });
+
   it('rejects a tensor whose byte count does not fit its shape, and a header that is not JSON', () => {
     const [len, body] = encodeFrame({ op: 'x' }, { t: samples['f32']! });
     const head = JSON.parse(body!.toString('utf8')) as { tensors: { nbytes: number }[] };
