@@ -1,5 +1,9 @@
+import { fc, test } from '@fast-check/vitest';
+import { seededRandom } from '@stageml/ir';
 import { describe, expect, it } from 'vitest';
-import { type PickInfo, logSoftmax, makePicker, topOf } from './index.js';
+import { referenceSampler } from './sampling-reference.js';
+import { descendingOrder, topOrder } from './sampling.js';
+import { type PickInfo, type SamplingOptions, logSoftmax, makePicker, topOf } from './index.js';
 
 describe('makePicker logits processing', () => {
   const logits = [1, 3, 2, 0];
@@ -39,5 +43,43 @@ describe('makePicker logits processing', () => {
     };
     expect(draw(7)).toEqual(draw(7));
     expect(draw(7)).not.toEqual(draw(8));
+  });
+});
+
+const comparatorOrder = (v: ArrayLike<number>): number[] => Array.from({ length: v.length }, (_, i) => i).sort((a, b) => v[b]! - v[a]! || a - b);
+
+// Values with many ties, both zeros, infinities, and (as float64) neighbours one f32 cannot tell apart.
+const value = fc.oneof(
+  fc.constantFrom(0, -0, 1, -1, 2.5, Infinity, -Infinity, 1 + 2 ** -40, 1 + 2 ** -41, -3 - 2 ** -35),
+  fc.integer({ min: -4, max: 4 }).map((i) => i / 2),
+  fc.double({ min: -1e6, max: 1e6, noNaN: true }),
+);
+
+describe('the sampler at a real vocabulary (descendingOrder, topOrder)', () => {
+  test.prop([fc.array(value, { maxLength: 300 }), fc.boolean()])('orders indices as the comparator sort does, f32 or float64', (vals, asF32) => {
+    const v = asF32 ? Float32Array.from(vals) : vals;
+    const want = comparatorOrder(v);
+    expect(Array.from(descendingOrder(v))).toEqual(want);
+    for (const k of [1, 2, 7, Math.floor(v.length / 3), v.length]) if (k <= v.length) expect(Array.from(topOrder(v, k))).toEqual(want.slice(0, k));
+  });
+
+  it('takes the same tokens as the comparator-sort sampler at a 32,000-token vocabulary, with every option', () => {
+    const r = seededRandom(3);
+    const f32 = Float32Array.from({ length: 32000 }, () => (r() * 2 - 1) * 8);
+    // float64 logits after penalties, and a vocabulary of a few tied values
+    const f64 = Array.from(f32, (x, i) => x + (i % 7) * 2 ** -30);
+    const tied = Float32Array.from({ length: 32000 }, () => Math.floor(r() * 5));
+    const options: SamplingOptions[] = [{ temperature: 0.8, topP: 0.95 }, { temperature: 1 }, { temperature: 0.7, topK: 50 }, { temperature: 1.3, topK: 4000, topP: 0.5 }, { topK: 1 }, { topP: 0.01 }];
+    for (const logits of [f32, f64, tied]) {
+      for (const o of options) {
+        for (const seed of [1, 2]) {
+          const mine = makePicker({ ...o, seed });
+          const theirs = referenceSampler({ ...(o as object), seed });
+          const a = Array.from({ length: 6 }, () => mine(logits));
+          const b = Array.from({ length: 6 }, () => theirs(logits));
+          expect(a, JSON.stringify(o)).toEqual(b);
+        }
+      }
+    }
   });
 });
