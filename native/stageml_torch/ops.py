@@ -231,6 +231,17 @@ def op_argmax(x, a, ctx):
     return [src.argmax(dim=ax, keepdim=a.get("keepDims", False))]
 
 
+def argmax_rows(t):
+    """Per row (all but the last axis), the index of the maximum over the last axis as the host's
+    pickers take it (`argmaxOf`, runtime `argmaxRows`): the first entry no later entry exceeds, so
+    a NaN never wins unless it comes first. int64, on the tensor's device."""
+    if t.dim() == 0 or t.shape[-1] == 0:
+        return torch.zeros(t.shape[:-1] if t.dim() else (), dtype=torch.int64, device=t.device)
+    nan = torch.isnan(t)
+    idx = torch.where(nan, torch.full_like(t, -math.inf), t).argmax(dim=-1)
+    return torch.where(nan[..., 0], torch.zeros_like(idx), idx)
+
+
 def op_softmax(x, a, ctx):
     t = x[0]
     return [torch.softmax(_f32(t), dim=_axis(a.get("axis", -1), t.dim()))]

@@ -130,6 +130,9 @@ class Worker:
             return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names(), "fusedLoraLinears": prog.fused, "fusedSlotLinears": prog.fused_slots, "fusedSlotSets": prog.slot_sets, "cacheConcats": prog.cache_concats}, None
         if op == "run":
             prog = self._program(header)
+            for name in header.get("argmax") or []:
+                if name not in prog.output_names() or prog.value_types[dict(prog.outputs)[name]][1] not in ("f32", "f16", "bf16", "f64"):
+                    raise errors.WorkerError(errors.BAD_VALUE, "argmax names '%s', which is not a float output of @%s" % (name, prog.name))
             tensors = self._resident(header, tensors, prog.device)
             spec = header.get("caches")
             graphed = bool(spec) and self.graphs.wanted(prog, spec)
@@ -151,6 +154,9 @@ class Worker:
                         self.staged.reset_tails()
                 if commit is not None:
                     commit(out)
+                for name in header.get("argmax") or []:
+                    # Only the index of each row's maximum crosses to the host (a greedy pick).
+                    out[name] = ops.argmax_rows(out[name])
             return {"ok": True}, out
         if op == "cache_drop":
             dropped = set(header.get("ids") or [])

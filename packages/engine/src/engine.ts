@@ -1,7 +1,7 @@
 import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, graphParams, hostTensor, rounderFor } from '@stageml/ir';
 import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, readLlamaConfig, readParam } from '@stageml/models';
 import { AdapterCache, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
-import { type CacheRun, type CacheStore, type CacheStream, type Executor, type PreparedGraph, executorCapabilities, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
+import { type CacheRun, type CacheStore, type CacheStream, type Executor, type PreparedGraph, argmaxRows, executorCapabilities, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
 import { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, type EngineAdapterDType, type EngineDType, castEngineGraph, castTensor, tensorBytes } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
@@ -640,14 +640,14 @@ export class Engine {
     inputs[TOKEN_SLOT_INPUT] = hostTensor('i64', [rowSlots.length * seq], rowSlots.flatMap((s) => new Array<number>(seq).fill(s)));
   }
 
-  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined, caches: CacheRun | undefined, produced: Outputs): Promise<Record<string, HostTensor>> {
+  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined, caches: CacheRun | undefined, produced: Outputs, greedy = false): Promise<Record<string, HostTensor>> {
     if (this.#disposed) throw new EngineError(EngineCode.BAD_OPTIONS, 'the engine was disposed');
     const programs = this.#programs;
     if (programs.base !== undefined && lane === undefined && rowSlots.every((s) => s === 0)) {
       if (this.#baseTakesWeights) Object.assign(inputs, this.#weightInputs);
       this.#runs++;
       this.#runsByForm.base++;
-      return this.#runProgram(programs.base, inputs, caches, produced);
+      return this.#runProgram(programs.base, inputs, caches, produced, greedy);
     }
     Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
     const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
@@ -668,17 +668,18 @@ export class Engine {
     }
     this.#runs++;
     this.#runsByForm[form]++;
-    return this.#runProgram(programs[form]!, inputs, caches, produced);
+    return this.#runProgram(programs[form]!, inputs, caches, produced, greedy);
   }
 
   /** Runs `program`, recycling its last finished call's result when recycling outputs; the result goes to `produced`. */
-  async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined, produced: Outputs): Promise<Record<string, HostTensor>> {
+  async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined, produced: Outputs, greedy = false): Promise<Record<string, HostTensor>> {
+    const argmax = greedy ? GREEDY_OUTPUTS : undefined;
     const spare = this.#spare;
-    if (spare === undefined) return runProgram(program, inputs, this.#resident, caches);
+    if (spare === undefined) return runProgram(program, inputs, this.#resident, caches, undefined, argmax);
     // Taken while the run is in flight: a concurrent run of the same program allocates.
     const recycle = spare.get(program);
     spare.delete(program);
-    const out = await runProgram(program, inputs, this.#resident, caches, recycle);
+    const out = await runProgram(program, inputs, this.#resident, caches, recycle, argmax);
     produced.set(program, out);
     return out;
   }
@@ -819,6 +820,20 @@ export class Engine {
    * to each row's logits f32[vocab].
    */
   async decode(seqs: readonly Sequence[], tokens: readonly number[]): Promise<Float32Array[]> {
+    return (await this.#decodeStep(seqs, tokens, false)) as Float32Array[];
+  }
+
+  /**
+   * One decode step as `decode`, resolving to each row's greedy token instead of its logits: the
+   * index of its largest logit, as `argmaxOf` of @stageml/models picks it (ties the lowest id). An
+   * executor whose results cross to the host (the torch worker) then returns one index per row
+   * instead of the whole vocabulary's logits (`RunOptions.argmax`).
+   */
+  async decodeGreedy(seqs: readonly Sequence[], tokens: readonly number[]): Promise<number[]> {
+    return (await this.#decodeStep(seqs, tokens, true)) as number[];
+  }
+
+  async #decodeStep(seqs: readonly Sequence[], tokens: readonly number[], greedy: boolean): Promise<Float32Array[] | number[]> {
     await this.#applyPlan();
     if (seqs.length === 0 || tokens.length !== seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, `decode needs one token per sequence (${String(seqs.length)} sequences, ${String(tokens.length)} tokens)`);
     // Rows of adapters with a lane of their own run in batches of their own (one run per lane).
@@ -827,19 +842,19 @@ export class Engine {
       const key = s.adapter !== undefined && this.#lanes.has(s.adapter) ? s.adapter : '';
       byLane.set(key, [...(byLane.get(key) ?? []), i]);
     });
-    const result: Float32Array[] = new Array<Float32Array>(seqs.length);
+    const result: (Float32Array | number)[] = new Array<Float32Array | number>(seqs.length);
     const produced: Outputs = new Map();
     for (const [key, idx] of byLane) {
-      const out = await this.#decodeBatch(idx.map((i) => seqs[i]!), idx.map((i) => tokens[i]!), key === '' ? undefined : this.#lanes.get(key), produced);
+      const out = await this.#decodeBatch(idx.map((i) => seqs[i]!), idx.map((i) => tokens[i]!), key === '' ? undefined : this.#lanes.get(key), produced, greedy);
       idx.forEach((i, j) => {
         result[i] = out[j]!;
       });
     }
     this.#keep(produced);
-    return result;
+    return result as Float32Array[] | number[];
   }
 
-  async #decodeBatch(seqs: readonly Sequence[], tokens: readonly number[], lane: Lane | undefined, produced: Outputs): Promise<Float32Array[]> {
+  async #decodeBatch(seqs: readonly Sequence[], tokens: readonly number[], lane: Lane | undefined, produced: Outputs, greedy: boolean): Promise<(Float32Array | number)[]> {
     const rows = seqs.length;
     const slots = seqs.map((s) => {
       const slot = this.#check(s);
@@ -876,8 +891,9 @@ export class Engine {
       }
     }
     if (caches === undefined) inputs['attention_mask'] = decodeAttention(seqs, past, this.config.slidingWindow, this.#staging);
-    const out = await this.#run(inputs, slots, lane, caches, produced);
+    const out = await this.#run(inputs, slots, lane, caches, produced, greedy);
     const { k, v } = this.#outputs(out);
+    const picks = greedy ? argmaxRows(out['logits']!) : undefined;
     const logits = out['logits']!.data as Float32Array;
     const V = this.config.vocabSize;
     return seqs.map((s, r) => {
@@ -885,7 +901,7 @@ export class Engine {
         s.kv.append(k, v, r * width, [0]);
         s.nextPosition++;
       }
-      return logits.subarray(r * V, (r + 1) * V);
+      return picks !== undefined ? picks[r]! : logits.subarray(r * V, (r + 1) * V);
     });
   }
 }
@@ -921,9 +937,12 @@ function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
 type Outputs = Map<PreparedGraph, Record<string, HostTensor>>;
 
 /** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */
-async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun, recycle?: Readonly<Record<string, HostTensor>>): Promise<Record<string, HostTensor>> {
+/** What a greedy decode step needs of its logits: each row's largest (`RunOptions.argmax`). */
+const GREEDY_OUTPUTS: readonly string[] = ['logits'];
+
+async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun, recycle?: Readonly<Record<string, HostTensor>>, argmax?: readonly string[]): Promise<Record<string, HostTensor>> {
   try {
-    return await program.run(inputs, { resident, ...(caches === undefined ? {} : { caches }), ...(recycle === undefined ? {} : { recycle }) });
+    return await program.run(inputs, { resident, ...(caches === undefined ? {} : { caches }), ...(recycle === undefined ? {} : { recycle }), ...(argmax === undefined ? {} : { argmax }) });
   } catch (e) {
     if (e instanceof StageError) throw e;
     throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${errorMessage(e)}`, { cause: e });

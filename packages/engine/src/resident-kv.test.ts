@@ -33,7 +33,7 @@ const PROMPTS: [string | undefined, number[]][] = [
  * release in the middle of the batch, a new sequence reusing the freed place, more steps; after
  * step `kill` (if given) `between()` runs. Returns every row's greedy tokens.
  */
-async function script(e: Engine, between?: { after: number; run: () => Promise<void> }): Promise<number[][]> {
+async function script(e: Engine, between?: { after: number; run: () => Promise<void> }, greedy = false): Promise<number[][]> {
   const seqs: Sequence[] = PROMPTS.map(([a, p]) => e.open(a, p));
   for (const s of seqs) expect(await e.attach(s)).toBe(true);
   const tokens = new Map<Sequence, number[]>(seqs.map((s) => [s, []]));
@@ -49,12 +49,19 @@ async function script(e: Engine, between?: { after: number; run: () => Promise<v
   await prefill(seqs);
   let live = [...seqs];
   let step = 0;
+  const picked = new Map<Sequence, number>();
   const decode = async (n: number): Promise<void> => {
     for (let i = 0; i < n; i++, step++) {
-      const next = live.map((s) => argmaxOf(last.get(s)!));
+      const next = live.map((s) => picked.get(s) ?? argmaxOf(last.get(s)!));
       live.forEach((s, r) => tokens.get(s)!.push(next[r]!));
-      const out = await e.decode(live, next);
-      live.forEach((s, r) => last.set(s, Float32Array.from(out[r]!)));
+      if (greedy) {
+        // The step's picks made by the engine (on the worker), fed to the next step.
+        const ids = await e.decodeGreedy(live, next);
+        live.forEach((s, r) => picked.set(s, ids[r]!));
+      } else {
+        const out = await e.decode(live, next);
+        live.forEach((s, r) => last.set(s, Float32Array.from(out[r]!)));
+      }
       if (between?.after === step) await between.run();
     }
   };
@@ -95,6 +102,35 @@ describeWithTorch('resident KV on the torch worker (CPU torch)', () => {
         const scored = await resident.promptLogits('a', PROMPTS[0]![1]);
         expect(Array.from(scored.data)).toEqual(Array.from((await host.promptLogits('a', PROMPTS[0]![1])).data));
         expect(resident.memory().executorKv).toBe(0); // every sequence released
+      } finally {
+        host.dispose();
+        resident.dispose();
+      }
+    }
+  }, 120_000);
+
+  it('picks greedy tokens on the worker (decodeGreedy): the tokens of argmaxOf over the logits, one id per row in the reply', async () => {
+    for (const dtype of ['f32', 'bf16'] as const) {
+      const host = await load({ executor, dtype, residentKv: false });
+      const resident = await load({ executor, dtype });
+      try {
+        const want = await script(host);
+        expect(await script(resident, undefined, true)).toEqual(want);
+        // Without resident caches the worker picks them as well.
+        expect(await script(host, undefined, true)).toEqual(want);
+        // A decode step's reply: the logits (rows × vocabulary f32) less one i64 per row.
+        const seqs = [resident.open('a', PROMPTS[0]![1]), resident.open(undefined, PROMPTS[2]![1])];
+        for (const q of seqs) await resident.attach(q);
+        while (seqs.some((q) => !q.ready)) await resident.prefillMany(seqs.filter((q) => !q.ready));
+        const received = async (f: () => Promise<unknown>): Promise<number> => {
+          const before = executor.traffic().receivedBytes;
+          await f();
+          return executor.traffic().receivedBytes - before;
+        };
+        const full = await received(() => resident.decode(seqs, [5, 6]));
+        const picks = await received(() => resident.decodeGreedy(seqs, [7, 8]));
+        expect(full - picks).toBeGreaterThanOrEqual(2 * resident.config.vocabSize * 4 - 2 * 8 - 64);
+        for (const q of seqs) resident.release(q);
       } finally {
         host.dispose();
         resident.dispose();

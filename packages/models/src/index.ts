@@ -29,7 +29,7 @@ export type { TextTokenizer } from './tokenizer.js';
 export { IncrementalDetokenizer } from './detokenizer.js';
 export { applyChatTemplate, chatTemplateOf, renderChatTemplate } from './chat-template.js';
 export type { ChatTemplateMessage, ChatTemplateOptions } from './chat-template.js';
-export { argmaxOf, checkSampling, logSoftmax, makePicker, topOf } from './sampling.js';
+export { argmaxOf, checkSampling, descendingOrder, isPlainGreedy, logSoftmax, makePicker, topOf, topOrder } from './sampling.js';
 export type { LogitsProcessing, PickInfo, SamplingOptions, TokenLogprob, TokenPicker } from './sampling.js';
 export { CausalLM } from './causal-lm.js';
 export type { CausalLMOptions, ForwardResult, KvCache, RowAdapters } from './causal-lm.js';

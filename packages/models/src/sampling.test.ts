@@ -1,9 +1,10 @@
 import { fc, test } from '@fast-check/vitest';
 import { seededRandom } from '@stageml/ir';
+import { argmaxRows } from '@stageml/runtime';
 import { describe, expect, it } from 'vitest';
 import { referenceSampler } from './sampling-reference.js';
 import { descendingOrder, topOrder } from './sampling.js';
-import { type PickInfo, type SamplingOptions, logSoftmax, makePicker, topOf } from './index.js';
+import { type PickInfo, argmaxOf, isPlainGreedy, logSoftmax, makePicker, topOf } from './index.js';
 
 describe('makePicker logits processing', () => {
   const logits = [1, 3, 2, 0];
@@ -35,6 +36,14 @@ describe('makePicker logits processing', () => {
     expect(topOf([0, 5, 5, 1], 3).map((t) => t.id)).toEqual([1, 2, 3]);
   });
 
+  it('tells plain greedy pickers (argmax of the raw logits) from the rest', () => {
+    expect(isPlainGreedy(makePicker({ greedy: true }))).toBe(true);
+    expect(isPlainGreedy(makePicker({ greedy: true, presencePenalty: 0 }))).toBe(true);
+    expect(isPlainGreedy(makePicker({ greedy: true, presencePenalty: 0.5 }))).toBe(false);
+    expect(isPlainGreedy(makePicker({ greedy: true, onPick: () => undefined }))).toBe(false);
+    expect(isPlainGreedy(makePicker({ temperature: 0.5 }))).toBe(false);
+  });
+
   it('sampling is reproducible per seed and differs across seeds', () => {
     const wide = Array.from({ length: 50 }, (_, i) => Math.sin(i));
     const draw = (seed: number) => {
@@ -63,18 +72,22 @@ describe('the sampler at a real vocabulary (descendingOrder, topOrder)', () => {
     for (const k of [1, 2, 7, Math.floor(v.length / 3), v.length]) if (k <= v.length) expect(Array.from(topOrder(v, k))).toEqual(want.slice(0, k));
   });
 
+  test.prop([fc.array(fc.oneof(value, fc.constant(NaN)), { minLength: 1, maxLength: 40 })])("argmaxRows (the executors' greedy picks) is argmaxOf", (row) => {
+    expect(argmaxRows({ dtype: 'f32', shape: [1, row.length], data: Float32Array.from(row) })).toEqual([argmaxOf(Float32Array.from(row))]);
+  });
+
   it('takes the same tokens as the comparator-sort sampler at a 32,000-token vocabulary, with every option', () => {
     const r = seededRandom(3);
     const f32 = Float32Array.from({ length: 32000 }, () => (r() * 2 - 1) * 8);
     // float64 logits after penalties, and a vocabulary of a few tied values
     const f64 = Array.from(f32, (x, i) => x + (i % 7) * 2 ** -30);
     const tied = Float32Array.from({ length: 32000 }, () => Math.floor(r() * 5));
-    const options: SamplingOptions[] = [{ temperature: 0.8, topP: 0.95 }, { temperature: 1 }, { temperature: 0.7, topK: 50 }, { temperature: 1.3, topK: 4000, topP: 0.5 }, { topK: 1 }, { topP: 0.01 }];
+    const options: { temperature?: number; topK?: number; topP?: number }[] = [{ temperature: 0.8, topP: 0.95 }, { temperature: 1 }, { temperature: 0.7, topK: 50 }, { temperature: 1.3, topK: 4000, topP: 0.5 }, { topK: 1 }, { topP: 0.01 }];
     for (const logits of [f32, f64, tied]) {
       for (const o of options) {
         for (const seed of [1, 2]) {
           const mine = makePicker({ ...o, seed });
-          const theirs = referenceSampler({ ...(o as object), seed });
+          const theirs = referenceSampler({ ...o, seed });
           const a = Array.from({ length: 6 }, () => mine(logits));
           const b = Array.from({ length: 6 }, () => theirs(logits));
           expect(a, JSON.stringify(o)).toEqual(b);

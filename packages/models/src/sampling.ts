@@ -128,6 +128,14 @@ function hasProcessing(s: LogitsProcessing): boolean {
 }
 
 /**
+ * Whether a picker (of `makePicker`) is plain greedy: the argmax of the raw logits, with no
+ * processing and no `onPick`; such a pick can be made where the logits are (`Engine.decodeGreedy`).
+ */
+export function isPlainGreedy(picker: TokenPicker): boolean {
+  return picker === argmaxOf;
+}
+
+/**
  * Makes a picker: logits processing (bias, penalties; see `LogitsProcessing`), then greedy argmax,
  * or sampling in HF's order — temperature, then top-k, then top-p (nucleus, always keeping the
  * most likely token), then a draw from the renormalized softmax.

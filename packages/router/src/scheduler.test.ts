@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Engine } from '@stageml/engine';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { type GenerationRequest, Scheduler, TenantRegistry, parseRouterConfig } from './index.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
@@ -44,6 +44,37 @@ describe('Scheduler', () => {
     }
     await Promise.all(jobs);
     expect(s.snapshot()).toMatchObject({ running: 0, waiting: 0 });
+  });
+
+  it('decodes an all-greedy batch with decodeGreedy (the pick made where the logits are) and any other with decode, with the same tokens', async () => {
+    const calls = { greedy: 0, logits: 0 };
+    const { decode, decodeGreedy } = lm;
+    lm.decodeGreedy = async (seqs, tokens) => {
+      calls.greedy++;
+      return decodeGreedy.call(lm, seqs, tokens);
+    };
+    lm.decode = async (seqs, tokens) => {
+      calls.logits++;
+      return decode.call(lm, seqs, tokens);
+    };
+    onTestFinished(() => {
+      lm.decode = decode;
+      lm.decodeGreedy = decodeGreedy;
+    });
+    const s = new Scheduler(lm, { maxBatch: 8 });
+    const greedy = await Promise.all([0, 1, 2].map((p) => s.submit(req('base', p))));
+    greedy.forEach((r, p) => expect(r.newIds).toEqual(prompt('base', p).greedy_new_ids));
+    expect(calls.greedy).toBeGreaterThan(0);
+    expect(calls.logits).toBe(0);
+    // A sampled row, or a greedy one with a penalty or log-probabilities, needs the logits.
+    const mixed = await Promise.all([
+      s.submit(req('base', 0)),
+      s.submit(req('base', 1, { sampling: { greedy: true, presencePenalty: 0 } })),
+      s.submit(req('base', 2, { sampling: { temperature: 0.7, seed: 3 } })),
+    ]);
+    expect(mixed[0]!.newIds).toEqual(prompt('base', 0).greedy_new_ids);
+    expect(mixed[1]!.newIds).toEqual(prompt('base', 1).greedy_new_ids);
+    expect(calls.logits).toBeGreaterThan(0);
   });
 
   it('streams tokens in order and stops at a stop token', async () => {

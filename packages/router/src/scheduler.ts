@@ -1,6 +1,6 @@
 import { StageError, errorMessage } from '@stageml/ir';
 import type { Engine, Sequence } from '@stageml/engine';
-import { type SamplingOptions, type TokenPicker, makePicker } from '@stageml/models';
+import { type SamplingOptions, type TokenPicker, isPlainGreedy, makePicker } from '@stageml/models';
 import { RouterCode, RouterError } from './errors.js';
 
 /** One generation request, as the router schedules it. */
@@ -281,7 +281,12 @@ export class Scheduler {
 
   #emit(seq: Seq, logits: ArrayLike<number>): void {
     if (seq.done) return;
-    const id = seq.picker(logits);
+    this.#accept(seq, seq.picker(logits));
+  }
+
+  /** Takes `id` as the sequence's next token: streams it, and finishes the sequence at a stop or its length. */
+  #accept(seq: Seq, id: number): void {
+    if (seq.done) return;
     seq.last = id;
     seq.newIds.push(id);
     seq.firstTokenAt ??= performance.now();
@@ -371,6 +376,15 @@ export class Scheduler {
 
   async #decode(group: readonly Seq[]): Promise<void> {
     try {
+      if (group.every((s) => isPlainGreedy(s.picker))) {
+        // Every row picks the argmax of its raw logits: the engine picks them where the logits are
+        // (the torch worker sends one id per row instead of the vocabulary's logits).
+        const ids = await this.#engine.decodeGreedy(group.map((s) => s.es!), group.map((s) => s.last));
+        group.forEach((s, i) => {
+          this.#accept(s, ids[i]!);
+        });
+        return;
+      }
       const logits = await this.#engine.decode(group.map((s) => s.es!), group.map((s) => s.last));
       group.forEach((s, i) => {
         this.#emit(s, logits[i]!);

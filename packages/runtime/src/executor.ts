@@ -35,6 +35,41 @@ export interface RunOptions {
    * allocate as usual. The cpu-native executor reuses it.
    */
   readonly recycle?: Readonly<Record<string, HostTensor>>;
+  /**
+   * Float outputs of which the caller needs only, per row, the index of the maximum along the last
+   * axis (a greedy pick from logits). An executor whose results cross to the host (the torch
+   * worker) returns such an output as i64 of the leading dims instead, computed where it ran;
+   * in-process executors return the values. Read either with `argmaxRows`.
+   */
+  readonly argmax?: readonly string[];
+}
+
+/**
+ * Per row of an output a run was asked to reduce (`RunOptions.argmax`), the index of its maximum:
+ * the executor's own (an i64 tensor), or computed here over the last axis. Both take the first
+ * entry no later entry exceeds (`argmaxOf` of @stageml/models: ties the lowest index; a NaN never
+ * exceeds, nor is exceeded where it comes first).
+ */
+export function argmaxRows(t: HostTensor): number[] {
+  if (t.dtype === 'i64') return Array.from(t.data);
+  const n = t.shape.length === 0 ? 1 : t.shape[t.shape.length - 1]!;
+  const rows = n === 0 ? 0 : t.data.length / n;
+  const d = t.data;
+  const out = new Array<number>(rows);
+  for (let r = 0; r < rows; r++) {
+    const off = r * n;
+    let best = 0;
+    let bv = d[off]!;
+    for (let i = 1; i < n; i++) {
+      const v = d[off + i]!;
+      if (v > bv) {
+        best = i;
+        bv = v;
+      }
+    }
+    out[r] = best;
+  }
+  return out;
 }
 
 /**

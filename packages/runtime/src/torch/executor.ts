@@ -501,10 +501,20 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
           // After `live`: a new worker holds no caches, so what to seed is decided against it.
           const caches = opts?.caches === undefined ? undefined : cacheFrame(graph, inputs, opts.caches);
           checkInputs(graph, caches?.checked ?? inputs, bindings);
+          const argmax = opts?.argmax ?? [];
+          for (const n of argmax) {
+            const o = graph.outputs.find((x) => x.name === n);
+            if (o === undefined || !['f32', 'f16', 'bf16', 'f64'].includes(graph.values[o.value]!.type.dtype)) {
+              throw new RuntimeError(RuntimeCode.BAD_VALUE, `argmax names '${n}', which is not a float output of @${graph.name}`);
+            }
+          }
           const frame = residentFrame(inputs, opts);
           let out: { header: Record<string, unknown>; tensors: Record<string, HostTensor> };
           try {
-            out = await c.request({ op: 'run', handle: current.handle, ...frame.header, ...(caches === undefined ? {} : { caches: caches.header }) }, caches === undefined ? frame.tensors : { ...frame.tensors, ...caches.seeds });
+            out = await c.request(
+              { op: 'run', handle: current.handle, ...frame.header, ...(caches === undefined ? {} : { caches: caches.header }), ...(argmax.length === 0 ? {} : { argmax }) },
+              caches === undefined ? frame.tensors : { ...frame.tensors, ...caches.seeds },
+            );
           } catch (e) {
             frame.unsent();
             // Whatever the worker appended is unknown now: re-send those caches when next read.

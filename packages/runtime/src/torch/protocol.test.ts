@@ -8,7 +8,8 @@ import { describe, expect, it } from 'vitest';
 
 import { writeBundle } from '../bundle.js';
 import { RuntimeCode } from '../errors.js';
-import { inputChanged } from '../executor.js';
+import { argmaxRows, inputChanged } from '../executor.js';
+import { interpreterExecutor } from '../interpreter-executor.js';
 import { specialize } from '../specialize.js';
 import { FrameDecoder, createTorchExecutor, encodeFrame } from './index.js';
 import { describeWithTorch, useCpuTorchExecutor } from './test-support.js';
@@ -156,6 +157,35 @@ describeWithTorch('torch worker protocol', () => {
     }
     const p = await torch().prepare(g, weights);
     expect((await p.run({ x: xs }))['y']).toBeAllclose(interpret(g, { inputs: { x: xs }, weights })['y']!, { rtol: 1e-6, atol: 1e-6 });
+    p.dispose();
+  }, 60_000);
+
+  it('returns an output reduced to its rows\' argmax where asked (RunOptions.argmax), as argmaxRows reads the values', async () => {
+    const b = new GraphBuilder('pick');
+    const x = b.input('x', ['f32', ['r', 5]]);
+    b.output('logits', b.mul(x, b.constant([1], 'f32', [])));
+    b.output('ids', b.cast(x, 'i64'));
+    const g = b.build();
+    const p = await torch().prepare(g);
+    // ties (the lowest index), NaN later (never picked), NaN first (kept), all -inf, +inf
+    const rows = [
+      [1, 3, 3, 2, 0],
+      [1, NaN, 0.5, 4, 4],
+      [NaN, 9, 9, 1, 0],
+      [-Infinity, -Infinity, -Infinity, -Infinity, -Infinity],
+      [0, -1, Infinity, NaN, Infinity],
+    ];
+    const input = { x: hostTensor('f32', [5, 5], rows.flat()) };
+    const full = await p.run(input);
+    const reduced = await p.run(input, { argmax: ['logits'] });
+    expect(reduced['logits']).toMatchObject({ dtype: 'i64', shape: [5] });
+    expect(argmaxRows(reduced['logits']!)).toEqual([1, 3, 0, 0, 2]);
+    expect(argmaxRows(full['logits']!)).toEqual([1, 3, 0, 0, 2]);
+    expect(Array.from(reduced['ids']!.data)).toEqual(Array.from(full['ids']!.data));
+    for (const bad of ['ids', 'nope']) await expect(p.run(input, { argmax: [bad] })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining(`argmax names '${bad}'`) });
+    // In-process executors return the values; argmaxRows reads them the same way.
+    const local = await interpreterExecutor.prepare(g);
+    expect(argmaxRows((await local.run(input, { argmax: ['logits'] }))['logits']!)).toEqual([1, 3, 0, 0, 2]);
     p.dispose();
   }, 60_000);
 
