@@ -2,10 +2,9 @@
  * A decode step's reply from the torch worker to the TypeScript executor, through a real pipe, at
  * the Llama-3-8B shape: 64 rows of f32 logits over 128,256 tokens plus the 64 new key and value
  * tensors (bf16, [64, 1, 8, 128]), written by `stageml_torch.protocol.write_frame` from CPU
- * tensors in a Python process and decoded by `FrameDecoder` here. Cases: the full reply, the
- * reply of a greedy step (`RunOptions.argmax`: one i64 per row instead of the logits), and the
- * full reply through the decoder as it was before (the frame merged into one buffer, then each
- * tensor copied out: the peer this session's decoder replaces).
+ * tensors in a Python process and decoded by `FrameDecoder` here. Cases: the full reply (what a
+ * step with a sampled row returns), and the reply of a greedy step (`RunOptions.argmax`: one i64
+ * per row instead of the logits).
  *
  *   node --conditions=@stageml/source --import tsx bench/torch-reply.ts
  *
@@ -37,47 +36,6 @@ for i in range(${String(FRAMES)}):
     write_frame(out, {"ok": True, "t": time.time()}, tensors)
 `;
 
-/**
- * The decoder before this session (its `#peek` and `next`): the frame's bytes merged into one
- * buffer once they have all arrived, then each tensor copied out of it.
- */
-class MergingDecoder {
-  #chunks: Buffer[] = [];
-  #size = 0;
-  push(b: Buffer): void {
-    this.#chunks.push(b);
-    this.#size += b.byteLength;
-  }
-  #peek(n: number): Buffer {
-    if (this.#chunks[0]!.byteLength < n) {
-      let k = 0;
-      let got = 0;
-      while (got < n) got += this.#chunks[k++]!.byteLength;
-      this.#chunks.splice(0, k, Buffer.concat(this.#chunks.slice(0, k)));
-    }
-    return this.#chunks[0]!.subarray(0, n);
-  }
-  next(): { header: Record<string, unknown> } | undefined {
-    if (this.#size < 4) return undefined;
-    const headLen = this.#peek(4).readUInt32LE(0);
-    if (this.#size < 4 + headLen) return undefined;
-    const header = JSON.parse(this.#peek(4 + headLen).subarray(4).toString('utf8')) as { tensors: { nbytes: number }[] } & Record<string, unknown>;
-    let off = 4 + headLen;
-    const total = header.tensors.reduce((a, t) => a + t.nbytes, off);
-    if (this.#size < total) return undefined;
-    const all = this.#peek(total);
-    for (const t of header.tensors) {
-      const buf = new ArrayBuffer(t.nbytes);
-      new Uint8Array(buf).set(all.subarray(off, off + t.nbytes));
-      off += t.nbytes;
-    }
-    const rest = this.#chunks[0]!.subarray(total);
-    this.#chunks = rest.byteLength > 0 ? [rest, ...this.#chunks.slice(1)] : this.#chunks.slice(1);
-    this.#size -= total;
-    return { header };
-  }
-}
-
 /** The interpreter the torch executor would use: STAGEML_PYTHON, else python3 or /usr/bin/python3 with torch. */
 function python(): string | undefined {
   const env = process.env['STAGEML_PYTHON'];
@@ -85,10 +43,10 @@ function python(): string | undefined {
   return candidates.find((c) => spawnSync(c, ['-c', 'import torch'], { timeout: 60_000 }).status === 0);
 }
 
-async function measure(py: string, greedy: boolean, decoder: 'new' | 'merging'): Promise<{ ms: number; mb: number }> {
+async function measure(py: string, greedy: boolean): Promise<{ ms: number; mb: number }> {
   return new Promise((resolve, reject) => {
     const p = spawn(py, ['-c', WRITER, greedy ? '1' : '0'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PYTHONPATH: NATIVE } });
-    const d = decoder === 'new' ? new FrameDecoder() : new MergingDecoder();
+    const d = new FrameDecoder();
     const times: number[] = [];
     let bytes = 0;
     let err = '';
@@ -114,13 +72,11 @@ async function main(): Promise<void> {
   const cases: BenchCase[] = [];
   const py = python();
   if (py === undefined) throw new Error('bench torch-reply needs python3 with torch (apt-get install python3-torch, or set STAGEML_PYTHON)');
-  const before = await measure(py, false, 'merging');
-  const full = await measure(py, false, 'new');
-  const greedy = await measure(py, true, 'new');
-  const base = `full reply (${before.mb.toFixed(1)} MB), the merging decoder (before)`;
-  cases.push({ name: base, medianMs: before.ms, runs: FRAMES - WARM });
-  cases.push({ name: `full reply (${full.mb.toFixed(1)} MB), FrameDecoder`, medianMs: full.ms, runs: FRAMES - WARM, baseline: base, ratio: full.ms / before.ms });
-  cases.push({ name: `greedy step's reply (${greedy.mb.toFixed(1)} MB: argmax instead of logits), FrameDecoder`, medianMs: greedy.ms, runs: FRAMES - WARM, baseline: base, ratio: greedy.ms / before.ms });
+  const full = await measure(py, false);
+  const greedy = await measure(py, true);
+  const base = `full reply (${full.mb.toFixed(1)} MB: logits and new keys/values)`;
+  cases.push({ name: base, medianMs: full.ms, runs: FRAMES - WARM });
+  cases.push({ name: `greedy step's reply (${greedy.mb.toFixed(1)} MB: each row's argmax instead of the logits)`, medianMs: greedy.ms, runs: FRAMES - WARM, baseline: base, ratio: greedy.ms / full.ms });
   writeResults('torch-reply', "A Llama-3-8B decode step's reply at 64 rows from the torch worker's write_frame (CPU tensors, a Python process) to the decoded frame here, through a pipe: ms from the write's start (wall clock, both processes on this machine).", cases, [
     `Load average at start: ${load} (shared 2-core machine; the writer and the reader share it).`,
     'On the GPU host the worker copies its outputs from the device first (bench/results/gpu-worker.md: 2-3 ms at 64 rows); the pipe and the decoder are the same.',

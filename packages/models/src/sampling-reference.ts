@@ -2,6 +2,7 @@
 // sampling.test.ts and the previous implementation bench/sampling.ts measures against. Not part of
 // the package's API.
 import { seededRandom } from '@stageml/ir';
+import { nucleusSize } from './sampling.js';
 
 /** The sampler as it was written first (a comparator sort of the whole vocabulary): the oracle. */
 export function referenceSampler(s: { temperature?: number; topK?: number; topP?: number; seed?: number }): (logits: ArrayLike<number>) => number {
@@ -14,17 +15,8 @@ export function referenceSampler(s: { temperature?: number; topK?: number; topP?
     const max = logits[order[0]!]! / temperature;
     const probs = order.slice(0, k).map((i) => Math.exp(logits[i]! / temperature - max));
     const total = probs.reduce((a, p) => a + p, 0);
-    let keep = probs.length;
-    if (s.topP !== undefined && s.topP < 1) {
-      let acc = 0;
-      for (let i = 0; i < probs.length; i++) {
-        acc += probs[i]! / total;
-        if (acc >= s.topP) {
-          keep = i + 1;
-          break;
-        }
-      }
-    }
+    // (top-p's cut is not what changed: shared)
+    const keep = nucleusSize(probs, total, s.topP);
     const kept = probs.slice(0, keep);
     const mass = kept.reduce((a, p) => a + p, 0);
     let u = rand() * mass;

@@ -280,6 +280,20 @@ export function topOrder(values: ArrayLike<number>, k: number): Int32Array {
   return Int32Array.from(exactOrder(values, picked).slice(0, k));
 }
 
+/**
+ * How many of `probs` (largest first, summing to `total`) top-p keeps: the fewest whose share
+ * reaches p, at least one (all for p undefined or ≥ 1). Shares are summed one by one in order.
+ */
+export function nucleusSize(probs: ArrayLike<number>, total: number, topP: number | undefined): number {
+  if (topP === undefined || topP >= 1) return probs.length;
+  let acc = 0;
+  for (let i = 0; i < probs.length; i++) {
+    acc += probs[i]! / total;
+    if (acc >= topP) return i + 1;
+  }
+  return probs.length;
+}
+
 function sampler(s: Exclude<SamplingOptions, { readonly greedy: true }>): TokenPicker {
   const rand = seededRandom(s.seed ?? 0);
   const temperature = s.temperature ?? 1;
@@ -292,17 +306,7 @@ function sampler(s: Exclude<SamplingOptions, { readonly greedy: true }>): TokenP
     for (let i = 0; i < k; i++) probs[i] = Math.exp(logits[order[i]!]! / temperature - max);
     let total = 0;
     for (let i = 0; i < k; i++) total += probs[i]!;
-    let keep = probs.length;
-    if (s.topP !== undefined && s.topP < 1) {
-      let acc = 0;
-      for (let i = 0; i < probs.length; i++) {
-        acc += probs[i]! / total;
-        if (acc >= s.topP) {
-          keep = i + 1;
-          break;
-        }
-      }
-    }
+    const keep = nucleusSize(probs, total, s.topP);
     let mass = 0;
     for (let i = 0; i < keep; i++) mass += probs[i]!;
     let u = rand() * mass;
