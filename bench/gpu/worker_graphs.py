@@ -20,7 +20,9 @@ K more steps under torch.profiler (kernels per step by name), `--kv auto,0` ever
 the keys appended in place and with the program's concat (`STAGEML_TORCH_KV_IN_PLACE`).
 """
 import argparse
+import cProfile
 import json
+import pstats
 import os
 import statistics
 import sys
@@ -41,8 +43,10 @@ from stageml_torch.worker import Worker  # noqa: E402
 MASKED = -3.4028234663852886e38
 
 # The device time of every CUDA graph replay (events on the replaying stream around
-# torch.cuda.CUDAGraph.replay): the step's kernels without the host's part of the request.
-REPLAY_MS = []
+# torch.cuda.CUDAGraph.replay): the step's kernels without the host's part of the request. The
+# events are read after the request (`replay_ms`): waiting for them inside it would hold back the
+# host work the worker queues behind the replay (the cache commit) until the GPU is done.
+REPLAY_EVENTS = []
 _REPLAY = torch.cuda.CUDAGraph.replay
 
 
@@ -51,8 +55,16 @@ def _timed_replay(self):
     e0.record()
     _REPLAY(self)
     e1.record()
-    e1.synchronize()
-    REPLAY_MS.append(e0.elapsed_time(e1))
+    REPLAY_EVENTS.append((e0, e1))
+
+
+def replay_ms():
+    """The replays' GPU time since the last call (None without one), after a synchronize."""
+    if not REPLAY_EVENTS:
+        return None
+    total = sum(e0.elapsed_time(e1) for e0, e1 in REPLAY_EVENTS)
+    REPLAY_EVENTS.clear()
+    return total
 
 
 torch.cuda.CUDAGraph.replay = _timed_replay
@@ -100,6 +112,8 @@ def kernel_summary(prof, steps):
 
 
 _SEEDS = {}
+# `--host-profile`: a cProfile.Profile around the worker's `run` requests of the timed steps.
+HOST_PROFILE = [None]
 
 
 def cache_seeds(batch, past, item, seed):
@@ -158,9 +172,14 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
             prof_all = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
             prof_all.__enter__()
         torch.cuda.synchronize()
-        REPLAY_MS.clear()
+        REPLAY_EVENTS.clear()
         t0 = time.perf_counter()
+        if HOST_PROFILE[0] is not None and s >= 8:
+            HOST_PROFILE[0].enable()
         reply, out = w.handle(header, tensors)
+        if HOST_PROFILE[0] is not None and s >= 8:
+            torch.cuda.synchronize()
+            HOST_PROFILE[0].disable()
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         t2 = time.perf_counter()
@@ -176,7 +195,7 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
         reply_greedy_times.append((time.perf_counter() - t4) * 1e3)
         lg = out["logits"].float().cpu()
         run_times.append((t1 - t0) * 1e3)
-        device_times.append(sum(REPLAY_MS) if REPLAY_MS else None)
+        device_times.append(replay_ms())
         if not reply.get("ok"):
             raise RuntimeError(str(reply))
         logits.append(lg)
@@ -203,6 +222,7 @@ def main():
     ap.add_argument("--profile", type=int, default=0, help="profile this many more steps after the timed ones: their kernels per step by name (torch.profiler)")
     ap.add_argument("--repeat", type=int, default=1, help="run the batch's configurations this many times over, interleaved")
     ap.add_argument("--fuse", default="auto,0", help="the 64-adapter program's configurations: auto (bank kernel, sibling projections as sets), auto-nosets (each slot linear alone), 0 (unfused ops)")
+    ap.add_argument("--host-profile", action="store_true", help="cProfile the worker's run requests of the timed steps (graphs on): the host's functions by own time, per configuration")
     ap.add_argument("--kv", default="auto", help="STAGEML_TORCH_KV_IN_PLACE values to run every configuration with: auto (keys appended in place), 0 (the program's concat)")
     args = ap.parse_args()
     with open(args.graph) as f:
@@ -234,7 +254,16 @@ def main():
                 fuse = "0" if plain == "base program" else plain
                 row = {"batch": batch, "fuse": name, "kv": kv, "repeat": rep}
                 try:
+                    if args.host_profile:
+                        HOST_PROFILE[0] = cProfile.Profile()
                     graphed, lg = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, True, args.seed, args.profile, kv)
+                    if args.host_profile:
+                        st = pstats.Stats(HOST_PROFILE[0])
+                        steps_n = args.steps - 8
+                        top = sorted(st.stats.items(), key=lambda kv_: -kv_[1][2])[:30]
+                        graphed["host_profile"] = [{"fn": "%s:%d %s" % (f[0].split("/")[-1], f[1], f[2]), "calls": v[1] / steps_n, "own_ms": v[2] * 1e3 / steps_n, "cum_ms": v[3] * 1e3 / steps_n} for f, v in top]
+                        HOST_PROFILE[0] = None
+                        print("  host profile per step (own ms): " + "; ".join("%s %.2f/%d" % (r["fn"][:60], r["own_ms"], r["calls"]) for r in graphed["host_profile"][:14]), flush=True)
                     row.update({"graphs": graphed, "tok_s_graphs": batch * 1000.0 / graphed["ms"]})
                     if rep == 0:
                         for other, lo in seen.items():

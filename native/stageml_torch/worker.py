@@ -70,12 +70,14 @@ class Staged:
     same rows in the same order and fits `cap`, its inputs are views of these buffers and its appends
     are written in place: no copy of the context."""
 
-    __slots__ = ("ids", "cap", "buffers", "tails")
+    __slots__ = ("ids", "cap", "buffers", "tails", "views")
 
     def __init__(self, ids, cap):
         self.ids = ids
         self.cap = cap
         self.buffers = {}
+        # Each stream's view at the capacity, what every step of a CUDA-graph batch reads (made once).
+        self.views = {}
         # Keys and values: their storage (ops.Tail, registered in ops.CACHE_TAILS), TAIL positions
         # longer than `cap`, so that a step at the capacity appends its keys in place as well.
         self.tails = {}
@@ -247,7 +249,11 @@ class Worker:
         for s in streams:
             name = s["input"]
             _, dt, _ = declared[name]
-            view = st.buffers[name][:, :past]
+            view = st.views.get(name) if past == st.cap else None
+            if view is None:
+                view = st.buffers[name][:, :past]
+                if past == st.cap:
+                    st.views[name] = view
             tail = st.tails.get(name)
             if tail is not None:
                 tail.length, tail.written = past, None
