@@ -136,7 +136,7 @@ class _Widen:
 
 
 # Tensors of at least this many elements are widened on the GPU (a Llama-3-8B step's reply at 64
-# rows: 2.0-2.4 ms written against 8-11 ms widened on the host, bench/results/gpu-worker.md);
+# rows: 2.0-3.2 ms written against 9.3-13.8 ms widened on the host, bench/results/gpu-worker.md);
 # smaller ones on the host, where one row's 64 new keys cost less than 64 kernel launches.
 GPU_WIDEN_MIN = 1 << 16
 
