@@ -53,7 +53,7 @@ def in_place_concats(steps, outputs):
     if os.environ.get("STAGEML_TORCH_KV_IN_PLACE", "auto") == "0":
         return steps, 0
     readers = {}
-    for si, (key, _, operands, _, _) in enumerate(steps):
+    for key, _, operands, _, _ in steps:
         for pos, v in enumerate(operands):
             readers.setdefault(v, []).append((key, pos))
     out = set(outputs)

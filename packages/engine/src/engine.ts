@@ -936,10 +936,10 @@ function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
 /** Per prepared program, one of its results. */
 type Outputs = Map<PreparedGraph, Record<string, HostTensor>>;
 
-/** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */
 /** What a greedy decode step needs of its logits: each row's largest (`RunOptions.argmax`). */
 const GREEDY_OUTPUTS: readonly string[] = ['logits'];
 
+/** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */
 async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun, recycle?: Readonly<Record<string, HostTensor>>, argmax?: readonly string[]): Promise<Record<string, HostTensor>> {
   try {
     return await program.run(inputs, { resident, ...(caches === undefined ? {} : { caches }), ...(recycle === undefined ? {} : { recycle }), ...(argmax === undefined ? {} : { argmax }) });

@@ -72,9 +72,16 @@ describe('the sampler at a real vocabulary (descendingOrder, topOrder)', () => {
     for (const k of [1, 2, 7, Math.floor(v.length / 3), v.length]) if (k <= v.length) expect(Array.from(topOrder(v, k))).toEqual(want.slice(0, k));
   });
 
-  test.prop([fc.array(fc.oneof(value, fc.constant(NaN)), { minLength: 1, maxLength: 40 })])("argmaxRows (the executors' greedy picks) is argmaxOf", (row) => {
-    expect(argmaxRows({ dtype: 'f32', shape: [1, row.length], data: Float32Array.from(row) })).toEqual([argmaxOf(Float32Array.from(row))]);
-  });
+  test.prop([fc.integer({ min: 1, max: 12 }).chain((n) => fc.array(fc.array(fc.oneof(value, fc.constant(NaN)), { minLength: n, maxLength: n }), { minLength: 1, maxLength: 5 }))])(
+    "argmaxRows (the executors' greedy picks) is argmaxOf per row",
+    (rows) => {
+      const n = rows[0]!.length;
+      const want = rows.map((r) => argmaxOf(Float32Array.from(r)));
+      expect(argmaxRows({ dtype: 'f32', shape: [rows.length, n], data: Float32Array.from(rows.flat()) })).toEqual(want);
+      // the comparison loop itself, against a plain scan of the rule
+      for (const r of rows) expect(argmaxOf(r)).toBe(r.reduce((best, v, i) => (v > r[best]! ? i : best), 0));
+    },
+  );
 
   it('takes the same tokens as the comparator-sort sampler at a 32,000-token vocabulary, with every option', () => {
     const r = seededRandom(3);

@@ -1,4 +1,5 @@
 import { seededRandom } from '@stageml/ir';
+import { firstMaxIndex } from '@stageml/runtime';
 import { ModelCode, ModelError } from './errors.js';
 
 /** One token's log-probability (natural log, of the model's raw distribution). */
@@ -79,9 +80,7 @@ export function checkSampling(s: SamplingOptions): void {
 
 /** Index of the first maximum (ties: lowest index, as torch.argmax). */
 export function argmaxOf(logits: ArrayLike<number>): number {
-  let best = 0;
-  for (let i = 1; i < logits.length; i++) if (logits[i]! > logits[best]!) best = i;
-  return best;
+  return firstMaxIndex(logits);
 }
 
 /** Log-softmax of `logits` in float64. */
@@ -194,7 +193,7 @@ function exactOrder(values: ArrayLike<number>, idx: ArrayLike<number>): number[]
  * 11-bit digits) from index order keeps ties by index; runs of one key are then ordered exactly
  * where `values` holds more than f32 precision (logits after penalties, in float64). A
  * 128,256-token vocabulary orders in ~7 ms on the CI machine, where the comparator sort took ~70
- * (bench/results/sampling.md).
+ * (whole steps: bench/results/sampling.md).
  */
 export function descendingOrder(values: ArrayLike<number>): Int32Array {
   const n = values.length;

@@ -54,22 +54,26 @@ export function argmaxRows(t: HostTensor): number[] {
   if (t.dtype === 'i64') return Array.from(t.data);
   const n = t.shape.length === 0 ? 1 : t.shape[t.shape.length - 1]!;
   const rows = n === 0 ? 0 : t.data.length / n;
-  const d = t.data;
-  const out = new Array<number>(rows);
-  for (let r = 0; r < rows; r++) {
-    const off = r * n;
-    let best = 0;
-    let bv = d[off]!;
-    for (let i = 1; i < n; i++) {
-      const v = d[off + i]!;
-      if (v > bv) {
-        best = i;
-        bv = v;
-      }
+  return Array.from({ length: rows }, (_, r) => firstMaxIndex(t.data, r * n, n));
+}
+
+/**
+ * The index (from `start`) of the first maximum of `values[start, start + n)`: the first entry no
+ * later entry exceeds (ties the lowest index; a NaN never exceeds, nor is exceeded where it comes
+ * first). The rule of every greedy pick: `argmaxRows` here, `argmaxOf` in @stageml/models, the torch
+ * worker's `argmax_rows`.
+ */
+export function firstMaxIndex(values: ArrayLike<number>, start = 0, n = values.length - start): number {
+  let best = 0;
+  let bv = values[start]!;
+  for (let i = 1; i < n; i++) {
+    const v = values[start + i]!;
+    if (v > bv) {
+      best = i;
+      bv = v;
     }
-    out[r] = best;
   }
-  return out;
+  return best;
 }
 
 /**

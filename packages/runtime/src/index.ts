@@ -22,7 +22,7 @@ export { specialize } from './specialize.js';
 export { formatWeightQuantSpec, isLoraParamName, parseWeightQuantSpec, quantizeLinears, quantizeStaged } from './quantize.js';
 export type { QuantizeLinearsOptions, QuantizeLinearsResult, QuantizedWeightInfo, WeightQuantSpec } from './quantize.js';
 export type { SpecializeOptions, SpecializeReport, SpecializeResult } from './specialize.js';
-export { argmaxRows, checkInputs, inputChanged, inputGeneration, resolveWeights } from './executor.js';
+export { argmaxRows, checkInputs, firstMaxIndex, inputChanged, inputGeneration, resolveWeights } from './executor.js';
 export type { CacheRow, CacheRun, CacheStore, CacheStream, Executor, PreparedGraph, RunOptions } from './executor.js';
 export { interpreterExecutor } from './interpreter-executor.js';
 export { BUNDLE_FORMAT, BUNDLE_VERSION, loadBundle, writeBundle } from './bundle.js';
