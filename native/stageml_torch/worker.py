@@ -135,6 +135,10 @@ class Worker:
             for name in header.get("argmax") or []:
                 if name not in prog.output_names() or prog.value_types[dict(prog.outputs)[name]][1] not in ("f32", "f16", "bf16", "f64"):
                     raise errors.WorkerError(errors.BAD_VALUE, "argmax names '%s', which is not a float output of @%s" % (name, prog.name))
+            omit = header.get("omit") or []
+            for name in omit:
+                if name not in prog.output_names() or name in (header.get("argmax") or []):
+                    raise errors.WorkerError(errors.BAD_VALUE, "omit names '%s', which is not an output of @%s or is also in argmax" % (name, prog.name))
             tensors = self._resident(header, tensors, prog.device)
             spec = header.get("caches")
             graphed = bool(spec) and self.graphs.wanted(prog, spec)
@@ -146,7 +150,9 @@ class Worker:
                         # streams; everything else is copied into the graph's buffers (cudagraph.py).
                         bound = set(header.get("resident") or {}) | set(header.get("store") or {})
                         bound |= {s["input"] for s in spec["streams"] if s.get("from") is not None}
-                        out = self.graphs.run(prog, tensors, bound)
+                        # A copy: a replay returns the graph's own outputs, which the argmax and
+                        # omit below must not replace or remove for the next replay.
+                        out = dict(self.graphs.run(prog, tensors, bound))
                     else:
                         out = prog.run(tensors)
                 finally:
@@ -159,6 +165,9 @@ class Worker:
                 for name in header.get("argmax") or []:
                     # Only the index of each row's maximum crosses to the host (a greedy pick).
                     out[name] = ops.argmax_rows(out[name])
+                for name in omit:
+                    # Left on the device (the caches above took what they append): never copied out.
+                    out.pop(name, None)
             return {"ok": True}, out
         if op == "cache_drop":
             dropped = set(header.get("ids") or [])

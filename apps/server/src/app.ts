@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { readFile } from 'node:fs/promises';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import client from 'prom-client';
-import { StageError, errorMessage } from '@stageml/ir';
+import { StageError, dtypeBytes, errorMessage } from '@stageml/ir';
 import { type PickInfo, chatTemplateOf, logSoftmax, topOf } from '@stageml/models';
 import { Engine, type EngineOptions } from '@stageml/engine';
 import { PeftCode, PeftError, findAdapterDirs } from '@stageml/peft';
@@ -69,6 +69,8 @@ export interface ServerOptions {
   readonly quantize?: EngineOptions['quantize'];
   /** Give the base program its own pre-packed copy of the f32 weights (`stageml serve --pack-base`; `EngineOptions.packBase`). */
   readonly packBase?: boolean;
+  /** With KV resident on the executor, keep a host copy of it as well (`stageml serve --host-kv-copy`; `EngineOptions.hostKvCopy`). */
+  readonly hostKvCopy?: boolean;
   /** Compute dtype of the engine's programs (`stageml serve --dtype`; default f32). */
   readonly dtype?: EngineOptions['dtype'];
   /** LoRA factors' dtype in a bf16/f16 engine (`stageml serve --adapter-dtype`; default f32). */
@@ -191,6 +193,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     ...(bundle?.plan === undefined ? {} : { plan: bundle.plan }),
     ...(opts.quantize === undefined ? {} : { quantize: opts.quantize }),
     ...(opts.packBase === undefined ? {} : { packBase: opts.packBase }),
+    ...(opts.hostKvCopy === undefined ? {} : { hostKvCopy: opts.hostKvCopy }),
     ...(opts.dtype === undefined ? {} : { dtype: opts.dtype }),
     ...(opts.adapterDtype === undefined ? {} : { adapterDtype: opts.adapterDtype }),
     // The scheduler is the engine's only caller here, and it samples each step's logits before
@@ -241,8 +244,13 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
   }
   if (opts.kvCacheUsage === undefined) {
     // vllm:kv_cache_usage_perc from the engine: KV bytes held by live sequences ÷ the KV the server may hold (every batch row at the full length).
-    const kvCapacity = (opts.maxBatch ?? 32) * maxModelLen * lm.kvBytesPerToken;
-    metrics.setKvCacheUsage(() => Math.min(1, lm.memory().kv / kvCapacity));
+    // Resident KV is counted where it lives (the executor, at the engine's dtype): the host may hold no copy.
+    const tokens = (opts.maxBatch ?? 32) * maxModelLen;
+    const executorPerToken = 2 * lm.config.numLayers * lm.config.numKvHeads * lm.config.headDim * dtypeBytes(lm.dtype) + 4;
+    metrics.setKvCacheUsage(() => {
+      const m = lm.memory();
+      return Math.min(1, lm.residentKv ? m.executorKv / (tokens * executorPerToken) : m.kv / (tokens * lm.kvBytesPerToken));
+    });
   }
   // The engine's own accounting and the applied plan, read at scrape time.
   new client.Gauge({
@@ -265,6 +273,22 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     collect() {
       this.reset();
       for (const [adapter, modules] of Object.entries(lm.plan().merged)) this.set({ adapter }, modules.length);
+    },
+  });
+  new client.Gauge({
+    name: 'stageml_engine_cache_rebuilds',
+    help: 'Sequences whose KV cache the executor lost (a restarted torch worker) and the engine rebuilt by prefilling their tokens again (resident KV without --host-kv-copy).',
+    registers: [metrics.registry],
+    collect() {
+      this.set(lm.stats().cacheRebuilds);
+    },
+  });
+  new client.Gauge({
+    name: 'stageml_engine_worker_retries',
+    help: 'Steps the engine ran again because the executor\'s worker died under them (a torch worker killed or out of memory; the next run starts a new one).',
+    registers: [metrics.registry],
+    collect() {
+      this.set(lm.stats().workerRetries);
     },
   });
   new client.Gauge({

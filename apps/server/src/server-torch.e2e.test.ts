@@ -53,5 +53,23 @@ if (!available && process.env['CI'] !== undefined) {
       }));
       await Promise.all(jobs);
     }, 180_000);
+
+    it('keeps the KV on the worker only, and a killed worker costs no request: its caches are rebuilt from the tokens', async () => {
+      expect(server.lm.residentKv).toBe(true);
+      const killed = completion(base, ADAPTERS[0]!, 1);
+      // Killed once that request decodes (two positions past its prompt): it still gets its golden tokens.
+      const c = server.lm.config;
+      const perPosition = 2 * c.numLayers * c.numKvHeads * c.headDim * (server.lm.dtype === 'f32' ? 4 : 2) + 4;
+      const decoding = (prompt(ADAPTERS[0]!, 1).input_ids.length + 2) * perPosition;
+      for (let i = 0; i < 2000 && server.lm.memory().executorKv < decoding; i++) await new Promise((r) => setTimeout(r, 1));
+      process.kill(executor.pid!, 'SIGKILL');
+      const r = await killed;
+      expect(r.status).toBe(200);
+      expect(r.ids).toEqual(prompt(ADAPTERS[0]!, 1).greedy_new_ids);
+      expect(executor.traffic().restarts).toBeGreaterThanOrEqual(1);
+      const text = await (await fetch(`${base}/metrics`)).text();
+      expect(text).toMatch(/^stageml_engine_cache_rebuilds [1-9]/m);
+      expect(text).toMatch(/^vllm:kv_cache_usage_perc\{model_name="llama"\} 0$/m);
+    }, 120_000);
   });
 }

@@ -1,7 +1,7 @@
 import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, graphParams, hostTensor, rounderFor } from '@stageml/ir';
 import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, readLlamaConfig, readParam } from '@stageml/models';
 import { AdapterCache, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
-import { type CacheRun, type CacheStore, type CacheStream, type Executor, type PreparedGraph, argmaxRows, executorCapabilities, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
+import { CacheLostError, type CacheRun, RuntimeCode, type CacheStore, type CacheStream, type Executor, type PreparedGraph, argmaxRows, executorCapabilities, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
 import { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, type EngineAdapterDType, type EngineDType, castEngineGraph, castTensor, tensorBytes } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
@@ -94,12 +94,22 @@ export class Engine {
   readonly #allWeightInputs: boolean;
   #scoring: Promise<PreparedGraph> | undefined;
   #runs = 0;
+  #rebuilds = 0;
+  #workerRetries = 0;
   #disposed = false;
   readonly #expertCache = new WeakMap<LoraAdapter, ExpertSlotFactors[]>();
   readonly #dtype: EngineDType;
   readonly #adapterDtype: EngineAdapterDType;
   /** The executor's caches when sequences' KV lives there (`EngineOptions.residentKv`). */
   readonly #caches: CacheStore | undefined;
+  /**
+   * Whether the host holds each sequence's keys and values: host-fed KV, or resident KV with
+   * `hostKvCopy`. Otherwise the executor's cache is the only copy: steps omit the new keys and
+   * values from their results, and a lost cache is rebuilt from the sequence's tokens (`#history`).
+   */
+  readonly #hostKv: boolean;
+  /** Per sequence, the tokens its decode steps appended (after its prefilled prompt): what a rebuild prefills again. */
+  readonly #history = new WeakMap<Sequence, number[]>();
   /**
    * `EngineOptions.recycleOutputs`: per program, the last result of a finished `decode`/`prefillMany`
    * call, given back to its next run (and taken while that runs). A call's results join it only
@@ -108,6 +118,8 @@ export class Engine {
   readonly #spare: Outputs | undefined;
   /** The cache streams of every program: each layer's keys and values (appended from `new_*`), the key mask (from the run's tail). */
   readonly #streams: readonly CacheStream[];
+  /** The programs' new keys and values (`new_*`): the outputs a step omits where the host keeps no KV. */
+  readonly #kvOutputs: readonly string[];
 
   private constructor(
     /** The model directory. */
@@ -116,11 +128,12 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; recycleOutputs: boolean },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; hostKvCopy: boolean; recycleOutputs: boolean },
   ) {
     this.#dtype = parts.dtype;
     this.#adapterDtype = parts.adapterDtype;
     this.#caches = parts.caches;
+    this.#hostKv = parts.caches === undefined || parts.hostKvCopy;
     this.#spare = parts.recycleOutputs ? new Map() : undefined;
     const streams: CacheStream[] = [];
     for (let l = 0; l < config.numLayers; l++) {
@@ -128,6 +141,7 @@ export class Engine {
     }
     streams.push({ input: 'attention_mask', from: undefined, pad: MASKED });
     this.#streams = streams;
+    this.#kvOutputs = streams.flatMap((st) => (st.from === undefined ? [] : [st.from]));
     this.#weightInputs = parts.weightInputs;
     this.#baseTakesWeights = parts.baseTakesWeights;
     this.#allWeightInputs = parts.allWeightInputs;
@@ -205,6 +219,7 @@ export class Engine {
     if (opts.residentKv === true && executorOpt.caches === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `residentKv needs an executor that holds caches (the torch executor); '${executorOpt.name}' does not`);
     if (opts.residentKv === true && config.slidingWindow !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, 'residentKv: a sliding-window model builds its per-query masks on the host (give residentKv false or leave it out)');
     const caches = opts.residentKv === false || config.slidingWindow !== undefined ? undefined : executorOpt.caches;
+    if (opts.hostKvCopy !== undefined && typeof opts.hostKvCopy !== 'boolean') throw new EngineError(EngineCode.BAD_OPTIONS, `hostKvCopy must be true or false, got ${String(opts.hostKvCopy)}`);
     const modules: SlotModule[] = [];
     if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered' or 'grouped' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${opts.slotForm as string}'`);
     const autoForms: ProgramForm[] = ['gathered', 'grouped', 'single'];
@@ -270,7 +285,7 @@ export class Engine {
     if (quantize === undefined) weightBytes = oneCopy * (copies + (asInputs ? 1 : 0));
     const baseTakesWeights = quantize !== undefined || (asInputs && !packBase);
     const tables = new SlotTables(maxLoras + 1, rank, modules, dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32');
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, recycleOutputs: opts.recycleOutputs === true });
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
@@ -325,7 +340,7 @@ export class Engine {
 
   /** Counters. */
   stats(): EngineStats {
-    return { preparations: this.#preparations, runs: this.#runs, runsByForm: { ...this.#runsByForm }, residentAdapters: this.#slotCache.stats().entries, sequences: this.#live.size, freeSlots: this.#tables.freeSlots };
+    return { preparations: this.#preparations, runs: this.#runs, runsByForm: { ...this.#runsByForm }, residentAdapters: this.#slotCache.stats().entries, sequences: this.#live.size, freeSlots: this.#tables.freeSlots, cacheRebuilds: this.#rebuilds, workerRetries: this.#workerRetries };
   }
 
   /** Whether the base slot and every free slot hold only zeros (an unloaded adapter leaves nothing behind). */
@@ -512,7 +527,7 @@ export class Engine {
     });
     const m = mask ?? prompt.map(() => 1);
     if (m.length !== prompt.length || m.some((v) => v !== 0 && v !== 1)) throw new ModelError(ModelCode.BAD_OPTIONS, `the mask must be ${String(prompt.length)} values of 0 or 1`);
-    const seq = new Sequence(name, prompt, m, new SequenceKv(this.config.numLayers, this.#kvShape[0] * this.#kvShape[1], Math.min(64, prompt.length + 16), this.#dtype));
+    const seq = new Sequence(name, prompt, m, this.#newKv(prompt.length));
     seq.cache = this.#caches?.open();
     this.#live.add(seq);
     if (name !== undefined) this.#traffic.record(name, prompt.length);
@@ -582,10 +597,11 @@ export class Engine {
         position_ids: hostTensor('i64', [1, count], seq.promptMask.map((v) => (v === 1 ? next++ : 1))),
         attention_mask: window === undefined ? { dtype: 'f32', shape: [1, count], data: keyMask } : { dtype: 'f32', shape: [1, count, count], data: windowedQueries(keyMask, 0, count, window) },
       };
+      // No cached positions: the whole prompt is the chunk.
+      const empty: HostTensor = { dtype: this.#dtype, shape: [1, 0, ...this.#kvShape], data: new Float32Array(0) };
       for (let l = 0; l < this.config.numLayers; l++) {
-        const view = seq.kv.view(l, this.#kvShape);
-        inputs[`past_key.${String(l)}`] = view.k;
-        inputs[`past_value.${String(l)}`] = view.v;
+        inputs[`past_key.${String(l)}`] = empty;
+        inputs[`past_value.${String(l)}`] = empty;
       }
       Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
       inputs[ROW_SLOT_INPUT] = hostTensor('i64', [1], [slot]);
@@ -621,6 +637,11 @@ export class Engine {
     if (seq.cache !== undefined) this.#caches?.release([seq.cache]);
     seq.lease?.release();
     seq.lease = undefined;
+  }
+
+  /** A sequence's KV record for `positions` positions to start with. */
+  #newKv(positions: number): SequenceKv {
+    return new SequenceKv(this.config.numLayers, this.#kvShape[0] * this.#kvShape[1], Math.min(64, positions + 16), this.#dtype, this.#hostKv);
   }
 
   #bad(seq: Sequence): never {
@@ -674,12 +695,14 @@ export class Engine {
   /** Runs `program`, recycling its last finished call's result when recycling outputs; the result goes to `produced`. */
   async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined, produced: Outputs, greedy = false): Promise<Record<string, HostTensor>> {
     const argmax = greedy ? GREEDY_OUTPUTS : undefined;
+    // The executor's caches append the new keys and values; without a host copy they need not come back.
+    const omit = caches !== undefined && !this.#hostKv ? this.#kvOutputs : undefined;
     const spare = this.#spare;
-    if (spare === undefined) return runProgram(program, inputs, this.#resident, caches, undefined, argmax);
+    if (spare === undefined) return runProgram(program, inputs, this.#resident, caches, undefined, argmax, omit);
     // Taken while the run is in flight: a concurrent run of the same program allocates.
     const recycle = spare.get(program);
     spare.delete(program);
-    const out = await runProgram(program, inputs, this.#resident, caches, recycle, argmax);
+    const out = await runProgram(program, inputs, this.#resident, caches, recycle, argmax, omit);
     produced.set(program, out);
     return out;
   }
@@ -690,25 +713,95 @@ export class Engine {
     for (const [program, out] of produced) this.#spare.set(program, out);
   }
 
-  /** The cache rows of a step over `seqs` (resident KV), row r appending `append[r]` [from, count). */
+  #historyOf(s: Sequence): number[] {
+    let h = this.#history.get(s);
+    if (h === undefined) this.#history.set(s, (h = []));
+    return h;
+  }
+
+  /**
+   * Runs `step` over `seqs`, surviving a restarted worker: a step whose worker died under it
+   * (`RT_WORKER_FAILED`, which leaves the engine's state as it was) runs once more on the next
+   * worker; where a step fails because the executor lost caches of `seqs` (`CacheLostError`: a
+   * restarted worker, and no host copy to restore them from), those caches are rebuilt and the
+   * step runs again. A second worker failure, or a failed rebuild, fails the step.
+   */
+  async #surviving<T>(seqs: readonly Sequence[], lane: Lane | undefined, produced: Outputs, step: () => Promise<T>): Promise<T> {
+    let retried = false;
+    let rebuilt = false;
+    for (;;) {
+      try {
+        return await step();
+      } catch (e) {
+        if (!retried && e instanceof StageError && e.code === RuntimeCode.WORKER_FAILED) {
+          retried = true;
+          this.#workerRetries++;
+          continue;
+        }
+        const lost = e instanceof CacheLostError && !this.#hostKv && !rebuilt ? seqs.filter((s) => s.cache !== undefined && e.ids.includes(s.cache)) : [];
+        if (lost.length === 0) throw e;
+        rebuilt = true;
+        await this.#rebuild(lost, lane, produced);
+      }
+    }
+  }
+
+  /**
+   * Rebuilds the executor's caches of `seqs` by prefilling, in fresh caches, the tokens each has
+   * appended so far (its prefilled prompt, then its decoded tokens) at the positions and key masks
+   * it had; each sequence then reads its new cache. The host's records (lengths, masks) do not
+   * change; a rebuild that fails leaves every sequence on its old (lost) cache and frees the new.
+   */
+  async #rebuild(seqs: readonly Sequence[], lane: Lane | undefined, produced: Outputs): Promise<void> {
+    const caches = this.#caches!;
+    const standIns = seqs.map((s) => {
+      const decoded = this.#history.get(s) ?? [];
+      const tokens = [...s.prompt.slice(0, s.prefilled), ...decoded];
+      const t = new Sequence(s.adapter, tokens, [...s.promptMask.slice(0, s.prefilled), ...decoded.map(() => 1)], this.#newKv(tokens.length));
+      t.slot = s.slot;
+      t.cache = caches.open();
+      return t;
+    });
+    try {
+      while (standIns.some((t) => !t.ready)) {
+        const todo = standIns.filter((t) => !t.ready);
+        await this.#prefillBatch(todo, todo.map((t) => t.slot!), lane, undefined, produced);
+      }
+    } catch (e) {
+      caches.release(standIns.map((t) => t.cache!));
+      throw e;
+    }
+    seqs.forEach((s, i) => {
+      const t = standIns[i]!;
+      if (t.kv.length !== s.kv.length || t.nextPosition !== s.nextPosition) throw new EngineError(EngineCode.RUN_FAILED, `rebuilding a lost cache gave ${String(t.kv.length)} positions (next ${String(t.nextPosition)}) for a sequence of ${String(s.kv.length)} (next ${String(s.nextPosition)})`);
+    });
+    caches.release(seqs.map((s) => s.cache!));
+    seqs.forEach((s, i) => {
+      s.cache = standIns[i]!.cache;
+      // Released while it was rebuilt: its new cache goes too.
+      if (s.released) caches.release([s.cache!]);
+    });
+    this.#rebuilds += seqs.length;
+  }
+
+  /**
+   * The cache rows of a step over `seqs` (resident KV), row r appending `append[r]` [from, count);
+   * with a host copy each row can restore a lost cache from it.
+   */
   #cacheRun(seqs: readonly Sequence[], append: readonly (readonly [number, number])[]): CacheRun {
     const shape = this.#kvShape;
+    const restore = (s: Sequence) => (): Record<string, HostTensor> => {
+      const content: Record<string, HostTensor> = { attention_mask: { dtype: 'f32', shape: [s.kv.length], data: s.kv.maskView() } };
+      for (let l = 0; l < this.config.numLayers; l++) {
+        const view = s.kv.view(l, shape);
+        content[`past_key.${String(l)}`] = { dtype: view.k.dtype, shape: view.k.shape.slice(1), data: view.k.data };
+        content[`past_value.${String(l)}`] = { dtype: view.v.dtype, shape: view.v.shape.slice(1), data: view.v.data };
+      }
+      return content;
+    };
     return {
       streams: this.#streams,
-      rows: seqs.map((s, r) => ({
-        id: s.cache!,
-        length: s.kv.length,
-        append: append[r]!,
-        restore: () => {
-          const content: Record<string, HostTensor> = { attention_mask: { dtype: 'f32', shape: [s.kv.length], data: s.kv.maskView() } };
-          for (let l = 0; l < this.config.numLayers; l++) {
-            const view = s.kv.view(l, shape);
-            content[`past_key.${String(l)}`] = { dtype: view.k.dtype, shape: view.k.shape.slice(1), data: view.k.data };
-            content[`past_value.${String(l)}`] = { dtype: view.v.dtype, shape: view.v.shape.slice(1), data: view.v.data };
-          }
-          return content;
-        },
-      })),
+      rows: seqs.map((s, r) => ({ id: s.cache!, length: s.kv.length, append: append[r]!, ...(this.#hostKv ? { restore: restore(s) } : {}) })),
     };
   }
 
@@ -719,10 +812,11 @@ export class Engine {
     return p.grouped === undefined ? 'gathered' : p.gathered === undefined ? 'grouped' : chooseSlotForm(rows, groups);
   }
 
+  /** A run's new keys and values per layer (none where the host keeps no KV: the run omitted them). */
   #outputs(out: Record<string, HostTensor>): { k: Float32Array[]; v: Float32Array[] } {
     const k: Float32Array[] = [];
     const v: Float32Array[] = [];
-    for (let l = 0; l < this.config.numLayers; l++) {
+    for (let l = 0; this.#hostKv && l < this.config.numLayers; l++) {
       k.push(out[`new_key.${String(l)}`]!.data as Float32Array);
       v.push(out[`new_value.${String(l)}`]!.data as Float32Array);
     }
@@ -771,7 +865,9 @@ export class Engine {
     const result: (Float32Array | undefined)[] = new Array<Float32Array | undefined>(seqs.length);
     const produced: Outputs = new Map();
     for (const [key, idx] of byLane) {
-      const out = await this.#prefillBatch(idx.map((i) => seqs[i]!), key === '' ? undefined : this.#lanes.get(key), maxChunk, produced);
+      const group = idx.map((i) => seqs[i]!);
+      const lane = key === '' ? undefined : this.#lanes.get(key);
+      const out = await this.#surviving(group, lane, produced, () => this.#prefillBatch(group, group.map((s) => this.#check(s)), lane, maxChunk, produced));
       idx.forEach((i, j) => {
         result[i] = out[j];
       });
@@ -780,8 +876,7 @@ export class Engine {
     return result;
   }
 
-  async #prefillBatch(seqs: readonly Sequence[], lane: Lane | undefined, maxChunk: number | undefined, produced: Outputs): Promise<(Float32Array | undefined)[]> {
-    const slots = seqs.map((s) => this.#check(s));
+  async #prefillBatch(seqs: readonly Sequence[], slots: readonly number[], lane: Lane | undefined, maxChunk: number | undefined, produced: Outputs): Promise<(Float32Array | undefined)[]> {
     const counts = seqs.map((s) => this.chunkOf(s, maxChunk));
     const { inputs, C, past, chunkMasks, nexts } = prefillInputs(seqs, counts, this.config.slidingWindow);
     let caches: CacheRun | undefined;
@@ -845,7 +940,9 @@ export class Engine {
     const result: (Float32Array | number)[] = new Array<Float32Array | number>(seqs.length);
     const produced: Outputs = new Map();
     for (const [key, idx] of byLane) {
-      const out = await this.#decodeBatch(idx.map((i) => seqs[i]!), idx.map((i) => tokens[i]!), key === '' ? undefined : this.#lanes.get(key), produced, greedy);
+      const group = idx.map((i) => seqs[i]!);
+      const lane = key === '' ? undefined : this.#lanes.get(key);
+      const out = await this.#surviving(group, lane, produced, () => this.#decodeBatch(group, idx.map((i) => tokens[i]!), lane, produced, greedy));
       idx.forEach((i, j) => {
         result[i] = out[j]!;
       });
@@ -900,6 +997,7 @@ export class Engine {
       if (!s.released) {
         s.kv.append(k, v, r * width, [0]);
         s.nextPosition++;
+        if (!this.#hostKv) this.#historyOf(s).push(tokens[r]!);
       }
       return picks !== undefined ? picks[r]! : logits.subarray(r * V, (r + 1) * V);
     });
@@ -940,9 +1038,9 @@ type Outputs = Map<PreparedGraph, Record<string, HostTensor>>;
 const GREEDY_OUTPUTS: readonly string[] = ['logits'];
 
 /** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */
-async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun, recycle?: Readonly<Record<string, HostTensor>>, argmax?: readonly string[]): Promise<Record<string, HostTensor>> {
+async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun, recycle?: Readonly<Record<string, HostTensor>>, argmax?: readonly string[], omit?: readonly string[]): Promise<Record<string, HostTensor>> {
   try {
-    return await program.run(inputs, { resident, ...(caches === undefined ? {} : { caches }), ...(recycle === undefined ? {} : { recycle }), ...(argmax === undefined ? {} : { argmax }) });
+    return await program.run(inputs, { resident, ...(caches === undefined ? {} : { caches }), ...(recycle === undefined ? {} : { recycle }), ...(argmax === undefined ? {} : { argmax }), ...(omit === undefined ? {} : { omit }) });
   } catch (e) {
     if (e instanceof StageError) throw e;
     throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${errorMessage(e)}`, { cause: e });

@@ -61,3 +61,21 @@ describe('DecodeStaging', () => {
     expect(st.restages).toBe(4);
   });
 });
+
+describe('SequenceKv without host KV (holdsKv false)', () => {
+  it('keeps the length and key mask only, grows them, and refuses to hand out keys', () => {
+    const kv = new SequenceKv(L, W, 2, 'f32', false);
+    kv.append([], [], 0, [0, -1, 0]);
+    kv.append([], [], 0, [0]);
+    expect(kv.length).toBe(4);
+    expect(kv.capacity).toBe(4);
+    expect(Array.from(kv.maskView())).toEqual([0, -1, 0, 0]);
+    expect(kv.bytes).toBe(4 * 4);
+    for (const read of [() => kv.view(0, [W]), () => { kv.copyTo(0, new Float32Array(99), new Float32Array(99), 0); }, () => { kv.copyRange(0, new Float32Array(99), new Float32Array(99), 0, 1); }]) {
+      expect(read).toThrow(expect.objectContaining({ code: 'ENGINE_BAD_SEQUENCE' }) as Error);
+    }
+    const held = new SequenceKv(L, W, 2);
+    grow(held, 1, 4);
+    expect(held.bytes).toBe((2 * L * 4 * W + 4) * 4);
+  });
+});

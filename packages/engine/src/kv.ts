@@ -1,4 +1,5 @@
 import type { DType, HostTensor } from '@stageml/ir';
+import { EngineCode, EngineError } from './errors.js';
 
 /** Additive mask value of an ignored key: float32's lowest, as HF uses. */
 export const MASKED = -3.4028234663852886e38;
@@ -25,11 +26,22 @@ export class SequenceKv {
     capacity = 16,
     /** Dtype of the keys and values (the engine's compute dtype; bf16/f16 values in the IR's f32 host storage). */
     readonly dtype: DType = 'f32',
+    /**
+     * Whether the host holds the keys and values. False where the executor's cache is the only
+     * copy (resident KV without `hostKvCopy`): only the length and the key mask are kept, `append`
+     * ignores its key and value arrays, and reading them (`view`, `copyTo`, `copyRange`) is
+     * `ENGINE_BAD_SEQUENCE`.
+     */
+    readonly holdsKv = true,
   ) {
     this.#capacity = Math.max(1, capacity);
-    this.#keys = Array.from({ length: layers }, () => new Float32Array(this.#capacity * width));
-    this.#values = Array.from({ length: layers }, () => new Float32Array(this.#capacity * width));
+    this.#keys = Array.from({ length: holdsKv ? layers : 0 }, () => new Float32Array(this.#capacity * width));
+    this.#values = Array.from({ length: holdsKv ? layers : 0 }, () => new Float32Array(this.#capacity * width));
     this.#mask = new Float32Array(this.#capacity);
+  }
+
+  #held(): void {
+    if (!this.holdsKv) throw new EngineError(EngineCode.BAD_SEQUENCE, "this sequence's keys and values live only in the executor's cache (give hostKvCopy to keep a host copy)");
   }
 
   /** Positions the buffers hold before they grow. */
@@ -39,7 +51,7 @@ export class SequenceKv {
 
   /** Bytes the buffers occupy (keys, values and mask). */
   get bytes(): number {
-    return (2 * this.layers * this.#capacity * this.width + this.#capacity) * 4;
+    return ((this.holdsKv ? 2 * this.layers * this.#capacity * this.width : 0) + this.#capacity) * 4;
   }
 
   #reserve(n: number): void {
@@ -59,6 +71,7 @@ export class SequenceKv {
 
   /** The filled prefix of layer `l` as zero-copy views [1, length, width…]. */
   view(l: number, shape: readonly number[]): { readonly k: HostTensor; readonly v: HostTensor } {
+    this.#held();
     const n = this.length * this.width;
     return {
       k: { dtype: this.dtype, shape: [1, this.length, ...shape], data: this.#keys[l]!.subarray(0, n) },
@@ -73,6 +86,7 @@ export class SequenceKv {
 
   /** Copies layer `l`'s filled prefix to `k`/`v` at `offset` floats (staging a multi-row batch). */
   copyTo(l: number, k: Float32Array, v: Float32Array, offset: number): void {
+    this.#held();
     const n = this.length * this.width;
     k.set(this.#keys[l]!.subarray(0, n), offset);
     v.set(this.#values[l]!.subarray(0, n), offset);
@@ -80,6 +94,7 @@ export class SequenceKv {
 
   /** Copies layer `l`'s positions [from, length) to `k`/`v` at `offset` floats + from × width (extending a staged copy). */
   copyRange(l: number, k: Float32Array, v: Float32Array, offset: number, from: number): void {
+    this.#held();
     const a = from * this.width;
     const n = this.length * this.width;
     k.set(this.#keys[l]!.subarray(a, n), offset + a);
@@ -88,15 +103,15 @@ export class SequenceKv {
 
   /**
    * Appends `count` positions: per layer, `newK[l]`/`newV[l]` from float `offset` (count × width
-   * floats each), and their key mask. Layers are written first, then `length` moves, so a failed
-   * step leaves the cache as it was.
+   * floats each; not read where the host holds no KV), and their key mask. Layers are written
+   * first, then `length` moves, so a failed step leaves the cache as it was.
    */
   append(newK: readonly Float32Array[], newV: readonly Float32Array[], offset: number, mask: ArrayLike<number>): void {
     const count = mask.length;
     this.#reserve(this.length + count);
     const at = this.length * this.width;
     const n = count * this.width;
-    for (let l = 0; l < this.layers; l++) {
+    for (let l = 0; l < this.#keys.length; l++) {
       this.#keys[l]!.set(newK[l]!.subarray(offset, offset + n), at);
       this.#values[l]!.set(newV[l]!.subarray(offset, offset + n), at);
     }

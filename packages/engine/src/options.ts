@@ -99,12 +99,22 @@ export interface EngineOptions {
   /**
    * Keep each sequence's KV cache on the executor (`Executor.caches`, the torch worker's device):
    * a step sends token ids, positions, slot ids and the new positions' key mask, never the cached
-   * context; the engine keeps its host copy (appended from the step's outputs) for accounting and
-   * to restore a restarted worker. Default: whenever the executor has caches and the model has no
+   * context; the host keeps each sequence's length and key mask (its keys and values too with
+   * `hostKvCopy`). Default: whenever the executor has caches and the model has no
    * sliding window (whose per-query mask is built on the host); `true` on an executor without
    * caches, or with a sliding window, is `ENGINE_BAD_OPTIONS`.
    */
   readonly residentKv?: boolean;
+  /**
+   * With resident KV, keep a host copy of each sequence's keys and values as well (f32, appended
+   * from every step's outputs), from which the caches of a restarted worker are restored. Default
+   * false: the executor's cache is the only copy, so a step's new keys and values never cross to
+   * the host (`RunOptions.omit`; 16.8 MB per 64-row Llama-3-8B step) nor take host memory (f32, 256
+   * KB per position at that shape), and a restarted worker's lost caches are rebuilt by prefilling
+   * each sequence's tokens again (its prompt, then its decoded tokens) before the step runs
+   * (`EngineStats.cacheRebuilds`). Host-fed KV is on the host anyway.
+   */
+  readonly hostKvCopy?: boolean;
   /**
    * Logits (and the engine's other run outputs) are written into the storage of the previous
    * run's outputs instead of fresh buffers, on executors that can (`RunOptions.recycle`; the
@@ -165,6 +175,10 @@ export interface EngineStats {
   readonly sequences: number;
   /** Adapter slots holding no adapter. */
   readonly freeSlots: number;
+  /** Sequences whose executor cache was lost (a restarted worker) and rebuilt from their tokens (resident KV without `hostKvCopy`). */
+  readonly cacheRebuilds: number;
+  /** Steps run again because the executor's worker died under them (`RT_WORKER_FAILED`; the next run starts a new worker). */
+  readonly workerRetries: number;
 }
 
 /**

@@ -148,7 +148,10 @@ describeWithTorch('resident KV on the torch worker (CPU torch)', () => {
         try {
           // Three rows decode three steps (eager, captured, replayed), a release re-stages the
           // batch (a new key: eager, captured, replayed twice), at the staged capacity throughout.
-          expect(await script(graphed)).toEqual(await script(host));
+          const want = await script(host);
+          expect(await script(graphed)).toEqual(want);
+          // Greedy picks on replayed graphs: the argmax must not replace the graph's own logits.
+          expect(await script(graphed, undefined, true)).toEqual(want);
         } finally {
           host.dispose();
           graphed.dispose();
@@ -195,44 +198,93 @@ describeWithTorch('resident KV on the torch worker (CPU torch)', () => {
     }
   }, 120_000);
 
-  it('survives a killed worker: the next step starts a new worker, restores every cache from the host copy and gives the same tokens', async () => {
+  it('survives a killed worker: the next step starts a new worker, rebuilds every cache from the sequences\' tokens (or restores the host copy, hostKvCopy) and gives the same tokens', async () => {
     const reference = await load({ executor, residentKv: false });
     const want = await script(reference);
     reference.dispose();
-    const own = await createTorchExecutor({ device: 'cpu' });
-    try {
-      const e = await load({ executor: own });
-      const got = await script(e, {
-        after: 1,
-        run: async () => {
-          const pid = own.pid!;
-          process.kill(pid, 'SIGKILL');
-          for (let i = 0; i < 200 && own.pid !== undefined; i++) await new Promise((r) => setTimeout(r, 10));
-          expect(own.pid).toBeUndefined();
-        },
-      });
-      expect(got).toEqual(want);
-      expect(own.traffic().restarts).toBe(1);
-      expect(own.pid).toBeDefined();
-      // A step in flight when the worker dies fails with RT_WORKER_FAILED and changes nothing: the next one succeeds.
-      const seq = e.open('a', PROMPTS[0]![1]);
-      await e.attach(seq);
-      const first = (await e.prefill(seq, { maxChunk: 64 }))!;
-      const t = argmaxOf(first);
-      const length = seq.kv.length;
-      const dying = e.decode([seq], [t]);
-      process.kill(own.pid!, 'SIGKILL');
-      const outcome = await dying.then(() => 'ok', (err: unknown) => (err as { code?: string }).code);
-      expect(['ok', RuntimeCode.WORKER_FAILED]).toContain(outcome);
-      if (outcome !== 'ok') {
-        expect(seq.kv.length).toBe(length);
-        await e.decode([seq], [t]);
+    for (const hostKvCopy of [false, true]) {
+      const own = await createTorchExecutor({ device: 'cpu' });
+      try {
+        const e = await load({ executor: own, hostKvCopy });
+        const got = await script(e, {
+          after: 1,
+          run: async () => {
+            const pid = own.pid!;
+            process.kill(pid, 'SIGKILL');
+            for (let i = 0; i < 200 && own.pid !== undefined; i++) await new Promise((r) => setTimeout(r, 10));
+            expect(own.pid).toBeUndefined();
+          },
+        });
+        expect(got).toEqual(want);
+        expect(own.traffic().restarts).toBe(1);
+        expect(own.pid).toBeDefined();
+        // The three live sequences were rebuilt at the step after the kill (none with the host copy).
+        expect(e.stats().cacheRebuilds).toBe(hostKvCopy ? 0 : 3);
+        // A step in flight when the worker dies fails with RT_WORKER_FAILED and changes nothing: the next one succeeds.
+        const seq = e.open('a', PROMPTS[0]![1]);
+        await e.attach(seq);
+        const first = (await e.prefill(seq, { maxChunk: 64 }))!;
+        const t = argmaxOf(first);
+        const length = seq.kv.length;
+        const dying = e.decode([seq], [t]);
+        process.kill(own.pid!, 'SIGKILL');
+        const outcome = await dying.then(() => 'ok', (err: unknown) => (err as { code?: string }).code);
+        expect(['ok', RuntimeCode.WORKER_FAILED]).toContain(outcome);
+        if (outcome !== 'ok') {
+          expect(seq.kv.length).toBe(length);
+          await e.decode([seq], [t]);
+        }
+        expect(seq.kv.length).toBe(length + 1);
+        // And the rebuilt cache reads as the lost one did: the next step's logits are the host-fed engine's.
+        const next = await e.decode([seq], [5]);
+        const host = await load({ executor, residentKv: false });
+        const h = host.open('a', PROMPTS[0]![1]);
+        await host.attach(h);
+        await host.prefill(h, { maxChunk: 64 });
+        await host.decode([h], [t]);
+        const hostNext = await host.decode([h], [5]);
+        expect(argmaxOf(next[0]!)).toBe(argmaxOf(hostNext[0]!));
+        for (let i = 0; i < next[0]!.length; i++) expect(next[0]![i]).toBeCloseTo(hostNext[0]![i]!, 4);
+        host.dispose();
+        e.release(seq);
+        e.dispose();
+      } finally {
+        await own.close();
       }
-      expect(seq.kv.length).toBe(length + 1);
-      e.release(seq);
-      e.dispose();
+    }
+  }, 180_000);
+
+  it('keeps no host copy of the keys and values by default: the steps leave them on the worker (RunOptions.omit); hostKvCopy keeps and receives them', async () => {
+    const lean = await load({ executor });
+    const copy = await load({ executor, hostKvCopy: true });
+    try {
+      const received = async (e: Engine): Promise<{ bytes: number; seq: Sequence[] }> => {
+        const seqs = [e.open('a', PROMPTS[0]![1]), e.open(undefined, PROMPTS[2]![1])];
+        for (const q of seqs) await e.attach(q);
+        while (seqs.some((q) => !q.ready)) await e.prefillMany(seqs.filter((q) => !q.ready));
+        await e.decodeGreedy(seqs, [5, 6]);
+        const before = executor.traffic().receivedBytes;
+        await e.decodeGreedy(seqs, [7, 8]);
+        return { bytes: executor.traffic().receivedBytes - before, seq: seqs };
+      };
+      const a = await received(lean);
+      const b = await received(copy);
+      // Two rows × 2 layers × keys and values × 2 kv heads × 16 dims, f32: what the copy also receives.
+      expect(b.bytes - a.bytes).toBeGreaterThanOrEqual(2 * 2 * 2 * 32 * 4);
+      // The lean reply: a header and one i64 per row.
+      expect(a.bytes).toBeLessThan(400);
+      const [q] = a.seq;
+      expect(q!.kv.holdsKv).toBe(false);
+      expect(q!.kv.bytes).toBe(q!.kv.capacity * 4);
+      expect(() => q!.kv.view(0, [2, 16])).toThrow(expect.objectContaining({ code: EngineCode.BAD_SEQUENCE }) as Error);
+      expect(b.seq[0]!.kv.bytes).toBeGreaterThan(2 * 2 * q!.kv.capacity * 32 * 4);
+      expect(lean.memory().kv).toBeLessThan(copy.memory().kv);
+      for (const x of [...a.seq]) lean.release(x);
+      for (const x of [...b.seq]) copy.release(x);
+      await expect(Engine.load(`${root}base`, { executor, hostKvCopy: 'yes' as unknown as boolean })).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining('hostKvCopy') as unknown });
     } finally {
-      await own.close();
+      lean.dispose();
+      copy.dispose();
     }
   }, 120_000);
 

@@ -26,6 +26,8 @@ export const RuntimeCode = registerErrorCodes({
   WORKER_FAILED: 'RT_WORKER_FAILED',
   /** A weight quantization spec or request is invalid. */
   BAD_QUANT: 'RT_BAD_QUANT',
+  /** A run reads caches the executor no longer holds (a restarted worker) and the caller gave no copy to restore them from (`CacheLostError`). */
+  CACHE_LOST: 'RT_CACHE_LOST',
 }, {
   // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
   MISSING_VALUE: 'input',
@@ -40,6 +42,7 @@ export const RuntimeCode = registerErrorCodes({
   IO: 'io',
   WORKER_FAILED: 'internal',
   BAD_QUANT: 'input',
+  CACHE_LOST: 'unavailable',
 });
 
 /** Union of `@stageml/runtime` error codes. */
@@ -47,3 +50,19 @@ export type RuntimeErrorCode = (typeof RuntimeCode)[keyof typeof RuntimeCode];
 
 /** An error raised by specialization, bundles or executors. */
 export class RuntimeError extends StageError<RuntimeErrorCode> {}
+
+/**
+ * `RT_CACHE_LOST`: a run named caches (`RunOptions.caches`) the executor does not hold at the
+ * caller's length (its worker was restarted) and whose rows have no `restore`. Nothing was sent or
+ * changed; `ids` are the lost caches, which the caller rebuilds (the engine prefills the
+ * sequences' tokens again) before running again.
+ */
+export class CacheLostError extends RuntimeError {
+  constructor(
+    /** The caches the executor lacks. */
+    readonly ids: readonly number[],
+    message: string,
+  ) {
+    super(RuntimeCode.CACHE_LOST, message, { hint: 'rebuild those caches from length 0 (or give each row a restore), then run again' });
+  }
+}

@@ -42,6 +42,13 @@ export interface RunOptions {
    * in-process executors return the values. Read either with `argmaxRows`.
    */
   readonly argmax?: readonly string[];
+  /**
+   * Outputs the caller does not read. An executor whose results cross to the host (the torch
+   * worker) leaves them where they were computed and its result lacks them: a decode step's new
+   * keys and values, which the executor's caches append anyway (`CacheRun`), then never cross.
+   * In-process executors may return them. Each must be an output of the graph and not in `argmax`.
+   */
+  readonly omit?: readonly string[];
 }
 
 /**
@@ -112,9 +119,10 @@ export interface CacheRow {
   readonly append: readonly [from: number, count: number];
   /**
    * The cache's content, per stream input f32[length, …item], for an executor that lost it (a
-   * restarted worker) or never had it: called only then.
+   * restarted worker) or never had it: called only then. Absent (the caller keeps no copy), such a
+   * run fails with `CacheLostError` (`RT_CACHE_LOST`) before anything is sent.
    */
-  readonly restore: () => Readonly<Record<string, HostTensor>>;
+  readonly restore?: () => Readonly<Record<string, HostTensor>>;
 }
 
 /** What `RunOptions.caches` names: the streams and the rows (`past` is the longest row's length). */

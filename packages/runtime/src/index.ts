@@ -14,7 +14,7 @@
  *   CUDA or CPU) and cpu-native (this package's own C++ kernels, built once per machine).
  * - `compileStaged(fn, annotations, options)`: trace, analyse, specialize and prepare in one call.
  */
-export { RuntimeCode, RuntimeError } from './errors.js';
+export { CacheLostError, RuntimeCode, RuntimeError } from './errors.js';
 export type { RuntimeErrorCode } from './errors.js';
 export { chainStores, toStore } from './values.js';
 export type { ValueSource } from './values.js';

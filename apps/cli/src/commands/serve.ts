@@ -40,6 +40,7 @@ interface ServeOptions {
   memoryBudget?: number;
   quantize?: string;
   packBase?: boolean;
+  hostKvCopy?: boolean;
   maxError?: number;
   bundle?: string;
   dtype?: string;
@@ -106,6 +107,7 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--quantize <spec>', 'weight-only quantization of the linear layers: int8, int4 (blocks of 32), int8:g128, int4:channel, …:asym, or auto (with --max-error)')
     .option('--max-error <e>', 'with --quantize auto: the largest relative weight error per projection', parseMaxError)
     .option('--pack-base', 'give base-only batches a program with its own pre-packed copy of the f32 weights (~1.4x faster decode on onnxruntime, one more copy of the weights in memory)')
+    .option('--host-kv-copy', 'with --executor torch: keep a host copy of every sequence\'s KV cache (f32, appended each step), from which a restarted worker is restored; default: the worker\'s cache is the only copy and a restarted worker rebuilds it by prefilling the tokens again')
     .option('--bundle <dir>', 'serve a bundle of `stageml stage --model`: its source model and adapters, with its plan.json applied as written (instead of MODEL)')
     .option('--dtype <dtype>', `compute dtype of the engine: ${SERVE_DTYPES.join(', ')} (checkpoint: the one it stores; default: checkpoint on --executor torch, else f32). bf16/f16 compute as transformers + PEFT do and need an executor that runs them (torch, interpreter)`)
     .option('--adapter-dtype <dtype>', 'with a bf16/f16 --dtype: LoRA factors f32 (default, as PEFT computes them) or same (rounded to the compute dtype)')
@@ -146,6 +148,7 @@ export function registerServe(program: Command, io: CliIo): void {
         ...serveDtypes(opts.dtype, opts.adapterDtype, executor.name, quantize !== undefined),
         ...(quantize === undefined ? {} : { quantize }),
         ...(opts.packBase === true ? { packBase: true } : {}),
+        ...(opts.hostKvCopy === true ? { hostKvCopy: true } : {}),
         ...(opts.adapters === undefined ? {} : { adaptersDir: opts.adapters }),
         ...(config === undefined ? {} : { config }),
         ...(opts.padTokenId === undefined ? {} : { padTokenId: opts.padTokenId }),

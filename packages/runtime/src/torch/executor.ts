@@ -4,7 +4,7 @@ import type { Socket } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Graph, type HostTensor, graphToJson, typeToString } from '@stageml/ir';
-import { RuntimeCode, type RuntimeErrorCode, RuntimeError } from '../errors.js';
+import { CacheLostError, RuntimeCode, type RuntimeErrorCode, RuntimeError } from '../errors.js';
 import { type CacheRun, type Executor, type PreparedGraph, type RunOptions, checkInputs, inputGeneration, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
 import { FrameDecoder, TORCH_PROTOCOL_VERSION, encodeFrame } from './protocol.js';
@@ -317,7 +317,10 @@ function placeholder(dtype: HostTensor['dtype'], shape: readonly number[]): Host
  *
  * A worker that dies (killed, out of memory) fails the requests in flight with `RT_WORKER_FAILED`;
  * the next request starts a new worker, prepares every live graph on it again and re-sends
- * resident inputs and caches (from `CacheRow.restore`) as they are needed.
+ * resident inputs and caches (from `CacheRow.restore`) as they are needed; a run over a lost
+ * cache whose row has no `restore` fails with `CacheLostError` (`RT_CACHE_LOST`) instead.
+ * `RunOptions.omit` outputs stay on the worker (a step's new keys and values, which its caches
+ * append anyway).
  *
  * Numerics: f32/f64 compute natively; on CUDA, f16/bf16 matmuls and attention run on tensor cores
  * with f32 accumulation, norms and softmax in f32; on the CPU every f16/bf16 op computes in f32
@@ -414,6 +417,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
     const declared = new Map(graph.nodes.filter((n) => n.kind === 'input').map((n) => [n.name, graph.values[n.results[0]!]!.type]));
     const ids = new Set<number>();
     const seeds: Record<string, HostTensor> = {};
+    const lost: number[] = [];
     const rows = run.rows.map((r) => {
       if (ids.has(r.id)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)} is read by two rows of one run`);
       if (!open.has(r.id)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)} was never opened on ${name} or was released`);
@@ -423,15 +427,20 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       const have = known.get(r.id);
       if (have !== r.length && !(have === undefined && r.length === 0)) {
         // The worker lacks it (a new worker) or holds another length: send the caller's copy.
-        const content = r.restore();
-        for (const s of run.streams) {
-          const t = content[s.input];
+        const content = r.restore?.();
+        if (content === undefined) lost.push(r.id);
+        for (const s of content === undefined ? [] : run.streams) {
+          const t = content![s.input];
           if (t?.shape[0] !== r.length) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)}: restore gave no ${String(r.length)} positions of '${s.input}'`);
           seeds[`cache:${String(r.id)}:${s.input}`] = t;
         }
       }
       return { id: r.id, append: [from, count], seed: have !== r.length && r.length > 0 };
     });
+    if (lost.length > 0) {
+      const what = lost.map((id) => `${String(id)} (${known.has(id) ? `holds ${String(known.get(id))} positions` : 'not held'})`).join(', ');
+      throw new CacheLostError(lost, `${name} lost cache${lost.length === 1 ? '' : 's'} ${what}, and the run gives no restore for ${lost.length === 1 ? 'it' : 'them'}`);
+    }
     const past = Math.max(0, ...run.rows.map((r) => r.length));
     const checked: Record<string, HostTensor> = { ...inputs };
     for (const s of run.streams) {
@@ -508,11 +517,16 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
               throw new RuntimeError(RuntimeCode.BAD_VALUE, `argmax names '${n}', which is not a float output of @${graph.name}`);
             }
           }
+          const omit = opts?.omit ?? [];
+          for (const n of omit) {
+            if (!graph.outputs.some((x) => x.name === n)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `omit names '${n}', which is not an output of @${graph.name}`);
+            if (argmax.includes(n)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `'${n}' is named by both omit and argmax`);
+          }
           const frame = residentFrame(inputs, opts);
           let out: { header: Record<string, unknown>; tensors: Record<string, HostTensor> };
           try {
             out = await c.request(
-              { op: 'run', handle: current.handle, ...frame.header, ...(caches === undefined ? {} : { caches: caches.header }), ...(argmax.length === 0 ? {} : { argmax }) },
+              { op: 'run', handle: current.handle, ...frame.header, ...(caches === undefined ? {} : { caches: caches.header }), ...(argmax.length === 0 ? {} : { argmax }), ...(omit.length === 0 ? {} : { omit }) },
               caches === undefined ? frame.tensors : { ...frame.tensors, ...caches.seeds },
             );
           } catch (e) {
@@ -524,6 +538,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
           for (const r of opts?.caches?.rows ?? []) if (open.has(r.id)) known.set(r.id, r.length + r.append[1]);
           const result: Record<string, HostTensor> = {};
           for (const o of graph.outputs) {
+            if (omit.includes(o.name)) continue;
             const t = out.tensors[o.name];
             if (t === undefined) throw new RuntimeError(RuntimeCode.WORKER_FAILED, `torch worker: the reply lacks output '${o.name}'`);
             result[o.name] = t;

@@ -7,7 +7,7 @@ import { GraphBuilder, type HostTensor, graphToJson, hostTensor, interpret } fro
 import { describe, expect, it } from 'vitest';
 
 import { writeBundle } from '../bundle.js';
-import { RuntimeCode } from '../errors.js';
+import { CacheLostError, RuntimeCode } from '../errors.js';
 import { argmaxRows, inputChanged } from '../executor.js';
 import { interpreterExecutor } from '../interpreter-executor.js';
 import { specialize } from '../specialize.js';
@@ -320,6 +320,38 @@ describeWithTorch('torch worker protocol', () => {
     await expect(bad({ caches: { streams, rows: [{ id: a, length: 5, append: [0, 1], restore: lost }] } }, { x: hostTensor('f32', [1, 1, 2], [0, 0]) })).rejects.toMatchObject({ code: RuntimeCode.MISSING_INPUT });
     caches.release([a, c]);
     await expect(bad({ caches: { streams, rows: [{ id: a, length: 5, append: [0, 1], restore: lost }] } })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('released') });
+    p.dispose();
+  }, 60_000);
+
+  it('leaves omitted outputs on the worker (RunOptions.omit) while its caches append them; a lost cache without restore is RT_CACHE_LOST and changes nothing', async () => {
+    const b = new GraphBuilder('omitting');
+    const past = b.input('past', ['f32', ['batch', 'past', 2]]);
+    const x = b.input('x', ['f32', ['batch', 'seq', 2]]);
+    const fresh = b.mul(x, b.constant([2], 'f32', []));
+    b.output('all', b.concat([past, fresh], 1));
+    b.output('new', fresh);
+    const p = await torch().prepare(b.build());
+    const caches = torch().caches;
+    const streams = [{ input: 'past', from: 'new', pad: 0 }];
+    const a = caches.open();
+    const step = (length: number, v: number, omit?: string[]) => p.run({ x: hostTensor('f32', [1, 1, 2], [v, v]) }, { caches: { streams, rows: [{ id: a, length, append: [0, 1] }] }, ...(omit === undefined ? {} : { omit }) });
+    const r1 = await step(0, 1, ['new']);
+    expect(Object.keys(r1)).toEqual(['all']);
+    // The omitted output was appended all the same.
+    const r2 = await step(1, 2, ['new']);
+    expect(Array.from(r2['all']!.data)).toEqual([2, 2, 4, 4]);
+    const r3 = await step(2, 3);
+    expect(Object.keys(r3).sort()).toEqual(['all', 'new']);
+    expect(Array.from(r3['new']!.data)).toEqual([6, 6]);
+    await expect(step(3, 0, ['nope'])).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining("omit names 'nope'") });
+    await expect(p.run({ x: hostTensor('f32', [1, 1, 2], [0, 0]) }, { caches: { streams, rows: [{ id: a, length: 3, append: [0, 1] }] }, omit: ['all'], argmax: ['all'] })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('both omit and argmax') });
+    // The caller says 5 positions, the worker holds 3, and the row has no restore.
+    const err: unknown = await step(5, 0).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(CacheLostError);
+    expect(err).toMatchObject({ code: RuntimeCode.CACHE_LOST, ids: [a], message: expect.stringContaining(`${String(a)} (holds 3 positions)`) });
+    // Nothing was sent: the cache still holds its 3 positions.
+    expect(Array.from((await step(3, 4, ['new']))['all']!.data)).toEqual([2, 2, 4, 4, 6, 6, 8, 8]);
+    caches.release([a]);
     p.dispose();
   }, 60_000);
 });
