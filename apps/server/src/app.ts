@@ -275,30 +275,22 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
       for (const [adapter, modules] of Object.entries(lm.plan().merged)) this.set({ adapter }, modules.length);
     },
   });
-  new client.Gauge({
-    name: 'stageml_engine_cache_rebuilds',
-    help: 'Sequences whose KV cache the executor lost (a restarted torch worker) and the engine rebuilt by prefilling their tokens again (resident KV without --host-kv-copy).',
-    registers: [metrics.registry],
-    collect() {
-      this.set(lm.stats().cacheRebuilds);
-    },
-  });
-  new client.Gauge({
-    name: 'stageml_engine_worker_retries',
-    help: 'Steps the engine ran again because the executor\'s worker died under them (a torch worker killed or out of memory; the next run starts a new one).',
-    registers: [metrics.registry],
-    collect() {
-      this.set(lm.stats().workerRetries);
-    },
-  });
-  new client.Gauge({
-    name: 'stageml_engine_preparations',
-    help: 'Executor preparations the engine made (constant: one per slot form and the base program, plus the scoring program once prompt logits are asked for).',
-    registers: [metrics.registry],
-    collect() {
-      this.set(lm.stats().preparations);
-    },
-  });
+  // Engine counters, read at scrape time.
+  const counters: [string, string, (st: ReturnType<Engine['stats']>) => number][] = [
+    ['stageml_engine_cache_rebuilds', 'Sequences whose KV cache the executor lost (a restarted torch worker) and the engine rebuilt by prefilling their tokens again (resident KV without --host-kv-copy).', (st) => st.cacheRebuilds],
+    ['stageml_engine_worker_retries', "Steps the engine ran again because the executor's worker died under them (a torch worker killed or out of memory; the next run starts a new one).", (st) => st.workerRetries],
+    ['stageml_engine_preparations', 'Executor preparations the engine made (constant: one per slot form and the base program, plus the scoring program once prompt logits are asked for).', (st) => st.preparations],
+  ];
+  for (const [name, help, read] of counters) {
+    new client.Gauge({
+      name,
+      help,
+      registers: [metrics.registry],
+      collect() {
+        this.set(read(lm.stats()));
+      },
+    });
+  }
   const limits: Limits = {
     maxModelLen,
     maxPromptTokens: opts.maxPromptTokens,
