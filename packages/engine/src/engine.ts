@@ -767,14 +767,14 @@ export class Engine {
         const todo = standIns.filter((t) => !t.ready);
         await this.#prefillBatch(todo, todo.map((t) => t.slot!), lane, undefined, produced);
       }
+      seqs.forEach((s, i) => {
+        const t = standIns[i]!;
+        if (t.kv.length !== s.kv.length || t.nextPosition !== s.nextPosition) throw new EngineError(EngineCode.RUN_FAILED, `rebuilding a lost cache gave ${String(t.kv.length)} positions (next ${String(t.nextPosition)}) for a sequence of ${String(s.kv.length)} (next ${String(s.nextPosition)})`);
+      });
     } catch (e) {
       caches.release(standIns.map((t) => t.cache!));
       throw e;
     }
-    seqs.forEach((s, i) => {
-      const t = standIns[i]!;
-      if (t.kv.length !== s.kv.length || t.nextPosition !== s.nextPosition) throw new EngineError(EngineCode.RUN_FAILED, `rebuilding a lost cache gave ${String(t.kv.length)} positions (next ${String(t.nextPosition)}) for a sequence of ${String(s.kv.length)} (next ${String(s.nextPosition)})`);
-    });
     caches.release(seqs.map((s) => s.cache!));
     seqs.forEach((s, i) => {
       s.cache = standIns[i]!.cache;
