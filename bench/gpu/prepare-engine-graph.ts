@@ -11,7 +11,7 @@
 // Run: node --conditions=@stageml/source --import tsx bench/gpu/prepare-engine-graph.ts [OUT, default
 //      .gpu/wbank at the repository root (git-ignored)]
 //      [--layers N] [--hidden H] [--intermediate I] [--heads Q] [--kv-heads KV] [--head-dim D]
-//      [--vocab V] [--slots S] [--rank R] [--form gathered|single|grouped]
+//      [--vocab V] [--slots S] [--rank R] [--form gathered|single|grouped] [--dtype bf16|f32]
 // Defaults: 4 layers, hidden 4096, intermediate 14336, GQA 32/8, head 128, vocab 32000, S 65, R 64,
 // gathered.
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -33,6 +33,10 @@ const fi = args.indexOf('--form');
 const form = (fi < 0 ? 'gathered' : args[fi + 1]) as SlotForm;
 if (!['gathered', 'single', 'grouped'].includes(form)) throw new Error(`--form must be gathered, single or grouped, got '${form}'`);
 
+const di = args.indexOf('--dtype');
+const dtype = di < 0 ? 'bf16' : args[di + 1];
+if (dtype !== 'bf16' && dtype !== 'f32') throw new Error(`--dtype must be bf16 or f32, got '${String(dtype)}'`);
+
 const config = {
   architectures: ['LlamaForCausalLM'],
   model_type: 'llama',
@@ -52,13 +56,14 @@ const slots = opt('slots', 65);
 const rank = opt('rank', 64);
 const cfg = parseLlamaConfig(JSON.stringify(config), 'config.json');
 const g32 = engineGraph(cfg, form, slots, rank, []);
-// What Engine.load's castProgram does for dtype bf16 (packages/engine/src/engine.ts).
-const cast = (graph: typeof g32) => castEngineGraph(graph, 'bf16', { adapterDtype: 'same', isFactorInput: (n) => n.startsWith('slots.'), maskInputs: new Set(['attention_mask']), dtypeInputs: (n) => n.startsWith('past_'), dtypeOutputs: (n) => n.startsWith('new_') });
+// What Engine.load's castProgram does for dtype bf16 (packages/engine/src/engine.ts); f32 programs
+// as built (an oracle on the GPU: no bf16 rounding between two settings of one program).
+const cast = (graph: typeof g32) => dtype === 'f32' ? graph : castEngineGraph(graph, 'bf16', { adapterDtype: 'same', isFactorInput: (n) => n.startsWith('slots.'), maskInputs: new Set(['attention_mask']), dtypeInputs: (n) => n.startsWith('past_'), dtypeOutputs: (n) => n.startsWith('new_') });
 const g = cast(g32);
 const json = graphToJson(g);
 const leaves = (kind: 'param' | 'input') => json.nodes.filter((n) => n.kind === kind).map((n) => ({ name: n.results[0]!.name, dtype: n.results[0]!.type.dtype, shape: n.results[0]!.type.shape }));
 await mkdir(OUT, { recursive: true });
 await writeFile(join(OUT, 'graph.json'), JSON.stringify(json));
 await writeFile(join(OUT, 'base.json'), JSON.stringify(graphToJson(cast(engineGraph(cfg, 'base', slots, rank, [])))));
-await writeFile(join(OUT, 'manifest.json'), JSON.stringify({ config, form, slots, rank, dtype: 'bf16', adapterDtype: 'same', params: leaves('param'), inputs: leaves('input'), outputs: json.outputs.map((o) => o.name) }, null, 1));
+await writeFile(join(OUT, 'manifest.json'), JSON.stringify({ config, form, slots, rank, dtype, adapterDtype: 'same', params: leaves('param'), inputs: leaves('input'), outputs: json.outputs.map((o) => o.name) }, null, 1));
 console.log(`${OUT}: @${json.name} ${form}, ${String(json.nodes.length)} nodes, ${String(leaves('param').length)} parameters, ${String(leaves('input').length)} inputs`);

@@ -15,6 +15,7 @@ time of the worker's `run` request and of writing its reply frame (to /dev/null;
 to the host through protocol.write_frame; `run_ms`: the request alone, synchronized), median of the steps after the first 8; `device_ms`: the graph replay's own time on the GPU
 (CUDA events around it), the step's kernels without the host's part of the request; the logits of
 each step against the same configuration without graphs (relative error, argmax agreement).
+`--graph-commit auto,0` every configuration with the step's key and value appends inside its graph and written by the host (`STAGEML_TORCH_GRAPH_COMMIT`), `--reply full,lean` with the full reply and with a greedy one that leaves the new keys and values on the worker (`omit` + `argmax`).
 `--repeat N` runs the configurations N times over, interleaved (run-to-run spread), `--profile K`
 K more steps under torch.profiler (kernels per step by name), `--kv auto,0` every configuration with
 the keys appended in place and with the program's concat (`STAGEML_TORCH_KV_IN_PLACE`).
@@ -24,6 +25,7 @@ import cProfile
 import json
 import pstats
 import os
+import re
 import statistics
 import sys
 import time
@@ -98,6 +100,20 @@ def write_frame_before(stream, header, tensors):
     stream.flush()
 
 
+class _Counting:
+    """A sink that counts the bytes written to it (the reply frame's size)."""
+
+    def __init__(self, inner):
+        self.inner, self.n = inner, 0
+
+    def write(self, b):
+        self.n += len(b)
+        return self.inner.write(b)
+
+    def flush(self):
+        self.inner.flush()
+
+
 def kernel_summary(prof, steps):
     """Per step: the CUDA kernels' total µs and launches by name (the profiled steps' device time)."""
     agg = {}
@@ -129,9 +145,10 @@ def cache_seeds(batch, past, item, seed):
     return _SEEDS[key]
 
 
-def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs, seed, profile=0, kv="auto"):
+def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs, seed, profile=0, kv="auto", lean=False, gc="auto"):
     # "auto-nosets": the bank kernel with every slot linear a step of its own (STAGEML_TORCH_BANK_SETS=0)
     os.environ["STAGEML_TORCH_KV_IN_PLACE"] = kv
+    os.environ["STAGEML_TORCH_GRAPH_COMMIT"] = gc
     os.environ["STAGEML_TORCH_BANK_SETS"] = "0" if fuse == "auto-nosets" else "auto"
     os.environ["STAGEML_TORCH_FUSE"] = "auto" if fuse == "auto-nosets" else fuse
     os.environ["STAGEML_TORCH_GRAPHS"] = "auto" if graphs else "0"
@@ -148,7 +165,7 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
     gen.manual_seed(seed)
     slots = [1 + (i % (manifest["slots"] - 1)) for i in range(batch)]
     vocab = manifest["config"]["vocab_size"]
-    times, run_times, logits, reply_times, reply_before_times, reply_greedy_times = [], [], [], [], [], []
+    times, run_times, logits, reply_times, reply_before_times, reply_greedy_times, reply_bytes = [], [], [], [], [], [], []
     sink = open(os.devnull, "wb")
     names = {n: i for i, n in enumerate(sorted(tables))}
     prof_all = None
@@ -159,6 +176,11 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
         if "row_slot" in takes:
             tensors["row_slot"] = torch.tensor(slots, dtype=torch.int64)
         header = {"op": "run", "handle": h, "caches": {"streams": streams, "rows": [{"id": r + 1, "append": [0, 1]} for r in range(batch)]}}
+        if lean:
+            # The engine's greedy step without its host KV copy (RunOptions.omit + argmax): the
+            # step's keys and values stay in the worker's caches, one i64 per row comes back.
+            header["omit"] = [st["from"] for st in streams if st["from"] is not None]
+            header["argmax"] = ["logits"]
         if s == 0:
             header["store"] = {n: i for n, i in names.items()}
             tensors.update(tables)
@@ -183,18 +205,22 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         t2 = time.perf_counter()
-        write_frame(sink, reply, out)  # what the worker does with the reply: the outputs to host bytes, written
+        counted = _Counting(sink)
+        write_frame(counted, reply, out)  # what the worker does with the reply: the outputs to host bytes, written
         times.append((time.perf_counter() - t0) * 1e3)
         reply_times.append((time.perf_counter() - t2) * 1e3)
-        t3 = time.perf_counter()
-        write_frame_before(sink, reply, out)
-        reply_before_times.append((time.perf_counter() - t3) * 1e3)
-        # a greedy step's reply (RunOptions.argmax: each row's index of its largest logit instead of the logits)
-        if hasattr(ops, "argmax_rows"):  # (a worker before the tenth session has none)
-            t4 = time.perf_counter()
-            write_frame(sink, reply, dict(out, logits=ops.argmax_rows(out["logits"])))
-            reply_greedy_times.append((time.perf_counter() - t4) * 1e3)
-        lg = out["logits"].float().cpu()
+        reply_bytes.append(counted.n)
+        if not lean:
+            t3 = time.perf_counter()
+            write_frame_before(sink, reply, out)
+            reply_before_times.append((time.perf_counter() - t3) * 1e3)
+            # a greedy step's reply (RunOptions.argmax: each row's index of its largest logit instead of the logits)
+            if hasattr(ops, "argmax_rows"):  # (a worker before the tenth session has none)
+                t4 = time.perf_counter()
+                write_frame(sink, reply, dict(out, logits=ops.argmax_rows(out["logits"])))
+                reply_greedy_times.append((time.perf_counter() - t4) * 1e3)
+        # lean: the picks themselves (compared with the full reply's argmax by the caller)
+        lg = out["logits"].cpu() if lean else out["logits"].float().cpu()
         run_times.append((t1 - t0) * 1e3)
         device_times.append(replay_ms())
         if not reply.get("ok"):
@@ -206,7 +232,7 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
     w.handle({"op": "dispose", "handle": h}, {})
     timed = slice(8, steps - profile)
     dev = [t for t in device_times[timed] if t is not None]
-    res = {"cache_concats": prep.get("cacheConcats"), "device_ms": statistics.median(dev) if dev else None, "ms": statistics.median(times[timed]), "ms_min": min(times[timed]), "run_ms": statistics.median(run_times[timed]), "reply_ms": statistics.median(reply_times[timed]), "reply_before_ms": statistics.median(reply_before_times[timed]), "reply_greedy_ms": statistics.median(reply_greedy_times[timed]) if reply_greedy_times else None, "first_ms": times[:3], "graphs": stats}
+    res = {"cache_concats": prep.get("cacheConcats"), "device_ms": statistics.median(dev) if dev else None, "ms": statistics.median(times[timed]), "ms_min": min(times[timed]), "run_ms": statistics.median(run_times[timed]), "reply_ms": statistics.median(reply_times[timed]), "reply_before_ms": statistics.median(reply_before_times[timed]) if reply_before_times else None, "reply_bytes": statistics.median(reply_bytes[timed]), "reply_greedy_ms": statistics.median(reply_greedy_times[timed]) if reply_greedy_times else None, "first_ms": times[:3], "graphs": stats}
     if profile:
         res["profile"] = kernel_summary(prof_all, profile)
     return res, logits
@@ -224,6 +250,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="run the batch's configurations this many times over, interleaved")
     ap.add_argument("--fuse", default="auto,0", help="the 64-adapter program's configurations: auto (bank kernel, sibling projections as sets), auto-nosets (each slot linear alone), 0 (unfused ops)")
     ap.add_argument("--host-profile", action="store_true", help="cProfile the worker's run requests of the timed steps (graphs on): the host's functions by own time, per configuration")
+    ap.add_argument("--reply", default="full", help="the steps' replies: full (logits and the new keys and values, as with the engine's host KV copy), lean (RunOptions.omit of the new keys and values + argmax of the logits: a greedy step of the engine without the copy)")
+    ap.add_argument("--graph-commit", default="auto", help="STAGEML_TORCH_GRAPH_COMMIT values to run every configuration with: auto (a replayed step's key and value appends inside its graph), 0 (written by the host after the replay)")
     ap.add_argument("--kv", default="auto", help="STAGEML_TORCH_KV_IN_PLACE values to run every configuration with: auto (keys appended in place), 0 (the program's concat)")
     args = ap.parse_args()
     with open(args.graph) as f:
@@ -245,19 +273,28 @@ def main():
     kvs = args.kv.split(",")
     if kvs != ["auto"]:
         configs = [("%s kv=%s" % (name, kv), prog) for kv in kvs for name, prog in configs]
+    gcs = args.graph_commit.split(",")
+    if any(g not in ("auto", "0") for g in gcs):
+        ap.error("--graph-commit takes auto and/or 0, not %r" % args.graph_commit)
+    if gcs != ["auto"]:
+        configs = [("%s gc=%s" % (name, gc), prog) for gc in gcs for name, prog in configs]
+    replies = args.reply.split(",")
+    if any(r not in ("full", "lean") for r in replies):
+        ap.error("--reply takes full and/or lean, not %r" % args.reply)
+    configs = [(name + (" lean" if r == "lean" else ""), prog) for r in replies for name, prog in configs]
     for batch in [int(b) for b in args.batches.split(",")]:
         seen = {}  # config -> its graphed logits (first pass): configurations against each other, repeats against the first
         for rep in range(args.repeat):
             for name, prog in configs:
                 # the engine's base program (no slot tables) is what the 64-adapter step is held against
-                plain, _, kv = name.partition(" kv=")
-                kv = kv or "auto"
+                m = re.match(r"^(?P<plain>.*?)(?: kv=(?P<kv>\S+))?(?: gc=(?P<gc>\S+))?(?P<lean> lean)?$", name)
+                plain, kv, gc, lean = m.group("plain"), m.group("kv") or "auto", m.group("gc") or "auto", bool(m.group("lean"))
                 fuse = "0" if plain == "base program" else plain
-                row = {"batch": batch, "fuse": name, "kv": kv, "repeat": rep}
+                row = {"batch": batch, "fuse": name, "kv": kv, "graph_commit": gc, "reply": "lean" if lean else "full", "repeat": rep}
                 try:
                     if args.host_profile:
                         HOST_PROFILE[0] = cProfile.Profile()
-                    graphed, lg = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, True, args.seed, args.profile, kv)
+                    graphed, lg = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, True, args.seed, args.profile, kv, lean, gc)
                     if args.host_profile:
                         st = pstats.Stats(HOST_PROFILE[0])
                         steps_n = args.steps - 8
@@ -268,26 +305,44 @@ def main():
                     row.update({"graphs": graphed, "tok_s_graphs": batch * 1000.0 / graphed["ms"]})
                     if rep == 0:
                         for other, lo in seen.items():
-                            if other.startswith("base program") == name.startswith("base program"):  # same program, another setting
+                            if other.startswith("base program") != name.startswith("base program"):
+                                continue  # only the same program in another setting
+                            if lean and other == name[: -len(" lean")]:
+                                # the picks against the full reply's logits of the same configuration
+                                agree = statistics.mean(float((x == y.argmax(-1).reshape(x.shape)).float().mean()) for x, y in zip(lg, lo))
+                                row["picks_agree_vs_full"] = agree
+                                print("batch %3d %s picks against %s's argmax: %.3f" % (batch, name, other, agree), flush=True)
+                            elif lean and other.endswith(" lean"):
+                                # two greedy settings of one program: the fraction of equal picks
+                                agree = statistics.mean(float((x == y).float().mean()) for x, y in zip(lg, lo))
+                                row.setdefault("picks_agree_vs", {})[other] = agree
+                                print("batch %3d %s picks against %s: %.3f" % (batch, name, other, agree), flush=True)
+                            elif not lean and not other.endswith(" lean"):
                                 rel = max(float((x - y).norm() / y.norm()) for x, y in zip(lg, lo))
                                 row.setdefault("max_rel_err_vs", {})[other] = rel
                                 print("batch %3d %s against %s: max rel %.2e" % (batch, name, other, rel), flush=True)
                         seen[name] = lg
                     if rep == 0:
-                        eager, le = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, False, args.seed, 0, kv)
-                        row.update({"eager": eager, "speedup": eager["ms"] / graphed["ms"], "tok_s_eager": batch * 1000.0 / eager["ms"],
-                                    "max_rel_err_vs_eager": max(float((x - y).norm() / y.norm()) for x, y in zip(lg, le)),
-                                    "argmax_agree_vs_eager": statistics.mean(float((x.argmax(-1) == y.argmax(-1)).float().mean()) for x, y in zip(lg, le))})
-                        print("batch %3d %-12s eager %8.2f ms (run %.2f)  graphs %8.2f ms (run %.2f, device %.2f, reply %.2f, before %.2f, greedy %.2f)  x%.2f  rel %.2e argmax %.3f  %s" % (
-                            batch, name, eager["ms"], eager["run_ms"], graphed["ms"], graphed["run_ms"], graphed["device_ms"] or 0, graphed["reply_ms"], graphed["reply_before_ms"], graphed["reply_greedy_ms"] or 0, row["speedup"], row["max_rel_err_vs_eager"],
+                        eager, le = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, False, args.seed, 0, kv, lean, gc)
+                        row.update({"eager": eager, "speedup": eager["ms"] / graphed["ms"], "tok_s_eager": batch * 1000.0 / eager["ms"]})
+                        if lean:
+                            # every replay's picks against eager's (a replay that reused an earlier
+                            # step's argmax as its logits would disagree from the second on)
+                            row["max_rel_err_vs_eager"] = None
+                            row["argmax_agree_vs_eager"] = statistics.mean(float((x == y).float().mean()) for x, y in zip(lg, le))
+                        else:
+                            row["max_rel_err_vs_eager"] = max(float((x - y).norm() / y.norm()) for x, y in zip(lg, le))
+                            row["argmax_agree_vs_eager"] = statistics.mean(float((x.argmax(-1) == y.argmax(-1)).float().mean()) for x, y in zip(lg, le))
+                        print("batch %3d %-12s eager %8.2f ms (run %.2f)  graphs %8.2f ms (run %.2f, device %.2f, reply %.2f / %d B, before %.2f, greedy %.2f)  x%.2f  rel %.2e argmax %.3f  %s" % (
+                            batch, name, eager["ms"], eager["run_ms"], graphed["ms"], graphed["run_ms"], graphed["device_ms"] or 0, graphed["reply_ms"], graphed["reply_bytes"], graphed["reply_before_ms"] or 0, graphed["reply_greedy_ms"] or 0, row["speedup"], row["max_rel_err_vs_eager"] or 0,
                             row["argmax_agree_vs_eager"], graphed["graphs"]), flush=True)
                     else:
-                        if name in seen:
+                        if name in seen and not lean:
                             # the same configuration again: the logits' run-to-run spread
                             row["max_rel_err_vs_first_pass"] = max(float((x - y).norm() / y.norm()) for x, y in zip(lg, seen[name]))
                             print("batch %3d %s against its first pass: max rel %.2e" % (batch, name, row["max_rel_err_vs_first_pass"]), flush=True)
                         print("batch %3d %-12s (repeat %d) graphs %8.2f ms (run %.2f, device %.2f, reply %.2f, before %.2f, greedy %.2f)" % (
-                            batch, name, rep, graphed["ms"], graphed["run_ms"], graphed["device_ms"] or 0, graphed["reply_ms"], graphed["reply_before_ms"], graphed["reply_greedy_ms"] or 0), flush=True)
+                            batch, name, rep, graphed["ms"], graphed["run_ms"], graphed["device_ms"] or 0, graphed["reply_ms"], graphed["reply_before_ms"] or 0, graphed["reply_greedy_ms"] or 0), flush=True)
                     if args.profile:
                         pr = graphed["profile"]
                         print("  kernels %.0f us/step: %s" % (pr["total_us"], "; ".join("%s %.0f/%d" % (k["name"][:48], k["us"], k["launches"]) for k in pr["kernels"][:8])), flush=True)
