@@ -15,7 +15,7 @@ time of the worker's `run` request and of writing its reply frame (to /dev/null;
 to the host through protocol.write_frame; `run_ms`: the request alone, synchronized), median of the steps after the first 8; `device_ms`: the graph replay's own time on the GPU
 (CUDA events around it), the step's kernels without the host's part of the request; the logits of
 each step against the same configuration without graphs (relative error, argmax agreement).
-`--graph-commit auto,0` every configuration with the step's key and value appends inside its graph and written by the host (`STAGEML_TORCH_GRAPH_COMMIT`), `--reply full,lean` with the full reply and with a greedy one that leaves the new keys and values on the worker (`omit` + `argmax`).
+`--reply full,lean` with the full reply and with a greedy one that leaves the new keys and values on the worker (`omit` + `argmax`).
 `--repeat N` runs the configurations N times over, interleaved (run-to-run spread), `--profile K`
 K more steps under torch.profiler (kernels per step by name), `--kv auto,0` every configuration with
 the keys appended in place and with the program's concat (`STAGEML_TORCH_KV_IN_PLACE`).
@@ -145,10 +145,9 @@ def cache_seeds(batch, past, item, seed):
     return _SEEDS[key]
 
 
-def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs, seed, profile=0, kv="auto", lean=False, gc="auto"):
+def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs, seed, profile=0, kv="auto", lean=False):
     # "auto-nosets": the bank kernel with every slot linear a step of its own (STAGEML_TORCH_BANK_SETS=0)
     os.environ["STAGEML_TORCH_KV_IN_PLACE"] = kv
-    os.environ["STAGEML_TORCH_GRAPH_COMMIT"] = gc
     os.environ["STAGEML_TORCH_BANK_SETS"] = "0" if fuse == "auto-nosets" else "auto"
     os.environ["STAGEML_TORCH_FUSE"] = "auto" if fuse == "auto-nosets" else fuse
     os.environ["STAGEML_TORCH_GRAPHS"] = "auto" if graphs else "0"
@@ -251,7 +250,6 @@ def main():
     ap.add_argument("--fuse", default="auto,0", help="the 64-adapter program's configurations: auto (bank kernel, sibling projections as sets), auto-nosets (each slot linear alone), 0 (unfused ops)")
     ap.add_argument("--host-profile", action="store_true", help="cProfile the worker's run requests of the timed steps (graphs on): the host's functions by own time, per configuration")
     ap.add_argument("--reply", default="full", help="the steps' replies: full (logits and the new keys and values, as with the engine's host KV copy), lean (RunOptions.omit of the new keys and values + argmax of the logits: a greedy step of the engine without the copy)")
-    ap.add_argument("--graph-commit", default="auto", help="STAGEML_TORCH_GRAPH_COMMIT values to run every configuration with: auto (a replayed step's key and value appends inside its graph), 0 (written by the host after the replay)")
     ap.add_argument("--kv", default="auto", help="STAGEML_TORCH_KV_IN_PLACE values to run every configuration with: auto (keys appended in place), 0 (the program's concat)")
     args = ap.parse_args()
     with open(args.graph) as f:
@@ -273,11 +271,6 @@ def main():
     kvs = args.kv.split(",")
     if kvs != ["auto"]:
         configs = [("%s kv=%s" % (name, kv), prog) for kv in kvs for name, prog in configs]
-    gcs = args.graph_commit.split(",")
-    if any(g not in ("auto", "0") for g in gcs):
-        ap.error("--graph-commit takes auto and/or 0, not %r" % args.graph_commit)
-    if gcs != ["auto"]:
-        configs = [("%s gc=%s" % (name, gc), prog) for gc in gcs for name, prog in configs]
     replies = args.reply.split(",")
     if any(r not in ("full", "lean") for r in replies):
         ap.error("--reply takes full and/or lean, not %r" % args.reply)
@@ -287,14 +280,14 @@ def main():
         for rep in range(args.repeat):
             for name, prog in configs:
                 # the engine's base program (no slot tables) is what the 64-adapter step is held against
-                m = re.match(r"^(?P<plain>.*?)(?: kv=(?P<kv>\S+))?(?: gc=(?P<gc>\S+))?(?P<lean> lean)?$", name)
-                plain, kv, gc, lean = m.group("plain"), m.group("kv") or "auto", m.group("gc") or "auto", bool(m.group("lean"))
+                m = re.match(r"^(?P<plain>.*?)(?: kv=(?P<kv>\S+))?(?P<lean> lean)?$", name)
+                plain, kv, lean = m.group("plain"), m.group("kv") or "auto", bool(m.group("lean"))
                 fuse = "0" if plain == "base program" else plain
-                row = {"batch": batch, "fuse": name, "kv": kv, "graph_commit": gc, "reply": "lean" if lean else "full", "repeat": rep}
+                row = {"batch": batch, "fuse": name, "kv": kv, "reply": "lean" if lean else "full", "repeat": rep}
                 try:
                     if args.host_profile:
                         HOST_PROFILE[0] = cProfile.Profile()
-                    graphed, lg = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, True, args.seed, args.profile, kv, lean, gc)
+                    graphed, lg = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, True, args.seed, args.profile, kv, lean)
                     if args.host_profile:
                         st = pstats.Stats(HOST_PROFILE[0])
                         steps_n = args.steps - 8
@@ -323,7 +316,7 @@ def main():
                                 print("batch %3d %s against %s: max rel %.2e" % (batch, name, other, rel), flush=True)
                         seen[name] = lg
                     if rep == 0:
-                        eager, le = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, False, args.seed, 0, kv, lean, gc)
+                        eager, le = run_config(prog, manifest, params, tables, batch, args.past, args.steps, fuse, False, args.seed, 0, kv, lean)
                         row.update({"eager": eager, "speedup": eager["ms"] / graphed["ms"], "tok_s_eager": batch * 1000.0 / eager["ms"]})
                         if lean:
                             # every replay's picks against eager's (a replay that reused an earlier

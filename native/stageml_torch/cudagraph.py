@@ -35,11 +35,6 @@ once into a CUDA graph and replayed while nothing it depends on changes:
   decode steps the graphs take (their eager first sight, then the capture), whose shapes repeat
   (rows × staged capacity). `STAGEML_TORCH_CUDNN_SDP`: `auto` (that), `1` (always), `0` (never).
 
-- **The step's appends.** Where the worker asks (`After`: its keys' and values' writes at each row's
-  length, worker.py `_Commit.graph_part`), that work is captured after the program and replayed
-  with it, its indices copied in like the inputs: two launches fewer per stream from the host (a
-  Llama-3-8B step has 64 such streams). `STAGEML_TORCH_GRAPH_COMMIT=0` leaves them to the host.
-
 `STAGEML_TORCH_GRAPHS`: `auto` (default: CUDA workers), `0` (never), `emulate` (the same
 bookkeeping on any device with eager replays of the captured feed, for the CPU tests).
 """
@@ -58,13 +53,6 @@ LIMIT = 8
 def mode():
     v = os.environ.get("STAGEML_TORCH_GRAPHS", "auto")
     return v if v in ("auto", "0", "emulate") else "auto"
-
-
-def graph_commit_mode():
-    """`STAGEML_TORCH_GRAPH_COMMIT`: `auto` (a replayed step's key and value appends are part of its
-    graph, worker.py `_Commit.graph_part`) or `0` (the host writes them after the replay)."""
-    v = os.environ.get("STAGEML_TORCH_GRAPH_COMMIT", "auto")
-    return v if v in ("auto", "0") else "auto"
 
 
 def cudnn_sdp_mode():
@@ -89,60 +77,41 @@ class _CudnnSdp:
             torch.backends.cuda.enable_cudnn_sdp(self.prev)
 
 
-class After:
-    """Work a step graph runs after the program, on its outputs: `fn(out, static)`, where `static`
-    holds this step's tensors (copied into the graph's own before each replay, like the inputs).
-    `key` names what it writes (part of the graph's key). `ran`: whether the last `run` did it
-    (captured or replayed) or left it to the caller (an eager run)."""
-
-    __slots__ = ("key", "static", "fn", "ran")
-
-    def __init__(self, key, static, fn):
-        self.key, self.static, self.fn = key, static, fn
-        self.ran = False
-
-
 class _Emulated:
     """What the CPU tests use for a CUDA graph: the captured feed run again eagerly on replay."""
 
-    def __init__(self, prog, feed, after=None):
-        self.prog, self.feed, self.after = prog, feed, after
+    def __init__(self, prog, feed):
+        self.prog, self.feed = prog, feed
         self.out = None
 
     def capture(self):
         self.out = self.prog.run(self.feed)
-        if self.after is not None:
-            self.after[0](self.out, self.after[1])
 
     def replay(self):
         fresh = self.prog.run(self.feed)
         for k, v in fresh.items():
             self.out[k].copy_(v)
-        if self.after is not None:
-            self.after[0](self.out, self.after[1])
 
 
 class _Cuda:
-    def __init__(self, prog, feed, after=None):
-        self.prog, self.feed, self.after = prog, feed, after
+    def __init__(self, prog, feed):
+        self.prog, self.feed = prog, feed
         self.graph = torch.cuda.CUDAGraph()
         self.out = None
 
     def capture(self):
         with torch.cuda.graph(self.graph):
             self.out = self.prog.run(self.feed)
-            if self.after is not None:
-                self.after[0](self.out, self.after[1])
 
     def replay(self):
         self.graph.replay()
 
 
 class _Entry:
-    __slots__ = ("graph", "static", "checks", "after_static")
+    __slots__ = ("graph", "static", "checks")
 
-    def __init__(self, graph, static, checks, after_static=None):
-        self.graph, self.static, self.checks, self.after_static = graph, static, checks, after_static
+    def __init__(self, graph, static, checks):
+        self.graph, self.static, self.checks = graph, static, checks
 
 
 class StepGraphs:
@@ -179,27 +148,22 @@ class StepGraphs:
         # of them took most of the ~0.5 ms this costs for the ~500 inputs of a Llama-3-8B step).
         return (id(prog),) + tuple((name, t.shape, t.dtype, t.data_ptr() if name in bound else None) for name, t in sorted(inputs.items()))
 
-    def run(self, prog, inputs, bound, after=None):
-        """One decode step's outputs: replayed, captured (on a key's second sight) or eager. With
-        `after` (After) a replay or capture also runs its work; `after.ran` says whether it did."""
+    def run(self, prog, inputs, bound):
         key = self._key(prog, inputs, bound)
-        if after is not None:
-            after.ran = False
-            key += (("after",) + after.key + tuple((n, t.shape) for n, t in sorted(after.static.items())),)
         e = self.graphs.get(key)
         if e is not None:
             self.graphs.move_to_end(key)
-            return self._replay(e, inputs, after)
+            return self._replay(e, inputs)
         if self.last is not None and self.last[0] == key:
             checks = self.last[1]
             self.last = None
             with _CudnnSdp(prog):
-                e = self._capture(prog, inputs, bound, checks, after)
+                e = self._capture(prog, inputs, bound, checks)
             if e is not None:
                 self.graphs[key] = e
                 while len(self.graphs) > self.limit:
                     self.graphs.popitem(last=False)
-                return self._replay(e, inputs, after)
+                return self._replay(e, inputs)
         with _CudnnSdp(prog):
             out, checks = self._eager(prog, inputs)
         self.last = (key, checks)
@@ -223,7 +187,7 @@ class StepGraphs:
             bounds[name] = min(size, bounds.get(name, size))
         return out, sorted(bounds.items())
 
-    def _capture(self, prog, inputs, bound, checks, after=None):
+    def _capture(self, prog, inputs, bound, checks):
         static = {}
         feed = {}
         for name, t in inputs.items():
@@ -233,12 +197,7 @@ class StepGraphs:
                 s = t.to(prog.device, copy=True)
                 static[name] = s
                 feed[name] = s
-        after_static = None
-        hook = None
-        if after is not None:
-            after_static = {n: t.to(prog.device, copy=True) for n, t in after.static.items()}
-            hook = (after.fn, after_static)
-        g = (_Emulated if mode() == "emulate" else _Cuda)(prog, feed, hook)
+        g = (_Emulated if mode() == "emulate" else _Cuda)(prog, feed)
         try:
             ops.CAPTURING[0] = True
             try:
@@ -257,9 +216,9 @@ class StepGraphs:
             self.announced.add(id(prog))
             print("stageml_torch: decode steps of @%s replay CUDA graphs%s (first captured: %s)" % (
                 prog.name, " (emulated)" if mode() == "emulate" else "", ", ".join("%s %s" % (k, list(v.shape)) for k, v in sorted(inputs.items())[:3])), file=sys.stderr)
-        return _Entry(g, static, checks, after_static)
+        return _Entry(g, static, checks)
 
-    def _replay(self, e, inputs, after=None):
+    def _replay(self, e, inputs):
         for name, size in e.checks:
             t = inputs.get(name)
             if t is not None and t.device.type == "cpu" and t.numel() > 0:
@@ -268,11 +227,6 @@ class StepGraphs:
                     raise errors.WorkerError(errors.EVAL, "input '%s': an index is out of range [0, %d) (got %d..%d)" % (name, size, lo, hi))
         for name, s in e.static.items():
             s.copy_(inputs[name], non_blocking=True)
-        if after is not None:
-            for name, s in e.after_static.items():
-                s.copy_(after.static[name], non_blocking=True)
         e.graph.replay()
-        if after is not None:
-            after.ran = True
         self.stats["replays"] += 1
         return e.graph.out

@@ -94,58 +94,6 @@ class Staged:
                 t.written = None
 
 
-class _Commit:
-    """What a cache-fed run appends, once it succeeded: each row's positions [from, from + count) of
-    every stream's output `from` (or of its tail) written at the row's length, then the lengths
-    moved. In a CUDA graph's step the writes of the streams fed from outputs (keys and values) are
-    captured into the graph after the program (`graph_part`: one replay instead of two launches per
-    stream, ~1.5 ms of a Llama-3-8B step's host time); they land past each row's length, where the
-    key mask, which the host commit writes, still hides them until the run is committed. A run that
-    fails after them puts the streams' pad back (`undo`)."""
-
-    __slots__ = ("worker", "st", "streams", "tails", "rows", "caches", "index", "pads", "in_graph", "done")
-
-    def __init__(self, worker, st, streams, tails, rows, caches, index, declared):
-        self.worker, self.st, self.streams, self.tails = worker, st, streams, tails
-        self.rows, self.caches, self.index = rows, caches, index
-        self.pads = {s["input"]: float(s["pad"]) for s in streams}
-        self.in_graph = False
-        self.done = False
-
-    def _device_streams(self):
-        return [s for s in self.streams if s.get("from") is not None]
-
-    def _write(self, out, index, streams):
-        for s in streams:
-            src = self.tails[s["input"]] if s.get("from") is None else out[s["from"]]
-            buf = self.st.buffers[s["input"]]
-            buf[index[0], index[2]] = src[index[0], index[1]].to(buf.dtype)
-
-    def graph_part(self):
-        """The hook a step graph runs after the program (cudagraph.After): the output-fed streams'
-        writes, with the step's (row, source, destination) indices copied in before each replay."""
-        streams = self._device_streams()
-        key = tuple((s["input"], s["from"], self.st.buffers[s["input"]].data_ptr()) for s in streams)
-        return cudagraph.After(key, {"rows": self.index[0], "src": self.index[1], "dst": self.index[2]},
-                               lambda out, ix: self._write(out, (ix["rows"], ix["src"], ix["dst"]), streams))
-
-    def __call__(self, out):
-        if self.index[0].numel():
-            rest = [s for s in self.streams if s.get("from") is None] if self.in_graph else self.streams
-            self._write(out, self.index, rest)
-        for r, c in zip(self.rows, self.caches):
-            c.length += int(r["append"][1])
-            self.worker.caches[r["id"]] = c
-        self.done = True
-
-    def undo(self):
-        """After a failure: the graph's writes past the rows' lengths back to the pad (lengths were
-        not moved). A commit that completed is not undone."""
-        if self.in_graph and not self.done and self.index[0].numel():
-            for s in self._device_streams():
-                self.st.buffers[s["input"]][self.index[0], self.index[2]] = self.pads[s["input"]]
-
-
 STAGE_STEP = 64
 # Positions past the capacity in a staged key or value buffer: where a decode step at the capacity
 # (a CUDA graph's) writes its key before the attention reads the buffer (ops.append_in_place).
@@ -205,12 +153,7 @@ class Worker:
                         bound |= {s["input"] for s in spec["streams"] if s.get("from") is not None}
                         # A copy: a replay returns the graph's own outputs, which the argmax and
                         # omit below must not replace or remove for the next replay.
-                        # The appends of the streams fed from outputs are part of the graph
-                        # (STAGEML_TORCH_GRAPH_COMMIT=0: all of them on the host after the replay).
-                        after = commit.graph_part() if cudagraph.graph_commit_mode() != "0" else None
-                        out = dict(self.graphs.run(prog, tensors, bound, after))
-                        if after is not None and after.ran:
-                            commit.in_graph = True
+                        out = dict(self.graphs.run(prog, tensors, bound))
                     else:
                         out = prog.run(tensors)
                 finally:
@@ -218,20 +161,15 @@ class Worker:
                     # or failed: the commit below writes each row's own at its own length.
                     if spec and self.staged is not None:
                         self.staged.reset_tails()
-                try:
-                    for name in header.get("argmax") or []:
-                        # Only the index of each row's maximum crosses to the host (a greedy pick).
-                        # Before the commit: a run that fails here leaves the caches as they were.
-                        out[name] = ops.argmax_rows(out[name])
-                    if commit is not None:
-                        commit(out)
-                    for name in omit:
-                        # Left on the device (the caches above took what they append): never copied out.
-                        out.pop(name, None)
-                except BaseException:
-                    if commit is not None:
-                        commit.undo()
-                    raise
+                for name in header.get("argmax") or []:
+                    # Only the index of each row's maximum crosses to the host (a greedy pick).
+                    # Before the commit: a run that fails here leaves the caches as they were.
+                    out[name] = ops.argmax_rows(out[name])
+                if commit is not None:
+                    commit(out)
+                for name in omit:
+                    # Left on the device (the caches above took what they append): never copied out.
+                    out.pop(name, None)
             return {"ok": True}, out
         if op == "cache_drop":
             dropped = set(header.get("ids") or [])
@@ -347,7 +285,18 @@ class Worker:
             si.extend(range(a, a + n))
             di.extend(range(c.length, c.length + n))
         index = [torch.tensor(x, dtype=torch.long, device=device) for x in (ri, si, di)]
-        return _Commit(self, st, streams, tails, rows, caches, index, declared)
+
+        def commit(out):
+            if ri:
+                for s in streams:
+                    src = tails[s["input"]] if s.get("from") is None else out[s["from"]]
+                    buf = st.buffers[s["input"]]
+                    buf[index[0], index[2]] = src[index[0], index[1]].to(buf.dtype)
+            for r, c in zip(rows, caches):
+                c.length += int(r["append"][1])
+                self.caches[r["id"]] = c
+
+        return commit
 
     def _restage(self, ids, caches, streams, declared, device, need):
         """A new staged batch of `caches` (in row order) holding at least `need` positions per row;
