@@ -242,6 +242,53 @@ def argmax_rows(t):
     return torch.where(nan[..., 0], torch.zeros_like(idx), idx)
 
 
+def sample_rows(t, temperature, top_k, top_p, u):
+    """Per row (all but the last axis), one token drawn from the last axis as the host's sampler
+    draws it (`samplePick` of @stageml/models), from the f32 values the host would have read: rows
+    with temperature 0 take `argmax_rows`; the others order the tokens by value (largest first, ties
+    the lowest index), take exp(v / T - v0 / T) in float64 over the top_k largest (0: all), keep the
+    fewest whose share reaches top_p (1: all; at least one) and pick the first token whose running
+    sum exceeds u of the kept mass. Every sum is a cumulative sum in the host's order, subtraction
+    included (x - p == x + (-p) exactly), so on the CPU the picks are the host's wherever exp
+    rounds alike; on CUDA the scans may round differently and move a draw that lands within an
+    ulp of a boundary. The lists have one entry per row; int64 picks on the tensor's device."""
+    v = t.shape[-1] if t.dim() else 1
+    lead = t.shape[:-1] if t.dim() else ()
+    x = t.reshape(-1, v).to(torch.float32)
+    rows = x.shape[0]
+    if not all(len(a) == rows for a in (temperature, top_k, top_p, u)):
+        raise ValueError("sample needs one entry per row (%d rows), got %s" % (rows, [len(a) for a in (temperature, top_k, top_p, u)]))
+    if rows == 0 or v == 0:
+        return torch.zeros(lead, dtype=torch.int64, device=t.device)
+    dev = x.device
+    f64 = torch.float64
+    temp = torch.tensor(temperature, dtype=f64, device=dev)
+    greedy = temp == 0
+    picks = argmax_rows(x)
+    if all(tt == 0 for tt in temperature):
+        return picks.reshape(lead)
+    pos = torch.arange(v, device=dev)[None, :]
+    k = torch.tensor([v if kk == 0 or kk > v else kk for kk in top_k], dtype=torch.int64, device=dev)[:, None]
+    p_top = torch.tensor(top_p, dtype=f64, device=dev)[:, None]
+    vals, idx = torch.sort(x, dim=-1, descending=True, stable=True)
+    vd = vals.to(f64)
+    tt = torch.where(greedy, torch.ones_like(temp), temp)[:, None]
+    inside = pos < k
+    probs = torch.where(inside, torch.exp(vd / tt - vd[:, :1] / tt), torch.zeros((), dtype=f64, device=dev))
+    csum = torch.cumsum(probs, dim=1)
+    total = csum[:, -1:]
+    acc = torch.cumsum(probs / total, dim=1)
+    hit = (acc >= p_top) & inside & (p_top < 1)
+    keep = torch.where(hit.any(dim=1), hit.to(torch.int8).argmax(dim=1) + 1, k[:, 0])
+    mass = csum.gather(1, (keep - 1)[:, None])
+    kept = pos < keep[:, None]
+    left = torch.cumsum(torch.cat([torch.tensor(u, dtype=f64, device=dev)[:, None] * mass, -torch.where(kept, probs, torch.zeros((), dtype=f64, device=dev))], dim=1), dim=1)[:, 1:]
+    under = (left < 0) & kept
+    at = torch.where(under.any(dim=1), under.to(torch.int8).argmax(dim=1), keep - 1)
+    sampled = idx.gather(1, at[:, None])[:, 0]
+    return torch.where(greedy, picks, sampled).reshape(lead)
+
+
 def op_softmax(x, a, ctx):
     t = x[0]
     return [torch.softmax(_f32(t), dim=_axis(a.get("axis", -1), t.dim()))]

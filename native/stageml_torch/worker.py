@@ -2,6 +2,7 @@
 (protocol.py) on stdin/stdout for the TypeScript `torch` executor. Diagnostics go to stderr."""
 
 import argparse
+import math
 import sys
 import traceback
 
@@ -26,6 +27,42 @@ def pick_device(name):
         return name
     raise errors.WorkerError("RT_BACKEND_UNAVAILABLE", "unknown device '%s' (auto, cpu, cuda, cuda:N)" % name)
 
+
+
+def _num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_sample(prog, header):
+    """The run request's `sample` ({output: {temperature, topK, topP, u}: one entry per row}),
+    checked before anything runs: a float output of the program named by neither `argmax` nor
+    `omit`, lists of one length, temperature finite and >= 0, topK an integer >= 0, topP in (0, 1],
+    u in [0, 1); anything else is RT_BAD_VALUE naming what."""
+    sample = header.get("sample") or {}
+    if not isinstance(sample, dict):
+        raise errors.WorkerError(errors.BAD_VALUE, "sample must be an object of outputs, got %r" % (type(sample).__name__,))
+    for name, spec in sample.items():
+        if name not in prog.output_names() or prog.value_types[dict(prog.outputs)[name]][1] not in ("f32", "f16", "bf16", "f64"):
+            raise errors.WorkerError(errors.BAD_VALUE, "sample names '%s', which is not a float output of @%s" % (name, prog.name))
+        if name in (header.get("argmax") or []):
+            raise errors.WorkerError(errors.BAD_VALUE, "'%s' is named by both sample and argmax" % (name,))
+        cols = ("temperature", "topK", "topP", "u")
+        if not isinstance(spec, dict) or not all(isinstance(spec.get(c), list) for c in cols):
+            raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' needs lists %s" % (name, ", ".join(cols)))
+        n = len(spec["u"])
+        if n == 0 or any(len(spec[c]) != n for c in cols):
+            raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' needs one entry per row in each of %s" % (name, ", ".join(cols)))
+        for i in range(n):
+            t, k, p, u = (spec[c][i] for c in cols)
+            if not (_num(t) and math.isfinite(t) and t >= 0):
+                raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' row %d: temperature must be a finite number >= 0, got %r" % (name, i, t))
+            if not (isinstance(k, int) and not isinstance(k, bool) and 0 <= k < 2**31):
+                raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' row %d: topK must be an integer >= 0, got %r" % (name, i, k))
+            if not (_num(p) and 0 < p <= 1):
+                raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' row %d: topP must be in (0, 1], got %r" % (name, i, p))
+            if not (_num(u) and 0 <= u < 1):
+                raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' row %d: u must be in [0, 1), got %r" % (name, i, u))
+    return sample
 
 class Cache:
     """One sequence's cache on the device: per stream input a position-major buffer [capacity, *item]
@@ -135,11 +172,12 @@ class Worker:
             for name in header.get("argmax") or []:
                 if name not in prog.output_names() or prog.value_types[dict(prog.outputs)[name]][1] not in ("f32", "f16", "bf16", "f64"):
                     raise errors.WorkerError(errors.BAD_VALUE, "argmax names '%s', which is not a float output of @%s" % (name, prog.name))
+            sample = check_sample(prog, header)
             omit = header.get("omit") or []
             outputs = set(prog.output_names()) if omit else ()
             for name in omit:
-                if name not in outputs or name in (header.get("argmax") or []):
-                    raise errors.WorkerError(errors.BAD_VALUE, "omit names '%s', which is not an output of @%s or is also in argmax" % (name, prog.name))
+                if name not in outputs or name in (header.get("argmax") or []) or name in sample:
+                    raise errors.WorkerError(errors.BAD_VALUE, "omit names '%s', which is not an output of @%s or is also in argmax or sample" % (name, prog.name))
             tensors = self._resident(header, tensors, prog.device)
             spec = header.get("caches")
             graphed = bool(spec) and self.graphs.wanted(prog, spec)
@@ -165,6 +203,12 @@ class Worker:
                     # Only the index of each row's maximum crosses to the host (a greedy pick).
                     # Before the commit: a run that fails here leaves the caches as they were.
                     out[name] = ops.argmax_rows(out[name])
+                for name, spec in sample.items():
+                    # One drawn token per row crosses instead of the row's values (the host's draws).
+                    rows = out[name].numel() // out[name].shape[-1] if out[name].dim() and out[name].shape[-1] else 0
+                    if rows != len(spec["u"]):
+                        raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' gives %d rows, the output has %d" % (name, len(spec["u"]), rows))
+                    out[name] = ops.sample_rows(out[name], spec["temperature"], spec["topK"], spec["topP"], spec["u"])
                 if commit is not None:
                     commit(out)
                 for name in omit:

@@ -1,7 +1,7 @@
 import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, graphParams, hostTensor, rounderFor } from '@stageml/ir';
-import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, readLlamaConfig, readParam } from '@stageml/models';
+import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, readLlamaConfig, readParam, samplePick } from '@stageml/models';
 import { AdapterCache, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
-import { CacheLostError, type CacheRun, RuntimeCode, type CacheStore, type CacheStream, type Executor, type PreparedGraph, argmaxRows, executorCapabilities, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
+import { CacheLostError, type CacheRun, RuntimeCode, type CacheStore, type CacheStream, type Executor, type PreparedGraph, type RowSample, argmaxRows, checkRowSamples, executorCapabilities, firstMaxIndex, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
 import { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, type EngineAdapterDType, type EngineDType, castEngineGraph, castTensor, tensorBytes } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
@@ -108,6 +108,8 @@ export class Engine {
    * values from their results, and a lost cache is rebuilt from the sequence's tokens (`#history`).
    */
   readonly #hostKv: boolean;
+  /** `EngineOptions.executorPicks`: sampled picks made by the executor (`RunOptions.sample`). */
+  readonly #executorPicks: boolean;
   /** Per sequence, the tokens its decode steps appended (after its prefilled prompt): what a rebuild prefills again. */
   readonly #history = new WeakMap<Sequence, number[]>();
   /**
@@ -128,12 +130,13 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; hostKvCopy: boolean; recycleOutputs: boolean },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; hostKvCopy: boolean; recycleOutputs: boolean; executorPicks: boolean },
   ) {
     this.#dtype = parts.dtype;
     this.#adapterDtype = parts.adapterDtype;
     this.#caches = parts.caches;
     this.#hostKv = parts.caches === undefined || parts.hostKvCopy;
+    this.#executorPicks = parts.executorPicks;
     this.#spare = parts.recycleOutputs ? new Map() : undefined;
     const streams: CacheStream[] = [];
     for (let l = 0; l < config.numLayers; l++) {
@@ -220,6 +223,7 @@ export class Engine {
     if (opts.residentKv === true && config.slidingWindow !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, 'residentKv: a sliding-window model builds its per-query masks on the host (give residentKv false or leave it out)');
     const caches = opts.residentKv === false || config.slidingWindow !== undefined ? undefined : executorOpt.caches;
     if (opts.hostKvCopy !== undefined && typeof opts.hostKvCopy !== 'boolean') throw new EngineError(EngineCode.BAD_OPTIONS, `hostKvCopy must be true or false, got ${String(opts.hostKvCopy)}`);
+    if (opts.executorPicks !== undefined && typeof opts.executorPicks !== 'boolean') throw new EngineError(EngineCode.BAD_OPTIONS, `executorPicks must be true or false, got ${String(opts.executorPicks)}`);
     const modules: SlotModule[] = [];
     if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered' or 'grouped' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${opts.slotForm as string}'`);
     const autoForms: ProgramForm[] = ['gathered', 'grouped', 'single'];
@@ -285,7 +289,7 @@ export class Engine {
     if (quantize === undefined) weightBytes = oneCopy * (copies + (asInputs ? 1 : 0));
     const baseTakesWeights = quantize !== undefined || (asInputs && !packBase);
     const tables = new SlotTables(maxLoras + 1, rank, modules, dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32');
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true });
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executorCapabilities(executor.name)?.devicePicks === true });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
@@ -661,14 +665,14 @@ export class Engine {
     inputs[TOKEN_SLOT_INPUT] = hostTensor('i64', [rowSlots.length * seq], rowSlots.flatMap((s) => new Array<number>(seq).fill(s)));
   }
 
-  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined, caches: CacheRun | undefined, produced: Outputs, greedy = false): Promise<Record<string, HostTensor>> {
+  async #run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined, caches: CacheRun | undefined, produced: Outputs, pick: StepPick = 'logits'): Promise<Record<string, HostTensor>> {
     if (this.#disposed) throw new EngineError(EngineCode.BAD_OPTIONS, 'the engine was disposed');
     const programs = this.#programs;
     if (programs.base !== undefined && lane === undefined && rowSlots.every((s) => s === 0)) {
       if (this.#baseTakesWeights) Object.assign(inputs, this.#weightInputs);
       this.#runs++;
       this.#runsByForm.base++;
-      return this.#runProgram(programs.base, inputs, caches, produced, greedy);
+      return this.#runProgram(programs.base, inputs, caches, produced, pick);
     }
     Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
     const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
@@ -689,20 +693,21 @@ export class Engine {
     }
     this.#runs++;
     this.#runsByForm[form]++;
-    return this.#runProgram(programs[form]!, inputs, caches, produced, greedy);
+    return this.#runProgram(programs[form]!, inputs, caches, produced, pick);
   }
 
   /** Runs `program`, recycling its last finished call's result when recycling outputs; the result goes to `produced`. */
-  async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined, produced: Outputs, greedy = false): Promise<Record<string, HostTensor>> {
-    const argmax = greedy ? GREEDY_OUTPUTS : undefined;
+  async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined, produced: Outputs, pick: StepPick = 'logits'): Promise<Record<string, HostTensor>> {
+    const argmax = pick === 'greedy' ? GREEDY_OUTPUTS : undefined;
+    const sample = typeof pick === 'object' && this.#executorPicks ? { logits: pick } : undefined;
     // The executor's caches append the new keys and values; without a host copy they need not come back.
     const omit = caches !== undefined && !this.#hostKv ? this.#kvOutputs : undefined;
     const spare = this.#spare;
-    if (spare === undefined) return runProgram(program, inputs, this.#resident, caches, undefined, argmax, omit);
+    if (spare === undefined) return runProgram(program, inputs, this.#resident, caches, undefined, argmax, omit, sample);
     // Taken while the run is in flight: a concurrent run of the same program allocates.
     const recycle = spare.get(program);
     spare.delete(program);
-    const out = await runProgram(program, inputs, this.#resident, caches, recycle, argmax, omit);
+    const out = await runProgram(program, inputs, this.#resident, caches, recycle, argmax, omit, sample);
     produced.set(program, out);
     return out;
   }
@@ -915,7 +920,7 @@ export class Engine {
    * to each row's logits f32[vocab].
    */
   async decode(seqs: readonly Sequence[], tokens: readonly number[]): Promise<Float32Array[]> {
-    return (await this.#decodeStep(seqs, tokens, false)) as Float32Array[];
+    return (await this.#decodeStep(seqs, tokens, 'logits')) as Float32Array[];
   }
 
   /**
@@ -925,10 +930,28 @@ export class Engine {
    * instead of the whole vocabulary's logits (`RunOptions.argmax`).
    */
   async decodeGreedy(seqs: readonly Sequence[], tokens: readonly number[]): Promise<number[]> {
-    return (await this.#decodeStep(seqs, tokens, true)) as number[];
+    return (await this.#decodeStep(seqs, tokens, 'greedy')) as number[];
   }
 
-  async #decodeStep(seqs: readonly Sequence[], tokens: readonly number[], greedy: boolean): Promise<Float32Array[] | number[]> {
+  /**
+   * One decode step as `decode`, resolving to each row's token drawn as `rows[i]` says (`RowSample`:
+   * temperature 0 the greedy pick, else temperature, top-k, top-p and the draw u, as `samplePick` of
+   * @stageml/models draws). An executor whose results cross to the host (the torch worker) picks
+   * where the logits are and returns one index per row (`RunOptions.sample`); with the others the
+   * engine picks from the logits here, with the same arithmetic. Bad rows are
+   * `ENGINE_BAD_OPTIONS`, before anything runs.
+   */
+  async decodeSample(seqs: readonly Sequence[], tokens: readonly number[], rows: readonly RowSample[]): Promise<number[]> {
+    if (rows.length !== seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, `decodeSample needs one row spec per sequence (${String(seqs.length)} sequences, ${String(rows.length)} specs)`);
+    try {
+      if (rows.length > 0) checkRowSamples('logits', rows);
+    } catch (e) {
+      throw new EngineError(EngineCode.BAD_OPTIONS, errorMessage(e), { cause: e });
+    }
+    return (await this.#decodeStep(seqs, tokens, rows)) as number[];
+  }
+
+  async #decodeStep(seqs: readonly Sequence[], tokens: readonly number[], pick: StepPick): Promise<Float32Array[] | number[]> {
     await this.#applyPlan();
     if (seqs.length === 0 || tokens.length !== seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, `decode needs one token per sequence (${String(seqs.length)} sequences, ${String(tokens.length)} tokens)`);
     // Rows of adapters with a lane of their own run in batches of their own (one run per lane).
@@ -942,7 +965,8 @@ export class Engine {
     for (const [key, idx] of byLane) {
       const group = idx.map((i) => seqs[i]!);
       const lane = key === '' ? undefined : this.#lanes.get(key);
-      const out = await this.#surviving(group, lane, produced, () => this.#decodeBatch(group, idx.map((i) => tokens[i]!), lane, produced, greedy));
+      const groupPick = typeof pick === 'object' ? idx.map((i) => pick[i]!) : pick;
+      const out = await this.#surviving(group, lane, produced, () => this.#decodeBatch(group, idx.map((i) => tokens[i]!), lane, produced, groupPick));
       idx.forEach((i, j) => {
         result[i] = out[j]!;
       });
@@ -951,7 +975,7 @@ export class Engine {
     return result as Float32Array[] | number[];
   }
 
-  async #decodeBatch(seqs: readonly Sequence[], tokens: readonly number[], lane: Lane | undefined, produced: Outputs, greedy: boolean): Promise<(Float32Array | number)[]> {
+  async #decodeBatch(seqs: readonly Sequence[], tokens: readonly number[], lane: Lane | undefined, produced: Outputs, pick: StepPick): Promise<(Float32Array | number)[]> {
     const rows = seqs.length;
     const slots = seqs.map((s) => {
       const slot = this.#check(s);
@@ -988,9 +1012,9 @@ export class Engine {
       }
     }
     if (caches === undefined) inputs['attention_mask'] = decodeAttention(seqs, past, this.config.slidingWindow, this.#staging);
-    const out = await this.#run(inputs, slots, lane, caches, produced, greedy);
+    const out = await this.#run(inputs, slots, lane, caches, produced, pick);
     const { k, v } = this.#outputs(out);
-    const picks = greedy ? argmaxRows(out['logits']!) : undefined;
+    const picks = pick === 'greedy' ? argmaxRows(out['logits']!) : typeof pick === 'object' ? sampleRows(out['logits']!, pick) : undefined;
     const logits = out['logits']!.data as Float32Array;
     const V = this.config.vocabSize;
     return seqs.map((s, r) => {
@@ -1034,13 +1058,30 @@ function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
 /** Per prepared program, one of its results. */
 type Outputs = Map<PreparedGraph, Record<string, HostTensor>>;
 
+/** What a decode step returns per row: its logits, its greedy token, or a token drawn as each row's spec says. */
+type StepPick = 'logits' | 'greedy' | readonly RowSample[];
+
+/**
+ * Per row of a step run with `RunOptions.sample`, its token: the executor's own pick (an i64
+ * tensor), or drawn here from the row's logits as the executor would (`samplePick`; greedy rows the
+ * argmax rule).
+ */
+function sampleRows(t: HostTensor, rows: readonly RowSample[]): number[] {
+  if (t.dtype === 'i64') return Array.from(t.data);
+  const n = t.shape[t.shape.length - 1]!;
+  return rows.map((r, i) => {
+    const row = t.data.subarray(i * n, (i + 1) * n);
+    return r.temperature === 0 ? firstMaxIndex(row) : samplePick(row, r.temperature, r.topK, r.topP, r.u);
+  });
+}
+
 /** What a greedy decode step needs of its logits: each row's largest (`RunOptions.argmax`). */
 const GREEDY_OUTPUTS: readonly string[] = ['logits'];
 
 /** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */
-async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun, recycle?: Readonly<Record<string, HostTensor>>, argmax?: readonly string[], omit?: readonly string[]): Promise<Record<string, HostTensor>> {
+async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun, recycle?: Readonly<Record<string, HostTensor>>, argmax?: readonly string[], omit?: readonly string[], sample?: Readonly<Record<string, readonly RowSample[]>>): Promise<Record<string, HostTensor>> {
   try {
-    return await program.run(inputs, { resident, ...(caches === undefined ? {} : { caches }), ...(recycle === undefined ? {} : { recycle }), ...(argmax === undefined ? {} : { argmax }), ...(omit === undefined ? {} : { omit }) });
+    return await program.run(inputs, { resident, ...(caches === undefined ? {} : { caches }), ...(recycle === undefined ? {} : { recycle }), ...(argmax === undefined ? {} : { argmax }), ...(omit === undefined ? {} : { omit }), ...(sample === undefined ? {} : { sample }) });
   } catch (e) {
     if (e instanceof StageError) throw e;
     throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${errorMessage(e)}`, { cause: e });

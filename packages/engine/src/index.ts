@@ -15,6 +15,8 @@
 export { EngineCode, EngineError } from './errors.js';
 export type { EngineErrorCode } from './errors.js';
 export { Engine } from './engine.js';
+/** How `Engine.decodeSample` draws one row's token (of @stageml/runtime). */
+export type { RowSample } from '@stageml/runtime';
 export { Sequence } from './sequence.js';
 export { engineGraph } from './graph.js';
 export { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, castEngineGraph, lowestOf } from './dtype.js';

@@ -116,6 +116,15 @@ export interface EngineOptions {
    */
   readonly hostKvCopy?: boolean;
   /**
+   * Where `decodeSample` draws each row's token: `true` on the executor (`RunOptions.sample`: one
+   * id per row comes back instead of the vocabulary's logits), `false` on the host from the
+   * logits, with the same arithmetic and so the same tokens. Default: the executor's
+   * `devicePicks` capability (the torch worker on CUDA; on the CPU torch worker the host is faster,
+   * bench/results/torch-sample.md). Greedy picks are made on the executor either way
+   * (`RunOptions.argmax`).
+   */
+  readonly executorPicks?: boolean;
+  /**
    * Logits (and the engine's other run outputs) are written into the storage of the previous
    * run's outputs instead of fresh buffers, on executors that can (`RunOptions.recycle`; the
    * cpu-native executor): no allocation per decode step, which on a small heap otherwise drives a

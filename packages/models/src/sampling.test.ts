@@ -4,7 +4,7 @@ import { argmaxRows } from '@stageml/runtime';
 import { describe, expect, it } from 'vitest';
 import { referenceSampler } from './sampling-reference.js';
 import { descendingOrder, topOrder } from './sampling.js';
-import { type PickInfo, argmaxOf, isPlainGreedy, logSoftmax, makePicker, topOf } from './index.js';
+import { type PickInfo, type PickPlan, argmaxOf, isPlainGreedy, logSoftmax, makePicker, pickPlan, samplePick, topOf } from './index.js';
 
 describe('makePicker logits processing', () => {
   const logits = [1, 3, 2, 0];
@@ -42,6 +42,38 @@ describe('makePicker logits processing', () => {
     expect(isPlainGreedy(makePicker({ greedy: true, presencePenalty: 0.5 }))).toBe(false);
     expect(isPlainGreedy(makePicker({ greedy: true, onPick: () => undefined }))).toBe(false);
     expect(isPlainGreedy(makePicker({ temperature: 0.5 }))).toBe(false);
+  });
+
+  it('plans plain pickers (greedy, or temperature / top-k / top-p alone) and no picker that must see the logits', () => {
+    expect(pickPlan(makePicker({ greedy: true }))).toEqual({ kind: 'greedy' });
+    expect(pickPlan(makePicker({ greedy: true, presencePenalty: 0 }))).toEqual({ kind: 'greedy' });
+    expect(pickPlan(makePicker({ temperature: 0.5, topK: 7, topP: 0.9 }))).toMatchObject({ kind: 'sample', temperature: 0.5, topK: 7, topP: 0.9 });
+    expect(pickPlan(makePicker({}))).toMatchObject({ kind: 'sample', temperature: 1, topK: 0, topP: 1 });
+    expect(pickPlan(makePicker({ temperature: 0.5, presencePenalty: 0.5 }))).toBeUndefined();
+    expect(pickPlan(makePicker({ temperature: 0.5, logitBias: { 3: 1 } }))).toBeUndefined();
+    expect(pickPlan(makePicker({ temperature: 0.5, onPick: () => undefined }))).toBeUndefined();
+    expect(pickPlan(makePicker({ greedy: true, topLogprobs: 2, onPick: () => undefined }))).toBeUndefined();
+    expect(pickPlan((l) => argmaxOf(l) + 0)).toBeUndefined();
+  });
+
+  it('a plan\'s draws are the picker\'s stream: picks made elsewhere with samplePick and picks by the picker may alternate', () => {
+    const r = seededRandom(11);
+    const steps = Array.from({ length: 24 }, () => Float32Array.from({ length: 500 }, () => (r() - 0.5) * 10));
+    for (const o of [{ temperature: 0.9, seed: 5 }, { temperature: 1.4, topK: 30, seed: 6 }, { temperature: 0.6, topP: 0.85, seed: 7 }, { topK: 3, topP: 0.5, seed: 8 }]) {
+      const alone = makePicker(o);
+      const want = steps.map((l) => alone(l));
+      const mixed = makePicker(o);
+      const plan = pickPlan(mixed) as Extract<PickPlan, { kind: 'sample' }>;
+      expect(plan.kind).toBe('sample');
+      const got = steps.map((l, i) => (i % 3 === 1 ? mixed(l) : samplePick(l, plan.temperature, plan.topK, plan.topP, plan.draw())));
+      expect(got, JSON.stringify(o)).toEqual(want);
+    }
+    // u at the ends of [0, 1): the most likely token, and the last one kept.
+    const l = [0, 3, 1, 3, -1];
+    expect(samplePick(l, 1, 0, 1, 0)).toBe(1);
+    expect(samplePick(l, 1, 0, 1, 1 - 2 ** -32)).toBe(4);
+    expect(samplePick(l, 1, 2, 1, 1 - 2 ** -32)).toBe(3);
+    expect(samplePick(l, 1, 0, 0.4, 1 - 2 ** -32)).toBe(1);
   });
 
   it('sampling is reproducible per seed and differs across seeds', () => {

@@ -293,26 +293,71 @@ export function nucleusSize(probs: ArrayLike<number>, total: number, topP: numbe
   return probs.length;
 }
 
+/**
+ * One sampled pick from `logits` with the draw `u` in [0, 1): the token order by logit (largest
+ * first, ties the lowest id), then temperature, top-k (0: all), top-p (1: all; always at least the
+ * most likely token), and the first token whose cumulative probability exceeds u of the kept mass.
+ * Every sum runs one term at a time in that order, in float64 — the arithmetic the torch worker's
+ * `sample_rows` repeats term for term, so an executor that picks where the logits are (`pickPlan`,
+ * `Engine.decodeSample`) picks what this does.
+ */
+export function samplePick(logits: ArrayLike<number>, temperature: number, topK: number, topP: number, u: number): number {
+  const n = logits.length;
+  const k = topK === 0 ? n : Math.min(topK, n);
+  const order = k < n ? topOrder(logits, k) : descendingOrder(logits);
+  const max = logits[order[0]!]! / temperature;
+  const probs = new Float64Array(k);
+  for (let i = 0; i < k; i++) probs[i] = Math.exp(logits[order[i]!]! / temperature - max);
+  let total = 0;
+  for (let i = 0; i < k; i++) total += probs[i]!;
+  const keep = nucleusSize(probs, total, topP);
+  let mass = 0;
+  for (let i = 0; i < keep; i++) mass += probs[i]!;
+  let left = u * mass;
+  for (let i = 0; i < keep; i++) {
+    left -= probs[i]!;
+    if (left < 0) return order[i]!;
+  }
+  return order[keep - 1]!;
+}
+
+/**
+ * What a plain picker does, so that the pick can be made where the logits are: the argmax of the
+ * raw logits (`greedy`), or a draw from the softmax with temperature, top-k and top-p (`sample`),
+ * each pick taking one number of the picker's own seeded stream (`draw`). A caller that picks
+ * elsewhere calls `draw` once per pick instead of calling the picker, so the stream stays the one
+ * the picker would have used: host and executor picks may alternate from step to step.
+ */
+export type PickPlan =
+  | { readonly kind: 'greedy' }
+  | {
+      readonly kind: 'sample';
+      readonly temperature: number;
+      /** 0: every token. */
+      readonly topK: number;
+      /** 1: every token. */
+      readonly topP: number;
+      /** The picker's next number in [0, 1) (advances its stream). */
+      readonly draw: () => number;
+    };
+
+const GREEDY_PLAN: PickPlan = { kind: 'greedy' };
+const PLANS = new WeakMap<TokenPicker, PickPlan>();
+
+/**
+ * The plan of a picker of `makePicker` that needs nothing but each step's logits (no logits
+ * processing, no `onPick`), or undefined: such a picker must see the logits.
+ */
+export function pickPlan(picker: TokenPicker): PickPlan | undefined {
+  return picker === argmaxOf ? GREEDY_PLAN : PLANS.get(picker);
+}
+
 function sampler(s: Exclude<SamplingOptions, { readonly greedy: true }>): TokenPicker {
   const rand = seededRandom(s.seed ?? 0);
   const temperature = s.temperature ?? 1;
-  return (logits) => {
-    const n = logits.length;
-    const k = s.topK === undefined || s.topK === 0 ? n : Math.min(s.topK, n);
-    const order = k < n ? topOrder(logits, k) : descendingOrder(logits);
-    const max = logits[order[0]!]! / temperature;
-    const probs = new Float64Array(k);
-    for (let i = 0; i < k; i++) probs[i] = Math.exp(logits[order[i]!]! / temperature - max);
-    let total = 0;
-    for (let i = 0; i < k; i++) total += probs[i]!;
-    const keep = nucleusSize(probs, total, s.topP);
-    let mass = 0;
-    for (let i = 0; i < keep; i++) mass += probs[i]!;
-    let u = rand() * mass;
-    for (let i = 0; i < keep; i++) {
-      u -= probs[i]!;
-      if (u < 0) return order[i]!;
-    }
-    return order[keep - 1]!;
-  };
+  const topK = s.topK ?? 0;
+  const topP = s.topP ?? 1;
+  const pick: TokenPicker = (logits) => samplePick(logits, temperature, topK, topP, rand());
+  PLANS.set(pick, { kind: 'sample', temperature, topK, topP, draw: rand });
+  return pick;
 }

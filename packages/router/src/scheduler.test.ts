@@ -48,9 +48,11 @@ describe('Scheduler', () => {
 
   it('decodes an all-greedy batch with decodeGreedy (the pick made where the logits are) and any other with decode, with the same tokens', async () => {
     const greedySpy = vi.spyOn(lm, 'decodeGreedy');
+    const sampleSpy = vi.spyOn(lm, 'decodeSample');
     const logitsSpy = vi.spyOn(lm, 'decode');
     onTestFinished(() => {
       greedySpy.mockRestore();
+      sampleSpy.mockRestore();
       logitsSpy.mockRestore();
     });
     const s = new Scheduler(lm, { maxBatch: 8 });
@@ -59,16 +61,29 @@ describe('Scheduler', () => {
       expect(r.newIds).toEqual(prompt('base', p).greedy_new_ids);
     });
     expect(greedySpy.mock.calls.length).toBeGreaterThan(0);
+    expect(sampleSpy).not.toHaveBeenCalled();
     expect(logitsSpy).not.toHaveBeenCalled();
-    // A batch with a sampled row needs the logits (a zero penalty is still plain greedy).
+    // Greedy rows beside plainly sampled ones: picked where the logits are too (decodeSample, each
+    // sampled row drawing from its own stream); a zero penalty is still plain greedy.
+    const sampling = { temperature: 0.7, topK: 40, topP: 0.9, seed: 3 } as const;
     const mixed = await Promise.all([
       s.submit(req('base', 0)),
       s.submit(req('base', 1, { sampling: { greedy: true, presencePenalty: 0 } })),
-      s.submit(req('base', 2, { sampling: { temperature: 0.7, seed: 3 } })),
+      s.submit(req('base', 2, { sampling })),
     ]);
     expect(mixed[0].newIds).toEqual(prompt('base', 0).greedy_new_ids);
     expect(mixed[1].newIds).toEqual(prompt('base', 1).greedy_new_ids);
+    expect(sampleSpy.mock.calls.length).toBeGreaterThan(0);
+    expect(logitsSpy).not.toHaveBeenCalled();
+    // A row that needs the logits on the host (a penalty) sends the whole batch through decode: the
+    // sampled row's stream and tokens are the same either way.
+    const onHost = await Promise.all([
+      s.submit(req('base', 0, { sampling: { greedy: true, presencePenalty: 0.5 } })),
+      s.submit(req('base', 2, { sampling })),
+    ]);
     expect(logitsSpy).toHaveBeenCalled();
+    expect(onHost[1].newIds).toEqual(mixed[2].newIds);
+    expect(mixed[2].newIds).not.toEqual(prompt('base', 2).greedy_new_ids);
   });
 
   it('streams tokens in order and stops at a stop token', async () => {

@@ -1,6 +1,6 @@
 import { StageError, errorMessage } from '@stageml/ir';
-import type { Engine, Sequence } from '@stageml/engine';
-import { type SamplingOptions, type TokenPicker, isPlainGreedy, makePicker } from '@stageml/models';
+import type { Engine, RowSample, Sequence } from '@stageml/engine';
+import { type SamplingOptions, type TokenPicker, isPlainGreedy, makePicker, pickPlan } from '@stageml/models';
 import { RouterCode, RouterError } from './errors.js';
 
 /** One generation request, as the router schedules it. */
@@ -99,6 +99,9 @@ export interface SchedulerSnapshot {
   readonly waitingByTenant: Readonly<Record<string, number>>;
   readonly draining: boolean;
 }
+
+/** A greedy row of a sampled decode step (`Engine.decodeSample`): temperature 0 is the argmax. */
+const GREEDY_ROW: RowSample = { temperature: 0, topK: 0, topP: 1, u: 0 };
 
 /**
  * Continuous batching over an `Engine`. Requests wait in per-tenant queues, each bounded on its
@@ -380,6 +383,18 @@ export class Scheduler {
         // Every row picks the argmax of its raw logits: the engine picks them where the logits are
         // (the torch worker sends one id per row instead of the vocabulary's logits).
         const ids = await this.#engine.decodeGreedy(group.map((s) => s.es!), group.map((s) => s.last));
+        group.forEach((s, i) => {
+          this.#accept(s, ids[i]!);
+        });
+        return;
+      }
+      const plans = group.map((s) => pickPlan(s.picker));
+      if (plans.every((p) => p !== undefined)) {
+        // Every row picks from its raw logits alone (greedy, or temperature / top-k / top-p): the
+        // engine picks where the logits are with each row's next draw of its own stream, so the
+        // tokens are the ones the host pickers would choose (the torch worker sends one id per row).
+        const rows = plans.map((p) => (p.kind === 'greedy' ? GREEDY_ROW : { temperature: p.temperature, topK: p.topK, topP: p.topP, u: p.draw() }));
+        const ids = await this.#engine.decodeSample(group.map((s) => s.es!), group.map((s) => s.last), rows);
         group.forEach((s, i) => {
           this.#accept(s, ids[i]!);
         });

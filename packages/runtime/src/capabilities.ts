@@ -16,6 +16,13 @@ export interface ExecutorCapabilities {
    * f32 only.
    */
   readonly dtypes?: readonly DType[];
+  /**
+   * Whether its runs make `RunOptions.sample` picks where the results are, and that is worth it:
+   * the torch worker on CUDA (a sort and a few scans of the logits on the GPU against the whole
+   * vocabulary's logits crossing to the host). Undefined: the caller picks from the values (on the
+   * CPU torch worker the host's picks are faster: bench/results/torch-sample.md).
+   */
+  readonly devicePicks?: boolean;
 }
 
 /** A backend's exhaustive rule table, as far as capabilities go: each op lowers or is unsupported. */
@@ -31,7 +38,7 @@ type Provider = (name: string) => ExecutorCapabilities | undefined;
 const providers: Provider[] = [
   (name) => (name === 'interpreter' ? { name, supportsOp: () => true, lateBinding: true, dtypes: ['f64', 'f32', 'bf16', 'f16'] } : undefined),
   // The torch worker (`torch-cpu`, `torch-cuda`) maps every op (conformance-tested) in every float dtype.
-  (name) => (name === 'torch-cpu' || name === 'torch-cuda' ? { name, supportsOp: () => true, lateBinding: true, dtypes: ['f64', 'f32', 'bf16', 'f16'] } : undefined),
+  (name) => (name === 'torch-cpu' || name === 'torch-cuda' ? { name, supportsOp: () => true, lateBinding: true, dtypes: ['f64', 'f32', 'bf16', 'f16'], ...(name === 'torch-cuda' ? { devicePicks: true } : {}) } : undefined),
   (name) => (name === 'onnxruntime' ? capabilitiesFromRules(name, ONNX_RULES) : undefined),
   (name) => (name === 'cpu-native' ? { name, supportsOp: (op) => CPU_NATIVE_OPS.includes(op), lateBinding: true } : undefined),
   (name) => (name.startsWith('tfjs-') && isTfjsBackend(name.slice('tfjs-'.length)) ? capabilitiesFromRules(name, TFJS_RULES) : undefined),

@@ -43,12 +43,50 @@ export interface RunOptions {
    */
   readonly argmax?: readonly string[];
   /**
+   * Float outputs of which the caller needs only, per row, one token drawn from the last axis
+   * (`RowSample`, one per row: greedy or sampled picks from logits). An executor whose results
+   * cross to the host (the torch worker) returns such an output as i64 of the leading dims instead,
+   * each row's pick made where it ran with `samplePick`'s arithmetic (@stageml/models); in-process
+   * executors return the values, and the caller picks. Names none of `argmax` or `omit`.
+   */
+  readonly sample?: Readonly<Record<string, readonly RowSample[]>>;
+  /**
    * Outputs the caller does not read. An executor whose results cross to the host (the torch
    * worker) leaves them where they were computed and its result lacks them: a decode step's new
    * keys and values, which the executor's caches append anyway (`CacheRun`), then never cross.
    * In-process executors may return them. Each must be an output of the graph and not in `argmax`.
    */
   readonly omit?: readonly string[];
+}
+
+/**
+ * How one row's token is drawn from an output's last axis (`RunOptions.sample`): `temperature` 0 is
+ * the greedy pick (`firstMaxIndex`'s rule); above 0, a draw from the softmax at that temperature over
+ * the `topK` largest (0: all) cut to the nucleus `topP` (1: all), at the point `u` in [0, 1) of the
+ * kept mass.
+ */
+export interface RowSample {
+  readonly temperature: number;
+  readonly topK: number;
+  readonly topP: number;
+  readonly u: number;
+}
+
+/** Checks `RunOptions.sample`'s rows; a bad one is `RT_BAD_VALUE` naming the output and row. */
+export function checkRowSamples(name: string, rows: readonly RowSample[]): void {
+  if (!Array.isArray(rows) || rows.length === 0) throw new RuntimeError(RuntimeCode.BAD_VALUE, `sample '${name}' needs one row spec per row, got ${Array.isArray(rows) ? 'none' : typeof rows}`);
+  rows.forEach((spec: unknown, i) => {
+    const bad = (what: string, v: unknown): never => {
+      throw new RuntimeError(RuntimeCode.BAD_VALUE, `sample '${name}' row ${String(i)}: ${what}, got ${String(v)}`);
+    };
+    if (typeof spec !== 'object' || spec === null) return bad('a row spec is an object', spec);
+    // NOTE: read as numbers whatever a JavaScript caller passed; each check below refuses a non-number.
+    const r = spec as Record<'temperature' | 'topK' | 'topP' | 'u', number>;
+    if (!(Number.isFinite(r.temperature) && r.temperature >= 0)) bad('temperature must be a finite number >= 0', r.temperature);
+    if (!(Number.isInteger(r.topK) && r.topK >= 0 && r.topK < 2 ** 31)) bad('topK must be an integer >= 0', r.topK);
+    if (!(r.topP > 0 && r.topP <= 1)) bad('topP must be in (0, 1]', r.topP);
+    if (!(r.u >= 0 && r.u < 1)) bad('u must be in [0, 1)', r.u);
+  });
 }
 
 /**

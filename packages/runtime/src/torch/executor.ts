@@ -5,7 +5,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Graph, type HostTensor, graphToJson, typeToString } from '@stageml/ir';
 import { CacheLostError, RuntimeCode, type RuntimeErrorCode, RuntimeError } from '../errors.js';
-import { type CacheRun, type Executor, type PreparedGraph, type RunOptions, checkInputs, inputGeneration, resolveWeights } from '../executor.js';
+import { type CacheRun, type Executor, type PreparedGraph, type RowSample, type RunOptions, checkInputs, checkRowSamples, inputGeneration, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
 import { FrameDecoder, TORCH_PROTOCOL_VERSION, encodeFrame } from './protocol.js';
 
@@ -510,23 +510,31 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
           // After `live`: a new worker holds no caches, so what to seed is decided against it.
           const caches = opts?.caches === undefined ? undefined : cacheFrame(graph, inputs, opts.caches);
           checkInputs(graph, caches?.checked ?? inputs, bindings);
+          const floatOutput = (n: string): boolean => {
+            const o = graph.outputs.find((x) => x.name === n);
+            return o !== undefined && ['f32', 'f16', 'bf16', 'f64'].includes(graph.values[o.value]!.type.dtype);
+          };
           const argmax = opts?.argmax ?? [];
           for (const n of argmax) {
-            const o = graph.outputs.find((x) => x.name === n);
-            if (o === undefined || !['f32', 'f16', 'bf16', 'f64'].includes(graph.values[o.value]!.type.dtype)) {
-              throw new RuntimeError(RuntimeCode.BAD_VALUE, `argmax names '${n}', which is not a float output of @${graph.name}`);
-            }
+            if (!floatOutput(n)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `argmax names '${n}', which is not a float output of @${graph.name}`);
+          }
+          const sample = opts?.sample ?? {};
+          for (const [n, rows] of Object.entries(sample)) {
+            if (!floatOutput(n)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `sample names '${n}', which is not a float output of @${graph.name}`);
+            if (argmax.includes(n)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `'${n}' is named by both sample and argmax`);
+            checkRowSamples(n, rows);
           }
           const omit = opts?.omit ?? [];
           for (const n of omit) {
             if (!graph.outputs.some((x) => x.name === n)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `omit names '${n}', which is not an output of @${graph.name}`);
             if (argmax.includes(n)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `'${n}' is named by both omit and argmax`);
+            if (Object.hasOwn(sample, n)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `'${n}' is named by both omit and sample`);
           }
           const frame = residentFrame(inputs, opts);
           let out: { header: Record<string, unknown>; tensors: Record<string, HostTensor> };
           try {
             out = await c.request(
-              { op: 'run', handle: current.handle, ...frame.header, ...(caches === undefined ? {} : { caches: caches.header }), ...(argmax.length === 0 ? {} : { argmax }), ...(omit.length === 0 ? {} : { omit }) },
+              { op: 'run', handle: current.handle, ...frame.header, ...(caches === undefined ? {} : { caches: caches.header }), ...(argmax.length === 0 ? {} : { argmax }), ...(omit.length === 0 ? {} : { omit }), ...sampleHeader(sample) },
               caches === undefined ? frame.tensors : { ...frame.tensors, ...caches.seeds },
             );
           } catch (e) {
@@ -553,6 +561,21 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       };
     },
   };
+}
+
+/**
+ * `RunOptions.sample` as the run request's `sample` header: per output, the rows' parameters as
+ * columns (JSON numbers: a draw's float64 crosses exactly).
+ */
+function sampleHeader(sample: Readonly<Record<string, readonly RowSample[]>>): { sample?: Record<string, Record<string, number[]>> } {
+  const names = Object.keys(sample);
+  if (names.length === 0) return {};
+  const out: Record<string, Record<string, number[]>> = {};
+  for (const n of names) {
+    const rows = sample[n]!;
+    out[n] = { temperature: rows.map((r) => r.temperature), topK: rows.map((r) => r.topK), topP: rows.map((r) => r.topP), u: rows.map((r) => r.u) };
+  }
+  return { sample: out };
 }
 
 /** Whether Python 3 with torch is found here (the interpreter the torch executor would use). */

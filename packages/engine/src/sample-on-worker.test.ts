@@ -1,0 +1,186 @@
+// Sampled picks made where the logits are (`RunOptions.sample`, `Engine.decodeSample`): the torch
+// worker draws each row's token with the host sampler's arithmetic (`samplePick` of
+// @stageml/models) from the host's draw, and one i64 per row crosses instead of the vocabulary's
+// logits.
+import { fileURLToPath } from 'node:url';
+import { GraphBuilder, hostTensor, seededRandom } from '@stageml/ir';
+import { argmaxOf, samplePick } from '@stageml/models';
+import { type RowSample, RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, interpreterExecutor, isTorchAvailable } from '@stageml/runtime';
+import { describeNeeding } from '@stageml/testkit';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { Engine, EngineCode, type Sequence } from './index.js';
+
+const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/llama/', import.meta.url));
+
+function describeWithTorch(name: string, fn: () => void): void {
+  describeNeeding(name, isTorchAvailable(), () => new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)'), fn);
+}
+
+/** The host's pick of one row (what the engine does with values): greedy rows the argmax rule. */
+function hostPick(row: ArrayLike<number>, r: RowSample): number {
+  return r.temperature === 0 ? argmaxOf(row) : samplePick(row, r.temperature, r.topK, r.topP, r.u);
+}
+
+/** Row specs cycling through greedy, plain, top-k, top-p, both, and extreme temperatures. */
+function specs(rows: number, seed: number): RowSample[] {
+  const rand = seededRandom(seed);
+  const kinds: Omit<RowSample, 'u'>[] = [
+    { temperature: 0, topK: 0, topP: 1 },
+    { temperature: 1, topK: 0, topP: 1 },
+    { temperature: 0.7, topK: 5, topP: 1 },
+    { temperature: 0.9, topK: 0, topP: 0.8 },
+    { temperature: 1.3, topK: 20, topP: 0.95 },
+    { temperature: 0.05, topK: 0, topP: 0.5 },
+    { temperature: 40, topK: 1000000, topP: 1 },
+    { temperature: 1, topK: 1, topP: 0.3 },
+  ];
+  return Array.from({ length: rows }, (_, i) => ({ ...kinds[i % kinds.length]!, u: i % 11 === 10 ? 0 : rand() }));
+}
+
+describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
+  let executor: TorchExecutor;
+  beforeAll(async () => {
+    executor = await createTorchExecutor({ device: 'cpu' });
+  }, 120_000);
+  afterAll(async () => {
+    await executor.close();
+  });
+
+  it('draws each row as samplePick does from the values the host would read, in f32 and bf16, with ties, -inf and huge vocabularies', async () => {
+    for (const dtype of ['f32', 'bf16'] as const) {
+      for (const vocab of [7, 300, 32768]) {
+        const b = new GraphBuilder('pick');
+        const x = b.input('x', ['f32', ['r', vocab]]);
+        const scaled = b.mul(x, b.constant([1], 'f32', []));
+        b.output('logits', dtype === 'f32' ? scaled : b.cast(scaled, 'bf16'));
+        const g = b.build();
+        const p = await executor.prepare(g);
+        try {
+          const rows = 48;
+          const rand = seededRandom(vocab);
+          const data = new Float32Array(rows * vocab);
+          for (let r = 0; r < rows; r++) {
+            for (let i = 0; i < vocab; i++) {
+              // Coarse values make ties; some rows hold -inf tokens and one a single finite token.
+              const v = r % 3 === 0 ? Math.round(rand() * 8) / 2 : (rand() - 0.5) * 12;
+              data[r * vocab + i] = r % 5 === 4 && i % 3 === 0 ? -Infinity : r === 7 && i !== vocab - 1 ? -Infinity : v;
+            }
+          }
+          const input = { x: hostTensor('f32', [rows, vocab], data) };
+          const full = (await p.run(input))['logits']!;
+          for (const seed of [1, 2]) {
+            const spec = specs(rows, seed * 1000 + vocab);
+            const got = (await p.run(input, { sample: { logits: spec } }))['logits']!;
+            expect(got).toMatchObject({ dtype: 'i64', shape: [rows] });
+            const want = spec.map((r, i) => hostPick(full.data.subarray(i * vocab, (i + 1) * vocab), r));
+            expect(Array.from(got.data), `${dtype} vocab ${String(vocab)} seed ${String(seed)}`).toEqual(want);
+          }
+        } finally {
+          p.dispose();
+        }
+      }
+    }
+  }, 120_000);
+
+  it('refuses bad sample requests with RT_BAD_VALUE before running, and in-process executors return the values', async () => {
+    const b = new GraphBuilder('pick');
+    const x = b.input('x', ['f32', ['r', 4]]);
+    b.output('logits', b.mul(x, b.constant([1], 'f32', [])));
+    b.output('ids', b.cast(x, 'i64'));
+    const g = b.build();
+    const p = await executor.prepare(g);
+    const input = { x: hostTensor('f32', [2, 4], [1, 2, 3, 4, 4, 3, 2, 1]) };
+    const row: RowSample = { temperature: 1, topK: 0, topP: 1, u: 0.5 };
+    const bad = async (sample: Record<string, readonly RowSample[]>, message: string, extra: { argmax?: string[]; omit?: string[] } = {}): Promise<void> => {
+      await expect(p.run(input, { sample, ...extra })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining(message) as string });
+    };
+    await bad({ ids: [row, row] }, "sample names 'ids'");
+    await bad({ nope: [row, row] }, "sample names 'nope'");
+    await bad({ logits: [row, { ...row, temperature: -1 }] }, 'row 1: temperature');
+    await bad({ logits: [row, { ...row, temperature: Number.NaN }] }, 'row 1: temperature');
+    await bad({ logits: [{ ...row, topK: 1.5 }, row] }, 'row 0: topK');
+    await bad({ logits: [{ ...row, topP: 0 }, row] }, 'row 0: topP');
+    await bad({ logits: [{ ...row, topP: 1.5 }, row] }, 'row 0: topP');
+    await bad({ logits: [{ ...row, u: 1 }, row] }, 'row 0: u');
+    await bad({ logits: [] }, "sample 'logits' needs one row spec per row");
+    await bad({ logits: [row, row] }, 'both sample and argmax', { argmax: ['logits'] });
+    await bad({ logits: [row, row] }, 'both omit and sample', { omit: ['logits'] });
+    // The row count is the worker's to check (the output's rows are known once it ran).
+    await bad({ logits: [row, row, row] }, "sample 'logits' gives 3 rows, the output has 2");
+    // A raw frame from another client gets the same checks from the worker itself.
+    const ok = await p.run(input, { sample: { logits: [row, { ...row, temperature: 0 }] } });
+    expect(Array.from(ok['logits']!.data)).toEqual([hostPick([1, 2, 3, 4], row), 0]);
+    const local = await interpreterExecutor.prepare(g);
+    expect((await local.run(input, { sample: { logits: [row, row] } }))['logits']).toMatchObject({ dtype: 'f32', shape: [2, 4] });
+    p.dispose();
+  }, 60_000);
+
+  it('decodeSample on resident KV gives the tokens of host picks over the logits, one id per row in the reply', async () => {
+    for (const dtype of ['f32', 'bf16'] as const) {
+      const load = async (residentKv: boolean, executorPicks?: boolean): Promise<Engine> => {
+        const e = await Engine.load(`${root}base`, { maxLoras: 4, maxLoraRank: 16, executor, dtype, residentKv, ...(executorPicks === undefined ? {} : { executorPicks }) });
+        await e.loadAdapter(`${root}adapters/all-r16`, 'a');
+        return e;
+      };
+      // On CPU torch the engine picks on the host unless told otherwise (`devicePicks`: CUDA only).
+      const host = await load(false);
+      const resident = await load(true, true);
+      try {
+        const prompts: [string | undefined, number[]][] = [
+          ['a', [1, 52, 317, 335, 262]],
+          [undefined, [1, 500, 72, 283, 10, 90]],
+          ['a', [1, 54, 264, 479]],
+        ];
+        const run = async (e: Engine, onWorker: boolean): Promise<number[][]> => {
+          const seqs: Sequence[] = prompts.map(([a, p]) => e.open(a, p));
+          for (const s of seqs) expect(await e.attach(s)).toBe(true);
+          let last: Float32Array[] = [];
+          while (seqs.some((s) => !s.ready)) {
+            const out = await e.prefillMany(seqs.filter((s) => !s.ready));
+            last = [...last, ...out.filter((l): l is Float32Array => l !== undefined).map((l) => Float32Array.from(l))];
+          }
+          const spec = specs(3, 5).map((r, i) => ({ ...r, temperature: [0.8, 0, 1.2][i]!, topK: [0, 0, 40][i]!, topP: [0.9, 1, 1][i]! }));
+          let next = spec.map((r, i) => hostPick(last[i]!, r));
+          const tokens: number[][] = seqs.map((_, i) => [next[i]!]);
+          const draws = seqs.map((_, i) => seededRandom(100 + i));
+          for (let step = 0; step < 6; step++) {
+            const rows = spec.map((r, i) => ({ ...r, u: draws[i]!() }));
+            if (onWorker) next = await e.decodeSample(seqs, next, rows);
+            else next = (await e.decode(seqs, next)).map((l, i) => hostPick(l, rows[i]!));
+            next.forEach((t, i) => tokens[i]!.push(t));
+          }
+          for (const s of seqs) e.release(s);
+          return tokens;
+        };
+        const want = await run(host, false);
+        expect(await run(resident, true)).toEqual(want);
+        expect(await run(host, true)).toEqual(want);
+        const onHost = await load(true);
+        try {
+          expect(await run(onHost, true)).toEqual(want);
+        } finally {
+          onHost.dispose();
+        }
+        // The reply of a sampled step: one i64 per row, not rows × vocabulary f32.
+        const seqs = [resident.open('a', prompts[0]![1]), resident.open(undefined, prompts[1]![1])];
+        for (const q of seqs) await resident.attach(q);
+        while (seqs.some((q) => !q.ready)) await resident.prefillMany(seqs.filter((q) => !q.ready));
+        const received = async (f: () => Promise<unknown>): Promise<number> => {
+          const before = executor.traffic().receivedBytes;
+          await f();
+          return executor.traffic().receivedBytes - before;
+        };
+        const full = await received(() => resident.decode(seqs, [5, 6]));
+        const picks = await received(() => resident.decodeSample(seqs, [7, 8], specs(2, 9)));
+        expect(full - picks).toBeGreaterThanOrEqual(2 * resident.config.vocabSize * 4 - 2 * 8 - 64);
+        await expect(Engine.load(`${root}base`, { executor, executorPicks: 'yes' as unknown as boolean })).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining('executorPicks') as string });
+        await expect(resident.decodeSample(seqs, [7, 8], specs(1, 9))).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS });
+        await expect(resident.decodeSample(seqs, [7, 8], [{ temperature: 1, topK: 0, topP: 1, u: 2 }, specs(1, 9)[0]!])).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining('u must be in [0, 1)') as string });
+        for (const q of seqs) resident.release(q);
+      } finally {
+        host.dispose();
+        resident.dispose();
+      }
+    }
+  }, 180_000);
+});
