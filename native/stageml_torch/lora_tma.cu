@@ -587,7 +587,7 @@ __global__ void __cluster_dims__(KS, 1, 1) __launch_bounds__(32 * (RT / 16 + EW 
   constexpr int WBOX = RT * 128, ABOX = FA * 128, XBOX = MB * 128, STAGE = WBOX + ABOX + XBOX, RS = MB + 1, SH = RT / KS;
   constexpr int RING = ST * STAGE + (FA > 0 ? 8192 : 0), AR = FA > 0 ? 64 : 0, TAIL = (RT + AR) * RS * 4;
   constexpr int EXTRA0 = ((RING > TAIL ? RING : TAIL) + 1023) / 1024 * 1024;
-  static_assert(RT % 64 == 0 && RT <= 128 && FA % 16 == 0 && FA <= 64 && MB % 8 == 0 && MB <= 128 && RT % KS == 0 && (FA == 0) == (EW > 0), "wg shape");
+  static_assert(RT % 64 == 0 && RT <= 256 && FA % 16 == 0 && FA <= 64 && MB % 8 == 0 && MB <= 128 && RT % KS == 0 && (FA == 0) == (EW > 0), "wg shape");
   extern __shared__ unsigned char smem_raw[];
   unsigned char* sm = (unsigned char*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
