@@ -5,10 +5,10 @@
 import { fileURLToPath } from 'node:url';
 import { roundBf16 } from '@stageml/ir';
 import { argmaxOf } from '@stageml/models';
-import { type Executor, RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, interpreterExecutor, isTorchAvailable, parseWeightQuantSpec } from '@stageml/runtime';
-import { describeNeeding } from '@stageml/testkit';
+import { type Executor, type TorchExecutor, createTorchExecutor, interpreterExecutor, parseWeightQuantSpec } from '@stageml/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type EngineOptions, ENGINE_DTYPES, Engine, EngineCode, lowestOf } from './index.js';
+import { describeWithTorch } from './test-support.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/llama/', import.meta.url));
 const ADAPTERS = ['all-r16', 'qv-r8', 'mlp-r4-rslora'];
@@ -168,11 +168,6 @@ describe('Engine dtype', () => {
     await expect(Engine.load(`${root}base`, { dtype: 'bf16', weights: 'program', quantize: parseWeightQuantSpec('int8'), executor: interpreterExecutor })).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS });
   });
 });
-
-/** A `describe` that needs Python 3 with torch: failing in CI when torch is missing, skipped elsewhere. */
-function describeWithTorch(name: string, fn: () => void): void {
-  describeNeeding(name, isTorchAvailable(), () => new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)'), fn);
-}
 
 describeWithTorch('Engine dtype on the torch executor (CPU torch)', () => {
   let executor: TorchExecutor;

@@ -3,17 +3,12 @@
 // context, and a killed worker replaced without losing a sequence.
 import { fileURLToPath } from 'node:url';
 import { argmaxOf } from '@stageml/models';
-import { RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
-import { describeNeeding } from '@stageml/testkit';
+import { RuntimeCode, type TorchExecutor, createTorchExecutor } from '@stageml/runtime';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { type EngineOptions, Engine, EngineCode, type Sequence } from './index.js';
+import { describeWithTorch } from './test-support.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/llama/', import.meta.url));
-
-/** A `describe` that needs Python 3 with torch: failing in CI when torch is missing, skipped elsewhere. */
-function describeWithTorch(name: string, fn: () => void): void {
-  describeNeeding(name, isTorchAvailable(), () => new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)'), fn);
-}
 
 async function load(opts: EngineOptions): Promise<Engine> {
   const e = await Engine.load(`${root}base`, { maxLoras: 4, maxLoraRank: 16, ...opts });

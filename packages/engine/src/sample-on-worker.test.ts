@@ -5,16 +5,12 @@
 import { fileURLToPath } from 'node:url';
 import { GraphBuilder, hostTensor, seededRandom } from '@stageml/ir';
 import { argmaxOf, samplePick } from '@stageml/models';
-import { type RowSample, RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, interpreterExecutor, isTorchAvailable } from '@stageml/runtime';
-import { describeNeeding } from '@stageml/testkit';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { type RowSample, RuntimeCode, interpreterExecutor } from '@stageml/runtime';
+import { expect, it } from 'vitest';
 import { Engine, EngineCode, type Sequence } from './index.js';
+import { describeWithTorch, useCpuTorchExecutor } from './test-support.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/llama/', import.meta.url));
-
-function describeWithTorch(name: string, fn: () => void): void {
-  describeNeeding(name, isTorchAvailable(), () => new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)'), fn);
-}
 
 /** The host's pick of one row (what the engine does with values): greedy rows the argmax rule. */
 function hostPick(row: ArrayLike<number>, r: RowSample): number {
@@ -38,13 +34,7 @@ function specs(rows: number, seed: number): RowSample[] {
 }
 
 describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
-  let executor: TorchExecutor;
-  beforeAll(async () => {
-    executor = await createTorchExecutor({ device: 'cpu' });
-  }, 120_000);
-  afterAll(async () => {
-    await executor.close();
-  });
+  const torch = useCpuTorchExecutor();
 
   it('draws each row as samplePick does from the values the host would read, in f32 and bf16, with ties, -inf and huge vocabularies', async () => {
     for (const dtype of ['f32', 'bf16'] as const) {
@@ -54,7 +44,7 @@ describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
         const scaled = b.mul(x, b.constant([1], 'f32', []));
         b.output('logits', dtype === 'f32' ? scaled : b.cast(scaled, 'bf16'));
         const g = b.build();
-        const p = await executor.prepare(g);
+        const p = await torch().prepare(g);
         try {
           const rows = 48;
           const rand = seededRandom(vocab);
@@ -88,7 +78,7 @@ describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
     b.output('logits', b.mul(x, b.constant([1], 'f32', [])));
     b.output('ids', b.cast(x, 'i64'));
     const g = b.build();
-    const p = await executor.prepare(g);
+    const p = await torch().prepare(g);
     const input = { x: hostTensor('f32', [2, 4], [1, 2, 3, 4, 4, 3, 2, 1]) };
     const row: RowSample = { temperature: 1, topK: 0, topP: 1, u: 0.5 };
     const bad = async (sample: Record<string, readonly RowSample[]>, message: string, extra: { argmax?: string[]; omit?: string[] } = {}): Promise<void> => {
@@ -118,7 +108,7 @@ describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
   it('decodeSample on resident KV gives the tokens of host picks over the logits, one id per row in the reply', async () => {
     for (const dtype of ['f32', 'bf16'] as const) {
       const load = async (residentKv: boolean, executorPicks?: boolean): Promise<Engine> => {
-        const e = await Engine.load(`${root}base`, { maxLoras: 4, maxLoraRank: 16, executor, dtype, residentKv, ...(executorPicks === undefined ? {} : { executorPicks }) });
+        const e = await Engine.load(`${root}base`, { maxLoras: 4, maxLoraRank: 16, executor: torch(), dtype, residentKv, ...(executorPicks === undefined ? {} : { executorPicks }) });
         await e.loadAdapter(`${root}adapters/all-r16`, 'a');
         return e;
       };
@@ -166,14 +156,14 @@ describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
         for (const q of seqs) await resident.attach(q);
         while (seqs.some((q) => !q.ready)) await resident.prefillMany(seqs.filter((q) => !q.ready));
         const received = async (f: () => Promise<unknown>): Promise<number> => {
-          const before = executor.traffic().receivedBytes;
+          const before = torch().traffic().receivedBytes;
           await f();
-          return executor.traffic().receivedBytes - before;
+          return torch().traffic().receivedBytes - before;
         };
         const full = await received(() => resident.decode(seqs, [5, 6]));
         const picks = await received(() => resident.decodeSample(seqs, [7, 8], specs(2, 9)));
         expect(full - picks).toBeGreaterThanOrEqual(2 * resident.config.vocabSize * 4 - 2 * 8 - 64);
-        await expect(Engine.load(`${root}base`, { executor, executorPicks: 'yes' as unknown as boolean })).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining('executorPicks') as string });
+        await expect(Engine.load(`${root}base`, { executor: torch(), executorPicks: 'yes' as unknown as boolean })).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining('executorPicks') as string });
         await expect(resident.decodeSample(seqs, [7, 8], specs(1, 9))).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS });
         await expect(resident.decodeSample(seqs, [7, 8], [{ temperature: 1, topK: 0, topP: 1, u: 2 }, specs(1, 9)[0]!])).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining('u must be in [0, 1)') as string });
         for (const q of seqs) resident.release(q);

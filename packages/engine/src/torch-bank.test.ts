@@ -12,15 +12,11 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Graph, type HostTensor, graphParams, graphToJson, hostTensor, seededRandom } from '@stageml/ir';
 import { type LlamaConfig, parseLlamaConfig } from '@stageml/models';
-import { RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
-import { describeNeeding } from '@stageml/testkit';
+import { type TorchExecutor, createTorchExecutor } from '@stageml/runtime';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { type EngineAdapterDType, castEngineGraph } from './dtype.js';
 import { engineGraph, paramsToInputs } from './graph.js';
-
-function describeWithTorch(name: string, fn: () => void): void {
-  describeNeeding(name, isTorchAvailable(), () => new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch (or set STAGEML_PYTHON)'), fn);
-}
+import { describeWithTorch } from './test-support.js';
 
 const LAYERS = 2;
 const SLOTS = 4;
