@@ -7,6 +7,13 @@ export function parseIds(value: string): number[] {
   return parts.map(Number);
 }
 
+/** Parses `auto`, `on` or `off` into undefined, true or false (a tri-state flag; anything else is a usage error). */
+export function parseAutoOnOff(value: string): boolean | 'auto' {
+  if (value === 'auto') return 'auto';
+  if (value === 'on' || value === 'off') return value === 'on';
+  throw new InvalidArgumentError(`expected auto, on or off, got '${value}'`);
+}
+
 /** Parses a positive integer. */
 export function parsePositiveInt(value: string): number {
   if (!/^\d+$/.test(value) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) throw new InvalidArgumentError(`expected a positive integer, got '${value}'`);

@@ -48,6 +48,10 @@ describe('CLI failures are coded (issue 19)', () => {
     expect(missing.code).toBe(ExitCode.IO);
     expect(missing.err).toContain('error[CLI_IO]');
     noStack(missing.err);
+    const picks = await run(['serve', '--model', base, '--executor-picks', 'sometimes']);
+    expect(picks.code).toBe(ExitCode.USAGE);
+    expect(picks.err).toContain("expected auto, on or off, got 'sometimes'");
+    noStack(picks.err);
     const noModel = await run(['serve', '--model', '/nonexistent-stageml']);
     expect(noModel.code).toBe(ExitCode.IO);
     noStack(noModel.err);

@@ -71,6 +71,8 @@ export interface ServerOptions {
   readonly packBase?: boolean;
   /** With KV resident on the executor, keep a host copy of it as well (`stageml serve --host-kv-copy`; `EngineOptions.hostKvCopy`). */
   readonly hostKvCopy?: boolean;
+  /** Where sampled tokens are drawn (`stageml serve --executor-picks`; `EngineOptions.executorPicks`; default: the executor's `devicePicks`). */
+  readonly executorPicks?: boolean;
   /** Compute dtype of the engine's programs (`stageml serve --dtype`; default f32). */
   readonly dtype?: EngineOptions['dtype'];
   /** LoRA factors' dtype in a bf16/f16 engine (`stageml serve --adapter-dtype`; default f32). */
@@ -194,6 +196,7 @@ export async function createServer(opts: ServerOptions): Promise<StageServer> {
     ...(opts.quantize === undefined ? {} : { quantize: opts.quantize }),
     ...(opts.packBase === undefined ? {} : { packBase: opts.packBase }),
     ...(opts.hostKvCopy === undefined ? {} : { hostKvCopy: opts.hostKvCopy }),
+    ...(opts.executorPicks === undefined ? {} : { executorPicks: opts.executorPicks }),
     ...(opts.dtype === undefined ? {} : { dtype: opts.dtype }),
     ...(opts.adapterDtype === undefined ? {} : { adapterDtype: opts.adapterDtype }),
     // The scheduler is the engine's only caller here, and it samples each step's logits before

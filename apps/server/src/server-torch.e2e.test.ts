@@ -4,7 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type StageServer, createServer } from './index.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
@@ -71,5 +71,30 @@ if (!available && process.env['CI'] !== undefined) {
       expect(text).toMatch(/^stageml_engine_cache_rebuilds [1-9]/m);
       expect(text).toMatch(/^vllm:kv_cache_usage_perc\{model_name="llama"\} 0$/m);
     }, 120_000);
+
+    it('draws sampled tokens on the worker with executorPicks (one id per row back), the tokens of host picks for the same seeds', async () => {
+      const picking = await createServer({ modelDir: `${root}llama/base`, modelName: 'llama', adaptersDir: `${root}llama/adapters`, padTokenId: 0, maxBatch: 8, executor, executorPicks: true });
+      try {
+        const other = await picking.listen('127.0.0.1', 0);
+        const sampleSpy = vi.spyOn(picking.lm, 'decodeSample');
+        const sampled = async (url: string, model: string, p: number, seed: number): Promise<number[]> => {
+          const body = { model: model === 'base' ? 'llama' : model, prompt: prompt(model, p).input_ids, max_tokens: 12, temperature: 0.9, top_p: 0.9, top_k: 40, seed, ignore_eos: true, return_token_ids: true };
+          const r = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+          expect(r.status).toBe(200);
+          return ((await r.json()) as { choices: { token_ids: number[] }[] }).choices[0]!.token_ids;
+        };
+        const cases = ['base', ...ADAPTERS].map((model, i) => [model, i % 4, 100 + i] as const);
+        // On the CPU the default picks on the host: the first server is the reference.
+        expect(server.lm.executorName).toBe('torch-cpu');
+        const want = await Promise.all(cases.map(([m, p, seed]) => sampled(base, m, p, seed)));
+        const got = await Promise.all(cases.map(([m, p, seed]) => sampled(other, m, p, seed)));
+        expect(got).toEqual(want);
+        expect(want.some((ids, i) => JSON.stringify(ids) !== JSON.stringify(prompt(cases[i]![0], cases[i]![1]).greedy_new_ids))).toBe(true);
+        expect(sampleSpy).toHaveBeenCalled();
+        sampleSpy.mockRestore();
+      } finally {
+        await picking.shutdown();
+      }
+    }, 180_000);
   });
 }

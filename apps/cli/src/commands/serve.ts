@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { parseRouterConfig } from '@stageml/router';
 import { createServer } from '@stageml/server';
 import { errorMessage } from '@stageml/ir';
-import { parseHost, parseNonNegativeInt, parsePort, parsePositiveInt, parseSeconds } from '../args.js';
+import { parseAutoOnOff, parseHost, parseNonNegativeInt, parsePort, parsePositiveInt, parseSeconds } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
@@ -41,6 +41,7 @@ interface ServeOptions {
   quantize?: string;
   packBase?: boolean;
   hostKvCopy?: boolean;
+  executorPicks?: boolean | 'auto';
   maxError?: number;
   bundle?: string;
   dtype?: string;
@@ -108,6 +109,7 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--max-error <e>', 'with --quantize auto: the largest relative weight error per projection', parseMaxError)
     .option('--pack-base', 'give base-only batches a program with its own pre-packed copy of the f32 weights (~1.4x faster decode on onnxruntime, one more copy of the weights in memory)')
     .option('--host-kv-copy', 'with --executor torch: keep a host copy of every sequence\'s KV cache (f32, appended each step), from which a restarted worker is restored; default: the worker\'s cache is the only copy and a restarted worker rebuilds it by prefilling the tokens again')
+    .option('--executor-picks <when>', 'auto, on or off: draw sampled tokens (temperature / top-k / top-p, no penalties or logprobs) on the executor, one id per row back instead of the logits (auto: where the executor says it pays, the torch worker on CUDA); the same tokens either way', parseAutoOnOff)
     .option('--bundle <dir>', 'serve a bundle of `stageml stage --model`: its source model and adapters, with its plan.json applied as written (instead of MODEL)')
     .option('--dtype <dtype>', `compute dtype of the engine: ${SERVE_DTYPES.join(', ')} (checkpoint: the one it stores; default: checkpoint on --executor torch, else f32). bf16/f16 compute as transformers + PEFT do and need an executor that runs them (torch, interpreter)`)
     .option('--adapter-dtype <dtype>', 'with a bf16/f16 --dtype: LoRA factors f32 (default, as PEFT computes them) or same (rounded to the compute dtype)')
@@ -149,6 +151,7 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(quantize === undefined ? {} : { quantize }),
         ...(opts.packBase === true ? { packBase: true } : {}),
         ...(opts.hostKvCopy === true ? { hostKvCopy: true } : {}),
+        ...(typeof opts.executorPicks === 'boolean' ? { executorPicks: opts.executorPicks } : {}),
         ...(opts.adapters === undefined ? {} : { adaptersDir: opts.adapters }),
         ...(config === undefined ? {} : { config }),
         ...(opts.padTokenId === undefined ? {} : { padTokenId: opts.padTokenId }),
