@@ -698,8 +698,10 @@ export class Engine {
 
   /** Runs `program`, recycling its last finished call's result when recycling outputs; the result goes to `produced`. */
   async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined, produced: Outputs, pick: StepPick = 'logits'): Promise<Record<string, HostTensor>> {
-    const argmax = pick === 'greedy' ? GREEDY_OUTPUTS : undefined;
-    const sample = typeof pick === 'object' && this.#executorPicks ? { logits: pick } : undefined;
+    // A pick of greedy rows only is an argmax, which every executor whose results cross makes.
+    const greedy = pick === 'greedy' || (typeof pick === 'object' && pick.every((r) => r.temperature === 0));
+    const argmax = greedy ? GREEDY_OUTPUTS : undefined;
+    const sample = typeof pick === 'object' && !greedy && this.#executorPicks ? { logits: pick } : undefined;
     // The executor's caches append the new keys and values; without a host copy they need not come back.
     const omit = caches !== undefined && !this.#hostKv ? this.#kvOutputs : undefined;
     const spare = this.#spare;
@@ -770,7 +772,7 @@ export class Engine {
     try {
       while (standIns.some((t) => !t.ready)) {
         const todo = standIns.filter((t) => !t.ready);
-        await this.#prefillBatch(todo, todo.map((t) => t.slot!), lane, undefined, produced);
+        await this.#prefillBatch(todo, todo.map((t) => t.slot!), lane, undefined, produced, 'logits');
       }
       seqs.forEach((s, i) => {
         const t = standIns[i]!;
@@ -836,6 +838,11 @@ export class Engine {
     return Math.min(maxChunk ?? this.#prefillChunk, seq.prompt.length - seq.prefilled);
   }
 
+  /** Whether the next prefill run of `seq` (with `maxChunk`, as `chunkOf`) finishes its prompt. */
+  finishesPrefill(seq: Sequence, maxChunk?: number): boolean {
+    return seq.prefilled < seq.prompt.length && this.chunkOf(seq, maxChunk) === seq.prompt.length - seq.prefilled;
+  }
+
   /**
    * Prefills the next chunk (at most `prefillChunk` tokens) of `seq`'s prompt, appending its keys
    * and values in place. Resolves to the last position's logits f32[vocab] when the prompt is done,
@@ -854,6 +861,21 @@ export class Engine {
    * otherwise undefined.
    */
   async prefillMany(seqs: readonly Sequence[], opts: PrefillOptions = {}): Promise<(Float32Array | undefined)[]> {
+    return (await this.#prefillRuns(seqs, opts, 'logits')) as (Float32Array | undefined)[];
+  }
+
+  /**
+   * `prefillMany`, resolving per sequence whose prompt is done to its first token drawn as
+   * `rows[i]` says (as `decodeSample`: on the executor with `executorPicks`, else from the logits
+   * here; all-greedy runs pick on the executor, `RunOptions.argmax`), otherwise undefined. A row
+   * spec of a sequence the run does not finish (`finishesPrefill`) is not used.
+   */
+  async prefillSample(seqs: readonly Sequence[], rows: readonly RowSample[], opts: PrefillOptions = {}): Promise<(number | undefined)[]> {
+    checkRows(seqs, rows, 'prefillSample');
+    return (await this.#prefillRuns(seqs, opts, rows)) as (number | undefined)[];
+  }
+
+  async #prefillRuns(seqs: readonly Sequence[], opts: PrefillOptions, pick: 'logits' | readonly RowSample[]): Promise<(Float32Array | number | undefined)[]> {
     const maxChunk = opts.maxChunk === undefined ? undefined : positiveInt('maxChunk', opts.maxChunk, 1);
     for (const s of seqs) this.#check(s);
     if (new Set(seqs).size !== seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, 'a sequence appears twice in one prefill');
@@ -867,12 +889,13 @@ export class Engine {
       const key = s.adapter !== undefined && this.#lanes.has(s.adapter) ? s.adapter : '';
       byLane.set(key, [...(byLane.get(key) ?? []), i]);
     });
-    const result: (Float32Array | undefined)[] = new Array<Float32Array | undefined>(seqs.length);
+    const result: (Float32Array | number | undefined)[] = new Array<Float32Array | number | undefined>(seqs.length);
     const produced: Outputs = new Map();
     for (const [key, idx] of byLane) {
       const group = idx.map((i) => seqs[i]!);
       const lane = key === '' ? undefined : this.#lanes.get(key);
-      const out = await this.#surviving(group, lane, produced, () => this.#prefillBatch(group, group.map((s) => this.#check(s)), lane, maxChunk, produced));
+      const groupPick = typeof pick === 'object' ? idx.map((i) => pick[i]!) : pick;
+      const out = await this.#surviving(group, lane, produced, () => this.#prefillBatch(group, group.map((s) => this.#check(s)), lane, maxChunk, produced, groupPick));
       idx.forEach((i, j) => {
         result[i] = out[j];
       });
@@ -881,7 +904,7 @@ export class Engine {
     return result;
   }
 
-  async #prefillBatch(seqs: readonly Sequence[], slots: readonly number[], lane: Lane | undefined, maxChunk: number | undefined, produced: Outputs): Promise<(Float32Array | undefined)[]> {
+  async #prefillBatch(seqs: readonly Sequence[], slots: readonly number[], lane: Lane | undefined, maxChunk: number | undefined, produced: Outputs, pick: 'logits' | readonly RowSample[]): Promise<(Float32Array | number | undefined)[]> {
     const counts = seqs.map((s) => this.chunkOf(s, maxChunk));
     const { inputs, C, past, chunkMasks, nexts } = prefillInputs(seqs, counts, this.config.slidingWindow);
     let caches: CacheRun | undefined;
@@ -894,18 +917,20 @@ export class Engine {
       inputs['attention_mask'] = { dtype: 'f32', shape: [seqs.length, C], data: tail };
       caches = this.#cacheRun(seqs, counts.map((c) => [C - c, c] as const));
     } else this.#stagePast(inputs, seqs, past);
-    const out = await this.#run(inputs, slots, lane, caches, produced);
+    const out = await this.#run(inputs, slots, lane, caches, produced, pick);
     const { k, v } = this.#outputs(out);
     const width = this.#kvShape[0] * this.#kvShape[1];
     const V = this.config.vocabSize;
     const logits = out['logits']!.data as Float32Array;
+    const picks = typeof pick === 'object' ? pickRows(out['logits']!, pick) : undefined;
     return seqs.map((s, r) => {
       if (s.released) return undefined;
       s.kv.append(k, v, (r * C + C - counts[r]!) * width, chunkMasks[r]!);
       s.prefilled += counts[r]!;
       s.nextPosition = nexts[r]!;
       // NOTE: `ready` is a getter; it changed with `prefilled` above.
-      return s.ready ? logits.subarray(r * V, (r + 1) * V) : undefined;
+      if (!s.ready) return undefined;
+      return picks !== undefined ? picks[r]! : logits.subarray(r * V, (r + 1) * V);
     });
   }
 
@@ -942,12 +967,7 @@ export class Engine {
    * `ENGINE_BAD_OPTIONS`, before anything runs.
    */
   async decodeSample(seqs: readonly Sequence[], tokens: readonly number[], rows: readonly RowSample[]): Promise<number[]> {
-    if (rows.length !== seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, `decodeSample needs one row spec per sequence (${String(seqs.length)} sequences, ${String(rows.length)} specs)`);
-    try {
-      if (rows.length > 0) checkRowSamples('logits', rows);
-    } catch (e) {
-      throw new EngineError(EngineCode.BAD_OPTIONS, errorMessage(e), { cause: e });
-    }
+    checkRows(seqs, rows, 'decodeSample');
     return (await this.#decodeStep(seqs, tokens, rows)) as number[];
   }
 
@@ -1014,7 +1034,7 @@ export class Engine {
     if (caches === undefined) inputs['attention_mask'] = decodeAttention(seqs, past, this.config.slidingWindow, this.#staging);
     const out = await this.#run(inputs, slots, lane, caches, produced, pick);
     const { k, v } = this.#outputs(out);
-    const picks = pick === 'greedy' ? argmaxRows(out['logits']!) : typeof pick === 'object' ? sampleRows(out['logits']!, pick) : undefined;
+    const picks = pick === 'greedy' ? argmaxRows(out['logits']!) : typeof pick === 'object' ? pickRows(out['logits']!, pick) : undefined;
     const logits = out['logits']!.data as Float32Array;
     const V = this.config.vocabSize;
     return seqs.map((s, r) => {
@@ -1058,6 +1078,16 @@ function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
 /** Per prepared program, one of its results. */
 type Outputs = Map<PreparedGraph, Record<string, HostTensor>>;
 
+/** `decodeSample`/`prefillSample`'s row specs: one per sequence and valid, else `ENGINE_BAD_OPTIONS`. */
+function checkRows(seqs: readonly Sequence[], rows: readonly RowSample[], what: string): void {
+  if (rows.length !== seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, `${what} needs one row spec per sequence (${String(seqs.length)} sequences, ${String(rows.length)} specs)`);
+  try {
+    if (rows.length > 0) checkRowSamples('logits', rows);
+  } catch (e) {
+    throw new EngineError(EngineCode.BAD_OPTIONS, errorMessage(e), { cause: e });
+  }
+}
+
 /** What a decode step returns per row: its logits, its greedy token, or a token drawn as each row's spec says. */
 type StepPick = 'logits' | 'greedy' | readonly RowSample[];
 
@@ -1066,7 +1096,7 @@ type StepPick = 'logits' | 'greedy' | readonly RowSample[];
  * tensor), or drawn here from the row's logits as the executor would (`samplePick`; greedy rows the
  * argmax rule).
  */
-function sampleRows(t: HostTensor, rows: readonly RowSample[]): number[] {
+function pickRows(t: HostTensor, rows: readonly RowSample[]): number[] {
   if (t.dtype === 'i64') return Array.from(t.data);
   const n = t.shape[t.shape.length - 1]!;
   return rows.map((r, i) => {

@@ -124,13 +124,28 @@ describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
         const run = async (e: Engine, onWorker: boolean): Promise<number[][]> => {
           const seqs: Sequence[] = prompts.map(([a, p]) => e.open(a, p));
           for (const s of seqs) expect(await e.attach(s)).toBe(true);
-          let last: Float32Array[] = [];
-          while (seqs.some((s) => !s.ready)) {
-            const out = await e.prefillMany(seqs.filter((s) => !s.ready));
-            last = [...last, ...out.filter((l): l is Float32Array => l !== undefined).map((l) => Float32Array.from(l))];
-          }
           const spec = specs(3, 5).map((r, i) => ({ ...r, temperature: [0.8, 0, 1.2][i]!, topK: [0, 0, 40][i]!, topP: [0.9, 1, 1][i]! }));
-          let next = spec.map((r, i) => hostPick(last[i]!, r));
+          // Chunks of 2: the prompts finish in different runs; a finishing row's first token is
+          // drawn in that run (prefillSample), a row the run does not finish ignores its spec.
+          let next: number[] = [];
+          while (seqs.some((s) => !s.ready)) {
+            const todo = seqs.filter((s) => !s.ready);
+            const finishing = todo.map((s) => e.finishesPrefill(s, 2));
+            if (onWorker) {
+              const ids = await e.prefillSample(todo, todo.map((s, j) => (finishing[j] ? spec[seqs.indexOf(s)]! : { temperature: 1, topK: 0, topP: 1, u: 0.999 })), { maxChunk: 2 });
+              expect(ids.map((id) => id !== undefined)).toEqual(finishing);
+              ids.forEach((id, j) => {
+                if (id !== undefined) next[seqs.indexOf(todo[j]!)] = id;
+              });
+            } else {
+              const out = await e.prefillMany(todo, { maxChunk: 2 });
+              expect(out.map((l) => l !== undefined)).toEqual(finishing);
+              out.forEach((l, j) => {
+                if (l !== undefined) next[seqs.indexOf(todo[j]!)] = hostPick(l, spec[seqs.indexOf(todo[j]!)]!);
+              });
+            }
+          }
+          next = [...next];
           const tokens: number[][] = seqs.map((_, i) => [next[i]!]);
           const draws = seqs.map((_, i) => seededRandom(100 + i));
           for (let step = 0; step < 6; step++) {
@@ -165,6 +180,7 @@ describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
         expect(full - picks).toBeGreaterThanOrEqual(2 * resident.config.vocabSize * 4 - 2 * 8 - 64);
         await expect(Engine.load(`${root}base`, { executor: torch(), executorPicks: 'yes' as unknown as boolean })).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining('executorPicks') as string });
         await expect(resident.decodeSample(seqs, [7, 8], specs(1, 9))).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS });
+        await expect(resident.prefillSample(seqs, specs(1, 9))).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining('prefillSample needs one row spec per sequence') as string });
         await expect(resident.decodeSample(seqs, [7, 8], [{ temperature: 1, topK: 0, topP: 1, u: 2 }, specs(1, 9)[0]!])).rejects.toMatchObject({ code: EngineCode.BAD_OPTIONS, message: expect.stringContaining('u must be in [0, 1)') as string });
         for (const q of seqs) resident.release(q);
       } finally {

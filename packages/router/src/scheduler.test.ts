@@ -50,10 +50,14 @@ describe('Scheduler', () => {
     const greedySpy = vi.spyOn(lm, 'decodeGreedy');
     const sampleSpy = vi.spyOn(lm, 'decodeSample');
     const logitsSpy = vi.spyOn(lm, 'decode');
+    const firstSpy = vi.spyOn(lm, 'prefillSample');
+    const prefillSpy = vi.spyOn(lm, 'prefillMany');
     onTestFinished(() => {
       greedySpy.mockRestore();
       sampleSpy.mockRestore();
       logitsSpy.mockRestore();
+      firstSpy.mockRestore();
+      prefillSpy.mockRestore();
     });
     const s = new Scheduler(lm, { maxBatch: 8 });
     const greedy = await Promise.all([0, 1, 2].map((p) => s.submit(req('base', p))));
@@ -63,6 +67,9 @@ describe('Scheduler', () => {
     expect(greedySpy.mock.calls.length).toBeGreaterThan(0);
     expect(sampleSpy).not.toHaveBeenCalled();
     expect(logitsSpy).not.toHaveBeenCalled();
+    // First tokens too: picked by the prefill run that finishes the prompt.
+    expect(firstSpy.mock.calls.length).toBeGreaterThan(0);
+    expect(prefillSpy).not.toHaveBeenCalled();
     // Greedy rows beside plainly sampled ones: picked where the logits are too (decodeSample, each
     // sampled row drawing from its own stream); a zero penalty is still plain greedy.
     const sampling = { temperature: 0.7, topK: 40, topP: 0.9, seed: 3 } as const;
@@ -82,6 +89,7 @@ describe('Scheduler', () => {
       s.submit(req('base', 2, { sampling })),
     ]);
     expect(logitsSpy).toHaveBeenCalled();
+    expect(prefillSpy).toHaveBeenCalled();
     expect(onHost[1].newIds).toEqual(mixed[2].newIds);
     expect(mixed[2].newIds).not.toEqual(prompt('base', 2).greedy_new_ids);
   });

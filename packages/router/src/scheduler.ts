@@ -345,6 +345,17 @@ export class Scheduler {
 
   async #prefill(group: readonly Seq[], maxChunk: number | undefined): Promise<void> {
     try {
+      const plans = group.map((s) => pickPlan(s.picker));
+      if (plans.every((p) => p !== undefined)) {
+        // First tokens picked where the logits are, as decode steps' (#decode); a row draws from
+        // its stream only when this run finishes its prompt, as its picker would have.
+        const rows = plans.map((p, i) => (p.kind === 'sample' && this.#engine.finishesPrefill(group[i]!.es!, maxChunk) ? { temperature: p.temperature, topK: p.topK, topP: p.topP, u: p.draw() } : GREEDY_ROW));
+        const ids = await this.#engine.prefillSample(group.map((s) => s.es!), rows, maxChunk === undefined ? {} : { maxChunk });
+        group.forEach((s, i) => {
+          if (ids[i] !== undefined) this.#accept(s, ids[i]);
+        });
+        return;
+      }
       const logits = await this.#engine.prefillMany(group.map((s) => s.es!), maxChunk === undefined ? {} : { maxChunk });
       group.forEach((s, i) => {
         if (logits[i] !== undefined) this.#emit(s, logits[i]);
