@@ -15,7 +15,9 @@ time of the worker's `run` request and of writing its reply frame (to /dev/null;
 to the host through protocol.write_frame; `run_ms`: the request alone, synchronized), median of the steps after the first 8; `device_ms`: the graph replay's own time on the GPU
 (CUDA events around it), the step's kernels without the host's part of the request; the logits of
 each step against the same configuration without graphs (relative error, argmax agreement).
-`--reply full,lean` with the full reply and with a greedy one that leaves the new keys and values on the worker (`omit` + `argmax`).
+`--reply full,lean` with the full reply and with a greedy one that leaves the new keys and values on the worker (`omit` + `argmax`);
+the full reply's steps also time a greedy and a sampled reply (`reply_greedy_ms`, `reply_sample_ms`:
+`ops.sample_rows` at top-p 0.95, temperature 0.8, then the frame with one id per row).
 `--repeat N` runs the configurations N times over, interleaved (run-to-run spread), `--profile K`
 K more steps under torch.profiler (kernels per step by name), `--kv auto,0` every configuration with
 the keys appended in place and with the program's concat (`STAGEML_TORCH_KV_IN_PLACE`).
@@ -164,7 +166,7 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
     gen.manual_seed(seed)
     slots = [1 + (i % (manifest["slots"] - 1)) for i in range(batch)]
     vocab = manifest["config"]["vocab_size"]
-    times, run_times, logits, reply_times, reply_before_times, reply_greedy_times, reply_bytes = [], [], [], [], [], [], []
+    times, run_times, logits, reply_times, reply_before_times, reply_greedy_times, reply_sample_times, reply_bytes = [], [], [], [], [], [], [], []
     sink = open(os.devnull, "wb")
     names = {n: i for i, n in enumerate(sorted(tables))}
     prof_all = None
@@ -218,6 +220,14 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
                 t4 = time.perf_counter()
                 write_frame(sink, reply, dict(out, logits=ops.argmax_rows(out["logits"])))
                 reply_greedy_times.append((time.perf_counter() - t4) * 1e3)
+            # a sampled step's reply (RunOptions.sample: each row's token drawn on the device, top-p
+            # 0.95 at temperature 0.8, instead of the logits), the draw's sort and scans included
+            if hasattr(ops, "sample_rows"):  # (a worker before the twelfth session has none)
+                n = out["logits"].numel() // out["logits"].shape[-1]
+                t5 = time.perf_counter()
+                picks = ops.sample_rows(out["logits"], [0.8] * n, [0] * n, [0.95] * n, [((s * 7919 + r * 104729) % 1000) / 1000 for r in range(n)])
+                write_frame(sink, reply, dict(out, logits=picks))
+                reply_sample_times.append((time.perf_counter() - t5) * 1e3)
         # lean: the picks themselves (compared with the full reply's argmax by the caller)
         lg = out["logits"].cpu() if lean else out["logits"].float().cpu()
         run_times.append((t1 - t0) * 1e3)
@@ -231,7 +241,7 @@ def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs
     w.handle({"op": "dispose", "handle": h}, {})
     timed = slice(8, steps - profile)
     dev = [t for t in device_times[timed] if t is not None]
-    res = {"cache_concats": prep.get("cacheConcats"), "device_ms": statistics.median(dev) if dev else None, "ms": statistics.median(times[timed]), "ms_min": min(times[timed]), "run_ms": statistics.median(run_times[timed]), "reply_ms": statistics.median(reply_times[timed]), "reply_before_ms": statistics.median(reply_before_times[timed]) if reply_before_times else None, "reply_bytes": statistics.median(reply_bytes[timed]), "reply_greedy_ms": statistics.median(reply_greedy_times[timed]) if reply_greedy_times else None, "first_ms": times[:3], "graphs": stats}
+    res = {"cache_concats": prep.get("cacheConcats"), "device_ms": statistics.median(dev) if dev else None, "ms": statistics.median(times[timed]), "ms_min": min(times[timed]), "run_ms": statistics.median(run_times[timed]), "reply_ms": statistics.median(reply_times[timed]), "reply_before_ms": statistics.median(reply_before_times[timed]) if reply_before_times else None, "reply_bytes": statistics.median(reply_bytes[timed]), "reply_greedy_ms": statistics.median(reply_greedy_times[timed]) if reply_greedy_times else None, "reply_sample_ms": statistics.median(reply_sample_times[timed]) if reply_sample_times else None, "first_ms": times[:3], "graphs": stats}
     if profile:
         res["profile"] = kernel_summary(prof_all, profile)
     return res, logits
@@ -326,8 +336,8 @@ def main():
                         else:
                             row["max_rel_err_vs_eager"] = max(float((x - y).norm() / y.norm()) for x, y in zip(lg, le))
                             row["argmax_agree_vs_eager"] = statistics.mean(float((x.argmax(-1) == y.argmax(-1)).float().mean()) for x, y in zip(lg, le))
-                        print("batch %3d %-12s eager %8.2f ms (run %.2f)  graphs %8.2f ms (run %.2f, device %.2f, reply %.2f / %d B, before %.2f, greedy %.2f)  x%.2f  rel %.2e argmax %.3f  %s" % (
-                            batch, name, eager["ms"], eager["run_ms"], graphed["ms"], graphed["run_ms"], graphed["device_ms"] or 0, graphed["reply_ms"], graphed["reply_bytes"], graphed["reply_before_ms"] or 0, graphed["reply_greedy_ms"] or 0, row["speedup"], row["max_rel_err_vs_eager"] or 0,
+                        print("batch %3d %-12s eager %8.2f ms (run %.2f)  graphs %8.2f ms (run %.2f, device %.2f, reply %.2f / %d B, before %.2f, greedy %.2f, sampled %.2f)  x%.2f  rel %.2e argmax %.3f  %s" % (
+                            batch, name, eager["ms"], eager["run_ms"], graphed["ms"], graphed["run_ms"], graphed["device_ms"] or 0, graphed["reply_ms"], graphed["reply_bytes"], graphed["reply_before_ms"] or 0, graphed["reply_greedy_ms"] or 0, graphed["reply_sample_ms"] or 0, row["speedup"], row["max_rel_err_vs_eager"] or 0,
                             row["argmax_agree_vs_eager"], graphed["graphs"]), flush=True)
                     else:
                         if name in seen and not lean:
