@@ -116,10 +116,11 @@ describe('Batched prefill', () => {
     // Six 4-token prompts under a budget of 8 tokens per step: at most two prefilled per run.
     const scheduler = new Scheduler(engine, { prefillTokens: 8, idlePrefillTokens: 8 });
     const prefills: number[] = [];
-    const many = engine.prefillMany.bind(engine);
-    (engine as { prefillMany: typeof engine.prefillMany }).prefillMany = (seqs) => {
+    // Plain greedy requests have their first tokens picked by the prefill run (prefillSample).
+    const picking = engine.prefillSample.bind(engine);
+    (engine as { prefillSample: typeof engine.prefillSample }).prefillSample = (seqs, rows, opts) => {
       prefills.push(seqs.length);
-      return many(seqs);
+      return picking(seqs, rows, opts);
     };
     const got = await Promise.all(prompts.map((prompt) => scheduler.submit({ tenant: 't', adapter: undefined, prompt, maxNewTokens: 3, sampling: { greedy: true }, stopTokens: [] })));
     expect(got.map((r) => r.newIds)).toEqual(want);
