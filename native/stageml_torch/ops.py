@@ -242,6 +242,11 @@ def argmax_rows(t):
     return torch.where(nan[..., 0], torch.zeros_like(idx), idx)
 
 
+# Rows drawn together by `sample_rows`: its float64 temporaries stay near 2**22 elements (32 MB
+# each) whatever the batch and vocabulary (64 rows of a 128,256-token vocabulary: four chunks).
+SAMPLE_CHUNK_ELEMENTS = 1 << 22
+
+
 def sample_rows(t, temperature, top_k, top_p, u):
     """Per row (all but the last axis), one token drawn from the last axis as the host's sampler
     draws it (`samplePick` of @stageml/models), from the f32 values the host would have read: rows
@@ -251,7 +256,8 @@ def sample_rows(t, temperature, top_k, top_p, u):
     sum exceeds u of the kept mass. Every sum is a cumulative sum in the host's order, subtraction
     included (x - p == x + (-p) exactly), so on the CPU the picks are the host's wherever exp
     rounds alike; on CUDA the scans may round differently and move a draw that lands within an
-    ulp of a boundary. The lists have one entry per row; int64 picks on the tensor's device."""
+    ulp of a boundary. The lists have one entry per row; int64 picks on the tensor's device. Rows
+    are drawn in chunks of about SAMPLE_CHUNK_ELEMENTS values (each row's arithmetic is its own)."""
     v = t.shape[-1] if t.dim() else 1
     lead = t.shape[:-1] if t.dim() else ()
     x = t.reshape(-1, v).to(torch.float32)
@@ -260,33 +266,45 @@ def sample_rows(t, temperature, top_k, top_p, u):
         raise ValueError("sample needs one entry per row (%d rows), got %s" % (rows, [len(a) for a in (temperature, top_k, top_p, u)]))
     if rows == 0 or v == 0:
         return torch.zeros(lead, dtype=torch.int64, device=t.device)
-    dev = x.device
-    f64 = torch.float64
-    temp = torch.tensor(temperature, dtype=f64, device=dev)
-    greedy = temp == 0
     picks = argmax_rows(x)
     if all(tt == 0 for tt in temperature):
         return picks.reshape(lead)
+    step = max(1, SAMPLE_CHUNK_ELEMENTS // v)
+    parts = [_sample_chunk(x[r:r + step], temperature[r:r + step], top_k[r:r + step], top_p[r:r + step], u[r:r + step], picks[r:r + step]) for r in range(0, rows, step)]
+    return (parts[0] if len(parts) == 1 else torch.cat(parts)).reshape(lead)
+
+
+def _sample_chunk(x, temperature, top_k, top_p, u, picks):
+    """`sample_rows` over the rows of x [rows, V] f32 (`picks`: their argmax)."""
+    rows, v = x.shape
+    dev = x.device
+    f64 = torch.float64
+    zero = torch.zeros((), dtype=f64, device=dev)
+    temp = torch.tensor(temperature, dtype=f64, device=dev)
+    greedy = temp == 0
     pos = torch.arange(v, device=dev)[None, :]
     k = torch.tensor([v if kk == 0 or kk > v else kk for kk in top_k], dtype=torch.int64, device=dev)[:, None]
     p_top = torch.tensor(top_p, dtype=f64, device=dev)[:, None]
     vals, idx = torch.sort(x, dim=-1, descending=True, stable=True)
-    vd = vals.to(f64)
-    tt = torch.where(greedy, torch.ones_like(temp), temp)[:, None]
+    # probs = exp(v / T - v0 / T), the host's operations in its order, in place in one buffer
+    probs = vals.to(f64).div_(torch.where(greedy, torch.ones_like(temp), temp)[:, None])
+    del vals
+    probs.sub_(probs[:, :1].clone()).exp_()
     inside = pos < k
-    probs = torch.where(inside, torch.exp(vd / tt - vd[:, :1] / tt), torch.zeros((), dtype=f64, device=dev))
+    probs = torch.where(inside, probs, zero)
     csum = torch.cumsum(probs, dim=1)
-    total = csum[:, -1:]
-    acc = torch.cumsum(probs / total, dim=1)
-    hit = (acc >= p_top) & inside & (p_top < 1)
+    hit = torch.cumsum(probs / csum[:, -1:], dim=1) >= p_top
+    hit &= inside & (p_top < 1)
     keep = torch.where(hit.any(dim=1), hit.to(torch.int8).argmax(dim=1) + 1, k[:, 0])
+    del hit
     mass = csum.gather(1, (keep - 1)[:, None])
+    del csum
     kept = pos < keep[:, None]
-    left = torch.cumsum(torch.cat([torch.tensor(u, dtype=f64, device=dev)[:, None] * mass, -torch.where(kept, probs, torch.zeros((), dtype=f64, device=dev))], dim=1), dim=1)[:, 1:]
-    under = (left < 0) & kept
+    left = torch.cat([torch.tensor(u, dtype=f64, device=dev)[:, None] * mass, torch.where(kept, probs, zero).neg_()], dim=1)
+    del probs
+    under = (left.cumsum_(1)[:, 1:] < 0) & kept
     at = torch.where(under.any(dim=1), under.to(torch.int8).argmax(dim=1), keep - 1)
-    sampled = idx.gather(1, at[:, None])[:, 0]
-    return torch.where(greedy, picks, sampled).reshape(lead)
+    return torch.where(greedy, picks, idx.gather(1, at[:, None])[:, 0])
 
 
 def op_softmax(x, a, ctx):
