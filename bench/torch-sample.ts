@@ -86,7 +86,7 @@ try {
       '',
       ...equal.map((l) => `- ${l}`),
       '',
-      `Load average (1 min): ${loadBefore.toFixed(2)} before, ${loadAfter.toFixed(2)} after (a 2-core machine). On this CPU the worker's own pick (a stable sort of each row and three float64 scans, in CPU torch) is compute the host would otherwise do; on a GPU it runs where the logits are, and what leaves the device is the ids. No peer runs here: vLLM samples on the GPU, which this path now does too; torch's CPU warpers are bench/results/sampling.md's peer for the host sampler.`,
+      `Load average (1 min): ${loadBefore.toFixed(2)} before, ${loadAfter.toFixed(2)} after (a 2-core machine). On this CPU the worker's own pick is compute the host would otherwise do: a stable sort of each row for top-p alone (slower than the host's radix sort), the candidates at or above the k-th value for top-k (faster than the host's pick with the reply); on a GPU it runs where the logits are, and what leaves the device is the ids. No peer runs here: vLLM samples on the GPU, which this path now does too; torch's CPU warpers are bench/results/sampling.md's peer for the host sampler.`,
     ],
   );
 } finally {

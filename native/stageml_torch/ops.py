@@ -274,6 +274,33 @@ def sample_rows(t, temperature, top_k, top_p, u):
     return (parts[0] if len(parts) == 1 else torch.cat(parts)).reshape(lead)
 
 
+def _descending(x, top_k, temperature):
+    """Each row of x's values largest first (ties the lowest index) and their indices: every
+    column (a stable sort), or, where every sampled row keeps few (0 < k, k * 16 < V, as the host's
+    `topOrder` decides), only the first columns that hold them: the entries at or above each row's
+    k-th largest value (its ties included) taken in index order and sorted stably, so the columns a
+    row keeps are those of the full order. Falls back to the full sort where ties at a row's k-th
+    value make the candidates many. Greedy rows (temperature 0) are not read."""
+    rows, v = x.shape
+    sampled = [kk for kk, tt in zip(top_k, temperature) if tt != 0]
+    if sampled and all(0 < kk and kk * 16 < v for kk in sampled):
+        kmax = max(sampled)
+        top = torch.topk(x, kmax, dim=1).values
+        kk = torch.tensor([kk if tt != 0 else kmax for kk, tt in zip(top_k, temperature)], dtype=torch.int64, device=x.device)
+        cand = x >= top.gather(1, (kk - 1)[:, None])
+        counts = cand.sum(dim=1)
+        width = int(counts.max())
+        # (a NaN among a row's largest leaves it fewer candidates than its k: the full sort then)
+        if width <= 4 * kmax + 64 and bool((counts >= kk).all()):
+            # the candidates' positions in index order: the largest keys V - position first
+            key = torch.where(cand, v - torch.arange(v, device=x.device)[None, :], torch.zeros((), dtype=torch.int64, device=x.device))
+            at = torch.topk(key, width, dim=1).indices
+            vals = torch.where(cand.gather(1, at), x.gather(1, at), torch.full((), -math.inf, dtype=x.dtype, device=x.device))
+            vals, order = torch.sort(vals, dim=1, descending=True, stable=True)
+            return vals, at.gather(1, order)
+    return torch.sort(x, dim=-1, descending=True, stable=True)
+
+
 def _sample_chunk(x, temperature, top_k, top_p, u, picks):
     """`sample_rows` over the rows of x [rows, V] f32 (`picks`: their argmax)."""
     rows, v = x.shape
@@ -285,7 +312,11 @@ def _sample_chunk(x, temperature, top_k, top_p, u, picks):
     pos = torch.arange(v, device=dev)[None, :]
     k = torch.tensor([v if kk == 0 or kk > v else kk for kk in top_k], dtype=torch.int64, device=dev)[:, None]
     p_top = torch.tensor(top_p, dtype=f64, device=dev)[:, None]
-    vals, idx = torch.sort(x, dim=-1, descending=True, stable=True)
+    vals, idx = _descending(x, top_k, temperature)
+    # the columns kept: every sampled row's k of them (greedy rows' k clamped, never read)
+    v = vals.shape[1]
+    pos = pos[:, :v]
+    k = k.clamp(max=v)
     # probs = exp(v / T - v0 / T), the host's operations in its order, in place in one buffer
     probs = vals.to(f64).div_(torch.where(greedy, torch.ones_like(temp), temp)[:, None])
     del vals

@@ -72,6 +72,41 @@ describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
     }
   }, 120_000);
 
+  it('draws top-k rows from candidates at or above each row\'s k-th value (ties at it, tied maxima) as samplePick does', async () => {
+    const vocab = 50000;
+    const b = new GraphBuilder('pick');
+    const x = b.input('x', ['f32', ['r', vocab]]);
+    b.output('logits', b.mul(x, b.constant([1], 'f32', [])));
+    const p = await torch().prepare(b.build());
+    try {
+      const rows = 24;
+      const rand = seededRandom(77);
+      const data = Float32Array.from({ length: rows * vocab }, () => (rand() - 0.5) * 10);
+      for (let r = 0; r < rows; r++) {
+        const row = data.subarray(r * vocab, (r + 1) * vocab);
+        if (r % 3 === 0) for (const j of [5, 17, 33, 40000]) row[j] = 30; // a tied maximum
+        if (r % 3 === 1) for (let j = 100; j < 160; j += 3) row[j] = 12 + (j % 2); // ties around the k-th value
+      }
+      const input = { x: hostTensor('f32', [rows, vocab], data) };
+      const full = (await p.run(input))['logits']!;
+      for (const ks of [[1, 2, 3, 5], [8, 20, 40, 21], [64, 2, 7, 1]]) {
+        const spec = specs(rows, ks[0]!).map((r, i) => ({ ...r, temperature: i % 6 === 5 ? 0 : [0.6, 1, 2.5][i % 3]!, topK: ks[i % 4]!, topP: [1, 0.9, 0.5][i % 3]! }));
+        const got = (await p.run(input, { sample: { logits: spec } }))['logits']!;
+        const want = spec.map((r, i) => hostPick(full.data.subarray(i * vocab, (i + 1) * vocab), r));
+        expect(Array.from(got.data), JSON.stringify(ks)).toEqual(want);
+      }
+      // A NaN among a row's largest values (a failed model): a token in range, not an error.
+      const nan = Float32Array.from(data.subarray(0, 2 * vocab));
+      nan[3] = Number.NaN;
+      nan[vocab + 9] = Number.NaN;
+      const row: RowSample = { temperature: 1, topK: 3, topP: 1, u: 0.5 };
+      const drawn = (await p.run({ x: hostTensor('f32', [2, vocab], nan) }, { sample: { logits: [row, { ...row, u: 0.99 }] } }))['logits']!;
+      for (const id of Array.from(drawn.data)) expect(id >= 0 && id < vocab).toBe(true);
+    } finally {
+      p.dispose();
+    }
+  }, 120_000);
+
   it('refuses bad sample requests with RT_BAD_VALUE before running, and in-process executors return the values', async () => {
     const b = new GraphBuilder('pick');
     const x = b.input('x', ['f32', ['r', 4]]);
@@ -97,6 +132,13 @@ describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
     await bad({ logits: [row, row] }, 'both omit and sample', { omit: ['logits'] });
     // The row count is the worker's to check (the output's rows are known once it ran).
     await bad({ logits: [row, row, row] }, "sample 'logits' gives 3 rows, the output has 2");
+    // NaN logits (a failed model) still give each row a token in range, on either path.
+    const nan = { x: hostTensor('f32', [2, 4], [Number.NaN, 1, 2, 3, 4, Number.NaN, Number.NaN, 1]) };
+    for (const topK of [0, 2]) {
+      const drawn = await p.run(nan, { sample: { logits: [{ ...row, topK }, { ...row, topK, u: 0.9 }] } });
+      expect(drawn['logits']).toMatchObject({ dtype: 'i64', shape: [2] });
+      for (const id of Array.from(drawn['logits']!.data)) expect(id >= 0 && id < 4).toBe(true);
+    }
     // A raw frame from another client gets the same checks from the worker itself.
     const ok = await p.run(input, { sample: { logits: [row, { ...row, temperature: 0 }] } });
     expect(Array.from(ok['logits']!.data)).toEqual([hostPick([1, 2, 3, 4], row), 0]);
