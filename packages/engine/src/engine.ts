@@ -961,9 +961,10 @@ export class Engine {
   /**
    * One decode step as `decode`, resolving to each row's token drawn as `rows[i]` says (`RowSample`:
    * temperature 0 the greedy pick, else temperature, top-k, top-p and the draw u, as `samplePick` of
-   * @stageml/models draws). An executor whose results cross to the host (the torch worker) picks
-   * where the logits are and returns one index per row (`RunOptions.sample`); with the others the
-   * engine picks from the logits here, with the same arithmetic. Bad rows are
+   * @stageml/models draws). With `EngineOptions.executorPicks` (default: the executor's
+   * `devicePicks`, the torch worker on CUDA) the executor picks where the logits are and returns one
+   * index per row (`RunOptions.sample`); otherwise the engine picks from the logits here, with the
+   * same arithmetic. Rows all greedy take `RunOptions.argmax` either way. Bad rows are
    * `ENGINE_BAD_OPTIONS`, before anything runs.
    */
   async decodeSample(seqs: readonly Sequence[], tokens: readonly number[], rows: readonly RowSample[]): Promise<number[]> {
