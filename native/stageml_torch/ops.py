@@ -247,7 +247,7 @@ def argmax_rows(t):
 SAMPLE_CHUNK_ELEMENTS = 1 << 22
 
 
-def sample_rows(t, temperature, top_k, top_p, u):
+def sample_rows(t, temperature, top_k, top_p, u, processing=None):
     """Per row (all but the last axis), one token drawn from the last axis as the host's sampler
     draws it (`samplePick` of @stageml/models), from the f32 values the host would have read: rows
     with temperature 0 take `argmax_rows`; the others order the tokens by value (largest first, ties
@@ -257,7 +257,10 @@ def sample_rows(t, temperature, top_k, top_p, u):
     included (x - p == x + (-p) exactly), so on the CPU the picks are the host's wherever exp
     rounds alike; on CUDA the scans may round differently and move a draw that lands within an
     ulp of a boundary. The lists have one entry per row; int64 picks on the tensor's device. Rows
-    are drawn in chunks of about SAMPLE_CHUNK_ELEMENTS values (each row's arithmetic is its own)."""
+    are drawn in chunks of about SAMPLE_CHUNK_ELEMENTS values (each row's arithmetic is its own).
+    `processing` (one entry per row, None for none) is each row's logits processing, applied first
+    in float64 as the host's `processLogits` applies it (`process_row`); greedy rows then take the
+    processed values' argmax."""
     v = t.shape[-1] if t.dim() else 1
     lead = t.shape[:-1] if t.dim() else ()
     x = t.reshape(-1, v).to(torch.float32)
@@ -266,12 +269,44 @@ def sample_rows(t, temperature, top_k, top_p, u):
         raise ValueError("sample needs one entry per row (%d rows), got %s" % (rows, [len(a) for a in (temperature, top_k, top_p, u)]))
     if rows == 0 or v == 0:
         return torch.zeros(lead, dtype=torch.int64, device=t.device)
+    if processing is not None and any(processing):
+        if len(processing) != rows:
+            raise ValueError("sample processing needs one entry per row (%d rows), got %d" % (rows, len(processing)))
+        x = x.to(torch.float64)
+        for r, p in enumerate(processing):
+            if p:
+                process_row(x[r], p)
     picks = argmax_rows(x)
     if all(tt == 0 for tt in temperature):
         return picks.reshape(lead)
     step = max(1, SAMPLE_CHUNK_ELEMENTS // v)
     parts = [_sample_chunk(x[r:r + step], temperature[r:r + step], top_k[r:r + step], top_p[r:r + step], u[r:r + step], picks[r:r + step]) for r in range(0, rows, step)]
     return (parts[0] if len(parts) == 1 else torch.cat(parts)).reshape(lead)
+
+
+def process_row(row, p):
+    """A row's logits processing in place (float64), in the host's order (`processLogits` of
+    @stageml/models): logitBias added; with repetitionPenalty (not 1) each seen token's positive value
+    divided by it, a negative one multiplied; each counted token less frequencyPenalty × count, then
+    less presencePenalty. Ids past the row are skipped; ids are distinct within each list."""
+    v = row.shape[0]
+    dev = row.device
+    f64 = torch.float64
+    bias = [(int(i), float(b)) for i, b in p.get("logitBias") or [] if i < v]
+    if bias:
+        idx = torch.tensor([i for i, _ in bias], dtype=torch.int64, device=dev)
+        row[idx] = row[idx] + torch.tensor([b for _, b in bias], dtype=f64, device=dev)
+    rep = p.get("repetitionPenalty", 1)
+    seen = [int(i) for i in p.get("seen") or [] if i < v]
+    if rep != 1 and seen:
+        idx = torch.tensor(seen, dtype=torch.int64, device=dev)
+        y = row[idx]
+        row[idx] = torch.where(y > 0, y / rep, y * rep)
+    counts = [(int(i), int(c)) for i, c in p.get("counts") or [] if i < v]
+    if counts:
+        idx = torch.tensor([i for i, _ in counts], dtype=torch.int64, device=dev)
+        c = torch.tensor([c for _, c in counts], dtype=f64, device=dev)
+        row[idx] = row[idx] - float(p.get("frequencyPenalty", 0)) * c - float(p.get("presencePenalty", 0))
 
 
 def _descending(x, top_k, temperature):

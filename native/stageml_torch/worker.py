@@ -62,7 +62,45 @@ def check_sample(prog, header):
                 raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' row %d: topP must be in (0, 1], got %r" % (name, i, p))
             if not (_num(u) and 0 <= u < 1):
                 raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' row %d: u must be in [0, 1), got %r" % (name, i, u))
+        if spec.get("processing") is not None:
+            check_processing(name, spec["processing"], n)
     return sample
+
+
+def _id(v):
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31
+
+
+def check_processing(name, processing, n):
+    """The `processing` column of a sample request: one entry per row, null or an object of
+    logitBias [[id, value]], repetitionPenalty (> 0), seen [id], frequencyPenalty, presencePenalty
+    (finite) and counts [[id, count >= 1]], ids distinct within each list; else RT_BAD_VALUE."""
+    def bad(i, what):
+        raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' row %d: processing %s" % (name, i, what))
+    if not isinstance(processing, list) or len(processing) != n:
+        raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' needs one processing entry (or null) per row" % (name,))
+    for i, p in enumerate(processing):
+        if p is None:
+            continue
+        if not isinstance(p, dict):
+            bad(i, "must be an object")
+        for key, second in (("logitBias", lambda b: _num(b) and math.isfinite(b)), ("counts", lambda c: _id(c) and c >= 1)):
+            pairs = p.get(key)
+            if pairs is None:
+                continue
+            if not isinstance(pairs, list) or not all(isinstance(e, list) and len(e) == 2 and _id(e[0]) and second(e[1]) for e in pairs):
+                bad(i, "%s must be [id, value] pairs" % key)
+            if len({e[0] for e in pairs}) != len(pairs):
+                bad(i, "%s ids must be distinct" % key)
+        seen = p.get("seen")
+        if seen is not None and (not isinstance(seen, list) or not all(_id(s) for s in seen) or len(set(seen)) != len(seen)):
+            bad(i, "seen must be distinct token ids")
+        rep = p.get("repetitionPenalty")
+        if rep is not None and not (_num(rep) and math.isfinite(rep) and rep > 0):
+            bad(i, "repetitionPenalty must be a positive number")
+        for key in ("frequencyPenalty", "presencePenalty"):
+            if p.get(key) is not None and not (_num(p[key]) and math.isfinite(p[key])):
+                bad(i, "%s must be a finite number" % key)
 
 class Cache:
     """One sequence's cache on the device: per stream input a position-major buffer [capacity, *item]
@@ -208,7 +246,7 @@ class Worker:
                     rows = out[name].numel() // out[name].shape[-1] if out[name].dim() and out[name].shape[-1] else 0
                     if rows != len(spec["u"]):
                         raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' gives %d rows, the output has %d" % (name, len(spec["u"]), rows))
-                    out[name] = ops.sample_rows(out[name], spec["temperature"], spec["topK"], spec["topP"], spec["u"])
+                    out[name] = ops.sample_rows(out[name], spec["temperature"], spec["topK"], spec["topP"], spec["u"], spec.get("processing"))
                 if commit is not None:
                     commit(out)
                 for name in omit:

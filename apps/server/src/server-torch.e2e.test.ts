@@ -72,13 +72,15 @@ if (!available && process.env['CI'] !== undefined) {
       expect(text).toMatch(/^vllm:kv_cache_usage_perc\{model_name="llama"\} 0$/m);
     }, 120_000);
 
-    it('draws sampled tokens on the worker with executorPicks (one id per row back), the tokens of host picks for the same seeds', async () => {
+    it('draws sampled tokens on the worker with executorPicks (one id per row back), penalties and bias included, the tokens of host picks for the same seeds', async () => {
       const picking = await createServer({ modelDir: `${root}llama/base`, modelName: 'llama', adaptersDir: `${root}llama/adapters`, padTokenId: 0, maxBatch: 8, executor, executorPicks: true });
       try {
         const other = await picking.listen('127.0.0.1', 0);
         const sampleSpy = vi.spyOn(picking.lm, 'decodeSample');
         const sampled = async (url: string, model: string, p: number, seed: number): Promise<number[]> => {
-          const body = { model: model === 'base' ? 'llama' : model, prompt: prompt(model, p).input_ids, max_tokens: 12, temperature: 0.9, top_p: 0.9, top_k: 40, seed, ignore_eos: true, return_token_ids: true };
+          // Odd seeds with penalties and a bias (processed on the worker too).
+          const penalties = seed % 2 === 1 ? { presence_penalty: 0.6, frequency_penalty: 0.3, repetition_penalty: 1.2, logit_bias: { '5': 3 } } : {};
+          const body = { model: model === 'base' ? 'llama' : model, prompt: prompt(model, p).input_ids, max_tokens: 12, temperature: 0.9, top_p: 0.9, top_k: 40, seed, ignore_eos: true, return_token_ids: true, ...penalties };
           const r = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
           expect(r.status).toBe(200);
           return ((await r.json()) as { choices: { token_ids: number[] }[] }).choices[0]!.token_ids;

@@ -1,5 +1,5 @@
 import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, graphParams, hostTensor, rounderFor } from '@stageml/ir';
-import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, readLlamaConfig, readParam, samplePick } from '@stageml/models';
+import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, processLogits, readLlamaConfig, readParam, samplePick } from '@stageml/models';
 import { AdapterCache, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
 import { CacheLostError, type CacheRun, RuntimeCode, type CacheStore, type CacheStream, type Executor, type PreparedGraph, type RowSample, argmaxRows, checkRowSamples, executorCapabilities, firstMaxIndex, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
@@ -698,8 +698,8 @@ export class Engine {
 
   /** Runs `program`, recycling its last finished call's result when recycling outputs; the result goes to `produced`. */
   async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined, produced: Outputs, pick: StepPick = 'logits'): Promise<Record<string, HostTensor>> {
-    // A pick of greedy rows only is an argmax, which every executor whose results cross makes.
-    const greedy = pick === 'greedy' || (typeof pick === 'object' && pick.every((r) => r.temperature === 0));
+    // A pick of greedy rows only (no processing) is an argmax, which every executor whose results cross makes.
+    const greedy = pick === 'greedy' || (typeof pick === 'object' && pick.every((r) => r.temperature === 0 && r.processing === undefined));
     const argmax = greedy ? GREEDY_OUTPUTS : undefined;
     const sample = typeof pick === 'object' && !greedy && this.#executorPicks ? { logits: pick } : undefined;
     // The executor's caches append the new keys and values; without a host copy they need not come back.
@@ -1101,7 +1101,8 @@ function pickRows(t: HostTensor, rows: readonly RowSample[]): number[] {
   if (t.dtype === 'i64') return Array.from(t.data);
   const n = t.shape[t.shape.length - 1]!;
   return rows.map((r, i) => {
-    const row = t.data.subarray(i * n, (i + 1) * n);
+    const raw = t.data.subarray(i * n, (i + 1) * n);
+    const row = r.processing === undefined ? raw : processLogits(raw, r.processing);
     return r.temperature === 0 ? firstMaxIndex(row) : samplePick(row, r.temperature, r.topK, r.topP, r.u);
   });
 }

@@ -4,7 +4,7 @@
 // logits.
 import { fileURLToPath } from 'node:url';
 import { GraphBuilder, hostTensor, seededRandom } from '@stageml/ir';
-import { argmaxOf, samplePick } from '@stageml/models';
+import { argmaxOf, processLogits, samplePick } from '@stageml/models';
 import { type RowSample, RuntimeCode, interpreterExecutor } from '@stageml/runtime';
 import { expect, it } from 'vitest';
 import { Engine, EngineCode, type Sequence } from './index.js';
@@ -13,7 +13,8 @@ import { describeWithTorch, useCpuTorchExecutor } from './test-support.js';
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/llama/', import.meta.url));
 
 /** The host's pick of one row (what the engine does with values): greedy rows the argmax rule. */
-function hostPick(row: ArrayLike<number>, r: RowSample): number {
+function hostPick(raw: ArrayLike<number>, r: RowSample): number {
+  const row = r.processing === undefined ? raw : processLogits(raw, r.processing);
   return r.temperature === 0 ? argmaxOf(row) : samplePick(row, r.temperature, r.topK, r.topP, r.u);
 }
 
@@ -107,6 +108,40 @@ describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
     }
   }, 120_000);
 
+  it('applies each row\'s logits processing (bias, repetition, frequency and presence penalties) first, as processLogits does', async () => {
+    for (const vocab of [300, 50000]) {
+      const b = new GraphBuilder('pick');
+      const x = b.input('x', ['f32', ['r', vocab]]);
+      b.output('logits', b.cast(b.mul(x, b.constant([1], 'f32', [])), 'bf16'));
+      const p = await torch().prepare(b.build());
+      try {
+        const rows = 20;
+        const rand = seededRandom(vocab + 3);
+        const data = Float32Array.from({ length: rows * vocab }, () => Math.round((rand() - 0.5) * 40) / 4);
+        const input = { x: hostTensor('f32', [rows, vocab], data) };
+        const full = (await p.run(input))['logits']!;
+        const ids = (n: number, salt: number): number[] => [...new Set(Array.from({ length: n }, (_, i) => (i * 7919 + salt * 104729) % (vocab + 40)))];
+        const spec: RowSample[] = specs(rows, vocab).map((r, i) => ({
+          ...r,
+          topK: [0, 3, 0, 50][i % 4]!,
+          processing: i % 5 === 4 ? {} : {
+            ...(i % 2 === 0 ? { logitBias: ids(6, i).map((id, j) => [id, j % 2 === 0 ? 7.5 : -100] as const) } : {}),
+            ...(i % 3 !== 2 ? { repetitionPenalty: [1.5, 0.7][i % 2]!, seen: ids(40, i + 1) } : {}),
+            ...(i % 4 !== 3 ? { frequencyPenalty: 0.75, presencePenalty: -1.25, counts: ids(25, i + 2).map((id, j) => [id, 1 + (j % 4)] as const) } : {}),
+          },
+        }));
+        const got = (await p.run(input, { sample: { logits: spec } }))['logits']!;
+        const want = spec.map((r, i) => hostPick(full.data.subarray(i * vocab, (i + 1) * vocab), r));
+        expect(Array.from(got.data), `vocab ${String(vocab)}`).toEqual(want);
+        // Processing moved picks (against the same draws without it).
+        const plain = spec.map((r, i) => hostPick(full.data.subarray(i * vocab, (i + 1) * vocab), { ...r, processing: {} }));
+        expect(want.filter((w, i) => w !== plain[i]).length).toBeGreaterThan(rows / 4);
+      } finally {
+        p.dispose();
+      }
+    }
+  }, 120_000);
+
   it('refuses bad sample requests with RT_BAD_VALUE before running, and in-process executors return the values', async () => {
     const b = new GraphBuilder('pick');
     const x = b.input('x', ['f32', ['r', 4]]);
@@ -132,6 +167,11 @@ describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
     await bad({ logits: [row, row] }, 'both omit and sample', { omit: ['logits'] });
     // The row count is the worker's to check (the output's rows are known once it ran).
     await bad({ logits: [row, row, row] }, "sample 'logits' gives 3 rows, the output has 2");
+    await bad({ logits: [{ ...row, processing: { logitBias: [[1, Number.NaN]] } }, row] }, 'row 0: logitBias must be [id, value] pairs');
+    await bad({ logits: [row, { ...row, processing: { seen: [1, 1] } }] }, 'row 1: seen ids must be distinct');
+    await bad({ logits: [row, { ...row, processing: { counts: [[1, 0]] } }] }, 'row 1: counts must be [id, value] pairs');
+    await bad({ logits: [row, { ...row, processing: { repetitionPenalty: 0 } }] }, 'row 1: repetitionPenalty');
+    await bad({ logits: [row, { ...row, processing: { presencePenalty: Number.POSITIVE_INFINITY } }] }, 'row 1: presencePenalty');
     // NaN logits (a failed model) still give each row a token in range, on either path.
     const nan = { x: hostTensor('f32', [2, 4], [Number.NaN, 1, 2, 3, 4, Number.NaN, Number.NaN, 1]) };
     for (const topK of [0, 2]) {
@@ -139,7 +179,7 @@ describeWithTorch('sampled picks on the torch worker (CPU torch)', () => {
       expect(drawn['logits']).toMatchObject({ dtype: 'i64', shape: [2] });
       for (const id of Array.from(drawn['logits']!.data)) expect(id >= 0 && id < 4).toBe(true);
     }
-    // A raw frame from another client gets the same checks from the worker itself.
+    // (The worker's own checks, for frames from other clients: runtime's sample-check test.)
     const ok = await p.run(input, { sample: { logits: [row, { ...row, temperature: 0 }] } });
     expect(Array.from(ok['logits']!.data)).toEqual([hostPick([1, 2, 3, 4], row), 0]);
     const local = await interpreterExecutor.prepare(g);

@@ -4,7 +4,7 @@ import { argmaxRows } from '@stageml/runtime';
 import { describe, expect, it } from 'vitest';
 import { referenceSampler } from './sampling-reference.js';
 import { descendingOrder, topOrder } from './sampling.js';
-import { type PickInfo, type PickPlan, argmaxOf, isPlainGreedy, logSoftmax, makePicker, pickPlan, samplePick, topOf } from './index.js';
+import { type PickInfo, type PickPlan, argmaxOf, isPlainGreedy, logSoftmax, makePicker, pickPlan, processLogits, samplePick, topOf } from './index.js';
 
 describe('makePicker logits processing', () => {
   const logits = [1, 3, 2, 0];
@@ -44,16 +44,40 @@ describe('makePicker logits processing', () => {
     expect(isPlainGreedy(makePicker({ temperature: 0.5 }))).toBe(false);
   });
 
-  it('plans plain pickers (greedy, or temperature / top-k / top-p alone) and no picker that must see the logits', () => {
+  it('plans every picker but those reporting log-probabilities (onPick), with their processing', () => {
     expect(pickPlan(makePicker({ greedy: true }))).toEqual({ kind: 'greedy' });
     expect(pickPlan(makePicker({ greedy: true, presencePenalty: 0 }))).toEqual({ kind: 'greedy' });
     expect(pickPlan(makePicker({ temperature: 0.5, topK: 7, topP: 0.9 }))).toMatchObject({ kind: 'sample', temperature: 0.5, topK: 7, topP: 0.9 });
     expect(pickPlan(makePicker({}))).toMatchObject({ kind: 'sample', temperature: 1, topK: 0, topP: 1 });
-    expect(pickPlan(makePicker({ temperature: 0.5, presencePenalty: 0.5 }))).toBeUndefined();
-    expect(pickPlan(makePicker({ temperature: 0.5, logitBias: { 3: 1 } }))).toBeUndefined();
+    const penalized = pickPlan(makePicker({ temperature: 0.5, presencePenalty: 0.5, frequencyPenalty: -0.25, repetitionPenalty: 1.3, promptIds: [4, 9], logitBias: { 3: 1 } }))!;
+    expect(penalized).toMatchObject({ kind: 'sample', temperature: 0.5 });
+    expect(penalized.processing!()).toEqual({ logitBias: [[3, 1]], repetitionPenalty: 1.3, seen: [4, 9], frequencyPenalty: -0.25, presencePenalty: 0.5, counts: [] });
+    penalized.accept!(7);
+    penalized.accept!(7);
+    expect(penalized.processing!()).toMatchObject({ seen: [4, 9, 7], counts: [[7, 2]] });
+    expect(pickPlan(makePicker({ greedy: true, logitBias: { 3: 1 } }))).toMatchObject({ kind: 'greedy', processing: expect.any(Function) as unknown });
     expect(pickPlan(makePicker({ temperature: 0.5, onPick: () => undefined }))).toBeUndefined();
     expect(pickPlan(makePicker({ greedy: true, topLogprobs: 2, onPick: () => undefined }))).toBeUndefined();
     expect(pickPlan((l) => argmaxOf(l) + 0)).toBeUndefined();
+  });
+
+  it('a processed plan\'s picks made elsewhere (processLogits, samplePick, accept) alternate with the picker\'s own, with its tokens', () => {
+    const r = seededRandom(12);
+    const steps = Array.from({ length: 30 }, () => Float32Array.from({ length: 300 }, () => (r() - 0.5) * 6));
+    for (const o of [{ greedy: true as const, presencePenalty: 1.5, frequencyPenalty: 0.7, logitBias: { 5: 3, 299: -2, 400: 9 } }, { temperature: 0.8, topK: 20, repetitionPenalty: 1.8, promptIds: [1, 2, 3, 50], seed: 4 }, { temperature: 1.1, topP: 0.7, presencePenalty: -1, seed: 9 }]) {
+      const alone = makePicker(o);
+      const want = steps.map((l) => alone(l));
+      const mixed = makePicker(o);
+      const plan = pickPlan(mixed)!;
+      const got = steps.map((l, i) => {
+        if (i % 4 === 2) return mixed(l);
+        const x = processLogits(l, plan.processing!());
+        const id = plan.kind === 'greedy' ? argmaxOf(x) : samplePick(x, plan.temperature, plan.topK, plan.topP, plan.draw());
+        plan.accept!(id);
+        return id;
+      });
+      expect(got, JSON.stringify(o)).toEqual(want);
+    }
   });
 
   it('a plan\'s draws are the picker\'s stream: picks made elsewhere with samplePick and picks by the picker may alternate', () => {

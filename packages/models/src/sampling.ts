@@ -1,5 +1,5 @@
 import { seededRandom } from '@stageml/ir';
-import { firstMaxIndex } from '@stageml/runtime';
+import { type RowProcessing, firstMaxIndex } from '@stageml/runtime';
 import { ModelCode, ModelError } from './errors.js';
 
 /** One token's log-probability (natural log, of the model's raw distribution). */
@@ -147,27 +147,59 @@ export function makePicker(s: SamplingOptions): TokenPicker {
   const counts = new Map<number, number>();
   const seen = new Set<number>(s.promptIds ?? []);
   const bias = Object.entries(s.logitBias ?? {}).map(([k, v]) => [Number(k), v] as const);
-  return (logits) => {
-    let x: ArrayLike<number> = logits;
-    if (process) {
-      const y = Float64Array.from(logits);
-      for (const [id, v] of bias) if (id < y.length) y[id] = y[id]! + v;
-      const rep = s.repetitionPenalty ?? 1;
-      if (rep !== 1) for (const id of seen) if (id < y.length) y[id] = y[id]! > 0 ? y[id]! / rep : y[id]! * rep;
-      for (const [id, c] of counts) {
-        if (id < y.length) y[id] = y[id]! - (s.frequencyPenalty ?? 0) * c - (s.presencePenalty ?? 0);
-      }
-      x = y;
-    }
-    const id = choose(x);
+  const rep = s.repetitionPenalty ?? 1;
+  const frequency = s.frequencyPenalty ?? 0;
+  const presence = s.presencePenalty ?? 0;
+  const accept = (id: number): void => {
     counts.set(id, (counts.get(id) ?? 0) + 1);
     seen.add(id);
+  };
+  const picker: TokenPicker = (logits) => {
+    const x = process ? processLogits(logits, { logitBias: bias, repetitionPenalty: rep, seen, frequencyPenalty: frequency, presencePenalty: presence, counts }) : logits;
+    const id = choose(x);
+    accept(id);
     if (s.onPick !== undefined) {
       const lp = logSoftmax(logits);
       s.onPick({ id, logprob: lp[id]!, top: topOf(lp, s.topLogprobs ?? 0) });
     }
     return id;
   };
+  if (s.onPick === undefined) {
+    // Processing without log-probabilities: the pick can be made elsewhere from the step's state.
+    const inner = pickPlan(choose)!;
+    const processing = (): RowProcessing => ({
+      ...(bias.length === 0 ? {} : { logitBias: bias }),
+      ...(rep === 1 ? {} : { repetitionPenalty: rep, seen: [...seen] }),
+      ...(frequency === 0 && presence === 0 ? {} : { frequencyPenalty: frequency, presencePenalty: presence, counts: [...counts] }),
+    });
+    PLANS.set(picker, { ...inner, processing, accept });
+  }
+  return picker;
+}
+
+/** What `processLogits` reads: `RowProcessing` with any iterable of seen ids and counts. */
+export interface LogitsState {
+  readonly logitBias?: Iterable<readonly [number, number]>;
+  readonly repetitionPenalty?: number;
+  readonly seen?: Iterable<number>;
+  readonly frequencyPenalty?: number;
+  readonly presencePenalty?: number;
+  readonly counts?: Iterable<readonly [number, number]>;
+}
+
+/**
+ * `logits` after a picker's processing, in float64 (the order `RowProcessing` documents): the
+ * arithmetic the torch worker's `sample_rows` repeats for a row sent with its processing.
+ */
+export function processLogits(logits: ArrayLike<number>, p: LogitsState): Float64Array {
+  const y = Float64Array.from(logits);
+  for (const [id, v] of p.logitBias ?? []) if (id < y.length) y[id] = y[id]! + v;
+  const rep = p.repetitionPenalty ?? 1;
+  if (rep !== 1) for (const id of p.seen ?? []) if (id < y.length) y[id] = y[id]! > 0 ? y[id]! / rep : y[id]! * rep;
+  const frequency = p.frequencyPenalty ?? 0;
+  const presence = p.presencePenalty ?? 0;
+  for (const [id, c] of p.counts ?? []) if (id < y.length) y[id] = y[id]! - frequency * c - presence;
+  return y;
 }
 
 const f32 = new Float32Array(1);
@@ -328,7 +360,7 @@ export function samplePick(logits: ArrayLike<number>, temperature: number, topK:
  * elsewhere calls `draw` once per pick instead of calling the picker, so the stream stays the one
  * the picker would have used: host and executor picks may alternate from step to step.
  */
-export type PickPlan =
+export type PickPlan = (
   | { readonly kind: 'greedy' }
   | {
       readonly kind: 'sample';
@@ -339,14 +371,24 @@ export type PickPlan =
       readonly topP: number;
       /** The picker's next number in [0, 1) (advances its stream). */
       readonly draw: () => number;
-    };
+    }
+) & {
+  /**
+   * A picker with logits processing (bias, penalties): the processing of its next pick, from its
+   * state now (`processLogits` applies it); the caller picks from the processed logits.
+   */
+  readonly processing?: () => RowProcessing;
+  /** With `processing`: takes a token picked elsewhere into the picker's state (counts, seen). */
+  readonly accept?: (id: number) => void;
+};
 
 const GREEDY_PLAN: PickPlan = { kind: 'greedy' };
 const PLANS = new WeakMap<TokenPicker, PickPlan>();
 
 /**
- * The plan of a picker of `makePicker` that needs nothing but each step's logits (no logits
- * processing, no `onPick`), or undefined: such a picker must see the logits.
+ * The plan of a picker of `makePicker` without `onPick` (whose log-probabilities need the raw
+ * logits on the host), or undefined: such a picker must see the logits. A picker with logits
+ * processing carries it (`processing`, `accept`).
  */
 export function pickPlan(picker: TokenPicker): PickPlan | undefined {
   return picker === argmaxOf ? GREEDY_PLAN : PLANS.get(picker);

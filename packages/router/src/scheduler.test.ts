@@ -82,16 +82,27 @@ describe('Scheduler', () => {
     expect(mixed[1].newIds).toEqual(prompt('base', 1).greedy_new_ids);
     expect(sampleSpy.mock.calls.length).toBeGreaterThan(0);
     expect(logitsSpy).not.toHaveBeenCalled();
-    // A row that needs the logits on the host (a penalty) sends the whole batch through decode: the
-    // sampled row's stream and tokens are the same either way.
+    // Penalties and bias travel with their rows (each picker's counts advanced by the picks).
+    const penalized = { temperature: 0.9, presencePenalty: 1.5, frequencyPenalty: 0.5, repetitionPenalty: 1.3, promptIds: prompt('base', 1).input_ids, logitBias: { 7: 2 }, seed: 8 } as const;
+    const processed = await Promise.all([s.submit(req('base', 1, { sampling: penalized })), s.submit(req('base', 3, { sampling: { greedy: true, presencePenalty: 1.5 } }))]);
+    expect(logitsSpy).not.toHaveBeenCalled();
+    // A row reporting log-probabilities needs the logits on the host and sends the whole batch
+    // through decode: every other row's stream and tokens are the same either way.
+    const logprobs = { greedy: true, topLogprobs: 2, onPick: () => undefined } as const;
     const onHost = await Promise.all([
-      s.submit(req('base', 0, { sampling: { greedy: true, presencePenalty: 0.5 } })),
+      s.submit(req('base', 0, { sampling: logprobs })),
       s.submit(req('base', 2, { sampling })),
+      s.submit(req('base', 1, { sampling: penalized })),
+      s.submit(req('base', 3, { sampling: { greedy: true, presencePenalty: 1.5 } })),
     ]);
     expect(logitsSpy).toHaveBeenCalled();
     expect(prefillSpy).toHaveBeenCalled();
+    expect(onHost[0].newIds).toEqual(prompt('base', 0).greedy_new_ids);
     expect(onHost[1].newIds).toEqual(mixed[2].newIds);
+    expect(onHost[2].newIds).toEqual(processed[0].newIds);
+    expect(onHost[3].newIds).toEqual(processed[1].newIds);
     expect(mixed[2].newIds).not.toEqual(prompt('base', 2).greedy_new_ids);
+    expect(processed[1].newIds).not.toEqual(prompt('base', 3).greedy_new_ids);
   });
 
   it('streams tokens in order and stops at a stop token', async () => {

@@ -1,6 +1,6 @@
 import { StageError, errorMessage } from '@stageml/ir';
 import type { Engine, RowSample, Sequence } from '@stageml/engine';
-import { type SamplingOptions, type TokenPicker, isPlainGreedy, makePicker, pickPlan } from '@stageml/models';
+import { type PickPlan, type SamplingOptions, type TokenPicker, isPlainGreedy, makePicker, pickPlan } from '@stageml/models';
 import { RouterCode, RouterError } from './errors.js';
 
 /** One generation request, as the router schedules it. */
@@ -102,6 +102,18 @@ export interface SchedulerSnapshot {
 
 /** A greedy row of a sampled decode step (`Engine.decodeSample`): temperature 0 is the argmax. */
 const GREEDY_ROW: RowSample = { temperature: 0, topK: 0, topP: 1, u: 0 };
+
+/**
+ * The row spec of a plan's next pick, when `picks` (the run picks this row's token): a sampled
+ * row draws from its stream, a processed one carries its processing; otherwise a greedy
+ * placeholder the run does not use, and nothing drawn.
+ */
+function rowOf(p: PickPlan, picks: boolean): RowSample {
+  if (!picks) return GREEDY_ROW;
+  const processing = p.processing?.();
+  const base = p.kind === 'greedy' ? GREEDY_ROW : { temperature: p.temperature, topK: p.topK, topP: p.topP, u: p.draw() };
+  return processing === undefined ? base : { ...base, processing };
+}
 
 /**
  * Continuous batching over an `Engine`. Requests wait in per-tenant queues, each bounded on its
@@ -349,10 +361,13 @@ export class Scheduler {
       if (plans.every((p) => p !== undefined)) {
         // First tokens picked where the logits are, as decode steps' (#decode); a row draws from
         // its stream only when this run finishes its prompt, as its picker would have.
-        const rows = plans.map((p, i) => (p.kind === 'sample' && this.#engine.finishesPrefill(group[i]!.es!, maxChunk) ? { temperature: p.temperature, topK: p.topK, topP: p.topP, u: p.draw() } : GREEDY_ROW));
+        const rows = plans.map((p, i) => rowOf(p, this.#engine.finishesPrefill(group[i]!.es!, maxChunk)));
         const ids = await this.#engine.prefillSample(group.map((s) => s.es!), rows, maxChunk === undefined ? {} : { maxChunk });
         group.forEach((s, i) => {
-          if (ids[i] !== undefined) this.#accept(s, ids[i]);
+          const id = ids[i];
+          if (id === undefined || s.done) return;
+          plans[i]!.accept?.(id);
+          this.#accept(s, id);
         });
         return;
       }
@@ -404,9 +419,11 @@ export class Scheduler {
         // Every row picks from its raw logits alone (greedy, or temperature / top-k / top-p): the
         // engine picks where the logits are with each row's next draw of its own stream, so the
         // tokens are the ones the host pickers would choose (the torch worker sends one id per row).
-        const rows = plans.map((p) => (p.kind === 'greedy' ? GREEDY_ROW : { temperature: p.temperature, topK: p.topK, topP: p.topP, u: p.draw() }));
+        const rows = plans.map((p) => rowOf(p, true));
         const ids = await this.#engine.decodeSample(group.map((s) => s.es!), group.map((s) => s.last), rows);
         group.forEach((s, i) => {
+          if (s.done) return;
+          plans[i]!.accept?.(ids[i]!);
           this.#accept(s, ids[i]!);
         });
         return;

@@ -70,6 +70,24 @@ export interface RowSample {
   readonly topK: number;
   readonly topP: number;
   readonly u: number;
+  /** Logits processing before the pick (`RowProcessing`); none when absent. */
+  readonly processing?: RowProcessing;
+}
+
+/**
+ * A row's logits processing before its pick, as `makePicker` of @stageml/models applies it (in
+ * float64, in this order): `logitBias` added; with `repetitionPenalty` (not 1) each `seen` token's
+ * positive logit divided by it, a negative one multiplied; each `counts` token's logit less
+ * `frequencyPenalty` × its count, then less `presencePenalty`. Ids are distinct within each list;
+ * ids past the vocabulary are skipped.
+ */
+export interface RowProcessing {
+  readonly logitBias?: readonly (readonly [number, number])[];
+  readonly repetitionPenalty?: number;
+  readonly seen?: readonly number[];
+  readonly frequencyPenalty?: number;
+  readonly presencePenalty?: number;
+  readonly counts?: readonly (readonly [number, number])[];
 }
 
 /** Checks `RunOptions.sample`'s rows; a bad one is `RT_BAD_VALUE` naming the output and row. */
@@ -86,7 +104,35 @@ export function checkRowSamples(name: string, rows: readonly RowSample[]): void 
     if (!(Number.isInteger(r.topK) && r.topK >= 0 && r.topK < 2 ** 31)) bad('topK must be an integer >= 0', r.topK);
     if (!(r.topP > 0 && r.topP <= 1)) bad('topP must be in (0, 1]', r.topP);
     if (!(r.u >= 0 && r.u < 1)) bad('u must be in [0, 1)', r.u);
+    const p = (spec as { processing?: unknown }).processing;
+    if (p !== undefined) checkProcessing(p, bad);
   });
+}
+
+function checkProcessing(p: unknown, bad: (what: string, v: unknown) => never): void {
+  if (typeof p !== 'object' || p === null) return bad('processing is an object', p);
+  const q = p as Record<string, unknown>;
+  const isId = (v: unknown): boolean => Number.isInteger(v) && (v as number) >= 0 && (v as number) < 2 ** 31;
+  const finite = (v: unknown): boolean => typeof v === 'number' && Number.isFinite(v);
+  // What a bad list held, for the message (never its contents: it may be anything).
+  const shape = (v: unknown): string => (Array.isArray(v) ? `a list of ${String(v.length)}` : typeof v);
+  const distinct = (ids: readonly unknown[], what: string): void => {
+    if (new Set(ids).size !== ids.length) bad(`${what} ids must be distinct`, ids.length);
+  };
+  const pairs = (v: unknown, what: string, second: (x: unknown) => boolean): void => {
+    if (v === undefined) return;
+    if (!Array.isArray(v) || !v.every((e) => Array.isArray(e) && e.length === 2 && isId(e[0]) && second(e[1]))) bad(`${what} must be [id, value] pairs`, shape(v));
+    distinct((v as unknown[][]).map((e) => e[0]), what);
+  };
+  pairs(q['logitBias'], 'logitBias', finite);
+  pairs(q['counts'], 'counts', (c) => Number.isInteger(c) && (c as number) >= 1);
+  if (q['seen'] !== undefined) {
+    if (!Array.isArray(q['seen']) || !q['seen'].every(isId)) bad('seen must be token ids', shape(q['seen']));
+    distinct(q['seen'] as unknown[], 'seen');
+  }
+  const rep = q['repetitionPenalty'];
+  if (rep !== undefined && !(finite(rep) && (rep as number) > 0)) bad('repetitionPenalty must be a positive number', rep);
+  for (const k of ['frequencyPenalty', 'presencePenalty']) if (q[k] !== undefined && !finite(q[k])) bad(`${k} must be a finite number`, q[k]);
 }
 
 /**

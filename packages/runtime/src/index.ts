@@ -23,7 +23,7 @@ export { formatWeightQuantSpec, isLoraParamName, parseWeightQuantSpec, quantizeL
 export type { QuantizeLinearsOptions, QuantizeLinearsResult, QuantizedWeightInfo, WeightQuantSpec } from './quantize.js';
 export type { SpecializeOptions, SpecializeReport, SpecializeResult } from './specialize.js';
 export { argmaxRows, checkInputs, checkRowSamples, firstMaxIndex, inputChanged, inputGeneration, resolveWeights } from './executor.js';
-export type { CacheRow, CacheRun, CacheStore, CacheStream, Executor, PreparedGraph, RowSample, RunOptions } from './executor.js';
+export type { CacheRow, CacheRun, CacheStore, CacheStream, Executor, PreparedGraph, RowProcessing, RowSample, RunOptions } from './executor.js';
 export { interpreterExecutor } from './interpreter-executor.js';
 export { BUNDLE_FORMAT, BUNDLE_VERSION, loadBundle, writeBundle } from './bundle.js';
 export type { BundleManifest, LoadedBundle, WriteBundleOptions } from './bundle.js';

@@ -567,13 +567,15 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
  * `RunOptions.sample` as the run request's `sample` header: per output, the rows' parameters as
  * columns (JSON numbers: a draw's float64 crosses exactly).
  */
-function sampleHeader(sample: Readonly<Record<string, readonly RowSample[]>>): { sample?: Record<string, Record<string, number[]>> } {
+function sampleHeader(sample: Readonly<Record<string, readonly RowSample[]>>): { sample?: Record<string, Record<string, unknown[]>> } {
   const names = Object.keys(sample);
   if (names.length === 0) return {};
-  const out: Record<string, Record<string, number[]>> = {};
+  const out: Record<string, Record<string, unknown[]>> = {};
   for (const n of names) {
     const rows = sample[n]!;
     out[n] = { temperature: rows.map((r) => r.temperature), topK: rows.map((r) => r.topK), topP: rows.map((r) => r.topP), u: rows.map((r) => r.u) };
+    // Each row's logits processing, or null (only when some row has one).
+    if (rows.some((r) => r.processing !== undefined)) out[n]['processing'] = rows.map((r) => r.processing ?? null);
   }
   return { sample: out };
 }
