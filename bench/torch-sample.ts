@@ -9,8 +9,7 @@ import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Engine, type RowSample, writeRandomLlama } from '@stageml/engine';
-import { seededRandom } from '@stageml/ir';
-import { type LlamaShape, samplePick } from '@stageml/models';
+import { type LlamaShape, type SamplingOptions, makePicker, pickPlan } from '@stageml/models';
 import { createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
 import { type BenchCase, writeResults } from './lib/harness.js';
 
@@ -21,9 +20,10 @@ if (!isTorchAvailable()) {
 const shape: LlamaShape & { maxPositions: number } = { vocabSize: 128256, hiddenSize: 64, intermediateSize: 128, numLayers: 2, numHeads: 4, numKvHeads: 2, maxPositions: 512 };
 const STEPS = 8;
 const CONTEXT = 16;
-const SETTINGS: readonly { readonly label: string; readonly row: Omit<RowSample, 'u'> }[] = [
-  { label: 'top-p 0.95, T 0.8', row: { temperature: 0.8, topK: 0, topP: 0.95 } },
-  { label: 'top-k 50, T 0.7', row: { temperature: 0.7, topK: 50, topP: 1 } },
+const SETTINGS: readonly { readonly label: string; readonly sampling: SamplingOptions }[] = [
+  { label: 'top-p 0.95, T 0.8', sampling: { temperature: 0.8, topP: 0.95 } },
+  { label: 'top-k 50, T 0.7', sampling: { temperature: 0.7, topK: 50 } },
+  { label: 'top-p 0.95, T 0.8, presence 0.5, repetition 1.1', sampling: { temperature: 0.8, topP: 0.95, presencePenalty: 0.5, repetitionPenalty: 1.1 } },
 ];
 const dir = mkdtempSync(join(tmpdir(), 'stageml-bench-torch-sample-'));
 const loadBefore = loadavg()[0]!;
@@ -44,17 +44,26 @@ try {
           const seqs = Array.from({ length: rows }, (_, r) => e.open(undefined, Array.from({ length: CONTEXT }, (_, i) => 1 + ((i * 7919 + r * 104729) % 128000))));
           for (const s of seqs) await e.attach(s);
           while (seqs.some((s) => !s.ready)) await e.prefillMany(seqs.filter((s) => !s.ready));
-          const draws = seqs.map((_, r) => seededRandom(1000 + r));
+          // One picker per row, as the scheduler holds them: on the host it picks from the logits;
+          // for the worker its plan gives the row's spec (its draw, its processing) and takes the pick.
+          const pickers = seqs.map((s, r) => makePicker({ ...setting.sampling, seed: 1000 + r, promptIds: s.prompt }));
+          const plans = pickers.map((p) => pickPlan(p)!);
           let tokens = seqs.map((_, r) => 3 + r);
           const out: number[][] = seqs.map(() => []);
           const times: number[] = [];
           let received = 0;
           for (let i = 0; i < STEPS; i++) {
-            const specs = seqs.map((_, r) => ({ ...setting.row, u: draws[r]!() }));
             const r0 = executor.traffic().receivedBytes;
             const t0 = performance.now();
-            if (onWorker) tokens = await e.decodeSample(seqs, tokens, specs);
-            else tokens = (await e.decode(seqs, tokens)).map((l, r) => samplePick(l, specs[r]!.temperature, specs[r]!.topK, specs[r]!.topP, specs[r]!.u));
+            if (onWorker) {
+              const specs: RowSample[] = plans.map((p) => {
+                if (p.kind !== 'sample') throw new RangeError('a sampling plan was expected');
+                const processing = p.processing?.();
+                return { temperature: p.temperature, topK: p.topK, topP: p.topP, u: p.draw(), ...(processing === undefined ? {} : { processing }) };
+              });
+              tokens = await e.decodeSample(seqs, tokens, specs);
+              tokens.forEach((t, r) => plans[r]!.accept?.(t));
+            } else tokens = (await e.decode(seqs, tokens)).map((l, r) => pickers[r]!(l));
             times.push(performance.now() - t0);
             received = executor.traffic().receivedBytes - r0;
             tokens.forEach((t, r) => out[r]!.push(t));
@@ -77,7 +86,7 @@ try {
   const loadAfter = loadavg()[0]!;
   writeResults(
     'torch-sample',
-    `Sampled decode steps of the serving engine on the torch executor (CPU torch), a thin random Llama (${String(shape.numLayers)} layers, hidden ${String(shape.hiddenSize)}) with Llama 3's ${String(shape.vocabSize)}-token vocabulary, ${String(CONTEXT)} prompt positions per row, KV resident on the worker: each row's token drawn on the worker (\`Engine.decodeSample\`, one i64 per row in the reply) against the logits sent to the host (f32, rows × vocabulary) and drawn there with \`samplePick\` (baseline: what every step with a sampled row did). Both draw the same numbers. Median of ${String(STEPS)} steps.`,
+    `Sampled decode steps of the serving engine on the torch executor (CPU torch), a thin random Llama (${String(shape.numLayers)} layers, hidden ${String(shape.hiddenSize)}) with Llama 3's ${String(shape.vocabSize)}-token vocabulary, ${String(CONTEXT)} prompt positions per row, KV resident on the worker: each row's token drawn on the worker (\`Engine.decodeSample\`, one i64 per row in the reply) against the logits sent to the host (f32, rows × vocabulary) and drawn there with \`samplePick\` (baseline: what every step with a sampled row did), each row's picker driving both (its draws; its processing for the penalized setting, sent with the row to the worker). Both draw the same numbers. Median of ${String(STEPS)} steps.`,
     cases,
     [
       '## Bytes received per step; tokens',
