@@ -20,7 +20,7 @@ if (!isTorchAvailable()) {
 const shape: LlamaShape & { maxPositions: number } = { vocabSize: 128256, hiddenSize: 64, intermediateSize: 128, numLayers: 2, numHeads: 4, numKvHeads: 2, maxPositions: 512 };
 const STEPS = 8;
 const CONTEXT = 16;
-const SETTINGS: readonly { readonly label: string; readonly sampling: SamplingOptions }[] = [
+const SETTINGS: readonly { readonly label: string; readonly sampling: Exclude<SamplingOptions, { readonly greedy: true }> }[] = [
   { label: 'top-p 0.95, T 0.8', sampling: { temperature: 0.8, topP: 0.95 } },
   { label: 'top-k 50, T 0.7', sampling: { temperature: 0.7, topK: 50 } },
   { label: 'top-p 0.95, T 0.8, presence 0.5, repetition 1.1', sampling: { temperature: 0.8, topP: 0.95, presencePenalty: 0.5, repetitionPenalty: 1.1 } },
