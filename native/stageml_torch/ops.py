@@ -337,8 +337,8 @@ def _descending(x, top_k, temperature):
 
 
 def _sample_chunk(x, temperature, top_k, top_p, u, picks):
-    """`sample_rows` over the rows of x [rows, V] f32 (`picks`: their argmax)."""
-    rows, v = x.shape
+    """`sample_rows` over the rows of x [rows, V] (f32, or f64 once processed; `picks`: their argmax)."""
+    v = x.shape[1]
     dev = x.device
     f64 = torch.float64
     zero = torch.zeros((), dtype=f64, device=dev)

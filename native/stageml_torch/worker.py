@@ -28,6 +28,10 @@ def pick_device(name):
     raise errors.WorkerError("RT_BACKEND_UNAVAILABLE", "unknown device '%s' (auto, cpu, cuda, cuda:N)" % name)
 
 
+def _float_output(prog, name):
+    """Whether `name` is a float output of the program (what argmax and sample reduce)."""
+    return name in prog.output_names() and prog.value_types[dict(prog.outputs)[name]][1] in ("f32", "f16", "bf16", "f64")
+
 
 def _num(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -42,7 +46,7 @@ def check_sample(prog, header):
     if not isinstance(sample, dict):
         raise errors.WorkerError(errors.BAD_VALUE, "sample must be an object of outputs, got %r" % (type(sample).__name__,))
     for name, spec in sample.items():
-        if name not in prog.output_names() or prog.value_types[dict(prog.outputs)[name]][1] not in ("f32", "f16", "bf16", "f64"):
+        if not _float_output(prog, name):
             raise errors.WorkerError(errors.BAD_VALUE, "sample names '%s', which is not a float output of @%s" % (name, prog.name))
         if name in (header.get("argmax") or []):
             raise errors.WorkerError(errors.BAD_VALUE, "'%s' is named by both sample and argmax" % (name,))
@@ -101,6 +105,7 @@ def check_processing(name, processing, n):
         for key in ("frequencyPenalty", "presencePenalty"):
             if p.get(key) is not None and not (_num(p[key]) and math.isfinite(p[key])):
                 bad(i, "%s must be a finite number" % key)
+
 
 class Cache:
     """One sequence's cache on the device: per stream input a position-major buffer [capacity, *item]
@@ -208,7 +213,7 @@ class Worker:
         if op == "run":
             prog = self._program(header)
             for name in header.get("argmax") or []:
-                if name not in prog.output_names() or prog.value_types[dict(prog.outputs)[name]][1] not in ("f32", "f16", "bf16", "f64"):
+                if not _float_output(prog, name):
                     raise errors.WorkerError(errors.BAD_VALUE, "argmax names '%s', which is not a float output of @%s" % (name, prog.name))
             sample = check_sample(prog, header)
             omit = header.get("omit") or []
@@ -241,12 +246,12 @@ class Worker:
                     # Only the index of each row's maximum crosses to the host (a greedy pick).
                     # Before the commit: a run that fails here leaves the caches as they were.
                     out[name] = ops.argmax_rows(out[name])
-                for name, spec in sample.items():
+                for name, cols in sample.items():
                     # One drawn token per row crosses instead of the row's values (the host's draws).
                     rows = out[name].numel() // out[name].shape[-1] if out[name].dim() and out[name].shape[-1] else 0
-                    if rows != len(spec["u"]):
-                        raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' gives %d rows, the output has %d" % (name, len(spec["u"]), rows))
-                    out[name] = ops.sample_rows(out[name], spec["temperature"], spec["topK"], spec["topP"], spec["u"], spec.get("processing"))
+                    if rows != len(cols["u"]):
+                        raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' gives %d rows, the output has %d" % (name, len(cols["u"]), rows))
+                    out[name] = ops.sample_rows(out[name], cols["temperature"], cols["topK"], cols["topP"], cols["u"], cols.get("processing"))
                 if commit is not None:
                     commit(out)
                 for name in omit:

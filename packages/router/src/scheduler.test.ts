@@ -46,14 +46,12 @@ describe('Scheduler', () => {
     expect(s.snapshot()).toMatchObject({ running: 0, waiting: 0 });
   });
 
-  it('decodes an all-greedy batch with decodeGreedy (the pick made where the logits are) and any other with decode, with the same tokens', async () => {
-    const greedySpy = vi.spyOn(lm, 'decodeGreedy');
+  it('picks where the logits are (decodeSample, prefillSample) unless a row reports log-probabilities, with the same tokens', async () => {
     const sampleSpy = vi.spyOn(lm, 'decodeSample');
     const logitsSpy = vi.spyOn(lm, 'decode');
     const firstSpy = vi.spyOn(lm, 'prefillSample');
     const prefillSpy = vi.spyOn(lm, 'prefillMany');
     onTestFinished(() => {
-      greedySpy.mockRestore();
       sampleSpy.mockRestore();
       logitsSpy.mockRestore();
       firstSpy.mockRestore();
@@ -64,8 +62,9 @@ describe('Scheduler', () => {
     greedy.forEach((r, p) => {
       expect(r.newIds).toEqual(prompt('base', p).greedy_new_ids);
     });
-    expect(greedySpy.mock.calls.length).toBeGreaterThan(0);
-    expect(sampleSpy).not.toHaveBeenCalled();
+    // Plain greedy rows: an argmax where the logits are (RunOptions.argmax).
+    expect(sampleSpy.mock.calls.length).toBeGreaterThan(0);
+    expect(sampleSpy.mock.calls.every(([, , rows]) => rows.every((r) => r.temperature === 0 && r.processing === undefined))).toBe(true);
     expect(logitsSpy).not.toHaveBeenCalled();
     // First tokens too: picked by the prefill run that finishes the prompt.
     expect(firstSpy.mock.calls.length).toBeGreaterThan(0);
@@ -73,6 +72,7 @@ describe('Scheduler', () => {
     // Greedy rows beside plainly sampled ones: picked where the logits are too (decodeSample, each
     // sampled row drawing from its own stream); a zero penalty is still plain greedy.
     const sampling = { temperature: 0.7, topK: 40, topP: 0.9, seed: 3 } as const;
+    sampleSpy.mockClear();
     const mixed = await Promise.all([
       s.submit(req('base', 0)),
       s.submit(req('base', 1, { sampling: { greedy: true, presencePenalty: 0 } })),
@@ -80,11 +80,13 @@ describe('Scheduler', () => {
     ]);
     expect(mixed[0].newIds).toEqual(prompt('base', 0).greedy_new_ids);
     expect(mixed[1].newIds).toEqual(prompt('base', 1).greedy_new_ids);
-    expect(sampleSpy.mock.calls.length).toBeGreaterThan(0);
+    expect(sampleSpy.mock.calls.some(([, , rows]) => rows.some((r) => r.temperature === 0.7))).toBe(true);
     expect(logitsSpy).not.toHaveBeenCalled();
     // Penalties and bias travel with their rows (each picker's counts advanced by the picks).
     const penalized = { temperature: 0.9, presencePenalty: 1.5, frequencyPenalty: 0.5, repetitionPenalty: 1.3, promptIds: prompt('base', 1).input_ids, logitBias: { 7: 2 }, seed: 8 } as const;
+    sampleSpy.mockClear();
     const processed = await Promise.all([s.submit(req('base', 1, { sampling: penalized })), s.submit(req('base', 3, { sampling: { greedy: true, presencePenalty: 1.5 } }))]);
+    expect(sampleSpy.mock.calls.some(([, , rows]) => rows.some((r) => r.processing?.counts !== undefined && r.processing.counts.length > 0))).toBe(true);
     expect(logitsSpy).not.toHaveBeenCalled();
     // A row reporting log-probabilities needs the logits on the host and sends the whole batch
     // through decode: every other row's stream and tokens are the same either way.

@@ -1,6 +1,6 @@
 import { StageError, errorMessage } from '@stageml/ir';
 import type { Engine, RowSample, Sequence } from '@stageml/engine';
-import { type PickPlan, type SamplingOptions, type TokenPicker, isPlainGreedy, makePicker, pickPlan } from '@stageml/models';
+import { type PickPlan, type SamplingOptions, type TokenPicker, makePicker, pickPlan } from '@stageml/models';
 import { RouterCode, RouterError } from './errors.js';
 
 /** One generation request, as the router schedules it. */
@@ -299,6 +299,16 @@ export class Scheduler {
     this.#accept(seq, seq.picker(logits));
   }
 
+  /** Tokens picked where the logits are (undefined: a prompt not finished): each into its picker's state and its sequence. */
+  #acceptPicks(group: readonly Seq[], plans: readonly (PickPlan | undefined)[], ids: readonly (number | undefined)[]): void {
+    group.forEach((s, i) => {
+      const id = ids[i];
+      if (id === undefined || s.done) return;
+      plans[i]!.accept?.(id);
+      this.#accept(s, id);
+    });
+  }
+
   /** Takes `id` as the sequence's next token: streams it, and finishes the sequence at a stop or its length. */
   #accept(seq: Seq, id: number): void {
     if (seq.done) return;
@@ -362,13 +372,7 @@ export class Scheduler {
         // First tokens picked where the logits are, as decode steps' (#decode); a row draws from
         // its stream only when this run finishes its prompt, as its picker would have.
         const rows = plans.map((p, i) => rowOf(p, this.#engine.finishesPrefill(group[i]!.es!, maxChunk)));
-        const ids = await this.#engine.prefillSample(group.map((s) => s.es!), rows, maxChunk === undefined ? {} : { maxChunk });
-        group.forEach((s, i) => {
-          const id = ids[i];
-          if (id === undefined || s.done) return;
-          plans[i]!.accept?.(id);
-          this.#accept(s, id);
-        });
+        this.#acceptPicks(group, plans, await this.#engine.prefillSample(group.map((s) => s.es!), rows, maxChunk === undefined ? {} : { maxChunk }));
         return;
       }
       const logits = await this.#engine.prefillMany(group.map((s) => s.es!), maxChunk === undefined ? {} : { maxChunk });
@@ -405,27 +409,14 @@ export class Scheduler {
 
   async #decode(group: readonly Seq[]): Promise<void> {
     try {
-      if (group.every((s) => isPlainGreedy(s.picker))) {
-        // Every row picks the argmax of its raw logits: the engine picks them where the logits are
-        // (the torch worker sends one id per row instead of the vocabulary's logits).
-        const ids = await this.#engine.decodeGreedy(group.map((s) => s.es!), group.map((s) => s.last));
-        group.forEach((s, i) => {
-          this.#accept(s, ids[i]!);
-        });
-        return;
-      }
       const plans = group.map((s) => pickPlan(s.picker));
       if (plans.every((p) => p !== undefined)) {
-        // Every row picks from its raw logits alone (greedy, or temperature / top-k / top-p): the
-        // engine picks where the logits are with each row's next draw of its own stream, so the
-        // tokens are the ones the host pickers would choose (the torch worker sends one id per row).
-        const rows = plans.map((p) => rowOf(p, true));
-        const ids = await this.#engine.decodeSample(group.map((s) => s.es!), group.map((s) => s.last), rows);
-        group.forEach((s, i) => {
-          if (s.done) return;
-          plans[i]!.accept?.(ids[i]!);
-          this.#accept(s, ids[i]!);
-        });
+        // No row reports log-probabilities: the engine picks where the logits are (an argmax when
+        // every row is plainly greedy), each sampled row with its stream's next draw and each
+        // processed one with its picker's state, so the tokens are the host pickers' (the torch
+        // worker sends one id per row instead of the vocabulary's logits).
+        const ids = await this.#engine.decodeSample(group.map((s) => s.es!), group.map((s) => s.last), plans.map((p) => rowOf(p, true)));
+        this.#acceptPicks(group, plans, ids);
         return;
       }
       const logits = await this.#engine.decode(group.map((s) => s.es!), group.map((s) => s.last));
