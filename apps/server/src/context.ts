@@ -1,6 +1,6 @@
 import client from 'prom-client';
 import type { FastifyRequest } from 'fastify';
-import { dtypeBytes } from '@stageml/ir';
+import { StageError, dtypeBytes } from '@stageml/ir';
 import { Engine } from '@stageml/engine';
 import { findAdapterDirs } from '@stageml/peft';
 import { type Route, RouterCode, RouterError, Scheduler, TenantRegistry } from '@stageml/router';
@@ -87,8 +87,21 @@ async function loadEngine(opts: ServerOptions, modelDir: string, bundle: Serving
 /** Loads the adapters named at start: `adaptersDir`, the config's, `loraModules` and the bundle's. */
 async function loadStartAdapters(lm: Engine, opts: ServerOptions, bundle: ServingBundle | undefined): Promise<void> {
   if (opts.adaptersDir !== undefined) {
-    // One adapter directory, or a directory of them (PEFT_BAD_CONFIG when it is neither).
-    for (const a of await findAdapterDirs(opts.adaptersDir)) await lm.loadAdapter(a.dir, a.name);
+    // One adapter directory, or a directory of them (PEFT_BAD_CONFIG when it is neither). In a
+    // directory of adapters one that cannot be served is reported on one line and skipped: it
+    // must not keep the server, and every other tenant's adapter, from starting. An adapter named
+    // alone (the directory itself) still fails the start, as --lora-modules entries do.
+    const found = await findAdapterDirs(opts.adaptersDir);
+    const alone = found.length === 1 && found[0]!.dir === opts.adaptersDir;
+    const warn = opts.warn ?? ((line: string) => process.stderr.write(`${line}\n`));
+    for (const a of found) {
+      try {
+        await lm.loadAdapter(a.dir, a.name);
+      } catch (e) {
+        if (alone || !(e instanceof StageError)) throw e;
+        warn(`adapter '${a.name}' skipped: error[${e.code}]: ${e.message}`);
+      }
+    }
   }
   for (const [name, dir] of Object.entries(opts.config?.adapters ?? {})) await lm.loadAdapter(dir, name);
   for (const [name, dir] of Object.entries(opts.loraModules ?? {})) await lm.loadAdapter(dir, name);

@@ -84,6 +84,11 @@ export interface ServerOptions {
   readonly rejectDelayMs?: number;
   /** Log requests (pino through fastify). */
   readonly logger?: boolean;
+  /**
+   * Receives one line per problem the server survives at start (an adapter of `adaptersDir` that
+   * cannot be served, skipped). Default: standard error.
+   */
+  readonly warn?: (line: string) => void;
   /** Adapter slot capacity: most adapters loaded at once, `max_lora` in the metrics (default 16). */
   readonly maxLoras?: number;
   /** Name sent in every response's `x-stageml-replica` header (default `hostname:port`). */
