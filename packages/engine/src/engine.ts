@@ -1,4 +1,4 @@
-import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, graphParams, hostTensor, rounderFor } from '@stageml/ir';
+import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, exactIn, graphParams, hostTensor, roundFloat32InPlace, rounderFor } from '@stageml/ir';
 import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, processLogits, readLlamaConfig, readParam, samplePick } from '@stageml/models';
 import { AdapterCache, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
 import { CacheLostError, type CacheRun, RuntimeCode, type CacheStore, type CacheStream, type Executor, type PreparedGraph, type RowSample, argmaxRows, checkRowSamples, executorCapabilities, firstMaxIndex, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
@@ -251,8 +251,10 @@ export class Engine {
       }
       for (const p of graphParams(graph)) {
         const t = await readParam(ckpt, dir, p.name, graph.values[p.results[0]!]!.type.shape as number[]);
-        // A bf16/f16 checkpoint's values are exact in f32: rounding them is the identity, in place.
-        const held = dtype === 'f32' ? t : roundInPlace(t, dtype);
+        // A tensor stored in the compute dtype (a bf16 checkpoint served in bf16) is exact: rounding
+        // it would be the identity, so it is skipped; anything else rounds in place.
+        const stored = ckpt.has(p.name) ? SAFETENSORS_FLOATS[ckpt.info(p.name).dtype] : undefined;
+        const held = dtype === 'f32' ? t : stored !== undefined && exactIn(stored, dtype) ? { dtype, shape: t.shape, data: t.data } : roundInPlace(t, dtype);
         weights.set(p.name, held);
         shapes.set(p.name, t.shape);
         weightBytes += tensorBytes(held);
@@ -1060,9 +1062,12 @@ function castProgram(g: Graph, dtype: 'bf16' | 'f16', adapterDtype: EngineAdapte
 
 /** `t` rounded to `dtype` in place (`t` was just read and is not shared), relabelled. */
 function roundInPlace(t: HostTensor, dtype: 'bf16' | 'f16'): HostTensor {
-  const round = rounderFor(dtype);
   const d = t.data;
-  for (let i = 0; i < d.length; i++) d[i] = round(d[i]!);
+  if (d instanceof Float32Array) roundFloat32InPlace(d, dtype);
+  else {
+    const round = rounderFor(dtype);
+    for (let i = 0; i < d.length; i++) d[i] = round(d[i]!);
+  }
   return { dtype, shape: t.shape, data: d };
 }
 

@@ -1,4 +1,4 @@
-import { type DType, type HostTensor, dtypeBytes, rounderFor } from '@stageml/ir';
+import { type DType, type HostTensor, dtypeBytes, isFloatDType, roundFloat32InPlace } from '@stageml/ir';
 import type { LoraAdapter } from '@stageml/peft';
 import { inputChanged } from '@stageml/runtime';
 import { EngineCode, EngineError } from './errors.js';
@@ -178,9 +178,8 @@ export class SlotTables {
 
   /** Rounds `a[from, to)` to the tables' dtype (nothing to do in f32, where the writes rounded). */
   #round(a: Float32Array, from: number, to: number): void {
-    if (this.dtype === 'f32') return;
-    const round = rounderFor(this.dtype);
-    for (let i = from; i < to; i++) a[i] = round(a[i]!);
+    if (this.dtype === 'f32' || !isFloatDType(this.dtype)) return;
+    roundFloat32InPlace(a, this.dtype, from, to);
   }
 
   /** Tells executors holding the tables between runs (`RunOptions.resident`) that `t` changed. */
