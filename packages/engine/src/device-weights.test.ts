@@ -1,11 +1,14 @@
 // Weights and slot tables on the torch worker's device only (`EngineOptions.deviceWeights`): the
 // worker reads the checkpoint itself, slot writes cross as one slot's rows, and the tokens are the
 // host path's.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { argmaxOf } from '@stageml/models';
 import { interpreterExecutor } from '@stageml/runtime';
 import { expect, it } from 'vitest';
-import { Engine, EngineCode, type EngineOptions } from './index.js';
+import { Engine, EngineCode, type EngineOptions, writeRandomAdapter } from './index.js';
 import { describeWithTorch, useCpuTorchExecutor } from './test-support.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/llama/', import.meta.url));
@@ -75,6 +78,17 @@ describeWithTorch('engine weights and slot tables on the torch device (deviceWei
       expect(e.memory().onDevice).toBe(0);
     } finally {
       e.dispose();
+    }
+    // An adapter replacing a whole tensor needs the weights on the host: refused, the engine as it was.
+    const dev = await Engine.load(`${root}base`, { executor: torch(), maxLoras: 2, maxLoraRank: 16 });
+    try {
+      const c = dev.config;
+      const dir = join(mkdtempSync(join(tmpdir(), 'stageml-devw-')), 'override');
+      await writeRandomAdapter(dir, { vocabSize: c.vocabSize, hiddenSize: c.hiddenSize, intermediateSize: c.intermediateSize, numLayers: c.numLayers, numHeads: c.numHeads, numKvHeads: c.numKvHeads, headDim: c.headDim, tieWordEmbeddings: c.tieWordEmbeddings }, { rank: 4, overrideLmHead: true });
+      await expect(dev.loadAdapter(dir, 'o')).rejects.toMatchObject({ code: EngineCode.BAD_ADAPTER, message: expect.stringContaining('deviceWeights') as unknown });
+      expect(dev.adapterNames).toEqual([]);
+    } finally {
+      dev.dispose();
     }
   }, 120_000);
 });
