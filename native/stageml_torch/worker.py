@@ -12,6 +12,7 @@ from . import PROTOCOL_VERSION, __version__, cudagraph, errors, ops
 from .graph import Program
 from .ops import DTYPES
 from .protocol import read_frame, write_frame
+from .safetensors_io import MappedSafetensors
 
 
 def pick_device(name):
@@ -107,6 +108,21 @@ def check_processing(name, processing, n):
                 bad(i, "%s must be a finite number" % key)
 
 
+def device_memory(device):
+    """{total, free} bytes of the worker's device: the GPU's (torch.cuda.mem_get_info) or, on the
+    CPU, the host's physical and available memory; None where neither can be read."""
+    try:
+        if device.startswith("cuda"):
+            free, total = torch.cuda.mem_get_info(torch.device(device))
+            return {"total": int(total), "free": int(free)}
+        import os
+
+        page = os.sysconf("SC_PAGE_SIZE")
+        return {"total": int(os.sysconf("SC_PHYS_PAGES") * page), "free": int(os.sysconf("SC_AVPHYS_PAGES") * page)}
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        return None
+
+
 class Cache:
     """One sequence's cache on the device: per stream input a position-major buffer [capacity, *item]
     with `length` positions filled — its own (grown by doubling), or its row of the staged batch
@@ -194,6 +210,8 @@ class Worker:
         self.programs = {}
         self.next_handle = 1
         self.resident = {}
+        # Safetensors files mapped by a `load` in progress (path -> MappedSafetensors).
+        self.files = {}
         self.caches = {}
         self.staged = None
         self.graphs = cudagraph.StepGraphs()
@@ -201,7 +219,13 @@ class Worker:
     def handle(self, header, tensors):
         op = header.get("op")
         if op == "hello":
-            return {"ok": True, "protocol": PROTOCOL_VERSION, "worker": __version__, "torch": torch.__version__, "device": self.device, "cuda": torch.cuda.is_available(), "deviceName": torch.cuda.get_device_name() if self.device.startswith("cuda") else "cpu"}, None
+            return {"ok": True, "protocol": PROTOCOL_VERSION, "worker": __version__, "torch": torch.__version__, "device": self.device, "cuda": torch.cuda.is_available(), "deviceName": torch.cuda.get_device_name() if self.device.startswith("cuda") else "cpu", "memory": device_memory(self.device)}, None
+        if op == "load":
+            return self._load(header.get("files") or [])
+        if op == "alloc":
+            return self._alloc(header.get("allocs") or [])
+        if op == "write":
+            return self._write(header.get("writes") or [], tensors)
         if op == "prepare":
             device = header.get("device") or self.device
             device = pick_device(device) if device != self.device else device
@@ -278,6 +302,89 @@ class Worker:
         if op == "shutdown":
             return None, None
         raise errors.WorkerError(errors.PROTOCOL, "unknown request op %r" % (op,))
+
+    def _load(self, entries):
+        """`load`: each entry {id, file, tensor, dtype, shape} is read from its safetensors file
+        (memory-mapped, in the stored dtype), moved to the device and converted there as the host
+        would convert it (widened exactly to f32, then rounded to nearest even to `dtype`), and
+        kept as resident input `id`. Checked first (files, names, shapes, dtypes): a bad entry (a
+        missing or malformed file too) is RT_BAD_VALUE and nothing is kept."""
+        plan = []
+        for e in entries:
+            dt = DTYPES.get(e.get("dtype"))
+            if dt is None or not dt.is_floating_point:
+                raise errors.WorkerError(errors.BAD_VALUE, "load: tensor '%s' asks for dtype %r (a float dtype: f32, f16, bf16, f64)" % (e.get("tensor"), e.get("dtype")))
+            path = e["file"]
+            try:
+                m = self.files.get(path)
+                if m is None:
+                    m = self.files[path] = MappedSafetensors(path)
+                src = m.tensor(e["tensor"])
+            except errors.WorkerError as err:
+                self.files.clear()
+                raise errors.WorkerError(errors.BAD_VALUE, "load: %s" % err.message) from err
+            shape = [int(d) for d in e["shape"]]
+            if list(src.shape) != shape:
+                self.files.clear()
+                raise errors.WorkerError(errors.BAD_VALUE, "load: %s stores '%s' as %s, the request says %s" % (path, e["tensor"], list(src.shape), shape))
+            if not src.dtype.is_floating_point:
+                raise errors.WorkerError(errors.BAD_VALUE, "load: %s stores '%s' as %s, not a float dtype" % (path, e["tensor"], src.dtype))
+            plan.append((int(e["id"]), src, dt))
+        nbytes = 0
+        for i, src, dt in plan:
+            t = src.to(self.device)
+            if t.dtype != dt:
+                t = t.to(torch.float32).to(dt) if dt != torch.float64 else t.to(dt)
+            elif t.device.type == "cpu" and t.data_ptr() == src.data_ptr():
+                # Kept on the CPU in its stored dtype: a copy of its own, not a view of the map.
+                t = t.clone()
+            self.resident[i] = t
+            nbytes += t.numel() * t.element_size()
+        # The maps are only needed while loading: a later load maps its files again.
+        self.files.clear()
+        return {"ok": True, "bytes": nbytes}, None
+
+    def _alloc(self, entries):
+        """`alloc`: each entry {id, dtype, shape} becomes a zero resident input on the device."""
+        made = []
+        for e in entries:
+            dt = DTYPES.get(e.get("dtype"))
+            shape = e.get("shape")
+            if dt is None or not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+                raise errors.WorkerError(errors.BAD_VALUE, "alloc: entry %r needs a dtype and a shape of sizes >= 0" % (e,))
+            made.append((int(e["id"]), dt, shape))
+        nbytes = 0
+        for i, dt, shape in made:
+            t = torch.zeros(shape, dtype=dt, device=self.device)
+            self.resident[i] = t
+            nbytes += t.numel() * t.element_size()
+        return {"ok": True, "bytes": nbytes}, None
+
+    def _write(self, writes, tensors):
+        """`write`: each entry {id, start, tensor} writes the frame's tensor (flattened, converted to
+        the resident input's dtype) over elements [start, start + n) of resident input `id`
+        (flattened), in place. All are checked before any is written (RT_BAD_VALUE). Graphs
+        captured over the old contents are dropped (a replay would read derived copies)."""
+        todo = []
+        for w in writes:
+            i = w.get("id")
+            if i not in self.resident:
+                raise errors.WorkerError(errors.BAD_VALUE, "write: resident input %r is not held by the worker" % (i,))
+            src = tensors.get(w.get("tensor"))
+            if src is None:
+                raise errors.WorkerError(errors.PROTOCOL, "write: the frame does not carry tensor %r" % (w.get("tensor"),))
+            dst = self.resident[i]
+            start = w.get("start")
+            n = src.numel()
+            if not (isinstance(start, int) and not isinstance(start, bool) and 0 <= start and start + n <= dst.numel()):
+                raise errors.WorkerError(errors.BAD_VALUE, "write: elements [%r, %r + %d) lie outside resident input %r (%d elements)" % (start, start, n, i, dst.numel()))
+            todo.append((dst, start, src))
+        for dst, start, src in todo:
+            dst.view(-1)[start : start + src.numel()].copy_(src.reshape(-1).to(device=dst.device, dtype=dst.dtype))
+        if todo:
+            for prog in self.programs.values():
+                self.graphs.drop(prog)
+        return {"ok": True}, None
 
     def _resident(self, header, tensors, device):
         """Resident inputs: `drop` ids are forgotten, `store` {name: id} inputs of this frame are kept

@@ -1,7 +1,7 @@
-import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, graphParams, hostTensor, rounderFor } from '@stageml/ir';
+import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, exactIn, graphParams, hostTensor, roundFloat32InPlace, rounderFor } from '@stageml/ir';
 import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, processLogits, readLlamaConfig, readParam, samplePick } from '@stageml/models';
 import { AdapterCache, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
-import { CacheLostError, type CacheRun, RuntimeCode, type CacheStore, type CacheStream, type Executor, type PreparedGraph, type RowSample, argmaxRows, checkRowSamples, executorCapabilities, firstMaxIndex, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
+import { CacheLostError, type CacheRun, RuntimeCode, type CacheStore, type CacheStream, type Executor, type FileTensorRef, type PreparedGraph, type TorchDeviceTensors, type RowSample, argmaxRows, checkRowSamples, executorCapabilities, firstMaxIndex, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
 import { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, type EngineAdapterDType, type EngineDType, castEngineGraph, castTensor, tensorBytes } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
@@ -14,7 +14,7 @@ import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules
 import { Sequence, type SlotEntry } from './sequence.js';
 import { windowedQueries } from './masks.js';
 import { decodeAttention, prefillInputs, stagePast } from './steps.js';
-import { type ExpertSlotFactors, SlotTables } from './slots.js';
+import { type ExpertSlotFactors, type SlotSource, SlotTables } from './slots.js';
 import { type Plan, TrafficCounter, checkPlan, validatePlanDocument } from '@stageml/planner';
 
 const BASE = '__base__';
@@ -57,6 +57,10 @@ export class Engine {
   readonly #tables: SlotTables;
   readonly #shapes: Map<string, readonly number[]>;
   readonly #weightBytes: number;
+  /** The part of `#weightBytes` the executor read and holds on its device only (`deviceWeights`). */
+  readonly #deviceWeightBytes: number;
+  /** Whether the host holds the weights' values (false with `deviceWeights`: lanes cannot be built). */
+  readonly #hostWeights: boolean;
   readonly #registered = new Map<string, string>();
   readonly #fresh = new Map<string, LoraAdapter>();
   readonly #host: AdapterCache<LoraAdapter>;
@@ -130,7 +134,7 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; hostKvCopy: boolean; recycleOutputs: boolean; executorPicks: boolean },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; deviceWeightBytes: number; hostWeights: boolean; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; hostKvCopy: boolean; recycleOutputs: boolean; executorPicks: boolean },
   ) {
     this.#dtype = parts.dtype;
     this.#adapterDtype = parts.adapterDtype;
@@ -160,6 +164,8 @@ export class Engine {
     this.#tables = parts.tables;
     this.#shapes = parts.shapes;
     this.#weightBytes = parts.weightBytes;
+    this.#deviceWeightBytes = parts.deviceWeightBytes;
+    this.#hostWeights = parts.hostWeights;
     this.#preparations = Object.keys(parts.programs).length;
     this.#prefillChunk = parts.prefillChunk;
     this.#staging = new Staging(config.numLayers);
@@ -199,7 +205,13 @@ export class Engine {
   static async load(dir: string, opts: EngineOptions = {}): Promise<Engine> {
     const maxLoras = positiveInt('maxLoras', opts.maxLoras, 16);
     const rank = positiveInt('maxLoraRank', opts.maxLoraRank, 64);
-    const maxCpuLoras = positiveInt('maxCpuLoras', opts.maxCpuLoras, maxLoras);
+    const deviceStore = deviceTensorsOf(opts.executor ?? interpreterExecutor);
+    const hostNeeds = opts.weights === 'program' ? "weights: 'program'" : opts.quantize !== undefined ? 'quantize' : opts.packBase === true ? 'packBase' : opts.memoryBudget !== undefined ? 'memoryBudget' : opts.plan !== undefined ? 'a plan' : undefined;
+    if (opts.deviceWeights !== undefined && typeof opts.deviceWeights !== 'boolean') throw new EngineError(EngineCode.BAD_OPTIONS, `deviceWeights must be true or false, got ${String(opts.deviceWeights)}`);
+    if (opts.deviceWeights === true && deviceStore === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `deviceWeights needs an executor with device tensors (the torch executor); '${(opts.executor ?? interpreterExecutor).name}' has none`);
+    if (opts.deviceWeights === true && hostNeeds !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `deviceWeights keeps the weights off the host; ${hostNeeds} needs their values there`);
+    const onDevice = opts.deviceWeights ?? (deviceStore !== undefined && hostNeeds === undefined) ? deviceStore : undefined;
+    const maxCpuLoras = positiveInt('maxCpuLoras', opts.maxCpuLoras, onDevice === undefined ? maxLoras : 1);
     const prefillChunk = positiveInt('prefillChunk', opts.prefillChunk, 32);
     const replanEvery = positiveInt('replanEvery', opts.replanEvery, 512);
     const memoryBudget = opts.memoryBudget;
@@ -241,6 +253,7 @@ export class Engine {
     const weights = new Map<string, HostTensor>();
     const shapes = new Map<string, readonly number[]>();
     let weightBytes = 0;
+    let deviceWeightBytes = 0;
     let dtype: EngineDType;
     try {
       dtype = wantDtype === 'checkpoint' ? storedDType(ckpt, dir) : wantDtype;
@@ -249,13 +262,35 @@ export class Engine {
         if (!runs.includes(dtype)) throw new EngineError(EngineCode.UNSUPPORTED_DTYPE, `the executor '${executor.name}' cannot run ${dtype} programs (it runs ${runs.join(', ')})`, { hint: 'use --executor torch (or interpreter), or --dtype f32' });
         if (opts.quantize !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `quantize packs f32 weights: it needs dtype f32, not ${dtype}`);
       }
+      const refs: { name: string; ref: FileTensorRef }[] = [];
       for (const p of graphParams(graph)) {
-        const t = await readParam(ckpt, dir, p.name, graph.values[p.results[0]!]!.type.shape as number[]);
-        // A bf16/f16 checkpoint's values are exact in f32: rounding them is the identity, in place.
-        const held = dtype === 'f32' ? t : roundInPlace(t, dtype);
+        const want = graph.values[p.results[0]!]!.type.shape as number[];
+        const info = onDevice !== undefined && ckpt.has(p.name) ? ckpt.info(p.name) : undefined;
+        if (info !== undefined && SAFETENSORS_FLOATS[info.dtype] !== undefined && info.shape.length === want.length && info.shape.every((d, i) => d === want[i])) {
+          // Read by the worker itself, from the file: no host copy.
+          refs.push({ name: p.name, ref: { file: ckpt.fileOf(p.name), tensor: p.name, dtype, shape: want } });
+          shapes.set(p.name, want);
+          continue;
+        }
+        const t = await readParam(ckpt, dir, p.name, want);
+        // A tensor stored in the compute dtype (a bf16 checkpoint served in bf16) is exact: rounding
+        // it would be the identity, so it is skipped; anything else rounds in place.
+        const stored = ckpt.has(p.name) ? SAFETENSORS_FLOATS[ckpt.info(p.name).dtype] : undefined;
+        const held = dtype === 'f32' ? t : stored !== undefined && exactIn(stored, dtype) ? { dtype, shape: t.shape, data: t.data } : roundInPlace(t, dtype);
         weights.set(p.name, held);
         shapes.set(p.name, t.shape);
         weightBytes += tensorBytes(held);
+      }
+      if (refs.length > 0) {
+        try {
+          const handles = await onDevice!.load(refs.map((r) => r.ref));
+          refs.forEach((r, i) => weights.set(r.name, handles[i]!));
+        } catch (e) {
+          if (e instanceof StageError) throw new EngineError(EngineCode.RUN_FAILED, `the executor could not read the weights of '${dir}' itself: ${errorMessage(e)}`, { cause: e });
+          throw e;
+        }
+        deviceWeightBytes = refs.reduce((a, r) => a + r.ref.shape.reduce((x, y) => x * y, 1) * dtypeBytes(dtype), 0);
+        weightBytes += deviceWeightBytes;
       }
     } finally {
       await ckpt.close();
@@ -288,8 +323,9 @@ export class Engine {
     // Bytes of every copy: the shared host copy (inputs) and each program's own.
     if (quantize === undefined) weightBytes = oneCopy * (copies + (asInputs ? 1 : 0));
     const baseTakesWeights = quantize !== undefined || (asInputs && !packBase);
-    const tables = new SlotTables(maxLoras + 1, rank, modules, dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32');
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executorCapabilities(executor.name)?.devicePicks === true });
+    const factorDtype = dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32';
+    const tables = onDevice === undefined ? new SlotTables(maxLoras + 1, rank, modules, factorDtype) : await SlotTables.onDevice(onDevice, maxLoras + 1, rank, modules, factorDtype);
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executorCapabilities(executor.name)?.devicePicks === true });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
@@ -339,7 +375,8 @@ export class Engine {
     const staging = this.#staging.bytes + this.#decodeStaging.bytes;
     let lanes = 0;
     for (const l of this.#lanes.values()) lanes += l.bytes;
-    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, executorKv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + executorKv + staging + lanes };
+    const onDevice = this.#deviceWeightBytes + (this.#tables.onDevice ? this.#tables.bytes : 0) + executorKv;
+    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, executorKv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + executorKv + staging + lanes, onDevice };
   }
 
   /** Counters. */
@@ -358,6 +395,7 @@ export class Engine {
     };
     const lanes = this.#allWeightInputs;
     if (adapter.overrides.size > 0) {
+      if (!this.#hostWeights) refuse(`replaces whole tensors (${[...adapter.overrides.keys()].slice(0, 3).join(', ')}), which needs the base weights on the host; this engine keeps them on the executor's device (deviceWeights)`);
       if (!lanes) refuse(`replaces whole tensors (${[...adapter.overrides.keys()].slice(0, 3).join(', ')}), which cannot vary by row; an engine with weights: 'program' cannot give it a lane of its own`);
       for (const [k, t] of adapter.overrides) {
         const want = this.#shapes.get(k);
@@ -453,9 +491,18 @@ export class Engine {
     return f;
   }
 
+  /** Where a slot's factors come from again (device tables on a new worker): the adapter reloaded through the host cache (its directory). */
+  #slotSource(name: string): SlotSource {
+    return async () => {
+      const lease = await this.#host.acquire(name);
+      lease.release();
+      return { adapter: withoutModules(lease.value, this.#applied.merged.get(name)), experts: this.#expertFactors(lease.value) };
+    };
+  }
+
   #assign(entry: SlotEntry): number {
     if (entry.slot === undefined) {
-      entry.slot = this.#tables.write(withoutModules(entry.adapter, this.#applied.merged.get(entry.adapter.name)), this.#expertFactors(entry.adapter));
+      entry.slot = this.#tables.write(withoutModules(entry.adapter, this.#applied.merged.get(entry.adapter.name)), this.#expertFactors(entry.adapter), this.#tables.onDevice ? this.#slotSource(entry.adapter.name) : undefined);
       entry.adapter = shapeOnly(entry.adapter);
     }
     this.#entries.set(entry.adapter.name, entry);
@@ -611,6 +658,7 @@ export class Engine {
       inputs[ROW_SLOT_INPUT] = hostTensor('i64', [1], [slot]);
       this.#tokenSlots(inputs, [slot]);
       this.#runs++;
+      await this.#tables.settled();
       const out = await runProgram(program, inputs, this.#resident);
       const logits = out['logits']!;
       return { dtype: 'f32', shape: [count, this.config.vocabSize], data: logits.data };
@@ -698,6 +746,8 @@ export class Engine {
 
   /** Runs `program`, recycling its last finished call's result when recycling outputs; the result goes to `produced`. */
   async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined, produced: Outputs, pick: StepPick = 'logits'): Promise<Record<string, HostTensor>> {
+    // Device slot writes go before the run on the worker's queue; a failed one fails the run.
+    await this.#tables.settled();
     // A pick of greedy rows only (no processing) is an argmax, which every executor whose results cross makes.
     const greedy = pick === 'greedy' || (typeof pick === 'object' && pick.every((r) => r.temperature === 0 && r.processing === undefined));
     const argmax = greedy ? GREEDY_OUTPUTS : undefined;
@@ -1060,9 +1110,12 @@ function castProgram(g: Graph, dtype: 'bf16' | 'f16', adapterDtype: EngineAdapte
 
 /** `t` rounded to `dtype` in place (`t` was just read and is not shared), relabelled. */
 function roundInPlace(t: HostTensor, dtype: 'bf16' | 'f16'): HostTensor {
-  const round = rounderFor(dtype);
   const d = t.data;
-  for (let i = 0; i < d.length; i++) d[i] = round(d[i]!);
+  if (d instanceof Float32Array) roundFloat32InPlace(d, dtype);
+  else {
+    const round = rounderFor(dtype);
+    for (let i = 0; i < d.length; i++) d[i] = round(d[i]!);
+  }
   return { dtype, shape: t.shape, data: d };
 }
 
@@ -1074,6 +1127,12 @@ function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
   const dt = top === undefined ? undefined : SAFETENSORS_FLOATS[top];
   if (dt === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `the checkpoint in '${dir}' stores ${top ?? 'no float tensors'}; dtype checkpoint needs F32, BF16 or F16`, { hint: 'give dtype f32, bf16 or f16' });
   return dt;
+}
+
+/** The executor's device tensors (the torch executor's `device`), or undefined when it has none. */
+function deviceTensorsOf(executor: Executor): TorchDeviceTensors | undefined {
+  const d = (executor as { readonly device?: Partial<TorchDeviceTensors> }).device;
+  return typeof d === 'object' && typeof d.load === 'function' && typeof d.zeros === 'function' && typeof d.write === 'function' ? (d as TorchDeviceTensors) : undefined;
 }
 
 /** Per prepared program, one of its results. */

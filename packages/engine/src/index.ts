@@ -15,6 +15,8 @@
 export { EngineCode, EngineError } from './errors.js';
 export type { EngineErrorCode } from './errors.js';
 export { Engine } from './engine.js';
+export { checkDeviceMemory, planDeviceMemory } from './device-plan.js';
+export type { DeviceMemoryPlan, DeviceMemoryRequest } from './device-plan.js';
 /** How `Engine.decodeSample` draws one row's token (of @stageml/runtime). */
 export type { RowSample } from '@stageml/runtime';
 export { Sequence } from './sequence.js';

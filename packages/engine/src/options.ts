@@ -24,7 +24,7 @@ export interface EngineOptions {
   readonly maxLoras?: number;
   /** Rank of every slot; higher-rank adapters are refused at load (vLLM `--max-lora-rank`; default 64). */
   readonly maxLoraRank?: number;
-  /** Parsed adapters kept on the host for re-warming a slot without reading the disk (default `maxLoras`). */
+  /** Parsed adapters kept on the host for re-warming a slot without reading the disk (default `maxLoras`; 1 with `deviceWeights`, where the host keeps no factors it has sent). */
   readonly maxCpuLoras?: number;
   /**
    * Most prompt tokens one prefill run takes (chunked prefill; default 32: on the CPU a 64-token
@@ -106,6 +106,20 @@ export interface EngineOptions {
    */
   readonly residentKv?: boolean;
   /**
+   * Keep the base weights and the slot tables on the executor's device only (the torch executor,
+   * `TorchExecutor.device`): the worker reads each weight from the checkpoint's safetensors file
+   * itself (memory-mapped, in the stored dtype, converted on the device to the compute dtype as the
+   * host would convert it), and the slot tables are made there and written one slot's rows at a
+   * time; the host keeps handles (and, for an occupied slot, its adapter's directory to reload
+   * from). Tensors the checkpoint does not store as the program wants them (legacy MoE experts,
+   * transposed expert stacks) are read on the host as before. Default: on for an executor with
+   * device tensors when the weights are inputs (`weights: 'inputs'`, no `quantize`, `packBase`,
+   * `memoryBudget` or `plan`, which need the weights' values on the host); `true` where one of
+   * those holds is `ENGINE_BAD_OPTIONS`. Adapters that replace whole tensors need a host copy of
+   * the weights: with device weights they are refused (`ENGINE_BAD_ADAPTER`).
+   */
+  readonly deviceWeights?: boolean;
+  /**
    * With resident KV, keep a host copy of each sequence's keys and values as well (f32, appended
    * from every step's outputs), from which the caches of a restarted worker are restored. Default
    * false: the executor's cache is the only copy, so a step's new keys and values never cross to
@@ -168,6 +182,8 @@ export interface EngineMemory {
   readonly lanes: number;
   /** Sum of the above. */
   readonly total: number;
+  /** The part of `total` that lives only on the executor's device (`deviceWeights`: the weights the worker read and the slot tables, plus `executorKv`); the rest is host memory. */
+  readonly onDevice: number;
 }
 
 /** Counters of the engine. */

@@ -49,4 +49,4 @@ export type { ExecutorName, ExecutorSelection, OrtExecutorOptions, SelectExecuto
 export { CPU_NATIVE_OPS, NATIVE_CACHE_ENV, createCpuNativeExecutor, encodeProgram, loadCpuAddon } from './native/index.js';
 export type { CpuAddon, CpuNativeExecutor, CpuNativeExecutorOptions, NativeProgram } from './native/index.js';
 export { FrameDecoder, TORCH_DEVICE_ENV, TORCH_PATH_ENV, TORCH_PROTOCOL_VERSION, TORCH_PYTHON_ENV, createTorchExecutor, encodeFrame, isTorchAvailable } from './torch/index.js';
-export type { Frame, TorchExecutor, TorchExecutorOptions, TorchFusion, TorchPreparedGraph, TorchWorkerInfo, WireTensor } from './torch/index.js';
+export type { DeviceWrite, FileTensorRef, Frame, TorchDeviceTensors, TorchExecutor, TorchExecutorOptions, TorchFusion, TorchPreparedGraph, TorchWorkerInfo, WireTensor } from './torch/index.js';
