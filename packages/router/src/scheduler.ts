@@ -197,7 +197,11 @@ export class Scheduler {
     const waitingByAdapter: Record<string, number> = {};
     const runningByTenant: Record<string, number> = {};
     const waitingByTenant: Record<string, number> = {};
+    let running = 0;
     for (const s of this.#running) {
+      // Finished or cancelled: leaves the running set after the step it is in.
+      if (s.done) continue;
+      running++;
       runningByAdapter[s.req.adapter ?? ''] = (runningByAdapter[s.req.adapter ?? ''] ?? 0) + 1;
       runningByTenant[s.req.tenant] = (runningByTenant[s.req.tenant] ?? 0) + 1;
     }
@@ -205,7 +209,7 @@ export class Scheduler {
       if (q.length > 0) waitingByTenant[t] = q.length;
       for (const s of q) waitingByAdapter[s.req.adapter ?? ''] = (waitingByAdapter[s.req.adapter ?? ''] ?? 0) + 1;
     }
-    return { running: this.#running.length, waiting: this.#waiting, runningByAdapter, waitingByAdapter, runningByTenant, waitingByTenant, draining: this.#draining };
+    return { running, waiting: this.#waiting, runningByAdapter, waitingByAdapter, runningByTenant, waitingByTenant, draining: this.#draining };
   }
 
   /**
@@ -227,6 +231,15 @@ export class Scheduler {
    */
   isFull(tenant: string): boolean {
     return (this.#queues.get(tenant)?.length ?? 0) >= this.#queueBound(tenant);
+  }
+
+  /**
+   * Whether `tenant`'s queue has room for `count` more requests at once: the sequences of one API
+   * request (`n` × prompts) are admitted all together or not at all, so a refused request never
+   * leaves some of its sequences running.
+   */
+  hasRoom(tenant: string, count: number): boolean {
+    return (this.#queues.get(tenant)?.length ?? 0) + count <= this.#queueBound(tenant);
   }
 
   /**
@@ -454,21 +467,48 @@ export class Scheduler {
     this.#steps++;
     if (result.merged) this.#mergedSteps++;
     this.#engineRuns += result.runs;
-    const take = (group: readonly Seq[], plans: readonly (PickPlan | undefined)[], picks: boolean, part: StepPart<number | Float32Array | undefined> | undefined): void => {
-      if (part === undefined || group.length === 0) return;
-      if (part.values === undefined) {
-        this.#fail(group, part.error);
-        return;
-      }
-      if (picks) this.#acceptPicks(group, plans, part.values as readonly (number | undefined)[]);
+    const rows = (r: StepRecord): { readonly d?: readonly RowSample[]; readonly p?: readonly RowSample[] } => ({ ...(r.decode?.rows === undefined ? {} : { d: r.decode.rows }), ...(r.prefill?.rows === undefined ? {} : { p: r.prefill.rows }) });
+    const specs = rows(record);
+    const accept = (group: readonly Seq[], plans: readonly (PickPlan | undefined)[], picks: boolean, values: readonly (number | Float32Array | undefined)[]): void => {
+      if (picks) this.#acceptPicks(group, plans, values as readonly (number | undefined)[]);
       else
         group.forEach((s, i) => {
-          const logits = part.values[i];
+          const logits = values[i];
           if (logits !== undefined) this.#emit(s, logits as Float32Array);
         });
     };
-    take(decoding, dPlans, dPicks, result.decode);
-    take(prefilling, pPlans, pPicks, result.prefill);
+    // A part the engine refused for its row specs (`ENGINE_BAD_OPTIONS`, before anything ran) runs
+    // each row alone with the same specs: one request's bad values fail only that request.
+    const retries: (() => Promise<void>)[] = [];
+    const take = (group: readonly Seq[], plans: readonly (PickPlan | undefined)[], picks: boolean, part: StepPart<number | Float32Array | undefined> | undefined, alone: (i: number) => StepRecord): void => {
+      if (part === undefined || group.length === 0) return;
+      if (part.values !== undefined) {
+        accept(group, plans, picks, part.values);
+        return;
+      }
+      if (group.length === 1 || !(part.error instanceof StageError && part.error.code === 'ENGINE_BAD_OPTIONS')) {
+        this.#fail(group, part.error);
+        return;
+      }
+      retries.push(async () => {
+        for (const [i, s] of group.entries()) {
+          if (s.done) continue;
+          try {
+            const r = await this.#engine.step(alone(i));
+            this.#steps++;
+            this.#engineRuns += r.runs;
+            const one = r.decode ?? r.prefill;
+            if (one?.values === undefined) this.#fail([s], one?.error);
+            else accept([s], [plans[i]], picks, one.values);
+          } catch (e) {
+            this.#fail([s], e);
+          }
+        }
+      });
+    };
+    take(decoding, dPlans, dPicks, result.decode, (i) => ({ decode: { seqs: [decoding[i]!.es!], tokens: [decoding[i]!.last], ...(specs.d === undefined ? {} : { rows: [specs.d[i]!] }) } }));
+    take(prefilling, pPlans, pPicks, result.prefill, (i) => ({ prefill: { seqs: [prefilling[i]!.es!], ...(specs.p === undefined ? {} : { rows: [specs.p[i]!] }), ...(maxChunk === undefined ? {} : { maxChunk }) } }));
+    for (const retry of retries) await retry();
   }
 
   async #pump(): Promise<void> {
