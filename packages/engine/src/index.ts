@@ -24,7 +24,7 @@ export { engineGraph } from './graph.js';
 export { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, castEngineGraph, lowestOf } from './dtype.js';
 export type { CastEngineOptions, EngineAdapterDType, EngineDType } from './dtype.js';
 export { windowKeys, windowedQueries } from './masks.js';
-export type { EngineMemory, EngineOptions, EnginePlan, EngineStats, PrefillOptions } from './options.js';
+export type { EngineMemory, EngineOptions, EnginePlan, EngineStats, PrefillOptions, StepDecode, StepPart, StepPrefill, StepRecord, StepResult } from './options.js';
 export { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, TOKEN_SLOT_INPUT, chooseSlotForm, slotExperts, slotInputNames, slotLinear } from './slot-linear.js';
 export type { SlotForm, SlotModule } from './slot-linear.js';
 export { SlotTables } from './slots.js';

@@ -29,8 +29,8 @@ export { BUNDLE_FORMAT, BUNDLE_VERSION, loadBundle, writeBundle } from './bundle
 export type { BundleManifest, LoadedBundle, WriteBundleOptions } from './bundle.js';
 export { BundleCode, BundleError } from '@stageml/bundle';
 export type { BundleContents, BundleData, BundleErrorCode } from '@stageml/bundle';
-export { capabilitiesFromRules, executorCapabilities, registerExecutorCapabilities } from './capabilities.js';
-export type { ExecutorCapabilities, RuleKinds } from './capabilities.js';
+export { CPU_SCHEDULING, GPU_SCHEDULING, capabilitiesFromRules, executorCapabilities, registerExecutorCapabilities, schedulingHints } from './capabilities.js';
+export type { ExecutorCapabilities, RuleKinds, SchedulingHints } from './capabilities.js';
 export { compileStaged } from './compile.js';
 export type { CompileStagedOptions, StagedAnnotations, StagedProgram } from './compile.js';
 export {

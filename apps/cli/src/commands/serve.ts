@@ -25,9 +25,11 @@ interface ServeOptions {
   executor?: string;
   padTokenId?: number;
   maxBatch?: number;
+  maxNumSeqs?: number;
   maxQueue?: number;
   prefillChunk?: number;
   prefillTokens?: number;
+  maxNumBatchedTokens?: number;
   idlePrefillTokens?: number;
   adminKey?: string;
   adapterRoot?: string[];
@@ -52,6 +54,12 @@ interface ServeOptions {
 
 /** `stageml serve --dtype` values: a compute dtype, or `checkpoint` (the float dtype the checkpoint stores). */
 export const SERVE_DTYPES = ['f32', 'bf16', 'f16', 'checkpoint'] as const;
+
+/** The value of a flag given under either of its names; both with different values is `CLI_USAGE`. */
+export function aliased(name: string, value: number | undefined, alias: string, aliasValue: number | undefined): number | undefined {
+  if (value !== undefined && aliasValue !== undefined && value !== aliasValue) throw new CliError(CliCode.USAGE, `${name} ${String(value)} and ${alias} ${String(aliasValue)} name the same setting: give one`);
+  return value ?? aliasValue;
+}
 
 /**
  * vLLM's `--dtype` spellings and what they mean here: `auto` is the default choice (below),
@@ -110,10 +118,12 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--config <file>', 'tenants, API keys, adapters and staged plans (JSON, docs/server.md)')
     .option('--executor <name>', `executor: ${EXECUTOR_NAMES.join(', ')} (default: auto, the fastest measured here)`, 'auto')
     .option('--pad-token-id <id>', 'mask prompt tokens equal to this id (HF pad_token_id semantics)', parseNonNegativeInt)
-    .option('--max-batch <n>', 'most sequences decoded together', parsePositiveInt)
+    .option('--max-batch <n>', 'most sequences decoded together (default: the executor\'s, 256 on CUDA, 32 on the CPU)', parsePositiveInt)
+    .option('--max-num-seqs <n>', 'vLLM\'s name for --max-batch', parsePositiveInt)
     .option('--max-queue <n>', 'most queued requests before 429', parsePositiveInt)
     .option('--prefill-chunk <n>', 'most prompt tokens of one sequence prefilled per step (chunked prefill; default 32)', parsePositiveInt)
-    .option('--prefill-tokens <n>', 'most prompt tokens prefilled per step over all arriving sequences together (default 64)', parsePositiveInt)
+    .option('--prefill-tokens <n>', 'most prompt tokens prefilled per step over all arriving sequences together (default: the executor\'s, 8192 on CUDA, 64 on the CPU)', parsePositiveInt)
+    .option('--max-num-batched-tokens <n>', 'vLLM\'s name for --prefill-tokens', parsePositiveInt)
     .option('--idle-prefill-tokens <n>', 'the same budget while nothing decodes, each prompt\'s chunk included (default 512)', parsePositiveInt)
     .option('--admin-key <key>', 'key guarding load/unload (always when set), /metrics and /ready details')
     .option('--adapter-root <dir...>', 'adapter roots (repeatable): admin loads must read from inside one (default: --adapters), and a request for an adapter not loaded loads <root>/<name> on demand')
@@ -146,6 +156,8 @@ export function registerServe(program: Command, io: CliIo): void {
       if (opts.bundle !== undefined) await requireDir(opts.bundle, '--bundle');
       if (opts.adapters !== undefined) await requireDir(opts.adapters, '--adapters');
       for (const r of opts.adapterRoot ?? []) await requireDir(r, '--adapter-root');
+      const maxBatch = aliased('--max-batch', opts.maxBatch, '--max-num-seqs', opts.maxNumSeqs);
+      const prefillTokens = aliased('--prefill-tokens', opts.prefillTokens, '--max-num-batched-tokens', opts.maxNumBatchedTokens);
       const quantize = quantizeOptions(opts.quantize, opts.maxError);
       // Checked before the executor starts; the executor's name decides the default.
       serveDtypes(opts.dtype, opts.adapterDtype, '');
@@ -178,10 +190,10 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.adapters === undefined ? {} : { adaptersDir: opts.adapters }),
         ...(config === undefined ? {} : { config }),
         ...(opts.padTokenId === undefined ? {} : { padTokenId: opts.padTokenId }),
-        ...(opts.maxBatch === undefined ? {} : { maxBatch: opts.maxBatch }),
+        ...(maxBatch === undefined ? {} : { maxBatch }),
         ...(opts.maxQueue === undefined ? {} : { maxQueue: opts.maxQueue }),
         ...(opts.prefillChunk === undefined ? {} : { prefillChunk: opts.prefillChunk }),
-        ...(opts.prefillTokens === undefined ? {} : { prefillTokens: opts.prefillTokens }),
+        ...(prefillTokens === undefined ? {} : { prefillTokens }),
         ...(opts.idlePrefillTokens === undefined ? {} : { idlePrefillTokens: opts.idlePrefillTokens }),
         ...(opts.adminKey === undefined ? {} : { adminKey: opts.adminKey }),
         ...(opts.shutdownTimeout === undefined ? {} : { shutdownTimeoutMs: opts.shutdownTimeout }),

@@ -575,6 +575,8 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       return n;
     },
   };
+  /** The worker's last reported counters (`CacheStore.stats`); a new worker starts them again. */
+  const workerStats: Record<string, number> = {};
   const residentFrame = (inputs: Readonly<Record<string, HostTensor>>, opts: RunOptions | undefined): { header: Record<string, unknown>; tensors: Record<string, HostTensor>; unsent: () => void } => {
     const tensors: Record<string, HostTensor> = {};
     const refs: Record<string, number> = {};
@@ -662,7 +664,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       if (s.from !== undefined && !graph.outputs.some((o) => o.name === s.from)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache stream '${s.input}' appends from '${s.from}', which is not an output of @${graph.name}`);
       checked[s.input] = placeholder(type.dtype, [run.rows.length, past + (tail?.shape[1] ?? 0), ...item]);
     }
-    return { header: { streams: run.streams.map((s) => ({ input: s.input, from: s.from ?? null, pad: s.pad, store: s.store ?? null })), rows }, seeds, checked };
+    return { header: { streams: run.streams.map((s) => ({ input: s.input, from: s.from ?? null, pad: s.pad, store: s.store ?? null })), rows, ...(run.rowInputs === undefined ? {} : { rowInputs: run.rowInputs }) }, seeds, checked };
   };
   return {
     name,
@@ -684,6 +686,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         // Also for caches not known yet: a run in flight may be creating them.
         if (gone.length > 0 && conn.alive && !closed) conn.request({ op: 'cache_drop', ids: gone }).catch(() => undefined);
       },
+      stats: () => ({ ...workerStats }),
     },
     close: async () => {
       closed = true;
@@ -754,6 +757,9 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
             throw e;
           }
           for (const r of opts?.caches?.rows ?? []) if (open.has(r.id)) known.set(r.id, r.length + r.append[1]);
+          // The worker's counters (its cache batch, its step graphs) come with every run's reply.
+          const reported = out.header['stats'];
+          if (typeof reported === 'object' && reported !== null) for (const [k, v] of Object.entries(reported)) if (typeof v === 'number') workerStats[k] = v;
           const result: Record<string, HostTensor> = {};
           for (const o of graph.outputs) {
             if (omit.includes(o.name)) continue;
