@@ -102,6 +102,10 @@ describeWithTorch('torch device tensors (weights read by the worker, tables writ
       await expect(ex.device.write([{ target: td!, start: 20, data: row1 }])).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE });
       await expect(ex.device.write([{ target: xs, start: 0, data: row1 }])).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE });
       expect(ex.info.memory === undefined || ex.info.memory.total > 0).toBe(true);
+      // A device tensor is an input, never a parameter (its data is not on the host to send).
+      const pb = new GraphBuilder('param');
+      pb.output('y', pb.mul(pb.param('W', ['f32', [4, 6]]), pb.constant([2], 'f32', [])));
+      await expect(ex.prepare(pb.build(), { get: () => wd })).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE });
     } finally {
       await ex.close();
     }

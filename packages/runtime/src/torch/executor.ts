@@ -697,7 +697,10 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
     async prepare(graph: Graph, weights?: ValueSource): Promise<TorchPreparedGraph> {
       const { values, bindings } = resolveWeights(graph, weights);
       const params: Record<string, HostTensor> = {};
-      for (const [k, v] of values) params[k] = v;
+      for (const [k, v] of values) {
+        if (deviceData.has(v.data)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `parameter '${k}' of @${graph.name} is a device tensor: feed it as an input (by id), not as a parameter`);
+        params[k] = v;
+      }
       const json = graphToJson(graph);
       // The handle on the current worker; a new worker prepares the graph again (so the parameters stay referenced here).
       const onWorker = async (): Promise<{ handle: unknown; generation: number; fused: TorchFusion }> => {
