@@ -13,13 +13,14 @@ and under OUT/:
   golden.json          per family: the prompts' ids, greedy 16-token continuations (base and every adapter),
                        the chat renderings (apply_chat_template, text and ids) with greedy outputs, the
                        mixed-batch adapter names, the checkpoint's tensor names, notes on what failed
-  golden.safetensors   full-prompt logits of both prompts (base and every adapter, f32), and the last
-                       position's logits of a mixed-adapter batch (PEFT's adapter_names)
+  golden.safetensors   logits of both prompts at every 5th and the last position (golden.json's
+                       logit_positions; base and every adapter, f32), and the last position's logits of a
+                       mixed-adapter batch (PEFT's adapter_names)
   cuda-bf16.json       greedy tokens per family/adapter/prompt from the saved files loaded in bfloat16 on
                        CUDA (or the reason it was skipped)
 
 Goldens are computed on CPU in float32 with eager attention, seeded, whatever devices exist; the second
-prompt is longer than every sliding window and every Phi-3 original_max_position_embeddings.
+prompts are longer than every sliding window; the second is past Phi-3's original_max_position_embeddings.
 
 Run (torch, transformers 5.17, peft 0.21, safetensors; no network needed):
     python3 tools/gen_family_fixtures.py --out fixtures/hf-families [--tokenizer fixtures/peft-tiny/tokenizer]
@@ -54,13 +55,13 @@ os.makedirs(OUT, exist_ok=True)
 CPU = torch.device("cpu")
 GEN = 16
 
-# Prompt 0 is short; prompt 1 is longer than any window (8-12) and Phi-3's original 32 positions.
+# Both prompts are longer than the sliding windows (8); prompt 0 plus its 16 generated tokens stays within
+# Phi-3's original 40 positions (short rope factors throughout), prompt 1 is past them (long factors).
 PROMPTS = [
     "Return a new list containing all items from the iterable",
-    "The staged program folds static weights ahead of time, then the serving engine batches rows of many "
-    "tenants, each with its own adapter, through one compiled step; a sliding window keeps only the most "
-    "recent keys for the local layers while the global layers see everything.",
+    "The staged program folds static weights ahead of time; the engine batches many tenants through one step.",
 ]
+PHI3_ORIGINAL_MAX = 40
 CHATS = [
     [{"role": "user", "content": "Tell me about staged programs."}],
     [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name one adapter."},
@@ -120,7 +121,7 @@ def families(vocab, bos, eos):
         # (head_dim independent of hidden / heads); tied embeddings as Qwen3-0.6B..4B.
         "qwen3": dict(
             config="Qwen3Config", model="Qwen3ForCausalLM",
-            kwargs=dict(common, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+            kwargs=dict(common, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                         num_key_value_heads=2, head_dim=32, hidden_act="silu", max_position_embeddings=512,
                         rms_norm_eps=1e-6, rope_theta=1000000.0, rope_scaling=None, tie_word_embeddings=True,
                         attention_bias=False, use_sliding_window=False, sliding_window=None, max_window_layers=2),
@@ -133,7 +134,7 @@ def families(vocab, bos, eos):
         # OLMo-2-1124-7B's fields (MHA, rms_norm_eps 1e-6, rope_theta 500000, untied).
         "olmo2": dict(
             config="Olmo2Config", model="Olmo2ForCausalLM",
-            kwargs=dict(common, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+            kwargs=dict(common, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                         num_key_value_heads=4, hidden_act="silu", max_position_embeddings=512, rms_norm_eps=1e-6,
                         rope_theta=500000.0, rope_scaling=None, tie_word_embeddings=False, attention_bias=False),
             template=OLMO2_TEMPLATE, chat_vars=[{}, {}],
@@ -144,13 +145,13 @@ def families(vocab, bos, eos):
             }),
         # Phi-4-mini's fields: partial_rotary_factor 0.75, longrope with short/long factors (rotary_ndims/2 each),
         # original_max_position_embeddings < max_position_embeddings, tied embeddings, GQA. Here rotary
-        # dims 12 of head_dim 16 (6 factors), original 32 of 256 positions (factor 8: attention scaling
-        # sqrt(1 + ln 8 / ln 32)); prompt 1 is past 32 positions, so it takes the long factors.
+        # dims 12 of head_dim 16 (6 factors), original 40 of 320 positions (factor 8: attention scaling
+        # sqrt(1 + ln 8 / ln 40)); prompt 1 is past 40 positions, so it takes the long factors.
         "phi3": dict(
             config="Phi3Config", model="Phi3ForCausalLM",
-            kwargs=dict(common, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, hidden_act="silu", max_position_embeddings=256,
-                        original_max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=10000.0,
+            kwargs=dict(common, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, hidden_act="silu", max_position_embeddings=320,
+                        original_max_position_embeddings=PHI3_ORIGINAL_MAX, rms_norm_eps=1e-5, rope_theta=10000.0,
                         partial_rotary_factor=0.75,
                         rope_scaling={"type": "longrope",
                                       "short_factor": [1.0, 1.05, 1.2, 1.6, 2.5, 4.0],
@@ -164,11 +165,11 @@ def families(vocab, bos, eos):
             }),
         # Gemma-3-4b's text fields: head_dim 256 independent of hidden / heads, query_pre_attn_scalar,
         # rope_theta 1e6 (global, linear scaling factor 8) and rope_local_base_freq 1e4 (sliding layers),
-        # sliding_window_pattern 6 (here 2: layers 0 and 2 sliding, 1 and 3 global), (1 + w) norms,
+        # sliding_window_pattern 6 (here 2: layer 0 sliding, layer 1 global), (1 + w) norms,
         # GELU-tanh, tied embeddings scaled by sqrt(hidden). Window 8 (prompt 1 is longer).
         "gemma3_text": dict(
             config="Gemma3TextConfig", model="Gemma3ForCausalLM",
-            kwargs=dict(common, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+            kwargs=dict(common, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                         num_key_value_heads=2, head_dim=32, hidden_activation="gelu_pytorch_tanh",
                         max_position_embeddings=1024, rms_norm_eps=1e-6, query_pre_attn_scalar=24,
                         rope_theta=1000000.0, rope_local_base_freq=10000.0,
@@ -185,7 +186,7 @@ def families(vocab, bos, eos):
         # alternating sliding/global layers, query_pre_attn_scalar, no q/k norms.
         "gemma2": dict(
             config="Gemma2Config", model="Gemma2ForCausalLM",
-            kwargs=dict(common, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            kwargs=dict(common, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                         num_key_value_heads=2, head_dim=16, hidden_activation="gelu_pytorch_tanh",
                         max_position_embeddings=1024, rms_norm_eps=1e-6, query_pre_attn_scalar=16,
                         rope_theta=10000.0, sliding_window=8, final_logit_softcapping=3.0,
@@ -197,20 +198,22 @@ def families(vocab, bos, eos):
                 "o-down-r2": dict(r=2, lora_alpha=16, target_modules=["o_proj", "down_proj"]),
             }),
         # Qwen3-30B-A3B's fields: routed experts (moe_intermediate_size), norm_topk_prob, head_dim, q/k norms;
-        # mlp_only_layers [1] makes layer 1 dense (intermediate_size) between MoE layers 0 and 2.
+        # mlp_only_layers [1] makes layer 1 dense (intermediate_size) after MoE layer 0.
         "qwen3_moe": dict(
             config="Qwen3MoeConfig", model="Qwen3MoeForCausalLM",
-            kwargs=dict(common, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+            kwargs=dict(common, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=2, head_dim=32, hidden_act="silu",
                         max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=1000000.0, rope_scaling=None,
                         tie_word_embeddings=False, attention_bias=False, use_sliding_window=False, sliding_window=None,
                         decoder_sparse_step=1, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
                         mlp_only_layers=[1]),
             template=QWEN3_TEMPLATE, chat_vars=[{}, {"enable_thinking": False}],
+            # PEFT allows one set of target parameters across adapters, and its ParamWrapper (expert LoRA)
+            # refuses mixed batches: the mixed batch falls back to the attention-only adapters.
             adapters={
                 "attn-r8": dict(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
-                "dense-mlp-r4": dict(r=4, lora_alpha=8, target_modules=["gate_proj", "up_proj", "down_proj"]),
-                "experts-r2": dict(r=2, lora_alpha=4, target_modules=[],
+                "qo-r4-rslora": dict(r=4, lora_alpha=8, use_rslora=True, target_modules=["q_proj", "o_proj"]),
+                "experts-r2": dict(r=2, lora_alpha=4, target_modules=["v_proj", "gate_proj", "up_proj", "down_proj"],
                                    target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]),
             }),
     }
@@ -234,6 +237,17 @@ def greedy(model, ids, n=GEN, device=CPU):
         out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False,
                              eos_token_id=None, pad_token_id=0)
     return out[0, len(ids):].tolist()
+
+
+def positions(n):
+    """The prompt positions whose logits are stored (every 5th and the last), to keep the fixtures small."""
+    return sorted(set(range(0, n, 5)) | {n - 1})
+
+
+def logits_at(model, ids):
+    with torch.no_grad():
+        full = model(input_ids=torch.tensor([ids])).logits[0].float()
+    return full[positions(len(ids))].contiguous()
 
 
 def perturb(model):
@@ -279,9 +293,12 @@ def do_family(fam, spec, tok, tensors, meta):
     meta[fam] = m
     prompt_ids = [ids_of(ftok(p)) for p in PROMPTS]
     m["prompt_ids"] = prompt_ids
+    m["logit_positions"] = [positions(len(ids)) for ids in prompt_ids]
+    if not (len(prompt_ids[0]) + GEN <= PHI3_ORIGINAL_MAX < len(prompt_ids[1])):
+        note(meta, f"{fam}: prompt lengths {[len(x) for x in prompt_ids]} do not straddle Phi-3's original {PHI3_ORIGINAL_MAX} positions")
     with torch.no_grad():
         for i, ids in enumerate(prompt_ids):
-            tensors[f"{fam}.base.prompt{i}.logits"] = model(input_ids=torch.tensor([ids])).logits[0].float().contiguous()
+            tensors[f"{fam}.base.prompt{i}.logits"] = logits_at(model, ids)
             m["prompts"][f"prompt{i}"] = {"greedy_new_ids": greedy(model, ids)}
 
     # chats on the base model (apply_chat_template from the saved files)
@@ -315,19 +332,22 @@ def do_family(fam, spec, tok, tensors, meta):
         a = {"config": spec["adapters"][name], "prompts": {}}
         with torch.no_grad():
             for i, ids in enumerate(prompt_ids):
-                tensors[f"{fam}.{name}.prompt{i}.logits"] = pm(input_ids=torch.tensor([ids])).logits[0].float().contiguous()
+                tensors[f"{fam}.{name}.prompt{i}.logits"] = logits_at(pm, ids)
                 a["prompts"][f"prompt{i}"] = {"greedy_new_ids": greedy(pm, ids)}
         m["adapters"][name] = a
-    # mixed batch: one row per adapter and a base row on prompt 0; last position's logits
-    try:
-        ids = prompt_ids[0]
-        an = names + ["__base__"]
-        with torch.no_grad():
-            logits = pm(input_ids=torch.tensor([ids] * len(an)), adapter_names=an).logits[:, -1].float()
-        tensors[f"{fam}.mixed.last_logits"] = logits.contiguous()
-        m["mixed"] = {"adapter_names": an, "prompt": 0}
-    except Exception as e:
-        note(meta, f"{fam}: mixed batch failed: {e!r}")
+    # mixed batch: one row per adapter and a base row on prompt 0; last position's logits. Adapters PEFT
+    # cannot mix (expert parameters) are left out, and the note says so.
+    mixable = [n for n in names if not spec["adapters"][n].get("target_parameters")]
+    for an in (names + ["__base__"], mixable + ["__base__"]):
+        try:
+            ids = prompt_ids[0]
+            with torch.no_grad():
+                logits = pm(input_ids=torch.tensor([ids] * len(an)), adapter_names=an).logits[:, -1].float()
+            tensors[f"{fam}.mixed.last_logits"] = logits.contiguous()
+            m["mixed"] = {"adapter_names": an, "prompt": 0}
+            break
+        except Exception as e:
+            note(meta, f"{fam}: mixed batch of {an} failed: {e!r}")
 
 
 def cuda_bf16(fams, meta):
