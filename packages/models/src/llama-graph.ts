@@ -305,8 +305,11 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
         const limit = opts.windowLimit ?? 8192;
         const table = b.constant(Array.from({ length: limit }, (_, i) => i), 'f32', [limit]);
         const slots = b.reshape(b.slice(table, 0, 0, parseDim(keyLen)), [1, 1, 1, -1]);
+        // Each query's own cache slot, the new positions at the end of the keys (as the attention
+        // op's causality aligns them): past + i.
+        const qSlots = b.reshape(b.slice(table, 0, cached ? parseDim('past') : 0, parseDim(keyLen)), [1, 1, 'seq', 1]);
         const q = b.reshape(posF, ['batch', 1, 'seq', 1]);
-        return { slots, q };
+        return { slots, qSlots, q };
       })
     : undefined;
   const windowMaskOf = new Map<number, Value>();
@@ -323,10 +326,10 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
     }
     return m;
   };
-  /** Causal visibility from positions (j ≤ p) as an additive mask, for the composed (soft-capped) attention. */
+  /** Causality as the attention op's (key j visible to query i iff j ≤ past + i) as an additive mask, for the composed (soft-capped) attention. */
   const causalMask = (): Value => {
-    const { slots, q } = slotInfo!;
-    const visible = b.minimum(b.maximum(b.add(b.sub(q, slots), b.scalar(1)), b.scalar(0)), b.scalar(1));
+    const { slots, qSlots } = slotInfo!;
+    const visible = b.minimum(b.maximum(b.add(b.sub(qSlots, slots), b.scalar(1)), b.scalar(0)), b.scalar(1));
     return b.mul(b.sub(b.scalar(1), visible), b.scalar(MASK_VALUE));
   };
   const scale = cfg.attentionScale;
