@@ -102,7 +102,7 @@ const schema = z.looseObject({
   rope_theta: z.number().positive().optional(),
   rope_parameters: ropeSchema.nullish(),
   rope_scaling: ropeSchema.nullish(),
-  tie_word_embeddings: z.boolean().optional().default(false),
+  tie_word_embeddings: z.boolean().optional(),
   attention_bias: z.boolean().optional().default(false),
   mlp_bias: z.boolean().optional().default(false),
   max_position_embeddings: pos.optional().default(2048),
@@ -242,10 +242,16 @@ export function parseLlamaConfig(text: string, file = 'config.json'): LlamaConfi
   } catch (e) {
     throw new ModelError(ModelCode.BAD_CONFIG, `${file} is not JSON: ${errorMessage(e)}`, { cause: e });
   }
+  // Gemma 3's multimodal wrapper (gemma-3-4b and up) serves as its text model: the text_config's
+  // fields, the wrapper's token ids where the text config has none.
+  const wrapper = raw as { model_type?: unknown; text_config?: unknown; eos_token_id?: unknown; bos_token_id?: unknown } | null;
+  if (wrapper?.model_type === 'gemma3' && typeof wrapper.text_config === 'object' && wrapper.text_config !== null) {
+    raw = { eos_token_id: wrapper.eos_token_id, bos_token_id: wrapper.bos_token_id, ...(wrapper.text_config as Record<string, unknown>), model_type: 'gemma3_text', architectures: ['Gemma3ForConditionalGeneration'] };
+  }
   const type = (raw as { model_type?: unknown } | null)?.model_type;
   if (typeof type !== 'string' || !SUPPORTED.has(type)) {
     const arch = (raw as { architectures?: unknown } | null)?.architectures;
-    const hint = type === 'gemma3' ? '; Gemma 3 runs as its text model: a checkpoint saved from Gemma3ForCausalLM (model_type gemma3_text)' : '';
+    const hint = type === 'gemma3' ? '; a gemma3 config needs its text_config' : '';
     throw new ModelError(ModelCode.UNSUPPORTED_ARCH, `${file}: model_type ${JSON.stringify(type)}${Array.isArray(arch) ? ` (${arch.join(', ')})` : ''} is not a supported architecture (supported: ${SUPPORTED_MODEL_TYPES.join(', ')})${hint}`);
   }
   const parsed = schema.safeParse(raw);
@@ -311,7 +317,8 @@ export function parseLlamaConfig(text: string, file = 'config.json'): LlamaConfi
     rmsNormEps: c.rms_norm_eps,
     ropeTheta: theta,
     rope,
-    tieWordEmbeddings: c.tie_word_embeddings,
+    // Absent: transformers' config defaults (Gemma 2/3 tie, the others do not).
+    tieWordEmbeddings: c.tie_word_embeddings ?? gemma,
     attentionBias: c.attention_bias,
     mlpBias: c.mlp_bias,
     qkvBias: type === 'qwen2',
