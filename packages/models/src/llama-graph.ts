@@ -230,7 +230,11 @@ function loraFactory(lora: LlamaLoraShape): LinearFactory {
  * with a KV cache), with parameters named as in HF checkpoints
  * (`model.layers.0.self_attn.q_proj.weight`). Inputs: `input_ids` i64[batch, seq] and
  * `position_ids` i64[batch, seq]. Output: `logits` f32[batch, seq, vocab]. Only shapes are needed,
- * so a 7B-shaped graph builds without weights.
+ * so a 7B-shaped graph builds without weights. The shape's family fields (`LlamaShape`: q/k norms,
+ * norm layout, fused projections, partial rotary, per-layer windows, soft-capping, …) make the
+ * Qwen3, Qwen3-MoE, OLMo 2, Phi-3, Gemma 2 and Gemma 3 decoders; their new math is composed from
+ * existing ops (masks from a sliced slot table and clamped differences, soft-capped attention from
+ * matmul/tanh/softmax, longrope's table choice as a 0/1 weight), so every executor runs it.
  */
 export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): Graph {
   const H = cfg.hiddenSize;
