@@ -5,7 +5,7 @@ import { CausalLM } from '@stageml/models';
 import { writeSafetensors } from '@stageml/safetensors';
 import { parseIds, parseNames } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
-import { resolveExecutor } from '../executors.js';
+import { probeShapeOf, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
 import { errorMessage } from '@stageml/ir';
 
@@ -22,7 +22,8 @@ interface RunOptions {
 
 /** Loads a model and the adapters named by `--adapter DIR` or `--adapters DIR` (one per subdirectory). */
 export async function loadModelWithAdapters(opts: { model: string; adapter?: string | undefined; adapters?: string | undefined; executor?: string | undefined }): Promise<{ lm: CausalLM; single: string | undefined }> {
-  const lm = await CausalLM.load(opts.model, { executor: await resolveExecutor(opts.executor) });
+  const shape = opts.executor === 'auto' ? await probeShapeOf(opts.model, { maxBatch: 1 }) : undefined;
+  const lm = await CausalLM.load(opts.model, { executor: await resolveExecutor(opts.executor, { shape }) });
   let single: string | undefined;
   if (opts.adapter !== undefined) single = (await lm.loadAdapter(opts.adapter)).name;
   if (opts.adapters !== undefined) {

@@ -5,7 +5,7 @@ import { createServer } from '@stageml/server';
 import { errorMessage } from '@stageml/ir';
 import { parseAutoOnOff, parseHost, parseNonNegativeInt, parsePort, parsePositiveInt, parseSeconds } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
-import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
+import { EXECUTOR_NAMES, probeShapeOf, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
 import { parseBytes } from './plan.js';
 import { parseMaxError, quantizeOptions } from '../quantize.js';
@@ -138,7 +138,9 @@ export function registerServe(program: Command, io: CliIo): void {
         }
         config = parseRouterConfig(text, opts.config);
       }
-      const executor = await resolveExecutor(opts.executor, { log: (line) => { io.out(line); } });
+      const shapeDir = modelDir ?? opts.bundle;
+      const shape = shapeDir === undefined ? undefined : await probeShapeOf(shapeDir, { quantize, maxBatch: opts.maxBatch });
+      const executor = await resolveExecutor(opts.executor, { log: (line) => { io.out(line); }, shape });
       const server = await createServer({
         ...(modelDir === undefined ? {} : { modelDir }),
         ...(opts.bundle === undefined ? {} : { bundle: opts.bundle }),

@@ -75,6 +75,21 @@ function compilerVersion(cxx: string): string {
 let loaded: CpuAddon | undefined;
 
 /**
+ * A short identity of the addon `loadCpuAddon` loads here, without loading it: the prebuilt file
+ * named by `STAGEML_CPU_ADDON`, else a hash of the kernels' source and build flags. It changes
+ * whenever the kernels do, so choices measured on an older build (`selectExecutor`'s cache) are not reused.
+ */
+export function cpuAddonBuildId(): string {
+  const prebuilt = process.env[NATIVE_ADDON_ENV];
+  if (prebuilt !== undefined && prebuilt !== '') return `file ${prebuilt}`;
+  try {
+    return `source ${createHash('sha256').update(readFileSync(sourcePath())).update(FLAGS.join(' ')).digest('hex').slice(0, 12)}`;
+  } catch {
+    return 'missing';
+  }
+}
+
+/**
  * The compiled addon, built on first use with the machine's C++ compiler (`CXX`, default g++;
  * `-O3 -march=native`) into `native/cpu/build` beside the source, or `STAGEML_NATIVE_CACHE`, or
  * `~/.cache/stageml` when the package directory is read-only; keyed by the source, flags, compiler,
