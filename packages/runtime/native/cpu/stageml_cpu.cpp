@@ -1,5 +1,9 @@
-// The `cpu-native` executor's program runner and kernels (Node-API addon, built on first use by
-// src/native/build.ts with the machine's g++ -O3 -march=native).
+// The `cpu-native` executor's program runner and kernels (Node-API addon). On linux-x64 it ships
+// prebuilt in three variants (-march=x86-64-v3: AVX2 + FMA, the generic loops vectorized by the
+// compiler; x86-64-v4: the AVX-512 paths; x86-64-v4 + VNNI: the int8 dot products too), chosen at
+// load by src/native/addon.ts from the CPU's flags; elsewhere, or when no variant fits, it is
+// built on first use with the machine's g++ -O3 -march=native. scripts/build-cpu-prebuilt.mjs
+// rebuilds the prebuilt files; a test checks they were built from this source.
 //
 // A program is what src/native/compile.ts encodes from an IR graph: symbolic dimension
 // expressions, a value table (dtype, shape as expression ids, where the value lives) and a list of
@@ -2042,6 +2046,8 @@ napi_value js_isa(napi_env env, napi_callback_info) {
   napi_create_string_utf8(env, "avx512-vnni", NAPI_AUTO_LENGTH, &isa);
 #elif defined(SML_AVX512)
   napi_create_string_utf8(env, "avx512", NAPI_AUTO_LENGTH, &isa);
+#elif defined(__AVX2__) && defined(__FMA__)
+  napi_create_string_utf8(env, "avx2", NAPI_AUTO_LENGTH, &isa);
 #else
   napi_create_string_utf8(env, "generic", NAPI_AUTO_LENGTH, &isa);
 #endif

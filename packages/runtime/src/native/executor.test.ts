@@ -20,7 +20,8 @@ function rand(n: number, seed: number, scale = 1): Float32Array {
 describe('cpu-native kernels', () => {
   test('reports what it runs on', () => {
     expect(executor.name).toBe('cpu-native');
-    expect(['avx512-vnni', 'avx512', 'generic']).toContain(executor.isa);
+    expect(['avx512-vnni', 'avx512', 'avx2', 'generic']).toContain(executor.isa);
+    expect(executor.build).toMatch(/^(prebuilt (avx512-vnni|avx512|avx2)|source|file)$/);
     expect(executor.threads).toBe(2);
   });
 

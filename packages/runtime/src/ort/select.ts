@@ -384,6 +384,12 @@ async function writeCache(file: string, key: string, entry: CacheEntry): Promise
   }
 }
 
+/** ` (prebuilt avx512-vnni)` for an executor that says where its build came from (cpu-native), else nothing. */
+function buildOf(executor: Executor): string {
+  const build = (executor as { build?: unknown }).build;
+  return typeof build === 'string' ? ` (${build})` : '';
+}
+
 function formatMs(probeMs: Partial<Record<ExecutorName, readonly number[]>>): string {
   return Object.entries(probeMs).map(([n, ms]) => `${n} ${ms.map((t) => (Number.isFinite(t) ? t.toFixed(2) : '–')).join(' + ')} ms`).join(', ');
 }
@@ -414,7 +420,7 @@ async function choose(candidates: readonly ExecutorName[], fallbacks: readonly E
     if (hit !== undefined && (candidates.includes(hit.name) || fallbacks.includes(hit.name))) {
       try {
         const executor = await createExecutorByName(hit.name);
-        return { executor, name: hit.name, source: 'cache', probeMs: hit.probeMs, reason: `'${hit.name}' from the probe of this model's step (${describeShape(shape)}) cached in ${cacheFile} on ${hit.date}: ${formatMs(hit.probeMs)}` };
+        return { executor, name: hit.name, source: 'cache', probeMs: hit.probeMs, reason: `'${hit.name}'${buildOf(executor)} from the probe of this model's step (${describeShape(shape)}) cached in ${cacheFile} on ${hit.date}: ${formatMs(hit.probeMs)}` };
       } catch {
         // The cached executor no longer loads (e.g. onnxruntime-node was removed): measure again.
       }
@@ -456,7 +462,7 @@ async function choose(candidates: readonly ExecutorName[], fallbacks: readonly E
     name: winner,
     source: 'probe',
     probeMs,
-    reason: `'${winner}' is fastest on this model's step (${describeShape(shape)}): ${formatMs(probeMs)}${skipped}${saved}`,
+    reason: `'${winner}'${buildOf(executors.get(winner)!)} is fastest on this model's step (${describeShape(shape)}): ${formatMs(probeMs)}${skipped}${saved}`,
   };
 }
 
