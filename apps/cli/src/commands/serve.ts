@@ -7,6 +7,7 @@ import { parseAutoOnOff, parseHost, parseNonNegativeInt, parsePort, parsePositiv
 import { CliCode, CliError } from '../errors.js';
 import { EXECUTOR_NAMES, probeShapeOf, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
+import { inPhase } from '../progress.js';
 import { parseBytes } from './plan.js';
 import { parseMaxError, quantizeOptions } from '../quantize.js';
 
@@ -128,7 +129,7 @@ export function registerServe(program: Command, io: CliIo): void {
       const quantize = quantizeOptions(opts.quantize, opts.maxError);
       // Checked before the executor starts; the executor's name decides the default.
       serveDtypes(opts.dtype, opts.adapterDtype, '');
-      let config;
+      let config: ReturnType<typeof parseRouterConfig> | undefined;
       if (opts.config !== undefined) {
         let text: string;
         try {
@@ -140,8 +141,8 @@ export function registerServe(program: Command, io: CliIo): void {
       }
       const shapeDir = modelDir ?? opts.bundle;
       const shape = shapeDir === undefined ? undefined : await probeShapeOf(shapeDir, { quantize, maxBatch: opts.maxBatch });
-      const executor = await resolveExecutor(opts.executor, { log: (line) => { io.out(line); }, shape });
-      const server = await createServer({
+      const executor = await inPhase(io, "measuring the executors on this model's step", () => resolveExecutor(opts.executor, { log: (line) => { io.out(line); }, shape }));
+      const server = await inPhase(io, `loading ${shapeDir ?? 'the model'}: weights, adapters, programs${quantize === undefined ? '' : ', quantizing'}`, () => createServer({
         ...(modelDir === undefined ? {} : { modelDir }),
         ...(opts.bundle === undefined ? {} : { bundle: opts.bundle }),
         ...(servedName === undefined ? {} : { modelName: servedName, modelAliases: aliases }),
@@ -172,7 +173,7 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.maxLoraRank === undefined ? {} : { maxLoraRank: opts.maxLoraRank }),
         ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
         ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
-      });
+      }));
       let address: string;
       try {
         address = await server.listen(opts.host, opts.port);
