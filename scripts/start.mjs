@@ -45,8 +45,8 @@ function proc(pid) {
 }
 
 /**
- * The package-manager processes above this one (npm, npx, pnpm, the node running them, the `sh -c`
- * pnpm runs this script with), nearest first; stops at the first other process (the user's shell).
+ * The package-manager processes above this one (npm, npx, pnpm and the `sh -c` lines they run each
+ * other and this script with), nearest first; stops at the first other process (the user's shell).
  */
 function launchers() {
   const out = [];
@@ -54,7 +54,8 @@ function launchers() {
   while (pid > 1) {
     const p = proc(pid);
     if (p === undefined) break;
-    const manager = /(^|[\s/])(npm|npx|pnpm|npm-cli\.js|npx-cli\.js|pnpm\.c?js)(\s|$|@)/.test(p.cmd) || /\bpnpm@/.test(p.cmd);
+    // `npm exec pnpm@… start`, `sh -c 'pnpm' start`, `pnpm start`, `node …/pnpm.cjs start`, `npx …`.
+    const manager = /\b(npm|npx|pnpm)\b/.test(p.cmd);
     const script = (p.name === 'sh' || p.name === 'dash' || p.name === 'bash') && p.cmd.includes('scripts/start.mjs');
     if (!manager && !script) break;
     out.push({ pid, start: p.start });
