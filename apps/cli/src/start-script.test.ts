@@ -1,6 +1,6 @@
 // scripts/start.mjs (`pnpm start`): stopping it stops the server, whether by a signal to it or by
 // the death of the package-manager process that started it (which does not forward signals).
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -46,11 +46,17 @@ async function listening(url: string): Promise<boolean> {
 const readyUrl = (text: string): string | undefined => /ready on (http:\/\/\S+)/.exec(text)?.[1];
 
 describe('pnpm start (scripts/start.mjs)', () => {
-  test('SIGTERM to the start command drains and stops the server', async () => {
-    const run = launch('scripts/start.mjs', ['--', '--port', '0', '--executor', 'interpreter']);
-    await until('the ready line', () => readyUrl(run.output()) !== undefined, 90_000);
+  test('SIGTERM to the start command drains and stops the server; its printed example runs', async () => {
+    const run = launch('scripts/start.mjs', ['--', '--port', '0', '--executor', 'interpreter', '--api-key', 'sekret']);
+    await until('the ready line', () => /try: .*\n/.test(run.output()), 90_000);
     const url = readyUrl(run.output())!;
     expect(await listening(url)).toBe(true);
+    // The printed example runs as printed, the key from $KEY (double quotes: the shell expands it).
+    const example = /try: (.*)\n/.exec(run.output())![1]!;
+    expect(example).toContain('-H "authorization: Bearer $KEY"');
+    const curl = spawnSync('sh', ['-c', example], { env: { ...process.env, KEY: 'sekret' }, encoding: 'utf8' });
+    expect(curl.status).toBe(0);
+    expect((JSON.parse(curl.stdout) as { choices?: unknown[] }).choices).toHaveLength(1);
     run.proc.kill('SIGTERM');
     expect(await run.exited).toBe(0);
     expect(run.output()).toContain('SIGTERM: draining in-flight requests');

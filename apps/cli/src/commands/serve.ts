@@ -185,7 +185,7 @@ export function registerServe(program: Command, io: CliIo): void {
       }
       const models = [server.modelName, ...server.lm.adapterNames];
       io.out(`stageml server ready on ${address} · model ${server.modelName} · adapters: ${server.lm.adapterNames.join(', ') || 'none'} · executor ${server.lm.executorName} (${server.lm.dtype}${server.lm.residentKv ? ', KV on the executor' : ''})`);
-      io.out(`try: curl -s ${address}/v1/completions -H 'content-type: application/json'${opts.apiKey === undefined ? '' : " -H 'authorization: Bearer $KEY'"} -d '{"model": "${models[1] ?? models[0]!}", "prompt": "The staged program", "max_tokens": 12, "temperature": 0}'`);
+      io.out(`try: curl -s ${address}/v1/completions -H 'content-type: application/json'${opts.apiKey === undefined ? '' : ' -H "authorization: Bearer $KEY"'} -d '{"model": "${models[1] ?? models[0]!}", "prompt": "The staged program", "max_tokens": 12, "temperature": 0}'`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {
           io.out(`${signal}: draining in-flight requests…`);

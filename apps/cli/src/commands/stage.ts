@@ -168,7 +168,7 @@ async function stageModel(opts: StageOptions, dir: string, io: CliIo): Promise<{
  * constants.safetensors, and residual.json, the IR's JSON form for Python hosts; for a model also
  * plan.json, the serving plan of its adapters under `--budget`, rewrite.json, the rewrite library's
  * log, and `source` in the manifest, the model and adapter directories `serve --bundle` loads). `--dtype bf16|f16|checkpoint` converts the residual to that compute
- * dtype (inputs and outputs stay f32; GPU code generators need bf16/f16); `--adapter-dtype f32|same` says whether the LoRA term stays f32 as PEFT computes it (default) or is rounded to it.
+ * dtype (inputs and outputs stay f32; `gen cuda` needs bf16/f16, `gen triton` takes f32 too); `--adapter-dtype f32|same` says whether the LoRA term stays f32 as PEFT computes it (default) or is rounded to it.
  */
 export function registerStage(program: Command, io: CliIo): void {
   program
@@ -182,7 +182,7 @@ export function registerStage(program: Command, io: CliIo): void {
     .option('--weights <file>', 'values of the bare graph parameters (.safetensors)')
     .requiredOption('--cutoff <stage>', 'the last stage computed ahead of time (model: base, adapter, …; graph: static)')
     .requiredOption('--out <dir>', 'the bundle directory to write')
-    .option('--dtype <dtype>', 'compute dtype of the residual: f32, bf16, f16, or checkpoint (the float dtype the checkpoint stores; for GPU targets: gen triton|cuda need bf16/f16); inputs and outputs stay f32', parseStageDType, 'f32')
+    .option('--dtype <dtype>', 'compute dtype of the residual: f32, bf16, f16, or checkpoint (the float dtype the checkpoint stores; for GPU targets: gen triton takes any of them, gen cuda needs bf16/f16); inputs and outputs stay f32', parseStageDType, 'f32')
     .option('--adapter-dtype <dtype>', 'with --dtype bf16|f16: LoRA factors and their term in f32 (f32, as PEFT computes them on a bf16/f16 base) or rounded to the compute dtype (same: the form gen triton|cuda and the fused GPU kernel take)', parseStageAdapterDType, 'f32')
     .option('--force', 'replace an existing bundle directory')
     .option('--json', 'print the manifest as JSON')
