@@ -6,8 +6,9 @@ import { createServer } from '@stageml/server';
 import { errorMessage } from '@stageml/ir';
 import { parseAutoOnOff, parseHost, parseNonNegativeInt, parsePort, parsePositiveInt, parseSeconds } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
-import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
+import { EXECUTOR_NAMES, probeShapeOf, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
+import { inPhase } from '../progress.js';
 import { parseBytes } from './plan.js';
 import { parseMaxError, quantizeOptions } from '../quantize.js';
 
@@ -161,7 +162,7 @@ export function registerServe(program: Command, io: CliIo): void {
       const quantize = quantizeOptions(opts.quantize, opts.maxError);
       // Checked before the executor starts; the executor's name decides the default.
       serveDtypes(opts.dtype, opts.adapterDtype, '');
-      let config;
+      let config: ReturnType<typeof parseRouterConfig> | undefined;
       if (opts.config !== undefined) {
         let text: string;
         try {
@@ -171,10 +172,12 @@ export function registerServe(program: Command, io: CliIo): void {
         }
         config = parseRouterConfig(text, opts.config);
       }
-      const executor = await resolveExecutor(opts.executor, { log: (line) => { io.out(line); } });
+      const shapeDir = modelDir ?? opts.bundle;
+      const shape = shapeDir === undefined ? undefined : await probeShapeOf(shapeDir, { quantize, maxBatch });
+      const executor = await inPhase(io, "measuring the executors on this model's step", () => resolveExecutor(opts.executor, { log: (line) => { io.out(line); }, shape }));
       const deviceTotal = (executor as { readonly info?: { readonly memory?: { readonly total: number } } }).info?.memory?.total;
       if (opts.gpuMemoryUtilization !== undefined && deviceTotal === undefined) throw new CliError(CliCode.USAGE, `--gpu-memory-utilization needs an executor that reports its device's memory (--executor torch); '${executor.name}' does not`);
-      const server = await createServer({
+      const server = await inPhase(io, `loading ${shapeDir ?? 'the model'}: weights, adapters, programs${quantize === undefined ? '' : ', quantizing'}`, () => createServer({
         ...(modelDir === undefined ? {} : { modelDir }),
         ...(opts.bundle === undefined ? {} : { bundle: opts.bundle }),
         ...(servedName === undefined ? {} : { modelName: servedName, modelAliases: aliases }),
@@ -205,7 +208,7 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.maxLoraRank === undefined ? {} : { maxLoraRank: opts.maxLoraRank }),
         ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
         ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
-      });
+      }));
       if (opts.gpuMemoryUtilization !== undefined) {
         // The server's defaults (--max-batch 32, --max-model-len the model's, the larger prefill budget).
         try {
@@ -234,7 +237,7 @@ export function registerServe(program: Command, io: CliIo): void {
       }
       const models = [server.modelName, ...server.lm.adapterNames];
       io.out(`stageml server ready on ${address} · model ${server.modelName} · adapters: ${server.lm.adapterNames.join(', ') || 'none'} · executor ${server.lm.executorName} (${server.lm.dtype}${server.lm.residentKv ? ', KV on the executor' : ''})`);
-      io.out(`try: curl -s ${address}/v1/completions -H 'content-type: application/json'${opts.apiKey === undefined ? '' : " -H 'authorization: Bearer $KEY'"} -d '{"model": "${models[1] ?? models[0]!}", "prompt": "The staged program", "max_tokens": 12, "temperature": 0}'`);
+      io.out(`try: curl -s ${address}/v1/completions -H 'content-type: application/json'${opts.apiKey === undefined ? '' : ' -H "authorization: Bearer $KEY"'} -d '{"model": "${models[1] ?? models[0]!}", "prompt": "The staged program", "max_tokens": 12, "temperature": 0}'`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {
           io.out(`${signal}: draining in-flight requests…`);
