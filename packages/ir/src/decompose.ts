@@ -1,16 +1,17 @@
+import { isDecomposedRule } from './backend-rule.js';
 import { GraphBuilder, type Value } from './builder.js';
-import type { Graph, ValueId } from './graph.js';
+import type { Graph, OpNode, ValueId } from './graph.js';
 import { OPS, OP_KEYS, type OpKey, opDef } from './ops/index.js';
 
 /** The ops of the registry that have a decomposition into primitive ops (composites). */
 export const COMPOSITE_OPS: readonly OpKey[] = OP_KEYS.filter((k) => opDef(k).decompose !== undefined);
 
 /**
- * Rewrites `g` with every composite op for which `expand(op)` holds (default: all) replaced by its
- * decomposition into primitive ops. Inputs, parameters and outputs keep their names and order; the
+ * Rewrites `g` with every composite op for which `expand(op, attrs)` holds (default: all) replaced
+ * by its decomposition into primitive ops (a backend may fuse one form of an op and expand others). Inputs, parameters and outputs keep their names and order; the
  * input graph is not modified. A backend with no fused rule for a composite lowers this instead.
  */
-export function expandComposites(g: Graph, expand: (op: OpKey) => boolean = () => true): Graph {
+export function expandComposites(g: Graph, expand: (op: OpKey, attrs: OpNode['attrs']) => boolean = () => true): Graph {
   const b = new GraphBuilder(g.name);
   const env = new Map<ValueId, Value>();
   for (const n of g.nodes) {
@@ -23,9 +24,17 @@ export function expandComposites(g: Graph, expand: (op: OpKey) => boolean = () =
     const decompose = OPS[n.op].decompose as ((b: GraphBuilder, operands: readonly Value[], attrs: unknown) => Value[]) | undefined;
     const names = n.results.map((r) => g.values[r]!.name);
     const out =
-      decompose !== undefined && expand(n.op) ? decompose(b, operands, n.attrs) : b.apply(n.op, operands, n.attrs, names.length === 1 ? { name: names[0]! } : { names });
+      decompose !== undefined && expand(n.op, n.attrs) ? decompose(b, operands, n.attrs) : b.apply(n.op, operands, n.attrs, names.length === 1 ? { name: names[0]! } : { names });
     n.results.forEach((r, i) => env.set(r, out[i]!));
   }
   for (const o of g.outputs) b.output(o.name, env.get(o.value)!);
   return b.build();
+}
+
+/**
+ * Expands the composite ops whose entry in a backend's exhaustive rule table is `decomposed`
+ * (`decomposedRule`); other nodes are kept. What a backend driver runs before lowering `g`.
+ */
+export function expandDecomposed(g: Graph, rules: Readonly<Record<OpKey, unknown>>): Graph {
+  return g.nodes.some((n) => n.kind === 'op' && isDecomposedRule(rules[n.op])) ? expandComposites(g, (op) => isDecomposedRule(rules[op])) : g;
 }

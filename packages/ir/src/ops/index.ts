@@ -35,6 +35,7 @@ import { linear, matmul } from './linalg.js';
 import { groupedMatmul } from './moe.js';
 import { quantizedLinear } from './quant.js';
 import { attention, randomUniform, rotary } from './nn.js';
+import { cachedAttention, loraBank } from './serving.js';
 import { argmax, layerNorm, max, mean, rmsNorm, softmax, sum } from './reduce.js';
 import { broadcastTo, concat, reshape, slice, transpose } from './shape.js';
 
@@ -99,6 +100,8 @@ export const OPS = {
   topk,
   rotary,
   attention,
+  loraBank,
+  cachedAttention,
 } as const;
 
 /** Registry key of an op (`matmul`, `rmsNorm`). */

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type Graph, type HostTensor, graphToJson, typeToString } from '@stageml/ir';
+import { type Graph, type HostTensor, type OpKey, expandComposites, graphToJson, typeToString } from '@stageml/ir';
 import { CacheLostError, RuntimeCode, type RuntimeErrorCode, RuntimeError } from '../errors.js';
 import { type CacheRun, type Executor, type PreparedGraph, type RowSample, type RunOptions, checkInputs, checkRowSamples, inputGeneration, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
@@ -15,6 +15,9 @@ export const TORCH_PYTHON_ENV = 'STAGEML_PYTHON';
 export const TORCH_PATH_ENV = 'STAGEML_TORCH_PATH';
 /** Environment variable choosing the worker's device (`auto`, `cpu`, `cuda`, `cuda:1`, …). */
 export const TORCH_DEVICE_ENV = 'STAGEML_TORCH_DEVICE';
+
+/** The composite ops the worker runs with handlers of its own (native/stageml_torch/ops.py `OPS`); others are expanded. */
+export const TORCH_WORKER_COMPOSITES: ReadonlySet<OpKey> = new Set<OpKey>(['rmsNorm', 'rotary', 'attention']);
 
 const APT_HINT = 'install Python 3 and PyTorch (Debian/Ubuntu: apt-get install python3 python3-torch; a CUDA host: pip install torch), or point STAGEML_PYTHON at an interpreter that has torch';
 
@@ -482,7 +485,9 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       await starting?.catch(() => undefined);
       await conn.close();
     },
-    async prepare(graph: Graph, weights?: ValueSource): Promise<TorchPreparedGraph> {
+    async prepare(source: Graph, weights?: ValueSource): Promise<TorchPreparedGraph> {
+      // Composites the worker has no handler for (ops.py `OPS`) go as their primitive ops.
+      const graph = expandComposites(source, (op) => !TORCH_WORKER_COMPOSITES.has(op));
       const { values, bindings } = resolveWeights(graph, weights);
       const params: Record<string, HostTensor> = {};
       for (const [k, v] of values) params[k] = v;
