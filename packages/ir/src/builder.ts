@@ -432,12 +432,11 @@ export class GraphBuilder {
     return this.op('attention', mask === undefined ? [q, k, v] : [q, k, v, mask], attrs);
   }
   /**
-   * A linear layer plus per-row adapter updates from slot tables (`loraBank`); `select` is the
-   * grouped form's row → group one-hot or the single form's row mask (absent for `gathered`).
+   * Per-row adapter updates from slot tables added to `base` (`loraBank`); `select` is the grouped
+   * form's row → group one-hot or the single form's row mask (absent for `gathered`).
    */
-  loraBank(form: 'gathered' | 'grouped' | 'single', x: Value, weight: Value, A: Value, B: Value, index: Value, select?: Value, bias?: Value): Value {
-    const rest = form === 'gathered' ? [] : [select!];
-    return this.op('loraBank', [x, weight, A, B, index, ...rest, ...(bias === undefined ? [] : [bias])], { form });
+  loraBank(form: 'gathered' | 'grouped' | 'single', x: Value, base: Value, A: Value, B: Value, index: Value, select?: Value): Value {
+    return this.op('loraBank', select === undefined ? [x, base, A, B, index] : [x, base, A, B, index, select], { form });
   }
   /** Attention over a position-major resident KV cache plus the step's keys and values (`cachedAttention`). */
   cachedAttention(q: Value, pastK: Value, pastV: Value, k: Value, v: Value, attrs: AttrsIn<'cachedAttention'> = {}, mask?: Value): Value {

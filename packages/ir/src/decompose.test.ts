@@ -105,14 +105,14 @@ describe('every composite op', () => {
     });
   });
 
-  it('loraBank expands to the primitive graph of its form (gathered: two gathered matmuls over the base linear)', () => {
+  it('loraBank expands to the primitive graph of its form (gathered: two gathered matmuls added to the base)', () => {
     const b = new GraphBuilder('bank');
     const x = b.input('x', ['f32', ['batch', 'seq', 4]]);
     const w = b.param('w', ['f32', [3, 4]]);
     const A = b.input('A', ['f32', [2, 2, 4]]);
     const B = b.input('B', ['f32', [2, 2, 3]]);
     const rows = b.input('rows', ['i64', ['batch']]);
-    b.output('y', b.loraBank('gathered', x, w, A, B, rows));
+    b.output('y', b.loraBank('gathered', x, b.linear(x, w), A, B, rows));
     expect(graphOps(expandComposites(b.build())).map((o) => o.op)).toEqual(['linear', 'gather', 'matmul', 'gather', 'matmul', 'add']);
   });
 
@@ -136,7 +136,9 @@ describe('every composite op', () => {
     const A = b.input('A', ['f32', [2, 2, 4]]);
     const B = b.input('B', ['f32', [2, 2, 3]]);
     const one = b.input('one', ['i64', []]);
-    expect(() => b.loraBank('single', x, w, A, B, one, b.input('mask', ['f32', [2, 3]]))).toThrow(/single: select must be \[2, 1, 1\]/);
-    expect(() => b.loraBank('gathered', x, w, A, B, one)).toThrow(/gathered: index must be \[2\]/);
+    const base = b.linear(x, w);
+    expect(() => b.loraBank('single', x, base, A, B, one, b.input('mask', ['f32', [2, 3]]))).toThrow(/single: select must be \[2, 1, 1\]/);
+    expect(() => b.loraBank('gathered', x, base, A, B, one)).toThrow(/gathered: index must be \[2\]/);
+    expect(() => b.loraBank('gathered', x, w, A, B, b.input('rows', ['i64', [2]]))).toThrow(/base must be \[2, 1, out\]/);
   });
 });

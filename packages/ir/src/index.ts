@@ -75,7 +75,7 @@ export { broadcastStrides, forEachIndex, hostTensor, scalar, sizeOf, stridesOf, 
 export type { HostTensor } from './tensor.js';
 export { defineOp, operandArity, snakeCase } from './op-def.js';
 export type { Decomposition, Effect, EvalContext, OpCost, OpDef, OpSpec, Trait } from './op-def.js';
-export { OPS, OP_KEYS, isOpKey, opDef, opKeyByName } from './ops/index.js';
+export { OPS, OP_KEYS, isOpKey, opDef, opKeyByName, registerOp } from './ops/index.js';
 export { type LoraBankForm, type LoraBankOperands, loraBankOperands } from './ops/serving.js';
 export { OP_GROUPS, TRAITS, hasTrait, opsWithTrait } from './op-groups.js';
 export { COMPOSITE_OPS, expandComposites, expandDecomposed } from './decompose.js';

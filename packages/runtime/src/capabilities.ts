@@ -1,47 +1,29 @@
-import { type DType, OP_KEYS, type OpKey } from '@stageml/ir';
-import { ONNX_RULES } from '@stageml/onnx-lower';
 import { TFJS_RULES, isTfjsBackend } from './tfjs/index.js';
-import { CPU_NATIVE_OPS } from './native/executor.js';
+import { type ExecutorCapabilities, capabilitiesOfTable } from './executor.js';
+import { INTERPRETER_CAPABILITIES } from './interpreter-executor.js';
+import { CPU_NATIVE_CAPABILITIES } from './native/executor.js';
+import { ortCapabilities } from './ort/executor.js';
+import { torchCapabilities } from './torch/executor.js';
 
-/** What an executor can run, as far as planning is concerned. */
-export interface ExecutorCapabilities {
-  /** Executor name (`interpreter`, `onnxruntime`, `tfjs-wasm`, …). */
-  readonly name: string;
-  /** Whether the executor runs op `op`. */
-  readonly supportsOp: (op: OpKey) => boolean;
-  /** Whether factors may be bound at request time (inputs supplied per run). */
-  readonly lateBinding: boolean;
-  /**
-   * Float dtypes its programs may compute in (what `Engine.load`'s `dtype` checks); undefined:
-   * f32 only.
-   */
-  readonly dtypes?: readonly DType[];
-  /**
-   * Whether its runs make `RunOptions.sample` picks where the results are, and that is worth it:
-   * the torch worker on CUDA (a sort and a few scans of the logits on the GPU against the whole
-   * vocabulary's logits crossing to the host). Undefined: the caller picks from the values (on the
-   * CPU torch worker the host's picks are faster: bench/results/torch-sample.md).
-   */
-  readonly devicePicks?: boolean;
-}
+export type { ExecutorCapabilities } from './executor.js';
 
-/** A backend's exhaustive rule table, as far as capabilities go: each op lowers or is unsupported. */
-export type RuleKinds = Readonly<Record<OpKey, { readonly kind: string }>>;
+/** A backend's exhaustive rule table, as far as capabilities go: each op lowers, decomposes or is unsupported. */
+export type RuleKinds = Parameters<typeof capabilitiesOfTable>[1];
 
-/** Capabilities of an executor whose ops are the `lower` entries of an exhaustive rule table. */
+/** Capabilities of an executor whose ops are the entries of an exhaustive rule table (`capabilitiesOfTable`). */
 export function capabilitiesFromRules(name: string, rules: RuleKinds, lateBinding = true): ExecutorCapabilities {
-  const supported = new Set(OP_KEYS.filter((op) => rules[op].kind !== 'unsupported'));
-  return { name, supportsOp: (op) => supported.has(op), lateBinding };
+  return { ...capabilitiesOfTable(name, rules), lateBinding };
 }
 
 type Provider = (name: string) => ExecutorCapabilities | undefined;
+// Each executor module owns its capabilities (`Executor.capabilities`); this table only answers for
+// executors named before one is created (planning by name).
 const providers: Provider[] = [
-  (name) => (name === 'interpreter' ? { name, supportsOp: () => true, lateBinding: true, dtypes: ['f64', 'f32', 'bf16', 'f16'] } : undefined),
-  // The torch worker (`torch-cpu`, `torch-cuda`) maps every op (conformance-tested) in every float dtype.
-  (name) => (name === 'torch-cpu' || name === 'torch-cuda' ? { name, supportsOp: () => true, lateBinding: true, dtypes: ['f64', 'f32', 'bf16', 'f16'], ...(name === 'torch-cuda' ? { devicePicks: true } : {}) } : undefined),
-  (name) => (name === 'onnxruntime' ? capabilitiesFromRules(name, ONNX_RULES) : undefined),
-  (name) => (name === 'cpu-native' ? { name, supportsOp: (op) => CPU_NATIVE_OPS.includes(op), lateBinding: true } : undefined),
-  (name) => (name.startsWith('tfjs-') && isTfjsBackend(name.slice('tfjs-'.length)) ? capabilitiesFromRules(name, TFJS_RULES) : undefined),
+  (name) => (name === 'interpreter' ? INTERPRETER_CAPABILITIES : undefined),
+  (name) => (name === 'torch-cpu' || name === 'torch-cuda' ? torchCapabilities(name === 'torch-cuda') : undefined),
+  (name) => (name === 'onnxruntime' ? ortCapabilities() : undefined),
+  (name) => (name === 'cpu-native' ? CPU_NATIVE_CAPABILITIES : undefined),
+  (name) => (name.startsWith('tfjs-') && isTfjsBackend(name.slice('tfjs-'.length)) ? capabilitiesOfTable(name, TFJS_RULES) : undefined),
 ];
 
 /**
@@ -53,10 +35,10 @@ export function registerExecutorCapabilities(provider: Provider): void {
 }
 
 /**
- * Capabilities of a known executor by name: `interpreter` and `torch-cpu`/`torch-cuda` run every
- * op in f32, bf16 and f16; `onnxruntime` and `tfjs-<backend>` run the ops their rule tables lower,
- * in f32; all bind late inputs. Undefined for a
- * name no provider knows.
+ * Capabilities of a known executor by name, before one is created (an executor object carries its
+ * own, `Executor.capabilities`): `interpreter` and `torch-cpu`/`torch-cuda` run every op in f32,
+ * bf16 and f16; `onnxruntime`, `cpu-native` and `tfjs-<backend>` run the ops their rule tables
+ * lower, in f32; all bind late inputs. Undefined for a name no provider knows.
  */
 export function executorCapabilities(name: string): ExecutorCapabilities | undefined {
   for (const p of providers) {

@@ -516,22 +516,21 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
     const out = c.range(1, 3);
     const slots = c.range(1, 3);
     const rank = c.range(1, 2);
-    const weight = param(ctx, dtype, [out, inDim]);
+    const base = ctx.b.linear(x, param(ctx, dtype, [out, inDim]), c.bool() ? param(ctx, dtype, [out]) : undefined);
     const A = param(ctx, dtype, [slots, rank, inDim]);
     const B = param(ctx, dtype, [slots, rank, out]);
-    const bias = c.bool() ? param(ctx, dtype, [out]) : undefined;
     // Slot indices as constants (always in range); the gathered form's per-row index needs a
     // static row count.
     if (isStaticDim(rows) && c.bool()) {
       const index = ctx.b.constant(Array.from({ length: rows }, () => c.int(slots)), 'i64', [rows]);
-      return [ctx.b.loraBank('gathered', x, weight, A, B, index, undefined, bias)];
+      return [ctx.b.loraBank('gathered', x, base, A, B, index)];
     }
     if (c.bool()) {
       const groups = c.range(1, slots);
       const index = ctx.b.constant(Array.from({ length: groups }, () => c.int(slots)), 'i64', [groups]);
-      return [ctx.b.loraBank('grouped', x, weight, A, B, index, param(ctx, dtype, [rows, groups]), bias)];
+      return [ctx.b.loraBank('grouped', x, base, A, B, index, param(ctx, dtype, [rows, groups]))];
     }
-    return [ctx.b.loraBank('single', x, weight, A, B, ctx.b.constant(c.int(slots), 'i64', []), param(ctx, dtype, [rows, 1, 1]), bias)];
+    return [ctx.b.loraBank('single', x, base, A, B, ctx.b.constant(c.int(slots), 'i64', []), param(ctx, dtype, [rows, 1, 1]))];
   },
   cachedAttention: (ctx, c) => {
     const q = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) >= 3);

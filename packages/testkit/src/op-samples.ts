@@ -274,14 +274,13 @@ export const opSamples: OpSamplers = {
         }),
     ),
   loraBank: fc
-    .tuple(dtypeOf(FLOAT), dim(1, 3), dim(1, 2), dim(1, 3), dim(1, 3), dim(1, 3), dim(1, 2), fc.constantFrom('gathered', 'grouped', 'single'), fc.boolean())
-    .chain(([dtype, rows, seq, inDim, out, slots, rank, form, bias]) =>
+    .tuple(dtypeOf(FLOAT), dim(1, 3), dim(1, 2), dim(1, 3), dim(1, 3), dim(1, 3), dim(1, 2), fc.constantFrom('gathered', 'grouped', 'single'))
+    .chain(([dtype, rows, seq, inDim, out, slots, rank, form]) =>
       fc.integer({ min: 1, max: slots }).chain((groups) => {
-        const head = tensors([t(dtype, [rows, seq, inDim]), t(dtype, [out, inDim]), t(dtype, [slots, rank, inDim]), t(dtype, [slots, rank, out])]);
+        const head = tensors([t(dtype, [rows, seq, inDim]), t(dtype, [rows, seq, out]), t(dtype, [slots, rank, inDim]), t(dtype, [slots, rank, out])]);
         const index = form === 'gathered' ? indices('i64', [rows], slots) : form === 'grouped' ? indices('i64', [groups], slots) : indices('i64', [], slots);
-        const select = form === 'gathered' ? [] : [t(dtype, form === 'grouped' ? [rows, groups] : [rows, 1, 1])];
-        const rest = tensors([...select, ...(bias ? [t(dtype, [out])] : [])]);
-        return fc.tuple(head, index, rest).map(([h, i, r]) => ({ operands: [...h, i, ...r], attrs: { form } }));
+        const select = tensors(form === 'gathered' ? [] : [t(dtype, form === 'grouped' ? [rows, groups] : [rows, 1, 1])]);
+        return fc.tuple(head, index, select).map(([h, i, r]) => ({ operands: [...h, i, ...r], attrs: { form } }));
       }),
     ),
   cachedAttention: fc

@@ -11,46 +11,42 @@ import { attention, attnDims, evalAttention } from './nn.js';
 /** How `loraBank` applies its slot factors (see `loraBank`). */
 export type LoraBankForm = 'gathered' | 'grouped' | 'single';
 
-/** The operands of a `loraBank` node, by role (its bias sits after `select` only where the form has one). */
+/** The operands of a `loraBank` node, by role (`select` only in the grouped and single forms). */
 export interface LoraBankOperands<T> {
   readonly x: T;
-  readonly weight: T;
+  readonly base: T;
   readonly A: T;
   readonly B: T;
   readonly index: T;
   readonly select: T | undefined;
-  readonly bias: T | undefined;
 }
 
-/** Splits a `loraBank` operand list by role for `form` (`gathered` has no `select`). */
-export function loraBankOperands<T>(operands: readonly T[], form: LoraBankForm): LoraBankOperands<T> {
-  const [x, weight, A, B, index] = operands as [T, T, T, T, T];
-  const selected = form !== 'gathered';
-  return { x, weight, A, B, index, select: selected ? operands[5] : undefined, bias: operands[selected ? 6 : 5] };
+/** Splits a `loraBank` operand list by role. */
+export function loraBankOperands<T>(operands: readonly T[]): LoraBankOperands<T> {
+  const [x, base, A, B, index, select] = operands as [T, T, T, T, T, T | undefined];
+  return { x, base, A, B, index, select };
 }
 
-/** Checks a `loraBank` node's operand types for `form`; returns its result type. */
+/** Checks a `loraBank` node's operand types for `form`; returns its result type (base's). */
 function inferLoraBank(types: readonly TensorType[], form: LoraBankForm): TensorType {
   const op = 'loraBank';
   const selected = form !== 'gathered';
-  const min = selected ? 6 : 5;
-  if (types.length < min || types.length > min + 1) {
-    shapeError(op, `form '${form}' takes ${String(min)} operands (x, weight, A, B, index${selected ? ', select' : ''}) and an optional bias, got ${String(types.length)}`);
+  if (types.length !== (selected ? 6 : 5)) {
+    shapeError(op, `form '${form}' takes the operands x, base, A, B, index${selected ? ', select' : ''}, got ${String(types.length)}`);
   }
-  const t = loraBankOperands(types, form);
+  const t = loraBankOperands(types);
   requireFloat(op, t.x);
-  const dtype = sameDType(op, [t.x, t.weight, t.A, t.B, ...(t.select === undefined ? [] : [t.select]), ...(t.bias === undefined ? [] : [t.bias])]);
+  const dtype = sameDType(op, [t.x, t.base, t.A, t.B, ...(t.select === undefined ? [] : [t.select])]);
   requireIndex(op, t.index, 'index');
   if (t.x.shape.length !== 3) shapeError(op, `x must be [rows, seq, in], got ${shapeToString(t.x.shape)}`);
-  const [rows, , inX] = t.x.shape as [Dim, Dim, Dim];
-  if (t.weight.shape.length !== 2 || !dimEquals(t.weight.shape[1]!, inX)) shapeError(op, `weight must be [out, ${dimToString(inX)}], got ${shapeToString(t.weight.shape)}`);
-  const out = t.weight.shape[0]!;
+  const [rows, seq, inX] = t.x.shape as [Dim, Dim, Dim];
+  if (t.base.shape.length !== 3 || !dimEquals(t.base.shape[0]!, rows) || !dimEquals(t.base.shape[1]!, seq)) shapeError(op, `base must be [${dimToString(rows)}, ${dimToString(seq)}, out], got ${shapeToString(t.base.shape)}`);
+  const out = t.base.shape[2]!;
   if (t.A.shape.length !== 3 || !dimEquals(t.A.shape[2]!, inX)) shapeError(op, `A must be [slots, rank, ${dimToString(inX)}], got ${shapeToString(t.A.shape)}`);
   const [slots, rank] = t.A.shape as [Dim, Dim];
   if (t.B.shape.length !== 3 || !dimEquals(t.B.shape[0]!, slots) || !dimEquals(t.B.shape[1]!, rank) || !dimEquals(t.B.shape[2]!, out)) {
     shapeError(op, `B must be [${dimToString(slots)}, ${dimToString(rank)}, ${dimToString(out)}], got ${shapeToString(t.B.shape)}`);
   }
-  if (t.bias !== undefined && (t.bias.shape.length !== 1 || !dimEquals(t.bias.shape[0]!, out))) shapeError(op, `bias must be [${dimToString(out)}], got ${shapeToString(t.bias.shape)}`);
   const idx = t.index.shape;
   if (form === 'gathered' && (idx.length !== 1 || !dimEquals(idx[0]!, rows))) shapeError(op, `gathered: index must be [${dimToString(rows)}] (a slot per row), got ${shapeToString(idx)}`);
   if (form === 'grouped') {
@@ -63,24 +59,23 @@ function inferLoraBank(types: readonly TensorType[], form: LoraBankForm): Tensor
     const sel = t.select!.shape;
     if (sel.length !== 3 || !dimEquals(sel[0]!, rows) || sel[1] !== 1 || sel[2] !== 1) shapeError(op, `single: select must be [${dimToString(rows)}, 1, 1], got ${shapeToString(sel)}`);
   }
-  return { dtype, shape: [rows, t.x.shape[1]!, out] };
+  return { dtype, shape: [...t.base.shape] };
 }
 
 /** Reference semantics of `loraBank` over host tensors (float64 accumulation, one rounding). */
 function evalLoraBank(operands: readonly HostTensor[], form: LoraBankForm): HostTensor {
-  const t = loraBankOperands(operands, form);
+  const t = loraBankOperands(operands);
   const [rows, seq, inDim] = t.x.shape as [number, number, number];
-  const out = t.weight.shape[0]!;
+  const out = t.base.shape[2]!;
   const [slots, rank] = t.A.shape as [number, number];
   const x = t.x.data;
-  const w = t.weight.data;
   const A = t.A.data;
   const B = t.B.data;
-  // Per row, the (slot, coefficient) terms of its update.
   const slotOf = (v: number): number => {
     if (!Number.isInteger(v) || v < 0 || v >= slots) evalError('loraBank', `slot index ${String(v)} is outside [0, ${String(slots)})`);
     return v;
   };
+  // Per row, the (slot, coefficient) terms of its update.
   const terms = (r: number): [number, number][] => {
     if (form === 'gathered') return [[slotOf(Number(t.index.data[r])), 1]];
     if (form === 'single') return [[slotOf(Number(t.index.data[0])), Number(t.select!.data[r])]];
@@ -95,11 +90,8 @@ function evalLoraBank(operands: readonly HostTensor[], form: LoraBankForm): Host
     const rowTerms = terms(r);
     for (let s = 0; s < seq; s++) {
       const xb = (r * seq + s) * inDim;
-      for (let o = 0; o < out; o++) {
-        let v = t.bias === undefined ? 0 : Number(t.bias.data[o]);
-        for (let i = 0; i < inDim; i++) v += x[xb + i]! * w[o * inDim + i]!;
-        acc[o] = v;
-      }
+      const yb = (r * seq + s) * out;
+      for (let o = 0; o < out; o++) acc[o] = Number(t.base.data[yb + o]);
       for (const [slot, c] of rowTerms) {
         if (c === 0) continue;
         for (let k = 0; k < rank; k++) {
@@ -113,7 +105,6 @@ function evalLoraBank(operands: readonly HostTensor[], form: LoraBankForm): Host
           for (let o = 0; o < out; o++) acc[o]! += shrink[k]! * B[bb + o]!;
         }
       }
-      const yb = (r * seq + s) * out;
       for (let o = 0; o < out; o++) y[yb + o] = round(acc[o]!);
     }
   }
@@ -122,11 +113,10 @@ function evalLoraBank(operands: readonly HostTensor[], form: LoraBankForm): Host
 
 /** `loraBank` in primitive ops: the graph each form ran as before the op existed. */
 function decomposeLoraBank(b: GraphBuilder, operands: readonly Value[], form: LoraBankForm): Value[] {
-  const t = loraBankOperands(operands, form);
+  const t = loraBankOperands(operands);
   const [rows, seq, inDim] = t.x.type.shape as [Dim, Dim, Dim];
-  const out = t.weight.type.shape[0]!;
+  const out = t.base.type.shape[2]!;
   const rank = t.A.type.shape[1]!;
-  const base = b.linear(t.x, t.weight, t.bias);
   let update: Value;
   if (form === 'single') {
     const shrink = b.mul(b.linear(t.x, b.gather(t.A, t.index, 0)), t.select!);
@@ -142,19 +132,21 @@ function decomposeLoraBank(b: GraphBuilder, operands: readonly Value[], form: Lo
     const own = b.reshape(b.mul(shrink, onehot), [rows, seq, -1]);
     update = b.matmul(own, b.reshape(b.gather(t.B, t.index, 0), [-1, out]));
   }
-  return [b.add(base, update)];
+  return [b.add(t.base, update)];
 }
 
 /**
- * A linear layer plus a bank of low-rank adapters chosen per row: the serving engine's multi-LoRA
- * projection. With x [rows, seq, in], weight W [out, in], factor tables A [slots, R, in] and
- * B [slots, R, out] (each adapter zero-padded to rank R, its scale s folded into B):
+ * Per-row low-rank adapter updates drawn from a bank of slot tables, added to a base projection:
+ * the serving engine's multi-LoRA linear. With x [rows, seq, in], base [rows, seq, out] (the base
+ * layer's output, typically `linear(x, W, bias)`, left to its producer so a quantized or merged
+ * base composes), factor tables A [slots, R, in] and B [slots, R, out] (each adapter zero-padded
+ * to rank R, its scale s folded into B):
  *
- *   y[r] = x[r]·Wᵀ (+ bias) + Σ_g c[r, g] · (x[r]·A[s_g]ᵀ)·B[s_g]
+ *   y[r] = base[r] + Σ_g c[r, g] · (x[r]·A[s_g]ᵀ)·B[s_g]
  *
- * The attribute `form` says how rows name their slots, and with it the operand after `index`:
- * - `gathered`: `index` i64[rows] is each row's slot (one term, c = 1); no `select`, so an optional
- *   bias is the sixth operand (each row gathers its own factors: BGMV);
+ * The attribute `form` says how rows name their slots:
+ * - `gathered`: `index` i64[rows] is each row's slot (one term, c = 1; no `select`): each row
+ *   gathers its own factors (BGMV);
  * - `grouped`: `index` i64[groups] lists the batch's distinct slots and `select` [rows, groups]
  *   (a one-hot) says which is each row's (every row multiplied by all G, the mask keeps its own);
  * - `single`: `index` i64[] is the batch's one slot and `select` [rows, 1, 1] is 1 on its rows and
@@ -164,20 +156,19 @@ function decomposeLoraBank(b: GraphBuilder, operands: readonly Value[], form: Lo
  */
 export const loraBank = defineOp({
   key: 'loraBank',
-  summary: 'A linear layer plus per-row low-rank adapter updates drawn from slot tables (multi-LoRA serving), in a gathered, grouped or single-slot form.',
-  semantics: 'y[r] = x[r]·Wᵀ + bias + Σ_g c[r,g]·(x[r]·A[s_g]ᵀ)·B[s_g]; gathered: s = index[r], c = 1; grouped: s_g = index[g], c = select[r,g]; single: s = index, c = select[r]',
-  operands: ['x', 'weight', 'A', 'B', 'index', 'select?', 'bias?'],
+  summary: 'Per-row low-rank adapter updates drawn from slot tables and added to a base projection (multi-LoRA serving), in a gathered, grouped or single-slot form.',
+  semantics: 'y[r] = base[r] + Σ_g c[r,g]·(x[r]·A[s_g]ᵀ)·B[s_g]; gathered: s = index[r], c = 1; grouped: s_g = index[g], c = select[r,g]; single: s = index, c = select[r]',
+  operands: ['x', 'base', 'A', 'B', 'index', 'select?'],
   attrs: { form: attr.enum(['gathered', 'grouped', 'single'], { default: 'gathered' }) },
   traits: ['contraction'],
   infer: (types, a) => [inferLoraBank(types, a.form)],
   flops: (types, [y], a) => {
-    const t = loraBankOperands(types, a.form);
+    const t = loraBankOperands(types);
     const [rows, seq, inDim] = t.x.shape as [Dim, Dim, Dim];
     const out = y!.shape[2]!;
     const rank = t.A.shape[1]!;
     const groups = a.form === 'grouped' ? t.index.shape[0]! : 1;
-    const base = dimProduct([2, rows, seq, out, inDim]);
-    return dimAdd(base, dimProduct([2, rows, seq, groups, rank, dimAdd(inDim, out)]));
+    return dimAdd(dimProduct([rows, seq, out]), dimProduct([2, rows, seq, groups, rank, dimAdd(inDim, out)]));
   },
   evaluate: (operands, a) => [evalLoraBank(operands, a.form)],
   decompose: (b, operands, a) => decomposeLoraBank(b, operands, a.form),

@@ -1,7 +1,7 @@
 import { availableParallelism } from 'node:os';
-import { type DType, type DecomposedRule, type Graph, type HostTensor, OP_KEYS, type OpKey, type UnsupportedRule, decomposedRule, errorMessage, expandDecomposed, unsupportedRule } from '@stageml/ir';
+import { type DType, type DecomposedRule, type Graph, type HostTensor, OP_KEYS, type OpKey, type UnsupportedRule, decomposedRule, errorMessage, unsupportedRule } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from '../errors.js';
-import { type Executor, type PreparedGraph, type RunOptions, checkInputs, resolveWeights } from '../executor.js';
+import { type Executor, type ExecutorCapabilities, type PreparedGraph, PreparedGraphs, type RunOptions, capabilitiesOfTable, checkInputs, expandFor, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
 import { type CpuAddon, loadCpuAddon } from './addon.js';
 import { encodeProgram } from './compile.js';
@@ -78,6 +78,9 @@ export const CPU_NATIVE_RULES = {
 
 /** Ops the native runner executes, natively or through their decomposition. */
 export const CPU_NATIVE_OPS: readonly OpKey[] = OP_KEYS.filter((k) => CPU_NATIVE_RULES[k].kind !== 'unsupported');
+
+/** What cpu-native runs: `CPU_NATIVE_RULES` (its native composites fused, the others expanded), in f32. */
+export const CPU_NATIVE_CAPABILITIES: ExecutorCapabilities = capabilitiesOfTable('cpu-native', CPU_NATIVE_RULES);
 
 /** Options of `createCpuNativeExecutor`. */
 export interface CpuNativeExecutorOptions {
@@ -211,13 +214,20 @@ export function createCpuNativeExecutor(opts: CpuNativeExecutorOptions = {}): Cp
   const addon = loadCpuAddon();
   const got = addon.threads(threads);
   const isa = addon.isa();
+  const live = new PreparedGraphs('cpu-native');
   return {
     name: 'cpu-native',
+    capabilities: CPU_NATIVE_CAPABILITIES,
     isa,
     threads: got,
+    dispose(): Promise<void> {
+      live.disposeAll();
+      return Promise.resolve();
+    },
     prepare(source: Graph, weights?: ValueSource): Promise<PreparedGraph> {
       try {
-        const graph = expandDecomposed(source, CPU_NATIVE_RULES);
+        live.check();
+        const graph = expandFor(source, CPU_NATIVE_CAPABILITIES);
         const { values, bindings } = resolveWeights(graph, weights);
         const enc = encodeProgram(graph, values);
         let program: object;
@@ -226,7 +236,7 @@ export function createCpuNativeExecutor(opts: CpuNativeExecutorOptions = {}): Cp
         } catch (e) {
           throw nativeError(e);
         }
-        return Promise.resolve(new CpuNativePrepared(addon, graph, program, bindings, enc.inputs, enc.outputs, enc.symbols));
+        return Promise.resolve(live.track(new CpuNativePrepared(addon, graph, program, bindings, enc.inputs, enc.outputs, enc.symbols)));
       } catch (e) {
         return Promise.reject(e instanceof Error ? e : new RuntimeError(RuntimeCode.EVAL_FAILED, String(e)));
       }
