@@ -1,13 +1,19 @@
 import { availableParallelism } from 'node:os';
-import { type DType, type DecomposedRule, type Graph, type HostTensor, OP_KEYS, type OpKey, type UnsupportedRule, decomposedRule, errorMessage, unsupportedRule } from '@stageml/ir';
+import { type DType, type DecomposedRule, type Graph, type HostTensor, OP_KEYS, type OpKey, type OpNode, type TensorType, type UnsupportedRule, errorMessage, expandComposites, unsupportedRule } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from '../errors.js';
 import { type Executor, type ExecutorCapabilities, type PreparedGraph, PreparedGraphs, type RunOptions, capabilitiesOfTable, checkInputs, expandFor, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
 import { type CpuAddon, loadCpuAddon } from './addon.js';
 import { encodeProgram } from './compile.js';
 
-/** How cpu-native runs one op: an instruction of the runner, its registry decomposition, or not at all. */
-export type CpuNativeRule = { readonly kind: 'native' } | DecomposedRule | UnsupportedRule;
+/**
+ * How cpu-native runs one op: instructions of the runner (`native`; `decomposeWhen` names the
+ * nodes of a composite it expands instead), its registry decomposition, or not at all.
+ */
+export type CpuNativeRule =
+  | { readonly kind: 'native'; readonly decomposeWhen?: (attrs: OpNode['attrs'], operands: readonly TensorType[]) => boolean }
+  | DecomposedRule
+  | UnsupportedRule;
 
 const NATIVE: CpuNativeRule = { kind: 'native' };
 const COMPARE = unsupportedRule('the native runner has no comparison kernels');
@@ -72,8 +78,11 @@ export const CPU_NATIVE_RULES = {
   topk: unsupportedRule('the native runner has no sort'),
   rotary: NATIVE,
   attention: NATIVE,
-  loraBank: decomposedRule(),
-  cachedAttention: decomposedRule(),
+  // The gathered form is one LORA instruction (each row's factors streamed once) added to the base;
+  // the grouped and single forms run as their primitive graphs.
+  loraBank: { kind: 'native', decomposeWhen: (attrs) => attrs['form'] !== 'gathered' },
+  // One ATTENTION_KV instruction reading the position-major cache and the step's keys in place.
+  cachedAttention: { kind: 'native', decomposeWhen: (_attrs, operands) => operands[0]!.shape.length !== 4 },
 } as const satisfies Readonly<Record<OpKey, CpuNativeRule>>;
 
 /** Ops the native runner executes, natively or through their decomposition. */
@@ -227,7 +236,10 @@ export function createCpuNativeExecutor(opts: CpuNativeExecutorOptions = {}): Cp
     prepare(source: Graph, weights?: ValueSource): Promise<PreparedGraph> {
       try {
         live.check();
-        const graph = expandFor(source, CPU_NATIVE_CAPABILITIES);
+        const graph = expandComposites(expandFor(source, CPU_NATIVE_CAPABILITIES), (op, attrs, operands) => {
+          const rule = CPU_NATIVE_RULES[op] as CpuNativeRule | undefined;
+          return rule?.kind === 'native' && rule.decomposeWhen?.(attrs, operands) === true;
+        });
         const { values, bindings } = resolveWeights(graph, weights);
         const enc = encodeProgram(graph, values);
         let program: object;
