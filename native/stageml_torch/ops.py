@@ -617,6 +617,9 @@ def op_attention(x, a, ctx):
     return [torch.matmul(torch.softmax(scores, dim=-1), _f32(v))]
 
 
+# The registry ops the worker runs. Composites absent here (loraBank, cachedAttention) arrive
+# expanded into primitive ops by the TypeScript executor (`TORCH_WORKER_COMPOSITES` lists the
+# composites handled here); packages/runtime/src/torch/op-table.test.ts keeps the two in step.
 OPS = {
     "constant": op_constant,
     "iota": op_iota,

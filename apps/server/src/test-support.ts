@@ -11,6 +11,8 @@ export const sleep = (ms: number): Promise<void> => new Promise<void>((r) => set
 export function slowedInterpreter(ms: number): Executor {
   return {
     name: 'interpreter-slowed',
+    capabilities: interpreterExecutor.capabilities,
+    dispose: () => interpreterExecutor.dispose(),
     async prepare(g, w) {
       const p = await interpreterExecutor.prepare(g, w);
       return {

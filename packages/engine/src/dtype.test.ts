@@ -5,7 +5,7 @@
 import { fileURLToPath } from 'node:url';
 import { roundBf16 } from '@stageml/ir';
 import { argmaxOf } from '@stageml/models';
-import { type Executor, type TorchExecutor, createTorchExecutor, interpreterExecutor, parseWeightQuantSpec } from '@stageml/runtime';
+import { type Executor, type TorchExecutor, createTorchExecutor, executorCapabilities, interpreterExecutor, parseWeightQuantSpec } from '@stageml/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type EngineOptions, ENGINE_DTYPES, Engine, EngineCode, lowestOf } from './index.js';
 import { describeWithTorch } from './test-support.js';
@@ -158,7 +158,12 @@ describe('Engine dtype', () => {
   }, 120_000);
 
   it('refuses an executor that cannot run the dtype, a bad dtype and quantize in bf16, with coded errors', async () => {
-    const fake = (name: string): Executor => ({ name, prepare: () => Promise.reject(new Error('never prepared')) });
+    const fake = (name: string): Executor => ({
+      name,
+      capabilities: executorCapabilities(name) ?? { name, supportsOp: () => true, lateBinding: true },
+      dispose: () => Promise.resolve(),
+      prepare: () => Promise.reject(new Error('never prepared')),
+    });
     for (const name of ['onnxruntime', 'tfjs-cpu', 'my-executor']) {
       await expect(Engine.load(`${root}base`, { dtype: 'bf16', executor: fake(name) })).rejects.toMatchObject({ code: EngineCode.UNSUPPORTED_DTYPE, message: expect.stringContaining(`the executor '${name}' cannot run bf16 programs`) as unknown });
     }

@@ -1,4 +1,4 @@
-import { type DType, type Graph, type HostTensor, deserializeGraph, dtypeBytes, errorMessage, graphToJson } from '@stageml/ir';
+import { type DType, type Graph, type HostTensor, deserializeGraph, dtypeBytes, errorMessage, expandComposites, graphToJson } from '@stageml/ir';
 import { hfLlamaRounding, roundedTensor, topoOrder } from '@stageml/models';
 import { EngineCode, EngineError } from './errors.js';
 
@@ -61,7 +61,8 @@ export interface CastEngineOptions {
  * interface is unchanged but where asked: f32 inputs stay f32 (cast on entry; an additive mask is
  * clamped to the dtype's lowest finite value first, so a fully masked padding row stays finite)
  * unless `dtypeInputs` makes them `dtype` inputs, and f32 outputs are cast back unless
- * `dtypeOutputs` keeps them in `dtype`.
+ * `dtypeOutputs` keeps them in `dtype`. The serving composites (`loraBank`, `cachedAttention`)
+ * are expanded into their primitive graphs first.
  *
  * The slot tables (inputs `isFactorInput` accepts): with `adapterDtype: 'f32'` they stay f32, and
  * every value computed from them is computed in f32 with its `dtype` operands cast up (PEFT's
@@ -69,7 +70,10 @@ export interface CastEngineOptions {
  * taken in f32 and rounded once (`result + lora_B(lora_A(x))·s` promotes to f32, then
  * `.to(previous_dtype)`). With `same` they are `dtype` inputs like the weights.
  */
-export function castEngineGraph(g: Graph, dtype: 'bf16' | 'f16', opts: CastEngineOptions): Graph {
+export function castEngineGraph(program: Graph, dtype: 'bf16' | 'f16', opts: CastEngineOptions): Graph {
+  // The rounding points are those of the primitive graph (PEFT's f32 LoRA chain, HF's casts):
+  // the serving composites are cast as their decompositions.
+  const g = expandComposites(program, (op) => op === 'loraBank' || op === 'cachedAttention');
   const json = graphToJson(g);
   const same = opts.adapterDtype === 'same';
   const masks = opts.maskInputs ?? new Set<string>();

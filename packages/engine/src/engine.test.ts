@@ -22,6 +22,8 @@ function counting(inner: Executor): { executor: Executor; prepared: () => number
   return {
     executor: {
       name: inner.name,
+      capabilities: inner.capabilities,
+      dispose: () => inner.dispose(),
       prepare: (g, w) => {
         n++;
         return inner.prepare(g, w);
@@ -223,6 +225,8 @@ describe('Engine: dispose', () => {
     const inner = await createOrtExecutor({ intraOpNumThreads: 1 });
     const executor: Executor = {
       name: inner.name,
+      capabilities: inner.capabilities,
+      dispose: () => inner.dispose(),
       prepare: async (g, w) => {
         const p = await inner.prepare(g, w);
         return { executor: p.executor, run: (i, o) => p.run(i, o), dispose: () => { disposed.push(g.name); p.dispose(); } };
@@ -512,7 +516,7 @@ describe('Engine with quantized weights', () => {
     for (const spec of ['int8', 'int4']) {
       const quantize = parseWeightQuantSpec(spec);
       const graphs: Graph[] = [];
-      const engine = await Engine.load(`${root}base`, { executor: { name: executor.name, prepare: (g, w) => (graphs.push(g), executor.prepare(g, w)) }, quantize, maxLoras: 2, maxLoraRank: 16 });
+      const engine = await Engine.load(`${root}base`, { executor: { name: executor.name, capabilities: executor.capabilities, dispose: () => executor.dispose(), prepare: (g, w) => (graphs.push(g), executor.prepare(g, w)) }, quantize, maxLoras: 2, maxLoraRank: 16 });
       // Four programs (the three slot forms and base); each packs the linears as its own parameters
       // and reads the unquantized f32 tensors (embeddings, norms) as inputs of one shared host copy.
       expect(graphs).toHaveLength(4);

@@ -1,7 +1,7 @@
 import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, exactIn, graphParams, hostTensor, roundFloat32InPlace, rounderFor } from '@stageml/ir';
 import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, processLogits, readLlamaConfig, readParam, samplePick } from '@stageml/models';
 import { AdapterCache, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
-import { CacheLostError, type CacheRun, RuntimeCode, type CacheStore, type CacheStream, type Executor, type FileTensorRef, type PreparedGraph, type TorchDeviceTensors, type RowSample, type SchedulingHints, argmaxRows, checkRowSamples, executorCapabilities, firstMaxIndex, interpreterExecutor, quantizeLinears, schedulingHints } from '@stageml/runtime';
+import { CacheLostError, type CacheRun, RuntimeCode, type CacheStore, type CacheStream, type Executor, type FileTensorRef, type PreparedGraph, type TorchDeviceTensors, type RowSample, type SchedulingHints, CPU_SCHEDULING, argmaxRows, checkRowSamples, firstMaxIndex, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
 import { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, type EngineAdapterDType, type EngineDType, castEngineGraph, castTensor, tensorBytes } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
@@ -264,7 +264,7 @@ export class Engine {
     try {
       dtype = wantDtype === 'checkpoint' ? storedDType(ckpt, dir) : wantDtype;
       if (dtype !== 'f32') {
-        const runs = executorCapabilities(executor.name)?.dtypes ?? ['f32'];
+        const runs = executor.capabilities.dtypes ?? ['f32'];
         if (!runs.includes(dtype)) throw new EngineError(EngineCode.UNSUPPORTED_DTYPE, `the executor '${executor.name}' cannot run ${dtype} programs (it runs ${runs.join(', ')})`, { hint: 'use --executor torch (or interpreter), or --dtype f32' });
         if (opts.quantize !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `quantize packs f32 weights: it needs dtype f32, not ${dtype}`);
       }
@@ -331,7 +331,7 @@ export class Engine {
     const baseTakesWeights = quantize !== undefined || (asInputs && !packBase);
     const factorDtype = dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32';
     const tables = onDevice === undefined ? new SlotTables(maxLoras + 1, rank, modules, factorDtype) : await SlotTables.onDevice(onDevice, maxLoras + 1, rank, modules, factorDtype);
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executorCapabilities(executor.name)?.devicePicks === true, mergeWaste });
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executor.capabilities.devicePicks === true, mergeWaste });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
@@ -370,7 +370,7 @@ export class Engine {
    * scheduler takes where its options name none.
    */
   get scheduling(): SchedulingHints {
-    return schedulingHints(this.#executor.name);
+    return this.#executor.capabilities.scheduling ?? CPU_SCHEDULING;
   }
 
   /** Whether sequences' KV lives on the executor (`EngineOptions.residentKv`). */

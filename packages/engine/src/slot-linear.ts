@@ -54,13 +54,15 @@ export interface SlotModule {
  * `<module>.weight` and two slot tables that are graph *inputs*, so loading, evicting or mixing
  * adapters never re-prepares anything:
  *
- *   y[i] = x[i]·Wᵀ (+ b) + (x[i]·A[slot_i]ᵀ)·B[slot_i]
+ *   y[i] = x[i]·Wᵀ (+ b) + (x[i]·A[slot_i]ᵀ)·B[slot_i]   (one `loraBank` op of form `form`)
  *
  * A rank-r adapter sits zero-padded inside an R-rank slot (as vLLM's LoRA slots), so every row
  * pays for R. `modules` collects every projection the graph declares, for the tables' shapes.
  */
 export function slotLinear(form: SlotForm, slots: number, rank: number, modules: SlotModule[]): LinearFactory {
   const shared = new Map<GraphBuilder, { rows?: Value; groups?: Value; onehot?: Value; one?: Value; mask?: Value }>();
+  // One `loraBank` op per projection: executors that fuse it read the slot tables in place, the
+  // others expand it into the form's primitive graph (its decomposition).
   return (b, module, x, inDim, outDim, bias) => {
     const w = b.param(`${module}.weight`, ['f32', [outDim, inDim]]);
     const base = b.linear(x, w, bias ? b.param(`${module}.bias`, ['f32', [outDim]]) : undefined);
@@ -73,21 +75,15 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
     if (form === 'single') {
       s.one ??= b.input(ONE_SLOT_INPUT, ['i64', []]);
       s.mask ??= b.input(ROW_MASK_INPUT, ['f32', ['batch', 1, 1]]);
-      const shrink = b.mul(b.linear(x, b.gather(A, s.one, 0)), s.mask);
-      return b.add(base, b.matmul(shrink, b.gather(B, s.one, 0)));
+      return b.loraBank('single', x, base, A, B, s.one, s.mask);
     }
     if (form === 'gathered') {
       s.rows ??= b.input(ROW_SLOT_INPUT, ['i64', ['batch']]);
-      const shrink = b.matmul(x, b.gather(A, s.rows, 0), { transposeB: true });
-      return b.add(base, b.matmul(shrink, b.gather(B, s.rows, 0)));
+      return b.loraBank('gathered', x, base, A, B, s.rows);
     }
     s.groups ??= b.input(GROUP_SLOT_INPUT, ['i64', ['groups']]);
-    s.onehot ??= b.reshape(b.input(ROW_GROUP_INPUT, ['f32', ['batch', 'groups']]), ['batch', 1, 'groups', 1]);
-    const aFlat = b.reshape(b.gather(A, s.groups, 0), [-1, inDim]);
-    const shrink = b.reshape(b.linear(x, aFlat), ['batch', 'seq', 'groups', rank]);
-    const own = b.reshape(b.mul(shrink, s.onehot), ['batch', 'seq', -1]);
-    const bFlat = b.reshape(b.gather(B, s.groups, 0), [-1, outDim]);
-    return b.add(base, b.matmul(own, bFlat));
+    s.onehot ??= b.input(ROW_GROUP_INPUT, ['f32', ['batch', 'groups']]);
+    return b.loraBank('grouped', x, base, A, B, s.groups, s.onehot);
   };
 }
 

@@ -18,3 +18,22 @@ export function unsupportedRule(reason: string): UnsupportedRule {
 export function isUnsupportedRule(rule: unknown): rule is UnsupportedRule {
   return typeof rule === 'object' && rule !== null && (rule as { kind?: unknown }).kind === 'unsupported';
 }
+
+/**
+ * A backend rule-table entry saying the backend runs a composite op through its decomposition
+ * (`OpDef.decompose`): the driver expands such nodes into primitive ops (`expandDecomposed`) before
+ * lowering, so the backend needs no rule of its own for the composite.
+ */
+export interface DecomposedRule {
+  readonly kind: 'decomposed';
+}
+
+/** Builds a `decomposed` rule-table entry. */
+export function decomposedRule(): DecomposedRule {
+  return { kind: 'decomposed' };
+}
+
+/** Whether a rule-table entry is a `decomposed` entry. */
+export function isDecomposedRule(rule: unknown): rule is DecomposedRule {
+  return typeof rule === 'object' && rule !== null && (rule as { kind?: unknown }).kind === 'decomposed';
+}

@@ -431,6 +431,17 @@ export class GraphBuilder {
   attention(q: Value, k: Value, v: Value, attrs: AttrsIn<'attention'> = {}, mask?: Value): Value {
     return this.op('attention', mask === undefined ? [q, k, v] : [q, k, v, mask], attrs);
   }
+  /**
+   * Per-row adapter updates from slot tables added to `base` (`loraBank`); `select` is the grouped
+   * form's row → group one-hot or the single form's row mask (absent for `gathered`).
+   */
+  loraBank(form: 'gathered' | 'grouped' | 'single', x: Value, base: Value, A: Value, B: Value, index: Value, select?: Value): Value {
+    return this.op('loraBank', select === undefined ? [x, base, A, B, index] : [x, base, A, B, index, select], { form });
+  }
+  /** Attention over a position-major resident KV cache plus the step's keys and values (`cachedAttention`). */
+  cachedAttention(q: Value, pastK: Value, pastV: Value, k: Value, v: Value, attrs: AttrsIn<'cachedAttention'> = {}, mask?: Value): Value {
+    return this.op('cachedAttention', mask === undefined ? [q, pastK, pastV, k, v] : [q, pastK, pastV, k, v, mask], attrs);
+  }
 }
 
 /**

@@ -1,9 +1,13 @@
+import { fc, test } from '@fast-check/vitest';
 import { describe, expect, it } from 'vitest';
+import { type OpSample, opSamples } from '../../testkit/src/index.js';
 import { GraphBuilder } from './builder.js';
 import { COMPOSITE_OPS, expandComposites } from './decompose.js';
 import { graphOps } from './graph.js';
 import { interpret } from './interpret.js';
+import type { OpKey } from './ops/index.js';
 import type { HostTensor } from './tensor.js';
+import { shapeToString } from './types.js';
 import { verifyGraph } from './verify.js';
 
 function tensor(shape: number[], seed: number): HostTensor {
@@ -52,5 +56,89 @@ describe('decompositions of composite ops', () => {
     const g = b.build();
     expect(graphOps(expandComposites(g, (op) => op !== 'rmsNorm')).map((o) => o.op)).toEqual(['rmsNorm']);
     expect(graphOps(g).map((o) => o.op)).toEqual(['rmsNorm']);
+  });
+});
+
+/** Whether two results agree: same shape, NaN where the other is NaN, else within `tol` relative. */
+function agree(a: HostTensor, b: HostTensor, tol: number): boolean {
+  if (a.shape.join(',') !== b.shape.join(',')) return false;
+  for (let i = 0; i < a.data.length; i++) {
+    const x = Number(a.data[i]);
+    const y = Number(b.data[i]);
+    if (Number.isNaN(x) || Number.isNaN(y)) {
+      if (Number.isNaN(x) !== Number.isNaN(y)) return false;
+      continue;
+    }
+    if (Math.abs(x - y) > tol * (1 + Math.abs(y))) return false;
+  }
+  return true;
+}
+
+describe('every composite op', () => {
+  it('includes attention and the serving ops', () => {
+    expect(COMPOSITE_OPS).toEqual(expect.arrayContaining(['attention', 'loraBank', 'cachedAttention']));
+  });
+
+  // The decomposition computes what `evaluate` computes, on every sampler case in f32 and f64
+  // (attention with at least one key: with none, evaluate's rows are NaN, the primitive softmax's empty).
+  describe.each(COMPOSITE_OPS.map((k) => [k] as const))('%s', (key) => {
+    test.prop([opSamples[key] as fc.Arbitrary<OpSample<OpKey>>], { numRuns: 60 })('its decomposition equals evaluate', (s) => {
+      fc.pre(s.operands.every((t) => t.dtype === 'f32' || t.dtype === 'f64' || t.dtype === 'i64' || t.dtype === 'bool'));
+      if (key === 'attention') fc.pre(s.operands[1]!.shape[s.operands[1]!.shape.length - 2] !== 0);
+      const b = new GraphBuilder(`decomposed.${key}`);
+      const inputs: Record<string, HostTensor> = {};
+      const vals = s.operands.map((t, i) => {
+        inputs[`a${String(i)}`] = t;
+        return b.input(`a${String(i)}`, { dtype: t.dtype, shape: t.shape });
+      });
+      b.apply(key, vals, s.attrs).forEach((v, i) => {
+        b.output(`r${String(i)}`, v);
+      });
+      const g = b.build();
+      const expanded = expandComposites(g);
+      verifyGraph(expanded);
+      expect(graphOps(expanded).some((o) => o.op === key)).toBe(false);
+      const want = interpret(g, { inputs });
+      const got = interpret(expanded, { inputs });
+      const tol = s.operands[0]!.dtype === 'f64' ? 1e-9 : 1e-4;
+      for (const k of Object.keys(want)) expect(agree(got[k]!, want[k]!, tol), k).toBe(true);
+    });
+  });
+
+  it('loraBank expands to the primitive graph of its form (gathered: two gathered matmuls added to the base)', () => {
+    const b = new GraphBuilder('bank');
+    const x = b.input('x', ['f32', ['batch', 'seq', 4]]);
+    const w = b.param('w', ['f32', [3, 4]]);
+    const A = b.input('A', ['f32', [2, 2, 4]]);
+    const B = b.input('B', ['f32', [2, 2, 3]]);
+    const rows = b.input('rows', ['i64', ['batch']]);
+    b.output('y', b.loraBank('gathered', x, b.linear(x, w), A, B, rows));
+    expect(graphOps(expandComposites(b.build())).map((o) => o.op)).toEqual(['linear', 'gather', 'matmul', 'gather', 'matmul', 'add']);
+  });
+
+  it('cachedAttention expands to transpose + concat of the cache and attention', () => {
+    const b = new GraphBuilder('cached');
+    const q = b.input('q', ['f32', ['batch', 4, 'seq', 2]]);
+    const pk = b.input('pk', ['f32', ['batch', 'past', 2, 2]]);
+    const pv = b.input('pv', ['f32', ['batch', 'past', 2, 2]]);
+    const k = b.input('k', ['f32', ['batch', 2, 'seq', 2]]);
+    const v = b.input('v', ['f32', ['batch', 2, 'seq', 2]]);
+    b.output('y', b.cachedAttention(q, pk, pv, k, v, { causal: true }));
+    const g = expandComposites(b.build(), (op) => op !== 'attention');
+    expect(graphOps(g).map((o) => o.op)).toEqual(['transpose', 'concat', 'transpose', 'concat', 'attention']);
+    expect(shapeToString(g.values[graphOps(g)[4]!.results[0]!]!.type.shape)).toBe('[batch, 4, seq, 2]');
+  });
+
+  it('refuses a loraBank whose select does not fit its form, naming it', () => {
+    const b = new GraphBuilder('bad');
+    const x = b.input('x', ['f32', [2, 1, 4]]);
+    const w = b.param('w', ['f32', [3, 4]]);
+    const A = b.input('A', ['f32', [2, 2, 4]]);
+    const B = b.input('B', ['f32', [2, 2, 3]]);
+    const one = b.input('one', ['i64', []]);
+    const base = b.linear(x, w);
+    expect(() => b.loraBank('single', x, base, A, B, one, b.input('mask', ['f32', [2, 3]]))).toThrow(/single: select must be \[2, 1, 1\]/);
+    expect(() => b.loraBank('gathered', x, base, A, B, one)).toThrow(/gathered: index must be \[2\]/);
+    expect(() => b.loraBank('gathered', x, w, A, B, b.input('rows', ['i64', [2]]))).toThrow(/base must be \[2, 1, out\]/);
   });
 });

@@ -1,16 +1,22 @@
+import { isDecomposedRule } from './backend-rule.js';
 import { GraphBuilder, type Value } from './builder.js';
-import type { Graph, ValueId } from './graph.js';
-import { OPS, OP_KEYS, type OpKey, opDef } from './ops/index.js';
+import type { Graph, OpNode, ValueId } from './graph.js';
+import type { TensorType } from './types.js';
+import { OP_KEYS, type OpKey, opDef } from './ops/index.js';
 
 /** The ops of the registry that have a decomposition into primitive ops (composites). */
 export const COMPOSITE_OPS: readonly OpKey[] = OP_KEYS.filter((k) => opDef(k).decompose !== undefined);
 
 /**
- * Rewrites `g` with every composite op for which `expand(op)` holds (default: all) replaced by its
- * decomposition into primitive ops. Inputs, parameters and outputs keep their names and order; the
+ * Rewrites `g` with every composite op for which `expand(op, attrs, operandTypes)` holds (default: all) replaced
+ * by its decomposition into primitive ops (a backend may fuse one form of an op and expand others);
+ * `g` itself when there is none to expand. Inputs, parameters and outputs keep their names and order; the
  * input graph is not modified. A backend with no fused rule for a composite lowers this instead.
  */
-export function expandComposites(g: Graph, expand: (op: OpKey) => boolean = () => true): Graph {
+export function expandComposites(g: Graph, expand: (op: OpKey, attrs: OpNode['attrs'], operands: readonly TensorType[]) => boolean = () => true): Graph {
+  // Nothing to expand: the graph itself (no copy).
+  const wants = (n: OpNode): boolean => opDef(n.op).decompose !== undefined && expand(n.op, n.attrs, n.operands.map((v) => g.values[v]!.type));
+  if (!g.nodes.some((n) => n.kind === 'op' && wants(n))) return g;
   const b = new GraphBuilder(g.name);
   const env = new Map<ValueId, Value>();
   for (const n of g.nodes) {
@@ -20,12 +26,21 @@ export function expandComposites(g: Graph, expand: (op: OpKey) => boolean = () =
       continue;
     }
     const operands = n.operands.map((v) => env.get(v)!);
-    const decompose = OPS[n.op].decompose as ((b: GraphBuilder, operands: readonly Value[], attrs: unknown) => Value[]) | undefined;
+    const decompose = opDef(n.op).decompose as ((b: GraphBuilder, operands: readonly Value[], attrs: unknown) => Value[]) | undefined;
     const names = n.results.map((r) => g.values[r]!.name);
     const out =
-      decompose !== undefined && expand(n.op) ? decompose(b, operands, n.attrs) : b.apply(n.op, operands, n.attrs, names.length === 1 ? { name: names[0]! } : { names });
+      decompose !== undefined && wants(n) ? decompose(b, operands, n.attrs) : b.apply(n.op, operands, n.attrs, names.length === 1 ? { name: names[0]! } : { names });
     n.results.forEach((r, i) => env.set(r, out[i]!));
   }
   for (const o of g.outputs) b.output(o.name, env.get(o.value)!);
   return b.build();
+}
+
+/**
+ * Expands the composite ops whose entry in a backend's exhaustive rule table is `decomposed`
+ * (`decomposedRule`), and ops the table does not name (added with `registerOp`); other nodes are
+ * kept. What a backend driver runs before lowering `g`.
+ */
+export function expandDecomposed(g: Graph, rules: Readonly<Record<OpKey, unknown>>): Graph {
+  return expandComposites(g, (op) => !Object.hasOwn(rules, op) || isDecomposedRule(rules[op]));
 }

@@ -77,9 +77,10 @@ export { broadcastStrides, forEachIndex, hostTensor, scalar, sizeOf, stridesOf, 
 export type { HostTensor } from './tensor.js';
 export { defineOp, operandArity, snakeCase } from './op-def.js';
 export type { Decomposition, Effect, EvalContext, OpCost, OpDef, OpSpec, Trait } from './op-def.js';
-export { OPS, OP_KEYS, isOpKey, opDef, opKeyByName } from './ops/index.js';
+export { OPS, OP_KEYS, isOpKey, opDef, opKeyByName, registerOp } from './ops/index.js';
+export { type LoraBankForm, type LoraBankOperands, loraBankOperands } from './ops/serving.js';
 export { OP_GROUPS, TRAITS, hasTrait, opsWithTrait } from './op-groups.js';
-export { COMPOSITE_OPS, expandComposites } from './decompose.js';
+export { COMPOSITE_OPS, expandComposites, expandDecomposed } from './decompose.js';
 export { dequantizeWeight, quantBlockBytes, quantBlocks, quantZeroPointBytes, quantizeWeight, unpackCode } from './ops/quant.js';
 export type { PackedWeight, WeightQuantOptions } from './ops/quant.js';
 export type { AttrsIn, AttrsOf, OpKey } from './ops/index.js';
@@ -99,6 +100,6 @@ export { asWeightStore, bindDims, evaluateNode, interpret, recordWeightStore, se
 export { jsonDepth } from './json-depth.js';
 export type { InterpretOptions, WeightStore } from './interpret.js';
 export { evalCost, graphCost } from './cost.js';
-export { isUnsupportedRule, unsupportedRule } from './backend-rule.js';
-export type { UnsupportedRule } from './backend-rule.js';
+export { decomposedRule, isDecomposedRule, isUnsupportedRule, unsupportedRule } from './backend-rule.js';
+export type { DecomposedRule, UnsupportedRule } from './backend-rule.js';
 export type { GraphCost } from './cost.js';

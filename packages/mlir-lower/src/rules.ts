@@ -69,6 +69,9 @@ export const mlirRules = {
   // Composite: lowered through the registry's decomposition (slices, concat, neg, mul, add).
   rotary: decomposed('rotary'),
   attention: attentionRule,
+  // Serving composites: lowered through their decompositions (gathers, matmuls; transpose, concat, attention).
+  loraBank: decomposed('loraBank'),
+  cachedAttention: decomposed('cachedAttention'),
 } satisfies { readonly [K in OpKey]: MlirRule<K> };
 
 /** The rule of op `K` (typed per op). */

@@ -195,7 +195,7 @@ export interface LlamaGraphOptions {
    * position-major f32[batch, past, kv_heads, head_dim] (a sequence's filled prefix is contiguous,
    * so a resident buffer is fed without copying) and the outputs are only this step's keys/values
    * `new_key.<l>` / `new_value.<l>` f32[batch, seq, kv_heads, head_dim], which the caller appends
-   * in place.
+   * in place; each layer's attention is one `cachedAttention` op over the cache and the step's keys.
    */
   readonly residentKv?: boolean;
   /** Output `logits` f32[batch, vocab] for the last position only (prefill needs no more). */
@@ -262,7 +262,7 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
         const shape = resident ? ['batch', 'past', nkv, hd] : ['batch', nkv, 'past', hd];
         const k = b.input(`past_key.${String(l)}`, ['f32', shape]);
         const v = b.input(`past_value.${String(l)}`, ['f32', shape]);
-        return resident ? { k: b.transpose(k, [0, 2, 1, 3]), v: b.transpose(v, [0, 2, 1, 3]) } : { k, v };
+        return { k, v };
       })
     : undefined;
   const keyLen = cached ? 'past + seq' : 'seq';
@@ -395,13 +395,23 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
       let k = rotate(b.transpose(kh, [0, 2, 1, 3]), rope);
       let v = b.transpose(heads(vp, nkv), [0, 2, 1, 3]);
       const cache = past?.[l];
-      if (cache !== undefined) {
-        if (resident) presents.push({ k: b.transpose(k, [0, 2, 1, 3]), v: b.transpose(v, [0, 2, 1, 3]) });
-        k = b.concat([cache.k, k], 2);
-        v = b.concat([cache.v, v], 2);
-        if (!resident) presents.push({ k, v });
+      const mask = window === null ? keyMask : windowMask(window);
+      let attn: Value;
+      if (cache !== undefined && resident && cfg.attnSoftcap === undefined && window === null) {
+        // The position-major resident cache and this step's keys/values in one op: executors that
+        // own the cache read it in place; the others expand it to transpose + concat + attention.
+        // (Soft-capped or windowed attention composes its own scores over the concatenation below.)
+        presents.push({ k: b.transpose(k, [0, 2, 1, 3]), v: b.transpose(v, [0, 2, 1, 3]) });
+        attn = b.cachedAttention(q, cache.k, cache.v, k, v, { causal: true, ...(scale === undefined ? {} : { scale }) }, mask);
+      } else {
+        if (cache !== undefined) {
+          if (resident) presents.push({ k: b.transpose(k, [0, 2, 1, 3]), v: b.transpose(v, [0, 2, 1, 3]) });
+          k = b.concat([cache.k, k], 2);
+          v = b.concat([cache.v, v], 2);
+          if (!resident) presents.push({ k, v });
+        }
+        attn = attend(q, k, v, mask);
       }
-      const attn = attend(q, k, v, window === null ? keyMask : windowMask(window));
       const merged = b.reshape(b.transpose(attn, [0, 2, 1, 3]), ['batch', 'seq', nh * hd]);
       let attnOut = linear(b, `${ap}.o_proj`, merged, nh * hd, H, ab);
       if (layout !== 'pre') attnOut = norm(attnOut, `${prefix}.post_attention_layernorm.weight`, H);

@@ -1,4 +1,5 @@
 import {
+  expandDecomposed,
   type AttrsOf,
   type DType,
   type Dim,
@@ -195,8 +196,10 @@ function pruneDead(nodes: NodeProto[], outputs: readonly string[]): void {
  * the node; a parameter without data or of the wrong type `ONNX_BAD_WEIGHT`; a symbolic dim no
  * input can supply at run time `ONNX_UNBOUND_SYMBOL`; names ONNX cannot keep apart `ONNX_BAD_GRAPH`.
  */
-export function lowerToOnnx(graph: Graph, opts: LowerOnnxOptions = {}): OnnxModel {
+export function lowerToOnnx(source: Graph, opts: LowerOnnxOptions = {}): OnnxModel {
   const rules = opts.rules ?? ONNX_RULES;
+  // Composites the table lowers by decomposition become their primitive ops first.
+  const graph = expandDecomposed(source, rules);
   graph.nodes.forEach((n, i) => {
     if (n.kind !== 'op') return;
     const rule = rules[n.op];

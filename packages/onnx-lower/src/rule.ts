@@ -1,4 +1,4 @@
-import { type AttrsOf, type Graph, type OpKey, type OpNode, type TensorType, type UnsupportedRule, type ValueId, unsupportedRule } from '@stageml/ir';
+import { type AttrsOf, type DecomposedRule, type Graph, type OpKey, type OpNode, type TensorType, type UnsupportedRule, type ValueId, decomposedRule, unsupportedRule } from '@stageml/ir';
 
 import type { OnnxGraphBuilder } from './builder.js';
 
@@ -45,7 +45,7 @@ export interface Lowering<K extends OpKey> {
 export type Unsupported = UnsupportedRule;
 
 /** How the ONNX lowering handles op `K`. */
-export type OnnxRule<K extends OpKey> = Lowering<K> | Unsupported;
+export type OnnxRule<K extends OpKey> = Lowering<K> | Unsupported | DecomposedRule;
 
 /** The complete rule table: adding an op to `OPS` fails the build of every table until handled. */
 export type OnnxRuleTable = { readonly [K in OpKey]: OnnxRule<K> };
@@ -58,6 +58,11 @@ export function lowering<K extends OpKey>(lower: (ctx: LowerContext<K>) => reado
 /** A lowering whose results are always representable in their IR dtype (see `Lowering.exact`). */
 export function exactLowering<K extends OpKey>(lower: (ctx: LowerContext<K>) => readonly string[]): Lowering<K> {
   return { kind: 'lower', lower, exact: true };
+}
+
+/** Lowers a composite op by its registry decomposition: `lowerToOnnx` expands such nodes into primitive ops first. */
+export function decomposed(): DecomposedRule {
+  return decomposedRule();
 }
 
 /** Marks an op as not expressible in ONNX; lowering a graph that uses it fails with `ONNX_UNSUPPORTED_OP`. */

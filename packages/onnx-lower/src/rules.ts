@@ -5,7 +5,7 @@ import { attention, rotary } from './rules-nn.js';
 import { attentionFused, linearWeightMajor, rmsNormFused, rotaryFused } from './rules-fused.js';
 import { quantizedLinear } from './rules-quant.js';
 import { broadcastTo, concat, constant, iota, randomUniform, reshape, slice, transpose } from './rules-shape.js';
-import type { OnnxRuleTable } from './rule.js';
+import { type OnnxRuleTable, decomposed } from './rule.js';
 
 // NOTE: the key list repeats `OPS` and the tfjs/MLIR tables on purpose (the duplicates report lists it):
 // each backend's exhaustive per-op rule table is its own, and `satisfies` checks it against the registry.
@@ -70,6 +70,9 @@ export const ONNX_RULES = {
   topk,
   rotary,
   attention,
+  // Serving composites: expanded into their primitive graphs (`decompose`) before lowering.
+  loraBank: decomposed(),
+  cachedAttention: decomposed(),
 } as const satisfies OnnxRuleTable;
 
 /**

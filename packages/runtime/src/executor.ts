@@ -1,4 +1,4 @@
-import { type DType, type Graph, type HostTensor, type WeightStore, bindDims, graphInputs, graphParams, typeToString, errorMessage } from '@stageml/ir';
+import { COMPOSITE_OPS, type DType, OP_KEYS, type Graph, type HostTensor, type OpKey, type WeightStore, bindDims, expandComposites, graphInputs, graphParams, typeToString, errorMessage } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from './errors.js';
 import { type ValueSource, toStore } from './values.js';
 
@@ -240,14 +240,135 @@ export function inputGeneration(data: object): number {
   return generations.get(data) ?? 0;
 }
 
+/** What an executor runs and how: its table of ops, dtypes and picks, as planning and `prepare` read it. */
+export interface ExecutorCapabilities {
+  /** Executor name (`interpreter`, `onnxruntime`, `tfjs-wasm`, …). */
+  readonly name: string;
+  /**
+   * The composite ops (`COMPOSITE_OPS`) it lowers itself; `prepare` expands every other composite
+   * (and every op added with `registerOp`) into its decomposition first (`expandFor`). Absent:
+   * none (a description for planning, or an executor of primitive ops only).
+   */
+  readonly fuses?: ReadonlySet<OpKey>;
+  /** Whether the executor runs op `op` (itself or through its decomposition). */
+  readonly supportsOp: (op: OpKey) => boolean;
+  /** Whether factors may be bound at request time (inputs supplied per run). */
+  readonly lateBinding: boolean;
+  /**
+   * Float dtypes its programs may compute in (what `Engine.load`'s `dtype` checks); undefined:
+   * f32 only.
+   */
+  readonly dtypes?: readonly DType[];
+  /**
+   * Whether its runs make `RunOptions.sample` picks where the results are, and that is worth it:
+   * the torch worker on CUDA (a sort and a few scans of the logits on the GPU against the whole
+   * vocabulary's logits crossing to the host). Undefined: the caller picks from the values (on the
+   * CPU torch worker the host's picks are faster: bench/results/torch-sample.md).
+   */
+  readonly devicePicks?: boolean;
+  /**
+   * What a scheduler over this executor should default to (`SchedulingHints`); undefined: the
+   * host-CPU defaults `CPU_SCHEDULING`. Explicit options (`--max-num-batched-tokens`,
+   * `--max-num-seqs`) override them.
+   */
+  readonly scheduling?: SchedulingHints;
+}
+
+/**
+ * Defaults a scheduler takes from the executor it drives, as vLLM sizes `--max-num-batched-tokens`
+ * and `--max-num-seqs` for the device: on a GPU a step of thousands of tokens costs little more
+ * than one of a few (the weights are read once either way), on two CPU cores every token counts.
+ */
+export interface SchedulingHints {
+  /** Most prompt tokens one step prefills over all its sequences (vLLM's max-num-batched-tokens). */
+  readonly tokenBudget: number;
+  /** Most sequences running together (vLLM's max-num-seqs). */
+  readonly maxBatch: number;
+}
+
+/** The scheduling defaults of an executor that computes on the host CPU (and of unknown ones). */
+export const CPU_SCHEDULING: SchedulingHints = { tokenBudget: 64, maxBatch: 32 };
+
+/** The scheduling defaults of an executor on a CUDA GPU (`torch-cuda`). */
+export const GPU_SCHEDULING: SchedulingHints = { tokenBudget: 8192, maxBatch: 256 };
+
 /** Something that runs graphs: the reference interpreter, tfjs, onnxruntime, … */
 export interface Executor {
   /** Executor name (with backend), e.g. `interpreter`, `tfjs-cpu`. */
   readonly name: string;
-  /** Prepares `graph` with parameter data from `weights` (every parameter must resolve). */
+  /** What it runs (its table of fused composites, dtypes, picks). */
+  readonly capabilities: ExecutorCapabilities;
+  /**
+   * Prepares `graph` with parameter data from `weights` (every parameter must resolve), after
+   * expanding the composites it does not fuse (`expandFor`).
+   */
   prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph>;
   /** Caches held between runs (`RunOptions.caches`); absent: runs take every input from the host. */
   readonly caches?: CacheStore;
+  /**
+   * Releases what the executor holds: every graph it prepared (their runs then fail with
+   * `RT_DISPOSED`) and its process or session state (the torch worker stops). Later `prepare`
+   * calls fail with `RT_DISPOSED`. Idempotent.
+   */
+  dispose(): Promise<void>;
+}
+
+/** `graph` with every composite `caps` does not fuse replaced by its decomposition (what `prepare` compiles). */
+export function expandFor(graph: Graph, caps: ExecutorCapabilities): Graph {
+  const fuses = caps.fuses ?? new Set<OpKey>();
+  return expandComposites(graph, (op) => !fuses.has(op));
+}
+
+/** The composites an exhaustive rule table lowers with a rule of its own (neither `unsupported` nor `decomposed`). */
+export function fusedComposites(rules: Readonly<Record<OpKey, { readonly kind: string }>>): ReadonlySet<OpKey> {
+  return new Set(COMPOSITE_OPS.filter((op) => rules[op].kind !== 'unsupported' && rules[op].kind !== 'decomposed'));
+}
+
+/**
+ * Capabilities of an executor whose ops are the entries of an exhaustive rule table: it runs what
+ * the table does not mark `unsupported`, fuses the composites with rules of their own, binds late
+ * and computes in f32.
+ */
+export function capabilitiesOfTable(name: string, rules: Readonly<Record<OpKey, { readonly kind: string }>>): ExecutorCapabilities {
+  const unsupported = new Set(OP_KEYS.filter((op) => rules[op].kind === 'unsupported'));
+  return { name, fuses: fusedComposites(rules), supportsOp: (op) => !unsupported.has(op), lateBinding: true };
+}
+
+/**
+ * The graphs an executor prepared and has not seen disposed, so `Executor.dispose` can release
+ * them; `prepare` fails with `RT_DISPOSED` once the executor is disposed.
+ */
+export class PreparedGraphs {
+  readonly #live = new Set<PreparedGraph>();
+  #disposed = false;
+
+  constructor(private readonly executor: string) {}
+
+  /** Throws `RT_DISPOSED` when the executor was disposed. */
+  check(): void {
+    if (this.#disposed) throw new RuntimeError(RuntimeCode.DISPOSED, `the ${this.executor} executor was disposed`);
+  }
+
+  /** Keeps `p` until it is disposed (its `dispose` is wrapped to forget it); returns it. */
+  track<P extends PreparedGraph>(p: P): P {
+    if (this.#disposed) {
+      p.dispose();
+      this.check();
+    }
+    this.#live.add(p);
+    const release = p.dispose.bind(p);
+    p.dispose = (): void => {
+      this.#live.delete(p);
+      release();
+    };
+    return p;
+  }
+
+  /** Disposes every live prepared graph; later `check`/`track` calls fail with `RT_DISPOSED`. */
+  disposeAll(): void {
+    this.#disposed = true;
+    for (const p of [...this.#live]) p.dispose();
+  }
 }
 
 /**

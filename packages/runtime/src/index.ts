@@ -22,9 +22,9 @@ export { specialize } from './specialize.js';
 export { formatWeightQuantSpec, isLoraParamName, parseWeightQuantSpec, quantizeLinears, quantizeStaged } from './quantize.js';
 export type { QuantizeLinearsOptions, QuantizeLinearsResult, QuantizedWeightInfo, WeightQuantSpec } from './quantize.js';
 export type { SpecializeOptions, SpecializeReport, SpecializeResult } from './specialize.js';
-export { argmaxRows, checkInputs, checkRowSamples, firstMaxIndex, inputChanged, inputGeneration, resolveWeights } from './executor.js';
+export { PreparedGraphs, argmaxRows, capabilitiesOfTable, checkInputs, checkRowSamples, expandFor, firstMaxIndex, fusedComposites, inputChanged, inputGeneration, resolveWeights } from './executor.js';
 export type { CacheRow, CacheRun, CacheStore, CacheStream, Executor, PreparedGraph, RowProcessing, RowSample, RunOptions } from './executor.js';
-export { interpreterExecutor } from './interpreter-executor.js';
+export { INTERPRETER_CAPABILITIES, interpreterExecutor } from './interpreter-executor.js';
 export { BUNDLE_FORMAT, BUNDLE_VERSION, loadBundle, writeBundle } from './bundle.js';
 export type { BundleManifest, LoadedBundle, WriteBundleOptions } from './bundle.js';
 export { BundleCode, BundleError } from '@stageml/bundle';
@@ -44,9 +44,9 @@ export {
   unsupported,
 } from './tfjs/index.js';
 export type { Kernel, LowerContext, Lowering, TfDType, TfRule, TfRuleTable, TfjsBackend, TfjsExecutorOptions, Unsupported } from './tfjs/index.js';
-export { DEFAULT_CANDIDATES, DEFAULT_FALLBACKS, DEFAULT_PROBE_SHAPE, EXECUTOR_ENV, EXECUTOR_NAMES, createExecutorByName, createOrtExecutor, isExecutorName, isOrtAvailable, selectExecutor } from './ort/index.js';
+export { DEFAULT_CANDIDATES, DEFAULT_FALLBACKS, DEFAULT_PROBE_SHAPE, EXECUTOR_ENV, EXECUTOR_NAMES, createExecutorByName, createOrtExecutor, isExecutorName, isOrtAvailable, ortCapabilities, selectExecutor } from './ort/index.js';
 export type { ExecutorName, ExecutorProbeShape, ExecutorSelection, OrtExecutorOptions, SelectExecutorOptions } from './ort/index.js';
-export { CPU_NATIVE_OPS, NATIVE_ADDON_ENV, NATIVE_BUILD_ENV, NATIVE_CACHE_ENV, createCpuNativeExecutor, encodeProgram, loadCpuAddon } from './native/index.js';
-export type { CpuAddon, CpuNativeExecutor, CpuNativeExecutorOptions, NativeProgram } from './native/index.js';
-export { FrameDecoder, TORCH_DEVICE_ENV, TORCH_PATH_ENV, TORCH_PROTOCOL_VERSION, TORCH_PYTHON_ENV, createTorchExecutor, encodeFrame, isTorchAvailable } from './torch/index.js';
+export { CPU_NATIVE_CAPABILITIES, CPU_NATIVE_OPS, CPU_NATIVE_RULES, NATIVE_ADDON_ENV, NATIVE_BUILD_ENV, NATIVE_CACHE_ENV, createCpuNativeExecutor, encodeProgram, loadCpuAddon } from './native/index.js';
+export type { CpuAddon, CpuNativeExecutor, CpuNativeExecutorOptions, CpuNativeRule, NativeProgram } from './native/index.js';
+export { FrameDecoder, TORCH_DEVICE_ENV, TORCH_PATH_ENV, TORCH_PROTOCOL_VERSION, TORCH_PYTHON_ENV, TORCH_WORKER_COMPOSITES, createTorchExecutor, encodeFrame, isTorchAvailable, torchCapabilities } from './torch/index.js';
 export type { DeviceWrite, FileTensorRef, Frame, TorchDeviceTensors, TorchExecutor, TorchExecutorOptions, TorchFusion, TorchPreparedGraph, TorchWorkerInfo, WireTensor } from './torch/index.js';

@@ -1,6 +1,6 @@
-import { type Graph, type HostTensor, interpret } from '@stageml/ir';
+import { type Graph, type HostTensor, type OpKey, interpret } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from './errors.js';
-import { type Executor, type PreparedGraph, checkInputs, resolveWeights } from './executor.js';
+import { type Executor, type ExecutorCapabilities, type PreparedGraph, checkInputs, expandFor, resolveWeights } from './executor.js';
 import type { ValueSource } from './values.js';
 
 function attempt<T>(f: () => T): Promise<T> {
@@ -11,11 +11,32 @@ function attempt<T>(f: () => T): Promise<T> {
   }
 }
 
-/** The reference interpreter as an executor: exact (f64 accumulation) and slow; the oracle. */
+/**
+ * What the interpreter runs: every op, in f64, f32, bf16 and f16. It evaluates the model composites
+ * (`rmsNorm`, `rotary`, `attention`) by their reference semantics and runs the serving composites
+ * (`loraBank`, `cachedAttention`) as their primitive graphs, the computation the engine's programs
+ * performed before those ops existed, so results stay what they were.
+ */
+export const INTERPRETER_CAPABILITIES: ExecutorCapabilities = {
+  name: 'interpreter',
+  fuses: new Set<OpKey>(['rmsNorm', 'rotary', 'attention']),
+  supportsOp: () => true,
+  lateBinding: true,
+  dtypes: ['f64', 'f32', 'bf16', 'f16'],
+};
+
+/**
+ * The reference interpreter as an executor: exact (f64 accumulation) and slow; the oracle. It holds
+ * no memory or process of its own (a prepared graph references its caller's weights until that
+ * graph's own `dispose`), so its `dispose` has nothing to release and this shared instance stays
+ * usable.
+ */
 export const interpreterExecutor: Executor = {
   name: 'interpreter',
-  prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph> {
+  capabilities: INTERPRETER_CAPABILITIES,
+  prepare(source: Graph, weights?: ValueSource): Promise<PreparedGraph> {
     return attempt(() => {
+      const graph = expandFor(source, INTERPRETER_CAPABILITIES);
       const { values, bindings } = resolveWeights(graph, weights);
       const params = Object.fromEntries(values);
       let disposed = false;
@@ -33,5 +54,8 @@ export const interpreterExecutor: Executor = {
         },
       };
     });
+  },
+  dispose(): Promise<void> {
+    return Promise.resolve();
   },
 };

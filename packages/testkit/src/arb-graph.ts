@@ -508,6 +508,48 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
     }
     return [ctx.b.attention(q, k, v, attrs, mask)];
   },
+  loraBank: (ctx, c) => {
+    const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) === 3);
+    if (x === undefined) return undefined;
+    const [rows, , inDim] = x.type.shape as [Dim, Dim, Dim];
+    const dtype = x.type.dtype;
+    const out = c.range(1, 3);
+    const slots = c.range(1, 3);
+    const rank = c.range(1, 2);
+    const base = ctx.b.linear(x, param(ctx, dtype, [out, inDim]), c.bool() ? param(ctx, dtype, [out]) : undefined);
+    const A = param(ctx, dtype, [slots, rank, inDim]);
+    const B = param(ctx, dtype, [slots, rank, out]);
+    // Slot indices as constants (always in range); the gathered form's per-row index needs a
+    // static row count.
+    if (isStaticDim(rows) && c.bool()) {
+      const index = ctx.b.constant(Array.from({ length: rows }, () => c.int(slots)), 'i64', [rows]);
+      return [ctx.b.loraBank('gathered', x, base, A, B, index)];
+    }
+    if (c.bool()) {
+      const groups = c.range(1, slots);
+      const index = ctx.b.constant(Array.from({ length: groups }, () => c.int(slots)), 'i64', [groups]);
+      return [ctx.b.loraBank('grouped', x, base, A, B, index, param(ctx, dtype, [rows, groups]))];
+    }
+    return [ctx.b.loraBank('single', x, base, A, B, ctx.b.constant(c.int(slots), 'i64', []), param(ctx, dtype, [rows, 1, 1]))];
+  },
+  cachedAttention: (ctx, c) => {
+    const q = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) >= 3);
+    if (q === undefined) return undefined;
+    const s = q.type.shape;
+    const r = s.length;
+    const batch = s.slice(0, r - 3);
+    const [hq, tq, d] = s.slice(r - 3) as [Dim, Dim, Dim];
+    if (!isStaticDim(hq) || hq === 0) return undefined;
+    const divisors = Array.from({ length: hq }, (_, i) => i + 1).filter((k) => hq % k === 0);
+    const hkv = c.pick(divisors);
+    const past = c.range(0, 3);
+    const dtype = q.type.dtype;
+    const pastK = param(ctx, dtype, [...batch, past, hkv, d]);
+    const pastV = param(ctx, dtype, [...batch, past, hkv, d]);
+    const k = param(ctx, dtype, [...batch, hkv, tq, d]);
+    const v = param(ctx, dtype, [...batch, hkv, tq, d]);
+    return [ctx.b.cachedAttention(q, pastK, pastV, k, v, { causal: c.bool() })];
+  },
   groupedMatmul: (ctx, c) => {
     const x = choose(c, ctx.pool, (v) => nonBool(v) && rankOf(v) === 2);
     if (x === undefined) return undefined;

@@ -273,4 +273,34 @@ export const opSamples: OpSamplers = {
           return sample<'attention'>(tensors(types), scale === undefined ? { causal } : { causal, scale });
         }),
     ),
+  loraBank: fc
+    .tuple(dtypeOf(FLOAT), dim(1, 3), dim(1, 2), dim(1, 3), dim(1, 3), dim(1, 3), dim(1, 2), fc.constantFrom('gathered', 'grouped', 'single'))
+    .chain(([dtype, rows, seq, inDim, out, slots, rank, form]) =>
+      fc.integer({ min: 1, max: slots }).chain((groups) => {
+        const head = tensors([t(dtype, [rows, seq, inDim]), t(dtype, [rows, seq, out]), t(dtype, [slots, rank, inDim]), t(dtype, [slots, rank, out])]);
+        const index = form === 'gathered' ? indices('i64', [rows], slots) : form === 'grouped' ? indices('i64', [groups], slots) : indices('i64', [], slots);
+        const select = tensors(form === 'gathered' ? [] : [t(dtype, form === 'grouped' ? [rows, groups] : [rows, 1, 1])]);
+        return fc.tuple(head, index, select).map(([h, i, r]) => ({ operands: [...h, i, ...r], attrs: { form } }));
+      }),
+    ),
+  cachedAttention: fc
+    .tuple(dtypeOf(FLOAT), shapeOf(0, 1), dim(1, 2), dim(1, 2), dim(1, 3), dim(0, 3), dim(1, 3), dim(1, 3))
+    .chain(([dtype, batch, hkv, group, tq, past, d, dv]) =>
+      fc
+        .tuple(fc.boolean(), fc.option(fc.constantFrom(0.5, 0.25), { nil: undefined }), fc.constantFrom('none', 'bool', 'additive'))
+        .chain(([causal, scale, maskKind]) => {
+          const hq = hkv * group;
+          const tk = past + tq;
+          const types = [
+            t(dtype, [...batch, hq, tq, d]),
+            t(dtype, [...batch, past, hkv, d]),
+            t(dtype, [...batch, past, hkv, dv]),
+            t(dtype, [...batch, hkv, tq, d]),
+            t(dtype, [...batch, hkv, tq, dv]),
+          ];
+          if (maskKind === 'bool') types.push(t('bool', [tq, tk]));
+          if (maskKind === 'additive') types.push(t(dtype, [hq, 1, tk]));
+          return sample<'cachedAttention'>(tensors(types), scale === undefined ? { causal } : { causal, scale });
+        }),
+    ),
 };

@@ -77,6 +77,8 @@ export const tritonRules = {
   topk: ROUTING,
   rotary: unsupported('rotary embedding is not fused yet: the host executor runs it'),
   attention: unsupported('attention kernels are out of scope for triton-gen (LoRA/MoE GEMMs only)'),
+  loraBank: unsupported('the host executor runs it (fused or through its decomposition); triton-gen emits bank kernels for the bankGathered/bankGrouped patterns kernel-patterns recognises in staged residuals'),
+  cachedAttention: unsupported('attention kernels are out of scope for triton-gen (LoRA/MoE GEMMs only)'),
 } satisfies Readonly<Record<OpKey, TritonRule>>;
 
 /** Why the backend leaves an op node of kind `op` to the host executor. */

@@ -35,6 +35,7 @@ import { linear, matmul } from './linalg.js';
 import { groupedMatmul } from './moe.js';
 import { quantizedLinear } from './quant.js';
 import { attention, randomUniform, rotary } from './nn.js';
+import { cachedAttention, loraBank } from './serving.js';
 import { argmax, layerNorm, max, mean, rmsNorm, softmax, sum } from './reduce.js';
 import { broadcastTo, concat, reshape, slice, transpose } from './shape.js';
 
@@ -99,6 +100,8 @@ export const OPS = {
   topk,
   rotary,
   attention,
+  loraBank,
+  cachedAttention,
 } as const;
 
 /** Registry key of an op (`matmul`, `rmsNorm`). */
@@ -115,15 +118,34 @@ export const OP_KEYS: readonly OpKey[] = Object.keys(OPS) as OpKey[];
 
 const BY_NAME = new Map<string, OpKey>(OP_KEYS.map((k) => [OPS[k].name, k]));
 
-/** Whether `key` is a registry key. */
+/** Ops added with `registerOp`, by key. */
+const EXTENSIONS = new Map<string, OpDef>();
+
+/**
+ * Adds a composite op to the registry at run time: graphs may use it (builder, verifier,
+ * interpreter, JSON, printer) under `def.key`, and since no backend's rule table names it, every
+ * executor runs it through `def.decompose` (`expandComposites` before `prepare`). Backends never
+ * need a change for it. `OP_KEYS` and `OpKey` keep listing the built-in ops only.
+ * Errors: `IR_BAD_ATTR` for a def without a decomposition, or whose key or printed name is taken.
+ */
+export function registerOp(def: OpDef): void {
+  if (def.decompose === undefined) throw new IrError(IrCode.BAD_ATTR, `registerOp: '${def.key}' has no decomposition; an op added at run time reaches backends only through one`);
+  if (isOpKey(def.key) || BY_NAME.has(def.name)) throw new IrError(IrCode.BAD_ATTR, `registerOp: the op key '${def.key}' or name '${def.name}' is taken`);
+  EXTENSIONS.set(def.key, def);
+  BY_NAME.set(def.name, def.key as OpKey);
+}
+
+/** Whether `key` is a registry key (built in, or added with `registerOp`). */
 export function isOpKey(key: string): key is OpKey {
-  return Object.hasOwn(OPS, key);
+  return Object.hasOwn(OPS, key) || EXTENSIONS.has(key);
 }
 
 /** The definition of op `key`, typed loosely for generic consumers; throws `IR_UNKNOWN_OP`. */
 export function opDef(key: string): OpDef {
-  if (!isOpKey(key)) throw new IrError(IrCode.UNKNOWN_OP, `unknown op '${key}'`);
-  return OPS[key] as unknown as OpDef;
+  if (Object.hasOwn(OPS, key)) return OPS[key as OpKey] as unknown as OpDef;
+  const ext = EXTENSIONS.get(key);
+  if (ext === undefined) throw new IrError(IrCode.UNKNOWN_OP, `unknown op '${key}'`);
+  return ext;
 }
 
 /** The key of the op printed as `name` (`sml.rms_norm` → `rmsNorm`); throws `IR_UNKNOWN_OP`. */

@@ -1,8 +1,8 @@
 import { attr } from '../attrs.js';
-import { type Dim, dimAdd, dimDivExact, dimEquals, dimProduct, dimToString } from '../dim.js';
+import { type Dim, dimAdd, dimDivExact, dimEquals, dimMul, dimProduct, dimSub, dimToString } from '../dim.js';
 import { allocData, rounderFor } from '../dtype.js';
 import { IrCode, IrError } from '../errors.js';
-import type { Value } from '../builder.js';
+import type { GraphBuilder, Value } from '../builder.js';
 import { defineOp, dtypeError, shapeError } from '../op-def.js';
 import { type HostTensor, broadcastStrides, forEachIndex, sizeOf } from '../tensor.js';
 import { type TensorType, broadcastShapes, shapeEquals, shapeToString } from '../types.js';
@@ -66,7 +66,8 @@ function evalRotary(x: HostTensor, c: HostTensor, s: HostTensor, interleaved: bo
   return { dtype: x.dtype, shape: [...shape], data: out };
 }
 
-interface AttnDims {
+/** The dims attention reads: leading batch dims, query/kv heads, query/key lengths, head sizes. */
+export interface AttnDims {
   batch: Dim[];
   hq: Dim;
   hkv: Dim;
@@ -76,7 +77,8 @@ interface AttnDims {
   dv: Dim;
 }
 
-function attnDims(q: TensorType, k: TensorType, v: TensorType): AttnDims {
+/** Checked dims of attention's q, k and v (shared with `cachedAttention`). */
+export function attnDims(q: TensorType, k: TensorType, v: TensorType): AttnDims {
   for (const [t, n] of [
     [q, 'q'],
     [k, 'k'],
@@ -128,9 +130,47 @@ export const attention = defineOp({
     return dimProduct([...x.batch, x.hq, x.tq, x.tk, perPair]);
   },
   evaluate: ([q, k, v, mask], a) => [evalAttention(q!, k!, v!, mask, a.causal, a.scale)],
+  decompose: (b, [q, k, v, mask], a) => [attentionPrimitives(b, q!, k!, v!, mask, a.causal, a.scale)],
 });
 
-function evalAttention(
+/**
+ * Attention in primitive ops: grouped-query heads folded into the query axis (q as
+ * [..., hkv, g·tq, d], so one matmul per kv head), scores = q·kᵀ·scale (+ mask, or `where` for a
+ * bool mask), causal positions set to −∞ by comparing key index j with i + tk − tq, a softmax over
+ * keys and the weighted sum of v. Fully masked rows give NaN, as `evaluate` does.
+ */
+export function attentionPrimitives(b: GraphBuilder, q: Value, k: Value, v: Value, mask: Value | undefined, causal: boolean, scaleAttr: number | undefined): Value {
+  const dims = attnDims(q.type, k.type, v.type);
+  const dtype = q.type.dtype;
+  const group = dimDivExact(dims.hq, dims.hkv)!;
+  const grouped = !dimEquals(group, 1);
+  const q2 = grouped ? b.reshape(q, [...dims.batch, dims.hkv, dimMul(group, dims.tq), dims.d]) : q;
+  let scores = b.matmul(q2, k, { transposeB: true });
+  if (grouped) scores = b.reshape(scores, [...dims.batch, dims.hq, dims.tq, dims.tk]);
+  const scale = scaleAttr ?? (typeof dims.d === 'number' ? 1 / Math.sqrt(dims.d) : undefined);
+  if (scale === undefined) shapeError('attention', `the head dim ${dimToString(dims.d)} must be static to decompose without a scale attribute`);
+  scores = b.mul(scores, b.scalar(scale, dtype));
+  const negInf = b.scalar(Number.NEGATIVE_INFINITY, dtype);
+  if (mask !== undefined) scores = mask.type.dtype === 'bool' ? b.where(mask, scores, negInf) : b.add(scores, mask);
+  if (causal) {
+    // Key j is visible to query i iff j ≤ i + (tk − tq): the query's last visible key index.
+    const offset = dimSub(dims.tk, dims.tq);
+    const keys = b.iota([dims.tk], 0);
+    const last =
+      typeof offset === 'number' && offset < 0
+        ? b.add(b.iota([dims.tq], 0), b.scalar(offset, 'i64'))
+        : b.slice(keys, 0, offset, dims.tk);
+    const visible = b.lessEqual(b.reshape(keys, [1, dims.tk]), b.reshape(last, [dims.tq, 1]));
+    scores = b.where(visible, scores, negInf);
+  }
+  let probs = b.softmax(scores, -1);
+  if (grouped) probs = b.reshape(probs, [...dims.batch, dims.hkv, dimMul(group, dims.tq), dims.tk]);
+  const out = b.matmul(probs, v);
+  return grouped ? b.reshape(out, [...dims.batch, dims.hq, dims.tq, dims.dv]) : out;
+}
+
+/** Reference attention over host tensors (shared with `cachedAttention`). */
+export function evalAttention(
   q: HostTensor,
   k: HostTensor,
   v: HostTensor,

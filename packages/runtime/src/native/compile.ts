@@ -64,26 +64,15 @@ function unsupported(graph: Graph, what: string): never {
 
 /**
  * Encodes `graph` for the native runner: symbolic shapes as integer polynomials over the graph's
- * symbols, reshapes and scalar-index gathers as views, a gather feeding only batched matmuls folded
- * into them (the matmul reads the table rows in place), intermediates in liveness-shared slots
- * (sized per run), every output copied into its own buffer. `params` holds each parameter's data.
+ * symbols, reshapes and scalar-index gathers as views, each op by its own instructions (the serving
+ * ops `loraBank` (gathered form) and `cachedAttention` as the LORA and ATTENTION_KV kernels, which
+ * read the slot tables and the cache in place; no primitive pattern is recognised), intermediates
+ * in liveness-shared slots (sized per run), every output copied into its own buffer. `params`
+ * holds each parameter's data.
  * Errors: an op, dtype or attribute the runner lacks is `RT_UNSUPPORTED_OP` naming it.
  */
 export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTensor>): NativeProgram {
   const values = graph.values;
-  const producer = new Map<ValueId, OpNode>();
-  const users = new Map<ValueId, OpNode[]>();
-  for (const n of graph.nodes) {
-    if (n.kind !== 'op') continue;
-    for (const r of n.results) producer.set(r, n);
-    for (const o of n.operands) {
-      let u = users.get(o);
-      if (u === undefined) users.set(o, (u = []));
-      u.push(n);
-    }
-  }
-  const outputsOf = new Map<ValueId, number>();
-  graph.outputs.forEach((o) => outputsOf.set(o.value, (outputsOf.get(o.value) ?? 0) + 1));
 
   // Symbols and dimension expressions.
   const symbols: string[] = [];
@@ -154,34 +143,35 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
     need(n, [...n.operands, ...n.results].every((v) => dtypeOf(v) === 'f32'), 'needs f32 operands');
   };
 
-  // A gather (axis 0, 1-D index, rank-3 table) used only as a matmul's rhs is folded into it.
-  const folded = new Set<OpNode>();
-  const foldable = (g: OpNode | undefined): g is OpNode =>
-    g?.op === 'gather' && normalizeAxis(Number(g.attrs['axis'] ?? 0), shapeOf(g.operands[0]!).length) === 0 && shapeOf(g.operands[1]!).length === 1 && shapeOf(g.operands[0]!).length === 3 && dtypeOf(g.operands[0]!) === 'f32';
-  for (const n of graph.nodes) {
-    if (n.kind !== 'op' || n.op !== 'gather' || !foldable(n)) continue;
-    const r = n.results[0]!;
-    const us = users.get(r) ?? [];
-    if (us.length > 0 && (outputsOf.get(r) ?? 0) === 0 && us.every((u) => u.op === 'matmul' && u.operands[1] === r && u.operands[0] !== r && shapeOf(u.operands[0]!).length === 3)) folded.add(n);
-  }
-
-  // attention(q, concat(k₀, k₁), concat(v₀, v₁)) over [B, H, S, D] reads each segment in place; a
-  // segment that is transpose(x, [0, 2, 1, 3]) is read from x ([B, S, H, D], the cache inputs).
-  const segment = (v: ValueId): { value: ValueId; layout: number } => {
-    const t = producer.get(v);
-    if (t?.op !== 'transpose' || (t.attrs['perm'] as readonly number[]).join(',') !== '0,2,1,3' || dtypeOf(t.operands[0]!) !== 'f32') return { value: v, layout: 0 };
-    return { value: t.operands[0]!, layout: 1 };
+  // A value of the program that no graph value names (a fused op's intermediate), typed as `like`.
+  const temp = (like: ValueId): number => {
+    table.push({ dtype: table[like]!.dtype, dims: table[like]!.dims, storage: ST.SLOT, index: -1 });
+    return table.length - 1;
   };
-  const kvConcat = (v: ValueId): OpNode | undefined => {
-    const c = producer.get(v);
-    if (c?.op !== 'concat' || c.operands.length !== 2 || shapeOf(v).length !== 4) return undefined;
-    if (normalizeAxis(Number(c.attrs['axis']), 4) !== 2 || (outputsOf.get(v) ?? 0) > 0) return undefined;
-    return (users.get(v) ?? []).every((u) => u.op === 'attention') ? c : undefined;
+  const attentionFlags = (n: OpNode): [number[], number[]] => {
+    const scale = n.attrs['scale'] as number | undefined;
+    return [[n.attrs['causal'] === true ? 1 : 0, scale === undefined ? 0 : 1], scale === undefined ? [] : [fl(scale)]];
   };
 
   // add(linear(x, W), mul(linear(linear(x, A), B), s)) — the LoRA layer `loraLinear` builds, the
   // add's and mul's operands in either order, s a scalar constant (or no mul: s = 1) — runs as one
   // instruction when every intermediate is f32, 2-D in its weights and read by nothing else.
+  // NOTE: the one primitive pattern left here. Staged residuals carry PEFT's LoRA layer as the
+  // primitive chain `loraLinear` builds (the engine emits `loraBank` instead); until staging emits
+  // an op for it, the chain is recognised here. Its producers, readers and output uses:
+  const producer = new Map<ValueId, OpNode>();
+  const users = new Map<ValueId, OpNode[]>();
+  for (const n of graph.nodes) {
+    if (n.kind !== 'op') continue;
+    for (const r of n.results) producer.set(r, n);
+    for (const o of n.operands) {
+      let u = users.get(o);
+      if (u === undefined) users.set(o, (u = []));
+      u.push(n);
+    }
+  }
+  const outputsOf = new Map<ValueId, number>();
+  graph.outputs.forEach((o) => outputsOf.set(o.value, (outputsOf.get(o.value) ?? 0) + 1));
   const only = (v: ValueId): OpNode | undefined => {
     const p = producer.get(v);
     return p !== undefined && (users.get(v) ?? []).length === 1 && (outputsOf.get(v) ?? 0) === 0 && dtypeOf(v) === 'f32' ? p : undefined;
@@ -291,7 +281,6 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
         emit(OP.CONCAT, [normalizeAxis(Number(at['axis']), shapeOf(y0).length)]);
         break;
       case 'gather': {
-        if (folded.has(n)) break;
         const axis = normalizeAxis(Number(at['axis'] ?? 0), shapeOf(x0).length);
         if (axis === 0 && shapeOf(a[1]!).length === 0) {
           table[y0]!.storage = ST.VIEW;
@@ -326,20 +315,18 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
       case 'matmul': {
         const dt = dtypeOf(y0);
         need(n, (dt === 'f32' || dt === 'i64' || dt === 'i32') && a.every((v) => dtypeOf(v) === dt), 'runs on f32, i64 or i32 operands of one dtype');
-        const ta = at['transposeA'] === true ? 1 : 0;
-        const tb = at['transposeB'] === true ? 1 : 0;
-        const g = producer.get(a[1]!);
-        // y = (x · A[idx]ᵀ) · B[idx] over gathered slot tables (the gathered slot form's LoRA term):
-        // one instruction streaming each row's factors once.
-        const inner = producer.get(a[0]!);
-        const gi = inner?.op === 'matmul' ? producer.get(inner.operands[1]!) : undefined;
-        const fusable =
-          g !== undefined && folded.has(g) && dt === 'f32' && ta === 0 && tb === 0 && inner !== undefined && gi !== undefined && folded.has(gi) &&
-          inner.attrs['transposeA'] !== true && inner.attrs['transposeB'] === true && gi.operands[1] === g.operands[1] &&
-          (users.get(a[0]!) ?? []).length === 1 && (outputsOf.get(a[0]!) ?? 0) === 0 && shapeOf(inner.operands[0]!).length === 3;
-        if (fusable) emit(OP.LORA, [], [], [inner.operands[0]!, gi.operands[0]!, g.operands[0]!, g.operands[1]!]);
-        else if (g !== undefined && folded.has(g) && dt === 'f32') emit(OP.MATMUL, [ta, tb], [], [a[0]!, g.operands[0]!, g.operands[1]!]);
-        else emit(OP.MATMUL, [ta, tb]);
+        emit(OP.MATMUL, [at['transposeA'] === true ? 1 : 0, at['transposeB'] === true ? 1 : 0]);
+        break;
+      }
+      case 'loraBank': {
+        // The gathered form (the executor expands the others): y = base + (x · A[idx]ᵀ) · B[idx],
+        // one LORA instruction streaming each row's factors from the slot tables in place, then the add.
+        need(n, at['form'] === 'gathered', 'runs the gathered form (the others are expanded at prepare)');
+        const [x, base, A, B, idx] = a as [ValueId, ValueId, ValueId, ValueId, ValueId];
+        need(n, [x, base, A, B, y0].every((v) => dtypeOf(v) === 'f32') && dtypeOf(idx) === 'i64', 'needs f32 x, base and tables and an i64 index');
+        const delta = temp(y0);
+        code.push({ op: OP.LORA, a: [x, A, B, idx], r: [delta], i: [], f: [] });
+        code.push({ op: OP.BINARY, a: [base, delta], r, i: [BINARY['add']!], f: [] });
         break;
       }
       case 'quantizedLinear': {
@@ -357,15 +344,18 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
       case 'attention': {
         need(n, a.slice(0, 3).every((v) => dtypeOf(v) === 'f32') && dtypeOf(y0) === 'f32', 'needs f32 q, k, v');
         need(n, a[3] === undefined || dtypeOf(a[3]) === 'f32' || dtypeOf(a[3]) === 'bool', 'needs an f32 or bool mask');
-        const scale = at['scale'] as number | undefined;
-        const flags = [at['causal'] === true ? 1 : 0, scale === undefined ? 0 : 1];
-        const sc = scale === undefined ? [] : [fl(scale)];
-        const kc = kvConcat(a[1]!);
-        const vc = kvConcat(a[2]!);
-        if (kc !== undefined && vc !== undefined && shapeOf(x0).length === 4) {
-          const segs = [...kc.operands, ...vc.operands].map(segment);
-          emit(OP.ATTENTION_KV, [...flags, ...segs.map((g) => g.layout)], sc, [x0, ...segs.map((g) => g.value), ...a.slice(3)]);
-        } else emit(OP.ATTENTION, flags, sc);
+        emit(OP.ATTENTION, ...attentionFlags(n));
+        break;
+      }
+      case 'cachedAttention': {
+        // Keys and values in two segments each, read in place: the position-major cache
+        // [B, past, H, D] (layout 1) and the step's head-major k/v [B, H, seq, D] (layout 0).
+        need(n, a.slice(0, 5).every((v) => dtypeOf(v) === 'f32') && dtypeOf(y0) === 'f32', 'needs f32 q, caches, k and v');
+        need(n, a[5] === undefined || dtypeOf(a[5]) === 'f32' || dtypeOf(a[5]) === 'bool', 'needs an f32 or bool mask');
+        need(n, shapeOf(x0).length === 4, 'runs rank-4 q (others are expanded at prepare)');
+        const [q, pastK, pastV, k, v] = a as [ValueId, ValueId, ValueId, ValueId, ValueId];
+        const [flags, sc] = attentionFlags(n);
+        emit(OP.ATTENTION_KV, [...flags, 1, 0, 1, 0], sc, [q, pastK, k, pastV, v, ...a.slice(5)]);
         break;
       }
       default:
@@ -382,8 +372,7 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
     return { name: o.name, dtype: dtypeOf(o.value) };
   });
 
-  // Dead code: instructions none of whose results is read (the transposes and concatenations the
-  // fused attention reads around) are dropped.
+  // Dead code: instructions none of whose results is read are dropped.
   {
     const live = new Set<number>(code.filter((c) => c.op === OP.COPY && table[c.r[0]!]!.storage === ST.OUTPUT).flatMap((c) => c.r));
     const keep = new Array<boolean>(code.length).fill(false);

@@ -2,7 +2,7 @@
 // their edge cases live (K chunks, row and column tails, every activation-tile height), the
 // quantized tiles within the activation-rounding bound, the folds (gathered matmul, gather views,
 // attention over the cache inputs), symbolic shapes, concurrent runs and the errors.
-import { GraphBuilder, type HostTensor, type Value, dequantizeWeight, interpret, quantizeWeight, seededRandom } from '@stageml/ir';
+import { GraphBuilder, type HostTensor, type Value, dequantizeWeight, expandComposites, interpret, quantizeWeight, seededRandom } from '@stageml/ir';
 import { expectMatchesInterpreter } from '@stageml/testkit';
 import { describe, expect, test } from 'vitest';
 
@@ -94,16 +94,16 @@ describe('cpu-native kernels', () => {
     );
   });
 
-  test('slot-table gathers feeding batched matmuls are read in place (the shrink/expand pair fused), and a scalar-index gather is a view', async () => {
+  test('a gathered loraBank reads the slot tables in place (one LORA instruction and the add), and a scalar-index gather is a view', async () => {
     const slots = 5;
     const mk = (b: GraphBuilder) => {
       const x = b.input('x', ['f32', ['batch', 'seq', 24]]);
+      const base = b.input('base', ['f32', ['batch', 'seq', 30]]);
       const a = b.input('A', ['f32', [slots, 4, 24]]);
       const bt = b.input('B', ['f32', [slots, 4, 30]]);
       const idx = b.input('row_slot', ['i64', ['batch']]);
       const one = b.input('one_slot', ['i64', []]);
-      const t1 = b.matmul(x, b.gather(a, idx), { transposeB: true });
-      const y = b.matmul(t1, b.gather(bt, idx));
+      const y = b.loraBank('gathered', x, base, a, bt, idx);
       const single = b.linear(x, b.gather(a, one));
       b.output('y', y);
       b.output('single', single);
@@ -111,12 +111,15 @@ describe('cpu-native kernels', () => {
     };
     const g = mk(new GraphBuilder('slots'));
     const enc = encodeProgram(g, new Map());
-    // The shrink/expand pair as one fused instruction, one view, one linear, two output copies:
-    // no gather instruction left.
-    expect(enc.stats.instructions).toBe(5);
+    // LORA, the add, the view, one linear, two output copies: no gather instruction.
+    expect(enc.stats.instructions).toBe(6);
     expect(enc.stats.views).toBe(1);
+    // The same computation in primitive ops is not recognised: two gathers and two matmuls run as they are.
+    const prim = expandComposites(g);
+    expect(encodeProgram(prim, new Map()).stats.instructions).toBe(9);
     const inputs = {
       x: { dtype: 'f32', shape: [3, 2, 24], data: rand(3 * 2 * 24, 1) },
+      base: { dtype: 'f32', shape: [3, 2, 30], data: rand(3 * 2 * 30, 4) },
       A: { dtype: 'f32', shape: [slots, 4, 24], data: rand(slots * 4 * 24, 2) },
       B: { dtype: 'f32', shape: [slots, 4, 30], data: rand(slots * 4 * 30, 3) },
       row_slot: { dtype: 'i64', shape: [3], data: Float64Array.from([4, 0, 4]) },
@@ -188,11 +191,9 @@ describe('cpu-native kernels', () => {
     const nk = b.input('k', ['f32', ['batch', 2, 'seq', 8]]);
     const nv = b.input('v', ['f32', ['batch', 2, 'seq', 8]]);
     const mask = b.input('mask', ['f32', ['batch', 1, 1, 'past + seq']]);
-    const k = b.concat([b.transpose(pk, [0, 2, 1, 3]), nk], 2);
-    const v = b.concat([b.transpose(pv, [0, 2, 1, 3]), nv], 2);
-    b.output('y', b.attention(q, k, v, { causal: true }, mask));
+    b.output('y', b.cachedAttention(q, pk, pv, nk, nv, { causal: true }, mask));
     const g = b.build();
-    // One attention and one output copy: the transposes and concatenations are gone.
+    // One attention over the cache and the new keys, and one output copy.
     expect(encodeProgram(g, new Map()).stats.instructions).toBe(2);
     for (const [batch, past, seq] of [[2, 5, 1], [1, 0, 3], [3, 7, 4]] as const) {
       const maskData = new Float32Array(batch * (past + seq));
@@ -217,9 +218,7 @@ describe('cpu-native kernels', () => {
     const nk = b.input('k', ['f32', ['batch', 3, 1, 8]]);
     const nv = b.input('v', ['f32', ['batch', 3, 1, 8]]);
     const mask = b.input('mask', ['f32', ['batch', 1, 1, 'past + 1']]);
-    const k = b.concat([b.transpose(pk, [0, 2, 1, 3]), nk], 2);
-    const v = b.concat([b.transpose(pv, [0, 2, 1, 3]), nv], 2);
-    b.output('y', b.attention(q, k, v, {}, mask));
+    b.output('y', b.cachedAttention(q, pk, pv, nk, nv, {}, mask));
     const g = b.build();
     const batch = 3;
     const past = 20;

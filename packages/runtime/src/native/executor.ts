@@ -1,17 +1,95 @@
 import { availableParallelism } from 'node:os';
-import { type DType, type Graph, type HostTensor, type OpKey, errorMessage } from '@stageml/ir';
+import { type DType, type DecomposedRule, type Graph, type HostTensor, OP_KEYS, type OpKey, type OpNode, type TensorType, type UnsupportedRule, errorMessage, expandComposites, unsupportedRule } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from '../errors.js';
-import { type Executor, type PreparedGraph, type RunOptions, checkInputs, resolveWeights } from '../executor.js';
+import { type Executor, type ExecutorCapabilities, type PreparedGraph, PreparedGraphs, type RunOptions, capabilitiesOfTable, checkInputs, expandFor, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
 import { type CpuAddon, cpuAddonOrigin, loadCpuAddon } from './addon.js';
 import { encodeProgram } from './compile.js';
 
-/** Ops the native runner executes (elementwise ones on f32; add/sub/mul/… and neg/abs also on i64). */
-export const CPU_NATIVE_OPS: readonly OpKey[] = [
-  'add', 'sub', 'mul', 'div', 'maximum', 'minimum', 'pow', 'neg', 'abs', 'exp', 'log', 'sqrt', 'rsqrt', 'tanh', 'sigmoid', 'silu', 'sin', 'cos', 'gelu',
-  'constant', 'reshape', 'transpose', 'broadcastTo', 'cast', 'concat', 'gather', 'slice', 'rmsNorm', 'layerNorm', 'softmax', 'where',
-  'linear', 'matmul', 'quantizedLinear', 'rotary', 'attention',
-];
+/**
+ * How cpu-native runs one op: instructions of the runner (`native`; `decomposeWhen` names the
+ * nodes of a composite it expands instead), its registry decomposition, or not at all.
+ */
+export type CpuNativeRule =
+  | { readonly kind: 'native'; readonly decomposeWhen?: (attrs: OpNode['attrs'], operands: readonly TensorType[]) => boolean }
+  | DecomposedRule
+  | UnsupportedRule;
+
+const NATIVE: CpuNativeRule = { kind: 'native' };
+const COMPARE = unsupportedRule('the native runner has no comparison kernels');
+
+// NOTE: the key list repeats `OPS` on purpose (as every backend's table does): adding an op to the
+// registry fails this build until cpu-native says how it runs it.
+/**
+ * How the cpu-native runner handles every op of the registry (elementwise ones on f32;
+ * add/sub/mul/… and neg/abs also on i64): `native` ops are runner instructions, `decomposed`
+ * composites are expanded into their primitive ops before encoding.
+ */
+export const CPU_NATIVE_RULES = {
+  constant: NATIVE,
+  iota: unsupportedRule('the native runner has no iota'),
+  randomUniform: unsupportedRule('the native runner has no random source'),
+  add: NATIVE,
+  sub: NATIVE,
+  mul: NATIVE,
+  div: NATIVE,
+  pow: NATIVE,
+  maximum: NATIVE,
+  minimum: NATIVE,
+  neg: NATIVE,
+  abs: NATIVE,
+  exp: NATIVE,
+  log: NATIVE,
+  sqrt: NATIVE,
+  rsqrt: NATIVE,
+  tanh: NATIVE,
+  sigmoid: NATIVE,
+  silu: NATIVE,
+  gelu: NATIVE,
+  sin: NATIVE,
+  cos: NATIVE,
+  equal: COMPARE,
+  notEqual: COMPARE,
+  less: COMPARE,
+  lessEqual: COMPARE,
+  greater: COMPARE,
+  greaterEqual: COMPARE,
+  where: NATIVE,
+  cast: NATIVE,
+  matmul: NATIVE,
+  linear: NATIVE,
+  groupedMatmul: unsupportedRule('the native runner has no grouped (MoE) matmul'),
+  quantizedLinear: NATIVE,
+  sum: unsupportedRule('the native runner has no general reductions'),
+  mean: unsupportedRule('the native runner has no general reductions'),
+  max: unsupportedRule('the native runner has no general reductions'),
+  argmax: unsupportedRule('the native runner has no general reductions'),
+  softmax: NATIVE,
+  rmsNorm: NATIVE,
+  layerNorm: NATIVE,
+  reshape: NATIVE,
+  transpose: NATIVE,
+  broadcastTo: NATIVE,
+  concat: NATIVE,
+  slice: NATIVE,
+  gather: NATIVE,
+  indexSelect: unsupportedRule('the native runner has no index selection'),
+  scatterAdd: unsupportedRule('the native runner has no scatter'),
+  topk: unsupportedRule('the native runner has no sort'),
+  rotary: NATIVE,
+  attention: NATIVE,
+  // The gathered form is one LORA instruction (each row's factors streamed once) added to the base;
+  // the grouped and single forms run as their primitive graphs.
+  loraBank: { kind: 'native', decomposeWhen: (attrs) => attrs['form'] !== 'gathered' },
+  // One ATTENTION_KV instruction reading the position-major cache and the step's keys in place.
+  cachedAttention: { kind: 'native', decomposeWhen: (_attrs, operands) => operands[0]!.shape.length !== 4 },
+} as const satisfies Readonly<Record<OpKey, CpuNativeRule>>;
+
+/** Ops the native runner executes, natively or through their decomposition. */
+export const CPU_NATIVE_OPS: readonly OpKey[] = OP_KEYS.filter((k) => CPU_NATIVE_RULES[k].kind !== 'unsupported');
+
+/** What cpu-native runs: `CPU_NATIVE_RULES` (its native composites fused, the others expanded), in f32. */
+export const CPU_NATIVE_CAPABILITIES: ExecutorCapabilities = capabilitiesOfTable('cpu-native', CPU_NATIVE_RULES);
 
 /** Options of `createCpuNativeExecutor`. */
 export interface CpuNativeExecutorOptions {
@@ -147,13 +225,24 @@ export function createCpuNativeExecutor(opts: CpuNativeExecutorOptions = {}): Cp
   const addon = loadCpuAddon();
   const got = addon.threads(threads);
   const isa = addon.isa();
+  const live = new PreparedGraphs('cpu-native');
   return {
     name: 'cpu-native',
+    capabilities: CPU_NATIVE_CAPABILITIES,
     isa,
     build: cpuAddonOrigin() ?? 'source',
     threads: got,
-    prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph> {
+    dispose(): Promise<void> {
+      live.disposeAll();
+      return Promise.resolve();
+    },
+    prepare(source: Graph, weights?: ValueSource): Promise<PreparedGraph> {
       try {
+        live.check();
+        const graph = expandComposites(expandFor(source, CPU_NATIVE_CAPABILITIES), (op, attrs, operands) => {
+          const rule = CPU_NATIVE_RULES[op] as CpuNativeRule | undefined;
+          return rule?.kind === 'native' && rule.decomposeWhen?.(attrs, operands) === true;
+        });
         const { values, bindings } = resolveWeights(graph, weights);
         const enc = encodeProgram(graph, values);
         let program: object;
@@ -162,7 +251,7 @@ export function createCpuNativeExecutor(opts: CpuNativeExecutorOptions = {}): Cp
         } catch (e) {
           throw nativeError(e);
         }
-        return Promise.resolve(new CpuNativePrepared(addon, graph, program, bindings, enc.inputs, enc.outputs, enc.symbols));
+        return Promise.resolve(live.track(new CpuNativePrepared(addon, graph, program, bindings, enc.inputs, enc.outputs, enc.symbols)));
       } catch (e) {
         return Promise.reject(e instanceof Error ? e : new RuntimeError(RuntimeCode.EVAL_FAILED, String(e)));
       }

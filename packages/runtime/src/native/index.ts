@@ -7,5 +7,5 @@ export { NATIVE_ADDON_ENV, NATIVE_BUILD_ENV, NATIVE_CACHE_ENV, cpuAddonOrigin, c
 export type { CpuAddon, PrebuiltManifest, PrebuiltVariant } from './addon.js';
 export { encodeProgram } from './compile.js';
 export type { NativeProgram } from './compile.js';
-export { CPU_NATIVE_OPS, createCpuNativeExecutor } from './executor.js';
-export type { CpuNativeExecutor, CpuNativeExecutorOptions } from './executor.js';
+export { CPU_NATIVE_CAPABILITIES, CPU_NATIVE_OPS, CPU_NATIVE_RULES, createCpuNativeExecutor } from './executor.js';
+export type { CpuNativeExecutor, CpuNativeExecutorOptions, CpuNativeRule } from './executor.js';

@@ -1,12 +1,20 @@
 import { availableParallelism } from 'node:os';
 import type { Graph } from '@stageml/ir';
-import type { OnnxRuleTable } from '@stageml/onnx-lower';
+import { ONNX_RULES, type OnnxRuleTable } from '@stageml/onnx-lower';
 
 import { RuntimeCode, RuntimeError } from '../errors.js';
-import type { Executor, PreparedGraph } from '../executor.js';
+import { type Executor, type ExecutorCapabilities, type PreparedGraph, PreparedGraphs, capabilitiesOfTable, expandFor } from '../executor.js';
 import type { ValueSource } from '../values.js';
 import { type OrtSessionOptions, loadOrt } from './binding.js';
 import { prepareOnOrt } from './prepare.js';
+
+/**
+ * What the onnxruntime executor with lowering table `rules` runs: the ops the table lowers (itself
+ * or by decomposition), fusing the composites it has rules of its own for, in f32.
+ */
+export function ortCapabilities(rules: OnnxRuleTable = ONNX_RULES): ExecutorCapabilities {
+  return capabilitiesOfTable('onnxruntime', rules);
+}
 
 /** Options of `createOrtExecutor`. */
 export interface OrtExecutorOptions {
@@ -87,10 +95,18 @@ export async function createOrtExecutor(opts: OrtExecutorOptions = {}): Promise<
     logSeverityLevel: opts.logSeverityLevel ?? 4,
   };
   const cfg = { ort: load.ort, session, rules: opts.rules, preallocateOutputs: opts.preallocateOutputs ?? false };
+  const capabilities = ortCapabilities(opts.rules ?? ONNX_RULES);
+  const live = new PreparedGraphs('onnxruntime');
   return {
     name: 'onnxruntime',
-    prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph> {
-      return prepareOnOrt(graph, weights, cfg);
+    capabilities,
+    async prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph> {
+      live.check();
+      return live.track(await prepareOnOrt(expandFor(graph, capabilities), weights, cfg));
+    },
+    dispose(): Promise<void> {
+      live.disposeAll();
+      return Promise.resolve();
     },
   };
 }

@@ -3,7 +3,7 @@
  * onnxruntime-node (an optional dependency, detected at run time) through `@stageml/onnx-lower`,
  * and `selectExecutor` picks the fastest executor available on this machine.
  */
-export { createOrtExecutor, isOrtAvailable } from './executor.js';
+export { createOrtExecutor, isOrtAvailable, ortCapabilities } from './executor.js';
 export type { OrtExecutorOptions } from './executor.js';
 export { DEFAULT_CANDIDATES, DEFAULT_FALLBACKS, DEFAULT_PROBE_SHAPE, EXECUTOR_ENV, EXECUTOR_NAMES, createExecutorByName, isExecutorName, selectExecutor } from './select.js';
 export type { ExecutorName, ExecutorProbeShape, ExecutorSelection, SelectExecutorOptions } from './select.js';

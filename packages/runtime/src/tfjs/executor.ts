@@ -1,7 +1,7 @@
 import type { Graph } from '@stageml/ir';
 
 import { RuntimeCode, RuntimeError } from '../errors.js';
-import type { Executor, PreparedGraph } from '../executor.js';
+import { type Executor, type PreparedGraph, PreparedGraphs, capabilitiesOfTable, expandFor } from '../executor.js';
 import type { ValueSource } from '../values.js';
 import { TFJS_BACKENDS, type TfjsBackend, isTfjsBackend, loadBackend } from './backend.js';
 import { prepareOnTfjs } from './prepare.js';
@@ -86,10 +86,18 @@ export async function createTfjsExecutor(opts: TfjsExecutorOptions = {}): Promis
   }
   const chosen = backend;
   const rules = opts.rules ?? TFJS_RULES;
+  const capabilities = capabilitiesOfTable(`tfjs-${chosen}`, rules);
+  const live = new PreparedGraphs(`tfjs-${chosen}`);
   return {
     name: `tfjs-${chosen}`,
-    prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph> {
-      return prepareOnTfjs(graph, weights, chosen, rules);
+    capabilities,
+    async prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph> {
+      live.check();
+      return live.track(await prepareOnTfjs(expandFor(graph, capabilities), weights, chosen, rules));
+    },
+    dispose(): Promise<void> {
+      live.disposeAll();
+      return Promise.resolve();
     },
   };
 }

@@ -1,5 +1,6 @@
 import * as tf from '@tensorflow/tfjs-core';
 import {
+  expandDecomposed,
   type DType,
   type Graph,
   type HostTensor,
@@ -97,7 +98,9 @@ function freeLists(graph: Graph): ValueId[][] {
  * op is supported (`RT_UNSUPPORTED_OP` naming the op and executor), resolves and uploads the
  * parameters once as resident tensors, and compiles every node whose attributes are static.
  */
-export async function prepareOnTfjs(graph: Graph, weights: ValueSource | undefined, backend: TfjsBackend, rules: TfRuleTable): Promise<PreparedGraph> {
+export async function prepareOnTfjs(source: Graph, weights: ValueSource | undefined, backend: TfjsBackend, rules: TfRuleTable): Promise<PreparedGraph> {
+  // Composites the table runs by decomposition become their primitive ops first.
+  const graph = expandDecomposed(source, rules);
   const executor = `tfjs-${backend}`;
   graph.nodes.forEach((n, i) => {
     if (n.kind !== 'op') return;

@@ -1,5 +1,5 @@
 import type * as tf from '@tensorflow/tfjs-core';
-import { type AttrsOf, type OpKey, type TensorType, type UnsupportedRule, unsupportedRule } from '@stageml/ir';
+import { type AttrsOf, type DecomposedRule, type OpKey, type TensorType, type UnsupportedRule, decomposedRule, unsupportedRule } from '@stageml/ir';
 
 import type { TfjsBackend } from './backend.js';
 
@@ -46,7 +46,7 @@ export interface Lowering<K extends OpKey> {
 export type Unsupported = UnsupportedRule;
 
 /** How the tfjs executor handles op `K`: a lowering or an `unsupported` entry. */
-export type TfRule<K extends OpKey> = Lowering<K> | Unsupported;
+export type TfRule<K extends OpKey> = Lowering<K> | Unsupported | DecomposedRule;
 
 /** The complete rule table type: adding an op to `OPS` fails the build of every table until handled. */
 export type TfRuleTable = { readonly [K in OpKey]: TfRule<K> };
@@ -59,6 +59,11 @@ export function lowering<K extends OpKey>(lower: (attrs: AttrsOf<K>, ctx: LowerC
 /** A lowering whose results are always representable in their IR dtype (see `Lowering.exact`). */
 export function exactLowering<K extends OpKey>(lower: (attrs: AttrsOf<K>, ctx: LowerContext) => Kernel): Lowering<K> {
   return { kind: 'lower', lower, exact: true };
+}
+
+/** Runs a composite op by its registry decomposition: `prepareOnTfjs` expands such nodes into primitive ops first. */
+export function decomposed(): DecomposedRule {
+  return decomposedRule();
 }
 
 /** Marks an op as not runnable on tfjs; preparing a graph that uses it fails with `RT_UNSUPPORTED_OP`. */

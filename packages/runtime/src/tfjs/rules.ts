@@ -16,7 +16,7 @@ import {
   topk,
   transpose,
 } from './rules-shape.js';
-import type { TfRuleTable } from './rule.js';
+import { type TfRuleTable, decomposed } from './rule.js';
 
 // NOTE: the key list repeats `OPS` and the ONNX/MLIR tables on purpose (the duplicates report lists it):
 // each backend's exhaustive per-op rule table is its own, and `satisfies` checks it against the registry.
@@ -81,4 +81,7 @@ export const TFJS_RULES = {
   topk,
   rotary,
   attention,
+  // Serving composites: expanded into their primitive graphs (`decompose`) at prepare.
+  loraBank: decomposed(),
+  cachedAttention: decomposed(),
 } as const satisfies TfRuleTable;

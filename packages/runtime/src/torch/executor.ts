@@ -3,9 +3,9 @@ import { existsSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type DType, type Graph, type HostTensor, dtypeBytes, graphToJson, isFloatDType, typeToString } from '@stageml/ir';
+import { type DType, type Graph, type HostTensor, type OpKey, dtypeBytes, graphToJson, isFloatDType, typeToString } from '@stageml/ir';
 import { CacheLostError, RuntimeCode, type RuntimeErrorCode, RuntimeError } from '../errors.js';
-import { type CacheRun, type Executor, type PreparedGraph, type RowSample, type RunOptions, checkInputs, checkRowSamples, inputGeneration, resolveWeights } from '../executor.js';
+import { type CacheRun, type Executor, type ExecutorCapabilities, GPU_SCHEDULING, type PreparedGraph, expandFor, type RowSample, type RunOptions, checkInputs, checkRowSamples, inputGeneration, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
 import { FrameDecoder, TORCH_PROTOCOL_VERSION, encodeFrame } from './protocol.js';
 
@@ -15,6 +15,24 @@ export const TORCH_PYTHON_ENV = 'STAGEML_PYTHON';
 export const TORCH_PATH_ENV = 'STAGEML_TORCH_PATH';
 /** Environment variable choosing the worker's device (`auto`, `cpu`, `cuda`, `cuda:1`, …). */
 export const TORCH_DEVICE_ENV = 'STAGEML_TORCH_DEVICE';
+
+/** The composite ops the worker runs with handlers of its own (native/stageml_torch/ops.py `OPS`); others are expanded. */
+export const TORCH_WORKER_COMPOSITES: ReadonlySet<OpKey> = new Set<OpKey>(['rmsNorm', 'rotary', 'attention']);
+
+/**
+ * What a torch worker runs (`torch-cpu`, `torch-cuda`): every op (conformance-tested) in every
+ * float dtype, fusing `TORCH_WORKER_COMPOSITES`; on CUDA its runs make token picks (`devicePicks`).
+ */
+export function torchCapabilities(cuda: boolean): ExecutorCapabilities {
+  return {
+    name: cuda ? 'torch-cuda' : 'torch-cpu',
+    fuses: TORCH_WORKER_COMPOSITES,
+    supportsOp: () => true,
+    lateBinding: true,
+    dtypes: ['f64', 'f32', 'bf16', 'f16'],
+    ...(cuda ? { devicePicks: true, scheduling: GPU_SCHEDULING } : {}),
+  };
+}
 
 const APT_HINT = 'install Python 3 and PyTorch (Debian/Ubuntu: apt-get install python3 python3-torch; a CUDA host: pip install torch), or point STAGEML_PYTHON at an interpreter that has torch';
 
@@ -398,7 +416,8 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
   const counts = { requests: 0, sentBytes: 0, sentTensorBytes: 0, receivedBytes: 0 };
   let conn = new WorkerConnection(python, packageDir, device, opts.log, counts, opts.env);
   const info = await greet(conn, python);
-  const name = `torch-${info.device.startsWith('cuda') ? 'cuda' : 'cpu'}`;
+  const capabilities = torchCapabilities(info.device.startsWith('cuda'));
+  const name = capabilities.name;
   /** Workers started so far (1 + restarts): what every worker-side handle and id belongs to. */
   let generation = 1;
   let closed = false;
@@ -666,8 +685,15 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
     }
     return { header: { streams: run.streams.map((s) => ({ input: s.input, from: s.from ?? null, pad: s.pad, store: s.store ?? null })), rows, ...(run.rowInputs === undefined ? {} : { rowInputs: run.rowInputs }) }, seeds, checked };
   };
+  const close = async (): Promise<void> => {
+    closed = true;
+    // A worker being started replaces `conn`: let it finish, then stop it.
+    await starting?.catch(() => undefined);
+    await conn.close();
+  };
   return {
     name,
+    capabilities,
     info,
     get pid() {
       return conn.alive ? conn.pid : undefined;
@@ -688,13 +714,11 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       },
       stats: () => ({ ...workerStats }),
     },
-    close: async () => {
-      closed = true;
-      // A worker being started replaces `conn`: let it finish, then stop it.
-      await starting?.catch(() => undefined);
-      await conn.close();
-    },
-    async prepare(graph: Graph, weights?: ValueSource): Promise<TorchPreparedGraph> {
+    close,
+    dispose: close,
+    async prepare(source: Graph, weights?: ValueSource): Promise<TorchPreparedGraph> {
+      // Composites the worker has no handler for (ops.py `OPS`) go as their primitive ops.
+      const graph = expandFor(source, capabilities);
       const { values, bindings } = resolveWeights(graph, weights);
       const params: Record<string, HostTensor> = {};
       for (const [k, v] of values) {

@@ -161,6 +161,25 @@ export const STRUCTURED_CASES = {
       b.attention(q!, k!, v!, { causal: true }),
     ),
   ],
+  loraBank: [
+    c('loraBank gathered with bias, symbolic rows', [t('f32', ['n', 2, 4], { dims: [3, 2, 4] }), t('f32', [5, 4], { param: true }), t('f32', [3, 2, 4]), t('f32', [3, 2, 5]), t('i64', ['n'], { dims: [3], values: [2, 0, 2] }), t('f32', [5], { param: true })], (b, [x, w, A, B, i, k]) =>
+      b.loraBank('gathered', x!, b.linear(x!, w!, k), A!, B!, i!),
+    ),
+    c('loraBank grouped one-hot', [t('f32', [3, 1, 4]), t('f32', [5, 4]), t('f32', [3, 2, 4]), t('f32', [3, 2, 5]), t('i64', [2], { values: [1, 2] }), t('f32', [3, 2], { values: [1, 0, 0, 1, 1, 0] })], (b, [x, w, A, B, i, s]) =>
+      b.loraBank('grouped', x!, b.linear(x!, w!), A!, B!, i!, s),
+    ),
+    c('loraBank single with a base row', [t('f32', [2, 3, 4]), t('f32', [5, 4]), t('f32', [3, 2, 4]), t('f32', [3, 2, 5]), t('i64', [], { values: [1] }), t('f32', [2, 1, 1], { values: [1, 0] })], (b, [x, w, A, B, i, s]) =>
+      b.loraBank('single', x!, b.linear(x!, w!), A!, B!, i!, s),
+    ),
+  ],
+  cachedAttention: [
+    c('cachedAttention GQA causal over a resident cache', [t('f32', [2, 4, 1, 8]), t('f32', [2, 3, 2, 8]), t('f32', [2, 3, 2, 8]), t('f32', [2, 2, 1, 8]), t('f32', [2, 2, 1, 8]), t('f32', [2, 1, 1, 4])], (b, [q, pk, pv, k, v, m]) =>
+      b.cachedAttention(q!, pk!, pv!, k!, v!, { causal: true }, b.reshape(m!, [2, 1, 1, 4])),
+    ),
+    c('cachedAttention symbolic past, prefill chunk', [t('f32', [1, 2, 3, 4]), t('f32', [1, 'p', 2, 4], { dims: [1, 2, 2, 4] }), t('f32', [1, 'p', 2, 4], { dims: [1, 2, 2, 4] }), t('f32', [1, 2, 3, 4]), t('f32', [1, 2, 3, 4])], (b, [q, pk, pv, k, v]) =>
+      b.cachedAttention(q!, pk!, pv!, k!, v!, { causal: true, scale: 0.4 }),
+    ),
+  ],
 } as const;
 
 
