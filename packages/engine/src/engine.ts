@@ -352,6 +352,18 @@ export class Engine {
     return this.#tables.freeSlotsAreZero();
   }
 
+  /** A base parameter's shape (`lm_head.weight` of a tied model: the embeddings'). */
+  #baseShapeOf(p: string): readonly number[] | undefined {
+    return this.#shapes.get(p) ?? (p === 'lm_head.weight' && this.config.tieWordEmbeddings ? this.#shapes.get('model.embed_tokens.weight') : undefined);
+  }
+
+  /** Elements of the model's largest parameter: no adapter tensor may hold more. */
+  #largestParam(): number {
+    let most = 0;
+    for (const s of this.#shapes.values()) most = Math.max(most, s.reduce((a, d) => a * d, 1));
+    return most;
+  }
+
   #validate(adapter: LoraAdapter): LoraAdapter {
     const refuse = (why: string): never => {
       throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' ${why}`);
@@ -366,7 +378,7 @@ export class Engine {
       }
     }
     this.#expertFactors(adapter);
-    checkAdapterAgainstBase(adapter, (p) => this.#shapes.get(p) ?? (p === 'lm_head.weight' && this.config.tieWordEmbeddings ? this.#shapes.get('model.embed_tokens.weight') : undefined));
+    checkAdapterAgainstBase(adapter, (p) => this.#baseShapeOf(p));
     for (const m of adapter.modules.values()) {
       if (!this.#tables.has(m.module)) refuse(`adapts '${m.module}', which is not a projection the engine serves`);
       if (m.rank > this.#tables.rank) refuse(`has rank ${String(m.rank)} on '${m.module}', above the slot rank ${String(this.#tables.rank)} (raise --max-lora-rank)`);
@@ -381,7 +393,8 @@ export class Engine {
    * A refused adapter (`ENGINE_BAD_ADAPTER`, PEFT errors) leaves the engine as it was.
    */
   async loadAdapter(dir: string, name?: string): Promise<LoraAdapter> {
-    const adapter = this.#validate(await loadLoraAdapter(dir, name === undefined ? {} : { name }));
+    // Every tensor's header is checked against the model before its data is read or allocated.
+    const adapter = this.#validate(await loadLoraAdapter(dir, { ...(name === undefined ? {} : { name }), shapeOf: (p) => this.#baseShapeOf(p), maxElements: this.#largestParam() }));
     if (adapter.name === BASE) throw new ModelError(ModelCode.BAD_ADAPTER, `'${BASE}' is reserved for the base model`);
     // A fixed plan must fit the adapter (every merged unit one of its modules) before anything changes.
     if (this.#fixedPlan !== undefined) appliedPlan(this.#fixedPlan, [shapeOnly(adapter)]);
