@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { parseRouterConfig } from '@stageml/router';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StageServer, createServer } from './index.js';
-import { slowedInterpreter, sleep } from './test-support.js';
+import { busyInterpreter, slowedInterpreter, sleep } from './test-support.js';
 
 const fixtures = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
 const golden = JSON.parse(readFileSync(`${fixtures}golden.json`, 'utf8')) as Record<string, unknown>;
@@ -329,5 +329,41 @@ describe('issue 39: a 429 refuses every sequence of the request (item 7)', () =>
     expect((await waiting).status).toBe(200);
     const metrics = await (await fetch(`${base}/metrics`)).text();
     expect(metricValue(metrics, 'vllm:generation_tokens_total')).toBe(22);
+  });
+});
+
+describe('issue 39: echo with logprobs on a long prompt leaves the server answering (item 2)', () => {
+  let server: StageServer;
+  let base: string;
+  beforeAll(async () => {
+    // 20 ms of event-loop time per input token of every run; steps of at most 32 prompt tokens.
+    server = await createServer({ modelDir: `${fixtures}llama/base`, modelName: 'llama', padTokenId: 0, executor: busyInterpreter(20), prefillTokens: 32, idlePrefillTokens: 32 });
+    base = await server.listen('127.0.0.1', 0);
+  });
+  afterAll(async () => {
+    await server.shutdown();
+  });
+
+  it('the prompt is scored in chunks of the step budget: /health answers within a chunk\'s time, and the logprobs are complete', async () => {
+    const prompt = Array.from({ length: 250 }, (_, i) => 3 + ((i * 7) % 500));
+    // The server runs in this process: the longest gap between 5 ms ticks is its longest freeze.
+    let worst = 0;
+    let last = performance.now();
+    const tick = setInterval(() => {
+      const now = performance.now();
+      worst = Math.max(worst, now - last);
+      last = now;
+    }, 5);
+    const health = (async () => (await fetch(`${base}/health`)).status)();
+    const r = await call(base, '/v1/completions', { model: 'llama', prompt, max_tokens: 1, echo: true, logprobs: 5 });
+    clearInterval(tick);
+    expect(await health).toBe(200);
+    expect(r.status).toBe(200);
+    expect(r.json.choices[0].logprobs.token_logprobs).toHaveLength(251);
+    expect(r.json.choices[0].logprobs.token_logprobs[0]).toBeNull();
+    expect(r.json.choices[0].logprobs.top_logprobs[1]).toBeTypeOf('object');
+    // One run over the 250-token prompt holds the loop 5 s; a 32-token chunk 0.64 s (the last
+    // scoring chunk and the first prefill step may run back to back).
+    expect(worst).toBeLessThan(3000);
   });
 });

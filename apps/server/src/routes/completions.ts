@@ -107,15 +107,24 @@ function tokenTextOf(ctx: ServerContext): (t: number) => string {
   };
 }
 
-/** Log-probabilities of the prompt's own tokens (echo with logprobs), from one prefill. */
+/**
+ * Log-probabilities of the prompt's own tokens (echo with logprobs), scored in chunks of the step
+ * budget (`prefillTokens`): each chunk's logits are turned into log-probabilities and dropped
+ * before the next chunk runs, and the event loop is free between chunks.
+ */
 async function promptLogprobs(ctx: ServerContext, prompt: readonly number[], adapter: string | undefined, top: number): Promise<(PickInfo | null)[]> {
-  const logits = await ctx.lm.promptLogits(adapter, prompt);
   const V = ctx.lm.config.vocabSize;
-  return prompt.map((t, i) => {
-    if (i === 0) return null;
-    const lp = logSoftmax(logits.data.subarray((i - 1) * V, i * V));
-    return { id: t, logprob: lp[t]!, top: topOf(lp, top) };
-  });
+  const picks: (PickInfo | null)[] = [null];
+  for await (const { start, logits } of ctx.lm.promptLogitChunks(adapter, prompt, undefined, { chunk: ctx.opts.prefillTokens ?? 64 })) {
+    const rows = logits.length / V;
+    // Row r holds the distribution of the token at start + r + 1.
+    for (let r = 0; r < rows && start + r + 1 < prompt.length; r++) {
+      const t = prompt[start + r + 1]!;
+      const lp = logSoftmax(logits.subarray(r * V, (r + 1) * V));
+      picks.push({ id: t, logprob: lp[t]!, top: topOf(lp, top) });
+    }
+  }
+  return picks;
 }
 
 /** A signal that fires when the client goes away before the answer is complete. */
