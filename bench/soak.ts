@@ -1,6 +1,7 @@
 // Suite `soak` (issue 39): `pnpm bench soak --minutes M` (default 30; BENCH_SOAK_MINUTES). The
 // reference server runs in its own process with 3 tenants (and a 4th, hostile one), 16 adapters
-// loaded on demand from an adapter root into 12 slots (loads and evictions throughout) while an
+// loaded on demand from an adapter root into 18 slots (4 hold the start adapters; loads and
+// evictions throughout) while an
 // admin loads and unloads adapters of its own every 2 s (churn).
 // Traffic from 4 closed-loop clients per tenant: plain and SSE, `n` 1–4, logprobs, stop strings,
 // 10 % of clients leaving early. The first third of the run is quiet; for the rest, one hostile
@@ -69,7 +70,7 @@ const config = {
   ],
 };
 const load0 = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
-const server = await startServerChild({ executor: process.env['BENCH_EXECUTOR'] ?? 'auto', config, adminKey: ADMIN, adapterRoots: [root], maxBatch: 32, maxQueue: 256, maxLoras: 12 });
+const server = await startServerChild({ executor: process.env['BENCH_EXECUTOR'] ?? 'auto', config, adminKey: ADMIN, adapterRoots: [root], maxBatch: 32, maxQueue: 256, maxLoras: 18 });
 
 interface Res { status: number; json: any; text: string }
 async function post(path: string, body: unknown, key: string | undefined, signal?: AbortSignal): Promise<Res> {
@@ -232,7 +233,7 @@ async function hostile(): Promise<void> {
 
 /**
  * The admin: every 2 s loads one of 4 names of its own and unloads it a second later. (The 16
- * tenant adapters churn through on-demand loads and LRU evictions: 12 slots for 20 names. An
+ * tenant adapters churn through on-demand loads and LRU evictions: 18 slots for 20 names and the admin's. An
  * admin unload would revoke the tenants' grants of a name, by design.)
  */
 async function churn(): Promise<void> {
@@ -311,7 +312,7 @@ cases.push({
 });
 writeResults(
   'soak',
-  `Soak on loopback (server in its own process, executor ${server.executor}): 3 tenants × ${String(CLIENTS_PER_TENANT)} closed-loop clients (plain and SSE, n 1–4, logprobs, stop strings, 10 % leaving early) over the base model and 16 adapters loaded on demand (12 slots: on-demand loads and LRU evictions throughout) with an admin loading and unloading adapters every 2 s; ${String(MAX_TOKENS)} new tokens per choice. The first third is quiet; then one hostile client sends issue 39's items 2–7 throughout. "median ms" here is the p99 latency of each tenant's plain requests with the hostile client; ratio = that ÷ the quiet phase's p99 (target ≤ 2). RSS curve: soak.svg.`,
+  `Soak on loopback (server in its own process, executor ${server.executor}): 3 tenants × ${String(CLIENTS_PER_TENANT)} closed-loop clients (plain and SSE, n 1–4, logprobs, stop strings, 10 % leaving early) over the base model and 16 adapters loaded on demand (18 slots, 4 of them the start adapters: on-demand loads and LRU evictions throughout) with an admin loading and unloading adapters every 2 s; ${String(MAX_TOKENS)} new tokens per choice. The first third is quiet; then one hostile client sends issue 39's items 2–7 throughout. "median ms" here is the p99 latency of each tenant's plain requests with the hostile client; ratio = that ÷ the quiet phase's p99 (target ≤ 2). RSS curve: soak.svg.`,
   cases,
   [
     `Load average before: ${load0}; after: ${load1} (2 shared cores).`,

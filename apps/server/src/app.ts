@@ -75,6 +75,7 @@ async function shutdownServer(app: FastifyInstance, ctx: ServerContext): Promise
   // stream) cannot keep the process alive.
   if (!(await until(closed))) app.server.closeAllConnections();
   await closed;
+  await ctx.tokenizeWorker?.close();
 }
 
 /** Builds the server: loads the model, adapters and tenants, and registers every route module. */

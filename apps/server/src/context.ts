@@ -6,6 +6,7 @@ import { findAdapterDirs } from '@stageml/peft';
 import { type Route, RouterCode, RouterError, Scheduler, TenantRegistry } from '@stageml/router';
 import { checkAdapterPath, hidePaths } from './adapter-guard.js';
 import { AdapterLoads } from './adapter-loads.js';
+import { TokenizerWorker } from './tokenize-worker.js';
 import { bearer, sameKey } from './auth.js';
 import { ServerCode, ServerError } from './errors.js';
 import type { Limits } from './generation.js';
@@ -42,6 +43,8 @@ export interface ServerContext {
   readonly adapterRoots: readonly string[];
   /** Every runtime adapter load (admin and on-demand): one per name, bounded bytes, failures remembered. */
   readonly loads: AdapterLoads;
+  /** Long texts tokenized off the event loop (undefined: the model has no tokenizer). */
+  readonly tokenizeWorker: TokenizerWorker | undefined;
   /** Whether access is guarded (tenants configured or an admin key given). */
   readonly guarded: boolean;
   /** The tenant each admitted generation request was authenticated as. */
@@ -252,6 +255,7 @@ export async function createServerContext(opts: ServerOptions): Promise<ServerCo
     ...base,
     ...accessOf(opts, base),
     tenantOf: new WeakMap<FastifyRequest, string>(),
+    tokenizeWorker: lm.tokenizer === undefined ? undefined : new TokenizerWorker(modelDir, (text, add) => lm.tokenizer!.encode(text, { addSpecialTokens: add })),
     resolveName: (model: string): string => (aliases.has(model) ? modelName : model),
   };
 }

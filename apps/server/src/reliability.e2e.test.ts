@@ -126,6 +126,32 @@ describe('issue 39 with tenants (guarded access)', () => {
     expect(big.status).toBe(413);
   });
 
+  it('item 4: a long /tokenize prompt is tokenized off the event loop, to the same ids', async () => {
+    let seed = 1;
+    const words: string[] = [];
+    for (let chars = 0; chars < 200_000; chars += words.at(-1)!.length + 1) {
+      seed = (seed * 1103515245 + 12345) % 2147483648;
+      words.push(seed.toString(36));
+    }
+    const text = words.join(' ');
+    let worst = 0;
+    let last = performance.now();
+    const tick = setInterval(() => {
+      const now = performance.now();
+      worst = Math.max(worst, now - last);
+      last = now;
+    }, 5);
+    const r = await call(base, '/tokenize', { prompt: text }, A);
+    clearInterval(tick);
+    expect(r.status).toBe(200);
+    const t0 = performance.now();
+    const direct = server.lm.tokenizer!.encode(text);
+    const onLoopMs = performance.now() - t0;
+    expect((r.json.tokens as number[]).join(',') === direct.join(','), 'the worker\'s ids equal the tokenizer\'s').toBe(true);
+    // Tokenized on the loop, this text holds it for onLoopMs (about 1.5 s here).
+    expect(worst).toBeLessThan(Math.max(250, onLoopMs / 3));
+  });
+
   it('item 6: guards match the decoded path (/metric%73, /%6detrics), and /v1/plan is the admin\'s', async () => {
     for (const path of ['/metric%73', '/%6detrics', '/metrics', '/v1/plan', '/v1/pl%61n', '/v1%2fplan']) {
       const r = await call(base, path, undefined, undefined, 'GET');

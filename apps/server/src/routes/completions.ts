@@ -42,17 +42,14 @@ function parseChat(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' |
   return { prompts, body: { ...c, max_tokens: c.max_completion_tokens ?? c.max_tokens }, topLogprobs, echo: false };
 }
 
-/** The prompts, body and logprob fields of a completion request. */
-function parseCompletion(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo'> {
-  const tok = ctx.lm.tokenizer;
+/** The prompts, body and logprob fields of a completion request (long prompts tokenized off the event loop). */
+async function parseCompletion(ctx: ServerContext, raw: unknown): Promise<Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo'>> {
   const c = parseBody(completionSchema, raw);
   const p = c.prompt;
   const list: (string | number[])[] = typeof p === 'string' ? [p] : typeof p[0] === 'number' ? [p as number[]] : (p as (string | number[])[]);
-  const prompts = list.map((one) => {
-    if (typeof one !== 'string') return one;
-    if (tok === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: send token ids');
-    return tok.encode(one);
-  });
+  const worker = ctx.tokenizeWorker;
+  if (worker === undefined && list.some((one) => typeof one === 'string')) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: send token ids');
+  const prompts = await Promise.all(list.map((one) => (typeof one === 'string' ? worker!.encode(one, true) : Promise.resolve(one))));
   return { prompts, body: c, topLogprobs: c.logprobs ?? undefined, echo: c.echo === true };
 }
 
@@ -61,11 +58,11 @@ function parseCompletion(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prom
  * sequence count — before anything else happens: a request that fails here loads no adapter,
  * evicts nothing and takes no queue slot. Throws 4xx naming the problem.
  */
-function prepare(ctx: ServerContext, req: FastifyRequest, chat: boolean): Prepared {
+async function prepare(ctx: ServerContext, req: FastifyRequest, chat: boolean): Promise<Prepared> {
   const { lm } = ctx;
   const unsupported = unsupportedField(req.body);
   if (unsupported !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'${unsupported}': this field is not supported by this server`);
-  const parsed = chat ? parseChat(ctx, req.body) : parseCompletion(ctx, req.body);
+  const parsed = chat ? parseChat(ctx, req.body) : await parseCompletion(ctx, req.body);
   const { prompts, topLogprobs, echo } = parsed;
   const body = normaliseSampling(parsed.body, lm.config.vocabSize);
   for (const [i, p] of prompts.entries()) {
@@ -268,7 +265,7 @@ export function registerCompletionRoutes(app: FastifyInstance, ctx: ServerContex
   const completion = async (req: FastifyRequest, reply: FastifyReply, chat: boolean): Promise<unknown> => {
     ctx.ensureOpen();
     // Everything is checked before the adapter is leased (and perhaps loaded) or a queue slot taken.
-    const prepared = prepare(ctx, req, chat);
+    const prepared = await prepare(ctx, req, chat);
     admitAll(ctx, ctx.tenantOf.get(req) ?? 'anonymous', prepared.sequences);
     return withAdapter(ctx, req, prepared.body.model, async () => {
       const p: Routed = { ...prepared, route: ctx.routeOf(req, ctx.resolveName(prepared.body.model)) };

@@ -16,7 +16,7 @@ export const TOKENIZE_BODY_LIMIT = 256 * 1024;
 export function registerTokenizerRoutes(app: FastifyInstance, ctx: ServerContext): void {
   const { lm } = ctx;
   const bodyLimit = Math.min(TOKENIZE_BODY_LIMIT, ctx.opts.bodyLimit ?? 1024 * 1024);
-  app.post('/tokenize', { bodyLimit }, (req) => {
+  app.post('/tokenize', { bodyLimit }, async (req) => {
     if (lm.tokenizer === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer');
     const isChat = typeof req.body === 'object' && req.body !== null && 'messages' in req.body;
     let tokens: number[];
@@ -30,7 +30,8 @@ export function registerTokenizerRoutes(app: FastifyInstance, ctx: ServerContext
     } else {
       const body = parseBody(tokenizePromptSchema, req.body);
       if (body.model !== undefined) ctx.routeOf(req, ctx.resolveName(body.model));
-      tokens = lm.tokenizer.encode(body.prompt, { addSpecialTokens: body.add_special_tokens ?? true });
+      // A long prompt is tokenized on the worker: the event loop stays free.
+      tokens = ctx.tokenizeWorker === undefined ? lm.tokenizer.encode(body.prompt, { addSpecialTokens: body.add_special_tokens ?? true }) : await ctx.tokenizeWorker.encode(body.prompt, body.add_special_tokens ?? true);
     }
     return { count: tokens.length, max_model_len: ctx.limits.maxModelLen, tokens, token_strs: null };
   });
