@@ -11,6 +11,7 @@ interface ChildOptions {
   adapterRoots?: string[];
   maxBatch?: number;
   maxQueue?: number;
+  maxLoras?: number;
   executor?: string;
 }
 const o = JSON.parse(process.env['STAGEML_BENCH_SERVER'] ?? '{}') as ChildOptions;
@@ -25,6 +26,7 @@ const server = await createServer({
   ...(o.adapterRoots === undefined ? {} : { adapterRoots: o.adapterRoots }),
   ...(o.maxBatch === undefined ? {} : { maxBatch: o.maxBatch }),
   ...(o.maxQueue === undefined ? {} : { maxQueue: o.maxQueue }),
+  ...(o.maxLoras === undefined ? {} : { maxLoras: o.maxLoras }),
 });
 const address = await server.listen('127.0.0.1', 0);
 process.stdout.write(`listening ${address} executor ${executor.name}\n`);

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, cpSync, ftruncateSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -37,6 +37,23 @@ async function freePorts(n: number): Promise<number> {
     for (let i = 1; i <= n && ok; i++) ok = (await tryListen(base + i)) !== undefined;
     if (ok) return base;
   }
+}
+
+/**
+ * An adapter directory whose safetensors header declares `lm_head.weight` as an f32 tensor of
+ * 2 GiB (under the 4 GiB file cap): a sparse file, nothing that large is written.
+ */
+function craftedAdapter(dir: string): void {
+  cpSync(join(fixtures, 'llama/adapters/o-r2'), dir, { recursive: true });
+  const bytes = 2 ** 31;
+  const header = Buffer.from(JSON.stringify({ 'base_model.model.lm_head.weight': { dtype: 'F32', shape: [512, 2 ** 20], data_offsets: [0, bytes] } }));
+  const prefix = Buffer.alloc(8);
+  prefix.writeBigUInt64LE(BigInt(header.length));
+  const fd = openSync(join(dir, 'adapter_model.safetensors'), 'w');
+  writeSync(fd, prefix);
+  writeSync(fd, header);
+  ftruncateSync(fd, 8 + header.length + bytes);
+  closeSync(fd);
 }
 
 interface Result { readonly adapter: string; readonly status: number; readonly replica: string; readonly token: number | undefined }
@@ -106,6 +123,7 @@ describe.runIf(haveHaproxy || process.env['CI'] !== undefined)('stageml cluster 
   beforeAll(async () => {
     // Copied, not linked: the adapter-path guard refuses links that leave the root.
     for (const a of ADAPTERS) cpSync(join(fixtures, 'llama/adapters', a.fixture), join(root, a.name), { recursive: true });
+    craftedAdapter(join(root, 'crafted-huge'));
     port = await freePorts(3);
     base = `http://127.0.0.1:${String(port)}`;
     cluster = spawn(process.execPath, ['--conditions=@stageml/source', '--import', 'tsx', join(repo, 'apps/cli/src/bin.ts'), 'cluster', '--replicas', '3', '--port', String(port), '--model', join(fixtures, 'llama/base'), '--served-model-name', 'llama', '--adapter-root', root, '--executor', 'interpreter', '--pad-token-id', '0', '--max-batch', '8', ...EXTRA_FLAGS], { cwd: repo, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -154,6 +172,19 @@ describe.runIf(haveHaproxy || process.env['CI'] !== undefined)('stageml cluster 
     for (const [a, o] of owner) expect(o.share, a).toBeGreaterThanOrEqual(0.95);
     expect(total).toBeLessThanOrEqual(1.1 * ADAPTERS.length);
   }, 150_000);
+
+  it('issue 39 items 1 and 5: a crafted adapter with a 2 GiB tensor, requested 20 times, leaves every replica running', async () => {
+    const t0 = performance.now();
+    const answers = await Promise.all(Array.from({ length: 20 }, async () => {
+      const r = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'crafted-huge', prompt: [1, 2, 3], max_tokens: 2 }) });
+      return { status: r.status, body: await r.text() };
+    }));
+    for (const a of answers) expect(a.status, a.body.slice(0, 200)).toBe(400);
+    for (const [name, pid] of pids) expect(() => process.kill(pid, 0), `${name} (pid ${String(pid)}) is gone`).not.toThrow();
+    expect(output).not.toMatch(/replica-\d exited/);
+    for (let i = 1; i <= 3; i++) expect((await fetch(`http://127.0.0.1:${String(port + i)}/health`)).status).toBe(200);
+    summary.push(`crafted 2 GiB-tensor adapter × 20: all 400 in ${((performance.now() - t0) / 1000).toFixed(1)} s, every replica running`);
+  }, 60_000);
 
   it('after kill -9 of a replica every request succeeds and affinity re-forms on the others', async () => {
     const victim = 'replica-2';

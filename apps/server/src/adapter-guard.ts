@@ -83,3 +83,14 @@ export function redactPaths(message: string, dirs: readonly string[]): string {
   for (const d of dirs) if (d.length > 1) m = m.split(d).join('<lora_path>');
   return m;
 }
+
+/**
+ * `message` with every absolute path (`/…`, `~/…`, `C:\…`) replaced by `<path>`, whatever it names:
+ * what a tenant sees. Lower layers name files by their real, absolute paths (symlinked roots
+ * resolved), so every server path is covered; and because the rule does not depend on which
+ * directories the server has, a path the client wrote (a guessed model name) comes back as
+ * `<path>` too, confirming nothing.
+ */
+export function hidePaths(message: string): string {
+  return message.replace(/(?<![\w.~-])(?:~|[A-Za-z]:)?[/\\][^\s'"`<>|,;)]*/g, '<path>');
+}

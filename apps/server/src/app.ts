@@ -44,7 +44,10 @@ function registerErrorHandlers(app: FastifyInstance, ctx: ServerContext): void {
     let message = errorMessage(err);
     if (!(err instanceof StageError) && fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE') [status, code, message] = [413, ServerCode.BODY_TOO_LARGE, 'the request body is too large'];
     else if (!(err instanceof StageError) && typeof fe.statusCode === 'number' && fe.statusCode < 500) [status, code] = [fe.statusCode, ServerCode.BAD_REQUEST];
+    // Every "come back later" answer says when: a full queue by its tenant's backlog, a busy slot
+    // cache (507) or a draining/unavailable server (503) after a second.
     if (status === 429) void reply.header('retry-after', String(ctx.scheduler.retryAfterSeconds(ctx.tenantOf.get(req))));
+    else if (status === 503 || status === 507) void reply.header('retry-after', '1');
     // Lower layers word their errors for operators (adapter lists, file paths); a tenant sees
     // them without either, and never an internal error's text.
     if (!ctx.isAdmin(req)) message = status >= 500 && !(err instanceof StageError) ? 'internal server error' : ctx.redactForTenant(message);
@@ -72,6 +75,7 @@ async function shutdownServer(app: FastifyInstance, ctx: ServerContext): Promise
   // stream) cannot keep the process alive.
   if (!(await until(closed))) app.server.closeAllConnections();
   await closed;
+  await ctx.tokenizeWorker?.close();
 }
 
 /** Builds the server: loads the model, adapters and tenants, and registers every route module. */

@@ -29,6 +29,30 @@ export const GENERATION_ROUTES: ReadonlySet<string> = new Set(['/v1/completions'
 /** Routes only the admin key may call (when access is guarded). */
 export const ADMIN_ROUTES: ReadonlySet<string> = new Set(['/v1/load_lora_adapter', '/v1/unload_lora_adapter']);
 
+/** Routes that answer a tenant with no generation: the same authentication as `/v1`, no queue. */
+export const TENANT_ROUTES: ReadonlySet<string> = new Set(['/v1/models', '/tokenize', '/detokenize']);
+/** Routes only the admin key may read when access is guarded (they show every tenant's adapters). */
+export const GUARDED_READ_ROUTES: ReadonlySet<string> = new Set(['/metrics', '/v1/plan']);
+
+/**
+ * The path a request's URL routes to, as the router matches it: the query cut, percent-escapes
+ * decoded (`/metric%73` is `/metrics`). Every guard matches this form, so an encoded spelling
+ * cannot reach a route past its guard. A path with a malformed escape is returned as is (the
+ * router answers it 400 or 404).
+ */
+export function normalisedPath(url: string): string {
+  const raw = url.split('?')[0]!.split('#')[0]!;
+  let path: string;
+  try {
+    path = decodeURIComponent(raw);
+  } catch {
+    return raw;
+  }
+  // Dot segments and repeated slashes never reach the router normalised, but a guard must not
+  // be told apart from its route by them either.
+  return path.replace(/\/{2,}/g, '/');
+}
+
 /** Sends a 408 and closes the socket when the body has not arrived within `ms`. */
 function armBodyTimeout(req: FastifyRequest, reply: FastifyReply, ms: number): void {
   if (req.raw.complete) return;
@@ -82,10 +106,10 @@ export function registerGuards(app: FastifyInstance, ctx: ServerContext): void {
   };
   app.addHook('onRequest', (req, reply, done) => {
     armBodyTimeout(req, reply, bodyTimeoutMs);
-    const path = req.url.split('?')[0]!;
+    const path = normalisedPath(req.url);
     try {
-      if (ADMIN_ROUTES.has(path) || (ctx.guarded && path === '/metrics')) ctx.requireAdmin(req);
-      else if (GENERATION_ROUTES.has(path) || path === '/v1/models') {
+      if (ADMIN_ROUTES.has(path) || (ctx.guarded && GUARDED_READ_ROUTES.has(path))) ctx.requireAdmin(req);
+      else if (GENERATION_ROUTES.has(path) || TENANT_ROUTES.has(path) || path.startsWith('/v1/models/')) {
         const tenant = tenantOfRequest(ctx, req);
         ctx.tenantOf.set(req, tenant);
         if (GENERATION_ROUTES.has(path)) {
@@ -110,7 +134,8 @@ export function registerGuards(app: FastifyInstance, ctx: ServerContext): void {
     // vLLM's --api-key: every /v1 route needs the key.
     const key = opts.apiKey;
     app.addHook('onRequest', async (req, reply) => {
-      if (!req.url.startsWith('/v1') || bearer(req) === key) return;
+      const path = normalisedPath(req.url);
+      if (!(path.startsWith('/v1') || TENANT_ROUTES.has(path)) || bearer(req) === key) return;
       await reply.status(401).send({ error: { message: 'Unauthorized: a valid API key is required', type: 'authentication_error', code: 'ROUTER_UNAUTHORIZED' } });
     });
   }

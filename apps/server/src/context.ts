@@ -4,7 +4,9 @@ import { StageError, dtypeBytes } from '@stageml/ir';
 import { Engine } from '@stageml/engine';
 import { findAdapterDirs } from '@stageml/peft';
 import { type Route, RouterCode, RouterError, Scheduler, TenantRegistry } from '@stageml/router';
-import { checkAdapterPath, redactPaths } from './adapter-guard.js';
+import { checkAdapterPath, hidePaths } from './adapter-guard.js';
+import { AdapterLoads } from './adapter-loads.js';
+import { TokenizerWorker } from './tokenize-worker.js';
 import { bearer, sameKey } from './auth.js';
 import { ServerCode, ServerError } from './errors.js';
 import type { Limits } from './generation.js';
@@ -39,8 +41,10 @@ export interface ServerContext {
   readonly limits: Limits;
   /** Directories runtime adapter loads may read from. */
   readonly adapterRoots: readonly string[];
-  /** Adapter names whose admin load is in flight. */
-  readonly loading: Set<string>;
+  /** Every runtime adapter load (admin and on-demand): one per name, bounded bytes, failures remembered. */
+  readonly loads: AdapterLoads;
+  /** Long texts tokenized off the event loop (undefined: the model has no tokenizer). */
+  readonly tokenizeWorker: TokenizerWorker | undefined;
   /** Whether access is guarded (tenants configured or an admin key given). */
   readonly guarded: boolean;
   /** The tenant each admitted generation request was authenticated as. */
@@ -123,9 +127,18 @@ function newScheduler(lm: Engine, opts: ServerOptions, registry: TenantRegistry)
   });
 }
 
-function newResolver(lm: Engine, opts: ServerOptions, scheduler: Scheduler, metrics: ServerMetrics): AdapterResolver | undefined {
+function newResolver(lm: Engine, opts: ServerOptions, scheduler: Scheduler, metrics: ServerMetrics, loads: AdapterLoads): AdapterResolver | undefined {
   if (opts.adapterRoots === undefined || opts.adapterRoots.length === 0) return undefined;
-  const resolver = new AdapterResolver(lm, {
+  // On-demand loads go through the same gate as the admin's (one load per name, byte budget, failure cache).
+  const host = {
+    get adapterNames() {
+      return lm.adapterNames;
+    },
+    loadAdapter: (dir: string, name: string) => loads.loadOnDemand(dir, name),
+    unloadAdapter: (name: string) => lm.unloadAdapter(name),
+  };
+  const resolver = new AdapterResolver(host, {
+    pending: (name) => loads.inFlight(name),
     roots: opts.adapterRoots,
     capacity: opts.maxLoras ?? 16,
     check: (dir) => checkAdapterPath(dir, { roots: opts.adapterRoots ?? [], ...(opts.maxAdapterBytes === undefined ? {} : { maxWeightsBytes: opts.maxAdapterBytes }) }),
@@ -208,10 +221,9 @@ function registerEngineGauges(lm: Engine, opts: ServerOptions, metrics: ServerMe
 }
 
 /** The access checks of a context: admin key, draining, routing and tenant-facing redaction. */
-function accessOf(opts: ServerOptions, ctx: Pick<ServerContext, 'registry' | 'state' | 'modelName' | 'lm' | 'adapterRoots'>, modelDir: string) {
+function accessOf(opts: ServerOptions, ctx: Pick<ServerContext, 'registry' | 'state' | 'modelName' | 'lm' | 'adapterRoots'>) {
   const guarded = ctx.registry.authEnabled || opts.adminKey !== undefined;
   const known = () => ({ baseModel: ctx.modelName, adapters: new Set(ctx.lm.adapterNames) });
-  const hidden = [modelDir, ...ctx.adapterRoots, ...(opts.adaptersDir === undefined ? [] : [opts.adaptersDir])].map((d) => d.replace(/[/\\]+$/, ''));
   return {
     guarded,
     known,
@@ -229,7 +241,7 @@ function accessOf(opts: ServerOptions, ctx: Pick<ServerContext, 'registry' | 'st
       const key = bearer(req);
       return opts.adminKey !== undefined && key !== undefined && sameKey(key, opts.adminKey);
     },
-    redactForTenant: (message: string): string => redactPaths(message, hidden).replace(/ \((?:loaded|serving)[^)]*\)/g, ''),
+    redactForTenant: (message: string): string => hidePaths(message).replace(/ \((?:loaded|serving)[^)]*\)/g, ''),
   };
 }
 
@@ -248,7 +260,16 @@ export async function createServerContext(opts: ServerOptions): Promise<ServerCo
   const maxLoras = opts.maxLoras ?? 16;
   const metrics = new ServerMetrics(modelName, () => scheduler.snapshot(), () => maxLoras);
   if (opts.kvCacheUsage !== undefined) metrics.setKvCacheUsage(opts.kvCacheUsage);
-  const resolver = newResolver(lm, opts, scheduler, metrics);
+  const loads = new AdapterLoads(lm, opts.maxAdapterBytesInFlight === undefined ? {} : { maxBytesInFlight: opts.maxAdapterBytesInFlight });
+  new client.Gauge({
+    name: 'stageml_adapter_load_refusals_cached',
+    help: 'Adapter loads refused from the failure cache, without reading their files (the directory failed before and has not changed).',
+    registers: [metrics.registry],
+    collect() {
+      this.set(loads.cachedRefusals);
+    },
+  });
+  const resolver = newResolver(lm, opts, scheduler, metrics, loads);
   const maxModelLen = opts.maxModelLen ?? lm.config.maxPositions;
   if (!(Number.isInteger(maxModelLen) && maxModelLen >= 2 && maxModelLen <= lm.config.maxPositions)) {
     throw new ServerError(ServerCode.BAD_REQUEST, `max model length ${String(maxModelLen)} must be an integer in [2, ${String(lm.config.maxPositions)}] (the model's max_position_embeddings)`);
@@ -257,12 +278,12 @@ export async function createServerContext(opts: ServerOptions): Promise<ServerCo
   const limits: Limits = { maxModelLen, maxPromptTokens: opts.maxPromptTokens, maxNewTokens: opts.maxNewTokens, padTokenId: opts.padTokenId };
   const adapterRoots = opts.adapterRoots ?? (opts.adaptersDir === undefined ? [] : [opts.adaptersDir]);
   const state: ServerState = { draining: false, replicaName: opts.replicaName };
-  const base = { opts, lm, modelName, aliases, registry, scheduler, metrics, resolver, limits, adapterRoots, state };
+  const base = { opts, lm, modelName, aliases, registry, scheduler, metrics, resolver, loads, limits, adapterRoots, state };
   return {
     ...base,
-    ...accessOf(opts, base, modelDir),
-    loading: new Set<string>(),
+    ...accessOf(opts, base),
     tenantOf: new WeakMap<FastifyRequest, string>(),
+    tokenizeWorker: lm.tokenizer === undefined ? undefined : new TokenizerWorker(modelDir, (text, add) => lm.tokenizer!.encode(text, { addSpecialTokens: add })),
     resolveName: (model: string): string => (aliases.has(model) ? modelName : model),
   };
 }

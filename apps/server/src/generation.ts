@@ -137,7 +137,9 @@ export class SseStream {
   #start(): void {
     if (this.#started) return;
     this.#started = true;
-    this.reply.raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    // A client that sent `Connection: close` gets it back, and the socket ends with the stream.
+    const close = /(?:^|,)\s*close\s*(?:,|$)/i.test(this.reply.request.headers.connection ?? '');
+    this.reply.raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: close ? 'close' : 'keep-alive' });
     for (const d of this.#preamble.splice(0)) this.reply.raw.write(`data: ${JSON.stringify(d)}\n\n`);
   }
   /** Whether the client is still connected. */

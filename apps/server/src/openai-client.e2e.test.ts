@@ -239,7 +239,7 @@ describe('chat through the openai client', () => {
       expect(r.usage!.prompt_tokens).toBe(c.input_ids.length);
       expect((r.choices[0] as any).token_ids).toEqual(c.greedy_new_ids);
       expect(r.choices[0]!.message).toEqual({ role: 'assistant', content: lm.tokenizer!.decode(c.greedy_new_ids) });
-      const tok = (await (await fetch(`${base}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'mistral', messages: c.messages }) })).json()) as { tokens: number[] };
+      const tok = (await (await fetch(`${base}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ model: 'mistral', messages: c.messages }) })).json()) as { tokens: number[] };
       expect(tok.tokens).toEqual(c.input_ids);
     }
   });
@@ -308,8 +308,9 @@ describe('errors, models and vLLM extras', () => {
     expect((await fetch(`${base}/health`)).status).toBe(200);
   });
 
-  it('/tokenize, /detokenize and /version', async () => {
-    const post = async (path: string, body: unknown) => (await fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })).json() as Promise<any>;
+  it('/tokenize, /detokenize (behind the API key, as /v1) and /version', async () => {
+    const post = async (path: string, body: unknown) => (await fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify(body) })).json() as Promise<any>;
+    expect((await fetch(`${base}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: 'x' }) })).status).toBe(401);
     const t = await post('/tokenize', { model: 'mistral', prompt: prompts[0] });
     expect(t).toEqual({ count: idsOf(0).length, max_model_len: MAX_LEN, tokens: idsOf(0), token_strs: null });
     expect((await post('/tokenize', { prompt: prompts[0], add_special_tokens: false })).tokens).toEqual(idsOf(0).slice(1));

@@ -45,6 +45,12 @@ export interface ServerOptions {
   readonly adapterDtype?: EngineOptions['adapterDtype'];
   /** Most sequences decoded together (vLLM's `--max-num-seqs`; default the executor's hint: 256 on a CUDA GPU, 32 on the host CPU). */
   readonly maxBatch?: number;
+  /**
+   * Most sequences one request may run (prompts × `best_of`/`n`; default half of `maxBatch`, at
+   * least 1): a request asking more is refused with 400 before anything runs, so one request
+   * cannot take the whole batch from other clients.
+   */
+  readonly maxRequestSequences?: number;
   /** Most queued requests before 429 (default 256). */
   readonly maxQueue?: number;
   /** Request body limit in bytes (default 1 MiB). */
@@ -69,6 +75,8 @@ export interface ServerOptions {
   readonly adapterRoots?: readonly string[];
   /** Largest `adapter_model.safetensors` a runtime load may read, in bytes (default 4 GiB). */
   readonly maxAdapterBytes?: number;
+  /** Most adapter-file bytes runtime loads read at once, over all loads (default 4 GiB). */
+  readonly maxAdapterBytesInFlight?: number;
   /** Milliseconds a runtime adapter load may take before it is abandoned and undone (default 30 s). */
   readonly loadTimeoutMs?: number;
   /** Milliseconds a client may take to send a request body (default 30 s); then 408 and the connection closes. */

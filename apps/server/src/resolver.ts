@@ -23,6 +23,11 @@ export interface AdapterResolverOptions {
    * root after resolving symlinks, regular files, size caps); resolves to the directory to load.
    */
   readonly check?: (dir: string) => Promise<string>;
+  /**
+   * A load of `name` running outside the resolver (the admin API), if any: the resolver waits for
+   * it rather than loading the name a second time.
+   */
+  readonly pending?: (name: string) => Promise<unknown> | undefined;
   /** Called after each on-demand load (metrics). */
   readonly onLoad?: (name: string) => void;
   /** Called after each eviction (metrics). */
@@ -136,6 +141,11 @@ export class AdapterResolver {
       if (pending !== undefined) {
         await pending;
         continue;
+      }
+      const other = this.#opts.pending?.(name);
+      if (other !== undefined) {
+        await other.catch(() => undefined);
+        if (this.#host.adapterNames.includes(name)) return;
       }
       const problem = adapterNameProblem(name);
       if (problem !== undefined) throw new RouterError(RouterCode.UNKNOWN_MODEL, `model '${name}' does not exist and is not a valid adapter name: ${problem}`);

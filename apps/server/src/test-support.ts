@@ -28,3 +28,31 @@ export function slowedInterpreter(ms: number): Executor {
     },
   };
 }
+
+/**
+ * The reference interpreter made CPU-bound: every run first spins synchronously for `msPerToken`
+ * per input token, as a CPU executor computes on the event loop. One long run then freezes the
+ * process for its whole length; chunked work leaves gaps.
+ */
+export function busyInterpreter(msPerToken: number): Executor {
+  return {
+    name: 'interpreter-busy',
+    async prepare(g, w) {
+      const p = await interpreterExecutor.prepare(g, w);
+      return {
+        executor: p.executor,
+        run(inputs, opts) {
+          const ids = inputs['input_ids'];
+          const until = performance.now() + msPerToken * (ids === undefined ? 1 : ids.shape.reduce((a, d) => a * d, 1));
+          while (performance.now() < until) {
+            // Spin: the event loop is held, as by a synchronous CPU kernel.
+          }
+          return p.run(inputs, opts);
+        },
+        dispose: () => {
+          p.dispose();
+        },
+      };
+    },
+  };
+}

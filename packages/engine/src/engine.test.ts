@@ -248,6 +248,33 @@ describe('Engine: dispose', () => {
   });
 });
 
+describe('Engine: prompt scoring in chunks (issue 39 item 2)', () => {
+  it('scores a prompt in chunks over the earlier chunks\' keys and values, equal to one run, yielding between chunks', async () => {
+    await writeRandomAdapter(join(tmp, 'score'), shape, { rank: 4, seed: 77 });
+    const engine = await Engine.load(`${root}base`);
+    await engine.loadAdapter(join(tmp, 'score'), 'score');
+    const prompt = Array.from({ length: 41 }, (_, i) => (i * 37 + 5) % config.vocabSize);
+    for (const adapter of [undefined, 'score']) {
+      // One run (the default chunk is larger than the prompt).
+      const whole = await engine.promptLogits(adapter, prompt);
+      const chunks: { start: number; logits: Float32Array }[] = [];
+      let ticks = 0;
+      const tick = setInterval(() => {
+        ticks++;
+      }, 0);
+      for await (const c of engine.promptLogitChunks(adapter, prompt, undefined, { chunk: 8 })) chunks.push({ start: c.start, logits: c.logits.slice() });
+      clearInterval(tick);
+      expect(chunks.map((c) => c.start)).toEqual([0, 8, 16, 24, 32, 40]);
+      const gathered = new Float32Array(prompt.length * config.vocabSize);
+      for (const c of chunks) gathered.set(c.logits, c.start * config.vocabSize);
+      expect(maxAbsDiff(gathered, whole.data)).toBeLessThan(1e-4);
+      expect(ticks).toBeGreaterThan(0);
+    }
+    expect(engine.stats().sequences).toBe(0);
+    engine.dispose();
+  });
+});
+
 describe('Engine: decode staging kept across steps', () => {
   it('three rows decoded together for 70 steps (past a staging block) equal each decoded alone', async () => {
     for (const [i, r] of [4, 16].entries()) await writeRandomAdapter(join(tmp, `ds${String(i)}`), shape, { rank: r, seed: 400 + i });

@@ -404,6 +404,18 @@ export class Engine {
     return this.#tables.freeSlotsAreZero();
   }
 
+  /** A base parameter's shape (`lm_head.weight` of a tied model: the embeddings'). */
+  #baseShapeOf(p: string): readonly number[] | undefined {
+    return this.#shapes.get(p) ?? (p === 'lm_head.weight' && this.config.tieWordEmbeddings ? this.#shapes.get('model.embed_tokens.weight') : undefined);
+  }
+
+  /** Elements of the model's largest parameter: no adapter tensor may hold more. */
+  #largestParam(): number {
+    let most = 0;
+    for (const s of this.#shapes.values()) most = Math.max(most, s.reduce((a, d) => a * d, 1));
+    return most;
+  }
+
   #validate(adapter: LoraAdapter): LoraAdapter {
     const refuse = (why: string): never => {
       throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' ${why}`);
@@ -419,7 +431,7 @@ export class Engine {
       }
     }
     this.#expertFactors(adapter);
-    checkAdapterAgainstBase(adapter, (p) => this.#shapes.get(p) ?? (p === 'lm_head.weight' && this.config.tieWordEmbeddings ? this.#shapes.get('model.embed_tokens.weight') : undefined));
+    checkAdapterAgainstBase(adapter, (p) => this.#baseShapeOf(p));
     for (const m of adapter.modules.values()) {
       if (!this.#tables.has(m.module)) refuse(`adapts '${m.module}', which is not a projection the engine serves`);
       if (m.rank > this.#tables.rank) refuse(`has rank ${String(m.rank)} on '${m.module}', above the slot rank ${String(this.#tables.rank)} (raise --max-lora-rank)`);
@@ -434,7 +446,8 @@ export class Engine {
    * A refused adapter (`ENGINE_BAD_ADAPTER`, PEFT errors) leaves the engine as it was.
    */
   async loadAdapter(dir: string, name?: string): Promise<LoraAdapter> {
-    const adapter = this.#validate(await loadLoraAdapter(dir, name === undefined ? {} : { name }));
+    // Every tensor's header is checked against the model before its data is read or allocated.
+    const adapter = this.#validate(await loadLoraAdapter(dir, { ...(name === undefined ? {} : { name }), shapeOf: (p) => this.#baseShapeOf(p), maxElements: this.#largestParam() }));
     if (adapter.name === BASE) throw new ModelError(ModelCode.BAD_ADAPTER, `'${BASE}' is reserved for the base model`);
     // A fixed plan must fit the adapter (every merged unit one of its modules) before anything changes.
     if (this.#fixedPlan !== undefined) appliedPlan(this.#fixedPlan, [shapeOnly(adapter)]);
@@ -629,57 +642,102 @@ export class Engine {
 
   /**
    * Logits of every prompt position f32[prompt length, vocab] under `adapter` (prompt
-   * log-probabilities: OpenAI `echo` with `logprobs`). Runs a scoring program — the slot program
-   * with logits at every position, prepared on first use (one more preparation for the engine's
-   * life) and fed the same weights and slot tables. With weights held by the program it is
-   * `ENGINE_BAD_OPTIONS`.
+   * log-probabilities: OpenAI `echo` with `logprobs`): {@link Engine.promptLogitChunks} gathered.
    */
   async promptLogits(adapter: string | null | undefined, prompt: readonly number[], mask?: readonly number[]): Promise<HostTensor> {
+    const V = this.config.vocabSize;
+    const data = new Float32Array(prompt.length * V);
+    for await (const c of this.promptLogitChunks(adapter, prompt, mask)) data.set(c.logits, c.start * V);
+    return { dtype: 'f32', shape: [prompt.length, V], data };
+  }
+
+  /**
+   * The logits of every prompt position under `adapter`, chunk by chunk: each yield is the
+   * logits f32[count × vocab] of positions [start, start + count). Runs a scoring program — the
+   * slot program with logits at every position, prepared on first use (one more preparation for
+   * the engine's life) and fed the same weights and slot tables — over chunks of at most `chunk`
+   * tokens (default 4 × `prefillChunk`), each chunk attending to the keys and values the earlier
+   * chunks produced, and yields to the event loop between chunks: a long prompt never holds the
+   * process for one long run. An executor that keeps the new keys and values to itself scores the
+   * prompt in one run. With weights held by the program it is `ENGINE_BAD_OPTIONS`.
+   */
+  async *promptLogitChunks(adapter: string | null | undefined, prompt: readonly number[], mask?: readonly number[], opts: { readonly chunk?: number } = {}): AsyncGenerator<{ readonly start: number; readonly logits: Float32Array }> {
     if (this.#disposed) throw new EngineError(EngineCode.BAD_OPTIONS, 'the engine was disposed');
     if (!this.#allWeightInputs) throw new EngineError(EngineCode.BAD_OPTIONS, "prompt logits need the engine's weights as inputs (weights: 'inputs')");
+    const chunk = positiveInt('chunk', opts.chunk ?? 4 * this.#prefillChunk, 1);
     const seq = this.open(adapter, prompt, mask);
     try {
       const lane = seq.adapter === undefined ? undefined : this.#lanes.get(seq.adapter);
       if (!(await this.attach(seq))) throw new PeftError(PeftCode.CACHE_FULL, 'every adapter slot is held by running adapters; retry when a request finishes');
       const slot = this.#check(seq);
-      if (this.#scoring === undefined) {
-        const scoring = engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], { allLogits: true });
-        this.#scoring = this.#executor.prepare(paramsToInputs(this.#dtype === 'f32' ? scoring : castProgram(scoring, this.#dtype, this.#adapterDtype)));
-        this.#scoring.catch(() => {
-          this.#scoring = undefined;
-        });
-        this.#preparations++;
-      }
-      const program = await this.#scoring;
+      const program = await this.#scoringProgram();
       const count = prompt.length;
       const keyMask = new Float32Array(count);
       seq.promptMask.forEach((v, i) => {
         if (v !== 1) keyMask[i] = MASKED;
       });
       let next = 0;
-      const window = this.config.slidingWindow;
-      const inputs: Record<string, HostTensor> = {
-        input_ids: hostTensor('i64', [1, count], prompt),
-        position_ids: hostTensor('i64', [1, count], seq.promptMask.map((v) => (v === 1 ? next++ : 1))),
-        attention_mask: window === undefined ? { dtype: 'f32', shape: [1, count], data: keyMask } : { dtype: 'f32', shape: [1, count, count], data: windowedQueries(keyMask, 0, count, window) },
-      };
-      // No cached positions: the whole prompt is the chunk.
-      const empty: HostTensor = { dtype: this.#dtype, shape: [1, 0, ...this.#kvShape], data: new Float32Array(0) };
-      for (let l = 0; l < this.config.numLayers; l++) {
-        inputs[`past_key.${String(l)}`] = empty;
-        inputs[`past_value.${String(l)}`] = empty;
+      const positions = seq.promptMask.map((v) => (v === 1 ? next++ : 1));
+      const past: { k: Float32Array[]; v: Float32Array[] } = { k: [], v: [] };
+      const V = this.config.vocabSize;
+      const width = this.#kvShape.reduce((a, d) => a * d, 1);
+      // `whole`: the executor kept the new keys and values, so the rest is scored in one run from the start.
+      let whole = false;
+      for (let start = 0; start < count; ) {
+        const from = whole ? 0 : start;
+        const c = whole ? count : Math.min(chunk, count - start);
+        const inputs = this.#scoringInputs(prompt, positions, keyMask, from, c, past, lane, slot);
+        await this.#tables.settled();
+        const out = await runProgram(program, inputs, this.#resident);
+        this.#runs++;
+        yield { start, logits: (out['logits']!.data as Float32Array).subarray((start - from) * V, c * V) };
+        if (whole || start + c >= count) break;
+        if (out['new_key.0']?.data.length !== c * width) whole = true;
+        else {
+          for (let l = 0; l < this.config.numLayers; l++) {
+            past.k[l] = concatF32(past.k[l], out[`new_key.${String(l)}`]!.data as Float32Array);
+            past.v[l] = concatF32(past.v[l], out[`new_value.${String(l)}`]!.data as Float32Array);
+          }
+        }
+        start += c;
+        // A timer, not setImmediate: the timers and I/O phases both run before the next chunk.
+        await new Promise<void>((resolve) => setTimeout(resolve, 0));
       }
-      Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
-      inputs[ROW_SLOT_INPUT] = hostTensor('i64', [1], [slot]);
-      this.#tokenSlots(inputs, [slot]);
-      this.#runs++;
-      await this.#tables.settled();
-      const out = await runProgram(program, inputs, this.#resident);
-      const logits = out['logits']!;
-      return { dtype: 'f32', shape: [count, this.config.vocabSize], data: logits.data };
     } finally {
       this.release(seq);
     }
+  }
+
+  /** The scoring program (logits at every position), prepared on first use. */
+  #scoringProgram(): Promise<PreparedGraph> {
+    if (this.#scoring === undefined) {
+      const scoring = engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], { allLogits: true });
+      this.#scoring = this.#executor.prepare(paramsToInputs(this.#dtype === 'f32' ? scoring : castProgram(scoring, this.#dtype, this.#adapterDtype)));
+      this.#scoring.catch(() => {
+        this.#scoring = undefined;
+      });
+      this.#preparations++;
+    }
+    return this.#scoring;
+  }
+
+  /** Inputs of one scoring chunk: positions [start, start + c) over the keys and values of [0, start). */
+  #scoringInputs(prompt: readonly number[], positions: readonly number[], keyMask: Float32Array, start: number, c: number, past: { k: Float32Array[]; v: Float32Array[] }, lane: Lane | undefined, slot: number): Record<string, HostTensor> {
+    const keys = start + c;
+    const window = this.config.slidingWindow;
+    const inputs: Record<string, HostTensor> = {
+      input_ids: hostTensor('i64', [1, c], prompt.slice(start, keys)),
+      position_ids: hostTensor('i64', [1, c], positions.slice(start, keys)),
+      attention_mask: window === undefined ? { dtype: 'f32', shape: [1, keys], data: keyMask.slice(0, keys) } : { dtype: 'f32', shape: [1, c, keys], data: windowedQueries(keyMask.slice(0, keys), start, c, window) },
+    };
+    for (let l = 0; l < this.config.numLayers; l++) {
+      inputs[`past_key.${String(l)}`] = { dtype: this.#dtype, shape: [1, start, ...this.#kvShape], data: start === 0 ? new Float32Array(0) : past.k[l]! };
+      inputs[`past_value.${String(l)}`] = { dtype: this.#dtype, shape: [1, start, ...this.#kvShape], data: start === 0 ? new Float32Array(0) : past.v[l]! };
+    }
+    Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.#weightInputs);
+    inputs[ROW_SLOT_INPUT] = hostTensor('i64', [1], [slot]);
+    this.#tokenSlots(inputs, [slot]);
+    return inputs;
   }
 
   /**
@@ -1273,6 +1331,15 @@ function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
   const dt = top === undefined ? undefined : SAFETENSORS_FLOATS[top];
   if (dt === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `the checkpoint in '${dir}' stores ${top ?? 'no float tensors'}; dtype checkpoint needs F32, BF16 or F16`, { hint: 'give dtype f32, bf16 or f16' });
   return dt;
+}
+
+/** `a` followed by `b` (`b` alone when `a` is undefined). */
+function concatF32(a: Float32Array | undefined, b: Float32Array): Float32Array {
+  if (a === undefined) return b.slice();
+  const out = new Float32Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
 }
 
 /** The executor's device tensors (the torch executor's `device`), or undefined when it has none. */

@@ -85,14 +85,63 @@ function shapeText(s: readonly number[]): string {
   return `[${s.join(', ')}]`;
 }
 
+/** Options of {@link loadLoraAdapter}. */
+export interface LoadLoraOptions {
+  /** Adapter name (default: the directory name). */
+  readonly name?: string;
+  /**
+   * The base model's parameter shapes. When given, every tensor's header (dtype, shape) is checked
+   * against the model before any tensor data is read or allocated: an override must have its base
+   * parameter's shape, a module's factors must fit its base weight, and no tensor may hold more
+   * elements than the largest base parameter. A crafted file declaring a huge tensor is refused
+   * from its header alone.
+   */
+  readonly shapeOf?: (param: string) => readonly number[] | undefined;
+  /** With `shapeOf`: most elements any one tensor may hold (the base model's largest parameter). */
+  readonly maxElements?: number;
+}
+
+/** Checks every tensor header of `st` against the base model before anything is read (see `LoadLoraOptions.shapeOf`). */
+function checkHeaderAgainstBase(st: SafetensorsFile, file: string, config: LoraConfig, shapeOf: (param: string) => readonly number[] | undefined, largest: number): void {
+  for (const key of st.names()) {
+    const { shape } = st.info(key);
+    const elements = shape.reduce((a, d) => a * d, 1);
+    if (elements > largest) {
+      throw new PeftError(PeftCode.SHAPE_MISMATCH, `${file}: tensor '${key}' ${shapeText(shape)} holds ${String(elements)} elements, more than any parameter of the base model (${String(largest)}); nothing was read`);
+    }
+    const k = key.startsWith(PREFIX) ? key.slice(PREFIX.length) : key;
+    const m = /^(.*)\.lora_([AB])\.weight$/.exec(k);
+    if (m === null) {
+      if (/\.lora_[AB]\.bias$|\.lora_embedding_|\.lora_magnitude_vector/.test(k)) continue;
+      const name = k.replace(/\.modules_to_save(\.[^.]+)?\./, '.');
+      const want = shapeOf(name);
+      if (want === undefined) throw new PeftError(PeftCode.UNKNOWN_MODULE, `${file}: tensor '${key}' replaces no base parameter`);
+      if (want.length !== shape.length || want.some((d, i) => d !== shape[i])) throw new PeftError(PeftCode.SHAPE_MISMATCH, `${file}: '${key}' is ${shapeText(shape)} but the base parameter is ${shapeText(want)}`);
+      continue;
+    }
+    const [, path, which] = m as unknown as [string, string, 'A' | 'B'];
+    if (path.includes('.base_layer') || config.targetParameters.some((p) => path.endsWith(p.split('.').slice(0, -1).join('.')))) continue;
+    const w = shapeOf(`${path}.weight`);
+    if (w === undefined) throw new PeftError(PeftCode.UNKNOWN_MODULE, `${file}: module '${path}' has no base parameter '${path}.weight'`, { hint: 'was the adapter made for another base model?' });
+    if (w.length !== 2) continue;
+    const [out, inDim] = config.fanInFanOut ? [w[1]!, w[0]!] : [w[0]!, w[1]!];
+    const rank = rankFor(config, path);
+    const want = which === 'A' ? [rank, inDim] : [out, rank];
+    if (shape.length !== 2 || shape[0] !== want[0] || shape[1] !== want[1]) {
+      throw new PeftError(PeftCode.SHAPE_MISMATCH, `${file}: '${key}' is ${shapeText(shape)}; base '${path}.weight' ${shapeText(w)} at rank ${String(rank)} needs ${shapeText(want)}`);
+    }
+  }
+}
+
 /**
  * Loads a PEFT LoRA adapter directory (`adapter_config.json` + `adapter_model.safetensors`). Every
  * tensor key is mapped: `base_model.model.<module>.lora_A.weight` / `lora_B.weight` / `lora_B.bias`
  * to module factors, `…base_layer….lora_A.weight` to parameter factors, anything else to an
  * override of a base parameter. Ranks are checked against `r`/`rank_pattern`; a module with only one
- * factor is `PEFT_BAD_TENSORS`; embedding LoRA is `PEFT_UNSUPPORTED`.
+ * factor is `PEFT_BAD_TENSORS`; embedding LoRA is `PEFT_UNSUPPORTED`. With `opts.shapeOf`, every tensor
+ * header is checked against the base model before any tensor data is read.
  */
-export async function loadLoraAdapter(dir: string, opts: { readonly name?: string } = {}): Promise<LoraAdapter> {
+export async function loadLoraAdapter(dir: string, opts: LoadLoraOptions = {}): Promise<LoraAdapter> {
   const cfgPath = join(dir, 'adapter_config.json');
   let cfgText: string;
   try {
@@ -113,6 +162,7 @@ export async function loadLoraAdapter(dir: string, opts: { readonly name?: strin
       : new PeftError(PeftCode.BAD_TENSORS, `${file}: ${errorMessage(e)}`, { cause: e });
   }
   try {
+    if (opts.shapeOf !== undefined) checkHeaderAgainstBase(st, file, config, opts.shapeOf, opts.maxElements ?? Infinity);
     const factors = new Map<string, { A?: HostTensor; B?: HostTensor; biasB?: HostTensor }>();
     const paramFactors = new Map<string, { module: string; depth: number; A?: HostTensor; B?: HostTensor }>();
     const overrides = new Map<string, HostTensor>();

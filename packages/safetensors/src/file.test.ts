@@ -1,11 +1,11 @@
-import { truncate, writeFile } from 'node:fs/promises';
+import { open, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { asyncCodeOf, buildFile, codeOf, tempDir, u16le } from '../test/helpers.js';
 import { SafetensorsFile, parseSafetensors } from './file.js';
-import { type ByteSource, memorySource, openFileSource } from './source.js';
+import { type ByteSource, READ_CHUNK, memorySource, openFileSource } from './source.js';
 import { writeSafetensors } from './write.js';
 
 let dir: string;
@@ -85,6 +85,25 @@ describe('parseSafetensors', () => {
 });
 
 describe('SafetensorsFile', () => {
+  it('reads a tensor larger than one positioned read in pieces (READ_CHUNK), byte for byte (issue 39)', async () => {
+    const path = join(dir, 'big.safetensors');
+    const bytes = READ_CHUNK + READ_CHUNK / 2 + 8;
+    const header = Buffer.from(JSON.stringify({ big: { dtype: 'U8', shape: [bytes], data_offsets: [0, bytes] } }));
+    const prefix = Buffer.alloc(8);
+    prefix.writeBigUInt64LE(BigInt(header.length));
+    // Sparse: zeros in between, a marker at both ends of the data.
+    await writeFile(path, Buffer.concat([prefix, header, Buffer.from([7, 7, 7])]));
+    await truncate(path, 8 + header.length + bytes);
+    const h = await open(path, 'r+');
+    await h.write(Buffer.from([9, 9, 9]), 0, 3, 8 + header.length + bytes - 3);
+    await h.close();
+    const f = await SafetensorsFile.open(path);
+    const raw = await f.readRaw('big');
+    await f.close();
+    expect(raw.length).toBe(bytes);
+    expect([...raw.subarray(0, 4), ...raw.subarray(READ_CHUNK - 1, READ_CHUNK + 1), ...raw.subarray(bytes - 4)]).toEqual([7, 7, 7, 0, 0, 0, 0, 9, 9, 9]);
+  });
+
   it('reads every dtype from disk', async () => {
     const path = join(dir, 'every.safetensors');
     await writeFile(path, everyDtypeFile());

@@ -32,6 +32,9 @@ export function hasErrno(e: unknown, code: string): boolean {
   return typeof e === 'object' && e !== null && (e as { code?: unknown }).code === code;
 }
 
+/** Most bytes one positioned read asks for (64 MiB). */
+export const READ_CHUNK = 64 * 1024 * 1024;
+
 class FileSource implements ByteSource {
   readonly label: string;
   readonly byteLength: number;
@@ -47,9 +50,11 @@ class FileSource implements ByteSource {
     const out = new Uint8Array(length);
     let filled = 0;
     try {
-      // A positioned read may return less than asked; loop until full or end of file.
+      // A positioned read may return less than asked; loop until full or end of file. Each read is
+      // at most READ_CHUNK bytes: Node refuses (or aborts on) one read of 2 GiB or more, and a
+      // tensor of several gigabytes streams in pieces, the event loop free between them.
       while (filled < length) {
-        const { bytesRead } = await this.#handle.read(out, filled, length - filled, offset + filled);
+        const { bytesRead } = await this.#handle.read(out, filled, Math.min(READ_CHUNK, length - filled), offset + filled);
         if (bytesRead === 0) break;
         filled += bytesRead;
       }

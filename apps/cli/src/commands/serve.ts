@@ -244,6 +244,9 @@ export function registerServe(program: Command, io: CliIo): void {
           void server.shutdown().then(() => {
             io.out('stopped');
             resolve();
+            // Shutdown is bounded by --shutdown-timeout whatever is in flight: work still running
+            // past it (an adapter file being read) does not keep the process alive.
+            setTimeout(() => process.exit(), 100).unref();
           });
         };
         process.once('SIGTERM', () => {

@@ -10,7 +10,7 @@ import { parseBody } from '../validate.js';
 /** Checks a load request's name and tenants; throws 409/400 when it cannot start. */
 function checkLoadRequest(ctx: ServerContext, name: string, tenants: readonly string[]): void {
   // The name is reserved for its in-flight load: concurrent loads of one name get 409.
-  if (name === ctx.modelName || ctx.lm.adapterNames.includes(name) || ctx.loading.has(name)) {
+  if (name === ctx.modelName || ctx.aliases.has(name) || ctx.lm.adapterNames.includes(name) || ctx.loads.inFlight(name) !== undefined) {
     throw new ServerError(ServerCode.ADAPTER_EXISTS, `an adapter named '${name}' is already loaded or loading`);
   }
   if (tenants.length > 0 && !ctx.registry.authEnabled) throw new ServerError(ServerCode.BAD_REQUEST, "'tenants': no tenants are configured on this server");
@@ -24,7 +24,7 @@ function checkLoadRequest(ctx: ServerContext, name: string, tenants: readonly st
  * it to `tenants`. Load errors name no server path.
  */
 async function loadAdapterRoute(ctx: ServerContext, req: FastifyRequest): Promise<unknown> {
-  const { lm, opts, loading } = ctx;
+  const { lm, opts } = ctx;
   ctx.ensureOpen();
   ctx.requireAdmin(req);
   const body = parseBody(loadAdapterSchema, req.body);
@@ -32,15 +32,15 @@ async function loadAdapterRoute(ctx: ServerContext, req: FastifyRequest): Promis
   const tenants = body.tenants ?? [];
   checkLoadRequest(ctx, name, tenants);
   const loadTimeoutMs = opts.loadTimeoutMs ?? 30_000;
-  loading.add(name);
   const dirs: string[] = [];
   const state = { timedOut: false };
-  const work = (async () => {
+  // The name stays reserved until the work ends, timed out or not: no other load of it meanwhile.
+  const work = ctx.loads.reserve(name, async () => {
     const dir = await checkAdapterPath(body.lora_path, { roots: ctx.adapterRoots, ...(opts.maxAdapterBytes === undefined ? {} : { maxWeightsBytes: opts.maxAdapterBytes }) });
     dirs.push(dir);
-    await lm.loadAdapter(dir, name);
+    await ctx.loads.load(dir, name);
     if (state.timedOut) lm.unloadAdapter(name);
-  })();
+  });
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
@@ -59,8 +59,7 @@ async function loadAdapterRoute(ctx: ServerContext, req: FastifyRequest): Promis
     throw e;
   } finally {
     clearTimeout(timer);
-    if (state.timedOut) void work.catch(() => undefined).finally(() => loading.delete(name));
-    else loading.delete(name);
+    if (state.timedOut) void work.catch(() => undefined);
   }
   return { status: 'ok', message: `Success: LoRA adapter '${name}' added successfully.` };
 }
@@ -72,7 +71,7 @@ export function registerAdapterRoutes(app: FastifyInstance, ctx: ServerContext):
   app.post('/v1/unload_lora_adapter', { bodyLimit: 64 * 1024 }, (req) => {
     ctx.requireAdmin(req);
     const body = parseBody(unloadAdapterSchema, req.body);
-    if (ctx.loading.has(body.lora_name)) throw new ServerError(ServerCode.ADAPTER_BUSY, `adapter '${body.lora_name}' is being loaded; try again when the load finishes`);
+    if (ctx.loads.inFlight(body.lora_name) !== undefined) throw new ServerError(ServerCode.ADAPTER_BUSY, `adapter '${body.lora_name}' is being loaded; try again when the load finishes`);
     if (!lm.adapterNames.includes(body.lora_name)) throw new PeftError(PeftCode.UNKNOWN_ADAPTER, `adapter '${body.lora_name}' is not loaded`);
     const s = ctx.scheduler.snapshot();
     if ((s.runningByAdapter[body.lora_name] ?? 0) + (s.waitingByAdapter[body.lora_name] ?? 0) > 0) {

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { StageError, errorMessage } from '@stageml/ir';
 import { type PickInfo, logSoftmax, topOf } from '@stageml/models';
-import type { Route } from '@stageml/router';
+import { type Route, RouterCode, RouterError } from '@stageml/router';
 import { bearer } from '../auth.js';
 import { chatPromptIds } from '../chat-template.js';
 import type { ServerContext } from '../context.js';
@@ -10,7 +10,7 @@ import { ServerCode, ServerError, errorType, statusOf } from '../errors.js';
 import { type GenerationFields, type Outcome, type RunOptions, SseStream, maxTokensFor, runGeneration } from '../generation.js';
 import { type CompletionLogprobs, chatLogprobs, completionLogprobs, mergeCompletionLogprobs } from '../logprobs.js';
 import { type ChatRequest, type CompletionRequest, chatSchema, completionSchema, contentText, unsupportedField } from '../schemas.js';
-import { parseBody } from '../validate.js';
+import { normaliseSampling, parseBody } from '../validate.js';
 
 /** A generation request, parsed, tokenized and checked against the limits. */
 interface Prepared {
@@ -21,6 +21,12 @@ interface Prepared {
   readonly echo: boolean;
   readonly n: number;
   readonly bestOf: number;
+  /** Sequences the request runs: prompts × `best_of`. */
+  readonly sequences: number;
+}
+
+/** A validated request with its route (tenant, adapter). */
+interface Routed extends Prepared {
   readonly route: Route;
 }
 
@@ -36,40 +42,50 @@ function parseChat(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' |
   return { prompts, body: { ...c, max_tokens: c.max_completion_tokens ?? c.max_tokens }, topLogprobs, echo: false };
 }
 
-/** The prompts, body and logprob fields of a completion request. */
-function parseCompletion(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo'> {
-  const tok = ctx.lm.tokenizer;
+/** The prompts, body and logprob fields of a completion request (long prompts tokenized off the event loop). */
+async function parseCompletion(ctx: ServerContext, raw: unknown): Promise<Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo'>> {
   const c = parseBody(completionSchema, raw);
   const p = c.prompt;
   const list: (string | number[])[] = typeof p === 'string' ? [p] : typeof p[0] === 'number' ? [p as number[]] : (p as (string | number[])[]);
-  const prompts = list.map((one) => {
-    if (typeof one !== 'string') return one;
-    if (tok === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: send token ids');
-    return tok.encode(one);
-  });
+  const worker = ctx.tokenizeWorker;
+  if (worker === undefined && list.some((one) => typeof one === 'string')) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: send token ids');
+  const prompts = await Promise.all(list.map((one) => (typeof one === 'string' ? worker!.encode(one, true) : Promise.resolve(one))));
   return { prompts, body: c, topLogprobs: c.logprobs ?? undefined, echo: c.echo === true };
 }
 
-/** Parses, tokenizes and checks a generation request and routes it; throws 4xx on any problem. */
-function prepare(ctx: ServerContext, req: FastifyRequest, chat: boolean): Prepared {
+/**
+ * Parses, tokenizes and checks every field of a generation request — ids, ranges, lengths, the
+ * sequence count — before anything else happens: a request that fails here loads no adapter,
+ * evicts nothing and takes no queue slot. Throws 4xx naming the problem.
+ */
+async function prepare(ctx: ServerContext, req: FastifyRequest, chat: boolean): Promise<Prepared> {
   const { lm } = ctx;
   const unsupported = unsupportedField(req.body);
   if (unsupported !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'${unsupported}': this field is not supported by this server`);
-  const { prompts, body, topLogprobs, echo } = chat ? parseChat(ctx, req.body) : parseCompletion(ctx, req.body);
+  const parsed = chat ? parseChat(ctx, req.body) : await parseCompletion(ctx, req.body);
+  const { prompts, topLogprobs, echo } = parsed;
+  const body = normaliseSampling(parsed.body, lm.config.vocabSize);
   for (const [i, p] of prompts.entries()) {
     const bad = p.find((t) => t >= lm.config.vocabSize);
     if (bad !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'prompt'${prompts.length > 1 ? `[${String(i)}]` : ''}: token id ${String(bad)} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
     maxTokensFor(ctx.limits, p.length, body.max_tokens);
   }
-  const biased = Object.keys(body.logit_bias ?? {}).find((k) => Number(k) >= lm.config.vocabSize);
-  if (biased !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'logit_bias': token id ${biased} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
   const n = body.n ?? 1;
   const bestOf = chat ? n : ((body as CompletionRequest).best_of ?? n);
   if (bestOf < n) throw new ServerError(ServerCode.BAD_REQUEST, `'best_of': must be at least n (${String(n)}), got ${String(bestOf)}`);
   if (body.stream_options != null && body.stream !== true) throw new ServerError(ServerCode.BAD_REQUEST, "'stream_options': only allowed with 'stream': true");
   if (bestOf > n && body.stream === true) throw new ServerError(ServerCode.BAD_REQUEST, "'best_of': cannot be larger than n when streaming");
-  const route = ctx.routeOf(req, ctx.resolveName(body.model));
-  return { chat, prompts, body, topLogprobs, echo, n, bestOf, route };
+  const sequences = prompts.length * bestOf;
+  const most = ctx.opts.maxRequestSequences ?? Math.max(1, Math.floor((ctx.opts.maxBatch ?? 32) / 2));
+  if (sequences > most) {
+    throw new ServerError(ServerCode.BAD_REQUEST, `this request runs ${String(sequences)} sequences (${String(prompts.length)} prompt${prompts.length === 1 ? '' : 's'} × ${bestOf > n ? 'best_of' : 'n'} ${String(bestOf)}); the limit per request is ${String(most)}`);
+  }
+  return { chat, prompts, body, topLogprobs, echo, n, bestOf, sequences };
+}
+
+/** Refuses with 429 (nothing started) when the tenant's queue cannot take every sequence of the request. */
+function admitAll(ctx: ServerContext, tenant: string, sequences: number): void {
+  if (!ctx.scheduler.hasRoom(tenant, sequences)) throw new RouterError(RouterCode.QUEUE_FULL, `this tenant's queue has no room for the request's ${String(sequences)} sequences; retry after the Retry-After seconds`);
 }
 
 /**
@@ -88,15 +104,24 @@ function tokenTextOf(ctx: ServerContext): (t: number) => string {
   };
 }
 
-/** Log-probabilities of the prompt's own tokens (echo with logprobs), from one prefill. */
+/**
+ * Log-probabilities of the prompt's own tokens (echo with logprobs), scored in chunks of the step
+ * budget (`prefillTokens`): each chunk's logits are turned into log-probabilities and dropped
+ * before the next chunk runs, and the event loop is free between chunks.
+ */
 async function promptLogprobs(ctx: ServerContext, prompt: readonly number[], adapter: string | undefined, top: number): Promise<(PickInfo | null)[]> {
-  const logits = await ctx.lm.promptLogits(adapter, prompt);
   const V = ctx.lm.config.vocabSize;
-  return prompt.map((t, i) => {
-    if (i === 0) return null;
-    const lp = logSoftmax(logits.data.subarray((i - 1) * V, i * V));
-    return { id: t, logprob: lp[t]!, top: topOf(lp, top) };
-  });
+  const picks: (PickInfo | null)[] = [null];
+  for await (const { start, logits } of ctx.lm.promptLogitChunks(adapter, prompt, undefined, { chunk: ctx.opts.prefillTokens ?? 64 })) {
+    const rows = logits.length / V;
+    // Row r holds the distribution of the token at start + r + 1.
+    for (let r = 0; r < rows && start + r + 1 < prompt.length; r++) {
+      const t = prompt[start + r + 1]!;
+      const lp = logSoftmax(logits.subarray(r * V, (r + 1) * V));
+      picks.push({ id: t, logprob: lp[t]!, top: topOf(lp, top) });
+    }
+  }
+  return picks;
 }
 
 /** A signal that fires when the client goes away before the answer is complete. */
@@ -125,24 +150,30 @@ interface Answer {
   usage(outs: readonly Outcome[]): { prompt_tokens: number; completion_tokens: number; total_tokens: number };
 }
 
-async function answerOf(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply, p: Prepared, tokenText: (t: number) => string): Promise<Answer> {
+async function answerOf(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply, p: Routed, tokenText: (t: number) => string): Promise<Answer> {
   const { prompts, topLogprobs, echo, chat } = p;
   const tok = ctx.lm.tokenizer;
   const gen = { lm: ctx.lm, scheduler: ctx.scheduler, metrics: ctx.metrics, limits: ctx.limits, modelName: ctx.modelName };
   const fields: GenerationFields = p.body;
   const promptPicks = echo && topLogprobs !== undefined ? await Promise.all(prompts.map((q) => promptLogprobs(ctx, q, p.route.adapter, topLogprobs))) : prompts.map(() => []);
+  const gone = clientGone(req, reply);
+  const siblings = new AbortController();
   return {
     id: `${chat ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`,
     created: Math.floor(Date.now() / 1000),
     withIds: p.body.return_token_ids === true,
     echoText: prompts.map((q) => (echo ? (tok?.decode(q) ?? '') : '')),
     promptPicks,
+    // One sequence failing ends its siblings: a request is answered whole or not at all.
     run: (pi, j, onDelta) =>
       runGeneration(gen, p.route, prompts[pi]!, fields, {
         ...(topLogprobs === undefined && p.bestOf === p.n ? {} : { logprobs: topLogprobs ?? 0 }),
         seedOffset: j,
         ...(onDelta === undefined ? {} : { onDelta }),
-        signal: clientGone(req, reply),
+        signal: AbortSignal.any([gone, siblings.signal]),
+      }).catch((e: unknown) => {
+        siblings.abort();
+        throw e;
       }),
     logprobsOf: (picks, ids, offset0) => (chat ? chatLogprobs(picks as PickInfo[], tokenText) : completionLogprobs(picks, ids, tokenText, offset0)),
     usage: (outs) => {
@@ -154,7 +185,7 @@ async function answerOf(ctx: ServerContext, req: FastifyRequest, reply: FastifyR
 }
 
 /** Streams every choice of `p` as server-sent events, ending with `[DONE]`. */
-async function streamAnswer(reply: FastifyReply, p: Prepared, a: Answer): Promise<FastifyReply> {
+async function streamAnswer(reply: FastifyReply, p: Routed, a: Answer): Promise<FastifyReply> {
   const { chat, body, n, topLogprobs } = p;
   const sse = new SseStream(reply);
   const chunk = (index: number, choice: Record<string, unknown>) => ({ id: a.id, object: chat ? 'chat.completion.chunk' : 'text_completion', created: a.created, model: body.model, choices: [{ index, ...choice }] });
@@ -191,7 +222,7 @@ async function streamAnswer(reply: FastifyReply, p: Prepared, a: Answer): Promis
 }
 
 /** Runs every choice of `p` (best-of-n picks the most likely) and renders one JSON answer. */
-async function collectAnswer(p: Prepared, a: Answer): Promise<unknown> {
+async function collectAnswer(p: Routed, a: Answer): Promise<unknown> {
   const { chat, n, bestOf, topLogprobs } = p;
   const perPrompt = await Promise.all(
     p.prompts.map(async (_, pi) => {
@@ -215,10 +246,9 @@ async function collectAnswer(p: Prepared, a: Answer): Promise<unknown> {
 }
 
 /** Leases the request's adapter from the resolver (loading it on demand) while the request runs. */
-async function withAdapter(ctx: ServerContext, req: FastifyRequest, run: () => Promise<unknown>): Promise<unknown> {
+async function withAdapter(ctx: ServerContext, req: FastifyRequest, model: string, run: () => Promise<unknown>): Promise<unknown> {
   const { resolver, lm, modelName } = ctx;
-  const model = (req.body as { model?: unknown } | null)?.model;
-  if (resolver === undefined || ctx.state.draining || typeof model !== 'string' || model === modelName) return run();
+  if (resolver === undefined || ctx.state.draining || model === modelName || ctx.aliases.has(model)) return run();
   // Only a key that may use the adapter may make the replica load it.
   if (!lm.adapterNames.includes(model)) ctx.registry.route(bearer(req), model, { baseModel: modelName, adapters: new Set([...lm.adapterNames, model]) });
   const release = await resolver.acquire(model);
@@ -234,10 +264,17 @@ export function registerCompletionRoutes(app: FastifyInstance, ctx: ServerContex
   const tokenText = tokenTextOf(ctx);
   const completion = async (req: FastifyRequest, reply: FastifyReply, chat: boolean): Promise<unknown> => {
     ctx.ensureOpen();
-    const p = prepare(ctx, req, chat);
-    const a = await answerOf(ctx, req, reply, p, tokenText);
-    return p.body.stream === true ? streamAnswer(reply, p, a) : collectAnswer(p, a);
+    // Everything is checked before the adapter is leased (and perhaps loaded) or a queue slot taken.
+    const prepared = await prepare(ctx, req, chat);
+    admitAll(ctx, ctx.tenantOf.get(req) ?? 'anonymous', prepared.sequences);
+    return withAdapter(ctx, req, prepared.body.model, async () => {
+      const p: Routed = { ...prepared, route: ctx.routeOf(req, ctx.resolveName(prepared.body.model)) };
+      const a = await answerOf(ctx, req, reply, p, tokenText);
+      // Checked again right before the sequences are submitted (all in this tick): all or none.
+      admitAll(ctx, p.route.tenant, p.sequences);
+      return p.body.stream === true ? streamAnswer(reply, p, a) : collectAnswer(p, a);
+    });
   };
-  app.post('/v1/completions', (req, reply) => withAdapter(ctx, req, () => completion(req, reply, false)));
-  app.post('/v1/chat/completions', (req, reply) => withAdapter(ctx, req, () => completion(req, reply, true)));
+  app.post('/v1/completions', (req, reply) => completion(req, reply, false));
+  app.post('/v1/chat/completions', (req, reply) => completion(req, reply, true));
 }

@@ -26,7 +26,7 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: ServerContext): vo
   const { lm, metrics } = ctx;
   app.get('/health', () => ({ status: 'ok' }));
   app.get('/ready', (req, reply) => {
-    if (ctx.state.draining) return reply.status(503).send({ status: 'draining' });
+    if (ctx.state.draining) return reply.status(503).header('retry-after', '1').send({ status: 'draining' });
     // Adapter names are tenants' business: shown only to the admin when access is guarded.
     if (ctx.guarded && !ctx.isAdmin(req)) return reply.send({ status: 'ready' });
     return reply.send({ status: 'ready', model: ctx.modelName, adapters: lm.adapterNames });

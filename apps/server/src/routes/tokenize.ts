@@ -6,10 +6,17 @@ import { ServerCode, ServerError } from '../errors.js';
 import { contentText, detokenizeSchema, tokenizeChatSchema, tokenizePromptSchema } from '../schemas.js';
 import { parseBody } from '../validate.js';
 
-/** vLLM's tokenizer endpoints: `POST /tokenize` (a prompt or chat messages) and `POST /detokenize`. */
+/** Largest `/tokenize` and `/detokenize` body (bytes), below the server's body limit when that is smaller. */
+export const TOKENIZE_BODY_LIMIT = 256 * 1024;
+
+/**
+ * vLLM's tokenizer endpoints: `POST /tokenize` (a prompt or chat messages) and `POST /detokenize`,
+ * behind the same authentication as `/v1` (the request guards) and a body limit of their own.
+ */
 export function registerTokenizerRoutes(app: FastifyInstance, ctx: ServerContext): void {
   const { lm } = ctx;
-  app.post('/tokenize', (req) => {
+  const bodyLimit = Math.min(TOKENIZE_BODY_LIMIT, ctx.opts.bodyLimit ?? 1024 * 1024);
+  app.post('/tokenize', { bodyLimit }, async (req) => {
     if (lm.tokenizer === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer');
     const isChat = typeof req.body === 'object' && req.body !== null && 'messages' in req.body;
     let tokens: number[];
@@ -23,11 +30,12 @@ export function registerTokenizerRoutes(app: FastifyInstance, ctx: ServerContext
     } else {
       const body = parseBody(tokenizePromptSchema, req.body);
       if (body.model !== undefined) ctx.routeOf(req, ctx.resolveName(body.model));
-      tokens = lm.tokenizer.encode(body.prompt, { addSpecialTokens: body.add_special_tokens ?? true });
+      // A long prompt is tokenized on the worker: the event loop stays free.
+      tokens = ctx.tokenizeWorker === undefined ? lm.tokenizer.encode(body.prompt, { addSpecialTokens: body.add_special_tokens ?? true }) : await ctx.tokenizeWorker.encode(body.prompt, body.add_special_tokens ?? true);
     }
     return { count: tokens.length, max_model_len: ctx.limits.maxModelLen, tokens, token_strs: null };
   });
-  app.post('/detokenize', (req) => {
+  app.post('/detokenize', { bodyLimit }, (req) => {
     const body = parseBody(detokenizeSchema, req.body);
     if (lm.tokenizer === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer');
     if (body.model !== undefined) ctx.routeOf(req, ctx.resolveName(body.model));
