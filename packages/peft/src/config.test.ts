@@ -95,6 +95,12 @@ describe('matchPatternKey', () => {
   it('treats a key that is not a valid regex literally', () => {
     expect(matchPatternKey(['q_proj('], 'a.q_proj(')).toBe('q_proj(');
   });
+
+  it('refuses a rank_pattern or alpha_pattern key that is no regex at load, naming the field (issue 39)', () => {
+    expect(() => parseLoraConfig(cfg({ rank_pattern: { '(((': 4 } }), 'a/adapter_config.json')).toThrow(/PEFT_BAD_CONFIG|rank_pattern\.\(\(\(.*not a valid regular expression/);
+    expect(() => parseLoraConfig(cfg({ alpha_pattern: { 'q_proj[': 4 } }))).toThrow(/alpha_pattern\.q_proj\[.*not a valid regular expression/);
+    expect(() => parseLoraConfig(cfg({ rank_pattern: { 'layers\\.0\\..*_proj': 4 } }))).not.toThrow();
+  });
 });
 
 describe('rankFor / alphaFor / scalingFor', () => {

@@ -106,7 +106,14 @@ export function parseLoraConfig(text: string, file = 'adapter_config.json'): Lor
     if (typeof v === 'string') fullMatcher(v, `${file}: field '${field}'`);
   }
   for (const [field, rec] of [['rank_pattern', c.rank_pattern], ['alpha_pattern', c.alpha_pattern]] as const) {
-    for (const k of Object.keys(rec)) patternMatcher(k, `${file}: field '${field}.${k.slice(0, 64)}'`);
+    for (const k of Object.keys(rec)) {
+      const where = `${file}: field '${field}.${k.slice(0, 64)}'`;
+      // PEFT compiles every key as a regex (`re.fullmatch`): a key that is no regex fails there, so
+      // it is refused at load rather than silently matched as text.
+      const problem = regexProblem(k);
+      if (problem !== undefined) throw new PeftError(PeftCode.BAD_CONFIG, `${where}: not a valid regular expression (${problem.slice(0, 120)})`);
+      patternMatcher(k, where);
+    }
   }
   const toList = (v: string | string[] | null | undefined): string[] | undefined => (v === null || v === undefined ? undefined : Array.isArray(v) ? v : [v]);
   return {
@@ -127,6 +134,21 @@ export function parseLoraConfig(text: string, file = 'adapter_config.json'): Lor
     layersPattern: toList(c.layers_pattern),
     baseModel: c.base_model_name_or_path ?? undefined,
   };
+}
+
+/** Why `source` is no regular expression (in both RE2 and JavaScript syntax), or undefined when it is one. */
+function regexProblem(source: string): string | undefined {
+  try {
+    RE2JS.compile(source);
+    return undefined;
+  } catch (e) {
+    try {
+      new RegExp(source);
+      return undefined;
+    } catch {
+      return errorMessage(e);
+    }
+  }
 }
 
 function escapeRegExp(s: string): string {

@@ -67,6 +67,23 @@ describe('Scheduler', () => {
     expect(plain.newIds).toEqual(prompt('base', 2).greedy_new_ids);
   });
 
+  it('fails only the row whose sampling values the engine refuses, never the requests batched with it (issue 39 item 3)', async () => {
+    const s = new Scheduler(lm, { maxBatch: 8 });
+    const sampled = { temperature: 1, seed: 7 };
+    const good = [0, 1, 2].map((p) => s.submit(req('base', p, { tenant: 'b', sampling: { ...sampled, topK: 5 } })));
+    const bad = expect(s.submit(req('base', 3, { tenant: 'a', sampling: { ...sampled, topK: 2 ** 31 } }))).rejects.toThrow(/topK/);
+    const outs = await Promise.allSettled(good);
+    await bad;
+    const goldens = await Promise.all([0, 1, 2].map((p) => new Scheduler(lm).submit(req('base', p, { sampling: { ...sampled, topK: 5 } }))));
+    expect(outs.map((r) => (r.status === 'fulfilled' ? r.value.newIds : String(r.reason)))).toEqual(goldens.map((r) => r.newIds));
+  });
+
+  it('tells whether a tenant queue has room for all sequences of one request (hasRoom)', () => {
+    const s = new Scheduler(lm, { maxQueue: 4 });
+    expect(s.hasRoom('t', 4)).toBe(true);
+    expect(s.hasRoom('t', 5)).toBe(false);
+  });
+
   it('batches a concurrent mixed load and returns every request its golden tokens', async () => {
     const s = new Scheduler(lm, { maxBatch: 8, isStaged: (a) => a !== 'o-r2' });
     const jobs: Promise<void>[] = [];

@@ -196,6 +196,15 @@ export class Scheduler {
   }
 
   /**
+   * Whether `tenant`'s queue has room for `count` more requests at once: the sequences of one API
+   * request (`n` × prompts) are admitted all together or not at all, so a refused request never
+   * leaves some of its sequences running.
+   */
+  hasRoom(tenant: string, count: number): boolean {
+    return (this.#queues.get(tenant)?.length ?? 0) + count <= this.#queueBound(tenant);
+  }
+
+  /**
    * Seconds a client of `tenant` should wait before retrying when its queue is full: the time for
    * its waiting requests to get slots at its current share, at least 1 (a rough estimate).
    */
@@ -340,6 +349,29 @@ export class Scheduler {
     }
   }
 
+  /**
+   * Runs `run` over the whole group; when the engine refuses the group's row specs
+   * (`ENGINE_BAD_OPTIONS`, raised before anything runs), runs each row alone with the same specs,
+   * so one request's bad values fail only that request, never the others batched with it.
+   */
+  async #rowwise<T>(group: readonly Seq[], run: (idx: readonly number[]) => Promise<T[]>, accept: (idx: readonly number[], out: T[]) => void): Promise<void> {
+    const all = group.map((_, i) => i);
+    try {
+      accept(all, await run(all));
+      return;
+    } catch (e) {
+      if (group.length === 1 || !(e instanceof StageError && e.code === 'ENGINE_BAD_OPTIONS')) throw e;
+    }
+    for (const i of all) {
+      if (group[i]!.done) continue;
+      try {
+        accept([i], await run([i]));
+      } catch (e) {
+        this.#fail([group[i]!], e);
+      }
+    }
+  }
+
   /** Opens the engine sequence of a newly admitted request; a bad prompt fails only it. */
   #open(seq: Seq): void {
     try {
@@ -374,7 +406,10 @@ export class Scheduler {
         // First tokens picked where the logits are, as decode steps' (#decode); a row draws from
         // its stream only when this run finishes its prompt, as its picker would have.
         const rows = plans.map((p, i) => rowOf(p, this.#engine.finishesPrefill(group[i]!.es!, maxChunk)));
-        this.#acceptPicks(group, plans, await this.#engine.prefillSample(group.map((s) => s.es!), rows, maxChunk === undefined ? {} : { maxChunk }));
+        const opts = maxChunk === undefined ? {} : { maxChunk };
+        await this.#rowwise(group, (idx) => this.#engine.prefillSample(idx.map((i) => group[i]!.es!), idx.map((i) => rows[i]!), opts), (idx, ids) => {
+          this.#acceptPicks(idx.map((i) => group[i]!), idx.map((i) => plans[i]), ids);
+        });
         return;
       }
       const logits = await this.#engine.prefillMany(group.map((s) => s.es!), maxChunk === undefined ? {} : { maxChunk });
@@ -417,8 +452,10 @@ export class Scheduler {
         // every row is plainly greedy), each sampled row with its stream's next draw and each
         // processed one with its picker's state, so the tokens are the host pickers' (the torch
         // worker sends one id per row instead of the vocabulary's logits).
-        const ids = await this.#engine.decodeSample(group.map((s) => s.es!), group.map((s) => s.last), plans.map((p) => rowOf(p, true)));
-        this.#acceptPicks(group, plans, ids);
+        const rows = plans.map((p) => rowOf(p, true));
+        await this.#rowwise(group, (idx) => this.#engine.decodeSample(idx.map((i) => group[i]!.es!), idx.map((i) => group[i]!.last), idx.map((i) => rows[i]!)), (idx, ids) => {
+          this.#acceptPicks(idx.map((i) => group[i]!), idx.map((i) => plans[i]), ids);
+        });
         return;
       }
       const logits = await this.#engine.decode(group.map((s) => s.es!), group.map((s) => s.last));

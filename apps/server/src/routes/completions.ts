@@ -1,0 +1,243 @@
+import { randomUUID } from 'node:crypto';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { StageError, errorMessage } from '@stageml/ir';
+import { type PickInfo, logSoftmax, topOf } from '@stageml/models';
+import type { Route } from '@stageml/router';
+import { bearer } from '../auth.js';
+import { chatPromptIds } from '../chat-template.js';
+import type { ServerContext } from '../context.js';
+import { ServerCode, ServerError, errorType, statusOf } from '../errors.js';
+import { type GenerationFields, type Outcome, type RunOptions, SseStream, maxTokensFor, runGeneration } from '../generation.js';
+import { type CompletionLogprobs, chatLogprobs, completionLogprobs, mergeCompletionLogprobs } from '../logprobs.js';
+import { type ChatRequest, type CompletionRequest, chatSchema, completionSchema, contentText, unsupportedField } from '../schemas.js';
+import { parseBody } from '../validate.js';
+
+/** A generation request, parsed, tokenized and checked against the limits. */
+interface Prepared {
+  readonly chat: boolean;
+  readonly prompts: number[][];
+  readonly body: (ChatRequest | CompletionRequest) & GenerationFields;
+  readonly topLogprobs: number | undefined;
+  readonly echo: boolean;
+  readonly n: number;
+  readonly bestOf: number;
+  readonly route: Route;
+}
+
+/** The prompts, body and logprob fields of a chat request. */
+function parseChat(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo'> {
+  const tok = ctx.lm.tokenizer;
+  const c = parseBody(chatSchema, raw);
+  if (tok === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: chat needs one');
+  const messages = c.messages.map((m) => ({ ...m, role: m.role, content: contentText(m.content) }));
+  const prompts = [chatPromptIds(tok, messages, { ...(c.add_generation_prompt === undefined ? {} : { addGenerationPrompt: c.add_generation_prompt }), ...(c.chat_template_kwargs === undefined ? {} : { variables: c.chat_template_kwargs }) })];
+  if (c.top_logprobs != null && c.logprobs !== true) throw new ServerError(ServerCode.BAD_REQUEST, "'top_logprobs': needs 'logprobs': true");
+  const topLogprobs = c.logprobs === true ? (c.top_logprobs ?? 0) : undefined;
+  return { prompts, body: { ...c, max_tokens: c.max_completion_tokens ?? c.max_tokens }, topLogprobs, echo: false };
+}
+
+/** The prompts, body and logprob fields of a completion request. */
+function parseCompletion(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo'> {
+  const tok = ctx.lm.tokenizer;
+  const c = parseBody(completionSchema, raw);
+  const p = c.prompt;
+  const list: (string | number[])[] = typeof p === 'string' ? [p] : typeof p[0] === 'number' ? [p as number[]] : (p as (string | number[])[]);
+  const prompts = list.map((one) => {
+    if (typeof one !== 'string') return one;
+    if (tok === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: send token ids');
+    return tok.encode(one);
+  });
+  return { prompts, body: c, topLogprobs: c.logprobs ?? undefined, echo: c.echo === true };
+}
+
+/** Parses, tokenizes and checks a generation request and routes it; throws 4xx on any problem. */
+function prepare(ctx: ServerContext, req: FastifyRequest, chat: boolean): Prepared {
+  const { lm } = ctx;
+  const unsupported = unsupportedField(req.body);
+  if (unsupported !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'${unsupported}': this field is not supported by this server`);
+  const { prompts, body, topLogprobs, echo } = chat ? parseChat(ctx, req.body) : parseCompletion(ctx, req.body);
+  for (const [i, p] of prompts.entries()) {
+    const bad = p.find((t) => t >= lm.config.vocabSize);
+    if (bad !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'prompt'${prompts.length > 1 ? `[${String(i)}]` : ''}: token id ${String(bad)} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
+    maxTokensFor(ctx.limits, p.length, body.max_tokens);
+  }
+  const biased = Object.keys(body.logit_bias ?? {}).find((k) => Number(k) >= lm.config.vocabSize);
+  if (biased !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'logit_bias': token id ${biased} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
+  const n = body.n ?? 1;
+  const bestOf = chat ? n : ((body as CompletionRequest).best_of ?? n);
+  if (bestOf < n) throw new ServerError(ServerCode.BAD_REQUEST, `'best_of': must be at least n (${String(n)}), got ${String(bestOf)}`);
+  if (body.stream_options != null && body.stream !== true) throw new ServerError(ServerCode.BAD_REQUEST, "'stream_options': only allowed with 'stream': true");
+  if (bestOf > n && body.stream === true) throw new ServerError(ServerCode.BAD_REQUEST, "'best_of': cannot be larger than n when streaming");
+  const route = ctx.routeOf(req, ctx.resolveName(body.model));
+  return { chat, prompts, body, topLogprobs, echo, n, bestOf, route };
+}
+
+/**
+ * A token's text in context (a SentencePiece `▁of` is ' of', not 'of' as decoded alone): decoded
+ * after an anchor token, as vLLM decodes logprob tokens after the sequence so far.
+ */
+function tokenTextOf(ctx: ServerContext): (t: number) => string {
+  const tok = ctx.lm.tokenizer;
+  const anchor = tok?.encode('a', { addSpecialTokens: false })[0];
+  const anchorText = anchor === undefined ? '' : (tok?.decode([anchor], true) ?? '');
+  return (t: number): string => {
+    if (tok === undefined) return '';
+    if (anchor === undefined) return tok.decode([t], true);
+    const both = tok.decode([anchor, t], true);
+    return both.startsWith(anchorText) ? both.slice(anchorText.length) : tok.decode([t], true);
+  };
+}
+
+/** Log-probabilities of the prompt's own tokens (echo with logprobs), from one prefill. */
+async function promptLogprobs(ctx: ServerContext, prompt: readonly number[], adapter: string | undefined, top: number): Promise<(PickInfo | null)[]> {
+  const logits = await ctx.lm.promptLogits(adapter, prompt);
+  const V = ctx.lm.config.vocabSize;
+  return prompt.map((t, i) => {
+    if (i === 0) return null;
+    const lp = logSoftmax(logits.data.subarray((i - 1) * V, i * V));
+    return { id: t, logprob: lp[t]!, top: topOf(lp, top) };
+  });
+}
+
+/** A signal that fires when the client goes away before the answer is complete. */
+function clientGone(req: FastifyRequest, reply: FastifyReply): AbortSignal {
+  const ac = new AbortController();
+  req.raw.on('close', () => {
+    if (!req.raw.complete) ac.abort();
+  });
+  // The request body is complete long before the answer: a client gone mid-generation shows as the
+  // response's connection closing before the response finished (plain and SSE alike).
+  reply.raw.on('close', () => {
+    if (!reply.raw.writableFinished) ac.abort();
+  });
+  return ac.signal;
+}
+
+/** What rendering an answer needs besides the request: ids, run and logprob helpers. */
+interface Answer {
+  readonly id: string;
+  readonly created: number;
+  readonly withIds: boolean;
+  readonly echoText: readonly string[];
+  readonly promptPicks: readonly (readonly (PickInfo | null)[])[];
+  run(pi: number, j: number, onDelta?: RunOptions['onDelta']): Promise<Outcome>;
+  logprobsOf(picks: readonly (PickInfo | null)[], ids: readonly number[], offset0: number): unknown;
+  usage(outs: readonly Outcome[]): { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+}
+
+async function answerOf(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply, p: Prepared, tokenText: (t: number) => string): Promise<Answer> {
+  const { prompts, topLogprobs, echo, chat } = p;
+  const tok = ctx.lm.tokenizer;
+  const gen = { lm: ctx.lm, scheduler: ctx.scheduler, metrics: ctx.metrics, limits: ctx.limits, modelName: ctx.modelName };
+  const fields: GenerationFields = p.body;
+  const promptPicks = echo && topLogprobs !== undefined ? await Promise.all(prompts.map((q) => promptLogprobs(ctx, q, p.route.adapter, topLogprobs))) : prompts.map(() => []);
+  return {
+    id: `${chat ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`,
+    created: Math.floor(Date.now() / 1000),
+    withIds: p.body.return_token_ids === true,
+    echoText: prompts.map((q) => (echo ? (tok?.decode(q) ?? '') : '')),
+    promptPicks,
+    run: (pi, j, onDelta) =>
+      runGeneration(gen, p.route, prompts[pi]!, fields, {
+        ...(topLogprobs === undefined && p.bestOf === p.n ? {} : { logprobs: topLogprobs ?? 0 }),
+        seedOffset: j,
+        ...(onDelta === undefined ? {} : { onDelta }),
+        signal: clientGone(req, reply),
+      }),
+    logprobsOf: (picks, ids, offset0) => (chat ? chatLogprobs(picks as PickInfo[], tokenText) : completionLogprobs(picks, ids, tokenText, offset0)),
+    usage: (outs) => {
+      const promptTokens = prompts.reduce((a, q) => a + q.length, 0);
+      const completionTokens = outs.reduce((a, o) => a + o.ids.length, 0);
+      return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+    },
+  };
+}
+
+/** Streams every choice of `p` as server-sent events, ending with `[DONE]`. */
+async function streamAnswer(reply: FastifyReply, p: Prepared, a: Answer): Promise<FastifyReply> {
+  const { chat, body, n, topLogprobs } = p;
+  const sse = new SseStream(reply);
+  const chunk = (index: number, choice: Record<string, unknown>) => ({ id: a.id, object: chat ? 'chat.completion.chunk' : 'text_completion', created: a.created, model: body.model, choices: [{ index, ...choice }] });
+  const outs: Outcome[] = [];
+  const one = async (pi: number, j: number): Promise<void> => {
+    const index = pi * n + j;
+    let text = '';
+    if (chat) sse.preamble(chunk(index, { delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }));
+    if (p.echo) {
+      text = a.echoText[pi]!;
+      sse.preamble(chunk(index, { text, logprobs: topLogprobs === undefined ? null : a.logprobsOf(a.promptPicks[pi]!, p.prompts[pi]!, 0), finish_reason: null }));
+    }
+    const out = await a.run(pi, j, (delta, ids, picks) => {
+      const lp = topLogprobs === undefined ? null : a.logprobsOf(picks, ids, text.length);
+      text += delta;
+      const tokenIds = a.withIds ? { token_ids: ids } : {};
+      sse.send(chunk(index, chat ? { delta: { content: delta }, logprobs: lp, finish_reason: null, ...tokenIds } : { text: delta, logprobs: lp, finish_reason: null, ...tokenIds }));
+    });
+    outs.push(out);
+    sse.send(chunk(index, chat ? { delta: {}, logprobs: null, finish_reason: out.finishReason } : { text: '', logprobs: null, finish_reason: out.finishReason }));
+  };
+  try {
+    await Promise.all(p.prompts.flatMap((_, pi) => Array.from({ length: n }, (_u, j) => one(pi, j))));
+    if (body.stream_options?.include_usage === true) sse.send({ id: a.id, object: chat ? 'chat.completion.chunk' : 'text_completion', created: a.created, model: body.model, choices: [], usage: a.usage(outs) });
+  } catch (e) {
+    // Nothing sent yet (validation, admission, a failure before the first token): a plain
+    // HTTP error with its status, never a 200 with an error event.
+    if (!sse.started) throw e;
+    const status = statusOf(e);
+    sse.send({ error: { message: errorMessage(e), type: errorType(status), code: e instanceof StageError ? String(e.code) : 'SERVER_ERROR' } });
+  }
+  sse.done();
+  return reply;
+}
+
+/** Runs every choice of `p` (best-of-n picks the most likely) and renders one JSON answer. */
+async function collectAnswer(p: Prepared, a: Answer): Promise<unknown> {
+  const { chat, n, bestOf, topLogprobs } = p;
+  const perPrompt = await Promise.all(
+    p.prompts.map(async (_, pi) => {
+      const all = await Promise.all(Array.from({ length: bestOf }, (_u, j) => a.run(pi, j)));
+      return bestOf > n ? [...all].sort((x, y) => y.cumulativeLogprob - x.cumulativeLogprob).slice(0, n) : all;
+    }),
+  );
+  const choices = perPrompt.flatMap((outs, pi) =>
+    outs.map((out, j) => {
+      const index = pi * n + j;
+      const ids = a.withIds ? { token_ids: out.ids } : {};
+      if (chat) {
+        return { index, message: { role: 'assistant', content: out.text }, logprobs: topLogprobs === undefined ? null : a.logprobsOf(out.picks, out.ids, 0), finish_reason: out.finishReason, ...ids };
+      }
+      const head = a.echoText[pi]!;
+      const logprobs = topLogprobs === undefined ? null : mergeCompletionLogprobs(a.logprobsOf(a.promptPicks[pi]!, p.prompts[pi]!, 0) as CompletionLogprobs, a.logprobsOf(out.picks, out.ids, head.length) as CompletionLogprobs, p.echo);
+      return { index, text: head + out.text, logprobs, finish_reason: out.finishReason, ...ids };
+    }),
+  );
+  return { id: a.id, object: chat ? 'chat.completion' : 'text_completion', created: a.created, model: p.body.model, choices, usage: a.usage(perPrompt.flat()) };
+}
+
+/** Leases the request's adapter from the resolver (loading it on demand) while the request runs. */
+async function withAdapter(ctx: ServerContext, req: FastifyRequest, run: () => Promise<unknown>): Promise<unknown> {
+  const { resolver, lm, modelName } = ctx;
+  const model = (req.body as { model?: unknown } | null)?.model;
+  if (resolver === undefined || ctx.state.draining || typeof model !== 'string' || model === modelName) return run();
+  // Only a key that may use the adapter may make the replica load it.
+  if (!lm.adapterNames.includes(model)) ctx.registry.route(bearer(req), model, { baseModel: modelName, adapters: new Set([...lm.adapterNames, model]) });
+  const release = await resolver.acquire(model);
+  try {
+    return await run();
+  } finally {
+    release();
+  }
+}
+
+/** `POST /v1/completions` and `POST /v1/chat/completions` (plain and SSE). */
+export function registerCompletionRoutes(app: FastifyInstance, ctx: ServerContext): void {
+  const tokenText = tokenTextOf(ctx);
+  const completion = async (req: FastifyRequest, reply: FastifyReply, chat: boolean): Promise<unknown> => {
+    ctx.ensureOpen();
+    const p = prepare(ctx, req, chat);
+    const a = await answerOf(ctx, req, reply, p, tokenText);
+    return p.body.stream === true ? streamAnswer(reply, p, a) : collectAnswer(p, a);
+  };
+  app.post('/v1/completions', (req, reply) => withAdapter(ctx, req, () => completion(req, reply, false)));
+  app.post('/v1/chat/completions', (req, reply) => withAdapter(ctx, req, () => completion(req, reply, true)));
+}

@@ -1,0 +1,38 @@
+import type { FastifyInstance } from 'fastify';
+import { chatTemplateOf } from '@stageml/models';
+import { chatPromptIds, renderChat } from '../chat-template.js';
+import type { ServerContext } from '../context.js';
+import { ServerCode, ServerError } from '../errors.js';
+import { contentText, detokenizeSchema, tokenizeChatSchema, tokenizePromptSchema } from '../schemas.js';
+import { parseBody } from '../validate.js';
+
+/** vLLM's tokenizer endpoints: `POST /tokenize` (a prompt or chat messages) and `POST /detokenize`. */
+export function registerTokenizerRoutes(app: FastifyInstance, ctx: ServerContext): void {
+  const { lm } = ctx;
+  app.post('/tokenize', (req) => {
+    if (lm.tokenizer === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer');
+    const isChat = typeof req.body === 'object' && req.body !== null && 'messages' in req.body;
+    let tokens: number[];
+    if (isChat) {
+      const body = parseBody(tokenizeChatSchema, req.body);
+      if (body.model !== undefined) ctx.routeOf(req, ctx.resolveName(body.model));
+      const messages = body.messages.map((m) => ({ ...m, content: contentText(m.content) }));
+      tokens = body.add_special_tokens === true
+        ? lm.tokenizer.encode(renderChat(messages, chatTemplateOf(lm.tokenizer), lm.tokenizer.specialTokens))
+        : chatPromptIds(lm.tokenizer, messages, body.add_generation_prompt === undefined ? {} : { addGenerationPrompt: body.add_generation_prompt });
+    } else {
+      const body = parseBody(tokenizePromptSchema, req.body);
+      if (body.model !== undefined) ctx.routeOf(req, ctx.resolveName(body.model));
+      tokens = lm.tokenizer.encode(body.prompt, { addSpecialTokens: body.add_special_tokens ?? true });
+    }
+    return { count: tokens.length, max_model_len: ctx.limits.maxModelLen, tokens, token_strs: null };
+  });
+  app.post('/detokenize', (req) => {
+    const body = parseBody(detokenizeSchema, req.body);
+    if (lm.tokenizer === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer');
+    if (body.model !== undefined) ctx.routeOf(req, ctx.resolveName(body.model));
+    const bad = body.tokens.find((t) => t >= lm.config.vocabSize);
+    if (bad !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'tokens': token id ${String(bad)} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
+    return { prompt: lm.tokenizer.decode(body.tokens) };
+  });
+}

@@ -1,0 +1,83 @@
+"""Turns a serving run's OUTDIR (run.sh: device.txt, server.json, drive.json, peers.json) into
+bench/results/gpu-serve.json (appended, one entry per run) and bench/results/gpu-serve.md (the
+newest run first, earlier runs kept below).
+
+    python3 bench/gpu/serve/report.py OUTDIR [--label TEXT] [--commit SHA]
+"""
+import argparse
+import datetime
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "..", "..", "results")
+
+
+def load(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def fmt(x, digits=1):
+    return "—" if x is None else f"{x:,.{digits}f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("outdir")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--commit", default="")
+    a = ap.parse_args()
+    device = open(os.path.join(a.outdir, "device.txt")).read().strip().splitlines()
+    server = load(os.path.join(a.outdir, "server.json"), {})
+    drive = load(os.path.join(a.outdir, "drive.json"), {"cases": []})
+    peers = load(os.path.join(a.outdir, "peers.json"), {})
+    entry = {"date": datetime.date.today().isoformat(), "label": a.label, "commit": a.commit, "device": device,
+             "server": server, "drive": drive, "peers": peers}
+    jpath = os.path.join(RESULTS, "gpu-serve.json")
+    runs = load(jpath, [])
+    runs.append(entry)
+    with open(jpath, "w") as f:
+        json.dump(runs, f, indent=1)
+    by = {(c["kind"], c["streams"]): c for c in drive.get("cases", [])}
+    streams = sorted({c["streams"] for c in drive.get("cases", [])})
+    tb, pm, ps = peers.get("transformers_base", {}), peers.get("peft_mixed", {}), peers.get("peft_single", {})
+    lines = [f"## {entry['date']} — {a.label or 'serving run'}{f' (main at {a.commit})' if a.commit else ''}", "",
+             f"Device: {'; '.join(device)}. Shape `{server.get('shape')}`, {server.get('adapters')} adapters r16 on all seven projections; "
+             f"{drive.get('prompt')}-token prompts, {drive.get('new')} new tokens, greedy, ignore_eos, one SSE request per stream. "
+             f"Extra serve flags: `{server.get('extra_flags') or 'none'}`.", "",
+             f"Server ready after **{fmt(server.get('ready_s'))} s**; Node RSS {fmt((server.get('node_rss_ready_kb') or 0) / 2**20, 2)} GiB at ready, "
+             f"peak {fmt((server.get('node_rss_peak_kb') or 0) / 2**20, 2)} GiB.", "",
+             "| streams | ours base tok/s | transformers base tok/s | ours ÷ transformers | ours adapters tok/s | adapters ÷ our base | PEFT mixed tok/s | ours ÷ PEFT mixed | PEFT one adapter tok/s | TTFT p50 / p99 s (base) | TTFT p50 / p99 s (adapters) | errors |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
+    for s in streams:
+        b, d = by.get(("base", s), {}), by.get(("adapters", s), {})
+        t, m, p = tb.get(str(s)), pm.get(str(s)), ps.get(str(s))
+        ob, oa = b.get("tok_s"), d.get("tok_s")
+        lines.append(f"| {s} | {fmt(ob)} | {fmt(t)} | {fmt(ob / t if ob and t else None, 2)} | {fmt(oa)} | {fmt(oa / ob if oa and ob else None, 2)} | "
+                     f"{fmt(m)} | {fmt(oa / m if oa and m else None, 1)} | {fmt(p)} | {fmt(b.get('ttft_p50_s'), 2)} / {fmt(b.get('ttft_p99_s'), 2)} | "
+                     f"{fmt(d.get('ttft_p50_s'), 2)} / {fmt(d.get('ttft_p99_s'), 2)} | {b.get('errors', 0) + d.get('errors', 0)} |")
+    lines.append("")
+    engine = {}
+    for c in drive.get("cases", []):
+        for k, v in c.get("metrics_delta", {}).items():
+            if k.startswith("stageml_engine"):
+                engine.setdefault(f"{c['kind']} {c['streams']}", {})[k] = v
+    if engine:
+        lines += ["Engine counters per case (deltas):", ""] + [f"- {k}: " + ", ".join(f"`{n}` {v:g}" for n, v in sorted(vs.items())) for k, vs in engine.items()] + [""]
+    mpath = os.path.join(RESULTS, "gpu-serve.md")
+    head = "# GPU serving end to end (bench/gpu/serve)\n\nProduced by `bash bench/gpu/serve/run.sh` on the device machine and `bench/gpu/serve/report.py` here; newest run first.\n\n"
+    old = ""
+    if os.path.exists(mpath):
+        old = open(mpath).read()
+        old = old[len(head):] if old.startswith(head) else old
+    with open(mpath, "w") as f:
+        f.write(head + "\n".join(lines) + "\n" + old)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

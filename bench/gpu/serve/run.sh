@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The GPU end-to-end serving run as one device command, from the repository root with .gpu/serve
+# carried (bench/gpu/serve/prepare.mjs writes it): generate a random bf16 checkpoint and N PEFT
+# adapters, start `stageml serve --executor torch` on them, drive it over HTTP (drive.py), then the
+# peers on the same GPU (peers.py). Everything lands in OUTDIR; report.py turns it into
+# bench/results/gpu-serve.{json,md} here.
+#   bash bench/gpu/serve/run.sh OUTDIR [SHAPE=1b] [ADAPTERS=64] [STREAMS=1,8,32,64] [-- extra serve flags]
+set -u
+OUTDIR=${1:?output directory}; SHAPE=${2:-1b}; NADAPT=${3:-64}; STREAMS=${4:-1,8,32,64}
+shift $(( $# < 4 ? $# : 4 )); [ "${1:-}" = "--" ] && shift
+EXTRA=("$@")
+ROOT=$PWD
+WORK=${SERVE_WORK:-/tmp/serve-e2e}
+PORT=8011
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+mkdir -p "$OUTDIR" "$WORK"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUTDIR/device.txt"
+python3 -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" | tee -a "$OUTDIR/device.txt"
+[ -x "$WORK/node" ] || xz -dc .gpu/serve/node.xz > "$WORK/node" && chmod +x "$WORK/node"
+"$WORK/node" --version | tee -a "$OUTDIR/device.txt"
+T0=$(date +%s)
+if [ ! -f "$WORK/$SHAPE-$NADAPT/shape.json" ]; then
+  python3 bench/gpu/serve/gen.py --shape "$SHAPE" --adapters "$NADAPT" --out "$WORK/$SHAPE-$NADAPT" 2>&1 | grep -v Warning | tee "$OUTDIR/gen.log"
+fi
+DIR=$WORK/$SHAPE-$NADAPT
+echo "generated after $(( $(date +%s) - T0 )) s"
+VOCAB=$(python3 -c "import json;print(json.load(open('$DIR/shape.json'))['config']['vocab_size'])")
+ADAPT_FLAGS=(); NAMES=""
+if [ "$NADAPT" -gt 0 ]; then
+  ADAPT_FLAGS=(--adapters "$DIR/adapters" --max-loras "$NADAPT" --max-lora-rank 16)
+  NAMES=$(ls "$DIR/adapters" | paste -sd, -)
+fi
+S0=$(date +%s.%N)
+"$WORK/node" .gpu/serve/stageml.mjs serve "$DIR/model" --served-model-name base --executor torch --port $PORT \
+  --max-batch 64 "${ADAPT_FLAGS[@]}" "${EXTRA[@]}" > "$OUTDIR/server.log" 2>&1 &
+SPID=$!
+READY=""
+for _ in $(seq 1 1200); do
+  if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/v1/models', timeout=2)" > /dev/null 2>&1; then READY=$(python3 -c "print(f'{$(date +%s.%N) - $S0:.1f}')"); break; fi
+  kill -0 $SPID 2>/dev/null || break
+  sleep 0.5
+done
+RSS_READY=$(awk '/VmRSS/{print $2}' /proc/$SPID/status 2>/dev/null)
+echo "server ready after ${READY:-never} s, node RSS ${RSS_READY:-?} kB"
+if [ -z "$READY" ]; then tail -30 "$OUTDIR/server.log"; kill $SPID 2>/dev/null; exit 1; fi
+python3 bench/gpu/serve/drive.py --url "http://127.0.0.1:$PORT" --base base --adapters "$NAMES" --streams "$STREAMS" \
+  --vocab "$VOCAB" --out "$OUTDIR/drive.json" 2>&1 | tee "$OUTDIR/drive.log"
+RSS_PEAK=$(awk '/VmHWM/{print $2}' /proc/$SPID/status 2>/dev/null)
+python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" > "$OUTDIR/metrics.txt"
+kill -INT $SPID; wait $SPID 2>/dev/null
+python3 - "$OUTDIR/server.json" <<PY
+import json, sys
+json.dump({"shape": "$SHAPE", "adapters": $NADAPT, "ready_s": float("$READY"), "node_rss_ready_kb": int("${RSS_READY:-0}"),
+           "node_rss_peak_kb": int("${RSS_PEAK:-0}"), "extra_flags": "${EXTRA[*]}"}, open(sys.argv[1], "w"))
+PY
+if [ "${PEERS:-1}" = 1 ]; then
+  timeout "${PEER_BUDGET:-300}" python3 bench/gpu/serve/peers.py --dir "$DIR" --streams "$STREAMS" --out "$OUTDIR/peers.json" \
+    ${PEER_WHAT:+--what $PEER_WHAT} 2>&1 | grep -v -i warn | tee "$OUTDIR/peers.log"
+fi
+echo "total $(( $(date +%s) - T0 )) s"
