@@ -1,6 +1,6 @@
 import { randomInt } from 'node:crypto';
 import type { FastifyReply } from 'fastify';
-import { type CausalLM, IncrementalDetokenizer, type PickInfo, type SamplingOptions } from '@stageml/models';
+import { type CausalLM, IncrementalDetokenizer, type PickInfo, type SamplingOptions, type TokenConstraint } from '@stageml/models';
 import type { GenerationResult, Route, Scheduler } from '@stageml/router';
 import type { ServerMetrics } from './metrics.js';
 import { ServerCode, ServerError } from './errors.js';
@@ -109,6 +109,8 @@ export interface RunOptions {
   /** Streaming: the text a step released, with the token ids and log-probabilities since the last call. */
   readonly onDelta?: (delta: string, ids: number[], picks: PickInfo[]) => void;
   readonly signal?: AbortSignal | undefined;
+  /** Structured outputs: a fresh constraint for this generation (its mask applies to every pick). */
+  readonly constraint?: (() => TokenConstraint) | undefined;
 }
 
 /**
@@ -220,6 +222,7 @@ export async function runGeneration(
           },
         }),
     ...(f.repetition_penalty == null ? {} : { promptIds: prompt }),
+    ...(opts.constraint === undefined ? {} : { constraint: opts.constraint() }),
   };
   let result: GenerationResult | undefined;
   try {

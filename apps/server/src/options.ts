@@ -1,3 +1,4 @@
+import type { ToolParserName } from './tool-parsers.js';
 import type { EngineOptions } from '@stageml/engine';
 import type { RouterConfig } from '@stageml/router';
 import type { Executor } from '@stageml/runtime';
@@ -100,4 +101,8 @@ export interface ServerOptions {
   readonly idlePrefillTokens?: number;
   /** Bytes the engine's planner may spend on merged weight copies (default: no planning). */
   readonly memoryBudget?: number;
+  /** `tool_choice: "auto"` is allowed (vLLM's `--enable-auto-tool-choice`; needs `toolCallParser`). */
+  readonly enableAutoToolChoice?: boolean;
+  /** The format `auto` tool calls are read in (vLLM's `--tool-call-parser`: hermes, llama3_json, mistral). */
+  readonly toolCallParser?: ToolParserName;
 }

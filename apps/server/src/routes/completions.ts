@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { StageError, errorMessage } from '@stageml/ir';
-import { type PickInfo, logSoftmax, topOf } from '@stageml/models';
+import { type PickInfo, type TokenConstraint, logSoftmax, topOf } from '@stageml/models';
 import type { Route } from '@stageml/router';
 import { bearer } from '../auth.js';
 import { chatPromptIds } from '../chat-template.js';
@@ -10,6 +10,8 @@ import { ServerCode, ServerError, errorType, statusOf } from '../errors.js';
 import { type GenerationFields, type Outcome, type RunOptions, SseStream, maxTokensFor, runGeneration } from '../generation.js';
 import { type CompletionLogprobs, chatLogprobs, completionLogprobs, mergeCompletionLogprobs } from '../logprobs.js';
 import { type ChatRequest, type CompletionRequest, chatSchema, completionSchema, contentText, unsupportedField } from '../schemas.js';
+import { constraintFactory, constraintSpecOf } from '../structured-request.js';
+import { type ToolPlan, ToolDeltaStream, templateMessages, toolChoiceOf, toolPlanOf } from '../tools.js';
 import { parseBody } from '../validate.js';
 
 /** A generation request, parsed, tokenized and checked against the limits. */
@@ -22,24 +24,31 @@ interface Prepared {
   readonly n: number;
   readonly bestOf: number;
   readonly route: Route;
+  /** Structured outputs (or a forced tool call): a fresh constraint per choice. */
+  readonly constraint: (() => TokenConstraint) | undefined;
+  /** How the chat request's tools are served. */
+  readonly tools: ToolPlan | undefined;
 }
 
 /** The prompts, body and logprob fields of a chat request. */
-function parseChat(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo'> {
+function parseChat(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo' | 'tools'> {
   const tok = ctx.lm.tokenizer;
   const c = parseBody(chatSchema, raw);
   if (tok === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: chat needs one');
-  const messages = c.messages.map((m) => ({ ...m, role: m.role, content: contentText(m.content) }));
-  const prompts = [chatPromptIds(tok, messages, { ...(c.add_generation_prompt === undefined ? {} : { addGenerationPrompt: c.add_generation_prompt }), ...(c.chat_template_kwargs === undefined ? {} : { variables: c.chat_template_kwargs }) })];
+  const tools = toolPlanOf(c, ctx.opts);
+  const messages = templateMessages(c.messages.map((m) => ({ ...m, role: m.role, content: contentText(m.content) })));
+  const variables = { ...c.chat_template_kwargs, ...(tools?.templateTools === undefined ? {} : { tools: tools.templateTools }) };
+  const prompts = [chatPromptIds(tok, messages, { ...(c.add_generation_prompt === undefined ? {} : { addGenerationPrompt: c.add_generation_prompt }), variables, template: c.chat_template })];
   if (c.top_logprobs != null && c.logprobs !== true) throw new ServerError(ServerCode.BAD_REQUEST, "'top_logprobs': needs 'logprobs': true");
   const topLogprobs = c.logprobs === true ? (c.top_logprobs ?? 0) : undefined;
-  return { prompts, body: { ...c, max_tokens: c.max_completion_tokens ?? c.max_tokens }, topLogprobs, echo: false };
+  return { prompts, body: { ...c, max_tokens: c.max_completion_tokens ?? c.max_tokens }, topLogprobs, echo: false, tools };
 }
 
 /** The prompts, body and logprob fields of a completion request. */
-function parseCompletion(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo'> {
+function parseCompletion(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo' | 'tools'> {
   const tok = ctx.lm.tokenizer;
   const c = parseBody(completionSchema, raw);
+  if (Array.isArray(c['tools']) && c['tools'].length > 0) throw new ServerError(ServerCode.BAD_REQUEST, "'tools': only /v1/chat/completions takes tools");
   const p = c.prompt;
   const list: (string | number[])[] = typeof p === 'string' ? [p] : typeof p[0] === 'number' ? [p as number[]] : (p as (string | number[])[]);
   const prompts = list.map((one) => {
@@ -47,7 +56,7 @@ function parseCompletion(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prom
     if (tok === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: send token ids');
     return tok.encode(one);
   });
-  return { prompts, body: c, topLogprobs: c.logprobs ?? undefined, echo: c.echo === true };
+  return { prompts, body: c, topLogprobs: c.logprobs ?? undefined, echo: c.echo === true, tools: undefined };
 }
 
 /** Parses, tokenizes and checks a generation request and routes it; throws 4xx on any problem. */
@@ -55,7 +64,11 @@ function prepare(ctx: ServerContext, req: FastifyRequest, chat: boolean): Prepar
   const { lm } = ctx;
   const unsupported = unsupportedField(req.body);
   if (unsupported !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'${unsupported}': this field is not supported by this server`);
-  const { prompts, body, topLogprobs, echo } = chat ? parseChat(ctx, req.body) : parseCompletion(ctx, req.body);
+  const { prompts, body, topLogprobs, echo, tools } = chat ? parseChat(ctx, req.body) : parseCompletion(ctx, req.body);
+  const requested = constraintSpecOf(body);
+  if (requested !== undefined && tools?.spec !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, "'tool_choice': a forced tool call cannot be combined with a structured-output constraint");
+  const spec = tools?.spec ?? requested;
+  const constraint = spec === undefined ? undefined : constraintFactory(lm.tokenizer, lm.config.vocabSize, spec, body.ignore_eos === true ? [] : lm.config.eosTokenIds);
   for (const [i, p] of prompts.entries()) {
     const bad = p.find((t) => t >= lm.config.vocabSize);
     if (bad !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'prompt'${prompts.length > 1 ? `[${String(i)}]` : ''}: token id ${String(bad)} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
@@ -69,7 +82,7 @@ function prepare(ctx: ServerContext, req: FastifyRequest, chat: boolean): Prepar
   if (body.stream_options != null && body.stream !== true) throw new ServerError(ServerCode.BAD_REQUEST, "'stream_options': only allowed with 'stream': true");
   if (bestOf > n && body.stream === true) throw new ServerError(ServerCode.BAD_REQUEST, "'best_of': cannot be larger than n when streaming");
   const route = ctx.routeOf(req, ctx.resolveName(body.model));
-  return { chat, prompts, body, topLogprobs, echo, n, bestOf, route };
+  return { chat, prompts, body, topLogprobs, echo, n, bestOf, route, constraint, tools };
 }
 
 /**
@@ -142,6 +155,7 @@ async function answerOf(ctx: ServerContext, req: FastifyRequest, reply: FastifyR
         ...(topLogprobs === undefined && p.bestOf === p.n ? {} : { logprobs: topLogprobs ?? 0 }),
         seedOffset: j,
         ...(onDelta === undefined ? {} : { onDelta }),
+        ...(p.constraint === undefined ? {} : { constraint: p.constraint }),
         signal: clientGone(req, reply),
       }),
     logprobsOf: (picks, ids, offset0) => (chat ? chatLogprobs(picks as PickInfo[], tokenText) : completionLogprobs(picks, ids, tokenText, offset0)),
@@ -167,14 +181,22 @@ async function streamAnswer(reply: FastifyReply, p: Prepared, a: Answer): Promis
       text = a.echoText[pi]!;
       sse.preamble(chunk(index, { text, logprobs: topLogprobs === undefined ? null : a.logprobsOf(a.promptPicks[pi]!, p.prompts[pi]!, 0), finish_reason: null }));
     }
+    const tools = chat && p.tools !== undefined ? new ToolDeltaStream(p.tools) : undefined;
     const out = await a.run(pi, j, (delta, ids, picks) => {
       const lp = topLogprobs === undefined ? null : a.logprobsOf(picks, ids, text.length);
       text += delta;
       const tokenIds = a.withIds ? { token_ids: ids } : {};
+      if (tools !== undefined) {
+        for (const d of tools.push(delta)) sse.send(chunk(index, { delta: d, logprobs: lp, finish_reason: null, ...tokenIds }));
+        return;
+      }
       sse.send(chunk(index, chat ? { delta: { content: delta }, logprobs: lp, finish_reason: null, ...tokenIds } : { text: delta, logprobs: lp, finish_reason: null, ...tokenIds }));
     });
     outs.push(out);
-    sse.send(chunk(index, chat ? { delta: {}, logprobs: null, finish_reason: out.finishReason } : { text: '', logprobs: null, finish_reason: out.finishReason }));
+    const end = tools?.finish(out.finishReason);
+    for (const d of end?.deltas ?? []) sse.send(chunk(index, { delta: d, logprobs: null, finish_reason: null }));
+    const finishReason = end?.finishReason ?? out.finishReason;
+    sse.send(chunk(index, chat ? { delta: {}, logprobs: null, finish_reason: finishReason } : { text: '', logprobs: null, finish_reason: finishReason }));
   };
   try {
     await Promise.all(p.prompts.flatMap((_, pi) => Array.from({ length: n }, (_u, j) => one(pi, j))));
@@ -204,7 +226,8 @@ async function collectAnswer(p: Prepared, a: Answer): Promise<unknown> {
       const index = pi * n + j;
       const ids = a.withIds ? { token_ids: out.ids } : {};
       if (chat) {
-        return { index, message: { role: 'assistant', content: out.text }, logprobs: topLogprobs === undefined ? null : a.logprobsOf(out.picks, out.ids, 0), finish_reason: out.finishReason, ...ids };
+        const { message, finishReason } = p.tools === undefined ? { message: { role: 'assistant', content: out.text }, finishReason: out.finishReason } : toolChoiceOf(p.tools, out.text, out.finishReason);
+        return { index, message, logprobs: topLogprobs === undefined ? null : a.logprobsOf(out.picks, out.ids, 0), finish_reason: finishReason, ...ids };
       }
       const head = a.echoText[pi]!;
       const logprobs = topLogprobs === undefined ? null : mergeCompletionLogprobs(a.logprobsOf(a.promptPicks[pi]!, p.prompts[pi]!, 0) as CompletionLogprobs, a.logprobsOf(out.picks, out.ids, head.length) as CompletionLogprobs, p.echo);
