@@ -3,12 +3,13 @@ import type { Command } from 'commander';
 import { parseRouterConfig } from '@stageml/router';
 import { createServer } from '@stageml/server';
 import { errorMessage } from '@stageml/ir';
-import { parseAutoOnOff, parseHost, parseNonNegativeInt, parsePort, parsePositiveInt, parseSeconds } from '../args.js';
+import { parseAutoOnOff, parseHost, parseNonNegativeInt, parseNumber, parsePort, parsePositiveInt, parseSeconds } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import { EXECUTOR_NAMES, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
 import { parseBytes } from './plan.js';
 import { parseMaxError, quantizeOptions } from '../quantize.js';
+import { type VllmServeFlags, dtypeOf, vllmServeOptions } from '../vllm-flags.js';
 
 interface ServeOptions {
   model?: string;
@@ -47,6 +48,8 @@ interface ServeOptions {
   dtype?: string;
   adapterDtype?: string;
 }
+
+type ServeFlags = ServeOptions & VllmServeFlags;
 
 /** `stageml serve --dtype` values: a compute dtype, or `checkpoint` (the float dtype the checkpoint stores). */
 export const SERVE_DTYPES = ['f32', 'bf16', 'f16', 'checkpoint'] as const;
@@ -113,7 +116,26 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--bundle <dir>', 'serve a bundle of `stageml stage --model`: its source model and adapters, with its plan.json applied as written (instead of MODEL)')
     .option('--dtype <dtype>', `compute dtype of the engine: ${SERVE_DTYPES.join(', ')} (checkpoint: the one it stores; default: checkpoint on --executor torch, else f32). bf16/f16 compute as transformers + PEFT do and need an executor that runs them (torch, interpreter)`)
     .option('--adapter-dtype <dtype>', 'with a bf16/f16 --dtype: LoRA factors f32 (default, as PEFT computes them) or same (rounded to the compute dtype)')
-    .action(async (positional: string | undefined, opts: ServeOptions) => {
+    .option('--max-num-seqs <n>', "vLLM's name of --max-batch", parsePositiveInt)
+    .option('--max-num-batched-tokens <n>', "vLLM's name of --prefill-tokens (the prefill token budget of one step)", parsePositiveInt)
+    .option('--gpu-memory-utilization <f>', 'accepted for vLLM scripts (0, 1]: the engine allocates KV per sequence, with no pool to size', parseNumber)
+    .option('--enable-prefix-caching', 'not implemented yet: refused')
+    .option('--no-enable-prefix-caching', 'no prefix caching (the only mode)')
+    .option('--chat-template <file>', 'the chat template for requests that give none: a file, or the template text')
+    .option('--generation-config <src>', "request defaults (temperature, top_p, top_k, repetition_penalty): auto (the model's generation_config.json, default), vllm (none), or a directory holding one")
+    .option('--enable-auto-tool-choice', 'allow tool_choice "auto" (needs --tool-call-parser)')
+    .option('--tool-call-parser <name>', 'how auto tool calls are read from the output: hermes (also Qwen 2.5/3), llama3_json, mistral')
+    .option('--quantization <method>', "vLLM's quantized checkpoint methods are refused; see --quantize")
+    .action(async (positional: string | undefined, flags: ServeFlags) => {
+      const modelDirGiven = positional ?? flags.model;
+      const vllm = await vllmServeOptions(flags, { maxBatch: flags.maxBatch, prefillTokens: flags.prefillTokens, modelDir: modelDirGiven });
+      const opts: ServeOptions = { ...flags };
+      // vLLM's dtype names (auto, bfloat16, half, float16, float32) as ours.
+      const dtype = dtypeOf(flags.dtype);
+      if (dtype === undefined) delete opts.dtype;
+      else opts.dtype = dtype;
+      if (vllm.maxBatch !== undefined) opts.maxBatch = vllm.maxBatch;
+      if (vllm.prefillTokens !== undefined) opts.prefillTokens = vllm.prefillTokens;
       if (opts.bundle !== undefined && (positional !== undefined || opts.model !== undefined)) throw new CliError(CliCode.USAGE, '--bundle gives the model: drop MODEL / --model');
       if (opts.bundle !== undefined && opts.memoryBudget !== undefined) throw new CliError(CliCode.USAGE, '--bundle applies its plan.json as written: --memory-budget does not apply');
       if (opts.bundle === undefined && (positional === undefined) === (opts.model === undefined)) throw new CliError(CliCode.USAGE, 'give the model directory once: `stageml serve MODEL` or `--model MODEL` (or `--bundle DIR`)');
@@ -142,7 +164,8 @@ export function registerServe(program: Command, io: CliIo): void {
       const server = await createServer({
         ...(modelDir === undefined ? {} : { modelDir }),
         ...(opts.bundle === undefined ? {} : { bundle: opts.bundle }),
-        ...(servedName === undefined ? {} : { modelName: servedName, modelAliases: aliases }),
+        // vLLM's default served name is the model path as typed.
+        ...(servedName === undefined ? (modelDir === undefined ? {} : { modelName: modelDir }) : { modelName: servedName, modelAliases: aliases }),
         ...(Object.keys(loraModules).length === 0 ? {} : { loraModules }),
         ...(opts.maxModelLen === undefined ? {} : { maxModelLen: opts.maxModelLen }),
         ...(opts.apiKey === undefined ? {} : { apiKey: opts.apiKey }),
@@ -170,7 +193,11 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.maxLoraRank === undefined ? {} : { maxLoraRank: opts.maxLoraRank }),
         ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
         ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
+        ...(vllm.chatTemplate === undefined ? {} : { chatTemplate: vllm.chatTemplate }),
+        ...(vllm.generationDefaults === undefined ? {} : { generationDefaults: vllm.generationDefaults }),
+        ...(vllm.enableAutoToolChoice === true ? { enableAutoToolChoice: true, toolCallParser: vllm.toolCallParser! } : {}),
       });
+      for (const note of vllm.notes) io.out(note);
       let address: string;
       try {
         address = await server.listen(opts.host, opts.port);

@@ -38,7 +38,7 @@ function parseChat(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' |
   const tools = toolPlanOf(c, ctx.opts);
   const messages = templateMessages(c.messages.map((m) => ({ ...m, role: m.role, content: contentText(m.content) })));
   const variables = { ...c.chat_template_kwargs, ...(tools?.templateTools === undefined ? {} : { tools: tools.templateTools }) };
-  const prompts = [chatPromptIds(tok, messages, { ...(c.add_generation_prompt === undefined ? {} : { addGenerationPrompt: c.add_generation_prompt }), variables, template: c.chat_template })];
+  const prompts = [chatPromptIds(tok, messages, { ...(c.add_generation_prompt === undefined ? {} : { addGenerationPrompt: c.add_generation_prompt }), variables, template: c.chat_template ?? ctx.opts.chatTemplate })];
   if (c.top_logprobs != null && c.logprobs !== true) throw new ServerError(ServerCode.BAD_REQUEST, "'top_logprobs': needs 'logprobs': true");
   const topLogprobs = c.logprobs === true ? (c.top_logprobs ?? 0) : undefined;
   return { prompts, body: { ...c, max_tokens: c.max_completion_tokens ?? c.max_tokens }, topLogprobs, echo: false, tools };
@@ -59,12 +59,21 @@ function parseCompletion(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prom
   return { prompts, body: c, topLogprobs: c.logprobs ?? undefined, echo: c.echo === true, tools: undefined };
 }
 
+/** `body` with each default set where the body leaves the field out or null. */
+function withDefaults(body: unknown, defaults: Readonly<Record<string, number>> | undefined): unknown {
+  if (defaults === undefined || typeof body !== 'object' || body === null) return body;
+  const out: Record<string, unknown> = { ...(body as Record<string, unknown>) };
+  for (const [k, v] of Object.entries(defaults)) out[k] ??= v;
+  return out;
+}
+
 /** Parses, tokenizes and checks a generation request and routes it; throws 4xx on any problem. */
 function prepare(ctx: ServerContext, req: FastifyRequest, chat: boolean): Prepared {
   const { lm } = ctx;
   const unsupported = unsupportedField(req.body);
   if (unsupported !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'${unsupported}': this field is not supported by this server`);
-  const { prompts, body, topLogprobs, echo, tools } = chat ? parseChat(ctx, req.body) : parseCompletion(ctx, req.body);
+  const raw = withDefaults(req.body, ctx.opts.generationDefaults);
+  const { prompts, body, topLogprobs, echo, tools } = chat ? parseChat(ctx, raw) : parseCompletion(ctx, raw);
   const requested = constraintSpecOf(body);
   if (requested !== undefined && tools?.spec !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, "'tool_choice': a forced tool call cannot be combined with a structured-output constraint");
   const spec = tools?.spec ?? requested;
