@@ -22,6 +22,19 @@ const sampling = {
   return_token_ids: z.boolean().optional(),
   pad_token_id: z.number().int().nonnegative().optional(),
   user: z.string().nullish(),
+  // vLLM's extra sampling fields (vllm-fields.ts: honoured, or refused naming the field).
+  stop_token_ids: z.array(z.number().int().nonnegative()).nullish(),
+  min_tokens: z.number().int().nonnegative().nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  include_stop_str_in_output: z.boolean().nullish(),
+  skip_special_tokens: z.boolean().nullish(),
+  spaces_between_special_tokens: z.boolean().nullish(),
+  truncate_prompt_tokens: z.number().int().positive().nullish(),
+  bad_words: z.array(z.string().min(1)).nullish(),
+  allowed_token_ids: z.array(z.number().int().nonnegative()).nullish(),
+  prompt_logprobs: z.number().int().min(0).nullish(),
+  length_penalty: z.number().nullish(),
+  use_beam_search: z.boolean().nullish(),
 };
 
 /**

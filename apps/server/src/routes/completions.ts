@@ -7,7 +7,8 @@ import { bearer } from '../auth.js';
 import { chatPromptIds } from '../chat-template.js';
 import type { ServerContext } from '../context.js';
 import { ServerCode, ServerError, errorType, statusOf } from '../errors.js';
-import { type GenerationFields, type Outcome, type RunOptions, SseStream, maxTokensFor, runGeneration } from '../generation.js';
+import { type GenerationFields, type Outcome, type RunOptions, SseStream, maxTokensFor, runGeneration, stopIdsOf } from '../generation.js';
+import { badWordIds, checkVllmFields, tokenFilter, truncatePrompt } from '../vllm-fields.js';
 import { type CompletionLogprobs, chatLogprobs, completionLogprobs, mergeCompletionLogprobs } from '../logprobs.js';
 import { type ChatRequest, type CompletionRequest, chatSchema, completionSchema, contentText, unsupportedField } from '../schemas.js';
 import { constraintFactory, constraintSpecOf } from '../structured-request.js';
@@ -73,11 +74,16 @@ function prepare(ctx: ServerContext, req: FastifyRequest, chat: boolean): Prepar
   const unsupported = unsupportedField(req.body);
   if (unsupported !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'${unsupported}': this field is not supported by this server`);
   const raw = withDefaults(req.body, ctx.opts.generationDefaults);
-  const { prompts, body, topLogprobs, echo, tools } = chat ? parseChat(ctx, raw) : parseCompletion(ctx, raw);
+  const parsed = chat ? parseChat(ctx, raw) : parseCompletion(ctx, raw);
+  const { body, topLogprobs, echo, tools } = parsed;
+  checkVllmFields(body, lm.config.vocabSize);
+  const prompts = parsed.prompts.map((q) => truncatePrompt(q, body));
   const requested = constraintSpecOf(body);
   if (requested !== undefined && tools?.spec !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, "'tool_choice': a forced tool call cannot be combined with a structured-output constraint");
   const spec = tools?.spec ?? requested;
-  const constraint = spec === undefined ? undefined : constraintFactory(lm.tokenizer, lm.config.vocabSize, spec, body.ignore_eos === true ? [] : lm.config.eosTokenIds);
+  const stopIds = stopIdsOf(body, lm.config.eosTokenIds);
+  const structured = spec === undefined ? undefined : constraintFactory(lm.tokenizer, lm.config.vocabSize, spec, stopIds);
+  const constraint = tokenFilter(body, { vocabSize: lm.config.vocabSize, stopIds, badWords: badWordIds(lm.tokenizer, body.bad_words ?? []), inner: structured });
   for (const [i, p] of prompts.entries()) {
     const bad = p.find((t) => t >= lm.config.vocabSize);
     if (bad !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'prompt'${prompts.length > 1 ? `[${String(i)}]` : ''}: token id ${String(bad)} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
