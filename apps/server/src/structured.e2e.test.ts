@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import Ajv from 'ajv';
+import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StageServer, createServer } from './index.js';
 
@@ -132,5 +133,21 @@ describe('structured outputs and tools (random fixture model, base and adapters 
     expect(r.status, JSON.stringify(r.json)).toBe(200);
     expect(typeof r.json.choices[0].message.content).toBe('string');
     expect(r.json.choices[0].message.tool_calls).toBeUndefined();
+  });
+
+  it('works through the official openai client: json_schema response_format, streamed, and forced tool calls', async () => {
+    const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'none', maxRetries: 0 });
+    // `seed` is typed deprecated by the client; vLLM and this server honour it.
+    const seeded = (seed: number): object => ({ seed });
+    const schema = SCHEMAS[0]!;
+    const r = await client.chat.completions.create({ model: ADAPTERS[2] ?? 'llama', messages: [{ role: 'user', content: 'who?' }], max_completion_tokens: 200, temperature: 1, ...seeded(9), response_format: { type: 'json_schema', json_schema: { name: 'person', schema, strict: true } } });
+    expect(ajv.compile(schema)(JSON.parse(r.choices[0]!.message.content!))).toBe(true);
+    let streamed = '';
+    for await (const chunk of await client.chat.completions.create({ model: 'llama', messages: [{ role: 'user', content: 'who?' }], max_completion_tokens: 200, temperature: 1, ...seeded(10), stream: true, response_format: { type: 'json_schema', json_schema: { name: 'person', schema, strict: true } } })) streamed += chunk.choices[0]?.delta.content ?? '';
+    expect(ajv.compile(schema)(JSON.parse(streamed))).toBe(true);
+    const t = await client.chat.completions.create({ model: 'llama', messages: [{ role: 'user', content: 'add' }], max_completion_tokens: 100, temperature: 1, ...seeded(11), tools: TOOLS as OpenAI.ChatCompletionTool[], tool_choice: { type: 'function', function: { name: 'get_weather' } } });
+    const call = t.choices[0]!.message.tool_calls![0]!;
+    expect(call.type).toBe('function');
+    if (call.type === 'function') expect(ajv.compile(TOOLS[0]!.function.parameters)(JSON.parse(call.function.arguments))).toBe(true);
   });
 });
