@@ -119,6 +119,8 @@ export class Automaton {
   }
 
   #add(kind: number, next: number): number {
+    // Return addresses are packed beside stack ids in 20 bits (see #push).
+    if (this.#kind.length >= 2 ** 20) throw new StructuredError(StructuredCode.BAD_GRAMMAR, `the grammar compiles to more than ${String(2 ** 20)} states (reduce repetition bounds such as maxLength/maxItems)`);
     this.#kind.push(kind);
     this.#next.push(next);
     this.#sets.push(undefined);

@@ -3,6 +3,9 @@ import { StructuredCode, StructuredError } from './errors.js';
 import type { Grammar } from './grammar.js';
 import type { Vocabulary } from './vocab.js';
 
+/** Most per-state masks one compiled grammar keeps (then the cache starts over). */
+const MASK_CACHE_STATES = 4096;
+
 /** A token bitmask: bit `id % 32` of word `id >> 5` is set when token `id` is allowed. */
 export type TokenBitmask = Uint32Array;
 
@@ -62,6 +65,8 @@ export class CompiledGrammar {
         }
       }
     }
+    // Bounded: a grammar with unbounded nesting (json_object) may reach ever new states.
+    if (this.#masks.size >= MASK_CACHE_STATES) this.#masks.clear();
     this.#masks.set(state, m);
     return m;
   }

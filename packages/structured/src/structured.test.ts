@@ -201,3 +201,10 @@ describe('vocabularyOf', () => {
     expect(w.tokens.slice(0, 3).map((t) => dec.decode(t))).toEqual([' the', '\n', 'x']);
   });
 });
+
+describe('Automaton limits', () => {
+  it('refuses a grammar whose unrolled repetitions exceed the program size, with STRUCT_BAD_GRAMMAR', () => {
+    const huge = { type: 'array', items: { type: 'string', maxLength: 4000 }, maxItems: 4000 };
+    expect(() => new Automaton(jsonSchemaGrammar(huge))).toThrow(expect.objectContaining({ code: StructuredCode.BAD_GRAMMAR }));
+  });
+});
