@@ -21,7 +21,9 @@ import { buildLlamaGraph, parseLlamaConfig, writeLlamaGguf, writeLoraGguf } from
 import { ONNX_FUSED_RULES } from '@stageml/onnx-lower';
 import { createCpuNativeExecutor, createOrtExecutor, parseWeightQuantSpec } from '@stageml/runtime';
 import { writeSafetensors } from '@stageml/safetensors';
-import { type Llama, type LlamaContext, LlamaLogLevel, type LlamaModel, type Token, getLlama } from 'node-llama-cpp';
+import type * as NodeLlamaCpp from 'node-llama-cpp';
+import type { Llama, LlamaContext, LlamaModel, Token } from 'node-llama-cpp';
+import { importPeer } from './lib/peers.js';
 import { RESULTS_DIR } from './lib/harness.js';
 
 interface Shape {
@@ -318,6 +320,8 @@ const checks: Record<string, unknown>[] = [];
 const loads: Record<string, number[]> = { start: loadavg() };
 const started = Date.now();
 const tmpRoot = mkdir(join('bench', 'tmp', 'llamacpp'));
+// node-llama-cpp lives in bench/peers (installed on first use: ~660 MB the repository's install skips).
+const { getLlama, LlamaLogLevel } = await importPeer<typeof NodeLlamaCpp>('node-llama-cpp');
 const llama: Llama = await getLlama({ gpu: false, build: 'never', maxThreads: THREADS, logLevel: LlamaLogLevel.error });
 /**
  * Our lowering table: the default `ONNX_RULES` (what `stageml serve` runs), or `fused`

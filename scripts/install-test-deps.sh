@@ -3,7 +3,7 @@
 #   mlir-19-tools, libmlir-19  mlir-opt-19 / mlir-cpu-runner-19 verify and run the MLIR lowering
 #   haproxy                    the load balancer `stageml cluster` starts (scale-out tests)
 #   python3-torch              CPU torch for the torch executor's worker (protocol, ops, goldens)
-#   g++                        builds the cpu-native executor's kernels (once per machine)
+#   g++                        builds the cpu-native kernels from source (the prebuilt-vs-source test; elsewhere than linux-x64)
 # Runs apt-get as root, or through sudo when not root. Tests that need these fail (never skip) in
 # CI when they are missing, so a failed install is reported here, loudly.
 set -euo pipefail

@@ -8,8 +8,10 @@ once into a CUDA graph and replayed while nothing it depends on changes:
 - **What a graph is keyed by.** The program, every input's shape and dtype, and the *address* of
   each input bound in place: the resident inputs (weights fed as inputs, slot tables) and the
   cache streams read from the staged batch (`past_key.*`, `past_value.*`). The staged buffers keep
-  their address while the batch keeps its rows and fits its capacity (worker.py `Staged`); a
-  graph therefore lives as long as a batch composition does. Every other input (token ids,
+  their address while the worker's persistent batch has a free row and room for the step
+  (worker.py `Staged`: rows joining and leaving write or free their own row, and a graphed step
+  runs every row of it, those it does not name as dummies); a graph therefore lives until the
+  batch is re-staged, not just while one composition lasts. Every other input (token ids,
   positions, slots, the key mask with the step's tail) is copied into the graph's own buffers
   before each replay.
 - **Fixed shapes.** Cache streams are fed at the staged capacity (a multiple of 64 positions)

@@ -8,7 +8,9 @@ as int8, u8 and bool as uint8, little-endian, row-major.
 
 Requests (`op`): `hello`, `prepare` (graph JSON, device, parameter tensors → `handle`), `run`
 (handle, input tensors → output tensors; resident inputs and caches, docs/gpu.md §3),
-`cache_drop` (ids), `dispose` (handle), `shutdown`. Every reply has `ok`;
+`cache_drop` (ids), `dispose` (handle), `shutdown`; since version 4 `load` (tensors the worker reads
+from safetensors files itself), `alloc` (zero tensors) and `write` (element ranges of them, in
+place), all kept as resident inputs by id. Every reply has `ok`;
 a failed request replies `{"ok": false, "code": "RT_…", "message"}` and changes no state.
 """
 

@@ -12,6 +12,7 @@ from . import PROTOCOL_VERSION, __version__, cudagraph, errors, ops
 from .graph import Program
 from .ops import DTYPES
 from .protocol import read_frame, write_frame
+from .safetensors_io import MappedSafetensors
 
 
 def pick_device(name):
@@ -107,17 +108,34 @@ def check_processing(name, processing, n):
                 bad(i, "%s must be a finite number" % key)
 
 
+def device_memory(device):
+    """{total, free} bytes of the worker's device: the GPU's (torch.cuda.mem_get_info) or, on the
+    CPU, the host's physical and available memory; None where neither can be read."""
+    try:
+        if device.startswith("cuda"):
+            free, total = torch.cuda.mem_get_info(torch.device(device))
+            return {"total": int(total), "free": int(free)}
+        import os
+
+        page = os.sysconf("SC_PAGE_SIZE")
+        return {"total": int(os.sysconf("SC_PHYS_PAGES") * page), "free": int(os.sysconf("SC_AVPHYS_PAGES") * page)}
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        return None
+
+
 class Cache:
     """One sequence's cache on the device: per stream input a position-major buffer [capacity, *item]
-    with `length` positions filled — its own (grown by doubling), or its row of the staged batch
-    (`staged`) while the batch it runs in keeps its composition."""
+    with `length` positions filled — its own (grown by doubling) until a run names it, then its row
+    (`row`) of the worker's persistent batch (`staged`) until it is dropped."""
 
-    __slots__ = ("buffers", "length", "staged")
+    __slots__ = ("cid", "buffers", "length", "staged", "row")
 
-    def __init__(self):
+    def __init__(self, cid):
+        self.cid = cid
         self.buffers = {}
         self.length = 0
         self.staged = None
+        self.row = None
 
     def view(self, name):
         return self.buffers[name][: self.length]
@@ -138,29 +156,45 @@ class Cache:
             self.buffers[name] = buf = grown
         buf[self.length : need] = rows.to(dtype)
 
-    def detach(self):
-        """Leaves the staged batch: its filled positions copied into buffers of its own."""
-        self.buffers = {name: b[: self.length].clone() for name, b in self.buffers.items()}
-        self.staged = None
-
 
 class Staged:
-    """The batch of the last cache-fed run: per stream [rows, cap, *item], row i the storage of the
-    i-th row's cache (positions beyond its length hold the stream's pad). While the next run has the
-    same rows in the same order and fits `cap`, its inputs are views of these buffers and its appends
-    are written in place: no copy of the context."""
+    """The worker's persistent batch of caches: per stream one [rows, cap, *item] buffer whose row i
+    is the storage of the cache that owns it (`owners[i]`; positions beyond its length hold the
+    stream's pad). A cache takes a row when a run first names it and frees it when dropped, so
+    rows joining and leaving write or free only their own row: the buffers — and the CUDA graphs
+    bound to them — stay while the batch has a free row and room for the step. `rows` is a power
+    of two: a graphed decode step runs every row (free ones and rows not in the step as dummies
+    whose results are dropped), so its shapes repeat as the batch changes."""
 
-    __slots__ = ("ids", "cap", "buffers", "tails", "views")
+    __slots__ = ("rows", "cap", "buffers", "tails", "views", "owners", "ran")
 
-    def __init__(self, ids, cap):
-        self.ids = ids
+    def __init__(self, rows, cap):
+        self.rows = rows
+        # The first rows the current run reads in place (a run's view of the first `ran` rows is
+        # the only one a step's keys are appended into in place: ops.append_in_place).
+        self.ran = rows
         self.cap = cap
         self.buffers = {}
-        # Each stream's view at the capacity, what every step of a CUDA-graph batch reads (made once).
+        # Each stream's view at the capacity over every row, what a graphed step reads (made once).
         self.views = {}
         # Keys and values: their storage (ops.Tail, registered in ops.CACHE_TAILS), TAIL positions
         # longer than `cap`, so that a step at the capacity appends its keys in place as well.
         self.tails = {}
+        self.owners = [None] * rows
+
+    @property
+    def ids(self):
+        """The cache id of each row (None: a free row)."""
+        return tuple(None if c is None else c.cid for c in self.owners)
+
+    def used(self):
+        return sum(1 for c in self.owners if c is not None)
+
+    def free(self, cache):
+        if cache.row is not None and cache.row < self.rows and self.owners[cache.row] is cache:
+            self.owners[cache.row] = None
+        cache.staged = None
+        cache.row = None
 
     def reset_tails(self):
         """Puts each stream's pad back over the positions a run appended in place below `cap`
@@ -170,8 +204,17 @@ class Staged:
                 start, n = t.written
                 end = min(start + n, self.cap)
                 if start < end:
-                    t.phys.narrow(t.axis, start, end - start).fill_(t.pad)
+                    # Only the rows the run read: a row beyond them may hold positions there.
+                    t.phys.narrow(0, 0, self.ran).narrow(t.axis, start, end - start).fill_(t.pad)
                 t.written = None
+
+
+def bucket(n):
+    """The batch's rows for `n` caches: the next power of two (graph keys repeat as rows come and go)."""
+    r = 1
+    while r < n:
+        r *= 2
+    return r
 
 
 STAGE_STEP = 64
@@ -194,14 +237,24 @@ class Worker:
         self.programs = {}
         self.next_handle = 1
         self.resident = {}
+        # Safetensors files mapped by a `load` in progress (path -> MappedSafetensors).
+        self.files = {}
         self.caches = {}
         self.staged = None
         self.graphs = cudagraph.StepGraphs()
+        # Counters of the cache batch, reported with every run (the host's `CacheStore.stats`).
+        self.counts = {"restages": 0, "joins": 0, "gathers": 0, "dummyRows": 0}
 
     def handle(self, header, tensors):
         op = header.get("op")
         if op == "hello":
-            return {"ok": True, "protocol": PROTOCOL_VERSION, "worker": __version__, "torch": torch.__version__, "device": self.device, "cuda": torch.cuda.is_available(), "deviceName": torch.cuda.get_device_name() if self.device.startswith("cuda") else "cpu"}, None
+            return {"ok": True, "protocol": PROTOCOL_VERSION, "worker": __version__, "torch": torch.__version__, "device": self.device, "cuda": torch.cuda.is_available(), "deviceName": torch.cuda.get_device_name() if self.device.startswith("cuda") else "cpu", "memory": device_memory(self.device)}, None
+        if op == "load":
+            return self._load(header.get("files") or [])
+        if op == "alloc":
+            return self._alloc(header.get("allocs") or [])
+        if op == "write":
+            return self._write(header.get("writes") or [], tensors)
         if op == "prepare":
             device = header.get("device") or self.device
             device = pick_device(device) if device != self.device else device
@@ -224,7 +277,7 @@ class Worker:
             tensors = self._resident(header, tensors, prog.device)
             spec = header.get("caches")
             graphed = bool(spec) and self.graphs.wanted(prog, spec)
-            commit = self._caches(prog, spec, tensors, at_capacity=graphed) if spec else None
+            commit, unpermute = self._caches(prog, spec, tensors, at_capacity=graphed) if spec else (None, None)
             with torch.no_grad():
                 try:
                     if graphed:
@@ -237,6 +290,9 @@ class Worker:
                         out = dict(self.graphs.run(prog, tensors, bound))
                     else:
                         out = prog.run(tensors)
+                    if unpermute is not None:
+                        # The request's rows, in its order (dummy rows of the batch dropped).
+                        out = unpermute(out)
                 finally:
                     # Keys appended in place (ops.append_in_place) leave the pad behind them, run
                     # or failed: the commit below writes each row's own at its own length.
@@ -257,17 +313,13 @@ class Worker:
                 for name in omit:
                     # Left on the device (the caches above took what they append): never copied out.
                     out.pop(name, None)
-            return {"ok": True}, out
+            return {"ok": True, "stats": self.stats()}, out
         if op == "cache_drop":
-            dropped = set(header.get("ids") or [])
-            for i in dropped:
-                self.caches.pop(i, None)
-            if self.staged is not None and dropped & set(self.staged.ids):
-                # Free the staged batch with them: the other rows take buffers of their own.
-                old, self.staged = self.staged, None
-                for c in self.caches.values():
-                    if c.staged is old:
-                        c.detach()
+            for i in set(header.get("ids") or []):
+                c = self.caches.pop(i, None)
+                if c is not None and c.staged is not None:
+                    # Its row of the batch is free for the next cache to join: nothing else moves.
+                    c.staged.free(c)
             return {"ok": True}, None
         if op == "dispose":
             self.graphs.drop(self._program(header))
@@ -278,6 +330,89 @@ class Worker:
         if op == "shutdown":
             return None, None
         raise errors.WorkerError(errors.PROTOCOL, "unknown request op %r" % (op,))
+
+    def _load(self, entries):
+        """`load`: each entry {id, file, tensor, dtype, shape} is read from its safetensors file
+        (memory-mapped, in the stored dtype), moved to the device and converted there as the host
+        would convert it (widened exactly to f32, then rounded to nearest even to `dtype`), and
+        kept as resident input `id`. Checked first (files, names, shapes, dtypes): a bad entry (a
+        missing or malformed file too) is RT_BAD_VALUE and nothing is kept."""
+        plan = []
+        for e in entries:
+            dt = DTYPES.get(e.get("dtype"))
+            if dt is None or not dt.is_floating_point:
+                raise errors.WorkerError(errors.BAD_VALUE, "load: tensor '%s' asks for dtype %r (a float dtype: f32, f16, bf16, f64)" % (e.get("tensor"), e.get("dtype")))
+            path = e["file"]
+            try:
+                m = self.files.get(path)
+                if m is None:
+                    m = self.files[path] = MappedSafetensors(path)
+                src = m.tensor(e["tensor"])
+            except errors.WorkerError as err:
+                self.files.clear()
+                raise errors.WorkerError(errors.BAD_VALUE, "load: %s" % err.message) from err
+            shape = [int(d) for d in e["shape"]]
+            if list(src.shape) != shape:
+                self.files.clear()
+                raise errors.WorkerError(errors.BAD_VALUE, "load: %s stores '%s' as %s, the request says %s" % (path, e["tensor"], list(src.shape), shape))
+            if not src.dtype.is_floating_point:
+                raise errors.WorkerError(errors.BAD_VALUE, "load: %s stores '%s' as %s, not a float dtype" % (path, e["tensor"], src.dtype))
+            plan.append((int(e["id"]), src, dt))
+        nbytes = 0
+        for i, src, dt in plan:
+            t = src.to(self.device)
+            if t.dtype != dt:
+                t = t.to(torch.float32).to(dt) if dt != torch.float64 else t.to(dt)
+            elif t.device.type == "cpu" and t.data_ptr() == src.data_ptr():
+                # Kept on the CPU in its stored dtype: a copy of its own, not a view of the map.
+                t = t.clone()
+            self.resident[i] = t
+            nbytes += t.numel() * t.element_size()
+        # The maps are only needed while loading: a later load maps its files again.
+        self.files.clear()
+        return {"ok": True, "bytes": nbytes}, None
+
+    def _alloc(self, entries):
+        """`alloc`: each entry {id, dtype, shape} becomes a zero resident input on the device."""
+        made = []
+        for e in entries:
+            dt = DTYPES.get(e.get("dtype"))
+            shape = e.get("shape")
+            if dt is None or not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+                raise errors.WorkerError(errors.BAD_VALUE, "alloc: entry %r needs a dtype and a shape of sizes >= 0" % (e,))
+            made.append((int(e["id"]), dt, shape))
+        nbytes = 0
+        for i, dt, shape in made:
+            t = torch.zeros(shape, dtype=dt, device=self.device)
+            self.resident[i] = t
+            nbytes += t.numel() * t.element_size()
+        return {"ok": True, "bytes": nbytes}, None
+
+    def _write(self, writes, tensors):
+        """`write`: each entry {id, start, tensor} writes the frame's tensor (flattened, converted to
+        the resident input's dtype) over elements [start, start + n) of resident input `id`
+        (flattened), in place. All are checked before any is written (RT_BAD_VALUE). Graphs
+        captured over the old contents are dropped (a replay would read derived copies)."""
+        todo = []
+        for w in writes:
+            i = w.get("id")
+            if i not in self.resident:
+                raise errors.WorkerError(errors.BAD_VALUE, "write: resident input %r is not held by the worker" % (i,))
+            src = tensors.get(w.get("tensor"))
+            if src is None:
+                raise errors.WorkerError(errors.PROTOCOL, "write: the frame does not carry tensor %r" % (w.get("tensor"),))
+            dst = self.resident[i]
+            start = w.get("start")
+            n = src.numel()
+            if not (isinstance(start, int) and not isinstance(start, bool) and 0 <= start and start + n <= dst.numel()):
+                raise errors.WorkerError(errors.BAD_VALUE, "write: elements [%r, %r + %d) lie outside resident input %r (%d elements)" % (start, start, n, i, dst.numel()))
+            todo.append((dst, start, src))
+        for dst, start, src in todo:
+            dst.view(-1)[start : start + src.numel()].copy_(src.reshape(-1).to(device=dst.device, dtype=dst.dtype))
+        if todo:
+            for prog in self.programs.values():
+                self.graphs.drop(prog)
+        return {"ok": True}, None
 
     def _resident(self, header, tensors, device):
         """Resident inputs: `drop` ids are forgotten, `store` {name: id} inputs of this frame are kept
@@ -297,14 +432,24 @@ class Worker:
         return tensors
 
     def _caches(self, prog, spec, tensors, at_capacity=False):
-        """Cache-fed inputs (`caches` of a run): each stream input [rows, past, *item] from the rows'
-        caches (past = the longest, or with `at_capacity` the staged batch's capacity, so that the
-        steps of one batch have one shape for a CUDA graph; beyond a row's length: `pad`), then the run's tail along axis 1
-        for a stream without `from`. Seeds `cache:<id>:<input>` [length, *item] replace a cache.
-        The rows are staged into one batch per stream (`Staged`), kept while the composition
-        holds, so a decode step reads views and appends in place. Returns the commit that appends,
-        after the run succeeded, each row's positions [from, from + count) of output `from` (or of
-        the tail); no cache changes length before it."""
+        """Cache-fed inputs (`caches` of a run): each stream input [rows, past, *item] from the
+        persistent batch (`Staged`; past = the longest run row, or with `at_capacity` the batch's
+        capacity, so that the steps of one batch have one shape for a CUDA graph; beyond a row's
+        length: `pad`), then the run's tail along axis 1 for a stream without `from`. Seeds
+        `cache:<id>:<input>` [length, *item] replace a cache. A cache the batch lacks joins it in a
+        free row (only its own row is written); the batch is re-staged (every row copied) only when
+        it has no free row, no room for the step's positions, or is mostly free.
+
+        Which rows run: with `rowInputs` (the inputs whose leading axis is the row) a graphed step
+        runs every row of the batch, others the rows they name in batch order (a decode step also
+        the few free rows between them); the row inputs are scattered to those rows (zeros
+        elsewhere: dummy rows, whose results are dropped) and the outputs gathered back to the
+        request's row order. Without `rowInputs` the rows run in the request's order. Rows that are
+        not the batch's first ones in order are gathered (copied) out of it.
+
+        Returns (commit, unpermute): `unpermute(out)` puts the outputs in the request's row order;
+        `commit(out)` appends, after the run succeeded, each row's positions [from, from + count) of
+        output `from` (or of the tail); no cache changes length before it."""
         device = prog.device
         streams = spec["streams"]
         declared = {name: prog.value_types[vid] for name, vid in prog.inputs}
@@ -316,11 +461,13 @@ class Worker:
             _, cid, name = key.split(":", 2)
             seeds.setdefault(int(cid), {})[name] = tensors.pop(key)
         rows = spec["rows"]
+        if len({r["id"] for r in rows}) != len(rows):
+            raise errors.WorkerError(errors.BAD_VALUE, "a cache appears twice in one run")
         caches = []
         for r in rows:
             cid = r["id"]
             if cid in seeds:
-                c = Cache()
+                c = Cache(cid)
                 lengths = set()
                 for s in streams:
                     t = seeds[cid].get(s["input"])
@@ -331,27 +478,81 @@ class Worker:
                 if len(lengths) != 1:
                     raise errors.WorkerError(errors.BAD_VALUE, "cache %d: the seed's streams hold different numbers of positions" % cid)
                 c.length = lengths.pop()
+                old = self.caches.get(cid)
+                if old is not None and old.staged is not None:
+                    old.staged.free(old)
+                self.caches[cid] = c
             else:
                 c = self.caches.get(cid)
                 if c is None:
-                    c = Cache()
+                    # Empty until the run's commit: a failed run leaves an empty cache, as none.
+                    c = self.caches[cid] = Cache(cid)
             caches.append(c)
-        ids = tuple(r["id"] for r in rows)
         need = max([c.length + int(r["append"][1]) for c, r in zip(caches, rows)] or [1])
         st = self.staged
-        if st is None or st.ids != ids or need > st.cap or any(c.staged is not st for c in caches):
-            grow = st.cap + st.cap // 2 if st is not None and st.ids == ids else 0
-            st = self._restage(ids, caches, streams, declared, device, max(need, grow))
-        past = st.cap if at_capacity else max([c.length for c in caches] or [0])
+        joining = [c for c in caches if st is None or c.staged is not st]
+        if st is None or need > st.cap or len(joining) > st.rows - st.used() or (st.rows >= 8 and 4 * (st.used() + len(joining)) <= st.rows):
+            grow = st.cap + st.cap // 2 if st is not None and need > st.cap else 0
+            st = self._restage(caches, streams, declared, device, max(need, grow))
+        else:
+            for c in joining:
+                self._join(st, c, streams)
+        index = [c.row for c in caches]
+        n = len(index)
+        row_inputs = spec.get("rowInputs")
+        if row_inputs is None or n == 0:
+            run = index
+        elif at_capacity:
+            run = list(range(st.rows))
+        elif all(int(r["append"][1]) == 1 for r in rows) and max(index) + 1 - n <= n // 4 + 1:
+            run = list(range(max(index) + 1))
+        else:
+            run = sorted(index)
+        k = len(run)
+        permuted = run != index
+        if at_capacity:
+            past = st.cap
+        else:
+            past = max([st.owners[b].length for b in run if st.owners[b] is not None] or [0])
+        prefix = run == list(range(k))
+        st.ran = k if prefix else 0
+        block = not prefix and k > 0 and run == list(range(run[0], run[0] + k))
+        gather = None
+        if not prefix and not block:
+            gather = torch.tensor(run, dtype=torch.long, device=device)
+            self.counts["gathers"] += 1
+        pos = None
+        if permuted:
+            where = {b: j for j, b in enumerate(run)}
+            pos = torch.tensor([where[b] for b in index], dtype=torch.long, device=device)
+            self.counts["dummyRows"] += k - n
+
+        def scatter(name, t):
+            if t.dim() == 0 or t.shape[0] % max(n, 1) != 0:
+                raise errors.WorkerError(errors.BAD_VALUE, "row input '%s' [%s] does not have one row per cache row (%d)" % (name, ", ".join(str(d) for d in t.shape), n))
+            per = t.reshape(n, -1, *t.shape[1:]) if t.shape[0] != n else t
+            out = torch.zeros((k, *per.shape[1:]), dtype=per.dtype, device=per.device)
+            out[pos] = per
+            return out.reshape(k * (t.shape[0] // n), *t.shape[1:]) if t.shape[0] != n else out
+
         tails = {}
+        stream_names = set()
         for s in streams:
             name = s["input"]
+            stream_names.add(name)
             _, dt, _ = declared[name]
-            view = st.views.get(name) if past == st.cap else None
-            if view is None:
-                view = st.buffers[name][:, :past]
-                if past == st.cap:
-                    st.views[name] = view
+            full = st.buffers[name]
+            if prefix:
+                whole = k == st.rows and past == st.cap
+                view = st.views.get(name) if whole else None
+                if view is None:
+                    view = full[:k, :past]
+                    if whole:
+                        st.views[name] = view
+            elif block:
+                view = full[run[0] : run[0] + k, :past]
+            else:
+                view = full[:, :past].index_select(0, gather)
             tail = st.tails.get(name)
             if tail is not None:
                 tail.length, tail.written = past, None
@@ -361,35 +562,52 @@ class Worker:
                 if name not in tensors:
                     raise errors.WorkerError(errors.MISSING_INPUT, "cache stream '%s' takes its tail from the inputs, which lack it" % name)
                 tails[name] = tensors[name].to(device)
-                view = torch.cat([view, tails[name].to(view.dtype)], dim=1)
+                fed = scatter(name, tails[name]) if permuted else tails[name]
+                view = torch.cat([view, fed.to(view.dtype)], dim=1)
             tensors[name] = view
-        # Every appended position as (row, source position, destination position): one indexed
-        # write per stream whatever the rows.
-        ri, si, di = [], [], []
+        if permuted:
+            for name in row_inputs:
+                if name in tensors and name not in stream_names:
+                    tensors[name] = scatter(name, tensors[name].to(device))
+        # Every appended position as (batch row, source row, source position, destination
+        # position): one indexed write per stream whatever the rows.
+        bi, ri, si, di = [], [], [], []
         for i, (r, c) in enumerate(zip(rows, caches)):
-            a, n = int(r["append"][0]), int(r["append"][1])
-            ri.extend([i] * n)
-            si.extend(range(a, a + n))
-            di.extend(range(c.length, c.length + n))
-        index = [torch.tensor(x, dtype=torch.long, device=device) for x in (ri, si, di)]
+            a, m = int(r["append"][0]), int(r["append"][1])
+            bi.extend([c.row] * m)
+            ri.extend([i] * m)
+            si.extend(range(a, a + m))
+            di.extend(range(c.length, c.length + m))
+        at = [torch.tensor(x, dtype=torch.long, device=device) for x in (bi, ri, si, di)]
+
+        def unpermute(out):
+            if not permuted:
+                return out
+            return {name: (t.index_select(0, pos) if t.dim() > 0 and t.shape[0] == k else t) for name, t in out.items()}
 
         def commit(out):
             if ri:
                 for s in streams:
                     src = tails[s["input"]] if s.get("from") is None else out[s["from"]]
                     buf = st.buffers[s["input"]]
-                    buf[index[0], index[2]] = src[index[0], index[1]].to(buf.dtype)
+                    buf[at[0], at[3]] = src[at[1], at[2]].to(buf.dtype)
             for r, c in zip(rows, caches):
                 c.length += int(r["append"][1])
                 self.caches[r["id"]] = c
 
-        return commit
+        return commit, unpermute
 
-    def _restage(self, ids, caches, streams, declared, device, need):
-        """A new staged batch of `caches` (in row order) holding at least `need` positions per row;
-        caches of the previous one that are not in it get buffers of their own."""
+    def _restage(self, caches, streams, declared, device, need):
+        """A new persistent batch: the live caches of the previous one (in their order) and the
+        run's caches it lacked, each copied into its row; `need` positions per row at least."""
+        old = self.staged
+        members = [c for c in (old.owners if old is not None else []) if c is not None and self.caches.get(c.cid) is c]
+        seen = set(id(c) for c in members)
+        members += [c for c in caches if id(c) not in seen]
+        need = max([need] + [c.length for c in members])
         cap = -(-need // STAGE_STEP) * STAGE_STEP
-        st = Staged(ids, cap)
+        st = Staged(bucket(len(members)), cap)
+        self.counts["restages"] += 1
         for s in streams:
             name = s["input"]
             _, dt, shape = declared[name]
@@ -402,26 +620,45 @@ class Worker:
                 # (the strided copy took 5.3 of a Llama-3-8B step's 14 ms of kernels at 64 rows).
                 # The step's concatenation is not copied at all where the program's only reader of
                 # it is attention (graph.in_place_concats): the key goes into the next position.
-                phys = torch.full((len(caches), item[0], cap + TAIL, item[1]), float(s["pad"]), dtype=self._store_dtype(s, declared), device=device)
+                phys = torch.full((st.rows, item[0], cap + TAIL, item[1]), float(s["pad"]), dtype=self._store_dtype(s, declared), device=device)
                 buf = phys.permute(0, 2, 1, 3)[:, :cap]
                 st.tails[name] = tail = ops.Tail(phys, 2, float(s["pad"]))
                 ops.CACHE_TAILS[ops.storage_ptr(phys)] = tail
             else:
-                buf = torch.full((len(caches), cap, *item), float(s["pad"]), dtype=self._store_dtype(s, declared), device=device)
-            for i, c in enumerate(caches):
-                if c.length > 0:
+                buf = torch.full((st.rows, cap, *item), float(s["pad"]), dtype=self._store_dtype(s, declared), device=device)
+            for i, c in enumerate(members):
+                if c.length > 0 and name in c.buffers:
                     buf[i, : c.length] = c.view(name)
             st.buffers[name] = buf
-        old = self.staged
-        for i, c in enumerate(caches):
+        for i, c in enumerate(members):
             c.buffers = {name: b[i] for name, b in st.buffers.items()}
-            c.staged = st
-        if old is not None:
-            for c in self.caches.values():
-                if c.staged is old:
-                    c.detach()
+            c.staged, c.row = st, i
+            st.owners[i] = c
         self.staged = st
         return st
+
+    def _join(self, st, c, streams):
+        """Writes cache `c` into a free row of batch `st` (its positions, the pad after them)."""
+        row = st.owners.index(None)
+        for s in streams:
+            name = s["input"]
+            buf = st.buffers[name]
+            buf[row].fill_(float(s["pad"]))
+            if c.length > 0 and name in c.buffers:
+                buf[row, : c.length] = c.view(name)
+        c.buffers = {name: b[row] for name, b in st.buffers.items()}
+        c.staged, c.row = st, row
+        st.owners[row] = c
+        self.counts["joins"] += 1
+
+    def stats(self):
+        """The counters a run's reply carries: the cache batch's (`restages`: every row copied into
+        a new batch; `joins`: one row written into a free row of the batch; `gathers`: runs whose
+        rows were copied out of the batch; `dummyRows`: masked rows run to keep a graphed batch's
+        shape) and the step graphs' (`graphEager`, `graphCaptures`, `graphReplays`,
+        `graphFailures`)."""
+        g = self.graphs.stats
+        return dict(self.counts, graphEager=g["eager"], graphCaptures=g["captures"], graphReplays=g["replays"], graphFailures=g["failures"])
 
     @staticmethod
     def _store_dtype(stream, declared):

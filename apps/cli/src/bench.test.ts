@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ExitCode } from './index.js';
-import { DEFAULT_EXECUTOR, EXECUTOR_NAMES, resolveExecutor } from './executors.js';
-import { runCaptured as run } from './test-fixtures.js';
+import { DEFAULT_EXECUTOR, EXECUTOR_NAMES, probeShapeOf, resolveExecutor } from './executors.js';
+import { fixture, runCaptured as run } from './test-fixtures.js';
 
 afterEach(() => {
   vi.unstubAllEnvs();
@@ -59,5 +59,20 @@ describe('resolveExecutor', () => {
 
   it('rejects unknown names with RT_BACKEND_UNAVAILABLE', async () => {
     await expect(resolveExecutor('cuda')).rejects.toMatchObject({ code: 'RT_BACKEND_UNAVAILABLE' });
+  });
+});
+
+describe('probeShapeOf', () => {
+  it("reads the decoder layer `auto` measures from the model's config.json", async () => {
+    const dir = fixture('peft-tiny/llama/base');
+    expect(await probeShapeOf(dir)).toEqual({ hidden: 64, intermediate: 176, layers: 2, heads: 4, kvHeads: 2, headDim: 16, batches: [1, 8] });
+    // The serving batch (capped at 8) and --quantize (auto measured as int8) change the step.
+    expect((await probeShapeOf(dir, { maxBatch: 4 }))?.batches).toEqual([1, 4]);
+    expect((await probeShapeOf(dir, { maxBatch: 1 }))?.batches).toEqual([1]);
+    expect((await probeShapeOf(dir, { maxBatch: 64 }))?.batches).toEqual([1, 8]);
+    expect((await probeShapeOf(dir, { quantize: { spec: { bits: 4, blockSize: 32, symmetric: true } } }))?.quantize).toEqual({ bits: 4, blockSize: 32, symmetric: true });
+    expect((await probeShapeOf(dir, { quantize: { choose: () => undefined } }))?.quantize).toEqual({ bits: 8, blockSize: 32, symmetric: true });
+    // No readable config: undefined (the runtime's default shape is measured).
+    expect(await probeShapeOf('/nonexistent-stageml')).toBeUndefined();
   });
 });

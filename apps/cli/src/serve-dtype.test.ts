@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { interpret } from '@stageml/ir';
 import { createServer } from '@stageml/server';
-import { isOrtAvailable, loadBundle } from '@stageml/runtime';
+import { isOrtAvailable, isTorchAvailable, loadBundle } from '@stageml/runtime';
 import { afterAll, describe, expect, it } from 'vitest';
 import { serveDtypes } from './commands/serve.js';
 import { ExitCode } from './index.js';
@@ -50,7 +50,15 @@ describe('stageml serve --dtype', () => {
     expect(serveDtypes(undefined, undefined, 'torch-cpu', true)).toEqual({ dtype: 'f32' });
     expect(serveDtypes(undefined, undefined, 'onnxruntime')).toEqual({ dtype: 'f32' });
     expect(serveDtypes('bf16', 'same', 'interpreter')).toEqual({ dtype: 'bf16', adapterDtype: 'same' });
-    expect(() => serveDtypes('fp8', undefined, 'torch-cpu')).toThrow("--dtype must be one of f32, bf16, f16, checkpoint, got 'fp8'");
+    expect(() => serveDtypes('fp8', undefined, 'torch-cpu')).toThrow("--dtype must be one of auto, bfloat16, float16, float32, f32, bf16, f16, checkpoint, got 'fp8'");
+    // vLLM's spellings: auto is the default choice, the others the compute dtypes.
+    expect(serveDtypes('auto', undefined, 'torch-cuda')).toEqual({ dtype: 'checkpoint' });
+    expect(serveDtypes('auto', undefined, 'onnxruntime')).toEqual({ dtype: 'f32' });
+    expect(serveDtypes('bfloat16', 'same', 'torch-cuda')).toEqual({ dtype: 'bf16', adapterDtype: 'same' });
+    expect(serveDtypes('float16', undefined, 'interpreter')).toEqual({ dtype: 'f16' });
+    expect(serveDtypes('float32', undefined, 'torch-cuda')).toEqual({ dtype: 'f32' });
+    expect(() => serveDtypes('float32', 'same', 'torch-cpu')).toThrow('--adapter-dtype applies to a bf16/f16 --dtype');
+    expect(() => serveDtypes('toString', undefined, 'torch-cpu')).toThrow('--dtype must be one of');
     expect(() => serveDtypes('f32', 'same', 'torch-cpu')).toThrow('--adapter-dtype applies to a bf16/f16 --dtype');
     for (const args of [['--dtype', 'fp8'], ['--dtype', 'bf16', '--adapter-dtype', 'bf16']]) {
       const r = await run(['serve', '--model', fixture('peft-tiny/llama/base'), '--port', '0', ...args]);
@@ -65,4 +73,22 @@ describe('stageml serve --dtype', () => {
     expect(r.err).toContain('ENGINE_UNSUPPORTED_DTYPE');
     expect(r.err).toContain("the executor 'onnxruntime' cannot run bf16 programs");
   });
+
+  it('--gpu-memory-utilization: a share in (0, 1], an executor that reports its device memory, ENGINE_DEVICE_MEMORY naming the sizes when the plan does not fit', async () => {
+    const model = fixture('peft-tiny/llama/base');
+    for (const v of ['0', '1.5', 'half']) {
+      const r = await run(['serve', '--model', model, '--port', '0', '--executor', 'interpreter', '--gpu-memory-utilization', v]);
+      expect(r.code).toBe(ExitCode.USAGE);
+      expect(r.err).toContain('(0, 1]');
+    }
+    const noDevice = await run(['serve', '--model', model, '--port', '0', '--executor', 'interpreter', '--gpu-memory-utilization', '0.9']);
+    expect(noDevice.code).toBe(ExitCode.USAGE);
+    expect(noDevice.err).toContain("reports its device's memory");
+    if (!isTorchAvailable()) return;
+    // The worker reports its device's memory (the host's on a CPU worker): a 10-millionth of it does not hold this plan.
+    const tight = await run(['serve', '--model', model, '--port', '0', '--executor', 'torch', '--max-loras', '2', '--max-lora-rank', '8', '--gpu-memory-utilization', '0.0000001']);
+    expect(tight.code).toBe(ExitCode.INVALID_INPUT);
+    expect(tight.err).toContain('ENGINE_DEVICE_MEMORY');
+    expect(tight.err).toMatch(/weights .* slot tables .* KV .* workspace/);
+  }, 120_000);
 });

@@ -53,7 +53,7 @@ describe('stageml serve MODEL --enable-lora --lora-modules a=DIR b=DIR --api-key
       process.execPath,
       ['--conditions=@stageml/source', '--import', 'tsx', 'apps/cli/src/bin.ts', 'serve', `${v2}mistral-sw`, '--enable-lora', '--lora-modules', `a=${v2}mistral-sw/adapters/a`, `{"name": "b", "path": "${v2}mistral-sw/adapters/b"}`, '--served-model-name', 'mistral', 'mistral-7b', '--max-model-len', '128', '--api-key', 'K', '--executor', 'interpreter', '--executor-picks', 'on', '--port', '0',
         // vLLM's serve flags that launch scripts carry: accepted (mapped to ours or noted).
-        '--max-num-seqs', '8', '--max-num-batched-tokens', '64', '--gpu-memory-utilization', '0.9', '--no-enable-prefix-caching', '--dtype', 'float32', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes', '--generation-config', 'vllm'],
+        '--max-num-seqs', '8', '--max-num-batched-tokens', '64', '--no-enable-prefix-caching', '--dtype', 'float32', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes', '--generation-config', 'vllm'],
       { cwd: repo, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     base = await new Promise<string>((resolve, reject) => {

@@ -12,22 +12,13 @@ afterAll(() => {
 });
 
 describe('vllmServeOptions', () => {
-  it('maps --max-num-seqs and --max-num-batched-tokens to ours and refuses disagreeing pairs', async () => {
-    expect(await vllmServeOptions({ maxNumSeqs: 48, maxNumBatchedTokens: 256 }, { modelDir: '/nonexistent' })).toMatchObject({ maxBatch: 48, prefillTokens: 256 });
-    await expect(vllmServeOptions({ maxNumSeqs: 48 }, { maxBatch: 8 })).rejects.toThrow(/--max-num-seqs 48 and --max-batch 8/);
-    await expect(vllmServeOptions({ maxNumBatchedTokens: 48 }, { prefillTokens: 8 })).rejects.toThrow(/--prefill-tokens/);
-    expect(await vllmServeOptions({ maxNumSeqs: 8 }, { maxBatch: 8 })).toMatchObject({ maxBatch: 8 });
-  });
-
   it('refuses prefix caching and vLLM quantization methods naming what we have; accepts --no-enable-prefix-caching', async () => {
     await expect(vllmServeOptions({ enablePrefixCaching: true }, {})).rejects.toMatchObject({ code: 'CLI_USAGE', message: expect.stringMatching(/--enable-prefix-caching: prefix caching is not implemented yet/) });
     expect((await vllmServeOptions({ enablePrefixCaching: false }, {})).notes).toEqual([]);
     await expect(vllmServeOptions({ quantization: 'awq' }, {})).rejects.toThrow(/--quantization awq.*--quantize/);
   });
 
-  it('checks --gpu-memory-utilization and notes it; tool flags need each other', async () => {
-    expect((await vllmServeOptions({ gpuMemoryUtilization: 0.9 }, {})).notes[0]).toMatch(/--gpu-memory-utilization 0.9: accepted/);
-    await expect(vllmServeOptions({ gpuMemoryUtilization: 1.5 }, {})).rejects.toThrow(/\(0, 1\]/);
+  it('tool flags need each other', async () => {
     await expect(vllmServeOptions({ enableAutoToolChoice: true }, {})).rejects.toThrow(/needs --tool-call-parser/);
     await expect(vllmServeOptions({ enableAutoToolChoice: true, toolCallParser: 'pythonic' }, {})).rejects.toThrow(/hermes, llama3_json, mistral/);
     expect(await vllmServeOptions({ enableAutoToolChoice: true, toolCallParser: 'hermes' }, {})).toMatchObject({ enableAutoToolChoice: true, toolCallParser: 'hermes' });

@@ -5,9 +5,6 @@ import { CliCode, CliError } from './errors.js';
 
 /** `vllm serve` flags `stageml serve` accepts beside its own. */
 export interface VllmServeFlags {
-  readonly maxNumSeqs?: number;
-  readonly maxNumBatchedTokens?: number;
-  readonly gpuMemoryUtilization?: number;
   /** `--enable-prefix-caching` (true) / `--no-enable-prefix-caching` (false). */
   readonly enablePrefixCaching?: boolean;
   readonly chatTemplate?: string;
@@ -19,8 +16,6 @@ export interface VllmServeFlags {
 
 /** What the vLLM flags become in our server's options. */
 export interface VllmServeOptions {
-  readonly maxBatch?: number;
-  readonly prefillTokens?: number;
   readonly chatTemplate?: string;
   readonly generationDefaults?: Readonly<Record<string, number>>;
   readonly enableAutoToolChoice?: boolean;
@@ -71,26 +66,18 @@ async function generationDefaults(dir: string): Promise<Record<string, number> |
 }
 
 /**
- * Our options from vLLM's serve flags: `--max-num-seqs` is `--max-batch`, `--max-num-batched-tokens`
- * the prefill token budget (`--prefill-tokens`); each conflicts with our flag given another value.
- * `--generation-config auto` (vLLM's default: `stageml serve` reads the model's
+ * Our options from vLLM's serve flags (`--max-num-seqs`, `--max-num-batched-tokens` and
+ * `--gpu-memory-utilization` are handled by `serve` itself). `--generation-config auto` (vLLM's default: `stageml serve` reads the model's
  * `generation_config.json` unless `vllm`, or a directory holding one) gives request defaults.
  * `--chat-template` is a file or a template's text. `--enable-auto-tool-choice` needs
  * `--tool-call-parser` (hermes, llama3_json, mistral). Refused with `CLI_USAGE` naming our
  * equivalent: `--enable-prefix-caching` (not implemented yet), `--quantization` (vLLM's quantized
- * checkpoint formats; our weight-only quantization is `--quantize`). `--gpu-memory-utilization`
- * is checked and noted: the engine has no preallocated KV pool to size.
+ * checkpoint formats; our weight-only quantization is `--quantize`).
  */
-export async function vllmServeOptions(flags: VllmServeFlags, ours: { readonly maxBatch?: number | undefined; readonly prefillTokens?: number | undefined; readonly modelDir?: string | undefined }): Promise<VllmServeOptions> {
+export async function vllmServeOptions(flags: VllmServeFlags, ours: { readonly modelDir?: string | undefined }): Promise<VllmServeOptions> {
   const notes: string[] = [];
-  if (flags.maxNumSeqs !== undefined && ours.maxBatch !== undefined && ours.maxBatch !== flags.maxNumSeqs) usage(`--max-num-seqs ${String(flags.maxNumSeqs)} and --max-batch ${String(ours.maxBatch)} disagree (they are the same setting)`);
-  if (flags.maxNumBatchedTokens !== undefined && ours.prefillTokens !== undefined && ours.prefillTokens !== flags.maxNumBatchedTokens) usage(`--max-num-batched-tokens ${String(flags.maxNumBatchedTokens)} and --prefill-tokens ${String(ours.prefillTokens)} disagree (they are the same setting)`);
   if (flags.enablePrefixCaching === true) usage('--enable-prefix-caching: prefix caching is not implemented yet (start without it, or with --no-enable-prefix-caching)');
   if (flags.quantization !== undefined && flags.quantization !== 'none') usage(`--quantization ${flags.quantization}: vLLM's quantized checkpoint formats are not read; our weight-only quantization of a float checkpoint is --quantize (int8, int4, …)`);
-  if (flags.gpuMemoryUtilization !== undefined) {
-    if (!(flags.gpuMemoryUtilization > 0 && flags.gpuMemoryUtilization <= 1)) usage(`--gpu-memory-utilization must be in (0, 1], got ${String(flags.gpuMemoryUtilization)}`);
-    notes.push(`--gpu-memory-utilization ${String(flags.gpuMemoryUtilization)}: accepted; the engine allocates KV per sequence (no preallocated pool to size): bound memory with --max-num-seqs and --max-model-len`);
-  }
   const parsers = ['hermes', 'llama3_json', 'mistral'] as const;
   if (flags.toolCallParser !== undefined && !(parsers as readonly string[]).includes(flags.toolCallParser)) usage(`--tool-call-parser must be one of ${parsers.join(', ')}, got '${flags.toolCallParser}'`);
   if (flags.enableAutoToolChoice === true && flags.toolCallParser === undefined) usage('--enable-auto-tool-choice needs --tool-call-parser (hermes, llama3_json or mistral)');
@@ -106,8 +93,6 @@ export async function vllmServeOptions(flags: VllmServeFlags, ours: { readonly m
   const defaults = from === undefined ? undefined : await generationDefaults(from);
   if (defaults !== undefined) notes.push(`request defaults from ${join(from!, 'generation_config.json')}: ${JSON.stringify(defaults)} (--generation-config vllm to ignore them)`);
   return {
-    ...(flags.maxNumSeqs === undefined ? {} : { maxBatch: flags.maxNumSeqs }),
-    ...(flags.maxNumBatchedTokens === undefined ? {} : { prefillTokens: flags.maxNumBatchedTokens }),
     ...(chatTemplate === undefined ? {} : { chatTemplate }),
     ...(defaults === undefined ? {} : { generationDefaults: defaults }),
     ...(flags.enableAutoToolChoice === true ? { enableAutoToolChoice: true, toolCallParser: flags.toolCallParser as (typeof parsers)[number] } : {}),

@@ -1,6 +1,6 @@
 import client from 'prom-client';
 import type { FastifyRequest } from 'fastify';
-import { dtypeBytes } from '@stageml/ir';
+import { StageError, dtypeBytes } from '@stageml/ir';
 import { Engine } from '@stageml/engine';
 import { findAdapterDirs } from '@stageml/peft';
 import { type Route, RouterCode, RouterError, Scheduler, TenantRegistry } from '@stageml/router';
@@ -87,8 +87,21 @@ async function loadEngine(opts: ServerOptions, modelDir: string, bundle: Serving
 /** Loads the adapters named at start: `adaptersDir`, the config's, `loraModules` and the bundle's. */
 async function loadStartAdapters(lm: Engine, opts: ServerOptions, bundle: ServingBundle | undefined): Promise<void> {
   if (opts.adaptersDir !== undefined) {
-    // One adapter directory, or a directory of them (PEFT_BAD_CONFIG when it is neither).
-    for (const a of await findAdapterDirs(opts.adaptersDir)) await lm.loadAdapter(a.dir, a.name);
+    // One adapter directory, or a directory of them (PEFT_BAD_CONFIG when it is neither). In a
+    // directory of adapters one that cannot be served is reported on one line and skipped: it
+    // must not keep the server, and every other tenant's adapter, from starting. An adapter named
+    // alone (the directory itself) still fails the start, as --lora-modules entries do.
+    const found = await findAdapterDirs(opts.adaptersDir);
+    const alone = found.length === 1 && found[0]!.dir === opts.adaptersDir;
+    const warn = opts.warn ?? ((line: string) => process.stderr.write(`${line}\n`));
+    for (const a of found) {
+      try {
+        await lm.loadAdapter(a.dir, a.name);
+      } catch (e) {
+        if (alone || !(e instanceof StageError)) throw e;
+        warn(`adapter '${a.name}' skipped: error[${e.code}]: ${e.message}`);
+      }
+    }
   }
   for (const [name, dir] of Object.entries(opts.config?.adapters ?? {})) await lm.loadAdapter(dir, name);
   for (const [name, dir] of Object.entries(opts.loraModules ?? {})) await lm.loadAdapter(dir, name);
@@ -133,7 +146,7 @@ function registerEngineGauges(lm: Engine, opts: ServerOptions, metrics: ServerMe
   if (opts.kvCacheUsage === undefined) {
     // vllm:kv_cache_usage_perc from the engine: KV bytes held by live sequences ÷ the KV the server may hold (every batch row at the full length).
     // Resident KV is counted where it lives (the executor, at the engine's dtype): the host may hold no copy.
-    const tokens = (opts.maxBatch ?? 32) * maxModelLen;
+    const tokens = (opts.maxBatch ?? lm.scheduling.maxBatch) * maxModelLen;
     const executorPerToken = 2 * lm.config.numLayers * lm.config.numKvHeads * lm.config.headDim * dtypeBytes(lm.dtype) + 4;
     metrics.setKvCacheUsage(() => {
       const m = lm.memory();
@@ -166,7 +179,22 @@ function registerEngineGauges(lm: Engine, opts: ServerOptions, metrics: ServerMe
     ['stageml_engine_cache_rebuilds', 'Sequences whose KV cache the executor lost (a restarted torch worker) and the engine rebuilt by prefilling their tokens again (resident KV without --host-kv-copy).', (st) => st.cacheRebuilds],
     ['stageml_engine_worker_retries', "Steps the engine ran again because the executor's worker died under them (a torch worker killed or out of memory; the next run starts a new one).", (st) => st.workerRetries],
     ['stageml_engine_preparations', 'Executor preparations the engine made (constant: one per slot form and the base program, plus the scoring program once prompt logits are asked for).', (st) => st.preparations],
+    ['stageml_engine_runs', 'Program runs the engine made (prefill chunks, decode steps and merged steps).', (st) => st.runs],
+    ['stageml_engine_steps', 'Scheduler steps the engine ran (one Engine.step call each).', (st) => st.steps],
+    ['stageml_engine_merged_steps', 'Steps whose decode rows and prefill chunks ran as one program run.', (st) => st.mergedSteps],
   ];
+  // The executor's counters of its caches and step graphs (the torch worker: re-stagings of the
+  // decode batch, rows joining it, gathered runs, CUDA graph captures and replays, eager steps).
+  new client.Gauge({
+    name: 'stageml_executor_counter',
+    help: "The executor's counters of its cache batch and step graphs, by kind (torch worker: restages, joins, gathers, dummyRows, graphEager, graphCaptures, graphReplays, graphFailures), as of its last run.",
+    labelNames: ['kind'],
+    registers: [metrics.registry],
+    collect() {
+      this.reset();
+      for (const [kind, v] of Object.entries(lm.stats().executor)) this.set({ kind }, v);
+    },
+  });
   for (const [name, help, read] of counters) {
     new client.Gauge({
       name,

@@ -139,6 +139,8 @@ describe('server on the engine: plans', () => {
       expect(scraped).toContain('stageml_engine_merged_modules{adapter="qv-r8"} 4');
       expect(scraped).toMatch(/stageml_engine_bytes\{kind="weights"\} [1-9]/);
       expect(scraped).toContain('stageml_engine_preparations 4');
+      expect(scraped).toMatch(/^stageml_engine_steps [1-9]/m);
+      expect(scraped).toMatch(/^stageml_engine_runs [1-9]/m);
     } finally {
       await server.shutdown();
     }

@@ -44,7 +44,7 @@ export interface ServerOptions {
   readonly dtype?: EngineOptions['dtype'];
   /** LoRA factors' dtype in a bf16/f16 engine (`stageml serve --adapter-dtype`; default f32). */
   readonly adapterDtype?: EngineOptions['adapterDtype'];
-  /** Most sequences decoded together (default 32). */
+  /** Most sequences decoded together (vLLM's `--max-num-seqs`; default the executor's hint: 256 on a CUDA GPU, 32 on the host CPU). */
   readonly maxBatch?: number;
   /** Most queued requests before 429 (default 256). */
   readonly maxQueue?: number;
@@ -85,6 +85,11 @@ export interface ServerOptions {
   readonly rejectDelayMs?: number;
   /** Log requests (pino through fastify). */
   readonly logger?: boolean;
+  /**
+   * Receives one line per problem the server survives at start (an adapter of `adaptersDir` that
+   * cannot be served, skipped). Default: standard error.
+   */
+  readonly warn?: (line: string) => void;
   /** Adapter slot capacity: most adapters loaded at once, `max_lora` in the metrics (default 16). */
   readonly maxLoras?: number;
   /** Name sent in every response's `x-stageml-replica` header (default `hostname:port`). */
@@ -95,7 +100,7 @@ export interface ServerOptions {
   readonly maxCpuLoras?: number;
   /** Most prompt tokens per prefill chunk (default 32). */
   readonly prefillChunk?: number;
-  /** Most prompt tokens one step prefills over all arriving sequences together (default 64). */
+  /** Most prompt tokens one step prefills over all arriving sequences together (vLLM's `--max-num-batched-tokens`; default the executor's hint: 8192 on a CUDA GPU, 64 on the host CPU). */
   readonly prefillTokens?: number;
   /** The same budget while nothing decodes, each sequence's chunk included (default 512). */
   readonly idlePrefillTokens?: number;

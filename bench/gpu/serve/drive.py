@@ -25,7 +25,8 @@ def prompts(n, length, vocab, seed=7):
 
 
 async def one(session, url, model, ids, new):
-    body = {"model": model, "prompt": ids, "max_tokens": new, "temperature": 0, "ignore_eos": True, "stream": True}
+    body = {"model": model, "prompt": ids, "max_tokens": new, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
     first = None
     stamps = []
@@ -43,13 +44,15 @@ async def one(session, url, model, ids, new):
             ev = json.loads(data)
             if "error" in ev:
                 return {"error": json.dumps(ev["error"])[:200]}
+            usage = ev.get("usage")
+            if usage:
+                count = usage.get("completion_tokens", count)
+            if not ev.get("choices") or not ev["choices"][0].get("text"):
+                continue
             now = time.perf_counter()
             if first is None:
                 first = now - t0
             stamps.append(now)
-            usage = ev.get("usage")
-            if usage:
-                count = usage.get("completion_tokens", count)
     return {"ttft": first, "end": time.perf_counter(), "start": t0, "stamps": stamps, "tokens": count or len(stamps)}
 
 

@@ -5,15 +5,16 @@ with transformers and PEFT as a user's checkpoint would be written (save_pretrai
 
 Shapes: `1b` Llama-3.2-1B (16 layers, 2048/8192, GQA 32/8, vocab 128,256, tied embeddings, llama3
 rope), `8b` Llama-3-8B (32 layers, 4096/14336, GQA 32/8, vocab 128,256), `small` SmolLM2-135M
-(30 layers, 576/1536, GQA 9/3, vocab 49,152, tied). The tokenizer is the repository's fixture
-tokenizer (requests send token ids; it only has to load). Adapters: r RANK, alpha 2·RANK, on all
+(30 layers, 576/1536, GQA 9/3, vocab 49,152, tied). The tokenizer is a word-level one over the
+whole vocabulary (id i is the word `wI`; ids 0-2 are special), so every generated id detokenizes to
+text and the server streams one chunk per token (a smaller tokenizer would leave most ids without
+text, and the stream without per-token chunks). Adapters: r RANK, alpha 2·RANK, on all
 seven projections, factors drawn from N(0, 0.02) with a seed per adapter (lora_B non-zero, so
 every adapter changes the logits), saved as PEFT saves them.
 """
 import argparse
 import json
 import os
-import shutil
 import time
 
 import torch
@@ -32,13 +33,26 @@ SHAPES = {
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+def write_tokenizer(model_dir, vocab_size):
+    """A word-level tokenizer covering every id: `<tI>` for the special ids 0-2, `wI` otherwise."""
+    vocab = {(f"<t{i}>" if i < 3 else f"w{i}"): i for i in range(vocab_size)}
+    special = [{"id": i, "content": f"<t{i}>", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True} for i in range(3)]
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": special, "normalizer": None,
+           "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+           "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": False},
+           "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<t0>"}}
+    with open(os.path.join(model_dir, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+    with open(os.path.join(model_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<t1>", "eos_token": "<t2>", "unk_token": "<t0>", "tokenizer_class": "PreTrainedTokenizerFast"}, f)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="1b", choices=sorted(SHAPES))
     ap.add_argument("--adapters", type=int, default=64)
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--tokenizer", default=os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "peft-tiny", "tokenizer"))
     a = ap.parse_args()
     t0 = time.time()
     torch.manual_seed(0)
@@ -47,8 +61,7 @@ def main():
         model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     model_dir = os.path.join(a.out, "model")
     model.save_pretrained(model_dir, safe_serialization=True)
-    for f in os.listdir(a.tokenizer):
-        shutil.copy(os.path.join(a.tokenizer, f), model_dir)
+    write_tokenizer(model_dir, cfg.vocab_size)
     print(f"model {a.shape}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters, {time.time() - t0:.1f} s", flush=True)
     if a.adapters > 0:
         from peft import LoraConfig, get_peft_model

@@ -1,20 +1,20 @@
-import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, graphParams, hostTensor, rounderFor } from '@stageml/ir';
+import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, exactIn, graphParams, hostTensor, roundFloat32InPlace, rounderFor } from '@stageml/ir';
 import { type LlamaConfig, ModelCode, ModelError, type TextTokenizer, loadTokenizer, processLogits, readLlamaConfig, readParam, samplePick } from '@stageml/models';
 import { AdapterCache, type LoraAdapter, PeftCode, PeftError, checkAdapterAgainstBase, loadLoraAdapter } from '@stageml/peft';
-import { CacheLostError, type CacheRun, RuntimeCode, type CacheStore, type CacheStream, type Executor, type PreparedGraph, type RowSample, argmaxRows, checkRowSamples, executorCapabilities, firstMaxIndex, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
+import { CacheLostError, type CacheRun, RuntimeCode, type CacheStore, type CacheStream, type Executor, type FileTensorRef, type PreparedGraph, type TorchDeviceTensors, type RowSample, type SchedulingHints, argmaxRows, checkRowSamples, executorCapabilities, firstMaxIndex, interpreterExecutor, quantizeLinears, schedulingHints } from '@stageml/runtime';
 import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
 import { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, type EngineAdapterDType, type EngineDType, castEngineGraph, castTensor, tensorBytes } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
 import { expertSlotFactors } from './experts.js';
 import { engineGraph, paramsToInputs } from './graph.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
-import { type EngineMemory, type EngineOptions, type EnginePlan, type EngineStats, type PrefillOptions, type ProgramForm, positiveInt } from './options.js';
+import { type EngineMemory, type EngineOptions, type EnginePlan, type EngineStats, type PrefillOptions, type ProgramForm, type StepDecode, type StepPart, type StepPrefill, type StepRecord, type StepResult, positiveInt } from './options.js';
 import { GROUP_SLOT_INPUT, ONE_SLOT_INPUT, ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_SLOT_INPUT, type SlotForm, type SlotModule, TOKEN_SLOT_INPUT, chooseSlotForm } from './slot-linear.js';
 import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
 import { Sequence, type SlotEntry } from './sequence.js';
 import { windowedQueries } from './masks.js';
-import { decodeAttention, prefillInputs, stagePast } from './steps.js';
-import { type ExpertSlotFactors, SlotTables } from './slots.js';
+import { type ChunkRow, chunkInputs, decodeAttention, prefillInputs, stagePast } from './steps.js';
+import { type ExpertSlotFactors, type SlotSource, SlotTables } from './slots.js';
 import { type Plan, TrafficCounter, checkPlan, validatePlanDocument } from '@stageml/planner';
 
 const BASE = '__base__';
@@ -57,6 +57,10 @@ export class Engine {
   readonly #tables: SlotTables;
   readonly #shapes: Map<string, readonly number[]>;
   readonly #weightBytes: number;
+  /** The part of `#weightBytes` the executor read and holds on its device only (`deviceWeights`). */
+  readonly #deviceWeightBytes: number;
+  /** Whether the host holds the weights' values (false with `deviceWeights`: lanes cannot be built). */
+  readonly #hostWeights: boolean;
   readonly #registered = new Map<string, string>();
   readonly #fresh = new Map<string, LoraAdapter>();
   readonly #host: AdapterCache<LoraAdapter>;
@@ -94,6 +98,9 @@ export class Engine {
   readonly #allWeightInputs: boolean;
   #scoring: Promise<PreparedGraph> | undefined;
   #runs = 0;
+  #steps = 0;
+  #mergedSteps = 0;
+  readonly #mergeWaste: number;
   #rebuilds = 0;
   #workerRetries = 0;
   #disposed = false;
@@ -130,13 +137,14 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; hostKvCopy: boolean; recycleOutputs: boolean; executorPicks: boolean },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; deviceWeightBytes: number; hostWeights: boolean; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; hostKvCopy: boolean; recycleOutputs: boolean; executorPicks: boolean; mergeWaste: number },
   ) {
     this.#dtype = parts.dtype;
     this.#adapterDtype = parts.adapterDtype;
     this.#caches = parts.caches;
     this.#hostKv = parts.caches === undefined || parts.hostKvCopy;
     this.#executorPicks = parts.executorPicks;
+    this.#mergeWaste = parts.mergeWaste;
     this.#spare = parts.recycleOutputs ? new Map() : undefined;
     const streams: CacheStream[] = [];
     for (let l = 0; l < config.numLayers; l++) {
@@ -160,6 +168,8 @@ export class Engine {
     this.#tables = parts.tables;
     this.#shapes = parts.shapes;
     this.#weightBytes = parts.weightBytes;
+    this.#deviceWeightBytes = parts.deviceWeightBytes;
+    this.#hostWeights = parts.hostWeights;
     this.#preparations = Object.keys(parts.programs).length;
     this.#prefillChunk = parts.prefillChunk;
     this.#staging = new Staging(config.numLayers);
@@ -199,9 +209,17 @@ export class Engine {
   static async load(dir: string, opts: EngineOptions = {}): Promise<Engine> {
     const maxLoras = positiveInt('maxLoras', opts.maxLoras, 16);
     const rank = positiveInt('maxLoraRank', opts.maxLoraRank, 64);
-    const maxCpuLoras = positiveInt('maxCpuLoras', opts.maxCpuLoras, maxLoras);
+    const deviceStore = deviceTensorsOf(opts.executor ?? interpreterExecutor);
+    const hostNeeds = opts.weights === 'program' ? "weights: 'program'" : opts.quantize !== undefined ? 'quantize' : opts.packBase === true ? 'packBase' : opts.memoryBudget !== undefined ? 'memoryBudget' : opts.plan !== undefined ? 'a plan' : undefined;
+    if (opts.deviceWeights !== undefined && typeof opts.deviceWeights !== 'boolean') throw new EngineError(EngineCode.BAD_OPTIONS, `deviceWeights must be true or false, got ${String(opts.deviceWeights)}`);
+    if (opts.deviceWeights === true && deviceStore === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `deviceWeights needs an executor with device tensors (the torch executor); '${(opts.executor ?? interpreterExecutor).name}' has none`);
+    if (opts.deviceWeights === true && hostNeeds !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `deviceWeights keeps the weights off the host; ${hostNeeds} needs their values there`);
+    const onDevice = opts.deviceWeights ?? (deviceStore !== undefined && hostNeeds === undefined) ? deviceStore : undefined;
+    const maxCpuLoras = positiveInt('maxCpuLoras', opts.maxCpuLoras, onDevice === undefined ? maxLoras : 1);
     const prefillChunk = positiveInt('prefillChunk', opts.prefillChunk, 32);
     const replanEvery = positiveInt('replanEvery', opts.replanEvery, 512);
+    const mergeWaste = opts.stepMergeWaste ?? 0.25;
+    if (!(typeof mergeWaste === 'number' && Number.isFinite(mergeWaste) && mergeWaste >= 0)) throw new EngineError(EngineCode.BAD_OPTIONS, `stepMergeWaste must be a finite number ≥ 0, got ${String(opts.stepMergeWaste)}`);
     const memoryBudget = opts.memoryBudget;
     if (memoryBudget !== undefined && !(Number.isFinite(memoryBudget) && memoryBudget >= 0)) throw new EngineError(EngineCode.BAD_OPTIONS, `memoryBudget must be a number of bytes ≥ 0, got ${String(memoryBudget)}`);
     if (memoryBudget !== undefined && (opts.weights === 'program' || opts.quantize !== undefined)) throw new EngineError(EngineCode.BAD_OPTIONS, "memoryBudget (plans with merged copies) needs weights: 'inputs' (and no quantize)");
@@ -241,6 +259,7 @@ export class Engine {
     const weights = new Map<string, HostTensor>();
     const shapes = new Map<string, readonly number[]>();
     let weightBytes = 0;
+    let deviceWeightBytes = 0;
     let dtype: EngineDType;
     try {
       dtype = wantDtype === 'checkpoint' ? storedDType(ckpt, dir) : wantDtype;
@@ -249,13 +268,35 @@ export class Engine {
         if (!runs.includes(dtype)) throw new EngineError(EngineCode.UNSUPPORTED_DTYPE, `the executor '${executor.name}' cannot run ${dtype} programs (it runs ${runs.join(', ')})`, { hint: 'use --executor torch (or interpreter), or --dtype f32' });
         if (opts.quantize !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `quantize packs f32 weights: it needs dtype f32, not ${dtype}`);
       }
+      const refs: { name: string; ref: FileTensorRef }[] = [];
       for (const p of graphParams(graph)) {
-        const t = await readParam(ckpt, dir, p.name, graph.values[p.results[0]!]!.type.shape as number[]);
-        // A bf16/f16 checkpoint's values are exact in f32: rounding them is the identity, in place.
-        const held = dtype === 'f32' ? t : roundInPlace(t, dtype);
+        const want = graph.values[p.results[0]!]!.type.shape as number[];
+        const info = onDevice !== undefined && ckpt.has(p.name) ? ckpt.info(p.name) : undefined;
+        if (info !== undefined && SAFETENSORS_FLOATS[info.dtype] !== undefined && info.shape.length === want.length && info.shape.every((d, i) => d === want[i])) {
+          // Read by the worker itself, from the file: no host copy.
+          refs.push({ name: p.name, ref: { file: ckpt.fileOf(p.name), tensor: p.name, dtype, shape: want } });
+          shapes.set(p.name, want);
+          continue;
+        }
+        const t = await readParam(ckpt, dir, p.name, want);
+        // A tensor stored in the compute dtype (a bf16 checkpoint served in bf16) is exact: rounding
+        // it would be the identity, so it is skipped; anything else rounds in place.
+        const stored = ckpt.has(p.name) ? SAFETENSORS_FLOATS[ckpt.info(p.name).dtype] : undefined;
+        const held = dtype === 'f32' ? t : stored !== undefined && exactIn(stored, dtype) ? { dtype, shape: t.shape, data: t.data } : roundInPlace(t, dtype);
         weights.set(p.name, held);
         shapes.set(p.name, t.shape);
         weightBytes += tensorBytes(held);
+      }
+      if (refs.length > 0) {
+        try {
+          const handles = await onDevice!.load(refs.map((r) => r.ref));
+          refs.forEach((r, i) => weights.set(r.name, handles[i]!));
+        } catch (e) {
+          if (e instanceof StageError) throw new EngineError(EngineCode.RUN_FAILED, `the executor could not read the weights of '${dir}' itself: ${errorMessage(e)}`, { cause: e });
+          throw e;
+        }
+        deviceWeightBytes = refs.reduce((a, r) => a + r.ref.shape.reduce((x, y) => x * y, 1) * dtypeBytes(dtype), 0);
+        weightBytes += deviceWeightBytes;
       }
     } finally {
       await ckpt.close();
@@ -288,8 +329,9 @@ export class Engine {
     // Bytes of every copy: the shared host copy (inputs) and each program's own.
     if (quantize === undefined) weightBytes = oneCopy * (copies + (asInputs ? 1 : 0));
     const baseTakesWeights = quantize !== undefined || (asInputs && !packBase);
-    const tables = new SlotTables(maxLoras + 1, rank, modules, dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32');
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executorCapabilities(executor.name)?.devicePicks === true });
+    const factorDtype = dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32';
+    const tables = onDevice === undefined ? new SlotTables(maxLoras + 1, rank, modules, factorDtype) : await SlotTables.onDevice(onDevice, maxLoras + 1, rank, modules, factorDtype);
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executorCapabilities(executor.name)?.devicePicks === true, mergeWaste });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
@@ -322,6 +364,15 @@ export class Engine {
     return { slots: this.#tables.slots, rank: this.#tables.rank };
   }
 
+  /**
+   * The scheduling defaults of this engine's executor (`ExecutorCapabilities.scheduling` of
+   * @stageml/runtime: a step budget of thousands of tokens on a GPU, 64 on the host CPU), which a
+   * scheduler takes where its options name none.
+   */
+  get scheduling(): SchedulingHints {
+    return schedulingHints(this.#executor.name);
+  }
+
   /** Whether sequences' KV lives on the executor (`EngineOptions.residentKv`). */
   get residentKv(): boolean {
     return this.#caches !== undefined;
@@ -339,12 +390,13 @@ export class Engine {
     const staging = this.#staging.bytes + this.#decodeStaging.bytes;
     let lanes = 0;
     for (const l of this.#lanes.values()) lanes += l.bytes;
-    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, executorKv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + executorKv + staging + lanes };
+    const onDevice = this.#deviceWeightBytes + (this.#tables.onDevice ? this.#tables.bytes : 0) + executorKv;
+    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, executorKv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + executorKv + staging + lanes, onDevice };
   }
 
   /** Counters. */
   stats(): EngineStats {
-    return { preparations: this.#preparations, runs: this.#runs, runsByForm: { ...this.#runsByForm }, residentAdapters: this.#slotCache.stats().entries, sequences: this.#live.size, freeSlots: this.#tables.freeSlots, cacheRebuilds: this.#rebuilds, workerRetries: this.#workerRetries };
+    return { preparations: this.#preparations, runs: this.#runs, runsByForm: { ...this.#runsByForm }, residentAdapters: this.#slotCache.stats().entries, sequences: this.#live.size, freeSlots: this.#tables.freeSlots, cacheRebuilds: this.#rebuilds, workerRetries: this.#workerRetries, steps: this.#steps, mergedSteps: this.#mergedSteps, executor: this.#caches?.stats?.() ?? {} };
   }
 
   /** Whether the base slot and every free slot hold only zeros (an unloaded adapter leaves nothing behind). */
@@ -358,6 +410,7 @@ export class Engine {
     };
     const lanes = this.#allWeightInputs;
     if (adapter.overrides.size > 0) {
+      if (!this.#hostWeights) refuse(`replaces whole tensors (${[...adapter.overrides.keys()].slice(0, 3).join(', ')}), which needs the base weights on the host; this engine keeps them on the executor's device (deviceWeights)`);
       if (!lanes) refuse(`replaces whole tensors (${[...adapter.overrides.keys()].slice(0, 3).join(', ')}), which cannot vary by row; an engine with weights: 'program' cannot give it a lane of its own`);
       for (const [k, t] of adapter.overrides) {
         const want = this.#shapes.get(k);
@@ -453,9 +506,18 @@ export class Engine {
     return f;
   }
 
+  /** Where a slot's factors come from again (device tables on a new worker): the adapter reloaded through the host cache (its directory). */
+  #slotSource(name: string): SlotSource {
+    return async () => {
+      const lease = await this.#host.acquire(name);
+      lease.release();
+      return { adapter: withoutModules(lease.value, this.#applied.merged.get(name)), experts: this.#expertFactors(lease.value) };
+    };
+  }
+
   #assign(entry: SlotEntry): number {
     if (entry.slot === undefined) {
-      entry.slot = this.#tables.write(withoutModules(entry.adapter, this.#applied.merged.get(entry.adapter.name)), this.#expertFactors(entry.adapter));
+      entry.slot = this.#tables.write(withoutModules(entry.adapter, this.#applied.merged.get(entry.adapter.name)), this.#expertFactors(entry.adapter), this.#tables.onDevice ? this.#slotSource(entry.adapter.name) : undefined);
       entry.adapter = shapeOnly(entry.adapter);
     }
     this.#entries.set(entry.adapter.name, entry);
@@ -611,6 +673,7 @@ export class Engine {
       inputs[ROW_SLOT_INPUT] = hostTensor('i64', [1], [slot]);
       this.#tokenSlots(inputs, [slot]);
       this.#runs++;
+      await this.#tables.settled();
       const out = await runProgram(program, inputs, this.#resident);
       const logits = out['logits']!;
       return { dtype: 'f32', shape: [count, this.config.vocabSize], data: logits.data };
@@ -698,6 +761,8 @@ export class Engine {
 
   /** Runs `program`, recycling its last finished call's result when recycling outputs; the result goes to `produced`. */
   async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined, produced: Outputs, pick: StepPick = 'logits'): Promise<Record<string, HostTensor>> {
+    // Device slot writes go before the run on the worker's queue; a failed one fails the run.
+    await this.#tables.settled();
     // A pick of greedy rows only (no processing) is an argmax, which every executor whose results cross makes.
     const greedy = pick === 'greedy' || (typeof pick === 'object' && pick.every((r) => r.temperature === 0 && r.processing === undefined));
     const argmax = greedy ? GREEDY_OUTPUTS : undefined;
@@ -809,6 +874,7 @@ export class Engine {
     return {
       streams: this.#streams,
       rows: seqs.map((s, r) => ({ id: s.cache!, length: s.kv.length, append: append[r]!, ...(this.#hostKv ? { restore: restore(s) } : {}) })),
+      rowInputs: ROW_INPUTS,
     };
   }
 
@@ -906,17 +972,11 @@ export class Engine {
 
   async #prefillBatch(seqs: readonly Sequence[], slots: readonly number[], lane: Lane | undefined, maxChunk: number | undefined, produced: Outputs, pick: 'logits' | readonly RowSample[]): Promise<(Float32Array | number | undefined)[]> {
     const counts = seqs.map((s) => this.chunkOf(s, maxChunk));
-    const { inputs, C, past, chunkMasks, nexts } = prefillInputs(seqs, counts, this.config.slidingWindow);
+    // Resident KV: the executor builds the cached part of the key mask; the run sends the chunk's [rows, C].
+    const { inputs, C, past, chunkMasks, nexts } = prefillInputs(seqs, counts, this.config.slidingWindow, this.#caches !== undefined);
     let caches: CacheRun | undefined;
-    if (this.#caches !== undefined) {
-      // Resident KV: the executor builds the cached part of the key mask; the run sends the chunk's [rows, C].
-      const keys = past + C;
-      const full = inputs['attention_mask']!.data;
-      const tail = new Float32Array(seqs.length * C);
-      for (let r = 0; r < seqs.length; r++) tail.set(full.subarray(r * keys + past, (r + 1) * keys), r * C);
-      inputs['attention_mask'] = { dtype: 'f32', shape: [seqs.length, C], data: tail };
-      caches = this.#cacheRun(seqs, counts.map((c) => [C - c, c] as const));
-    } else this.#stagePast(inputs, seqs, past);
+    if (this.#caches !== undefined) caches = this.#cacheRun(seqs, counts.map((c) => [C - c, c] as const));
+    else this.#stagePast(inputs, seqs, past);
     const out = await this.#run(inputs, slots, lane, caches, produced, pick);
     const { k, v } = this.#outputs(out);
     const width = this.#kvShape[0] * this.#kvShape[1];
@@ -970,6 +1030,142 @@ export class Engine {
   async decodeSample(seqs: readonly Sequence[], tokens: readonly number[], rows: readonly RowSample[]): Promise<number[]> {
     checkRows(seqs, rows, 'decodeSample');
     return (await this.#decodeStep(seqs, tokens, rows)) as number[];
+  }
+
+  /**
+   * One scheduler step (`StepRecord`: decode rows and prefill chunks) in one call. Where both are
+   * present, every row is a plain-slot or base row (no lane), both parts pick alike (rows, or
+   * logits) and the padding is within `EngineOptions.stepMergeWaste`, they run as ONE program run:
+   * each decode row as a one-token chunk beside the prompt chunks (left-padded to the longest, as
+   * a prefill run pads), its token the same as a decode step's. Otherwise the decode rows run, then
+   * the prefill chunks (`decodeSample`/`decode`, then `prefillSample`/`prefillMany`). Each part's
+   * failure is its own (`StepPart.error`; a merged run's failure is both parts'), and a failed part
+   * leaves its sequences as they were.
+   */
+  async step(record: StepRecord): Promise<StepResult> {
+    const d = record.decode !== undefined && record.decode.seqs.length > 0 ? record.decode : undefined;
+    const p = record.prefill !== undefined && record.prefill.seqs.length > 0 ? record.prefill : undefined;
+    if (d === undefined && p === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, 'a step needs decode rows or prefill chunks');
+    this.#steps++;
+    const before = this.#runs;
+    if (d !== undefined && p !== undefined) {
+      let merge: boolean;
+      try {
+        await this.#applyPlan();
+        merge = this.#mergeable(d, p);
+      } catch (e) {
+        return { decode: { error: e }, prefill: { error: e }, merged: false, runs: this.#runs - before };
+      }
+      if (merge) {
+        try {
+          const out = await this.#mixedStep(d, p);
+          this.#mergedSteps++;
+          return { decode: { values: out.slice(0, d.seqs.length) as (number | Float32Array)[] }, prefill: { values: out.slice(d.seqs.length) }, merged: true, runs: this.#runs - before };
+        } catch (e) {
+          return { decode: { error: e }, prefill: { error: e }, merged: true, runs: this.#runs - before };
+        }
+      }
+    }
+    let decode: StepPart<number | Float32Array> | undefined;
+    if (d !== undefined) {
+      try {
+        const values: (number | Float32Array)[] = d.rows === undefined ? await this.decode(d.seqs, d.tokens) : await this.decodeSample(d.seqs, d.tokens, d.rows);
+        // Recycled outputs: the prefill run below may write into these logits' storage.
+        decode = { values: this.#spare !== undefined && p !== undefined ? values.map((v) => (typeof v === 'number' ? v : v.slice())) : values };
+      } catch (e) {
+        decode = { error: e };
+      }
+    }
+    let prefill: StepPart<number | Float32Array | undefined> | undefined;
+    if (p !== undefined) {
+      const opts = p.maxChunk === undefined ? {} : { maxChunk: p.maxChunk };
+      try {
+        prefill = { values: p.rows === undefined ? await this.prefillMany(p.seqs, opts) : await this.prefillSample(p.seqs, p.rows, opts) };
+      } catch (e) {
+        prefill = { error: e };
+      }
+    }
+    return { ...(decode === undefined ? {} : { decode }), ...(prefill === undefined ? {} : { prefill }), merged: false, runs: this.#runs - before };
+  }
+
+  /**
+   * Whether a step's decode rows and prefill chunks run as one program run: no lanes, no sliding
+   * window, alike picks, and the decode rows' padding (rows × (C − 1)) within `stepMergeWaste` of
+   * the token rows the two runs would take apart.
+   */
+  #mergeable(d: StepDecode, p: StepPrefill): boolean {
+    if (this.config.slidingWindow !== undefined || (d.rows === undefined) !== (p.rows === undefined)) return false;
+    const laned = (s: Sequence): boolean => s.adapter !== undefined && this.#lanes.has(s.adapter);
+    if (d.seqs.some(laned) || p.seqs.some(laned)) return false;
+    const maxChunk = p.maxChunk === undefined ? undefined : positiveInt('maxChunk', p.maxChunk, 1);
+    const C = Math.max(...p.seqs.map((s) => this.chunkOf(s, maxChunk)));
+    if (!(C >= 1)) return false;
+    const nd = d.seqs.length;
+    return nd * (C - 1) <= this.#mergeWaste * (nd + p.seqs.length * C);
+  }
+
+  /** A merged step: the decode rows and the prefill chunks of `d` and `p` in one run. */
+  async #mixedStep(d: StepDecode, p: StepPrefill): Promise<(Float32Array | number | undefined)[]> {
+    const maxChunk = p.maxChunk === undefined ? undefined : positiveInt('maxChunk', p.maxChunk, 1);
+    if (d.tokens.length !== d.seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, `decode needs one token per sequence (${String(d.seqs.length)} sequences, ${String(d.tokens.length)} tokens)`);
+    if (d.rows !== undefined) checkRows(d.seqs, d.rows, 'step (decode)');
+    if (p.rows !== undefined) checkRows(p.seqs, p.rows, 'step (prefill)');
+    const seqs = [...d.seqs, ...p.seqs];
+    if (new Set(seqs).size !== seqs.length) throw new EngineError(EngineCode.BAD_OPTIONS, 'a sequence appears twice in one step');
+    for (const s of d.seqs) {
+      this.#check(s);
+      if (!s.ready) throw new EngineError(EngineCode.BAD_SEQUENCE, 'a sequence in the decode batch is not prefilled yet');
+    }
+    for (const s of p.seqs) {
+      this.#check(s);
+      if (s.ready) throw new EngineError(EngineCode.BAD_SEQUENCE, 'the prompt is already prefilled');
+    }
+    d.tokens.forEach((t, i) => {
+      if (!Number.isInteger(t) || t < 0 || t >= this.config.vocabSize) throw new ModelError(ModelCode.BAD_TOKEN, `token id ${String(t)} at row ${String(i)} is outside the vocabulary [0, ${String(this.config.vocabSize)})`);
+    });
+    const pick: 'logits' | readonly RowSample[] = d.rows === undefined ? 'logits' : [...d.rows, ...p.rows!];
+    const produced: Outputs = new Map();
+    const out = await this.#surviving(seqs, undefined, produced, () => this.#mixedBatch(d.seqs, d.tokens, p.seqs, p.seqs.map((s) => this.chunkOf(s, maxChunk)), produced, pick));
+    this.#keep(produced);
+    return out;
+  }
+
+  /**
+   * One run over decode rows (each its one token) and prefill chunks (`counts[r]` prompt tokens),
+   * every row left-padded to the longest chunk; appends each row's own positions. Per decode row
+   * its pick or logits; per prefill row the same when its prompt is done, else undefined.
+   */
+  async #mixedBatch(dseqs: readonly Sequence[], tokens: readonly number[], pseqs: readonly Sequence[], counts: readonly number[], produced: Outputs, pick: 'logits' | readonly RowSample[]): Promise<(Float32Array | number | undefined)[]> {
+    const chunks: ChunkRow[] = [
+      ...dseqs.map((s, i) => ({ seq: s, ids: [tokens[i]!], mask01: [1] })),
+      ...pseqs.map((s, r) => ({ seq: s, ids: s.prompt.slice(s.prefilled, s.prefilled + counts[r]!), mask01: s.promptMask.slice(s.prefilled, s.prefilled + counts[r]!) })),
+    ];
+    const seqs = chunks.map((c) => c.seq);
+    const slots = seqs.map((s) => this.#check(s));
+    const { inputs, C, past, chunkMasks, nexts } = chunkInputs(chunks, this.config.slidingWindow, this.#caches !== undefined);
+    let caches: CacheRun | undefined;
+    if (this.#caches !== undefined) caches = this.#cacheRun(seqs, chunks.map((c) => [C - c.ids.length, c.ids.length] as const));
+    else this.#stagePast(inputs, seqs, past);
+    const out = await this.#run(inputs, slots, undefined, caches, produced, pick);
+    const { k, v } = this.#outputs(out);
+    const width = this.#kvShape[0] * this.#kvShape[1];
+    const V = this.config.vocabSize;
+    const logits = out['logits']!.data as Float32Array;
+    const picks = typeof pick === 'object' ? pickRows(out['logits']!, pick) : undefined;
+    const nd = dseqs.length;
+    return seqs.map((s, r) => {
+      const value = picks !== undefined ? picks[r]! : logits.subarray(r * V, (r + 1) * V);
+      if (s.released) return r < nd ? value : undefined;
+      s.kv.append(k, v, (r * C + C - chunks[r]!.ids.length) * width, chunkMasks[r]!);
+      s.nextPosition = nexts[r]!;
+      if (r < nd) {
+        if (!this.#hostKv) this.#historyOf(s).push(tokens[r]!);
+        return value;
+      }
+      s.prefilled += counts[r - nd]!;
+      // NOTE: `ready` is a getter; it changed with `prefilled` above.
+      return s.ready ? value : undefined;
+    });
   }
 
   async #decodeStep(seqs: readonly Sequence[], tokens: readonly number[], pick: StepPick): Promise<Float32Array[] | number[]> {
@@ -1060,9 +1256,12 @@ function castProgram(g: Graph, dtype: 'bf16' | 'f16', adapterDtype: EngineAdapte
 
 /** `t` rounded to `dtype` in place (`t` was just read and is not shared), relabelled. */
 function roundInPlace(t: HostTensor, dtype: 'bf16' | 'f16'): HostTensor {
-  const round = rounderFor(dtype);
   const d = t.data;
-  for (let i = 0; i < d.length; i++) d[i] = round(d[i]!);
+  if (d instanceof Float32Array) roundFloat32InPlace(d, dtype);
+  else {
+    const round = rounderFor(dtype);
+    for (let i = 0; i < d.length; i++) d[i] = round(d[i]!);
+  }
   return { dtype, shape: t.shape, data: d };
 }
 
@@ -1074,6 +1273,12 @@ function storedDType(ckpt: Checkpoint, dir: string): EngineDType {
   const dt = top === undefined ? undefined : SAFETENSORS_FLOATS[top];
   if (dt === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `the checkpoint in '${dir}' stores ${top ?? 'no float tensors'}; dtype checkpoint needs F32, BF16 or F16`, { hint: 'give dtype f32, bf16 or f16' });
   return dt;
+}
+
+/** The executor's device tensors (the torch executor's `device`), or undefined when it has none. */
+function deviceTensorsOf(executor: Executor): TorchDeviceTensors | undefined {
+  const d = (executor as { readonly device?: Partial<TorchDeviceTensors> }).device;
+  return typeof d === 'object' && typeof d.load === 'function' && typeof d.zeros === 'function' && typeof d.write === 'function' ? (d as TorchDeviceTensors) : undefined;
 }
 
 /** Per prepared program, one of its results. */
@@ -1106,6 +1311,9 @@ function pickRows(t: HostTensor, rows: readonly RowSample[]): number[] {
     return r.temperature === 0 ? firstMaxIndex(row) : samplePick(row, r.temperature, r.topK, r.topP, r.u);
   });
 }
+
+/** The inputs of the engine's programs whose leading axis is the batch row (`CacheRun.rowInputs`). */
+const ROW_INPUTS: readonly string[] = ['input_ids', 'position_ids', 'attention_mask', ROW_SLOT_INPUT, ROW_MASK_INPUT, ROW_GROUP_INPUT, TOKEN_SLOT_INPUT];
 
 /** What a greedy decode step needs of its logits: each row's largest (`RunOptions.argmax`). */
 const GREEDY_OUTPUTS: readonly string[] = ['logits'];

@@ -14,6 +14,8 @@ export const EngineCode = registerErrorCodes({
   RUN_FAILED: 'ENGINE_RUN_FAILED',
   /** The executor cannot run the engine's compute dtype (named executor and dtype). */
   UNSUPPORTED_DTYPE: 'ENGINE_UNSUPPORTED_DTYPE',
+  /** What the engine must hold on the device does not fit the share of its memory it may use (`checkDeviceMemory`; the sizes named). */
+  DEVICE_MEMORY: 'ENGINE_DEVICE_MEMORY',
 }, {
   // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
   BAD_OPTIONS: 'input',
@@ -22,6 +24,7 @@ export const EngineCode = registerErrorCodes({
   BAD_SEQUENCE: 'internal',
   RUN_FAILED: 'internal',
   UNSUPPORTED_DTYPE: 'input',
+  DEVICE_MEMORY: 'input',
 });
 
 /** Union of `@stageml/engine` error codes. */

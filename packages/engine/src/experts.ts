@@ -16,7 +16,7 @@ export function expertSlotFactors(adapter: LoraAdapter, config: LlamaConfig, ran
   };
   const moe = config.moe;
   if (moe === undefined) refuse(`targets parameters (${adapter.config.targetParameters.join(', ')}), which ${config.modelType} models do not have`);
-  const shapes = { numExperts: moe!.numExperts, hidden: config.hiddenSize, intermediate: config.intermediateSize };
+  const shapes = { numExperts: moe!.numExperts, hidden: config.hiddenSize, intermediate: moe!.intermediateSize ?? config.intermediateSize };
   const out: ExpertSlotFactors[] = [];
   for (const path of new Set(adapter.parameterFactors.map((f) => f.module))) {
     const layer = /^model\.layers\.(\d+)\.mlp\.experts$/.exec(path);

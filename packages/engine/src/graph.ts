@@ -1,9 +1,10 @@
 import type { Graph } from '@stageml/ir';
-import { type LlamaConfig, buildLlamaGraph, ropeInvFreqFor } from '@stageml/models';
+import { type LlamaConfig, buildLlamaGraph, familyGraphOptions } from '@stageml/models';
 import { type SlotForm, type SlotModule, slotExperts, slotLinear } from './slot-linear.js';
 
 /**
- * The engine's program graph: the Llama-family decoder with slot linears on every projection,
+ * The engine's program graph: the decoder of any supported family (`SUPPORTED_MODEL_TYPES`) with
+ * slot linears on every projection (Phi-3's fused `qkv_proj` / `gate_up_proj` included),
  * position-major resident KV inputs, only this step's keys/values as outputs, last-position
  * logits, and an additive key mask; MoE layers take expert LoRA factors from slot tables too.
  * `modules` receives every projection (and expert projection) with slot tables. Form `base` is the
@@ -23,8 +24,10 @@ export function engineGraph(config: LlamaConfig, form: SlotForm | 'base', slots:
     lastLogitsOnly: opts.allLogits !== true,
     // The base form: plain linears and experts, no slot inputs (batches whose every row is base).
     ...(slotted ? { linear: slotLinear(form, slots, rank, modules) } : {}),
-    invFreq: ropeInvFreqFor(config.headDim, config.ropeTheta, config.rope),
-    qkvBias: config.qkvBias,
+    // Rotary tables (longrope, per-layer-type bases), the window table's length and Qwen2's q/k/v
+    // bias; the families' own structure (norms, fused projections, windows, soft-capping) comes with
+    // the config.
+    ...familyGraphOptions(config),
   });
 }
 

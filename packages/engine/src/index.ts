@@ -15,6 +15,8 @@
 export { EngineCode, EngineError } from './errors.js';
 export type { EngineErrorCode } from './errors.js';
 export { Engine } from './engine.js';
+export { checkDeviceMemory, planDeviceMemory } from './device-plan.js';
+export type { DeviceMemoryPlan, DeviceMemoryRequest } from './device-plan.js';
 /** How `Engine.decodeSample` draws one row's token (of @stageml/runtime). */
 export type { RowSample } from '@stageml/runtime';
 export { Sequence } from './sequence.js';
@@ -22,7 +24,7 @@ export { engineGraph } from './graph.js';
 export { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, castEngineGraph, lowestOf } from './dtype.js';
 export type { CastEngineOptions, EngineAdapterDType, EngineDType } from './dtype.js';
 export { windowKeys, windowedQueries } from './masks.js';
-export type { EngineMemory, EngineOptions, EnginePlan, EngineStats, PrefillOptions } from './options.js';
+export type { EngineMemory, EngineOptions, EnginePlan, EngineStats, PrefillOptions, StepDecode, StepPart, StepPrefill, StepRecord, StepResult } from './options.js';
 export { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, TOKEN_SLOT_INPUT, chooseSlotForm, slotExperts, slotInputNames, slotLinear } from './slot-linear.js';
 export type { SlotForm, SlotModule } from './slot-linear.js';
 export { SlotTables } from './slots.js';

@@ -1,4 +1,5 @@
-import type { Executor, QuantizeLinearsOptions, WeightQuantSpec } from '@stageml/runtime';
+import type { Executor, QuantizeLinearsOptions, RowSample, WeightQuantSpec } from '@stageml/runtime';
+import type { Sequence } from './sequence.js';
 import type { Plan } from '@stageml/planner';
 import { EngineCode, EngineError } from './errors.js';
 import type { SlotForm } from './slot-linear.js';
@@ -24,7 +25,7 @@ export interface EngineOptions {
   readonly maxLoras?: number;
   /** Rank of every slot; higher-rank adapters are refused at load (vLLM `--max-lora-rank`; default 64). */
   readonly maxLoraRank?: number;
-  /** Parsed adapters kept on the host for re-warming a slot without reading the disk (default `maxLoras`). */
+  /** Parsed adapters kept on the host for re-warming a slot without reading the disk (default `maxLoras`; 1 with `deviceWeights`, where the host keeps no factors it has sent). */
   readonly maxCpuLoras?: number;
   /**
    * Most prompt tokens one prefill run takes (chunked prefill; default 32: on the CPU a 64-token
@@ -106,6 +107,20 @@ export interface EngineOptions {
    */
   readonly residentKv?: boolean;
   /**
+   * Keep the base weights and the slot tables on the executor's device only (the torch executor,
+   * `TorchExecutor.device`): the worker reads each weight from the checkpoint's safetensors file
+   * itself (memory-mapped, in the stored dtype, converted on the device to the compute dtype as the
+   * host would convert it), and the slot tables are made there and written one slot's rows at a
+   * time; the host keeps handles (and, for an occupied slot, its adapter's directory to reload
+   * from). Tensors the checkpoint does not store as the program wants them (legacy MoE experts,
+   * transposed expert stacks) are read on the host as before. Default: on for an executor with
+   * device tensors when the weights are inputs (`weights: 'inputs'`, no `quantize`, `packBase`,
+   * `memoryBudget` or `plan`, which need the weights' values on the host); `true` where one of
+   * those holds is `ENGINE_BAD_OPTIONS`. Adapters that replace whole tensors need a host copy of
+   * the weights: with device weights they are refused (`ENGINE_BAD_ADAPTER`).
+   */
+  readonly deviceWeights?: boolean;
+  /**
    * With resident KV, keep a host copy of each sequence's keys and values as well (f32, appended
    * from every step's outputs), from which the caches of a restarted worker are restored. Default
    * false: the executor's cache is the only copy, so a step's new keys and values never cross to
@@ -133,6 +148,15 @@ export interface EngineOptions {
    * first, as the router's scheduler does when it samples). Default false.
    */
   readonly recycleOutputs?: boolean;
+  /**
+   * `Engine.step`'s bounded-padding rule: a step with decode rows and prefill chunks runs them as
+   * one program run (decode rows as one-token chunks, left-padded to the longest chunk C) when the
+   * padding that adds, decode rows × (C − 1) token rows, is at most this fraction of the token
+   * rows the two runs would take apart (decode rows + prefill rows × C); otherwise the decode rows
+   * run first and the prefill chunks second, in the same call. 0 merges only where nothing is
+   * padded (every chunk one token); default 0.25.
+   */
+  readonly stepMergeWaste?: number;
 }
 
 /** The plan the engine applies now (what `GET /v1/plan` shows). */
@@ -168,6 +192,53 @@ export interface EngineMemory {
   readonly lanes: number;
   /** Sum of the above. */
   readonly total: number;
+  /** The part of `total` that lives only on the executor's device (`deviceWeights`: the weights the worker read and the slot tables, plus `executorKv`); the rest is host memory. */
+  readonly onDevice: number;
+}
+
+/** The decode rows of a step (`StepRecord.decode`). */
+export interface StepDecode {
+  /** Prefilled, attached sequences. */
+  readonly seqs: readonly Sequence[];
+  /** Per row, the token it is fed (its last one). */
+  readonly tokens: readonly number[];
+  /** Per row, how its next token is picked (`decodeSample`); absent: the step returns logits (`decode`). */
+  readonly rows?: readonly RowSample[];
+}
+
+/** The prefill chunks of a step (`StepRecord.prefill`). */
+export interface StepPrefill {
+  /** Attached sequences whose prompts are not prefilled yet. */
+  readonly seqs: readonly Sequence[];
+  /** Per row, how its first token is picked when this step finishes its prompt (`prefillSample`); absent: logits (`prefillMany`). */
+  readonly rows?: readonly RowSample[];
+  /** The chunk limit (`PrefillOptions.maxChunk`). */
+  readonly maxChunk?: number;
+}
+
+/**
+ * One scheduler step handed to `Engine.step` (the shape of vLLM V1's scheduler output): the
+ * decode rows with their next tokens and sampling rows, the prefill chunks; each sequence names
+ * its slot (adapter) and its cache.
+ */
+export interface StepRecord {
+  readonly decode?: StepDecode;
+  readonly prefill?: StepPrefill;
+}
+
+/** A part of a step's result: per row its value, or the error that failed the whole part. */
+export type StepPart<T> = { readonly values: readonly T[]; readonly error?: undefined } | { readonly values?: undefined; readonly error: unknown };
+
+/** What `Engine.step` gives back. */
+export interface StepResult {
+  /** Per decode row, its token (with `rows`) or its logits f32[vocab]; absent without decode rows. */
+  readonly decode?: StepPart<number | Float32Array>;
+  /** Per prefill row whose prompt this step finished, its first token or its logits, else undefined. */
+  readonly prefill?: StepPart<number | Float32Array | undefined>;
+  /** Whether decode rows and prefill chunks ran as one program run. */
+  readonly merged: boolean;
+  /** Program runs the step took (one when merged or of one kind; more with lanes or two kinds). */
+  readonly runs: number;
 }
 
 /** Counters of the engine. */
@@ -188,6 +259,16 @@ export interface EngineStats {
   readonly cacheRebuilds: number;
   /** Steps run again because the executor's worker died under them (`RT_WORKER_FAILED`; the next run starts a new worker). */
   readonly workerRetries: number;
+  /** `Engine.step` calls (one per scheduler step). */
+  readonly steps: number;
+  /** Of those, steps whose decode rows and prefill chunks ran as one program run (`stepMergeWaste`). */
+  readonly mergedSteps: number;
+  /**
+   * The executor's own counters of its caches and step graphs (`CacheStore.stats`: the torch
+   * worker's re-stagings, joins, gathers, graph captures and replays), as last reported; empty
+   * where the executor keeps none.
+   */
+  readonly executor: Readonly<Record<string, number>>;
 }
 
 /**

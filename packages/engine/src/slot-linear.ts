@@ -129,7 +129,7 @@ export function slotExperts(slots: number, rank: number, modules: SlotModule[]):
         down: b.param(`${module}.experts.down_proj`, ['f32', [E, s.hidden, s.intermediate]]),
         lora: { gate_up_proj: table('gate_up_proj', s.hidden, 2 * s.intermediate), down_proj: table('down_proj', s.intermediate, s.hidden) },
       },
-      { topK: s.topK, normalize: true },
+      { topK: s.topK, normalize: s.normalize ?? true },
     );
   };
 }

@@ -1,6 +1,6 @@
-import { type DType, type HostTensor, dtypeBytes, rounderFor } from '@stageml/ir';
+import { type DType, type HostTensor, dtypeBytes, isFloatDType, roundFloat32InPlace } from '@stageml/ir';
 import type { LoraAdapter } from '@stageml/peft';
-import { inputChanged } from '@stageml/runtime';
+import { type DeviceWrite, type TorchDeviceTensors, inputChanged } from '@stageml/runtime';
 import { EngineCode, EngineError } from './errors.js';
 import { type SlotModule, slotInputNames } from './slot-linear.js';
 
@@ -8,10 +8,14 @@ interface Tables {
   readonly spec: SlotModule;
   /** Matrices per slot: 1, or E for an expert projection. */
   readonly per: number;
+  /** The host tables (empty on a device: the data lives on the executor's device only). */
   readonly A: Float32Array;
   readonly B: Float32Array;
   readonly inputs: { readonly A: HostTensor; readonly B: HostTensor };
 }
+
+/** Where an occupied slot's factors come from again (a new worker's tables are rewritten from it). */
+export type SlotSource = () => Promise<{ readonly adapter: LoraAdapter; readonly experts: readonly ExpertSlotFactors[] }>;
 
 /** One adapter's factors of a MoE expert projection, every expert: A [E, r, in], B [E, out, r]. */
 export interface ExpertSlotFactors {
@@ -43,6 +47,12 @@ export class SlotTables {
   readonly inputs: Readonly<Record<string, HostTensor>>;
   /** Bytes the tables occupy. */
   readonly bytes: number;
+  /** The executor's device tensors holding the tables (`onDevice`), or undefined for host tables. */
+  readonly #device: TorchDeviceTensors | undefined;
+  /** Per occupied slot (device tables), where its factors come from again. */
+  readonly #sources = new Map<number, SlotSource>();
+  /** Device writes sent and not yet known to have landed (`settled`). */
+  #pending: Promise<void>[] = [];
 
   constructor(
     /** Slots N, including the base slot 0. */
@@ -56,33 +66,128 @@ export class SlotTables {
      * count its bytes.
      */
     readonly dtype: DType = 'f32',
+    /** Device tables (`SlotTables.onDevice`): per module its A and B handles, in `modules`' order. */
+    onDevice?: { readonly store: TorchDeviceTensors; readonly handles: readonly HostTensor[] },
   ) {
     const inputs: Record<string, HostTensor> = {};
     let bytes = 0;
-    for (const spec of modules) {
+    this.#device = onDevice?.store;
+    const none = new Float32Array(0);
+    for (const [i, spec] of modules.entries()) {
       const per = spec.experts ?? 1;
-      const A = new Float32Array(slots * per * rank * spec.inDim);
-      const B = new Float32Array(slots * per * spec.outDim * rank);
+      const shapeA = [slots * per, rank, spec.inDim];
+      const shapeB = spec.experts === undefined ? [slots, rank, spec.outDim] : [slots * per, spec.outDim, rank];
+      const A = onDevice === undefined ? new Float32Array(slots * per * rank * spec.inDim) : none;
+      const B = onDevice === undefined ? new Float32Array(slots * per * spec.outDim * rank) : none;
       const names = slotInputNames(spec.module);
       const t: Tables = {
         spec,
         per,
         A,
         B,
-        inputs: {
-          A: { dtype, shape: [slots * per, rank, spec.inDim], data: A },
-          B: { dtype, shape: spec.experts === undefined ? [slots, rank, spec.outDim] : [slots * per, spec.outDim, rank], data: B },
-        },
+        inputs: onDevice === undefined ? { A: { dtype, shape: shapeA, data: A }, B: { dtype, shape: shapeB, data: B } } : { A: onDevice.handles[2 * i]!, B: onDevice.handles[2 * i + 1]! },
       };
       inputs[names.A] = t.inputs.A;
       inputs[names.B] = t.inputs.B;
-      bytes += (A.length + B.length) * dtypeBytes(dtype);
+      bytes += slots * per * rank * (spec.inDim + spec.outDim) * dtypeBytes(dtype);
       this.#tables.set(spec.module, t);
     }
     this.inputs = inputs;
     this.bytes = bytes;
     this.#written = new Int32Array(slots);
     for (let s = slots - 1; s >= 1; s--) this.#free.push(s);
+    // A new worker (the last one died) gets every occupied slot's factors again, from their sources.
+    onDevice?.store.onRestore(async () => {
+      const writes: DeviceWrite[] = [];
+      for (const [slot, source] of this.#sources) {
+        const { adapter, experts } = await source();
+        writes.push(...this.#slotWrites(slot, adapter, experts));
+      }
+      return writes;
+    });
+  }
+
+  /**
+   * Slot tables that live on the executor's device only (the torch worker): made there as zeros,
+   * written by one slot's element ranges (`TorchDeviceTensors.write`), never held on the host —
+   * each write's rows are built, rounded, sent and dropped. Slot sources (`write`'s `source`)
+   * rewrite them on a new worker.
+   */
+  static async onDevice(store: TorchDeviceTensors, slots: number, rank: number, modules: readonly SlotModule[], dtype: DType = 'f32'): Promise<SlotTables> {
+    const entries = modules.flatMap((spec) => {
+      const per = spec.experts ?? 1;
+      return [
+        { dtype, shape: [slots * per, rank, spec.inDim] },
+        { dtype, shape: spec.experts === undefined ? [slots, rank, spec.outDim] : [slots * per, spec.outDim, rank] },
+      ];
+    });
+    const handles = entries.length === 0 ? [] : await store.zeros(entries);
+    return new SlotTables(slots, rank, modules, dtype, { store, handles });
+  }
+
+  /** Whether the tables live on the executor's device (`onDevice`). */
+  get onDevice(): boolean {
+    return this.#device !== undefined;
+  }
+
+  /**
+   * Waits for the device writes sent so far; a failed one is `ENGINE_RUN_FAILED` (the tables may
+   * be partly written). Host tables: nothing to wait for.
+   */
+  async settled(): Promise<void> {
+    if (this.#pending.length === 0) return;
+    const pending = this.#pending;
+    this.#pending = [];
+    const results = await Promise.allSettled(pending);
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed !== undefined) throw new EngineError(EngineCode.RUN_FAILED, `writing the slot tables on the executor's device failed: ${failed.reason instanceof Error ? failed.reason.message : String(failed.reason)}`, { cause: failed.reason });
+  }
+
+  /** One slot's factors as element ranges of the device tables (rounded to the tables' dtype). */
+  #slotWrites(slot: number, adapter: LoraAdapter, experts: readonly ExpertSlotFactors[]): DeviceWrite[] {
+    const R = this.rank;
+    const writes: DeviceWrite[] = [];
+    for (const m of adapter.modules.values()) {
+      const t = this.#tables.get(m.module)!;
+      const { inDim, outDim } = t.spec;
+      const a = f32(m.A.data).slice(0, m.rank * inDim);
+      const b = new Float32Array(m.rank * outDim);
+      const bsrc = m.B.data;
+      for (let j = 0; j < m.rank; j++) {
+        for (let o = 0; o < outDim; o++) b[j * outDim + o] = m.scale * bsrc[o * m.rank + j]!;
+      }
+      this.#round(a, 0, a.length);
+      this.#round(b, 0, b.length);
+      writes.push({ target: t.inputs.A, start: slot * R * inDim, data: a }, { target: t.inputs.B, start: slot * R * outDim, data: b });
+    }
+    for (const x of experts) {
+      const t = this.#tables.get(x.module)!;
+      const { inDim, outDim } = t.spec;
+      const E = t.per;
+      const r = x.rank;
+      const src = f32(x.A.data);
+      const bsrc = x.B.data;
+      const a = new Float32Array(E * R * inDim);
+      const b = new Float32Array(E * outDim * R);
+      for (let e = 0; e < E; e++) {
+        a.set(src.subarray(e * r * inDim, (e + 1) * r * inDim), e * R * inDim);
+        for (let o = 0; o < outDim; o++) {
+          for (let j = 0; j < r; j++) b[(e * outDim + o) * R + j] = x.scale * bsrc[(e * outDim + o) * r + j]!;
+        }
+      }
+      this.#round(a, 0, a.length);
+      this.#round(b, 0, b.length);
+      writes.push({ target: t.inputs.A, start: slot * E * R * inDim, data: a }, { target: t.inputs.B, start: slot * E * outDim * R, data: b });
+    }
+    return writes;
+  }
+
+  #send(writes: readonly DeviceWrite[]): void {
+    if (writes.length === 0) return;
+    const p = this.#device!.write(writes);
+    // Observed here so an unawaited failure is not unhandled; `settled` reports it.
+    p.catch(() => undefined);
+    this.#pending.push(p);
   }
 
   /** Whether `module` has slot tables. */
@@ -100,12 +205,32 @@ export class SlotTables {
     return this.#free.length;
   }
 
-  /** Takes a free slot and writes `adapter`'s factors (and its expert factors) into it (scale folded into B). */
-  write(adapter: LoraAdapter, experts: readonly ExpertSlotFactors[] = []): number {
+  /**
+   * Takes a free slot and writes `adapter`'s factors (and its expert factors) into it (scale folded
+   * into B). Device tables need `source`, what gives the same factors again (for a new worker).
+   */
+  write(adapter: LoraAdapter, experts: readonly ExpertSlotFactors[] = [], source?: SlotSource): number {
+    if (this.#device !== undefined && source === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `device slot tables need a source to rewrite '${adapter.name}' from`);
     const slot = this.#free.pop();
     if (slot === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `no free slot for '${adapter.name}' (all ${String(this.slots - 1)} adapter slots hold adapters)`);
     const R = this.rank;
     let bytes = 0;
+    if (this.#device !== undefined) {
+      this.#send(this.#slotWrites(slot, adapter, experts));
+      this.#sources.set(slot, source!);
+      for (const m of adapter.modules.values()) {
+        const { inDim, outDim } = this.#tables.get(m.module)!.spec;
+        this.#written[slot] = Math.max(this.#written[slot]!, m.rank);
+        bytes += m.rank * (inDim + outDim) * dtypeBytes(this.dtype);
+      }
+      for (const x of experts) {
+        const t = this.#tables.get(x.module)!;
+        this.#written[slot] = Math.max(this.#written[slot]!, x.rank);
+        bytes += t.per * x.rank * (t.spec.inDim + t.spec.outDim) * dtypeBytes(this.dtype);
+      }
+      this.#factorBytes.set(slot, bytes);
+      return slot;
+    }
     for (const m of adapter.modules.values()) {
       const t = this.#tables.get(m.module)!;
       const { inDim, outDim } = t.spec;
@@ -148,8 +273,12 @@ export class SlotTables {
     return slot;
   }
 
-  /** Whether the base slot and every free slot hold only zeros (what `free` guarantees). */
+  /**
+   * Whether the base slot and every free slot hold only zeros (what `free` guarantees). Device
+   * tables: whether every such slot's written rows were zeroed (the device is not read back).
+   */
   freeSlotsAreZero(): boolean {
+    if (this.#device !== undefined) return [0, ...this.#free].every((slot) => this.#written[slot] === 0 && !this.#sources.has(slot));
     const R = this.rank;
     for (const slot of [0, ...this.#free]) {
       for (const t of this.#tables.values()) {
@@ -162,10 +291,11 @@ export class SlotTables {
   }
 
   /** Replaces the factors in an occupied `slot` with `adapter`'s (after a plan change). */
-  rewrite(slot: number, adapter: LoraAdapter, experts: readonly ExpertSlotFactors[] = []): void {
+  rewrite(slot: number, adapter: LoraAdapter, experts: readonly ExpertSlotFactors[] = [], source?: SlotSource): void {
+    const was = this.#sources.get(slot);
     this.#zero(slot);
     this.#free.push(slot);
-    const again = this.write(adapter, experts);
+    const again = this.write(adapter, experts, source ?? was);
     if (again !== slot) throw new EngineError(EngineCode.BAD_OPTIONS, `slot ${String(slot)} was not rewritten in place`);
   }
 
@@ -178,9 +308,8 @@ export class SlotTables {
 
   /** Rounds `a[from, to)` to the tables' dtype (nothing to do in f32, where the writes rounded). */
   #round(a: Float32Array, from: number, to: number): void {
-    if (this.dtype === 'f32') return;
-    const round = rounderFor(this.dtype);
-    for (let i = from; i < to; i++) a[i] = round(a[i]!);
+    if (this.dtype === 'f32' || !isFloatDType(this.dtype)) return;
+    roundFloat32InPlace(a, this.dtype, from, to);
   }
 
   /** Tells executors holding the tables between runs (`RunOptions.resident`) that `t` changed. */
@@ -194,6 +323,22 @@ export class SlotTables {
     // resident), and writing zeros there would make them so.
     const R = this.rank;
     const r = this.#written[slot]!;
+    if (this.#device !== undefined) {
+      // The rows ever written, as zeros (expert tables: the slot's whole block).
+      const writes: DeviceWrite[] = [];
+      if (r > 0) {
+        for (const t of this.#tables.values()) {
+          const { inDim, outDim } = t.spec;
+          if (t.spec.experts === undefined) writes.push({ target: t.inputs.A, start: slot * R * inDim, data: new Float32Array(r * inDim) }, { target: t.inputs.B, start: slot * R * outDim, data: new Float32Array(r * outDim) });
+          else writes.push({ target: t.inputs.A, start: slot * t.per * R * inDim, data: new Float32Array(t.per * R * inDim) }, { target: t.inputs.B, start: slot * t.per * outDim * R, data: new Float32Array(t.per * outDim * R) });
+        }
+      }
+      this.#send(writes);
+      this.#written[slot] = 0;
+      this.#sources.delete(slot);
+      this.#factorBytes.delete(slot);
+      return;
+    }
     for (const t of this.#tables.values()) {
       const { inDim, outDim } = t.spec;
       if (r > 0) this.#changed(t);

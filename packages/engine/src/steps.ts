@@ -1,4 +1,5 @@
 import { type HostTensor, hostTensor } from '@stageml/ir';
+import { EngineCode, EngineError } from './errors.js';
 import { MASKED, type Staging } from './kv.js';
 import { windowKeys, windowedQueries } from './masks.js';
 import type { Sequence } from './sequence.js';
@@ -17,27 +18,49 @@ export interface PrefillInputs {
 }
 
 /**
+ * One row of a chunk run: the sequence and the tokens it takes this run with their 0/1 attention
+ * mask — the next part of its prompt (a prefill chunk), or one decoded token (a decode row run
+ * beside prefill chunks, `Engine.step`).
+ */
+export interface ChunkRow {
+  readonly seq: Sequence;
+  readonly ids: readonly number[];
+  readonly mask01: readonly number[];
+}
+
+/**
  * The inputs of one prefill run over `seqs`, row r taking the next `counts[r]` prompt tokens:
  * ids and positions left-padded to the longest chunk (padding masked, so every row's last position
  * is its own last token), and the key mask over [cached prefix | staging padding | chunk padding |
- * chunk] (per query with a sliding window).
+ * chunk] (per query with a sliding window). With `tailOnly` (resident KV: the executor builds the
+ * cached part) the mask is the chunk's [rows, C] alone: nothing is built per cached position.
  */
-export function prefillInputs(seqs: readonly Sequence[], counts: readonly number[], window: number | undefined): PrefillInputs {
-  const rows = seqs.length;
-  const C = Math.max(...counts);
-  const past = Math.max(...seqs.map((s) => s.kv.length));
-  const keys = past + C;
+export function prefillInputs(seqs: readonly Sequence[], counts: readonly number[], window: number | undefined, tailOnly = false): PrefillInputs {
+  return chunkInputs(
+    seqs.map((s, r) => ({ seq: s, ids: s.prompt.slice(s.prefilled, s.prefilled + counts[r]!), mask01: s.promptMask.slice(s.prefilled, s.prefilled + counts[r]!) })),
+    window,
+    tailOnly,
+  );
+}
+
+/** `prefillInputs` over chunk rows of any origin (prompt chunks, decoded tokens). */
+export function chunkInputs(chunks: readonly ChunkRow[], window: number | undefined, tailOnly = false): PrefillInputs {
+  const rows = chunks.length;
+  const C = Math.max(...chunks.map((c) => c.ids.length));
+  const past = Math.max(...chunks.map((c) => c.seq.kv.length));
+  // With `tailOnly` the executor holds the cached part: only the chunk's own keys are sent.
+  const before = tailOnly ? 0 : past;
+  const keys = before + C;
   const ids = new Array<number>(rows * C).fill(0);
   const positions = new Array<number>(rows * C).fill(1);
   const keyMask = new Float32Array(rows * keys).fill(MASKED);
   const chunkMasks: number[][] = [];
   const nexts: number[] = [];
-  seqs.forEach((s, r) => {
-    const c = counts[r]!;
+  chunks.forEach(({ seq: s, ids: tokens, mask01 }, r) => {
+    const c = tokens.length;
     const pad = C - c;
-    const mask01 = s.promptMask.slice(s.prefilled, s.prefilled + c);
     let next = s.nextPosition;
-    s.prompt.slice(s.prefilled, s.prefilled + c).forEach((t, i) => {
+    tokens.forEach((t, i) => {
       ids[r * C + pad + i] = t;
       positions[r * C + pad + i] = mask01[i] === 1 ? next++ : 1;
     });
@@ -46,12 +69,13 @@ export function prefillInputs(seqs: readonly Sequence[], counts: readonly number
     chunkMasks.push(chunkMask);
     // Keys: the row's cached prefix, staging padding up to `past` (masked), the chunk's left
     // padding (masked), then its own positions.
-    keyMask.set(s.kv.maskView(), r * keys);
-    keyMask.set(chunkMask, r * keys + past + pad);
+    if (!tailOnly) keyMask.set(s.kv.maskView(), r * keys);
+    keyMask.set(chunkMask, r * keys + before + pad);
   });
   let attention: HostTensor;
   if (window === undefined) attention = { dtype: 'f32', shape: [rows, keys], data: keyMask };
   else {
+    if (tailOnly) throw new EngineError(EngineCode.BAD_OPTIONS, 'a sliding window needs the whole key mask on the host (no tail-only chunk inputs)');
     const perQuery = new Float32Array(rows * C * keys);
     for (let r = 0; r < rows; r++) perQuery.set(windowedQueries(keyMask.subarray(r * keys, (r + 1) * keys), past, C, window), r * C * keys);
     attention = { dtype: 'f32', shape: [rows, C, keys], data: perQuery };

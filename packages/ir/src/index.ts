@@ -22,6 +22,7 @@ export {
   DTYPES,
   allocData,
   dtypeBytes,
+  exactIn,
   f16Bits,
   f16FromBits,
   isDType,
@@ -30,6 +31,7 @@ export {
   parseDType,
   roundBf16,
   roundF16,
+  roundFloat32InPlace,
   rounderFor,
 } from './dtype.js';
 export type { DType, FloatDType, TensorData } from './dtype.js';

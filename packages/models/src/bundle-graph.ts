@@ -7,7 +7,7 @@ import { type LoraAdapter, type LoraForm, checkAdapterAgainstBase, loadLoraAdapt
 import { openCheckpoint } from '@stageml/safetensors';
 import { readParam } from './checkpoint-map.js';
 import { ModelCode, ModelError } from './errors.js';
-import { type LlamaConfig, parseLlamaConfig, ropeInvFreqFor } from './hf-config.js';
+import { type LlamaConfig, familyGraphOptions, parseLlamaConfig } from './hf-config.js';
 import { adapterParamName, expertParamName, loraExperts, singleAdapterLinear } from './linear-factories.js';
 import { buildLlamaGraph } from './llama-graph.js';
 
@@ -58,12 +58,17 @@ export async function stagedModelGraph(dir: string, opts: StagedModelOptions = {
   if (!Number.isSafeInteger(layers) || layers < 1 || layers > full.numLayers) {
     throw new ModelError(ModelCode.BAD_OPTIONS, `numLayers must be an integer in [1, ${String(full.numLayers)}], got ${String(opts.numLayers)}`);
   }
-  const config: LlamaConfig = { ...full, numLayers: layers };
+  const config: LlamaConfig = {
+    ...full,
+    numLayers: layers,
+    ...(full.layerWindows === undefined ? {} : { layerWindows: full.layerWindows.slice(0, layers) }),
+    ...(full.moe?.layers === undefined ? {} : { moe: { ...full.moe, layers: full.moe.layers.slice(0, layers) } }),
+  };
   const adapter = opts.adapter === undefined ? undefined : await loadLoraAdapter(opts.adapter, opts.adapterName === undefined ? {} : { name: opts.adapterName });
   const experts = new Map<string, ExpertLora[]>();
   if (adapter !== undefined && adapter.parameterFactors.length > 0) {
     if (config.moe === undefined) throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${adapter.name}' targets parameters, which ${config.modelType} models do not have`);
-    const shapes = { numExperts: config.moe.numExperts, hidden: config.hiddenSize, intermediate: config.intermediateSize };
+    const shapes = { numExperts: config.moe.numExperts, hidden: config.hiddenSize, intermediate: config.moe.intermediateSize ?? config.intermediateSize };
     for (let l = 0; l < layers; l++) {
       const path = `model.layers.${String(l)}.mlp.experts`;
       const list = expertLoraFor(adapter, path, shapes, scalingFor(adapter.config, path));
@@ -77,8 +82,7 @@ export async function stagedModelGraph(dir: string, opts: StagedModelOptions = {
     attentionMask: true,
     linear: singleAdapterLinear(adapter, form),
     ...(adapter === undefined || experts.size === 0 ? {} : { experts: loraExperts(adapter.name, experts) }),
-    invFreq: ropeInvFreqFor(config.headDim, config.ropeTheta, config.rope),
-    qkvBias: config.qkvBias,
+    ...familyGraphOptions(config),
   });
   const values = new Map<string, HostTensor>();
   const ckpt = await openCheckpoint(dir);

@@ -6,7 +6,7 @@ import { type Executor, type PreparedGraph, type QuantizeLinearsOptions, type We
 import { openCheckpoint } from '@stageml/safetensors';
 import { ModelCode, ModelError } from './errors.js';
 import { readParam } from './checkpoint-map.js';
-import { type LlamaConfig, readLlamaConfig, ropeInvFreqFor } from './hf-config.js';
+import { type LlamaConfig, familyGraphOptions, readLlamaConfig } from './hf-config.js';
 import { adapterParamName, bankLinear, expertParamName, loraExperts, rowsInputName, singleAdapterLinear } from './linear-factories.js';
 import { type LinearFactory, buildLlamaGraph } from './llama-graph.js';
 import { type TextTokenizer, loadTokenizer } from './tokenizer.js';
@@ -94,7 +94,7 @@ export class CausalLM {
   readonly #programs = new Map<string, Promise<Program>>();
   readonly #executor: Executor;
   readonly #form: LoraForm;
-  readonly #invFreq: number[];
+  readonly #graphOptions: ReturnType<typeof familyGraphOptions>;
   readonly #quantize: QuantizeLinearsOptions | undefined;
 
   private constructor(
@@ -110,7 +110,7 @@ export class CausalLM {
     this.#weights = weights;
     this.#executor = opts.executor ?? interpreterExecutor;
     this.#form = opts.form ?? 'residual';
-    this.#invFreq = ropeInvFreqFor(config.headDim, config.ropeTheta, config.rope);
+    this.#graphOptions = familyGraphOptions(config);
     const q = opts.quantize;
     this.#quantize = q === undefined ? undefined : 'bits' in q ? { spec: q, cache: new WeakMap() } : { ...q, cache: q.cache ?? new WeakMap() };
   }
@@ -127,7 +127,7 @@ export class CausalLM {
    */
   static async load(dir: string, opts: CausalLMOptions = {}): Promise<CausalLM> {
     const config = await readLlamaConfig(dir);
-    const graph = buildLlamaGraph(config, { qkvBias: config.qkvBias });
+    const graph = buildLlamaGraph(config, familyGraphOptions(config));
     const ckpt = await openCheckpoint(dir);
     const weights = new Map<string, HostTensor>();
     try {
@@ -163,7 +163,7 @@ export class CausalLM {
       if (moe === undefined) {
         throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${adapter.name}' targets parameters (${adapter.config.targetParameters.join(', ')}), which ${this.config.modelType} models do not have`);
       }
-      const shapes = { numExperts: moe.numExperts, hidden: this.config.hiddenSize, intermediate: this.config.intermediateSize };
+      const shapes = { numExperts: moe.numExperts, hidden: this.config.hiddenSize, intermediate: moe.intermediateSize ?? this.config.intermediateSize };
       const modules = new Set(adapter.parameterFactors.map((f) => f.module));
       for (let l = 0; l < this.config.numLayers; l++) {
         const path = `model.layers.${String(l)}.mlp.experts`;
@@ -253,8 +253,7 @@ export class CausalLM {
       ...(this.config.slidingWindow === undefined ? {} : { perQueryMask: true }),
       linear,
       ...(expertLora === undefined || expertLora.size === 0 ? {} : { experts: loraExperts(single!.name, expertLora) }),
-      invFreq: this.#invFreq,
-      qkvBias: this.config.qkvBias,
+      ...this.#graphOptions,
     });
     const result = specialize(graph, {
       lattice: SERVING_STAGES,

@@ -5,7 +5,9 @@
  * - `buildLlamaGraph`: Llama-family decoders (GQA, rotary, SwiGLU) over symbolic dims, optionally
  *   with a KV cache, with parameters named as in HF checkpoints and a `LinearFactory` hook for
  *   LoRA (single adapter, residual or merged) and mixed-adapter banks.
- * - `parseLlamaConfig`: HF `config.json` (llama, mistral, qwen2; rope default/linear/llama3).
+ * - `parseLlamaConfig`: HF `config.json` of the supported families (`SUPPORTED_MODEL_TYPES`: llama,
+ *   mistral, qwen2, mixtral, qwen3, qwen3_moe, olmo2, phi3, gemma2, gemma3_text; rope
+ *   default/linear/llama3/longrope); `familyGraphOptions` gives the graph options they need.
  * - `CausalLM`: config + safetensors checkpoint (single or sharded) + tokenizer + PEFT adapters;
  *   each adapter configuration compiles once (specialized at the `adapter` stage) and runs
  *   prefill and decode steps on an executor.
@@ -16,12 +18,12 @@
  */
 export { ModelCode, ModelError } from './errors.js';
 export type { ModelErrorCode } from './errors.js';
-export { LLAMA_7B_GQA_SHAPE, LLAMA_PROJECTIONS, buildLlamaGraph, plainLinear, ropeInvFreq } from './llama-graph.js';
-export type { ExpertsFactory, LinearFactory, LlamaGraphOptions, LlamaLoraShape, LlamaProjection, LlamaShape } from './llama-graph.js';
-export { parseLlamaConfig, readLlamaConfig, ropeInvFreqFor } from './hf-config.js';
+export { LLAMA_7B_GQA_SHAPE, LLAMA_PROJECTIONS, buildLlamaGraph, layerProjections, plainLinear, ropeInvFreq } from './llama-graph.js';
+export type { ExpertsFactory, LinearFactory, LlamaGraphOptions, LlamaLoraShape, LlamaProjection, LlamaShape, MoeLayerShape, RotaryTables } from './llama-graph.js';
+export { SUPPORTED_MODEL_TYPES, familyGraphOptions, parseLlamaConfig, readLlamaConfig, ropeInvFreqFor, rotaryTablesFor } from './hf-config.js';
 export { hfLlamaRounding, roundedTensor, topoOrder } from './hf-rounding.js';
 export type { CastValueType, OpEmitter } from './hf-rounding.js';
-export type { LlamaConfig, RopeScaling } from './hf-config.js';
+export type { LlamaConfig, MoeShape, RopeScaling } from './hf-config.js';
 export { adapterParamName, bankLinear, expertParamName, loraExperts, rowsInputName, singleAdapterLinear } from './linear-factories.js';
 export { loadChatTemplates, loadTokenizer } from './tokenizer.js';
 export { readParam } from './checkpoint-map.js';

@@ -87,7 +87,7 @@ export function loraExperts(adapter: string, byLayer: ReadonlyMap<string, readon
         down: b.param(`${module}.experts.down_proj`, ['f32', [s.numExperts, s.hidden, s.intermediate]]),
         lora,
       },
-      { topK: s.topK, normalize: true },
+      { topK: s.topK, normalize: s.normalize ?? true },
     );
   };
 }

@@ -1,4 +1,4 @@
-import { type Graph, GraphBuilder, IrCode, IrError, type Value } from '@stageml/ir';
+import { type Graph, GraphBuilder, IrCode, IrError, type Value, parseDim } from '@stageml/ir';
 import { moeBlock } from '@stageml/moe';
 
 /** The shape-defining fields of a Llama-family decoder (names follow HF `LlamaConfig`, camelCased). */
@@ -27,8 +27,55 @@ export interface LlamaShape {
   readonly attentionBias?: boolean;
   /** Bias on gate/up/down projections. */
   readonly mlpBias?: boolean;
-  /** Routed experts instead of a dense MLP (Mixtral); `intermediateSize` is then per expert. */
-  readonly moe?: { readonly numExperts: number; readonly topK: number };
+  /**
+   * Routed experts instead of a dense MLP (Mixtral, Qwen3-MoE). `intermediateSize` is per expert
+   * unless `intermediateSize` is given here (then it is the dense layers' width).
+   */
+  readonly moe?: {
+    readonly numExperts: number;
+    readonly topK: number;
+    /** Per-expert MLP width (Qwen3-MoE's `moe_intermediate_size`); default `intermediateSize`. */
+    readonly intermediateSize?: number;
+    /** Renormalize the top-k routing weights (Mixtral: true; Qwen3-MoE: `norm_topk_prob`); default true. */
+    readonly normalize?: boolean;
+    /** Which layers are MoE (the others are dense); default all. */
+    readonly layers?: readonly boolean[];
+  };
+  /** MLP activation: `silu` (default), `gelu_tanh` (Gemma's `gelu_pytorch_tanh`) or `gelu` (exact). */
+  readonly hiddenAct?: 'silu' | 'gelu_tanh' | 'gelu';
+  /** RMSNorm scales by `1 + w` (Gemma) instead of `w`. */
+  readonly normOffset?: boolean;
+  /**
+   * Where the decoder layer normalizes: `pre` (Llama: `x + f(norm(x))`), `post` (OLMo 2:
+   * `x + norm(f(x))`, norms `post_attention_layernorm` / `post_feedforward_layernorm`) or
+   * `sandwich` (Gemma 2/3: `x + norm(f(norm(x)))`, with `pre_feedforward_layernorm` too).
+   */
+  readonly normLayout?: 'pre' | 'post' | 'sandwich';
+  /**
+   * RMSNorm on queries and keys before rotary: `head` (Qwen3, Gemma 3: per head over `headDim`,
+   * `self_attn.q_norm` / `k_norm`) or `projection` (OLMo 2: over the whole projection).
+   */
+  readonly qkNorm?: 'head' | 'projection';
+  /** One fused `self_attn.qkv_proj` [q; k; v] (Phi-3) instead of q/k/v projections. */
+  readonly fusedQkv?: boolean;
+  /** One fused `mlp.gate_up_proj` [gate; up] (Phi-3) instead of gate/up projections. */
+  readonly fusedGateUp?: boolean;
+  /** Rotary dims per head (partial rotary, Phi-3's `partial_rotary_factor`); default `headDim`. */
+  readonly rotaryDim?: number;
+  /** Embedding scale (Gemma: √hidden rounded to f32); default none. */
+  readonly embedScale?: number;
+  /** Attention score scale (Gemma: `query_pre_attn_scalar^-0.5`); default `headDim^-0.5`. */
+  readonly attentionScale?: number;
+  /** Attention logit soft-capping `tanh(s / c) · c` (Gemma 2's `attn_logit_softcapping`). */
+  readonly attnSoftcap?: number;
+  /** Final logit soft-capping `tanh(z / c) · c` (Gemma 2/3's `final_logit_softcapping`). */
+  readonly finalSoftcap?: number;
+  /**
+   * Per-layer sliding windows (Gemma's `layer_types`, Phi-3's and Qwen3's `sliding_window`): a
+   * query at position p of a windowed layer sees the keys in cache slots p − w < j ≤ p. `null` for
+   * a global layer. The mask is built in the graph from `position_ids`; it needs `windowLimit`.
+   */
+  readonly layerWindows?: readonly (number | null)[];
 }
 
 /** Sizes of one MoE layer. */
@@ -37,6 +84,8 @@ export interface MoeLayerShape {
   readonly topK: number;
   readonly hidden: number;
   readonly intermediate: number;
+  /** Renormalize the top-k routing weights (default true). */
+  readonly normalize?: boolean;
 }
 
 /**
@@ -56,11 +105,28 @@ export const plainExperts: ExpertsFactory = (b, module, x, s) =>
       gateUp: b.param(`${module}.experts.gate_up_proj`, ['f32', [s.numExperts, 2 * s.intermediate, s.hidden]]),
       down: b.param(`${module}.experts.down_proj`, ['f32', [s.numExperts, s.hidden, s.intermediate]]),
     },
-    { topK: s.topK, normalize: true },
+    { topK: s.topK, normalize: s.normalize ?? true },
   );
 
 /** Projections a LoRA adapter can target, by their HF module names. */
 export const LLAMA_PROJECTIONS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
+
+/** The linear modules of one decoder layer of `cfg` (fused `qkv_proj` / `gate_up_proj` for Phi-3), by HF name. */
+export function layerProjections(cfg: Pick<LlamaShape, 'fusedQkv' | 'fusedGateUp'>): string[] {
+  return [...(cfg.fusedQkv === true ? ['qkv_proj'] : ['q_proj', 'k_proj', 'v_proj']), 'o_proj', ...(cfg.fusedGateUp === true ? ['gate_up_proj'] : ['gate_proj', 'up_proj']), 'down_proj'];
+}
+
+/** Rotary tables of a model: the inverse frequencies of global layers and the variants of some families. */
+export interface RotaryTables {
+  /** Inverse frequencies [rotaryDim / 2] (longrope: the short factors'). */
+  readonly invFreq: readonly number[];
+  /** Multiplier of cos and sin (longrope's attention factor); default 1. */
+  readonly scale?: number;
+  /** Longrope: the long factors' frequencies, used for a row whose largest position + 1 exceeds `originalMax`. */
+  readonly long?: { readonly invFreq: readonly number[]; readonly originalMax: number };
+  /** Frequencies of the sliding-window layers (Gemma 3's `rope_local_base_freq`); default `invFreq`. */
+  readonly localInvFreq?: readonly number[];
+}
 
 /** One of `LLAMA_PROJECTIONS`. */
 export type LlamaProjection = (typeof LLAMA_PROJECTIONS)[number];
@@ -104,6 +170,13 @@ export interface LlamaGraphOptions {
   readonly experts?: ExpertsFactory;
   /** Rotary inverse frequencies (default: θ^(−2i/d) with `ropeTheta`). */
   readonly invFreq?: readonly number[];
+  /** Full rotary tables (longrope, per-layer-type bases); overrides `invFreq`. */
+  readonly rotary?: RotaryTables;
+  /**
+   * Largest cache length a windowed or soft-capped graph serves (its key-slot table is a constant
+   * of this length); default 8192.
+   */
+  readonly windowLimit?: number;
   /** Bias on q/k/v only (Qwen2). */
   readonly qkvBias?: boolean;
   /**
@@ -128,6 +201,9 @@ export interface LlamaGraphOptions {
   /** Output `logits` f32[batch, vocab] for the last position only (prefill needs no more). */
   readonly lastLogitsOnly?: boolean;
 }
+
+/** Additive mask value of an ignored key (float32's lowest, as HF uses). */
+const MASK_VALUE = -3.4028234663852886e38;
 
 function check(cond: boolean, msg: string): void {
   if (!cond) throw new IrError(IrCode.BAD_ATTR, `llama config: ${msg}`);
@@ -154,18 +230,25 @@ function loraFactory(lora: LlamaLoraShape): LinearFactory {
  * with a KV cache), with parameters named as in HF checkpoints
  * (`model.layers.0.self_attn.q_proj.weight`). Inputs: `input_ids` i64[batch, seq] and
  * `position_ids` i64[batch, seq]. Output: `logits` f32[batch, seq, vocab]. Only shapes are needed,
- * so a 7B-shaped graph builds without weights.
+ * so a 7B-shaped graph builds without weights. The shape's family fields (`LlamaShape`: q/k norms,
+ * norm layout, fused projections, partial rotary, per-layer windows, soft-capping, …) make the
+ * Qwen3, Qwen3-MoE, OLMo 2, Phi-3, Gemma 2 and Gemma 3 decoders; their new math is composed from
+ * existing ops (masks from a sliced slot table and clamped differences, soft-capped attention from
+ * matmul/tanh/softmax, longrope's table choice as a 0/1 weight), so every executor runs it.
  */
 export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): Graph {
   const H = cfg.hiddenSize;
   const nh = cfg.numHeads;
   const nkv = cfg.numKvHeads;
   const hd = cfg.headDim ?? H / nh;
-  for (const [k, v] of Object.entries({ vocabSize: cfg.vocabSize, hiddenSize: H, intermediateSize: cfg.intermediateSize, numLayers: cfg.numLayers, numHeads: nh, numKvHeads: nkv, headDim: hd })) {
+  const rd = cfg.rotaryDim ?? hd;
+  for (const [k, v] of Object.entries({ vocabSize: cfg.vocabSize, hiddenSize: H, intermediateSize: cfg.intermediateSize, numLayers: cfg.numLayers, numHeads: nh, numKvHeads: nkv, headDim: hd, rotaryDim: rd })) {
     check(Number.isSafeInteger(v) && v > 0, `${k} must be a positive integer, got ${String(v)}`);
   }
   check(nh % nkv === 0, `numHeads ${String(nh)} must be a multiple of numKvHeads ${String(nkv)}`);
-  check(hd % 2 === 0, `headDim ${String(hd)} must be even for rotary embeddings`);
+  check(rd % 2 === 0 && rd <= hd, `rotaryDim ${String(rd)} must be even and at most headDim ${String(hd)}`);
+  const windows = cfg.layerWindows;
+  check(windows === undefined || (windows.length === cfg.numLayers && windows.every((w) => w === null || (Number.isSafeInteger(w) && w > 0))), 'layerWindows must give each layer a positive window or null');
   const eps = cfg.rmsNormEps ?? 1e-6;
   const linear = opts.linear ?? (opts.lora === undefined ? plainLinear : loraFactory(opts.lora));
   const b = new GraphBuilder(opts.name ?? 'llama');
@@ -190,29 +273,127 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
       : b.reshape(b.input('attention_mask', ['f32', ['batch', keyLen]]), ['batch', 1, 1, -1]);
   const embed = b.param('model.embed_tokens.weight', ['f32', [cfg.vocabSize, H]]);
 
-  // cos/sin tables [batch, 1, seq, hd], shared by every layer.
-  const [cos, sin] = b.scope('rope', () => {
-    const inv = b.constant(opts.invFreq ?? ropeInvFreq(hd, cfg.ropeTheta ?? 10000), 'f32', [hd / 2]);
-    const p = b.reshape(b.cast(pos, 'f32'), ['batch', 'seq', 1]);
-    const freqs = b.mul(p, inv);
-    const emb = b.reshape(b.concat([freqs, freqs], -1), ['batch', 1, 'seq', hd]);
-    return [b.cos(emb), b.sin(emb)] as const;
-  });
+  // cos/sin tables [batch, 1, seq, rd], shared by the layers of each kind (global, sliding).
+  const rotary = opts.rotary ?? { invFreq: opts.invFreq ?? ropeInvFreq(rd, cfg.ropeTheta ?? 10000) };
+  check(rotary.invFreq.length === rd / 2, `rotary tables have ${String(rotary.invFreq.length)} frequencies, rotaryDim ${String(rd)} needs ${String(rd / 2)}`);
+  const posF = b.scope('rope', () => b.reshape(b.cast(pos, 'f32'), ['batch', 'seq', 1]));
+  const tables = (name: string, inv: readonly number[], long?: RotaryTables['long']): readonly [Value, Value] =>
+    b.scope(name, () => {
+      let invV = b.constant([...inv], 'f32', [rd / 2]);
+      if (long !== undefined) {
+        // Longrope: a row whose largest position + 1 exceeds the original length takes the long
+        // factors. A row's positions increase, so its last is its largest; the choice is a 0/1
+        // weight (clamped difference of integers), exact in arithmetic every executor runs.
+        const lastPos = b.slice(posF, 1, -1);
+        const beyond = b.minimum(b.maximum(b.sub(lastPos, b.scalar(long.originalMax - 1)), b.scalar(0)), b.scalar(1));
+        invV = b.add(b.mul(invV, b.sub(b.scalar(1), beyond)), b.mul(b.constant([...long.invFreq], 'f32', [rd / 2]), beyond));
+      }
+      const freqs = b.mul(posF, invV);
+      const emb = b.reshape(b.concat([freqs, freqs], -1), ['batch', 1, 'seq', rd]);
+      const scale = rotary.scale ?? 1;
+      return scale === 1 ? ([b.cos(emb), b.sin(emb)] as const) : ([b.mul(b.cos(emb), b.scalar(scale)), b.mul(b.sin(emb), b.scalar(scale))] as const);
+    });
+  const globalRope = tables('rope', rotary.invFreq, rotary.long);
+  const localRope = rotary.localInvFreq === undefined ? globalRope : tables('rope_local', rotary.localInvFreq);
+  const rotate = (x: Value, [cos, sin]: readonly [Value, Value]): Value => {
+    if (rd === hd) return b.rotary(x, cos, sin);
+    return b.concat([b.rotary(b.slice(x, 3, 0, rd), cos, sin), b.slice(x, 3, rd, hd)], 3);
+  };
 
-  const heads = (x: Value, n: number): Value => b.transpose(b.reshape(x, ['batch', 'seq', n, hd]), [0, 2, 1, 3]);
+  // Masks built in the graph (sliding windows, and causality for soft-capped attention): key slots
+  // 0..keys-1 from a constant table sliced to the key length, compared to each query's position by
+  // clamped differences (exact on integers), so every executor runs them with arithmetic only.
+  const needsSlots = windows?.some((w) => w !== null) === true || cfg.attnSoftcap !== undefined;
+  const slotInfo = needsSlots
+    ? b.scope('mask', () => {
+        const limit = opts.windowLimit ?? 8192;
+        const table = b.constant(Array.from({ length: limit }, (_, i) => i), 'f32', [limit]);
+        const slots = b.reshape(b.slice(table, 0, 0, parseDim(keyLen)), [1, 1, 1, -1]);
+        // Each query's own cache slot, the new positions at the end of the keys (as the attention
+        // op's causality aligns them): past + i.
+        const qSlots = b.reshape(b.slice(table, 0, cached ? parseDim('past') : 0, parseDim(keyLen)), [1, 1, 'seq', 1]);
+        const q = b.reshape(posF, ['batch', 1, 'seq', 1]);
+        return { slots, qSlots, q };
+      })
+    : undefined;
+  const windowMaskOf = new Map<number, Value>();
+  /** Additive mask [batch, 1, seq, keys]: 0 where p − w < j, else a large negative number. */
+  const windowMask = (w: number): Value => {
+    let m = windowMaskOf.get(w);
+    if (m === undefined) {
+      const { slots, q } = slotInfo!;
+      // visible = clamp(j − (p − w), 0, 1) ∈ {0, 1}; mask = (1 − visible) · MASKED.
+      const visible = b.minimum(b.maximum(b.sub(slots, b.sub(q, b.scalar(w))), b.scalar(0)), b.scalar(1));
+      m = b.mul(b.sub(b.scalar(1), visible), b.scalar(MASK_VALUE));
+      m = keyMask === undefined ? m : b.minimum(m, keyMask);
+      windowMaskOf.set(w, m);
+    }
+    return m;
+  };
+  /** Causality as the attention op's (key j visible to query i iff j ≤ past + i) as an additive mask, for the composed (soft-capped) attention. */
+  const causalMask = (): Value => {
+    const { slots, qSlots } = slotInfo!;
+    const visible = b.minimum(b.maximum(b.add(b.sub(qSlots, slots), b.scalar(1)), b.scalar(0)), b.scalar(1));
+    return b.mul(b.sub(b.scalar(1), visible), b.scalar(MASK_VALUE));
+  };
+  const scale = cfg.attentionScale;
+  const attend = (q: Value, k: Value, v: Value, mask: Value | undefined): Value => {
+    if (cfg.attnSoftcap === undefined) return b.attention(q, k, v, { causal: true, ...(scale === undefined ? {} : { scale }) }, mask);
+    // Soft-capped attention as a composition: scores = tanh(q·kᵀ·scale / c)·c + mask, softmax, ·v.
+    const group = nh / nkv;
+    const expand = (t: Value): Value => (group === 1 ? t : b.reshape(b.broadcastTo(b.reshape(t, ['batch', nkv, 1, -1, hd]), ['batch', nkv, group, keyLen, hd]), ['batch', nh, -1, hd]));
+    const c = cfg.attnSoftcap;
+    let s = b.mul(b.matmul(q, b.transpose(expand(k), [0, 1, 3, 2])), b.scalar(scale ?? 1 / Math.sqrt(hd)));
+    s = b.mul(b.tanh(b.div(s, b.scalar(c))), b.scalar(c));
+    const causal = causalMask();
+    s = b.add(s, mask === undefined ? causal : b.minimum(causal, mask));
+    return b.matmul(b.softmax(s, -1), expand(v));
+  };
+
+  const norm = (x: Value, name: string, width: number): Value => {
+    const w = b.param(name, ['f32', [width]]);
+    return b.rmsNorm(x, cfg.normOffset === true ? b.add(w, b.scalar(1)) : w, eps);
+  };
+  const act = (x: Value): Value => (cfg.hiddenAct === 'gelu_tanh' ? b.gelu(x, 'tanh') : cfg.hiddenAct === 'gelu' ? b.gelu(x) : b.silu(x));
+  const layout = cfg.normLayout ?? 'pre';
+  const heads = (x: Value, n: number): Value => b.reshape(x, ['batch', 'seq', n, hd]);
   const presents: { k: Value; v: Value }[] = [];
 
   let h = b.gather(embed, ids);
+  if (cfg.embedScale !== undefined) h = b.mul(h, b.scalar(cfg.embedScale));
   for (let l = 0; l < cfg.numLayers; l++) {
     const prefix = `model.layers.${String(l)}`;
+    const window = windows?.[l] ?? null;
     h = b.scope(`layers.${String(l)}`, () => {
-      const attnIn = b.rmsNorm(h, b.param(`${prefix}.input_layernorm.weight`, ['f32', [H]]), eps);
+      const attnIn = layout === 'post' ? h : norm(h, `${prefix}.input_layernorm.weight`, H);
       const ap = `${prefix}.self_attn`;
       const ab = cfg.attentionBias === true;
       const qkvb = ab || opts.qkvBias === true;
-      const q = b.rotary(heads(linear(b, `${ap}.q_proj`, attnIn, H, nh * hd, qkvb), nh), cos, sin);
-      let k = b.rotary(heads(linear(b, `${ap}.k_proj`, attnIn, H, nkv * hd, qkvb), nkv), cos, sin);
-      let v = heads(linear(b, `${ap}.v_proj`, attnIn, H, nkv * hd, qkvb), nkv);
+      let qp: Value, kp: Value, vp: Value;
+      if (cfg.fusedQkv === true) {
+        const qkv = linear(b, `${ap}.qkv_proj`, attnIn, H, (nh + 2 * nkv) * hd, qkvb);
+        qp = b.slice(qkv, 2, 0, nh * hd);
+        kp = b.slice(qkv, 2, nh * hd, (nh + nkv) * hd);
+        vp = b.slice(qkv, 2, (nh + nkv) * hd, (nh + 2 * nkv) * hd);
+      } else {
+        qp = linear(b, `${ap}.q_proj`, attnIn, H, nh * hd, qkvb);
+        kp = linear(b, `${ap}.k_proj`, attnIn, H, nkv * hd, qkvb);
+        vp = linear(b, `${ap}.v_proj`, attnIn, H, nkv * hd, qkvb);
+      }
+      if (cfg.qkNorm === 'projection') {
+        qp = norm(qp, `${ap}.q_norm.weight`, nh * hd);
+        kp = norm(kp, `${ap}.k_norm.weight`, nkv * hd);
+      }
+      let qh = heads(qp, nh);
+      let kh = heads(kp, nkv);
+      if (cfg.qkNorm === 'head') {
+        qh = norm(qh, `${ap}.q_norm.weight`, hd);
+        kh = norm(kh, `${ap}.k_norm.weight`, hd);
+      }
+      const rope = window === null ? globalRope : localRope;
+      const q = rotate(b.transpose(qh, [0, 2, 1, 3]), rope);
+      let k = rotate(b.transpose(kh, [0, 2, 1, 3]), rope);
+      let v = b.transpose(heads(vp, nkv), [0, 2, 1, 3]);
       const cache = past?.[l];
       if (cache !== undefined) {
         if (resident) presents.push({ k: b.transpose(k, [0, 2, 1, 3]), v: b.transpose(v, [0, 2, 1, 3]) });
@@ -220,26 +401,43 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
         v = b.concat([cache.v, v], 2);
         if (!resident) presents.push({ k, v });
       }
-      const attn = b.attention(q, k, v, { causal: true }, keyMask);
+      const attn = attend(q, k, v, window === null ? keyMask : windowMask(window));
       const merged = b.reshape(b.transpose(attn, [0, 2, 1, 3]), ['batch', 'seq', nh * hd]);
-      const h1 = b.add(h, linear(b, `${ap}.o_proj`, merged, nh * hd, H, ab));
-      const mlpIn = b.rmsNorm(h1, b.param(`${prefix}.post_attention_layernorm.weight`, ['f32', [H]]), eps);
+      let attnOut = linear(b, `${ap}.o_proj`, merged, nh * hd, H, ab);
+      if (layout !== 'pre') attnOut = norm(attnOut, `${prefix}.post_attention_layernorm.weight`, H);
+      const h1 = b.add(h, attnOut);
+      const mlpIn =
+        layout === 'pre' ? norm(h1, `${prefix}.post_attention_layernorm.weight`, H) : layout === 'sandwich' ? norm(h1, `${prefix}.pre_feedforward_layernorm.weight`, H) : h1;
       const mp = `${prefix}.mlp`;
-      if (cfg.moe !== undefined) {
+      let mlpOut: Value;
+      if (cfg.moe !== undefined && cfg.moe.layers?.[l] !== false) {
         const rows = b.reshape(mlpIn, [-1, H]);
-        const moe = (opts.experts ?? plainExperts)(b, mp, rows, { numExperts: cfg.moe.numExperts, topK: cfg.moe.topK, hidden: H, intermediate: cfg.intermediateSize });
-        return b.add(h1, b.reshape(moe, ['batch', 'seq', H]));
+        const shape: MoeLayerShape = { numExperts: cfg.moe.numExperts, topK: cfg.moe.topK, hidden: H, intermediate: cfg.moe.intermediateSize ?? cfg.intermediateSize, normalize: cfg.moe.normalize ?? true };
+        mlpOut = b.reshape((opts.experts ?? plainExperts)(b, mp, rows, shape), ['batch', 'seq', H]);
+      } else {
+        const mb = cfg.mlpBias === true;
+        const I = cfg.intermediateSize;
+        let gate: Value, up: Value;
+        if (cfg.fusedGateUp === true) {
+          const gu = linear(b, `${mp}.gate_up_proj`, mlpIn, H, 2 * I, mb);
+          gate = b.slice(gu, 2, 0, I);
+          up = b.slice(gu, 2, I, 2 * I);
+        } else {
+          gate = linear(b, `${mp}.gate_proj`, mlpIn, H, I, mb);
+          up = linear(b, `${mp}.up_proj`, mlpIn, H, I, mb);
+        }
+        mlpOut = linear(b, `${mp}.down_proj`, b.mul(act(gate), up), I, H, mb);
       }
-      const mb = cfg.mlpBias === true;
-      const gate = b.silu(linear(b, `${mp}.gate_proj`, mlpIn, H, cfg.intermediateSize, mb));
-      const up = linear(b, `${mp}.up_proj`, mlpIn, H, cfg.intermediateSize, mb);
-      return b.add(h1, linear(b, `${mp}.down_proj`, b.mul(gate, up), cfg.intermediateSize, H, mb));
+      if (layout !== 'pre') mlpOut = norm(mlpOut, `${prefix}.post_feedforward_layernorm.weight`, H);
+      return b.add(h1, mlpOut);
     });
   }
   const last = opts.lastLogitsOnly === true ? b.reshape(b.slice(h, 1, -1), ['batch', H]) : h;
-  const normed = b.rmsNorm(last, b.param('model.norm.weight', ['f32', [H]]), eps);
+  const normed = norm(last, 'model.norm.weight', H);
   const head = cfg.tieWordEmbeddings === true ? embed : b.param('lm_head.weight', ['f32', [cfg.vocabSize, H]]);
-  b.output('logits', b.linear(normed, head));
+  let logits = b.linear(normed, head);
+  if (cfg.finalSoftcap !== undefined) logits = b.mul(b.tanh(b.div(logits, b.scalar(cfg.finalSoftcap))), b.scalar(cfg.finalSoftcap));
+  b.output('logits', logits);
   presents.forEach((p, l) => {
     b.output(`${resident ? 'new' : 'present'}_key.${String(l)}`, p.k);
     b.output(`${resident ? 'new' : 'present'}_value.${String(l)}`, p.v);

@@ -77,6 +77,19 @@ async function loadCode(dir: string): Promise<PeftError> {
 }
 
 describe('loadLoraAdapter on the fixtures', () => {
+  it('keeps module LoRA beside expert LoRA when target_parameters holds bare names (PEFT 0.21 writes `down_proj` beside `mlp.experts.down_proj`)', async () => {
+    // Regression: a bare name's empty module prefix matched every path, so v_proj's factors were
+    // taken for parameter factors and the adapter was refused.
+    const dir = fileURLToPath(new URL('../../../fixtures/hf-families/qwen3_moe/adapters/experts-r2/', import.meta.url));
+    const a = await loadLoraAdapter(dir);
+    expect(a.config.targetParameters).toContain('down_proj');
+    expect([...a.modules.keys()].sort()).toEqual(['model.layers.0.self_attn.v_proj', 'model.layers.1.self_attn.v_proj']);
+    expect(a.parameterFactors.map((f) => [f.module, f.depth]).sort()).toEqual([
+      ['model.layers.0.mlp.experts', 0],
+      ['model.layers.0.mlp.experts', 1],
+    ]);
+  });
+
   it('loads the linear adapters t0..t3 with golden ranks and scalings', () => {
     for (const n of ['t0', 't1', 't2', 't3']) {
       const a = adapters[n]!;

@@ -130,7 +130,9 @@ export async function loadLoraAdapter(dir: string, opts: { readonly name?: strin
         continue;
       }
       const [, path, which, kind] = m as unknown as [string, string, 'A' | 'B', 'weight' | 'bias'];
-      if (path.includes('.base_layer') || config.targetParameters.some((p) => path.endsWith(p.split('.').slice(0, -1).join('.')))) {
+      // A targeted parameter's module is the path before its name; a bare name (PEFT writes
+      // `down_proj` beside `mlp.experts.down_proj` for MoE experts) names no module, so it matches none.
+      if (path.includes('.base_layer') || config.targetParameters.some((p) => p.includes('.') && path.endsWith(p.split('.').slice(0, -1).join('.')))) {
         if (kind === 'bias') throw new PeftError(PeftCode.BAD_TENSORS, `${file}: unexpected bias '${key}' on a parameter-targeted LoRA`);
         const depth = (path.match(/\.base_layer/g) ?? []).length;
         const module = path.replace(/(\.base_layer)+$/, '');

@@ -28,12 +28,15 @@ function group(base: Omit<UnitGroup, 'layers' | 'allowed'>, layers: number[], al
   return allowed === undefined ? { ...base, layers } : { ...base, layers, allowed };
 }
 
+/** The projections an adapter may target: Llama's seven and Phi-3's fused `qkv_proj` / `gate_up_proj`. */
+const PROJECTIONS: readonly string[] = [...LLAMA_PROJECTIONS, 'qkv_proj', 'gate_up_proj'];
+
 /**
  * The planning workload of a Llama-family model (Mixtral included) and its PEFT adapters: one unit
  * per (adapter, layer, projection) the adapter targets, in/out and rank read from the factors
  * (so `rank_pattern` is honoured), grouped by (projection, shape, rank) across layers; for MoE
  * layers one unit per expert of `gate_up_proj`/`down_proj`, with row share top-k / E. Modules
- * other than the seven Llama projections are `PLAN_BAD_WORKLOAD`.
+ * other than the decoder projections (Llama's seven, Phi-3's fused two) are `PLAN_BAD_WORKLOAD`.
  */
 export function llamaWorkload(config: LlamaConfig, adapters: readonly LoraAdapter[], opts: ModelWorkloadOptions = {}): Workload {
   const out: AdapterWorkload[] = [];
@@ -48,10 +51,10 @@ export function llamaWorkload(config: LlamaConfig, adapters: readonly LoraAdapte
     for (const m of adapter.modules.values()) {
       const match = MODULE.exec(m.module);
       const projection = match?.[2];
-      if (match === null || projection === undefined || !(LLAMA_PROJECTIONS as readonly string[]).includes(projection)) {
+      if (match === null || projection === undefined || !PROJECTIONS.includes(projection)) {
         throw new PlanError(
           PlanCode.BAD_WORKLOAD,
-          `adapter '${adapter.name}': module '${m.module}' is not a Llama projection (model.layers.N.{self_attn,mlp}.{${LLAMA_PROJECTIONS.join(',')}})`,
+          `adapter '${adapter.name}': module '${m.module}' is not a decoder projection (model.layers.N.{self_attn,mlp}.{${PROJECTIONS.join(',')}})`,
         );
       }
       add(
@@ -68,7 +71,7 @@ export function llamaWorkload(config: LlamaConfig, adapters: readonly LoraAdapte
       const shapes = {
         numExperts: config.moe.numExperts,
         hidden: config.hiddenSize,
-        intermediate: config.intermediateSize,
+        intermediate: config.moe.intermediateSize ?? config.intermediateSize,
       };
       for (let l = 0; l < config.numLayers; l++) {
         const path = `model.layers.${String(l)}.mlp.experts`;
@@ -88,7 +91,7 @@ export function llamaWorkload(config: LlamaConfig, adapters: readonly LoraAdapte
       }
     }
     const order = (g: Omit<UnitGroup, 'layers' | 'allowed'>): number =>
-      (g.experts === undefined ? (LLAMA_PROJECTIONS as readonly string[]) : (EXPERT_PROJECTIONS as readonly string[])).indexOf(g.projection);
+      (g.experts === undefined ? PROJECTIONS : (EXPERT_PROJECTIONS as readonly string[])).indexOf(g.projection);
     const entries = [...byKey.values()].sort((a, b) => (a.base.experts ?? 0) - (b.base.experts ?? 0) || order(a.base) - order(b.base) || a.base.rank - b.base.rank);
     const groups = entries.map(({ base, layers }) => {
       const sorted = layers.sort((a, b) => a - b);

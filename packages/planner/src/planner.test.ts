@@ -45,6 +45,17 @@ function okPlan(planner: Planner, budget: number, t?: ReturnType<typeof traffic>
 }
 
 describe('llamaWorkload', () => {
+  it("takes Phi-3's fused qkv_proj / gate_up_proj modules (regression: refused as not a Llama projection)", async () => {
+    const { readFile } = await import('node:fs/promises');
+    const { fileURLToPath } = await import('node:url');
+    const { parseLlamaConfig } = await import('@stageml/models');
+    const { loadLoraAdapter } = await import('@stageml/peft');
+    const dir = fileURLToPath(new URL('../../../fixtures/hf-families/phi3/', import.meta.url));
+    const config = parseLlamaConfig(await readFile(`${dir}config.json`, 'utf8'));
+    const w = llamaWorkload(config, [await loadLoraAdapter(`${dir}adapters/fused-all-r4`)], { batch: 2, seq: 8 });
+    expect(w.adapters[0]!.groups.map((g) => `${g.projection}:${String(g.inFeatures)}x${String(g.outFeatures)}`)).toEqual(['o_proj:64x64', 'down_proj:96x64', 'qkv_proj:64x128', 'gate_up_proj:64x192']);
+  });
+
   it('has one group per (projection, shape, rank) of every adapter, shapes read from the factors', () => {
     expect(llama.adapters.map((a) => a.name)).toEqual(['all-r16', 'mlp-r4-rslora', 'o-r2', 'qv-r8']);
     const all = llama.adapters[0]!.groups;

@@ -14,4 +14,4 @@ export type { RouterErrorCode } from './errors.js';
 export { MAX_CONFIG_DEPTH, TenantRegistry, parseRouterConfig } from './registry.js';
 export type { Route, RouterConfig, Tenant } from './registry.js';
 export { Scheduler } from './scheduler.js';
-export type { GenerationRequest, GenerationResult, SchedulerOptions, SchedulerSnapshot } from './scheduler.js';
+export type { GenerationRequest, GenerationResult, SchedulerOptions, SchedulerSnapshot, SchedulerStepStats } from './scheduler.js';

@@ -162,6 +162,49 @@ describe('Scheduler', () => {
     expect(processed[1].newIds).not.toEqual(prompt('base', 3).greedy_new_ids);
   });
 
+  it('hands the engine one step record per step, decode rows and prefill chunks in one run where the padding allows, with the golden tokens', async () => {
+    const merging = await Engine.load(`${root}llama/base`, { stepMergeWaste: 1000 });
+    for (const a of ADAPTERS) await merging.loadAdapter(`${root}llama/adapters/${a}`);
+    const stepSpy = vi.spyOn(merging, 'step');
+    const decodeSpy = vi.spyOn(merging, 'decodeSample');
+    const s = new Scheduler(merging, { maxBatch: 8 });
+    // Arrivals spread over the first steps: most steps hold running streams and a new prompt.
+    const jobs: Promise<void>[] = [];
+    for (const [i, model] of ['base', 'qv-r8', 'all-r16', 'base', 'mlp-r4-rslora', 'qv-r8'].entries()) {
+      jobs.push(s.submit(req(model, i % 4)).then((r) => { expect(r.newIds, `${model} prompt${String(i % 4)}`).toEqual(prompt(model, i % 4).greedy_new_ids); }));
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await Promise.all(jobs);
+    const st = s.stepStats();
+    expect(st.steps).toBe(stepSpy.mock.calls.length);
+    expect(st.mergedSteps).toBeGreaterThan(0);
+    // Merged steps took one run; the others one per kind present (no lanes here).
+    expect(st.engineRuns).toBeLessThan(st.steps + stepSpy.mock.calls.filter(([r]) => r.decode !== undefined && r.prefill !== undefined).length);
+    expect(merging.stats()).toMatchObject({ steps: st.steps, mergedSteps: st.mergedSteps });
+    // A merged step calls no decode run of its own.
+    expect(decodeSpy.mock.calls.length).toBe(stepSpy.mock.calls.filter(([r]) => r.decode !== undefined).length - st.mergedSteps);
+  });
+
+  it('takes its defaults from the executor: a GPU budget prefills a burst of arrivals in one step, the CPU one two at a time', async () => {
+    const budgets: number[][] = [];
+    for (const hints of [{ tokenBudget: 64, maxBatch: 32 }, { tokenBudget: 8192, maxBatch: 256 }]) {
+      const getter = vi.spyOn(lm, 'scheduling', 'get').mockReturnValue(hints);
+      const stepSpy = vi.spyOn(lm, 'step');
+      try {
+        const s = new Scheduler(lm);
+        const rs = await Promise.all([0, 1, 2, 3, 0, 1, 2, 3].map((p) => s.submit(req('base', p, { maxNewTokens: 2 }))));
+        rs.forEach((r, i) => { expect(r.newIds).toEqual(prompt('base', i % 4).greedy_new_ids.slice(0, 2)); });
+        budgets.push(stepSpy.mock.calls.map(([r]) => r.prefill?.seqs.length ?? 0));
+      } finally {
+        getter.mockRestore();
+        stepSpy.mockRestore();
+      }
+    }
+    expect(Math.max(...budgets[0]!)).toBeLessThanOrEqual(2);
+    expect(Math.max(...budgets[1]!)).toBe(7);
+    expect(() => new Scheduler(lm, { maxBatch: 0 })).toThrow(expect.objectContaining({ code: 'ROUTER_BAD_CONFIG' }) as Error);
+  });
+
   it('streams tokens in order and stops at a stop token', async () => {
     const s = new Scheduler(lm);
     const seen: number[] = [];

@@ -1,5 +1,5 @@
 import { StageError, errorMessage } from '@stageml/ir';
-import type { Engine, RowSample, Sequence } from '@stageml/engine';
+import type { Engine, RowSample, Sequence, StepPart, StepRecord, StepResult } from '@stageml/engine';
 import { type PickPlan, type SamplingOptions, type TokenPicker, makePicker, pickPlan } from '@stageml/models';
 import { RouterCode, RouterError } from './errors.js';
 
@@ -39,7 +39,10 @@ export interface GenerationResult {
 
 /** Options of a `Scheduler`. */
 export interface SchedulerOptions {
-  /** Most sequences decoded together (default 32). */
+  /**
+   * Most sequences running together (vLLM's `--max-num-seqs`; default the engine's executor's
+   * `scheduling.maxBatch`: 256 on a CUDA GPU, 32 on the host CPU).
+   */
   readonly maxBatch?: number;
   /**
    * Most requests one tenant may have waiting for a slot (default 256); beyond it `submit` throws
@@ -57,13 +60,16 @@ export interface SchedulerOptions {
   readonly isStaged?: (adapter: string) => boolean;
   /**
    * Most prompt tokens one step prefills, over all prefilling sequences together (rows × the
-   * longest chunk, padding included; default 64, two of the engine's default 32-token chunks).
-   * Arrivals are prefilled together up to this budget — at least one chunk per step, so a long
-   * prompt still advances one chunk per step beside the running streams.
+   * longest chunk, padding included; vLLM's `--max-num-batched-tokens`). Default: the engine's
+   * executor's `scheduling.tokenBudget` — 8192 on a CUDA GPU, 64 on the host CPU (two of the
+   * engine's default 32-token chunks). Arrivals are prefilled together up to this budget — at
+   * least one chunk per step, so a long prompt still advances one chunk per step beside the
+   * running streams. A budget of at least `idlePrefillTokens` lets each prompt's chunk grow to
+   * `idlePrefillTokens` while streams decode too (otherwise the engine's `prefillChunk`).
    */
   readonly prefillTokens?: number;
   /**
-   * A prompt's chunk while no sequence decodes (default 512): with no stream to stall, an arriving
+   * A prompt's chunk while no sequence decodes (default the larger of 512 and `prefillTokens`): with no stream to stall, an arriving
    * prompt is prefilled in runs of up to this many tokens rather than `prefillChunk`-sized ones
    * (other arriving prompts join its run only within `prefillTokens`).
    */
@@ -86,6 +92,16 @@ interface Seq {
   newIds: number[];
   firstTokenAt: number | undefined;
   done: boolean;
+}
+
+/** `Scheduler.stepStats`: what the step loop has handed the engine. */
+export interface SchedulerStepStats {
+  /** Steps (`Engine.step` calls). */
+  readonly steps: number;
+  /** Steps run as one program run over decode rows and prefill chunks together. */
+  readonly mergedSteps: number;
+  /** Program runs of those steps (`StepResult.runs`). */
+  readonly engineRuns: number;
 }
 
 /** Counts for metrics: running and waiting requests per adapter (`''` = base). */
@@ -121,11 +137,14 @@ function rowOf(p: PickPlan, picks: boolean): RowSample {
  * weighted fair sharing — the free slot goes to the waiting tenant with the fewest running
  * requests per unit of weight, under per-tenant caps — into a running set of at most `maxBatch`
  * sequences. Between decode steps new sequences are prefilled and join, finished ones leave. A
- * step is one decode run over every running, prefilled sequence (whatever their adapters: adapters
- * are slot data, so composition never compiles anything) plus one prefill run over the next chunks
- * of admitted sequences, together at most `prefillTokens` tokens (chunked prefill: a long prompt
- * never stalls running streams for more than one chunk; a burst of arrivals is prefilled together). Each sequence's KV stays resident in the engine and is appended in place; a cancelled or
- * finished sequence frees its KV and slot after the step it is in.
+ * step is one engine call (`Engine.step`, a step record): the decode rows of every running,
+ * prefilled sequence (whatever their adapters: adapters are slot data, so composition never
+ * compiles anything) and the next chunks of admitted sequences, together at most
+ * `prefillTokens` prompt tokens (chunked prefill: a long prompt never stalls running streams for
+ * more than one chunk; a burst of arrivals is prefilled together); the engine runs both as one
+ * program run where the padding allows. Each sequence's KV stays resident in the engine and is
+ * appended in place; a cancelled or finished sequence frees its KV and slot after the step it is
+ * in.
  */
 export class Scheduler {
   readonly #engine: Engine;
@@ -145,19 +164,26 @@ export class Scheduler {
   readonly #running: Seq[] = [];
   #waiting = 0;
   #pumping = false;
+  #steps = 0;
+  #mergedSteps = 0;
+  #engineRuns = 0;
   #draining = false;
   #idle: (() => void)[] = [];
 
   /** A scheduler running `engine`. */
   constructor(engine: Engine, opts: SchedulerOptions = {}) {
     this.#engine = engine;
-    this.#maxBatch = opts.maxBatch ?? 32;
+    // Defaults from the executor the engine drives (`Engine.scheduling`): thousands of tokens per
+    // step on a GPU, 64 on the host CPU.
+    const hints = engine.scheduling;
+    this.#maxBatch = opts.maxBatch ?? hints.maxBatch;
+    if (!Number.isSafeInteger(this.#maxBatch) || this.#maxBatch < 1) throw new RouterError(RouterCode.BAD_CONFIG, `maxBatch must be a positive integer, got ${String(opts.maxBatch)}`);
     this.#maxQueue = opts.maxQueue ?? 256;
     this.#tenantCap = opts.tenantCap ?? (() => undefined);
     this.#tenantQueue = opts.tenantQueue ?? (() => undefined);
     this.#tenantWeight = opts.tenantWeight ?? (() => undefined);
     this.#isStaged = opts.isStaged ?? (() => true);
-    const budget = opts.prefillTokens ?? 64;
+    const budget = opts.prefillTokens ?? hints.tokenBudget;
     if (!Number.isSafeInteger(budget) || budget < 1) throw new RouterError(RouterCode.BAD_CONFIG, `prefillTokens must be a positive integer, got ${String(opts.prefillTokens)}`);
     this.#prefillTokens = budget;
     const idle = opts.idlePrefillTokens ?? Math.max(512, budget);
@@ -171,7 +197,11 @@ export class Scheduler {
     const waitingByAdapter: Record<string, number> = {};
     const runningByTenant: Record<string, number> = {};
     const waitingByTenant: Record<string, number> = {};
+    let running = 0;
     for (const s of this.#running) {
+      // Finished or cancelled: leaves the running set after the step it is in.
+      if (s.done) continue;
+      running++;
       runningByAdapter[s.req.adapter ?? ''] = (runningByAdapter[s.req.adapter ?? ''] ?? 0) + 1;
       runningByTenant[s.req.tenant] = (runningByTenant[s.req.tenant] ?? 0) + 1;
     }
@@ -179,7 +209,15 @@ export class Scheduler {
       if (q.length > 0) waitingByTenant[t] = q.length;
       for (const s of q) waitingByAdapter[s.req.adapter ?? ''] = (waitingByAdapter[s.req.adapter ?? ''] ?? 0) + 1;
     }
-    return { running: this.#running.length, waiting: this.#waiting, runningByAdapter, waitingByAdapter, runningByTenant, waitingByTenant, draining: this.#draining };
+    return { running, waiting: this.#waiting, runningByAdapter, waitingByAdapter, runningByTenant, waitingByTenant, draining: this.#draining };
+  }
+
+  /**
+   * Steps taken (one `Engine.step` call each), those whose decode rows and prefill chunks ran as
+   * one program run, and the program runs they took.
+   */
+  stepStats(): SchedulerStepStats {
+    return { steps: this.#steps, mergedSteps: this.#mergedSteps, engineRuns: this.#engineRuns };
   }
 
   /** The queue bound of `tenant`. */
@@ -349,29 +387,6 @@ export class Scheduler {
     }
   }
 
-  /**
-   * Runs `run` over the whole group; when the engine refuses the group's row specs
-   * (`ENGINE_BAD_OPTIONS`, raised before anything runs), runs each row alone with the same specs,
-   * so one request's bad values fail only that request, never the others batched with it.
-   */
-  async #rowwise<T>(group: readonly Seq[], run: (idx: readonly number[]) => Promise<T[]>, accept: (idx: readonly number[], out: T[]) => void): Promise<void> {
-    const all = group.map((_, i) => i);
-    try {
-      accept(all, await run(all));
-      return;
-    } catch (e) {
-      if (group.length === 1 || !(e instanceof StageError && e.code === 'ENGINE_BAD_OPTIONS')) throw e;
-    }
-    for (const i of all) {
-      if (group[i]!.done) continue;
-      try {
-        accept([i], await run([i]));
-      } catch (e) {
-        this.#fail([group[i]!], e);
-      }
-    }
-  }
-
   /** Opens the engine sequence of a newly admitted request; a bad prompt fails only it. */
   #open(seq: Seq): void {
     try {
@@ -399,28 +414,6 @@ export class Scheduler {
     );
   }
 
-  async #prefill(group: readonly Seq[], maxChunk: number | undefined): Promise<void> {
-    try {
-      const plans = group.map((s) => pickPlan(s.picker));
-      if (plans.every((p) => p !== undefined)) {
-        // First tokens picked where the logits are, as decode steps' (#decode); a row draws from
-        // its stream only when this run finishes its prompt, as its picker would have.
-        const rows = plans.map((p, i) => rowOf(p, this.#engine.finishesPrefill(group[i]!.es!, maxChunk)));
-        const opts = maxChunk === undefined ? {} : { maxChunk };
-        await this.#rowwise(group, (idx) => this.#engine.prefillSample(idx.map((i) => group[i]!.es!), idx.map((i) => rows[i]!), opts), (idx, ids) => {
-          this.#acceptPicks(idx.map((i) => group[i]!), idx.map((i) => plans[i]), ids);
-        });
-        return;
-      }
-      const logits = await this.#engine.prefillMany(group.map((s) => s.es!), maxChunk === undefined ? {} : { maxChunk });
-      group.forEach((s, i) => {
-        if (logits[i] !== undefined) this.#emit(s, logits[i]);
-      });
-    } catch (e) {
-      this.#fail(group, e);
-    }
-  }
-
   /**
    * The sequences to prefill this step: in arrival order, while rows × longest chunk fits
    * `prefillTokens` (at least one). With nothing decoding (`idle`) a chunk may grow to
@@ -428,7 +421,9 @@ export class Scheduler {
    */
   #prefillGroup(idle: boolean): { readonly group: Seq[]; readonly maxChunk: number | undefined } {
     const group: Seq[] = [];
-    const maxChunk = idle ? this.#idlePrefillTokens : undefined;
+    // A step budget of at least the idle chunk (a GPU's thousands of tokens) lets a prompt take
+    // one chunk of up to that size beside running streams too, as vLLM's chunked prefill does.
+    const maxChunk = idle || this.#prefillTokens >= this.#idlePrefillTokens ? this.#idlePrefillTokens : undefined;
     let budget = this.#prefillTokens;
     let longest = 0;
     for (const s of this.#running) {
@@ -444,27 +439,78 @@ export class Scheduler {
     return { group, maxChunk };
   }
 
-  async #decode(group: readonly Seq[]): Promise<void> {
+  /**
+   * One step: the decode rows and the prefill chunks handed to the engine as one step record
+   * (`Engine.step`), which runs them as one program run where it can. Tokens are picked where the
+   * logits are (`rows`: an argmax when every row is plainly greedy; each sampled row with its
+   * stream's next draw, each processed one with its picker's state; a prefill row draws only when
+   * this step finishes its prompt, as its picker would have) unless a row of the part reports
+   * log-probabilities, which needs the logits on the host for the whole part. A failed part fails
+   * its own requests.
+   */
+  async #step(decoding: readonly Seq[], prefilling: readonly Seq[], maxChunk: number | undefined): Promise<void> {
+    const dPlans = decoding.map((s) => pickPlan(s.picker));
+    const pPlans = prefilling.map((s) => pickPlan(s.picker));
+    const dPicks = dPlans.every((p) => p !== undefined);
+    const pPicks = pPlans.every((p) => p !== undefined);
+    const record: StepRecord = {
+      ...(decoding.length === 0 ? {} : { decode: { seqs: decoding.map((s) => s.es!), tokens: decoding.map((s) => s.last), ...(dPicks ? { rows: dPlans.map((p) => rowOf(p, true)) } : {}) } }),
+      ...(prefilling.length === 0
+        ? {}
+        : { prefill: { seqs: prefilling.map((s) => s.es!), ...(pPicks ? { rows: pPlans.map((p, i) => rowOf(p, this.#engine.finishesPrefill(prefilling[i]!.es!, maxChunk))) } : {}), ...(maxChunk === undefined ? {} : { maxChunk }) } }),
+    };
+    let result: StepResult;
     try {
-      const plans = group.map((s) => pickPlan(s.picker));
-      if (plans.every((p) => p !== undefined)) {
-        // No row reports log-probabilities: the engine picks where the logits are (an argmax when
-        // every row is plainly greedy), each sampled row with its stream's next draw and each
-        // processed one with its picker's state, so the tokens are the host pickers' (the torch
-        // worker sends one id per row instead of the vocabulary's logits).
-        const rows = plans.map((p) => rowOf(p, true));
-        await this.#rowwise(group, (idx) => this.#engine.decodeSample(idx.map((i) => group[i]!.es!), idx.map((i) => group[i]!.last), idx.map((i) => rows[i]!)), (idx, ids) => {
-          this.#acceptPicks(idx.map((i) => group[i]!), idx.map((i) => plans[i]), ids);
+      result = await this.#engine.step(record);
+    } catch (e) {
+      this.#fail([...decoding, ...prefilling], e);
+      return;
+    }
+    this.#steps++;
+    if (result.merged) this.#mergedSteps++;
+    this.#engineRuns += result.runs;
+    const rows = (r: StepRecord): { readonly d?: readonly RowSample[]; readonly p?: readonly RowSample[] } => ({ ...(r.decode?.rows === undefined ? {} : { d: r.decode.rows }), ...(r.prefill?.rows === undefined ? {} : { p: r.prefill.rows }) });
+    const specs = rows(record);
+    const accept = (group: readonly Seq[], plans: readonly (PickPlan | undefined)[], picks: boolean, values: readonly (number | Float32Array | undefined)[]): void => {
+      if (picks) this.#acceptPicks(group, plans, values as readonly (number | undefined)[]);
+      else
+        group.forEach((s, i) => {
+          const logits = values[i];
+          if (logits !== undefined) this.#emit(s, logits as Float32Array);
         });
+    };
+    // A part the engine refused for its row specs (`ENGINE_BAD_OPTIONS`, before anything ran) runs
+    // each row alone with the same specs: one request's bad values fail only that request.
+    const retries: (() => Promise<void>)[] = [];
+    const take = (group: readonly Seq[], plans: readonly (PickPlan | undefined)[], picks: boolean, part: StepPart<number | Float32Array | undefined> | undefined, alone: (i: number) => StepRecord): void => {
+      if (part === undefined || group.length === 0) return;
+      if (part.values !== undefined) {
+        accept(group, plans, picks, part.values);
         return;
       }
-      const logits = await this.#engine.decode(group.map((s) => s.es!), group.map((s) => s.last));
-      group.forEach((s, i) => {
-        this.#emit(s, logits[i]!);
+      if (group.length === 1 || !(part.error instanceof StageError && part.error.code === 'ENGINE_BAD_OPTIONS')) {
+        this.#fail(group, part.error);
+        return;
+      }
+      retries.push(async () => {
+        for (const [i, s] of group.entries()) {
+          if (s.done) continue;
+          try {
+            const r = await this.#engine.step(alone(i));
+            this.#steps++;
+            this.#engineRuns += r.runs;
+            const one = r.decode ?? r.prefill;
+            if (one?.values === undefined) this.#fail([s], one?.error);
+            else accept([s], [plans[i]], picks, one.values);
+          } catch (e) {
+            this.#fail([s], e);
+          }
+        }
       });
-    } catch (e) {
-      this.#fail(group, e);
-    }
+    };
+    take(decoding, dPlans, dPicks, result.decode, (i) => ({ decode: { seqs: [decoding[i]!.es!], tokens: [decoding[i]!.last], ...(specs.d === undefined ? {} : { rows: [specs.d[i]!] }) } }));
+    take(prefilling, pPlans, pPicks, result.prefill, (i) => ({ prefill: { seqs: [prefilling[i]!.es!], ...(specs.p === undefined ? {} : { rows: [specs.p[i]!] }), ...(maxChunk === undefined ? {} : { maxChunk }) } }));
+    for (const retry of retries) await retry();
   }
 
   async #pump(): Promise<void> {
@@ -492,9 +538,7 @@ export class Scheduler {
           await new Promise<void>((resolve) => setTimeout(resolve, 1));
           continue;
         }
-        if (decoding.length > 0) await this.#decode(decoding);
-        const live = prefilling.filter((s) => !s.done);
-        if (live.length > 0) await this.#prefill(live, maxChunk);
+        await this.#step(decoding, prefilling.filter((s) => !s.done), maxChunk);
         this.#prune();
         // NOTE: executors may compute synchronously; yield to the event loop between steps so new
         // requests (and cancellations) arrive and join at the next step.

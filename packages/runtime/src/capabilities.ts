@@ -23,6 +23,35 @@ export interface ExecutorCapabilities {
    * CPU torch worker the host's picks are faster: bench/results/torch-sample.md).
    */
   readonly devicePicks?: boolean;
+  /**
+   * What a scheduler over this executor should default to (`SchedulingHints`); undefined: the
+   * host-CPU defaults `CPU_SCHEDULING`. Explicit options (`--max-num-batched-tokens`,
+   * `--max-num-seqs`) override them.
+   */
+  readonly scheduling?: SchedulingHints;
+}
+
+/**
+ * Defaults a scheduler takes from the executor it drives, as vLLM sizes `--max-num-batched-tokens`
+ * and `--max-num-seqs` for the device: on a GPU a step of thousands of tokens costs little more
+ * than one of a few (the weights are read once either way), on two CPU cores every token counts.
+ */
+export interface SchedulingHints {
+  /** Most prompt tokens one step prefills over all its sequences (vLLM's max-num-batched-tokens). */
+  readonly tokenBudget: number;
+  /** Most sequences running together (vLLM's max-num-seqs). */
+  readonly maxBatch: number;
+}
+
+/** The scheduling defaults of an executor that computes on the host CPU (and of unknown ones). */
+export const CPU_SCHEDULING: SchedulingHints = { tokenBudget: 64, maxBatch: 32 };
+
+/** The scheduling defaults of an executor on a CUDA GPU (`torch-cuda`). */
+export const GPU_SCHEDULING: SchedulingHints = { tokenBudget: 8192, maxBatch: 256 };
+
+/** The scheduling defaults for executor `name`: its capabilities' hints, else `CPU_SCHEDULING`. */
+export function schedulingHints(name: string): SchedulingHints {
+  return executorCapabilities(name)?.scheduling ?? CPU_SCHEDULING;
 }
 
 /** A backend's exhaustive rule table, as far as capabilities go: each op lowers or is unsupported. */
@@ -38,7 +67,7 @@ type Provider = (name: string) => ExecutorCapabilities | undefined;
 const providers: Provider[] = [
   (name) => (name === 'interpreter' ? { name, supportsOp: () => true, lateBinding: true, dtypes: ['f64', 'f32', 'bf16', 'f16'] } : undefined),
   // The torch worker (`torch-cpu`, `torch-cuda`) maps every op (conformance-tested) in every float dtype.
-  (name) => (name === 'torch-cpu' || name === 'torch-cuda' ? { name, supportsOp: () => true, lateBinding: true, dtypes: ['f64', 'f32', 'bf16', 'f16'], ...(name === 'torch-cuda' ? { devicePicks: true } : {}) } : undefined),
+  (name) => (name === 'torch-cpu' || name === 'torch-cuda' ? { name, supportsOp: () => true, lateBinding: true, dtypes: ['f64', 'f32', 'bf16', 'f16'], ...(name === 'torch-cuda' ? { devicePicks: true, scheduling: GPU_SCHEDULING } : {}) } : undefined),
   (name) => (name === 'onnxruntime' ? capabilitiesFromRules(name, ONNX_RULES) : undefined),
   (name) => (name === 'cpu-native' ? { name, supportsOp: (op) => CPU_NATIVE_OPS.includes(op), lateBinding: true } : undefined),
   (name) => (name.startsWith('tfjs-') && isTfjsBackend(name.slice('tfjs-'.length)) ? capabilitiesFromRules(name, TFJS_RULES) : undefined),

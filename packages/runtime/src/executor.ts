@@ -177,6 +177,12 @@ export interface CacheStore {
   open(): number;
   /** Frees caches (unknown ids are ignored); ordered after every run already started. */
   release(ids: readonly number[]): void;
+  /**
+   * Counters of how the executor holds the caches and runs the steps over them (the torch worker:
+   * `restages`, `joins`, `gathers`, `graphCaptures`, `graphReplays`, …), as of the last run;
+   * absent where the executor keeps none.
+   */
+  stats?(): Readonly<Record<string, number>>;
 }
 
 /**
@@ -213,6 +219,13 @@ export interface CacheRow {
 export interface CacheRun {
   readonly streams: readonly CacheStream[];
   readonly rows: readonly CacheRow[];
+  /**
+   * Inputs whose leading axis is the batch row (ids, positions, the key mask's tail, per-row slot
+   * inputs): an executor that keeps a persistent batch of caches (the torch worker) may run a
+   * step over its whole batch, scattering these rows to their batch rows (others get zeros) and
+   * gathering the outputs back. Absent: the run's rows are run as given.
+   */
+  readonly rowInputs?: readonly string[];
 }
 
 const generations = new WeakMap<object, number>();

@@ -29,8 +29,8 @@ export { BUNDLE_FORMAT, BUNDLE_VERSION, loadBundle, writeBundle } from './bundle
 export type { BundleManifest, LoadedBundle, WriteBundleOptions } from './bundle.js';
 export { BundleCode, BundleError } from '@stageml/bundle';
 export type { BundleContents, BundleData, BundleErrorCode } from '@stageml/bundle';
-export { capabilitiesFromRules, executorCapabilities, registerExecutorCapabilities } from './capabilities.js';
-export type { ExecutorCapabilities, RuleKinds } from './capabilities.js';
+export { CPU_SCHEDULING, GPU_SCHEDULING, capabilitiesFromRules, executorCapabilities, registerExecutorCapabilities, schedulingHints } from './capabilities.js';
+export type { ExecutorCapabilities, RuleKinds, SchedulingHints } from './capabilities.js';
 export { compileStaged } from './compile.js';
 export type { CompileStagedOptions, StagedAnnotations, StagedProgram } from './compile.js';
 export {
@@ -44,9 +44,9 @@ export {
   unsupported,
 } from './tfjs/index.js';
 export type { Kernel, LowerContext, Lowering, TfDType, TfRule, TfRuleTable, TfjsBackend, TfjsExecutorOptions, Unsupported } from './tfjs/index.js';
-export { EXECUTOR_ENV, EXECUTOR_NAMES, createExecutorByName, createOrtExecutor, isExecutorName, isOrtAvailable, selectExecutor } from './ort/index.js';
-export type { ExecutorName, ExecutorSelection, OrtExecutorOptions, SelectExecutorOptions } from './ort/index.js';
-export { CPU_NATIVE_OPS, NATIVE_CACHE_ENV, createCpuNativeExecutor, encodeProgram, loadCpuAddon } from './native/index.js';
+export { DEFAULT_CANDIDATES, DEFAULT_FALLBACKS, DEFAULT_PROBE_SHAPE, EXECUTOR_ENV, EXECUTOR_NAMES, createExecutorByName, createOrtExecutor, isExecutorName, isOrtAvailable, selectExecutor } from './ort/index.js';
+export type { ExecutorName, ExecutorProbeShape, ExecutorSelection, OrtExecutorOptions, SelectExecutorOptions } from './ort/index.js';
+export { CPU_NATIVE_OPS, NATIVE_ADDON_ENV, NATIVE_BUILD_ENV, NATIVE_CACHE_ENV, createCpuNativeExecutor, encodeProgram, loadCpuAddon } from './native/index.js';
 export type { CpuAddon, CpuNativeExecutor, CpuNativeExecutorOptions, NativeProgram } from './native/index.js';
 export { FrameDecoder, TORCH_DEVICE_ENV, TORCH_PATH_ENV, TORCH_PROTOCOL_VERSION, TORCH_PYTHON_ENV, createTorchExecutor, encodeFrame, isTorchAvailable } from './torch/index.js';
-export type { Frame, TorchExecutor, TorchExecutorOptions, TorchFusion, TorchPreparedGraph, TorchWorkerInfo, WireTensor } from './torch/index.js';
+export type { DeviceWrite, FileTensorRef, Frame, TorchDeviceTensors, TorchExecutor, TorchExecutorOptions, TorchFusion, TorchPreparedGraph, TorchWorkerInfo, WireTensor } from './torch/index.js';

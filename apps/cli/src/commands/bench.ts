@@ -129,14 +129,16 @@ export function registerBench(program: Command, io: CliIo): void {
     .requiredOption('--dim <d>', 'model width d (W is d×d)', parsePositiveInt)
     .requiredOption('--rank <r>', 'LoRA rank r', parsePositiveInt)
     .requiredOption('--batch <b>', 'rows of x', parsePositiveInt)
-    .option('--executor <name>', 'executor: auto (default: the fastest here, measured once), onnxruntime, tfjs-wasm, tfjs-cpu, interpreter')
+    .option('--executor <name>', 'executor: auto (default: the fastest here on this layer\'s GEMM, measured once), cpu-native, onnxruntime, tfjs-wasm, tfjs-cpu, interpreter, torch')
     .option('--runs <n>', 'timed runs of each graph (default 11)', parsePositiveInt)
     .option('--seed <n>', 'seed of the random weights (default 0)', parseNonNegativeInt)
     .option('--scale <s>', 'LoRA scale s (default 2)', parseNumber)
     .option('--json', 'print the result as JSON')
     .action(async (suite: string, opts: BenchOptions) => {
       if (suite !== 'lora-layer') throw new CliError(CliCode.USAGE, `unknown benchmark '${suite}' (available: lora-layer)`);
-      const executor = await resolveExecutor(opts.executor ?? 'auto', { log: opts.json === true ? undefined : io.err });
+      // auto measures a decoder layer of width d (MLP width d) at the benchmark's batch.
+      const shape = { hidden: opts.dim, intermediate: opts.dim, batches: [opts.batch] };
+      const executor = await resolveExecutor(opts.executor ?? 'auto', { log: opts.json === true ? undefined : io.err, shape });
       const r = await benchLoraLayer(executor, {
         dim: opts.dim,
         rank: opts.rank,

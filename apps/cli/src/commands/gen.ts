@@ -38,7 +38,7 @@ export function registerGen(program: Command, io: CliIo): void {
   const gen = program.command('gen').description('generate GPU kernels (Triton or CUDA sm_90a) from a residual bundle');
   gen
     .command('triton')
-    .description('Triton kernels + launchers + check-and-bench scripts for the bundle\'s LoRA, bank and MoE patterns')
+    .description('Triton kernels + launchers + check-and-bench scripts for the bundle\'s LoRA, bank and MoE patterns (f32, bf16 or f16 bundles)')
     .argument('<bundle>', 'residual bundle directory (from stageml stage)')
     .requiredOption('--out <dir>', 'output directory (an existing non-empty one only with --force)')
     .option('--force', 'replace an existing non-empty output directory')
@@ -50,7 +50,7 @@ export function registerGen(program: Command, io: CliIo): void {
     });
   gen
     .command('cuda')
-    .description('CUDA C++ (sm_90a, tensor cores) for the bundle\'s LoRA, bank and MoE patterns; build with native/build.py')
+    .description('CUDA C++ (sm_90a, tensor cores) for the bundle\'s LoRA, bank and MoE patterns (bf16 or f16 bundles; f32 is refused); build with native/build.py')
     .argument('<bundle>', 'residual bundle directory (from stageml stage)')
     .requiredOption('--out <dir>', 'output directory (an existing non-empty one only with --force)')
     .option('--force', 'replace an existing non-empty output directory')

@@ -45,7 +45,7 @@ export function registerGenerate(program: Command, io: CliIo): void {
       if ((opts.prompt === undefined) === (opts.ids === undefined)) throw new CliError(CliCode.USAGE, 'give exactly one of --prompt or --ids');
       const sampled = opts.temperature !== undefined || opts.topP !== undefined || opts.topK !== undefined || opts.seed !== undefined;
       if (opts.greedy === true && sampled) throw new CliError(CliCode.USAGE, '--greedy cannot be combined with sampling flags');
-      const { lm, single } = await loadModelWithAdapters(opts);
+      const { lm, single } = await loadModelWithAdapters(opts, io);
       let ids = opts.ids;
       if (ids === undefined) {
         if (lm.tokenizer === undefined) throw new CliError(CliCode.USAGE, `${opts.model} has no tokenizer.json: use --ids`);

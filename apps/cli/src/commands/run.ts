@@ -5,7 +5,8 @@ import { CausalLM } from '@stageml/models';
 import { writeSafetensors } from '@stageml/safetensors';
 import { parseIds, parseNames } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
-import { resolveExecutor } from '../executors.js';
+import { probeShapeOf, resolveExecutor } from '../executors.js';
+import { inPhase } from '../progress.js';
 import type { CliIo } from '../io.js';
 import { errorMessage } from '@stageml/ir';
 
@@ -21,8 +22,10 @@ interface RunOptions {
 }
 
 /** Loads a model and the adapters named by `--adapter DIR` or `--adapters DIR` (one per subdirectory). */
-export async function loadModelWithAdapters(opts: { model: string; adapter?: string | undefined; adapters?: string | undefined; executor?: string | undefined }): Promise<{ lm: CausalLM; single: string | undefined }> {
-  const lm = await CausalLM.load(opts.model, { executor: await resolveExecutor(opts.executor) });
+export async function loadModelWithAdapters(opts: { model: string; adapter?: string | undefined; adapters?: string | undefined; executor?: string | undefined }, io?: CliIo): Promise<{ lm: CausalLM; single: string | undefined }> {
+  const shape = opts.executor === 'auto' ? await probeShapeOf(opts.model, { maxBatch: 1 }) : undefined;
+  const executor = await resolveExecutor(opts.executor, { shape });
+  const lm = io === undefined ? await CausalLM.load(opts.model, { executor }) : await inPhase(io, `loading ${opts.model}`, () => CausalLM.load(opts.model, { executor }));
   let single: string | undefined;
   if (opts.adapter !== undefined) single = (await lm.loadAdapter(opts.adapter)).name;
   if (opts.adapters !== undefined) {
@@ -53,7 +56,7 @@ export function registerRun(program: Command, io: CliIo): void {
     .action(async (opts: RunOptions) => {
       if (opts.mixed !== undefined && opts.adapters === undefined) throw new CliError(CliCode.USAGE, '--mixed needs --adapters DIR');
       if (opts.mixed !== undefined && opts.adapter !== undefined) throw new CliError(CliCode.USAGE, 'use either --adapter or --mixed, not both');
-      const { lm, single } = await loadModelWithAdapters(opts);
+      const { lm, single } = await loadModelWithAdapters(opts, io);
       const rows = opts.mixed ?? [single];
       const { logits } = await lm.forward(rows.map(() => opts.ids), { adapters: rows });
       const out = opts.mixed === undefined ? { ...logits, shape: logits.shape.slice(1) } : logits;

@@ -13,6 +13,7 @@ import { parseBytes } from './plan.js';
 import { CliCode, CliError } from '../errors.js';
 import { loadGraphFile } from '../inspect.js';
 import type { CliIo } from '../io.js';
+import { inPhase } from '../progress.js';
 import { type StageAdapterDType, type StageDType, castResidual, checkpointDType, parseStageAdapterDType, parseStageDType } from '../stage-dtype.js';
 import { parseMaxError, quantizeOptions } from '../quantize.js';
 
@@ -135,17 +136,19 @@ async function servingPlan(model: string, dirs: readonly { name: string; dir: st
   return outcome.plan;
 }
 
-async function stageModel(opts: StageOptions, dir: string): Promise<{ graph: Graph; residual: Graph; manifest: BundleManifest }> {
-  const m = await stagedModelGraph(dir, {
-    ...(opts.adapter === undefined ? {} : { adapter: opts.adapter }),
-    ...(opts.layers === undefined ? {} : { numLayers: opts.layers }),
-  });
+async function stageModel(opts: StageOptions, dir: string, io: CliIo): Promise<{ graph: Graph; residual: Graph; manifest: BundleManifest }> {
+  const m = await inPhase(io, `loading ${dir}`, () =>
+    stagedModelGraph(dir, {
+      ...(opts.adapter === undefined ? {} : { adapter: opts.adapter }),
+      ...(opts.layers === undefined ? {} : { numLayers: opts.layers }),
+    }),
+  );
   // The rewrite library over the serving lattice, as `stageml inspect --rewrite` runs it: its log goes into the bundle.
   const rewrite = rewriteGreedy(m.graph, [defaultRules], { context: { lattice: 'serving', annotations: loraServingSpec(m.graph), cutoff: opts.cutoff, sizes: { batch: 1, seq: 1 } } });
   const adapterDirs = opts.adapters !== undefined ? await findAdapterDirs(opts.adapters) : opts.adapter !== undefined ? await findAdapterDirs(opts.adapter) : [];
   const plan = await servingPlan(dir, adapterDirs, opts.budget ?? 0);
-  const result = await withDType(opts, specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: opts.cutoff, values: { get: (n) => m.values.get(n) } }), m.graph);
-  const written = await writeBundle(opts.out, result, { overwrite: opts.force === true, ...(plan === undefined ? {} : { plan: JSON.parse(planToJson(plan)) as unknown }) });
+  const result = await inPhase(io, opts.quantize === undefined ? 'specializing' : 'specializing and quantizing', () => withDType(opts, specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: opts.cutoff, values: { get: (n) => m.values.get(n) } }), m.graph));
+  const written = await inPhase(io, `writing ${opts.out}`, () => writeBundle(opts.out, result, { overwrite: opts.force === true, ...(plan === undefined ? {} : { plan: JSON.parse(planToJson(plan)) as unknown }) }));
   // What `stageml serve --bundle` reads: the source model and adapters (absolute), and where the rewrite log is.
   const manifest = { ...written, rewrite: 'rewrite.json', source: { model: resolve(dir), adapters: Object.fromEntries(adapterDirs.map((a) => [a.name, resolve(a.dir)])) } };
   const log = { format: REWRITE_LOG_FORMAT, version: REWRITE_LOG_VERSION, graph: rewrite.graph.name, cutoff: opts.cutoff, sizes: { batch: 1, seq: 1 }, stop: rewrite.stop, iterations: rewrite.iterations, applied: rewrite.applied, estimate: rewrite.estimate, log: rewrite.log };
@@ -165,7 +168,7 @@ async function stageModel(opts: StageOptions, dir: string): Promise<{ graph: Gra
  * constants.safetensors, and residual.json, the IR's JSON form for Python hosts; for a model also
  * plan.json, the serving plan of its adapters under `--budget`, rewrite.json, the rewrite library's
  * log, and `source` in the manifest, the model and adapter directories `serve --bundle` loads). `--dtype bf16|f16|checkpoint` converts the residual to that compute
- * dtype (inputs and outputs stay f32; GPU code generators need bf16/f16); `--adapter-dtype f32|same` says whether the LoRA term stays f32 as PEFT computes it (default) or is rounded to it.
+ * dtype (inputs and outputs stay f32; `gen cuda` needs bf16/f16, `gen triton` takes f32 too); `--adapter-dtype f32|same` says whether the LoRA term stays f32 as PEFT computes it (default) or is rounded to it.
  */
 export function registerStage(program: Command, io: CliIo): void {
   program
@@ -179,7 +182,7 @@ export function registerStage(program: Command, io: CliIo): void {
     .option('--weights <file>', 'values of the bare graph parameters (.safetensors)')
     .requiredOption('--cutoff <stage>', 'the last stage computed ahead of time (model: base, adapter, …; graph: static)')
     .requiredOption('--out <dir>', 'the bundle directory to write')
-    .option('--dtype <dtype>', 'compute dtype of the residual: f32, bf16, f16, or checkpoint (the float dtype the checkpoint stores; for GPU targets: gen triton|cuda need bf16/f16); inputs and outputs stay f32', parseStageDType, 'f32')
+    .option('--dtype <dtype>', 'compute dtype of the residual: f32, bf16, f16, or checkpoint (the float dtype the checkpoint stores; for GPU targets: gen triton takes any of them, gen cuda needs bf16/f16); inputs and outputs stay f32', parseStageDType, 'f32')
     .option('--adapter-dtype <dtype>', 'with --dtype bf16|f16: LoRA factors and their term in f32 (f32, as PEFT computes them on a bf16/f16 base) or rounded to the compute dtype (same: the form gen triton|cuda and the fused GPU kernel take)', parseStageAdapterDType, 'f32')
     .option('--force', 'replace an existing bundle directory')
     .option('--json', 'print the manifest as JSON')
@@ -193,7 +196,7 @@ export function registerStage(program: Command, io: CliIo): void {
       if (opts.graph !== undefined && (opts.adapter !== undefined || opts.layers !== undefined)) throw new CliError(CliCode.USAGE, '--adapter and --layers apply to --model only');
       if (opts.graph !== undefined && (opts.adapters !== undefined || opts.budget !== undefined)) throw new CliError(CliCode.USAGE, '--adapters and --budget apply to --model only');
       if (opts.model !== undefined && (opts.annotations !== undefined || opts.weights !== undefined)) throw new CliError(CliCode.USAGE, '--annotations and --weights apply to --graph only');
-      const { graph, residual, manifest } = opts.model !== undefined ? await stageModel(opts, opts.model) : await stageGraphFile(opts, opts.graph!);
+      const { graph, residual, manifest } = opts.model !== undefined ? await stageModel(opts, opts.model, io) : await stageGraphFile(opts, opts.graph!);
       // The residual's JSON form beside residual.ir, for hosts that load bundles without Node (stageml_torch.bundle).
       try {
         await writeFile(join(opts.out, 'residual.json'), JSON.stringify(graphToJson(residual)));

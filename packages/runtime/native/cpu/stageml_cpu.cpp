@@ -1,5 +1,9 @@
-// The `cpu-native` executor's program runner and kernels (Node-API addon, built on first use by
-// src/native/build.ts with the machine's g++ -O3 -march=native).
+// The `cpu-native` executor's program runner and kernels (Node-API addon). On linux-x64 it ships
+// prebuilt in three variants (-march=x86-64-v3: AVX2 + FMA, the generic loops vectorized by the
+// compiler; x86-64-v4: the AVX-512 paths; x86-64-v4 + VNNI: the int8 dot products too), chosen at
+// load by src/native/addon.ts from the CPU's flags; elsewhere, or when no variant fits, it is
+// built on first use with the machine's g++ -O3 -march=native. scripts/build-cpu-prebuilt.mjs
+// rebuilds the prebuilt files; a test checks they were built from this source.
 //
 // A program is what src/native/compile.ts encodes from an IR graph: symbolic dimension
 // expressions, a value table (dtype, shape as expression ids, where the value lives) and a list of
@@ -672,6 +676,7 @@ enum Op {
   OP_WHERE = 19,
   OP_ATTENTION_KV = 20,
   OP_LORA = 21,
+  OP_LORA_LINEAR = 22,
 };
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
@@ -1401,6 +1406,54 @@ void linear(Run& p, const Instr& in) {
   }
 }
 
+// y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ: a = [x [.., K], W [N, K], A [R, K], B [N, R]], f = [s] (the LoRA layer
+// as `loraLinear` builds it, one instruction). The shrink t = s·(x·Aᵀ) [M, R] runs first (R·K
+// multiply-adds per row: under 1 % of the GEMM's at rank 16); the GEMM then runs as `linear` does,
+// and each part adds the rank-R update t·Bᵀ to its own columns while they are still in cache —
+// no [M, N] intermediate is written and read back, and no separate scale and add passes run.
+void lora_linear(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const auto& ws = p.shapes[in.a[1]];
+  const auto& as = p.shapes[in.a[2]];
+  const auto& bs = p.shapes[in.a[3]];
+  const i64 n = ws[0], k = ws[1], R = as[0];
+  if (as[1] != k || bs[0] != n || bs[1] != R) fail("RT_BAD_VALUE", "lora linear: factor shapes disagree with the weight");
+  const i64 m = numel(xs) / std::max<i64>(k, 1);
+  const float* x = F(p, in.a[0]);
+  const float* w = F(p, in.a[1]);
+  const float* A = F(p, in.a[2]);
+  const float* B = F(p, in.a[3]);
+  const float s = static_cast<float>(in.f[0]);
+  float* y = F(p, in.r[0]);
+  if (k == 0) {
+    std::memset(y, 0, sizeof(float) * static_cast<size_t>(m * n));
+    return;
+  }
+  std::vector<float> t(static_cast<size_t>(m * R));
+  if (R > 0) {
+    pool().parallel((R + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, k, A, k, t.data(), R, m, k, b * 4, std::min(R, e * 4)); }, m * R * k < kParallelMin);
+    for (float& v : t) v *= s;
+  }
+  pool().parallel((n + 3) / 4, [&](i64 b, i64 e) {
+    const i64 n0 = b * 4, n1 = std::min(n, e * 4);
+    gemm_nt_range(x, k, w, k, y, n, m, k, n0, n1);
+    // Epilogue: y[:, n0:n1] += t · B[n0:n1]ᵀ, B's rows transposed per block of columns so the
+    // update runs as R vector axpys per row.
+    constexpr i64 kCb = 256;
+    std::vector<float> bt(static_cast<size_t>(R * kCb));
+    for (i64 c0 = n0; c0 < n1; c0 += kCb) {
+      const i64 cn = std::min(kCb, n1 - c0);
+      for (i64 j = 0; j < cn; j++)
+        for (i64 r = 0; r < R; r++) bt[r * kCb + j] = B[(c0 + j) * R + r];
+      for (i64 i = 0; i < m; i++) {
+        float* yr = y + i * n + c0;
+        const float* ti = t.data() + i * R;
+        for (i64 r = 0; r < R; r++) axpy_f32(yr, bt.data() + r * kCb, ti[r], cn);
+      }
+    }
+  }, m * n * k < kParallelMin);
+}
+
 void cast(Run& p, const Instr& in) {
   const int from = p.vals[in.a[0]].dtype, to = p.vals[in.r[0]].dtype;
   const i64 n = numel(p.shapes[in.r[0]]);
@@ -1561,6 +1614,7 @@ void exec(Run& p, const Instr& in) {
     case OP_ATTENTION: attention(p, in); break;
     case OP_ATTENTION_KV: attention_kv(p, in); break;
     case OP_LORA: lora_gathered(p, in); break;
+    case OP_LORA_LINEAR: lora_linear(p, in); break;
     case OP_SOFTMAX: {
       const auto& xs = p.shapes[in.a[0]];
       const size_t ax = static_cast<size_t>(in.i[0]);
@@ -1992,6 +2046,8 @@ napi_value js_isa(napi_env env, napi_callback_info) {
   napi_create_string_utf8(env, "avx512-vnni", NAPI_AUTO_LENGTH, &isa);
 #elif defined(SML_AVX512)
   napi_create_string_utf8(env, "avx512", NAPI_AUTO_LENGTH, &isa);
+#elif defined(__AVX2__) && defined(__FMA__)
+  napi_create_string_utf8(env, "avx2", NAPI_AUTO_LENGTH, &isa);
 #else
   napi_create_string_utf8(env, "generic", NAPI_AUTO_LENGTH, &isa);
 #endif

@@ -14,6 +14,8 @@ export const NATIVE_CACHE_ENV = 'STAGEML_NATIVE_CACHE';
 export const NATIVE_CXX_ENV = 'CXX';
 /** Environment variable naming a prebuilt addon file to load instead of building one. */
 export const NATIVE_ADDON_ENV = 'STAGEML_CPU_ADDON';
+/** Environment variable that, set to `source`, skips the shipped prebuilt files and builds from source. */
+export const NATIVE_BUILD_ENV = 'STAGEML_CPU_BUILD';
 
 /** The addon's functions (native/cpu/stageml_cpu.cpp). */
 export interface CpuAddon {
@@ -25,6 +27,82 @@ export interface CpuAddon {
 
 const require_ = createRequire(import.meta.url);
 const FLAGS = ['-O3', '-march=native', '-std=c++17', '-shared', '-fPIC', '-pthread', '-fvisibility=hidden', '-Wno-maybe-uninitialized'];
+
+/** One shipped variant (`native/cpu/prebuilt/<platform>/manifest.json`). */
+export interface PrebuiltVariant {
+  /** What its kernels use: `avx512-vnni`, `avx512`, `avx2`. */
+  readonly isa: string;
+  /** File name beside the manifest. */
+  readonly file: string;
+  /** SHA-256 of the file. */
+  readonly sha256: string;
+  /** Compiler flags it was built with. */
+  readonly flags: readonly string[];
+  /** CPU flags (as /proc/cpuinfo names them) it needs, all of them. */
+  readonly needs: readonly string[];
+}
+
+/** The prebuilt files' manifest, written by scripts/build-cpu-prebuilt.mjs. */
+export interface PrebuiltManifest {
+  readonly format: 'stageml-cpu-prebuilt';
+  readonly platform: string;
+  /** SHA-256 of the C++ source the files were built from. */
+  readonly sourceSha256: string;
+  readonly compiler: string;
+  /** glibc of the build machine (the oldest the files load on). */
+  readonly glibc: string;
+  /** Best first. */
+  readonly variants: readonly PrebuiltVariant[];
+}
+
+/**
+ * The first of `variants` (best first) whose needed CPU flags are all in `cpuFlags` (the `flags`
+ * line of /proc/cpuinfo), or undefined when none fits.
+ */
+export function pickPrebuiltVariant(variants: readonly PrebuiltVariant[], cpuFlags: ReadonlySet<string>): PrebuiltVariant | undefined {
+  return variants.find((v) => v.needs.every((f) => cpuFlags.has(f)));
+}
+
+/** The CPU's feature flags from /proc/cpuinfo (empty where it cannot be read). */
+export function cpuFlagSet(): Set<string> {
+  try {
+    const line = /^flags\s*:\s*(.*)$/m.exec(readFileSync('/proc/cpuinfo', 'utf8'))?.[1] ?? '';
+    return new Set(line.trim().split(/\s+/));
+  } catch {
+    return new Set();
+  }
+}
+
+/** The directory of this platform's prebuilt files beside `src` (the C++ source). */
+export function prebuiltDir(src: string = sourcePath()): string {
+  return join(dirname(src), 'prebuilt', `${process.platform}-${process.arch}`);
+}
+
+/** Reads the manifest in `dir`, or undefined when there is none or it is unreadable. */
+export function readPrebuiltManifest(dir: string): PrebuiltManifest | undefined {
+  try {
+    const m = JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8')) as { format?: unknown; variants?: unknown };
+    return m.format === 'stageml-cpu-prebuilt' && Array.isArray(m.variants) ? (m as PrebuiltManifest) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The prebuilt file that fits here: this platform's manifest built from the current source (its
+ * SHA-256 equal: an edited source is built instead) and the best variant the CPU's flags allow.
+ * `why` says what made it not fit otherwise.
+ */
+function prebuiltFor(src: string, source: Buffer): { file: string; variant: PrebuiltVariant } | { why: string } {
+  if (process.env[NATIVE_BUILD_ENV] === 'source') return { why: `${NATIVE_BUILD_ENV}=source` };
+  const dir = prebuiltDir(src);
+  const manifest = readPrebuiltManifest(dir);
+  if (manifest === undefined) return { why: `no prebuilt addon for ${process.platform}-${process.arch}` };
+  if (manifest.sourceSha256 !== createHash('sha256').update(source).digest('hex')) return { why: 'the prebuilt addon was built from another version of the source' };
+  const variant = pickPrebuiltVariant(manifest.variants, cpuFlagSet());
+  if (variant === undefined) return { why: `no prebuilt variant fits this CPU (${manifest.variants.map((v) => v.isa).join(', ')} need AVX2 at least)` };
+  return { file: join(dir, variant.file), variant };
+}
 
 function sourcePath(): string {
   const here = dirname(fileURLToPath(import.meta.url));
@@ -75,22 +153,78 @@ function compilerVersion(cxx: string): string {
 let loaded: CpuAddon | undefined;
 
 /**
- * The compiled addon, built on first use with the machine's C++ compiler (`CXX`, default g++;
- * `-O3 -march=native`) into `native/cpu/build` beside the source, or `STAGEML_NATIVE_CACHE`, or
+ * A short identity of the addon `loadCpuAddon` loads here, without loading it: the prebuilt file
+ * named by `STAGEML_CPU_ADDON`, else a hash of the kernels' source and build flags. It changes
+ * whenever the kernels do, so choices measured on an older build (`selectExecutor`'s cache) are not reused.
+ */
+export function cpuAddonBuildId(): string {
+  const prebuilt = process.env[NATIVE_ADDON_ENV];
+  if (prebuilt !== undefined && prebuilt !== '') return `file ${prebuilt}`;
+  try {
+    const src = sourcePath();
+    const source = readFileSync(src);
+    const hit = prebuiltFor(src, source);
+    if ('file' in hit) return `prebuilt ${hit.variant.isa} ${hit.variant.sha256.slice(0, 12)}`;
+    return `source ${createHash('sha256').update(source).update(FLAGS.join(' ')).digest('hex').slice(0, 12)}`;
+  } catch {
+    return 'missing';
+  }
+}
+
+/** How the loaded addon came to be: `prebuilt <isa>` (a shipped file), `source` (built here) or `file` (`STAGEML_CPU_ADDON`). */
+export function cpuAddonOrigin(): string | undefined {
+  return origin;
+}
+let origin: string | undefined;
+
+/**
+ * The addon. `STAGEML_CPU_ADDON` names a file to load. Otherwise, on a platform with prebuilt
+ * files (linux-x64: `native/cpu/prebuilt/linux-x64/`, AVX2, AVX-512 and AVX-512 VNNI variants) that
+ * were built from the current source, the best variant the CPU's flags (/proc/cpuinfo) allow is
+ * loaded — no compiler needed. Where none fits (another platform, a CPU without AVX2, an edited
+ * source, `STAGEML_CPU_BUILD=source`, or a prebuilt file that does not load, e.g. an older glibc),
+ * it is built on first use with the machine's C++ compiler (`CXX`, default g++; `-O3
+ * -march=native`) into `native/cpu/build` beside the source, or `STAGEML_NATIVE_CACHE`, or
  * `~/.cache/stageml` when the package directory is read-only; keyed by the source, flags, compiler,
- * CPU model and Node ABI, so a rebuild happens only when one of those changes (`STAGEML_CPU_ADDON`
- * names a prebuilt file to load instead). Concurrent first uses
- * (test workers) each build into a temporary file and rename it in place. Errors: no compiler, no
- * headers or a failed build is `RT_BACKEND_UNAVAILABLE` with the compiler's message.
+ * CPU model and Node ABI, so a rebuild happens only when one of those changes. Concurrent first
+ * uses (test workers) each build into a temporary file and rename it in place. Errors: no compiler,
+ * no headers or a failed build is `RT_BACKEND_UNAVAILABLE` with the compiler's message and why no
+ * prebuilt file fitted.
  */
 export function loadCpuAddon(): CpuAddon {
   if (loaded !== undefined) return loaded;
-  const prebuilt = process.env[NATIVE_ADDON_ENV];
-  if (prebuilt !== undefined && prebuilt !== '') return (loaded = requireAddon(prebuilt));
+  const file = process.env[NATIVE_ADDON_ENV];
+  if (file !== undefined && file !== '') {
+    loaded = requireAddon(file);
+    origin = 'file';
+    return loaded;
+  }
   const src = sourcePath();
+  const source = readFileSync(src);
+  const hit = prebuiltFor(src, source);
+  let why: string;
+  if ('file' in hit) {
+    try {
+      loaded = require_(hit.file) as CpuAddon;
+      origin = `prebuilt ${hit.variant.isa}`;
+      return loaded;
+    } catch (e) {
+      why = `the prebuilt ${hit.variant.file} does not load here (${errorMessage(e)})`;
+    }
+  } else why = hit.why;
+  try {
+    loaded = buildFromSource(src, source);
+  } catch (e) {
+    if (e instanceof RuntimeError) throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `${e.message} (built from source because ${why})`, { cause: e, ...(e.hint === undefined ? {} : { hint: e.hint }) });
+    throw e;
+  }
+  origin = 'source';
+  return loaded;
+}
+
+function buildFromSource(src: string, source: Buffer): CpuAddon {
   const cxx = process.env[NATIVE_CXX_ENV] ?? 'g++';
   const version = compilerVersion(cxx);
-  const source = readFileSync(src);
   const key = createHash('sha256')
     .update(source)
     .update(FLAGS.join(' '))
@@ -112,7 +246,7 @@ export function loadCpuAddon(): CpuAddon {
       throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `cpu-native: building ${src} failed: ${stderr.trim().split('\n').slice(0, 8).join('\n') || errorMessage(e)}`, { cause: e });
     }
   }
-  return (loaded = requireAddon(out));
+  return requireAddon(out);
 }
 
 function requireAddon(file: string): CpuAddon {

@@ -3,7 +3,7 @@ import { type DType, type Graph, type HostTensor, type OpKey, errorMessage } fro
 import { RuntimeCode, RuntimeError } from '../errors.js';
 import { type Executor, type PreparedGraph, type RunOptions, checkInputs, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
-import { type CpuAddon, loadCpuAddon } from './addon.js';
+import { type CpuAddon, cpuAddonOrigin, loadCpuAddon } from './addon.js';
 import { encodeProgram } from './compile.js';
 
 /** Ops the native runner executes (elementwise ones on f32; add/sub/mul/… and neg/abs also on i64). */
@@ -24,8 +24,10 @@ export interface CpuNativeExecutorOptions {
 
 /** The `cpu-native` executor, with what the addon reports. */
 export interface CpuNativeExecutor extends Executor {
-  /** The instruction set the kernels were built for (`avx512-vnni`, `avx512`, `generic`). */
+  /** The instruction set the kernels were built for (`avx512-vnni`, `avx512`, `avx2`, `generic`). */
   readonly isa: string;
+  /** Where the addon came from: `prebuilt <isa>` (a shipped linux-x64 file), `source` (built here) or `file` (`STAGEML_CPU_ADDON`). */
+  readonly build: string;
   /** Threads of the kernel pool. */
   readonly threads: number;
 }
@@ -148,6 +150,7 @@ export function createCpuNativeExecutor(opts: CpuNativeExecutorOptions = {}): Cp
   return {
     name: 'cpu-native',
     isa,
+    build: cpuAddonOrigin() ?? 'source',
     threads: got,
     prepare(graph: Graph, weights?: ValueSource): Promise<PreparedGraph> {
       try {

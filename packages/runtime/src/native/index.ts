@@ -1,10 +1,10 @@
 /**
  * The `cpu-native` executor of `@stageml/runtime`: IR graphs on this package's own C++ kernels
- * (a Node-API addon built once per machine), for CPU serving where onnxruntime's per-node cost and
+ * (a Node-API addon, prebuilt for linux-x64 in AVX2 / AVX-512 / VNNI variants, else built once per machine), for CPU serving where onnxruntime's per-node cost and
  * quantized GEMV bound decode speed.
  */
-export { NATIVE_CACHE_ENV, loadCpuAddon } from './addon.js';
-export type { CpuAddon } from './addon.js';
+export { NATIVE_ADDON_ENV, NATIVE_BUILD_ENV, NATIVE_CACHE_ENV, cpuAddonOrigin, cpuFlagSet, loadCpuAddon, pickPrebuiltVariant, prebuiltDir, readPrebuiltManifest } from './addon.js';
+export type { CpuAddon, PrebuiltManifest, PrebuiltVariant } from './addon.js';
 export { encodeProgram } from './compile.js';
 export type { NativeProgram } from './compile.js';
 export { CPU_NATIVE_OPS, createCpuNativeExecutor } from './executor.js';

@@ -5,5 +5,5 @@
  */
 export { createOrtExecutor, isOrtAvailable } from './executor.js';
 export type { OrtExecutorOptions } from './executor.js';
-export { EXECUTOR_ENV, EXECUTOR_NAMES, createExecutorByName, isExecutorName, selectExecutor } from './select.js';
-export type { ExecutorName, ExecutorSelection, SelectExecutorOptions } from './select.js';
+export { DEFAULT_CANDIDATES, DEFAULT_FALLBACKS, DEFAULT_PROBE_SHAPE, EXECUTOR_ENV, EXECUTOR_NAMES, createExecutorByName, isExecutorName, selectExecutor } from './select.js';
+export type { ExecutorName, ExecutorProbeShape, ExecutorSelection, SelectExecutorOptions } from './select.js';

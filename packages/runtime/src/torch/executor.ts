@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type Graph, type HostTensor, graphToJson, typeToString } from '@stageml/ir';
+import { type DType, type Graph, type HostTensor, dtypeBytes, graphToJson, isFloatDType, typeToString } from '@stageml/ir';
 import { CacheLostError, RuntimeCode, type RuntimeErrorCode, RuntimeError } from '../errors.js';
 import { type CacheRun, type Executor, type PreparedGraph, type RowSample, type RunOptions, checkInputs, checkRowSamples, inputGeneration, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
@@ -50,6 +50,54 @@ export interface TorchPreparedGraph extends PreparedGraph {
   readonly fused: TorchFusion;
 }
 
+/** A tensor of a safetensors file, for the worker to read itself (`TorchDeviceTensors.load`). */
+export interface FileTensorRef {
+  /** Path of the .safetensors file. */
+  readonly file: string;
+  /** The tensor's name in that file. */
+  readonly tensor: string;
+  /** The dtype to hold it in on the device (a float dtype): converted there from the stored one as the host would (exact widening to f32, then round to nearest even). */
+  readonly dtype: DType;
+  /** Its shape, as the file stores it. */
+  readonly shape: readonly number[];
+}
+
+/** One write into a device tensor: `data` over its flattened elements [start, start + data.length). */
+export interface DeviceWrite {
+  /** A handle from `TorchDeviceTensors.zeros` (or `load`). */
+  readonly target: HostTensor;
+  /** First element (of the flattened tensor) written. */
+  readonly start: number;
+  /** The values, in the IR's host storage of the target's dtype (f32 for bf16/f16: already rounded to it). */
+  readonly data: Float32Array;
+}
+
+/**
+ * Tensors that live on the worker's device only: the host holds a handle (dtype, shape and a data
+ * placeholder with only a `length`, never sent) and how to make the tensor again — the file and
+ * tensor name it was read from, or for a table written by ranges a restorer giving its contents —
+ * which a new worker (after the last one died) gets before it runs anything. Handles are fed to
+ * runs like any input (as resident inputs: by id); a handle the host drops is freed on the worker.
+ */
+export interface TorchDeviceTensors {
+  /** Reads tensors from safetensors files on the worker (memory-mapped, in the stored dtype, converted on the device): one handle per ref. A missing or malformed file, a missing tensor or a shape other than the file's is `RT_BAD_VALUE` and nothing is kept. */
+  load(refs: readonly FileTensorRef[]): Promise<HostTensor[]>;
+  /** Zero tensors on the worker's device (slot tables), one handle per entry. */
+  zeros(entries: readonly { readonly dtype: DType; readonly shape: readonly number[] }[]): Promise<HostTensor[]>;
+  /** Writes element ranges of device tensors in place (one request; in order with the runs after it). Bad ranges are `RT_BAD_VALUE`. */
+  write(writes: readonly DeviceWrite[]): Promise<void>;
+  /**
+   * Registers what rewrites the zeros tensors' contents on a new worker: called (after their
+   * zeros are re-made) whenever a worker replaced one that died, before the first request that
+   * needs them; its writes are sent like `write`'s.
+   */
+  onRestore(restore: () => Promise<readonly DeviceWrite[]>): void;
+  /** Whether `t` is a handle of a device tensor (of this executor). */
+  holds(t: HostTensor): boolean;
+  /** Bytes the device tensors take on the worker's device (live handles). */
+  bytes(): number;
+}
+
 /** What the worker said about itself at start. */
 export interface TorchWorkerInfo {
   /** The Python interpreter running the worker. */
@@ -60,6 +108,8 @@ export interface TorchWorkerInfo {
   readonly device: string;
   readonly deviceName: string;
   readonly cuda: boolean;
+  /** The device's memory at start (bytes): the GPU's total and free, or the host's on a CPU worker; undefined when the worker could not read it. */
+  readonly memory: { readonly total: number; readonly free: number } | undefined;
 }
 
 /** Bytes and requests the torch executor has exchanged with its workers (`TorchExecutor.traffic`). */
@@ -82,6 +132,8 @@ export interface TorchExecutor extends Executor {
   readonly info: TorchWorkerInfo;
   /** Caches (per-sequence KV) held on the worker's device between runs (`RunOptions.caches`). */
   readonly caches: NonNullable<Executor['caches']>;
+  /** Tensors held on the worker's device only (weights the worker reads from files, slot tables written by ranges). */
+  readonly device: TorchDeviceTensors;
   /** The worker process id (undefined while none runs). */
   readonly pid: number | undefined;
   /** Counters of the traffic with the worker, since the executor started. */
@@ -298,7 +350,14 @@ async function greet(conn: WorkerConnection, python: string): Promise<TorchWorke
     device: String(hello['device']),
     deviceName: String(hello['deviceName']),
     cuda: hello['cuda'] === true,
+    memory: deviceMemory(hello['memory']),
   };
+}
+
+function deviceMemory(m: unknown): TorchWorkerInfo['memory'] {
+  if (typeof m !== 'object' || m === null) return undefined;
+  const { total, free } = m as Record<string, unknown>;
+  return typeof total === 'number' && typeof free === 'number' ? { total, free } : undefined;
 }
 
 /** Placeholder of a cache-fed input for the input checks: its dtype and shape, with a length only (never sent). */
@@ -375,12 +434,163 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
   /** Ids opened and not released (a run finishing after a release does not record its cache). */
   const open = new Set<number>();
   let nextCache = 1;
+  // Device tensors: handle data object → how to make it again; every live one (for a new worker).
+  const deviceData = new WeakMap<object, { readonly dtype: DType; readonly shape: readonly number[]; readonly ref: FileTensorRef | undefined; readonly bytes: number }>();
+  const deviceLive = new Set<WeakRef<object>>();
+  const restorers: (() => Promise<readonly DeviceWrite[]>)[] = [];
+  /** The worker generation whose device tensors are in place. */
+  let deviceGeneration = generation;
+  let restoring: Promise<void> | undefined;
+  const keyOf = (t: { readonly dtype: DType; readonly shape: readonly number[] }): string => `${t.dtype}[${t.shape.join(',')}]`;
+  /** A handle for a new device tensor under a fresh id on the current worker. */
+  const newHandle = (dtype: DType, shape: readonly number[], ref: FileTensorRef | undefined): { handle: HostTensor; id: number } => {
+    const length = shape.reduce((a, b) => a * b, 1);
+    const data = { length } as unknown as Float32Array;
+    deviceData.set(data, { dtype, shape: [...shape], ref, bytes: length * dtypeBytes(dtype) });
+    deviceLive.add(new WeakRef(data));
+    const id = nextId++;
+    held.set(data, { id, generation: 0, key: keyOf({ dtype, shape }) });
+    collected.register(data, { id, generation });
+    return { handle: { dtype, shape: [...shape], data }, id };
+  };
+  const writeFrame = (writes: readonly DeviceWrite[]): { header: Record<string, unknown>; tensors: Record<string, HostTensor> } => {
+    const tensors: Record<string, HostTensor> = {};
+    const entries = writes.map((w, i) => {
+      const info = deviceData.get(w.target.data);
+      if (info === undefined) throw new RuntimeError(RuntimeCode.BAD_VALUE, `write ${String(i)}: the target is not a device tensor of ${name}`);
+      const id = held.get(w.target.data)?.id;
+      if (id === undefined) throw new RuntimeError(RuntimeCode.WORKER_FAILED, `write ${String(i)}: the worker does not hold the target (it was restarted and not restored)`);
+      const n = w.target.shape.reduce((a, b) => a * b, 1);
+      if (!Number.isSafeInteger(w.start) || w.start < 0 || w.start + w.data.length > n) throw new RuntimeError(RuntimeCode.BAD_VALUE, `write ${String(i)}: elements [${String(w.start)}, ${String(w.start + w.data.length)}) lie outside ${keyOf(info)} (${String(n)} elements)`);
+      tensors[`w${String(i)}`] = { dtype: info.dtype, shape: [w.data.length], data: w.data };
+      return { id, start: w.start, tensor: `w${String(i)}` };
+    });
+    return { header: { op: 'write', writes: entries }, tensors };
+  };
+  /** Re-makes every live device tensor on a worker that replaced a dead one, then runs the restorers. */
+  const ensureDevice = async (c: WorkerConnection): Promise<void> => {
+    if (deviceGeneration === generation) return;
+    restoring ??= (async () => {
+      const gen = generation;
+      const files: Record<string, unknown>[] = [];
+      const allocs: Record<string, unknown>[] = [];
+      for (const w of deviceLive) {
+        const data = w.deref();
+        if (data === undefined) {
+          deviceLive.delete(w);
+          continue;
+        }
+        const info = deviceData.get(data)!;
+        const id = nextId++;
+        held.set(data, { id, generation: 0, key: keyOf(info) });
+        collected.register(data, { id, generation: gen });
+        if (info.ref === undefined) allocs.push({ id, dtype: info.dtype, shape: info.shape });
+        else files.push({ id, file: info.ref.file, tensor: info.ref.tensor, dtype: info.dtype, shape: info.shape });
+      }
+      if (allocs.length > 0) await c.request({ op: 'alloc', allocs });
+      if (files.length > 0) await c.request({ op: 'load', files });
+      for (const r of restorers) {
+        const writes = await r();
+        if (writes.length === 0) continue;
+        const f = writeFrame(writes);
+        await c.request(f.header, f.tensors);
+      }
+      if (gen === generation) deviceGeneration = gen;
+    })().finally(() => {
+      restoring = undefined;
+    });
+    await restoring;
+  };
+  const deviceTensors: TorchDeviceTensors = {
+    async load(refs) {
+      refs.forEach((r, i) => {
+        if (!isFloatDType(r.dtype)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `load ${String(i)} ('${r.tensor}'): dtype ${r.dtype} is not a float dtype`);
+        if (!r.shape.every((d) => Number.isSafeInteger(d) && d >= 0)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `load ${String(i)} ('${r.tensor}'): shape [${r.shape.join(', ')}] is not a list of sizes`);
+      });
+      const c = await live();
+      await ensureDevice(c);
+      const made = refs.map((r) => newHandle(r.dtype, r.shape, { ...r, shape: [...r.shape] }));
+      try {
+        await c.request({ op: 'load', files: refs.map((r, i) => ({ id: made[i]!.id, file: r.file, tensor: r.tensor, dtype: r.dtype, shape: r.shape })) });
+      } catch (e) {
+        for (const m of made) {
+          held.delete(m.handle.data);
+          deviceData.delete(m.handle.data);
+        }
+        throw e;
+      }
+      return made.map((m) => m.handle);
+    },
+    async zeros(entries) {
+      entries.forEach((e, i) => {
+        if (!e.shape.every((d) => Number.isSafeInteger(d) && d >= 0)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `zeros ${String(i)}: shape [${e.shape.join(', ')}] is not a list of sizes`);
+      });
+      const c = await live();
+      await ensureDevice(c);
+      const made = entries.map((e) => newHandle(e.dtype, e.shape, undefined));
+      try {
+        await c.request({ op: 'alloc', allocs: entries.map((e, i) => ({ id: made[i]!.id, dtype: e.dtype, shape: e.shape })) });
+      } catch (e) {
+        for (const m of made) {
+          held.delete(m.handle.data);
+          deviceData.delete(m.handle.data);
+        }
+        throw e;
+      }
+      return made.map((m) => m.handle);
+    },
+    write(writes) {
+      if (closed) return Promise.reject(new RuntimeError(RuntimeCode.DISPOSED, `${name} was closed`));
+      if (writes.length === 0) return Promise.resolve();
+      // On the live worker with its device tensors in place: sent now, so it goes before any run
+      // requested after this call.
+      if (conn.alive && deviceGeneration === generation) {
+        let f;
+        try {
+          f = writeFrame(writes);
+        } catch (e) {
+          return Promise.reject(e instanceof Error ? e : new RuntimeError(RuntimeCode.BAD_VALUE, String(e)));
+        }
+        return conn.request(f.header, f.tensors).then(() => undefined);
+      }
+      return (async () => {
+        const c = await live();
+        // A new worker's tensors are restored from the restorers (which already give these contents).
+        await ensureDevice(c);
+        const f = writeFrame(writes);
+        await c.request(f.header, f.tensors);
+      })();
+    },
+    onRestore(restore) {
+      restorers.push(restore);
+    },
+    holds: (t) => deviceData.has(t.data),
+    bytes() {
+      let n = 0;
+      for (const w of deviceLive) {
+        const d = w.deref();
+        if (d === undefined) deviceLive.delete(w);
+        else n += deviceData.get(d)!.bytes;
+      }
+      return n;
+    },
+  };
+  /** The worker's last reported counters (`CacheStore.stats`); a new worker starts them again. */
+  const workerStats: Record<string, number> = {};
   const residentFrame = (inputs: Readonly<Record<string, HostTensor>>, opts: RunOptions | undefined): { header: Record<string, unknown>; tensors: Record<string, HostTensor>; unsent: () => void } => {
     const tensors: Record<string, HostTensor> = {};
     const refs: Record<string, number> = {};
     const store: Record<string, number> = {};
     const sent: object[] = [];
     for (const [k, t] of Object.entries(inputs)) {
+      if (deviceData.has(t.data)) {
+        // On the device only: always by id (never sent, whatever `resident` says).
+        const h = held.get(t.data);
+        if (h === undefined) throw new RuntimeError(RuntimeCode.WORKER_FAILED, `input '${k}' is a device tensor the worker does not hold`);
+        if (keyOf(t) !== h.key) throw new RuntimeError(RuntimeCode.BAD_VALUE, `input '${k}' is a device tensor ${h.key}, passed as ${keyOf(t)}`);
+        refs[k] = h.id;
+        continue;
+      }
       if (opts?.resident?.has(k) !== true) {
         tensors[k] = t;
         continue;
@@ -454,7 +664,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       if (s.from !== undefined && !graph.outputs.some((o) => o.name === s.from)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache stream '${s.input}' appends from '${s.from}', which is not an output of @${graph.name}`);
       checked[s.input] = placeholder(type.dtype, [run.rows.length, past + (tail?.shape[1] ?? 0), ...item]);
     }
-    return { header: { streams: run.streams.map((s) => ({ input: s.input, from: s.from ?? null, pad: s.pad, store: s.store ?? null })), rows }, seeds, checked };
+    return { header: { streams: run.streams.map((s) => ({ input: s.input, from: s.from ?? null, pad: s.pad, store: s.store ?? null })), rows, ...(run.rowInputs === undefined ? {} : { rowInputs: run.rowInputs }) }, seeds, checked };
   };
   return {
     name,
@@ -463,6 +673,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       return conn.alive ? conn.pid : undefined;
     },
     traffic: () => ({ ...counts, restarts: generation - 1 }),
+    device: deviceTensors,
     caches: {
       open: () => {
         const id = nextCache++;
@@ -475,6 +686,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         // Also for caches not known yet: a run in flight may be creating them.
         if (gone.length > 0 && conn.alive && !closed) conn.request({ op: 'cache_drop', ids: gone }).catch(() => undefined);
       },
+      stats: () => ({ ...workerStats }),
     },
     close: async () => {
       closed = true;
@@ -485,7 +697,10 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
     async prepare(graph: Graph, weights?: ValueSource): Promise<TorchPreparedGraph> {
       const { values, bindings } = resolveWeights(graph, weights);
       const params: Record<string, HostTensor> = {};
-      for (const [k, v] of values) params[k] = v;
+      for (const [k, v] of values) {
+        if (deviceData.has(v.data)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `parameter '${k}' of @${graph.name} is a device tensor: feed it as an input (by id), not as a parameter`);
+        params[k] = v;
+      }
       const json = graphToJson(graph);
       // The handle on the current worker; a new worker prepares the graph again (so the parameters stay referenced here).
       const onWorker = async (): Promise<{ handle: unknown; generation: number; fused: TorchFusion }> => {
@@ -506,6 +721,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         async run(inputs: Readonly<Record<string, HostTensor>>, opts?: RunOptions): Promise<Record<string, HostTensor>> {
           if (disposed || closed) throw gone();
           const c = await live();
+          await ensureDevice(c);
           if (current.generation !== generation) current = await onWorker();
           // After `live`: a new worker holds no caches, so what to seed is decided against it.
           const caches = opts?.caches === undefined ? undefined : cacheFrame(graph, inputs, opts.caches);
@@ -544,6 +760,9 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
             throw e;
           }
           for (const r of opts?.caches?.rows ?? []) if (open.has(r.id)) known.set(r.id, r.length + r.append[1]);
+          // The worker's counters (its cache batch, its step graphs) come with every run's reply.
+          const reported = out.header['stats'];
+          if (typeof reported === 'object' && reported !== null) for (const [k, v] of Object.entries(reported)) if (typeof v === 'number') workerStats[k] = v;
           const result: Record<string, HostTensor> = {};
           for (const o of graph.outputs) {
             if (omit.includes(o.name)) continue;
