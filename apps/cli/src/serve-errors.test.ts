@@ -52,6 +52,18 @@ describe('CLI failures are coded (issue 19)', () => {
     expect(picks.code).toBe(ExitCode.USAGE);
     expect(picks.err).toContain("expected auto, on or off, got 'sometimes'");
     noStack(picks.err);
+    // vLLM flags we do not implement are refused naming what we have, before anything loads.
+    for (const [flags, says] of [
+      [['--enable-prefix-caching'], 'prefix caching is not implemented yet'],
+      [['--quantization', 'awq'], '--quantize'],
+      [['--max-num-seqs', '4', '--max-batch', '8'], 'same setting'],
+      [['--enable-auto-tool-choice'], '--tool-call-parser'],
+    ] as const) {
+      const r = await run(['serve', '--model', base, ...flags]);
+      expect(r.code, flags.join(' ')).toBe(ExitCode.USAGE);
+      expect(r.err).toContain(says);
+      noStack(r.err);
+    }
     const noModel = await run(['serve', '--model', '/nonexistent-stageml']);
     expect(noModel.code).toBe(ExitCode.IO);
     noStack(noModel.err);

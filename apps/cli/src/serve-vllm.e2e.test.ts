@@ -51,7 +51,9 @@ describe('stageml serve MODEL --enable-lora --lora-modules a=DIR b=DIR --api-key
   beforeAll(async () => {
     child = spawn(
       process.execPath,
-      ['--conditions=@stageml/source', '--import', 'tsx', 'apps/cli/src/bin.ts', 'serve', `${v2}mistral-sw`, '--enable-lora', '--lora-modules', `a=${v2}mistral-sw/adapters/a`, `{"name": "b", "path": "${v2}mistral-sw/adapters/b"}`, '--served-model-name', 'mistral', 'mistral-7b', '--max-model-len', '128', '--api-key', 'K', '--executor', 'interpreter', '--executor-picks', 'on', '--port', '0'],
+      ['--conditions=@stageml/source', '--import', 'tsx', 'apps/cli/src/bin.ts', 'serve', `${v2}mistral-sw`, '--enable-lora', '--lora-modules', `a=${v2}mistral-sw/adapters/a`, `{"name": "b", "path": "${v2}mistral-sw/adapters/b"}`, '--served-model-name', 'mistral', 'mistral-7b', '--max-model-len', '128', '--api-key', 'K', '--executor', 'interpreter', '--executor-picks', 'on', '--port', '0',
+        // vLLM's serve flags that launch scripts carry: accepted (mapped to ours or noted).
+        '--max-num-seqs', '8', '--max-num-batched-tokens', '64', '--no-enable-prefix-caching', '--dtype', 'float32', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes', '--generation-config', 'vllm'],
       { cwd: repo, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     base = await new Promise<string>((resolve, reject) => {

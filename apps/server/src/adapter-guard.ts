@@ -43,7 +43,7 @@ const outside = (): ServerError =>
  */
 export async function checkAdapterPath(loraPath: string, opts: AdapterGuardOptions): Promise<string> {
   if (opts.roots.length === 0) {
-    throw new ServerError(ServerCode.ADAPTER_PATH, 'runtime adapter loads are disabled: no adapter root is configured', { hint: 'start the server with --adapter-root DIR' });
+    throw new ServerError(ServerCode.ADAPTER_PATH, 'runtime adapter loads are disabled: no adapter root is configured (start the server with --adapter-root DIR, or --adapters DIR; --enable-lora alone, even with VLLM_ALLOW_RUNTIME_LORA_UPDATING, does not open the filesystem to loads)', { hint: 'start the server with --adapter-root DIR' });
   }
   if (loraPath.includes('\0')) throw outside();
   const lexical = resolve(loraPath);

@@ -19,15 +19,20 @@ export function renderChat(messages: readonly ChatMessage[], template: string | 
  * Prompt ids of a chat, as vLLM builds them: the tokenizer's chat template (`chat_template.jinja`
  * or `tokenizer_config.json`) rendered and tokenized without adding special tokens again, so a
  * template that writes `{{ bos_token }}` yields one BOS. A tokenizer without a template gets the
- * plain transcript of `renderChat`, tokenized with its special tokens.
+ * plain transcript of `renderChat`, tokenized with its special tokens. `template` (a request's
+ * `chat_template`: a template's source or a name of the tokenizer's) replaces the default.
  */
 export function chatPromptIds(
   tokenizer: TextTokenizer,
   messages: readonly ChatMessage[],
-  opts: { readonly addGenerationPrompt?: boolean; readonly variables?: Readonly<Record<string, unknown>> } = {},
+  opts: { readonly addGenerationPrompt?: boolean; readonly variables?: Readonly<Record<string, unknown>>; readonly template?: string | undefined } = {},
 ): number[] {
-  if (chatTemplateOf(tokenizer) !== undefined) {
-    return applyChatTemplate(tokenizer, messages, { addGenerationPrompt: opts.addGenerationPrompt ?? true, ...(opts.variables === undefined ? {} : { variables: opts.variables }) }).ids;
+  if (chatTemplateOf(tokenizer, opts.template) !== undefined || opts.template !== undefined) {
+    return applyChatTemplate(tokenizer, messages, {
+      addGenerationPrompt: opts.addGenerationPrompt ?? true,
+      ...(opts.variables === undefined ? {} : { variables: opts.variables }),
+      ...(opts.template === undefined ? {} : { template: opts.template }),
+    }).ids;
   }
   return tokenizer.encode(renderChat(messages, undefined, tokenizer.specialTokens));
 }

@@ -1,6 +1,6 @@
 import { randomInt } from 'node:crypto';
 import type { FastifyReply } from 'fastify';
-import { type CausalLM, IncrementalDetokenizer, type PickInfo, type SamplingOptions } from '@stageml/models';
+import { type CausalLM, IncrementalDetokenizer, type PickInfo, type SamplingOptions, type TokenConstraint } from '@stageml/models';
 import type { GenerationResult, Route, Scheduler } from '@stageml/router';
 import type { ServerMetrics } from './metrics.js';
 import { ServerCode, ServerError } from './errors.js';
@@ -19,6 +19,14 @@ export interface GenerationFields {
   readonly frequency_penalty?: number | null | undefined;
   readonly repetition_penalty?: number | null | undefined;
   readonly logit_bias?: Readonly<Record<string, number>> | null | undefined;
+  /** vLLM: more tokens that end generation (kept out of the text, as EOS; honoured with `ignore_eos` too). */
+  readonly stop_token_ids?: readonly number[] | null | undefined;
+  /** vLLM: no stop token or stop string ends generation before this many tokens. */
+  readonly min_tokens?: number | null | undefined;
+  /** vLLM: a matched stop string stays in the text. */
+  readonly include_stop_str_in_output?: boolean | null | undefined;
+  /** vLLM: false keeps special tokens in the text. */
+  readonly skip_special_tokens?: boolean | null | undefined;
 }
 
 /** Limits the server enforces on every request. */
@@ -109,6 +117,8 @@ export interface RunOptions {
   /** Streaming: the text a step released, with the token ids and log-probabilities since the last call. */
   readonly onDelta?: (delta: string, ids: number[], picks: PickInfo[]) => void;
   readonly signal?: AbortSignal | undefined;
+  /** Structured outputs: a fresh constraint for this generation (its mask applies to every pick). */
+  readonly constraint?: (() => TokenConstraint) | undefined;
 }
 
 /**
@@ -162,6 +172,11 @@ export class SseStream {
   }
 }
 
+/** The ids that end a generation: EOS (unless `ignore_eos`) and vLLM's `stop_token_ids`. */
+export function stopIdsOf(f: GenerationFields, eos: readonly number[]): number[] {
+  return [...new Set([...(f.ignore_eos === true ? [] : eos), ...(f.stop_token_ids ?? [])])];
+}
+
 /**
  * Runs one generation through the scheduler. Text comes from an incremental detokenizer (UTF-8
  * safe: incomplete sequences are held back), so streamed deltas and the non-streamed text are the
@@ -181,7 +196,8 @@ export async function runGeneration(
   const maxTokens = maxTokensFor(limits, prompt.length, f.max_tokens);
   const stops = f.stop == null ? [] : (Array.isArray(f.stop) ? f.stop : [f.stop]).filter((s) => s !== '');
   const hold = stops.length === 0 ? 0 : Math.max(...stops.map((s) => s.length)) - 1;
-  const detok = lm.tokenizer === undefined ? undefined : new IncrementalDetokenizer(lm.tokenizer);
+  const detok = lm.tokenizer === undefined ? undefined : new IncrementalDetokenizer(lm.tokenizer, { keepSpecial: f.skip_special_tokens === false });
+  const minTokens = f.min_tokens ?? 0;
   const ids: number[] = [];
   const picks: PickInfo[] = [];
   let pendingIds: number[] = [];
@@ -222,6 +238,7 @@ export async function runGeneration(
           },
         }),
     ...(f.repetition_penalty == null ? {} : { promptIds: prompt }),
+    ...(opts.constraint === undefined ? {} : { constraint: opts.constraint() }),
   };
   let result: GenerationResult | undefined;
   try {
@@ -231,7 +248,7 @@ export async function runGeneration(
       prompt,
       maxNewTokens: maxTokens,
       sampling,
-      stopTokens: f.ignore_eos === true ? [] : lm.config.eosTokenIds,
+      stopTokens: stopIdsOf(f, lm.config.eosTokenIds),
       padTokenId: f.pad_token_id ?? limits.padTokenId,
       signal: inner.signal,
       onToken: (id) => {
@@ -249,12 +266,12 @@ export async function runGeneration(
         }
         detok?.push(id);
         const text = detok?.text ?? '';
-        if (stops.length > 0) {
+        if (stops.length > 0 && ids.length >= minTokens) {
           const from = Math.max(0, sent.length - hold);
           const hit = stops.map((s) => ({ s, at: text.indexOf(s, from) })).filter((h) => h.at >= 0).sort((a, b) => a.at - b.at)[0];
           if (hit !== undefined) {
             stoppedBy = hit.s;
-            release(text.slice(0, hit.at), true);
+            release(text.slice(0, hit.at + (f.include_stop_str_in_output === true ? hit.s.length : 0)), true);
             inner.abort();
             return;
           }

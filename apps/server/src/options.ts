@@ -1,3 +1,4 @@
+import type { ToolParserName } from './tool-parsers.js';
 import type { EngineOptions } from '@stageml/engine';
 import type { RouterConfig } from '@stageml/router';
 import type { Executor } from '@stageml/runtime';
@@ -113,4 +114,15 @@ export interface ServerOptions {
   readonly idlePrefillTokens?: number;
   /** Bytes the engine's planner may spend on merged weight copies (default: no planning). */
   readonly memoryBudget?: number;
+  /** The chat template used when a request gives none (vLLM's `--chat-template`: the template's text). */
+  readonly chatTemplate?: string;
+  /**
+   * Request defaults for sampling fields a request leaves out or null (`temperature`, `top_p`,
+   * `top_k`, `repetition_penalty`), as vLLM takes them from the model's `generation_config.json`.
+   */
+  readonly generationDefaults?: Readonly<Record<string, number>>;
+  /** `tool_choice: "auto"` is allowed (vLLM's `--enable-auto-tool-choice`; needs `toolCallParser`). */
+  readonly enableAutoToolChoice?: boolean;
+  /** The format `auto` tool calls are read in (vLLM's `--tool-call-parser`: hermes, llama3_json, mistral). */
+  readonly toolCallParser?: ToolParserName;
 }

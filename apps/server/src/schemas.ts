@@ -22,6 +22,19 @@ const sampling = {
   return_token_ids: z.boolean().optional(),
   pad_token_id: z.number().int().nonnegative().optional(),
   user: z.string().nullish(),
+  // vLLM's extra sampling fields (vllm-fields.ts: honoured, or refused naming the field).
+  stop_token_ids: z.array(z.number().int().nonnegative()).nullish(),
+  min_tokens: z.number().int().nonnegative().nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  include_stop_str_in_output: z.boolean().nullish(),
+  skip_special_tokens: z.boolean().nullish(),
+  spaces_between_special_tokens: z.boolean().nullish(),
+  truncate_prompt_tokens: z.number().int().positive().nullish(),
+  bad_words: z.array(z.string().min(1)).nullish(),
+  allowed_token_ids: z.array(z.number().int().nonnegative()).nullish(),
+  prompt_logprobs: z.number().int().min(0).nullish(),
+  length_penalty: z.number().nullish(),
+  use_beam_search: z.boolean().nullish(),
 };
 
 /**
@@ -29,21 +42,12 @@ const sampling = {
  * they answer 400 naming the field instead of being silently ignored.
  */
 const UNSUPPORTED: Readonly<Record<string, (v: unknown) => boolean>> = {
-  tools: (v) => Array.isArray(v) && v.length > 0,
-  tool_choice: (v) => v !== 'none' && v !== 'auto',
   functions: (v) => Array.isArray(v) && v.length > 0,
   function_call: (v) => v !== 'none' && v !== 'auto',
-  parallel_tool_calls: (v) => v !== false && v !== true,
-  response_format: (v) => (v as { type?: unknown } | null)?.type !== 'text',
   suffix: (v) => v !== '',
   audio: () => true,
   modalities: (v) => !(Array.isArray(v) && v.every((m) => m === 'text')),
   prediction: () => true,
-  guided_json: () => true,
-  guided_regex: () => true,
-  guided_choice: () => true,
-  guided_grammar: () => true,
-  structured_outputs: () => true,
   web_search_options: () => true,
 };
 
@@ -77,9 +81,12 @@ const contentPart = z.looseObject({ type: z.string(), text: z.string().optional(
   else if (typeof v.text !== 'string') ctx.addIssue({ code: 'custom', message: "a 'text' part needs a string 'text'", path: ['text'] });
 });
 
-/** A chat message: content as a string or a list of text parts; roles system, developer, user, assistant. */
+/**
+ * A chat message: content as a string or a list of text parts; roles system, developer, user,
+ * assistant (with `tool_calls`), tool (with `tool_call_id`). Other fields reach the chat template.
+ */
 export const messageSchema = z.looseObject({
-  role: z.enum(['system', 'developer', 'user', 'assistant']),
+  role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
   content: z.union([z.string(), z.array(contentPart)]).nullish(),
   name: z.string().optional(),
 });
@@ -94,6 +101,7 @@ export const chatSchema = z.looseObject({
   top_logprobs: z.number().int().min(0).max(20).nullish(),
   add_generation_prompt: z.boolean().optional(),
   chat_template_kwargs: z.record(z.string(), z.unknown()).optional(),
+  chat_template: z.string().optional(),
 });
 /** A parsed chat request. */
 export type ChatRequest = z.infer<typeof chatSchema>;

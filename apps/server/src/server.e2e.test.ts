@@ -94,7 +94,7 @@ describe('reference server (open access)', () => {
       [{ model: 'llama', prompt: [1, 2], temperature: 5 }, 400, 'temperature'],
       [{ model: 'llama', prompt: [1, 2], n: 17 }, 400, 'n'],
       [{ model: 'llama', prompt: [1, 2], tools: [{ type: 'function', function: { name: 'f' } }] }, 400, 'tools'],
-      [{ model: 'llama', prompt: [1, 2], response_format: { type: 'json_object' } }, 400, 'response_format'],
+      [{ model: 'llama', prompt: [1, 2], response_format: { type: 'xml' } }, 400, 'response_format'],
       [{ model: 'llama', prompt: [1, 999] }, 400, '999'],
       [{ model: 'llama', prompt: [1, 2], max_tokens: 100000 }, 400, 'max_tokens'],
       [{ model: 'gpt-4', prompt: [1, 2] }, 404, 'gpt-4'],

@@ -37,6 +37,8 @@ export function slowedInterpreter(ms: number): Executor {
 export function busyInterpreter(msPerToken: number): Executor {
   return {
     name: 'interpreter-busy',
+    capabilities: interpreterExecutor.capabilities,
+    dispose: () => interpreterExecutor.dispose(),
     async prepare(g, w) {
       const p = await interpreterExecutor.prepare(g, w);
       return {

@@ -159,3 +159,46 @@ describe('the sampler at a real vocabulary (descendingOrder, topOrder)', () => {
     }
   });
 });
+
+describe('makePicker constraint (mask hook)', () => {
+  /** A constraint allowing `allowed[k]` at step k; records what it accepted. */
+  const stepper = (allowed: readonly (readonly number[])[]) => {
+    const accepted: number[] = [];
+    return {
+      accepted,
+      mask: () => {
+        const m = new Uint32Array(2);
+        for (const id of allowed[accepted.length]!) m[id >>> 5]! |= 1 << (id & 31);
+        return m;
+      },
+      accept: (id: number) => {
+        accepted.push(id);
+      },
+      get finished() {
+        return accepted.length === allowed.length;
+      },
+    };
+  };
+  const logits = Array.from({ length: 40 }, (_, i) => (i * 7919) % 13);
+
+  it('greedy picks the best allowed token and feeds it to the constraint', () => {
+    const c = stepper([[3, 33], [0], [39, 1]]);
+    const pick = makePicker({ greedy: true, constraint: c });
+    expect(pickPlan(pick)).toBeUndefined();
+    const ids = [pick(logits), pick(logits), pick(logits)];
+    expect(ids).toEqual([logits[3]! >= logits[33]! ? 3 : 33, 0, logits[39]! >= logits[1]! ? 39 : 1]);
+    expect(c.accepted).toEqual(ids);
+    expect(c.finished).toBe(true);
+  });
+
+  test.prop([fc.integer({ min: 0, max: 2 ** 31 }), fc.uniqueArray(fc.integer({ min: 0, max: 39 }), { minLength: 1, maxLength: 5 })])('sampling never picks outside the mask, after bias', (seed, allowed) => {
+    const c = stepper(Array.from({ length: 20 }, () => allowed));
+    const pick = makePicker({ temperature: 1.5, topP: 0.9, seed, logitBias: { 7: 100 }, constraint: c });
+    for (let i = 0; i < 20; i++) expect(allowed).toContain(pick(logits));
+  });
+
+  it('a mask allowing nothing is MODEL_BAD_OPTIONS', () => {
+    const pick = makePicker({ greedy: true, constraint: stepper([[]]) });
+    expect(() => pick(logits)).toThrow(expect.objectContaining({ code: 'MODEL_BAD_OPTIONS' }));
+  });
+});

@@ -36,6 +36,40 @@ export interface LogitsProcessing {
   readonly onPick?: (info: PickInfo) => void;
   /** How many top log-probabilities `onPick` receives (default 0). */
   readonly topLogprobs?: number;
+  /**
+   * A per-request constraint on the next token (structured outputs): before each pick, logits of
+   * ids outside its `mask()` become -Infinity (after the processing above); the picked id is
+   * then passed to its `accept`. A constrained picker picks on the host (it has no `pickPlan`).
+   */
+  readonly constraint?: TokenConstraint;
+}
+
+/**
+ * What a picker needs of a decoding constraint (`GrammarMatcher` of `@stageml/structured` is one):
+ * the allowed next ids as a bitmask (bit `id % 32` of word `id >> 5`), and the picked id.
+ */
+export interface TokenConstraint {
+  /** Allowed next ids; ids past the mask's words are not allowed. */
+  mask(): Uint32Array;
+  /** Takes the picked id into the constraint's state. */
+  accept(id: number): void;
+  /** Whether the constrained text is complete and nothing may follow (the request ends: `stop`). */
+  readonly finished: boolean;
+}
+
+/**
+ * `logits` with every id outside `mask` at -Infinity, in float64 (a copy). A mask that allows no
+ * id of the logits is `MODEL_BAD_OPTIONS` (the constraint cannot continue with this vocabulary).
+ */
+export function maskLogits(logits: ArrayLike<number>, mask: Uint32Array): Float64Array {
+  const y = Float64Array.from(logits);
+  let allowed = 0;
+  for (let id = 0; id < y.length; id++) {
+    if ((((mask[id >>> 5] ?? 0) >>> (id & 31)) & 1) === 0) y[id] = -Infinity;
+    else allowed++;
+  }
+  if (allowed === 0) bad('the decoding constraint allows no token of the vocabulary here');
+  return y;
 }
 
 /** How the next token is chosen. */
@@ -143,7 +177,8 @@ export function makePicker(s: SamplingOptions): TokenPicker {
   checkSampling(s);
   const choose = s.greedy === true ? argmaxOf : sampler(s);
   const process = hasProcessing(s);
-  if (!process && s.onPick === undefined) return choose;
+  const constraint = s.constraint;
+  if (!process && s.onPick === undefined && constraint === undefined) return choose;
   const counts = new Map<number, number>();
   const seen = new Set<number>(s.promptIds ?? []);
   const bias = Object.entries(s.logitBias ?? {}).map(([k, v]) => [Number(k), v] as const);
@@ -155,16 +190,18 @@ export function makePicker(s: SamplingOptions): TokenPicker {
     seen.add(id);
   };
   const picker: TokenPicker = (logits) => {
-    const x = process ? processLogits(logits, { logitBias: bias, repetitionPenalty: rep, seen, frequencyPenalty: frequency, presencePenalty: presence, counts }) : logits;
+    const processed = process ? processLogits(logits, { logitBias: bias, repetitionPenalty: rep, seen, frequencyPenalty: frequency, presencePenalty: presence, counts }) : logits;
+    const x = constraint === undefined ? processed : maskLogits(processed, constraint.mask());
     const id = choose(x);
     accept(id);
+    constraint?.accept(id);
     if (s.onPick !== undefined) {
       const lp = logSoftmax(logits);
       s.onPick({ id, logprob: lp[id]!, top: topOf(lp, s.topLogprobs ?? 0) });
     }
     return id;
   };
-  if (s.onPick === undefined) {
+  if (s.onPick === undefined && constraint === undefined) {
     // Processing without log-probabilities: the pick can be made elsewhere from the step's state.
     const inner = pickPlan(choose)!;
     const processing = (): RowProcessing => ({

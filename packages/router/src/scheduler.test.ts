@@ -29,6 +29,44 @@ function req(model: string, p: number, extra: Partial<GenerationRequest> = {}): 
 }
 
 describe('Scheduler', () => {
+  it('applies each row\'s own token constraint in a mixed batch and ends a completed one with stop', async () => {
+    /** A constraint allowing the ids `allowed[k]` at step k, finished after the last. */
+    const constraint = (allowed: readonly (readonly number[])[]) => {
+      const accepted: number[] = [];
+      return {
+        accepted,
+        mask: () => {
+          const m = new Uint32Array(64);
+          for (const id of allowed[accepted.length] ?? []) m[id >>> 5]! |= 1 << (id & 31);
+          return m;
+        },
+        accept: (id: number) => {
+          accepted.push(id);
+        },
+        get finished() {
+          return accepted.length >= allowed.length;
+        },
+      };
+    };
+    const s = new Scheduler(lm, { maxBatch: 8 });
+    const a = constraint([[5, 6], [7], [9, 10, 11]]);
+    const b = constraint([[20], [21], [22], [23], [24]]);
+    const [ra, rb, plain] = await Promise.all([
+      s.submit(req('base', 0, { sampling: { greedy: true, constraint: a }, maxNewTokens: 12 })),
+      s.submit(req(ADAPTERS[0]!, 1, { sampling: { temperature: 1, seed: 3, constraint: b }, maxNewTokens: 12 })),
+      s.submit(req('base', 2)),
+    ]);
+    expect(ra.newIds).toHaveLength(3);
+    expect([5, 6]).toContain(ra.newIds[0]);
+    expect(ra.newIds[1]).toBe(7);
+    expect([9, 10, 11]).toContain(ra.newIds[2]);
+    expect(ra.finishReason).toBe('stop');
+    expect(a.accepted).toEqual(ra.newIds);
+    expect(rb.newIds).toEqual([20, 21, 22, 23, 24]);
+    expect(rb.finishReason).toBe('stop');
+    expect(plain.newIds).toEqual(prompt('base', 2).greedy_new_ids);
+  });
+
   it('fails only the row whose sampling values the engine refuses, never the requests batched with it (issue 39 item 3)', async () => {
     const s = new Scheduler(lm, { maxBatch: 8 });
     const sampled = { temperature: 1, seed: 7 };

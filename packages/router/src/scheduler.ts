@@ -363,7 +363,9 @@ export class Scheduler {
     seq.newIds.push(id);
     seq.firstTokenAt ??= performance.now();
     seq.req.onToken?.(id);
-    const finish = seq.stop.has(id) ? 'stop' : seq.newIds.length >= seq.req.maxNewTokens ? 'length' : undefined;
+    // A constrained request whose text is complete (nothing may follow) ends as a stop.
+    const complete = seq.req.sampling.constraint?.finished === true;
+    const finish = seq.stop.has(id) || complete ? 'stop' : seq.newIds.length >= seq.req.maxNewTokens ? 'length' : undefined;
     if (finish === undefined) return;
     seq.done = true;
     const now = performance.now();

@@ -11,6 +11,7 @@ import type { CliIo } from '../io.js';
 import { inPhase } from '../progress.js';
 import { parseBytes } from './plan.js';
 import { parseMaxError, quantizeOptions } from '../quantize.js';
+import { type VllmServeFlags, dtypeOf, vllmServeOptions } from '../vllm-flags.js';
 
 interface ServeOptions {
   model?: string;
@@ -52,6 +53,8 @@ interface ServeOptions {
   adapterDtype?: string;
   gpuMemoryUtilization?: number;
 }
+
+type ServeFlags = ServeOptions & VllmServeFlags;
 
 /** `stageml serve --dtype` values: a compute dtype, or `checkpoint` (the float dtype the checkpoint stores). */
 export const SERVE_DTYPES = ['f32', 'bf16', 'f16', 'checkpoint'] as const;
@@ -145,7 +148,21 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--dtype <dtype>', `compute dtype of the engine: auto, bfloat16, float16, float32 (as vLLM) or ${SERVE_DTYPES.join(', ')} (checkpoint: the one it stores; auto, the default: checkpoint on --executor torch, else f32). bf16/f16 compute as transformers + PEFT do and need an executor that runs them (torch, interpreter)`)
     .option('--gpu-memory-utilization <f>', 'with --executor torch: the share of the device\'s memory (0, 1] the weights, slot tables, KV of --max-batch sequences at --max-model-len and a step\'s workspace must fit in (as vLLM; checked at start, ENGINE_DEVICE_MEMORY naming the sizes when they do not fit)', parseUtilization)
     .option('--adapter-dtype <dtype>', 'with a bf16/f16 --dtype: LoRA factors f32 (default, as PEFT computes them) or same (rounded to the compute dtype)')
-    .action(async (positional: string | undefined, opts: ServeOptions) => {
+    .option('--enable-prefix-caching', 'not implemented yet: refused')
+    .option('--no-enable-prefix-caching', 'no prefix caching (the only mode)')
+    .option('--chat-template <file>', 'the chat template for requests that give none: a file, or the template text')
+    .option('--generation-config <src>', "request defaults (temperature, top_p, top_k, repetition_penalty): auto (the model's generation_config.json, default), vllm (none), or a directory holding one")
+    .option('--enable-auto-tool-choice', 'allow tool_choice "auto" (needs --tool-call-parser)')
+    .option('--tool-call-parser <name>', 'how auto tool calls are read from the output: hermes (also Qwen 2.5/3), llama3_json, mistral')
+    .option('--quantization <method>', "vLLM's quantized checkpoint methods are refused; see --quantize")
+    .action(async (positional: string | undefined, flags: ServeFlags) => {
+      const modelDirGiven = positional ?? flags.model;
+      const vllm = await vllmServeOptions(flags, { modelDir: modelDirGiven });
+      const opts: ServeOptions = { ...flags };
+      // vLLM's dtype names (auto, bfloat16, half, float16, float32) as ours.
+      const dtype = dtypeOf(flags.dtype);
+      if (dtype === undefined) delete opts.dtype;
+      else opts.dtype = dtype;
       if (opts.bundle !== undefined && (positional !== undefined || opts.model !== undefined)) throw new CliError(CliCode.USAGE, '--bundle gives the model: drop MODEL / --model');
       if (opts.bundle !== undefined && opts.memoryBudget !== undefined) throw new CliError(CliCode.USAGE, '--bundle applies its plan.json as written: --memory-budget does not apply');
       if (opts.bundle === undefined && (positional === undefined) === (opts.model === undefined)) throw new CliError(CliCode.USAGE, 'give the model directory once: `stageml serve MODEL` or `--model MODEL` (or `--bundle DIR`)');
@@ -180,7 +197,8 @@ export function registerServe(program: Command, io: CliIo): void {
       const server = await inPhase(io, `loading ${shapeDir ?? 'the model'}: weights, adapters, programs${quantize === undefined ? '' : ', quantizing'}`, () => createServer({
         ...(modelDir === undefined ? {} : { modelDir }),
         ...(opts.bundle === undefined ? {} : { bundle: opts.bundle }),
-        ...(servedName === undefined ? {} : { modelName: servedName, modelAliases: aliases }),
+        // vLLM's default served name is the model path as typed.
+        ...(servedName === undefined ? (modelDir === undefined ? {} : { modelName: modelDir }) : { modelName: servedName, modelAliases: aliases }),
         ...(Object.keys(loraModules).length === 0 ? {} : { loraModules }),
         ...(opts.maxModelLen === undefined ? {} : { maxModelLen: opts.maxModelLen }),
         ...(opts.apiKey === undefined ? {} : { apiKey: opts.apiKey }),
@@ -208,6 +226,9 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(opts.maxLoraRank === undefined ? {} : { maxLoraRank: opts.maxLoraRank }),
         ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
         ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
+        ...(vllm.chatTemplate === undefined ? {} : { chatTemplate: vllm.chatTemplate }),
+        ...(vllm.generationDefaults === undefined ? {} : { generationDefaults: vllm.generationDefaults }),
+        ...(vllm.enableAutoToolChoice === true ? { enableAutoToolChoice: true, toolCallParser: vllm.toolCallParser! } : {}),
       }));
       if (opts.gpuMemoryUtilization !== undefined) {
         // The server's defaults (--max-batch 32, --max-model-len the model's, the larger prefill budget).
@@ -226,6 +247,7 @@ export function registerServe(program: Command, io: CliIo): void {
           throw e;
         }
       }
+      for (const note of vllm.notes) io.out(note);
       let address: string;
       try {
         address = await server.listen(opts.host, opts.port);

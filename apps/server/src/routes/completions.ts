@@ -1,15 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { StageError, errorMessage } from '@stageml/ir';
-import { type PickInfo, logSoftmax, topOf } from '@stageml/models';
+import { type PickInfo, type TokenConstraint, logSoftmax, topOf } from '@stageml/models';
 import { type Route, RouterCode, RouterError } from '@stageml/router';
 import { bearer } from '../auth.js';
 import { chatPromptIds } from '../chat-template.js';
 import type { ServerContext } from '../context.js';
 import { ServerCode, ServerError, errorType, statusOf } from '../errors.js';
-import { type GenerationFields, type Outcome, type RunOptions, SseStream, maxTokensFor, runGeneration } from '../generation.js';
+import { type GenerationFields, type Outcome, type RunOptions, SseStream, maxTokensFor, runGeneration, stopIdsOf } from '../generation.js';
+import { badWordIds, checkVllmFields, tokenFilter, truncatePrompt } from '../vllm-fields.js';
 import { type CompletionLogprobs, chatLogprobs, completionLogprobs, mergeCompletionLogprobs } from '../logprobs.js';
 import { type ChatRequest, type CompletionRequest, chatSchema, completionSchema, contentText, unsupportedField } from '../schemas.js';
+import { constraintFactory, constraintSpecOf } from '../structured-request.js';
+import { type ToolPlan, ToolDeltaStream, templateMessages, toolChoiceOf, toolPlanOf } from '../tools.js';
 import { normaliseSampling, parseBody } from '../validate.js';
 
 /** A generation request, parsed, tokenized and checked against the limits. */
@@ -23,6 +26,10 @@ interface Prepared {
   readonly bestOf: number;
   /** Sequences the request runs: prompts × `best_of`. */
   readonly sequences: number;
+  /** Structured outputs (or a forced tool call): a fresh constraint per choice. */
+  readonly constraint: (() => TokenConstraint) | undefined;
+  /** How the chat request's tools are served. */
+  readonly tools: ToolPlan | undefined;
 }
 
 /** A validated request with its route (tenant, adapter). */
@@ -31,26 +38,37 @@ interface Routed extends Prepared {
 }
 
 /** The prompts, body and logprob fields of a chat request. */
-function parseChat(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo'> {
+function parseChat(ctx: ServerContext, raw: unknown): Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo' | 'tools'> {
   const tok = ctx.lm.tokenizer;
   const c = parseBody(chatSchema, raw);
   if (tok === undefined) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: chat needs one');
-  const messages = c.messages.map((m) => ({ ...m, role: m.role, content: contentText(m.content) }));
-  const prompts = [chatPromptIds(tok, messages, { ...(c.add_generation_prompt === undefined ? {} : { addGenerationPrompt: c.add_generation_prompt }), ...(c.chat_template_kwargs === undefined ? {} : { variables: c.chat_template_kwargs }) })];
+  const tools = toolPlanOf(c, ctx.opts);
+  const messages = templateMessages(c.messages.map((m) => ({ ...m, role: m.role, content: contentText(m.content) })));
+  const variables = { ...c.chat_template_kwargs, ...(tools?.templateTools === undefined ? {} : { tools: tools.templateTools }) };
+  const prompts = [chatPromptIds(tok, messages, { ...(c.add_generation_prompt === undefined ? {} : { addGenerationPrompt: c.add_generation_prompt }), variables, template: c.chat_template ?? ctx.opts.chatTemplate })];
   if (c.top_logprobs != null && c.logprobs !== true) throw new ServerError(ServerCode.BAD_REQUEST, "'top_logprobs': needs 'logprobs': true");
   const topLogprobs = c.logprobs === true ? (c.top_logprobs ?? 0) : undefined;
-  return { prompts, body: { ...c, max_tokens: c.max_completion_tokens ?? c.max_tokens }, topLogprobs, echo: false };
+  return { prompts, body: { ...c, max_tokens: c.max_completion_tokens ?? c.max_tokens }, topLogprobs, echo: false, tools };
 }
 
 /** The prompts, body and logprob fields of a completion request (long prompts tokenized off the event loop). */
-async function parseCompletion(ctx: ServerContext, raw: unknown): Promise<Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo'>> {
+async function parseCompletion(ctx: ServerContext, raw: unknown): Promise<Pick<Prepared, 'prompts' | 'body' | 'topLogprobs' | 'echo' | 'tools'>> {
   const c = parseBody(completionSchema, raw);
+  if (Array.isArray(c['tools']) && c['tools'].length > 0) throw new ServerError(ServerCode.BAD_REQUEST, "'tools': only /v1/chat/completions takes tools");
   const p = c.prompt;
   const list: (string | number[])[] = typeof p === 'string' ? [p] : typeof p[0] === 'number' ? [p as number[]] : (p as (string | number[])[]);
   const worker = ctx.tokenizeWorker;
   if (worker === undefined && list.some((one) => typeof one === 'string')) throw new ServerError(ServerCode.BAD_REQUEST, 'this model has no tokenizer: send token ids');
   const prompts = await Promise.all(list.map((one) => (typeof one === 'string' ? worker!.encode(one, true) : Promise.resolve(one))));
-  return { prompts, body: c, topLogprobs: c.logprobs ?? undefined, echo: c.echo === true };
+  return { prompts, body: c, topLogprobs: c.logprobs ?? undefined, echo: c.echo === true, tools: undefined };
+}
+
+/** `body` with each default set where the body leaves the field out or null. */
+function withDefaults(body: unknown, defaults: Readonly<Record<string, number>> | undefined): unknown {
+  if (defaults === undefined || typeof body !== 'object' || body === null) return body;
+  const out: Record<string, unknown> = { ...(body as Record<string, unknown>) };
+  for (const [k, v] of Object.entries(defaults)) out[k] ??= v;
+  return out;
 }
 
 /**
@@ -62,9 +80,18 @@ async function prepare(ctx: ServerContext, req: FastifyRequest, chat: boolean): 
   const { lm } = ctx;
   const unsupported = unsupportedField(req.body);
   if (unsupported !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'${unsupported}': this field is not supported by this server`);
-  const parsed = chat ? parseChat(ctx, req.body) : await parseCompletion(ctx, req.body);
-  const { prompts, topLogprobs, echo } = parsed;
+  const raw = withDefaults(req.body, ctx.opts.generationDefaults);
+  const parsed = chat ? parseChat(ctx, raw) : await parseCompletion(ctx, raw);
+  const { topLogprobs, echo, tools } = parsed;
   const body = normaliseSampling(parsed.body, lm.config.vocabSize);
+  checkVllmFields(body, lm.config.vocabSize);
+  const prompts = parsed.prompts.map((q) => truncatePrompt(q, body));
+  const requested = constraintSpecOf(body);
+  if (requested !== undefined && tools?.spec !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, "'tool_choice': a forced tool call cannot be combined with a structured-output constraint");
+  const spec = tools?.spec ?? requested;
+  const stopIds = stopIdsOf(body, lm.config.eosTokenIds);
+  const structured = spec === undefined ? undefined : constraintFactory(lm.tokenizer, lm.config.vocabSize, spec, stopIds);
+  const constraint = tokenFilter(body, { vocabSize: lm.config.vocabSize, stopIds, badWords: badWordIds(lm.tokenizer, body.bad_words ?? []), inner: structured });
   for (const [i, p] of prompts.entries()) {
     const bad = p.find((t) => t >= lm.config.vocabSize);
     if (bad !== undefined) throw new ServerError(ServerCode.BAD_REQUEST, `'prompt'${prompts.length > 1 ? `[${String(i)}]` : ''}: token id ${String(bad)} is outside the vocabulary [0, ${String(lm.config.vocabSize)})`);
@@ -80,7 +107,7 @@ async function prepare(ctx: ServerContext, req: FastifyRequest, chat: boolean): 
   if (sequences > most) {
     throw new ServerError(ServerCode.BAD_REQUEST, `this request runs ${String(sequences)} sequences (${String(prompts.length)} prompt${prompts.length === 1 ? '' : 's'} × ${bestOf > n ? 'best_of' : 'n'} ${String(bestOf)}); the limit per request is ${String(most)}`);
   }
-  return { chat, prompts, body, topLogprobs, echo, n, bestOf, sequences };
+  return { chat, prompts, body, topLogprobs, echo, n, bestOf, sequences, constraint, tools };
 }
 
 /** Refuses with 429 (nothing started) when the tenant's queue cannot take every sequence of the request. */
@@ -170,6 +197,7 @@ async function answerOf(ctx: ServerContext, req: FastifyRequest, reply: FastifyR
         ...(topLogprobs === undefined && p.bestOf === p.n ? {} : { logprobs: topLogprobs ?? 0 }),
         seedOffset: j,
         ...(onDelta === undefined ? {} : { onDelta }),
+        ...(p.constraint === undefined ? {} : { constraint: p.constraint }),
         signal: AbortSignal.any([gone, siblings.signal]),
       }).catch((e: unknown) => {
         siblings.abort();
@@ -198,14 +226,22 @@ async function streamAnswer(reply: FastifyReply, p: Routed, a: Answer): Promise<
       text = a.echoText[pi]!;
       sse.preamble(chunk(index, { text, logprobs: topLogprobs === undefined ? null : a.logprobsOf(a.promptPicks[pi]!, p.prompts[pi]!, 0), finish_reason: null }));
     }
+    const tools = chat && p.tools !== undefined ? new ToolDeltaStream(p.tools) : undefined;
     const out = await a.run(pi, j, (delta, ids, picks) => {
       const lp = topLogprobs === undefined ? null : a.logprobsOf(picks, ids, text.length);
       text += delta;
       const tokenIds = a.withIds ? { token_ids: ids } : {};
+      if (tools !== undefined) {
+        for (const d of tools.push(delta)) sse.send(chunk(index, { delta: d, logprobs: lp, finish_reason: null, ...tokenIds }));
+        return;
+      }
       sse.send(chunk(index, chat ? { delta: { content: delta }, logprobs: lp, finish_reason: null, ...tokenIds } : { text: delta, logprobs: lp, finish_reason: null, ...tokenIds }));
     });
     outs.push(out);
-    sse.send(chunk(index, chat ? { delta: {}, logprobs: null, finish_reason: out.finishReason } : { text: '', logprobs: null, finish_reason: out.finishReason }));
+    const end = tools?.finish(out.finishReason);
+    for (const d of end?.deltas ?? []) sse.send(chunk(index, { delta: d, logprobs: null, finish_reason: null }));
+    const finishReason = end?.finishReason ?? out.finishReason;
+    sse.send(chunk(index, chat ? { delta: {}, logprobs: null, finish_reason: finishReason } : { text: '', logprobs: null, finish_reason: finishReason }));
   };
   try {
     await Promise.all(p.prompts.flatMap((_, pi) => Array.from({ length: n }, (_u, j) => one(pi, j))));
@@ -235,7 +271,8 @@ async function collectAnswer(p: Routed, a: Answer): Promise<unknown> {
       const index = pi * n + j;
       const ids = a.withIds ? { token_ids: out.ids } : {};
       if (chat) {
-        return { index, message: { role: 'assistant', content: out.text }, logprobs: topLogprobs === undefined ? null : a.logprobsOf(out.picks, out.ids, 0), finish_reason: out.finishReason, ...ids };
+        const { message, finishReason } = p.tools === undefined ? { message: { role: 'assistant', content: out.text }, finishReason: out.finishReason } : toolChoiceOf(p.tools, out.text, out.finishReason);
+        return { index, message, logprobs: topLogprobs === undefined ? null : a.logprobsOf(out.picks, out.ids, 0), finish_reason: finishReason, ...ids };
       }
       const head = a.echoText[pi]!;
       const logprobs = topLogprobs === undefined ? null : mergeCompletionLogprobs(a.logprobsOf(a.promptPicks[pi]!, p.prompts[pi]!, 0) as CompletionLogprobs, a.logprobsOf(out.picks, out.ids, head.length) as CompletionLogprobs, p.echo);

@@ -33,7 +33,10 @@ export function registerTokenizerRoutes(app: FastifyInstance, ctx: ServerContext
       // A long prompt is tokenized on the worker: the event loop stays free.
       tokens = ctx.tokenizeWorker === undefined ? lm.tokenizer.encode(body.prompt, { addSpecialTokens: body.add_special_tokens ?? true }) : await ctx.tokenizeWorker.encode(body.prompt, body.add_special_tokens ?? true);
     }
-    return { count: tokens.length, max_model_len: ctx.limits.maxModelLen, tokens, token_strs: null };
+    // vLLM: `return_token_strs` adds each id's vocabulary string (convert_ids_to_tokens).
+    const strs = (req.body as { return_token_strs?: unknown }).return_token_strs === true;
+    const tok = lm.tokenizer;
+    return { count: tokens.length, max_model_len: ctx.limits.maxModelLen, tokens, token_strs: strs ? tokens.map((t) => tok.tokenOf(t) ?? null) : null };
   });
   app.post('/detokenize', { bodyLimit }, (req) => {
     const body = parseBody(detokenizeSchema, req.body);
