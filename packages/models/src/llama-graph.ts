@@ -405,9 +405,10 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
         attn = b.cachedAttention(q, cache.k, cache.v, k, v, { causal: true, ...(scale === undefined ? {} : { scale }) }, mask);
       } else {
         if (cache !== undefined) {
+          // A resident cache arrives position-major ([batch, past, heads, dim]), as cachedAttention reads it.
           if (resident) presents.push({ k: b.transpose(k, [0, 2, 1, 3]), v: b.transpose(v, [0, 2, 1, 3]) });
-          k = b.concat([cache.k, k], 2);
-          v = b.concat([cache.v, v], 2);
+          k = b.concat([resident ? b.transpose(cache.k, [0, 2, 1, 3]) : cache.k, k], 2);
+          v = b.concat([resident ? b.transpose(cache.v, [0, 2, 1, 3]) : cache.v, v], 2);
           if (!resident) presents.push({ k, v });
         }
         attn = attend(q, k, v, mask);
