@@ -528,11 +528,13 @@ class Worker:
             self.counts["dummyRows"] += k - n
 
         def scatter(name, t):
+            # On the tensor's own device: ids and slots stay on the host, where a graph's replay
+            # range-checks them (cudagraph.StepGraphs._replay).
             if t.dim() == 0 or t.shape[0] % max(n, 1) != 0:
                 raise errors.WorkerError(errors.BAD_VALUE, "row input '%s' [%s] does not have one row per cache row (%d)" % (name, ", ".join(str(d) for d in t.shape), n))
             per = t.reshape(n, -1, *t.shape[1:]) if t.shape[0] != n else t
             out = torch.zeros((k, *per.shape[1:]), dtype=per.dtype, device=per.device)
-            out[pos] = per
+            out[pos.to(per.device)] = per
             return out.reshape(k * (t.shape[0] // n), *t.shape[1:]) if t.shape[0] != n else out
 
         tails = {}
@@ -568,7 +570,7 @@ class Worker:
         if permuted:
             for name in row_inputs:
                 if name in tensors and name not in stream_names:
-                    tensors[name] = scatter(name, tensors[name].to(device))
+                    tensors[name] = scatter(name, tensors[name])
         # Every appended position as (batch row, source row, source position, destination
         # position): one indexed write per stream whatever the rows.
         bi, ri, si, di = [], [], [], []
