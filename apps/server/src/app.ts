@@ -58,7 +58,11 @@ function registerErrorHandlers(app: FastifyInstance, ctx: ServerContext): void {
   });
 }
 
-/** Stops accepting requests, waits for in-flight ones until the shutdown timeout, then closes every connection. */
+/**
+ * Stops accepting requests, waits for in-flight ones until the shutdown timeout, closes every
+ * connection, then disposes the engine (its prepared programs and sequences; the executor stays
+ * with whoever created it).
+ */
 async function shutdownServer(app: FastifyInstance, ctx: ServerContext): Promise<void> {
   ctx.state.draining = true;
   const deadline = Date.now() + (ctx.opts.shutdownTimeoutMs ?? 30_000);
@@ -76,6 +80,7 @@ async function shutdownServer(app: FastifyInstance, ctx: ServerContext): Promise
   if (!(await until(closed))) app.server.closeAllConnections();
   await closed;
   await ctx.tokenizeWorker?.close();
+  ctx.lm.dispose();
 }
 
 /** Builds the server: loads the model, adapters and tenants, and registers every route module. */

@@ -263,7 +263,9 @@ export function registerServe(program: Command, io: CliIo): void {
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {
           io.out(`${signal}: draining in-flight requests…`);
-          void server.shutdown().then(() => {
+          void server.shutdown().then(async () => {
+            // The CLI created the executor: it closes it (the torch worker stops).
+            await executor.dispose();
             io.out('stopped');
             resolve();
             // Shutdown is bounded by --shutdown-timeout whatever is in flight: work still running
