@@ -4,6 +4,7 @@
 import argparse
 import math
 import sys
+import time
 import traceback
 
 import torch
@@ -243,7 +244,9 @@ class Worker:
         self.staged = None
         self.graphs = cudagraph.StepGraphs()
         # Counters of the cache batch, reported with every run (the host's `CacheStore.stats`).
-        self.counts = {"restages": 0, "joins": 0, "gathers": 0, "dummyRows": 0}
+        # runBusyUs: wall time spent on run requests, from the frame read to its reply written (the
+        # step rate the worker alone sustains is runs / runBusyUs; the rest of the wall is the host's).
+        self.counts = {"restages": 0, "joins": 0, "gathers": 0, "dummyRows": 0, "runs": 0, "runBusyUs": 0}
 
     def handle(self, header, tensors):
         op = header.get("op")
@@ -696,6 +699,7 @@ def main(argv=None):
             return 0
         header, tensors = frame
         rid = header.get("id")
+        started = time.perf_counter()
         try:
             reply, out_tensors = worker.handle(header, tensors)
         except errors.WorkerError as e:
@@ -713,6 +717,9 @@ def main(argv=None):
             write_frame(out, reply, out_tensors)
         except errors.WorkerError as e:
             write_frame(out, {"ok": False, "id": rid, "code": e.code, "message": e.message})
+        if header.get("op") == "run":
+            worker.counts["runs"] += 1
+            worker.counts["runBusyUs"] += int((time.perf_counter() - started) * 1e6)
 
 
 if __name__ == "__main__":

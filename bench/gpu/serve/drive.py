@@ -84,7 +84,7 @@ async def metrics(url):
             if line.startswith("#"):
                 continue
             name = line.split("{")[0].split(" ")[0]
-            if name.startswith("stageml_engine") or name.startswith("vllm:"):
+            if name.startswith("stageml_engine") or name.startswith("stageml_executor") or name.startswith("vllm:"):
                 try:
                     keep[line.rsplit(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
                 except ValueError:
@@ -118,8 +118,15 @@ async def main():
             m1 = await metrics(a.url)
             r["kind"] = kind
             r["metrics_delta"] = {k: m1[k] - m0.get(k, 0) for k in m1 if isinstance(m1.get(k), float) and m1[k] != m0.get(k, 0)}
+            # The worker's own time on this case's runs (frame read to reply written): the rate the
+            # worker alone sustains on the same batch, and the share of the wall it was busy.
+            busy = r["metrics_delta"].get('stageml_executor_counter{kind="runBusyUs"}')
+            if busy:
+                r["worker_busy_s"] = busy / 1e6
+                r["worker_only_tok_s"] = r["tokens"] / r["worker_busy_s"]
+                r["http_over_worker"] = r["worker_busy_s"] / r["wall_s"]
             out["cases"].append(r)
-            print(f"{kind:9s} streams {s:3d}: {r['tok_s']:9.1f} tok/s  ttft p50 {r['ttft_p50_s']} p99 {r['ttft_p99_s']}  itl p50 {r['itl_p50_ms']} ms  errors {r['errors']} {r['first_error'] or ''}", flush=True)
+            print(f"{kind:9s} streams {s:3d}: {r['tok_s']:9.1f} tok/s  ttft p50 {r['ttft_p50_s']} p99 {r['ttft_p99_s']}  itl p50 {r['itl_p50_ms']} ms  worker-only {r.get('worker_only_tok_s', 0):9.1f} tok/s (http/worker {r.get('http_over_worker', 0):.2f})  errors {r['errors']} {r['first_error'] or ''}", flush=True)
             with open(a.out, "w") as f:
                 json.dump(out, f, indent=1)
 

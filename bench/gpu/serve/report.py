@@ -61,6 +61,13 @@ def main():
                      f"{fmt(m)} | {fmt(oa / m if oa and m else None, 1)} | {fmt(p)} | {fmt(b.get('ttft_p50_s'), 2)} / {fmt(b.get('ttft_p99_s'), 2)} | "
                      f"{fmt(d.get('ttft_p50_s'), 2)} / {fmt(d.get('ttft_p99_s'), 2)} | {b.get('errors', 0) + d.get('errors', 0)} |")
     lines.append("")
+    worker = [(c["kind"], c["streams"], c) for c in drive.get("cases", []) if c.get("worker_only_tok_s")]
+    if worker:
+        lines += ["Through HTTP against the worker alone on the same work (the torch worker's own time on run requests, frame read to reply written, "
+                  "from its `runBusyUs` counter over each case):", "",
+                  "| case | streams | HTTP tok/s | worker-only tok/s | HTTP ÷ worker-only |", "| --- | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {k} | {s} | {fmt(c['tok_s'])} | {fmt(c['worker_only_tok_s'])} | {fmt(c['tok_s'] / c['worker_only_tok_s'], 2)} |" for k, s, c in worker]
+        lines.append("")
     engine = {}
     for c in drive.get("cases", []):
         for k, v in c.get("metrics_delta", {}).items():
