@@ -1,17 +1,18 @@
 import { readFile, stat } from 'node:fs/promises';
-import { type Command, InvalidArgumentError } from 'commander';
+import { type Command, Option } from 'commander';
 import { parseRouterConfig } from '@stageml/router';
 import { checkDeviceMemory } from '@stageml/engine';
-import { createServer } from '@stageml/server';
+import { type ServerOptions, createServer } from '@stageml/server';
 import { errorMessage } from '@stageml/ir';
-import { parseAutoOnOff, parseHost, parseNonNegativeInt, parsePort, parsePositiveInt, parseSeconds } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
-import { EXECUTOR_NAMES, probeShapeOf, resolveExecutor } from '../executors.js';
+import { probeShapeOf, resolveExecutor } from '../executors.js';
 import type { CliIo } from '../io.js';
 import { inPhase } from '../progress.js';
-import { parseBytes } from './plan.js';
-import { parseMaxError, quantizeOptions } from '../quantize.js';
+import { quantizeOptions } from '../quantize.js';
+import { SERVE_DTYPES, SERVE_FLAGS, passThroughOptions, plainHelp } from '../serve-flags.js';
 import { type VllmServeFlags, dtypeOf, vllmServeOptions } from '../vllm-flags.js';
+
+export { SERVE_DTYPES, parseUtilization } from '../serve-flags.js';
 
 interface ServeOptions {
   model?: string;
@@ -56,9 +57,6 @@ interface ServeOptions {
 
 type ServeFlags = ServeOptions & VllmServeFlags;
 
-/** `stageml serve --dtype` values: a compute dtype, or `checkpoint` (the float dtype the checkpoint stores). */
-export const SERVE_DTYPES = ['f32', 'bf16', 'f16', 'checkpoint'] as const;
-
 /** The value of a flag given under either of its names; both with different values is `CLI_USAGE`. */
 export function aliased(name: string, value: number | undefined, alias: string, aliasValue: number | undefined): number | undefined {
   if (value !== undefined && aliasValue !== undefined && value !== aliasValue) throw new CliError(CliCode.USAGE, `${name} ${String(value)} and ${alias} ${String(aliasValue)} name the same setting: give one`);
@@ -90,13 +88,6 @@ export function serveDtypes(given: string | undefined, adapterDtype: string | un
   return { dtype: chosen, ...(adapterDtype === undefined ? {} : { adapterDtype }) };
 }
 
-/** Parses `--gpu-memory-utilization`: a number in (0, 1]. */
-export function parseUtilization(value: string): number {
-  const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n) || n <= 0 || n > 1) throw new InvalidArgumentError(`expected a share of the device's memory in (0, 1], got '${value}'`);
-  return n;
-}
-
 /** Fails with `CLI_IO` naming the flag unless `path` is an existing directory. */
 async function requireDir(path: string, flag: string): Promise<void> {
   const s = await stat(path).catch(() => undefined);
@@ -106,55 +97,17 @@ async function requireDir(path: string, flag: string): Promise<void> {
 
 /** `stageml serve`: the reference server (OpenAI-compatible API) on a model and its adapters. */
 export function registerServe(program: Command, io: CliIo): void {
-  program
-    .command('serve')
+  const serve = program.command('serve');
+  // Every flag from the one table (serve-flags.ts), which docs/server.md's table is generated from too.
+  for (const f of SERVE_FLAGS) {
+    const option = new Option(f.spec, plainHelp(f.help));
+    if (f.parse !== undefined) option.argParser(f.parse);
+    if (f.default !== undefined) option.default(f.default);
+    serve.addOption(option);
+  }
+  serve
     .description('serve a model and its adapters behind an OpenAI-compatible HTTP API (vLLM-style flags)')
     .argument('[model]', 'Hugging Face model directory (as `vllm serve MODEL`)')
-    .option('--model <dir>', 'Hugging Face model directory (instead of the positional MODEL)')
-    .option('--served-model-name <names...>', 'names clients use for the base model; the first is the main one (default: the directory name)')
-    .option('--enable-lora', 'serve LoRA adapters (needed for --lora-modules, as in vLLM)')
-    .option('--lora-modules <modules...>', "adapters to load at start: name=path, or JSON {\"name\": …, \"path\": …}")
-    .option('--max-model-len <n>', 'prompt + completion tokens (default: the model\'s max_position_embeddings)', parsePositiveInt)
-    .option('--api-key <key>', 'require Authorization: Bearer <key> on every /v1 request')
-    .option('--adapters <dir>', 'a PEFT adapter directory, or a directory of them, loaded at start')
-    .option('--host <host>', 'address to listen on', parseHost, '127.0.0.1')
-    .option('--port <n>', 'port (0: any free port)', parsePort, 8000)
-    .option('--config <file>', 'tenants, API keys, adapters and staged plans (JSON, docs/server.md)')
-    .option('--executor <name>', `executor: ${EXECUTOR_NAMES.join(', ')} (default: auto, the fastest measured here)`, 'auto')
-    .option('--pad-token-id <id>', 'mask prompt tokens equal to this id (HF pad_token_id semantics)', parseNonNegativeInt)
-    .option('--max-batch <n>', 'most sequences decoded together (default: the executor\'s, 256 on CUDA, 32 on the CPU)', parsePositiveInt)
-    .option('--max-num-seqs <n>', 'vLLM\'s name for --max-batch', parsePositiveInt)
-    .option('--max-queue <n>', 'most queued requests before 429', parsePositiveInt)
-    .option('--prefill-chunk <n>', 'most prompt tokens of one sequence prefilled per step (chunked prefill; default 32)', parsePositiveInt)
-    .option('--prefill-tokens <n>', 'most prompt tokens prefilled per step over all arriving sequences together (default: the executor\'s, 8192 on CUDA, 64 on the CPU)', parsePositiveInt)
-    .option('--max-num-batched-tokens <n>', 'vLLM\'s name for --prefill-tokens', parsePositiveInt)
-    .option('--idle-prefill-tokens <n>', 'the same budget while nothing decodes, each prompt\'s chunk included (default 512)', parsePositiveInt)
-    .option('--admin-key <key>', 'key guarding load/unload (always when set), /metrics and /ready details')
-    .option('--adapter-root <dir...>', 'adapter roots (repeatable): admin loads must read from inside one (default: --adapters), and a request for an adapter not loaded loads <root>/<name> on demand')
-    .option('--shutdown-timeout <s>', 'seconds to drain in-flight requests on SIGTERM before closing connections (default 30)', parseSeconds)
-    .option('--body-timeout <s>', 'seconds a client may take to send a request body (default 30)', parseSeconds)
-    .option('--log', 'log every request')
-    .option('--replica-name <name>', 'name sent in the x-stageml-replica header (default: hostname:port)')
-    .option('--max-loras <n>', 'adapters resident in engine slots at once (default 16)', parsePositiveInt)
-    .option('--max-lora-rank <n>', 'rank of every slot; higher-rank adapters are refused (default 64)', parsePositiveInt)
-    .option('--max-cpu-loras <n>', 'parsed adapters kept on the host (default: --max-loras; 1 when the weights and slot tables live on the torch worker\'s device)', parsePositiveInt)
-    .option('--memory-budget <bytes>', 'bytes the planner may spend on merged weight copies (64MiB, 2GB; default: no planning, all adapters in slots)', parseBytes)
-    .option('--quantize <spec>', 'weight-only quantization of the linear layers: int8, int4 (blocks of 32), int8:g128, int4:channel, …:asym, or auto (with --max-error)')
-    .option('--max-error <e>', 'with --quantize auto: the largest relative weight error per projection', parseMaxError)
-    .option('--pack-base', 'give base-only batches a program with its own pre-packed copy of the f32 weights (~1.4x faster decode on onnxruntime, one more copy of the weights in memory)')
-    .option('--host-kv-copy', 'with --executor torch: keep a host copy of every sequence\'s KV cache (f32, appended each step), from which a restarted worker is restored; default: the worker\'s cache is the only copy and a restarted worker rebuilds it by prefilling the tokens again')
-    .option('--executor-picks <when>', 'auto, on or off: draw sampled tokens (temperature / top-k / top-p, penalties and bias; not with logprobs) on the executor, one id per row back instead of the logits (auto: where the executor says it pays, the torch worker on CUDA); the same tokens either way', parseAutoOnOff)
-    .option('--bundle <dir>', 'serve a bundle of `stageml stage --model`: its source model and adapters, with its plan.json applied as written (instead of MODEL)')
-    .option('--dtype <dtype>', `compute dtype of the engine: auto, bfloat16, float16, float32 (as vLLM) or ${SERVE_DTYPES.join(', ')} (checkpoint: the one it stores; auto, the default: checkpoint on --executor torch, else f32). bf16/f16 compute as transformers + PEFT do and need an executor that runs them (torch, interpreter)`)
-    .option('--gpu-memory-utilization <f>', 'with --executor torch: the share of the device\'s memory (0, 1] the weights, slot tables, KV of --max-batch sequences at --max-model-len and a step\'s workspace must fit in (as vLLM; checked at start, ENGINE_DEVICE_MEMORY naming the sizes when they do not fit)', parseUtilization)
-    .option('--adapter-dtype <dtype>', 'with a bf16/f16 --dtype: LoRA factors f32 (default, as PEFT computes them) or same (rounded to the compute dtype)')
-    .option('--enable-prefix-caching', 'not implemented yet: refused')
-    .option('--no-enable-prefix-caching', 'no prefix caching (the only mode)')
-    .option('--chat-template <file>', 'the chat template for requests that give none: a file, or the template text')
-    .option('--generation-config <src>', "request defaults (temperature, top_p, top_k, repetition_penalty): auto (the model's generation_config.json, default), vllm (none), or a directory holding one")
-    .option('--enable-auto-tool-choice', 'allow tool_choice "auto" (needs --tool-call-parser)')
-    .option('--tool-call-parser <name>', 'how auto tool calls are read from the output: hermes (also Qwen 2.5/3), llama3_json, mistral')
-    .option('--quantization <method>', "vLLM's quantized checkpoint methods are refused; see --quantize")
     .action(async (positional: string | undefined, flags: ServeFlags) => {
       const modelDirGiven = positional ?? flags.model;
       const vllm = await vllmServeOptions(flags, { modelDir: modelDirGiven });
@@ -195,37 +148,23 @@ export function registerServe(program: Command, io: CliIo): void {
       const deviceTotal = (executor as { readonly info?: { readonly memory?: { readonly total: number } } }).info?.memory?.total;
       if (opts.gpuMemoryUtilization !== undefined && deviceTotal === undefined) throw new CliError(CliCode.USAGE, `--gpu-memory-utilization needs an executor that reports its device's memory (--executor torch); '${executor.name}' does not`);
       const server = await inPhase(io, `loading ${shapeDir ?? 'the model'}: weights, adapters, programs${quantize === undefined ? '' : ', quantizing'}`, () => createServer({
+        // The flags that pass through as given (serve-flags.ts `to`), then the ones read above.
+        ...(passThroughOptions(opts as unknown as Readonly<Record<string, unknown>>) as Partial<ServerOptions>),
         ...(modelDir === undefined ? {} : { modelDir }),
         ...(opts.bundle === undefined ? {} : { bundle: opts.bundle }),
         // vLLM's default served name is the model path as typed.
         ...(servedName === undefined ? (modelDir === undefined ? {} : { modelName: modelDir }) : { modelName: servedName, modelAliases: aliases }),
         ...(Object.keys(loraModules).length === 0 ? {} : { loraModules }),
-        ...(opts.maxModelLen === undefined ? {} : { maxModelLen: opts.maxModelLen }),
-        ...(opts.apiKey === undefined ? {} : { apiKey: opts.apiKey }),
         executor,
         ...serveDtypes(opts.dtype, opts.adapterDtype, executor.name, quantize !== undefined),
         ...(quantize === undefined ? {} : { quantize }),
         ...(opts.packBase === true ? { packBase: true } : {}),
         ...(opts.hostKvCopy === true ? { hostKvCopy: true } : {}),
         ...(typeof opts.executorPicks === 'boolean' ? { executorPicks: opts.executorPicks } : {}),
-        ...(opts.adapters === undefined ? {} : { adaptersDir: opts.adapters }),
         ...(config === undefined ? {} : { config }),
-        ...(opts.padTokenId === undefined ? {} : { padTokenId: opts.padTokenId }),
         ...(maxBatch === undefined ? {} : { maxBatch }),
-        ...(opts.maxQueue === undefined ? {} : { maxQueue: opts.maxQueue }),
-        ...(opts.prefillChunk === undefined ? {} : { prefillChunk: opts.prefillChunk }),
         ...(prefillTokens === undefined ? {} : { prefillTokens }),
-        ...(opts.idlePrefillTokens === undefined ? {} : { idlePrefillTokens: opts.idlePrefillTokens }),
-        ...(opts.adminKey === undefined ? {} : { adminKey: opts.adminKey }),
-        ...(opts.shutdownTimeout === undefined ? {} : { shutdownTimeoutMs: opts.shutdownTimeout }),
-        ...(opts.bodyTimeout === undefined ? {} : { bodyTimeoutMs: opts.bodyTimeout }),
         logger: opts.log === true,
-        ...(opts.adapterRoot === undefined ? {} : { adapterRoots: opts.adapterRoot }),
-        ...(opts.replicaName === undefined ? {} : { replicaName: opts.replicaName }),
-        ...(opts.maxLoras === undefined ? {} : { maxLoras: opts.maxLoras }),
-        ...(opts.maxLoraRank === undefined ? {} : { maxLoraRank: opts.maxLoraRank }),
-        ...(opts.maxCpuLoras === undefined ? {} : { maxCpuLoras: opts.maxCpuLoras }),
-        ...(opts.memoryBudget === undefined ? {} : { memoryBudget: opts.memoryBudget }),
         ...(vllm.chatTemplate === undefined ? {} : { chatTemplate: vllm.chatTemplate }),
         ...(vllm.generationDefaults === undefined ? {} : { generationDefaults: vllm.generationDefaults }),
         ...(vllm.enableAutoToolChoice === true ? { enableAutoToolChoice: true, toolCallParser: vllm.toolCallParser! } : {}),

@@ -1,0 +1,24 @@
+// The flag table of docs/server.md, generated from `stageml serve`'s one flag table
+// (apps/cli/src/serve-flags.ts): `pnpm docs:serve-flags` rewrites it, and
+// apps/cli/src/serve-flags.test.ts fails when the doc is not current.
+import { readFileSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { SERVE_FLAGS, renderServeFlagTable } from '../apps/cli/src/serve-flags.js';
+
+/** Where the generated table sits in docs/server.md. */
+export const BEGIN = '<!-- serve-flags:begin (generated from SERVE_FLAGS by scripts/serve-flags-doc.ts; do not edit) -->';
+export const END = '<!-- serve-flags:end -->';
+export const DOC = fileURLToPath(new URL('../docs/server.md', import.meta.url));
+
+/** `text` with the generated table between the markers replaced by the current one. */
+export function withServeFlagTable(text: string): string {
+  const i = text.indexOf(BEGIN);
+  const j = text.indexOf(END);
+  if (i < 0 || j < i) throw new TypeError(`docs/server.md lacks the serve-flags markers ${BEGIN} … ${END}`);
+  return `${text.slice(0, i + BEGIN.length)}\n${renderServeFlagTable()}\n${text.slice(j)}`;
+}
+
+if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) {
+  writeFileSync(DOC, withServeFlagTable(readFileSync(DOC, 'utf8')));
+  console.log(`wrote the flag table of ${DOC} (${String(SERVE_FLAGS.length)} flags)`);
+}
