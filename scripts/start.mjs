@@ -10,6 +10,8 @@
 /* global process, console, setInterval, clearInterval */
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
 
 const args = process.argv.slice(2).filter((a) => a !== '--');
 const given = new Set(args.filter((a) => a.startsWith('--')).map((a) => a.split('=')[0]));
@@ -20,7 +22,11 @@ const defaults = [
   ...(ownModel || given.has('--adapters') ? [] : ['--adapters', 'fixtures/peft-tiny/llama/adapters']),
   ...(given.has('--port') ? [] : ['--port', '8000']),
 ];
-const child = spawn(process.execPath, ['--conditions=@stageml/source', '--import', 'tsx', 'apps/cli/src/bin.ts', 'serve', ...(ownModel ? args : [...defaults, ...args])], { stdio: 'inherit' });
+// NOTE: tsx is resolved from apps/cli (a dependency of the CLI), not from the root: README command 1
+// installs only the CLI and what it depends on (`--filter @stageml/cli... --prod`), so the root's
+// dev dependencies are absent there.
+const tsx = pathToFileURL(createRequire(new URL('../apps/cli/package.json', import.meta.url)).resolve('tsx')).href;
+const child = spawn(process.execPath, ['--conditions=@stageml/source', '--import', tsx, 'apps/cli/src/bin.ts', 'serve', ...(ownModel ? args : [...defaults, ...args])], { stdio: 'inherit' });
 let stopping = false;
 const stop = (signal) => {
   stopping = true;
