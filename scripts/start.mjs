@@ -10,8 +10,6 @@
 /* global process, console, setInterval, clearInterval */
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
 
 const args = process.argv.slice(2).filter((a) => a !== '--');
 const given = new Set(args.filter((a) => a.startsWith('--')).map((a) => a.split('=')[0]));
@@ -22,11 +20,8 @@ const defaults = [
   ...(ownModel || given.has('--adapters') ? [] : ['--adapters', 'fixtures/peft-tiny/llama/adapters']),
   ...(given.has('--port') ? [] : ['--port', '8000']),
 ];
-// NOTE: tsx is resolved from apps/cli (a dependency of the CLI), not from the root: README command 1
-// installs only the CLI and what it depends on (`--filter @stageml/cli... --prod`), so the root's
-// dev dependencies are absent there.
-const tsx = pathToFileURL(createRequire(new URL('../apps/cli/package.json', import.meta.url)).resolve('tsx')).href;
-const child = spawn(process.execPath, ['--conditions=@stageml/source', '--import', tsx, 'apps/cli/src/bin.ts', 'serve', ...(ownModel ? args : [...defaults, ...args])], { stdio: 'inherit' });
+// NOTE: tsx comes from apps/cli through scripts/tsx-loader.mjs: README command 1 installs no root dev dependency.
+const child = spawn(process.execPath, ['--conditions=@stageml/source', '--import', new URL('tsx-loader.mjs', import.meta.url).href, 'apps/cli/src/bin.ts', 'serve', ...(ownModel ? args : [...defaults, ...args])], { stdio: 'inherit' });
 let stopping = false;
 const stop = (signal) => {
   stopping = true;
