@@ -71,6 +71,15 @@ describe("vLLM's request fields, honoured or refused", () => {
     expect(r.json.choices[0].token_ids[0]).not.toBe(g[0]);
   });
 
+  it('min_p 1 keeps only the most likely token: sampling at temperature 1 gives the greedy output', async () => {
+    const g = prompt0.greedy_new_ids;
+    const sampled = await Promise.all([1, 2, 3].map((seed) => greedy({ temperature: 1, seed })));
+    // Without min_p a random model's sampled tokens leave the greedy path.
+    expect(sampled.some((r) => JSON.stringify(r.json.choices[0].token_ids) !== JSON.stringify(g.slice(0, 12)))).toBe(true);
+    for (const seed of [1, 2, 3]) expect((await greedy({ temperature: 1, seed, min_p: 1 })).json.choices[0].token_ids).toEqual(g.slice(0, 12));
+    expect((await greedy({ min_p: 1.5 })).status).toBe(400);
+  });
+
   it('truncate_prompt_tokens keeps the end of the prompt', async () => {
     const r = await greedy({ truncate_prompt_tokens: 3 });
     expect(r.json.usage.prompt_tokens).toBe(3);
@@ -83,8 +92,8 @@ describe("vLLM's request fields, honoured or refused", () => {
     expect((await post(base, '/tokenize', { prompt: 'x' })).json.token_strs).toBeNull();
   });
 
-  it('refuses beam search, length_penalty, min_p, prompt_logprobs and spaces_between_special_tokens false, naming each', async () => {
-    for (const [field, value] of [['use_beam_search', true], ['length_penalty', 2], ['min_p', 0.1], ['prompt_logprobs', 1], ['spaces_between_special_tokens', false]] as const) {
+  it('refuses beam search, length_penalty, prompt_logprobs and spaces_between_special_tokens false, naming each', async () => {
+    for (const [field, value] of [['use_beam_search', true], ['length_penalty', 2], ['prompt_logprobs', 1], ['spaces_between_special_tokens', false]] as const) {
       const r = await greedy({ [field]: value });
       expect(r.status, field).toBe(400);
       expect(r.json.error.message).toContain(`'${field}'`);
