@@ -80,6 +80,33 @@ describe("vLLM's request fields, honoured or refused", () => {
     expect((await greedy({ min_p: 1.5 })).status).toBe(400);
   });
 
+  it("prompt_logprobs gives each prompt token's log-probability, rank and the k most likely, as echo's logprobs score them", async () => {
+    const ids = prompt0.input_ids;
+    const r = await greedy({ prompt_logprobs: 2, max_tokens: 1 });
+    expect(r.status, JSON.stringify(r.json)).toBe(200);
+    const pl = r.json.choices[0].prompt_logprobs as (Record<string, { logprob: number; rank: number; decoded_token: string }> | null)[];
+    expect(pl).toHaveLength(ids.length);
+    expect(pl[0]).toBeNull();
+    const echo = await post(base, '/v1/completions', { model: 'llama', prompt: ids, max_tokens: 1, temperature: 0, echo: true, logprobs: 2 });
+    const want = echo.json.choices[0].logprobs.token_logprobs as (number | null)[];
+    for (let i = 1; i < ids.length; i++) {
+      const entry = pl[i]!;
+      const own = entry[String(ids[i])]!;
+      expect(own.logprob).toBeCloseTo(want[i]!, 5);
+      const ranked = Object.values(entry).sort((a, b) => a.rank - b.rank);
+      expect(ranked[0]!.rank).toBe(1);
+      expect(ranked.every((e) => e.logprob <= ranked[0]!.logprob)).toBe(true);
+      expect(Object.keys(entry).length).toBe(own.rank <= 2 ? 2 : 3);
+    }
+    const chat = await post(base, '/v1/chat/completions', { model: 'llama', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1, prompt_logprobs: 0 });
+    const cpl = chat.json.prompt_logprobs as (Record<string, { rank: number }> | null)[];
+    expect(cpl[0]).toBeNull();
+    expect(cpl.slice(1).every((e) => Object.keys(e!).length === 1)).toBe(true);
+    const streamed = await greedy({ prompt_logprobs: 1, stream: true });
+    expect(streamed.status).toBe(400);
+    expect(streamed.json.error.message).toContain("'prompt_logprobs'");
+  });
+
   it('truncate_prompt_tokens keeps the end of the prompt', async () => {
     const r = await greedy({ truncate_prompt_tokens: 3 });
     expect(r.json.usage.prompt_tokens).toBe(3);
@@ -92,8 +119,8 @@ describe("vLLM's request fields, honoured or refused", () => {
     expect((await post(base, '/tokenize', { prompt: 'x' })).json.token_strs).toBeNull();
   });
 
-  it('refuses beam search, length_penalty, prompt_logprobs and spaces_between_special_tokens false, naming each', async () => {
-    for (const [field, value] of [['use_beam_search', true], ['length_penalty', 2], ['prompt_logprobs', 1], ['spaces_between_special_tokens', false]] as const) {
+  it('refuses beam search, length_penalty and spaces_between_special_tokens false, naming each', async () => {
+    for (const [field, value] of [['use_beam_search', true], ['length_penalty', 2], ['spaces_between_special_tokens', false]] as const) {
       const r = await greedy({ [field]: value });
       expect(r.status, field).toBe(400);
       expect(r.json.error.message).toContain(`'${field}'`);
