@@ -119,8 +119,16 @@ describe("vLLM's request fields, honoured or refused", () => {
     expect((await post(base, '/tokenize', { prompt: 'x' })).json.token_strs).toBeNull();
   });
 
-  it('refuses beam search, length_penalty and spaces_between_special_tokens false, naming each', async () => {
-    for (const [field, value] of [['use_beam_search', true], ['length_penalty', 2], ['spaces_between_special_tokens', false]] as const) {
+  it('spaces_between_special_tokens is accepted and, as in vLLM with a fast tokenizer, joins special tokens without spaces either way', async () => {
+    const bos = (await post(base, '/tokenize', { prompt: 'x', return_token_strs: true })).json.tokens[0] as number;
+    for (const spaces of [true, false]) {
+      const r = await greedy({ allowed_token_ids: [bos], max_tokens: 2, skip_special_tokens: false, spaces_between_special_tokens: spaces });
+      expect(r.json.choices[0].text).toBe('<|bos|><|bos|>');
+    }
+  });
+
+  it('refuses beam search and length_penalty, naming each', async () => {
+    for (const [field, value] of [['use_beam_search', true], ['length_penalty', 2]] as const) {
       const r = await greedy({ [field]: value });
       expect(r.status, field).toBe(400);
       expect(r.json.error.message).toContain(`'${field}'`);
