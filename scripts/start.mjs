@@ -7,7 +7,7 @@
 // when that command does not forward signals (`npx pnpm start`: killing the top npx or pnpm process
 // leaves its children running): on Linux, the package-manager processes above this one are watched
 // and, once one of them is gone, the server is sent SIGTERM.
-/* global process, console, setInterval, clearInterval */
+/* global process, console, setInterval, clearInterval, URL */
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 
