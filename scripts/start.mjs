@@ -7,7 +7,7 @@
 // when that command does not forward signals (`npx pnpm start`: killing the top npx or pnpm process
 // leaves its children running): on Linux, the package-manager processes above this one are watched
 // and, once one of them is gone, the server is sent SIGTERM.
-/* global process, console, setInterval, clearInterval */
+/* global process, console, setInterval, clearInterval, URL */
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 
@@ -20,7 +20,8 @@ const defaults = [
   ...(ownModel || given.has('--adapters') ? [] : ['--adapters', 'fixtures/peft-tiny/llama/adapters']),
   ...(given.has('--port') ? [] : ['--port', '8000']),
 ];
-const child = spawn(process.execPath, ['--conditions=@stageml/source', '--import', 'tsx', 'apps/cli/src/bin.ts', 'serve', ...(ownModel ? args : [...defaults, ...args])], { stdio: 'inherit' });
+// NOTE: tsx comes from apps/cli through scripts/tsx-loader.mjs: README command 1 installs no root dev dependency.
+const child = spawn(process.execPath, ['--conditions=@stageml/source', '--import', new URL('tsx-loader.mjs', import.meta.url).href, 'apps/cli/src/bin.ts', 'serve', ...(ownModel ? args : [...defaults, ...args])], { stdio: 'inherit' });
 let stopping = false;
 const stop = (signal) => {
   stopping = true;

@@ -27,6 +27,8 @@ export interface GenerationFields {
   readonly include_stop_str_in_output?: boolean | null | undefined;
   /** vLLM: false keeps special tokens in the text. */
   readonly skip_special_tokens?: boolean | null | undefined;
+  /** vLLM: drop tokens less likely than this share of the most likely one (0: off). */
+  readonly min_p?: number | null | undefined;
 }
 
 /** Limits the server enforces on every request. */
@@ -66,6 +68,7 @@ export function samplingOf(f: GenerationFields, seedOffset = 0): SamplingOptions
     ...(f.temperature == null ? {} : { temperature: f.temperature }),
     ...(f.top_p == null ? {} : { topP: f.top_p }),
     ...(f.top_k == null || f.top_k <= 0 ? {} : { topK: f.top_k }),
+    ...(f.min_p == null || f.min_p <= 0 ? {} : { minP: f.min_p }),
     seed: (f.seed ?? randomInt(2 ** 31)) + seedOffset,
   };
 }

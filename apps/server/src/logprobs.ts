@@ -54,3 +54,27 @@ export function chatLogprobs(picks: readonly PickInfo[], tokenText: (id: number)
   };
   return { content: picks.map((p) => ({ ...entry(p.id, p.logprob), top_logprobs: p.top.map((t) => entry(t.id, t.logprob)) })) };
 }
+
+/** A prompt token's log-probability with its rank (1: the most likely) in the distribution it was scored from. */
+export interface RankedPick extends PickInfo {
+  readonly rank: number;
+}
+
+/** One position of vLLM's `prompt_logprobs`: token id → its log-probability, rank and text. */
+export type PromptLogprobEntry = Record<string, { logprob: number; rank: number; decoded_token: string }>;
+
+/**
+ * vLLM's `prompt_logprobs` of a prompt: `null` for the first token (nothing precedes it), then per
+ * position the prompt's own token and the `prompt_logprobs` most likely ones (ranks from 1), keyed
+ * by token id.
+ */
+export function vllmPromptLogprobs(picks: readonly (RankedPick | null)[], tokenText: (id: number) => string): (PromptLogprobEntry | null)[] {
+  return picks.map((p) => {
+    if (p === null) return null;
+    const entry: PromptLogprobEntry = { [String(p.id)]: { logprob: p.logprob, rank: p.rank, decoded_token: tokenText(p.id) } };
+    p.top.forEach((t, i) => {
+      entry[String(t.id)] ??= { logprob: t.logprob, rank: i + 1, decoded_token: tokenText(t.id) };
+    });
+    return entry;
+  });
+}

@@ -1,5 +1,6 @@
 import type { ConstraintSpec } from '@stageml/structured';
 import { ServerCode, ServerError } from './errors.js';
+import { hoistSchemaRefs } from './tool-schema.js';
 import { type ParsedToolCall, ToolCallStream, type ToolParserName, toolCallId, toolParsers } from './tool-parsers.js';
 
 /** How a chat request's `tools` and `tool_choice` are served. */
@@ -68,8 +69,11 @@ export function toolPlanOf(request: object, settings: ToolSettings): ToolPlan | 
     return { mode: 'auto', parser: settings.toolCallParser!, templateTools };
   }
   if (choice === 'required') {
-    const item = { anyOf: fns.map((f) => ({ type: 'object', properties: { name: { const: f.name }, parameters: f.parameters }, required: ['name', 'parameters'], additionalProperties: false })) };
-    const schema = { type: 'array', items: item, minItems: 1, ...(body.parallel_tool_calls === false ? { maxItems: 1 } : {}) };
+    // Each function's references are rewritten to resolve inside the list schema (tool-schema.ts).
+    const hoisted = fns.map((f, i) => hoistSchemaRefs(f.parameters, `tool${String(i)}`));
+    const defs = Object.assign({}, ...hoisted.map((h) => h.defs)) as Record<string, unknown>;
+    const item = { anyOf: fns.map((f, i) => ({ type: 'object', properties: { name: { const: f.name }, parameters: hoisted[i]!.schema }, required: ['name', 'parameters'], additionalProperties: false })) };
+    const schema = { type: 'array', items: item, minItems: 1, ...(body.parallel_tool_calls === false ? { maxItems: 1 } : {}), ...(Object.keys(defs).length > 0 ? { $defs: defs } : {}) };
     return { mode: 'required', spec: { kind: 'json_schema', schema, strict: true }, templateTools };
   }
   const named = (choice as { type?: unknown; function?: { name?: unknown } } | null)?.function?.name;

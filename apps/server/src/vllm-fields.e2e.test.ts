@@ -71,6 +71,42 @@ describe("vLLM's request fields, honoured or refused", () => {
     expect(r.json.choices[0].token_ids[0]).not.toBe(g[0]);
   });
 
+  it('min_p 1 keeps only the most likely token: sampling at temperature 1 gives the greedy output', async () => {
+    const g = prompt0.greedy_new_ids;
+    const sampled = await Promise.all([1, 2, 3].map((seed) => greedy({ temperature: 1, seed })));
+    // Without min_p a random model's sampled tokens leave the greedy path.
+    expect(sampled.some((r) => JSON.stringify(r.json.choices[0].token_ids) !== JSON.stringify(g.slice(0, 12)))).toBe(true);
+    for (const seed of [1, 2, 3]) expect((await greedy({ temperature: 1, seed, min_p: 1 })).json.choices[0].token_ids).toEqual(g.slice(0, 12));
+    expect((await greedy({ min_p: 1.5 })).status).toBe(400);
+  });
+
+  it("prompt_logprobs gives each prompt token's log-probability, rank and the k most likely, as echo's logprobs score them", async () => {
+    const ids = prompt0.input_ids;
+    const r = await greedy({ prompt_logprobs: 2, max_tokens: 1 });
+    expect(r.status, JSON.stringify(r.json)).toBe(200);
+    const pl = r.json.choices[0].prompt_logprobs as (Record<string, { logprob: number; rank: number; decoded_token: string }> | null)[];
+    expect(pl).toHaveLength(ids.length);
+    expect(pl[0]).toBeNull();
+    const echo = await post(base, '/v1/completions', { model: 'llama', prompt: ids, max_tokens: 1, temperature: 0, echo: true, logprobs: 2 });
+    const want = echo.json.choices[0].logprobs.token_logprobs as (number | null)[];
+    for (let i = 1; i < ids.length; i++) {
+      const entry = pl[i]!;
+      const own = entry[String(ids[i])]!;
+      expect(own.logprob).toBeCloseTo(want[i]!, 5);
+      const ranked = Object.values(entry).sort((a, b) => a.rank - b.rank);
+      expect(ranked[0]!.rank).toBe(1);
+      expect(ranked.every((e) => e.logprob <= ranked[0]!.logprob)).toBe(true);
+      expect(Object.keys(entry).length).toBe(own.rank <= 2 ? 2 : 3);
+    }
+    const chat = await post(base, '/v1/chat/completions', { model: 'llama', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1, prompt_logprobs: 0 });
+    const cpl = chat.json.prompt_logprobs as (Record<string, { rank: number }> | null)[];
+    expect(cpl[0]).toBeNull();
+    expect(cpl.slice(1).every((e) => Object.keys(e!).length === 1)).toBe(true);
+    const streamed = await greedy({ prompt_logprobs: 1, stream: true });
+    expect(streamed.status).toBe(400);
+    expect(streamed.json.error.message).toContain("'prompt_logprobs'");
+  });
+
   it('truncate_prompt_tokens keeps the end of the prompt', async () => {
     const r = await greedy({ truncate_prompt_tokens: 3 });
     expect(r.json.usage.prompt_tokens).toBe(3);
@@ -83,8 +119,16 @@ describe("vLLM's request fields, honoured or refused", () => {
     expect((await post(base, '/tokenize', { prompt: 'x' })).json.token_strs).toBeNull();
   });
 
-  it('refuses beam search, length_penalty, min_p, prompt_logprobs and spaces_between_special_tokens false, naming each', async () => {
-    for (const [field, value] of [['use_beam_search', true], ['length_penalty', 2], ['min_p', 0.1], ['prompt_logprobs', 1], ['spaces_between_special_tokens', false]] as const) {
+  it('spaces_between_special_tokens is accepted and, as in vLLM with a fast tokenizer, joins special tokens without spaces either way', async () => {
+    const bos = (await post(base, '/tokenize', { prompt: 'x', return_token_strs: true })).json.tokens[0] as number;
+    for (const spaces of [true, false]) {
+      const r = await greedy({ allowed_token_ids: [bos], max_tokens: 2, skip_special_tokens: false, spaces_between_special_tokens: spaces });
+      expect(r.json.choices[0].text).toBe('<|bos|><|bos|>');
+    }
+  });
+
+  it('refuses beam search and length_penalty, naming each', async () => {
+    for (const [field, value] of [['use_beam_search', true], ['length_penalty', 2]] as const) {
       const r = await greedy({ [field]: value });
       expect(r.status, field).toBe(400);
       expect(r.json.error.message).toContain(`'${field}'`);

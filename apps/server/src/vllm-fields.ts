@@ -15,6 +15,7 @@ export interface VllmFields {
   readonly prompt_logprobs?: number | null | undefined;
   readonly length_penalty?: number | null | undefined;
   readonly use_beam_search?: boolean | null | undefined;
+  readonly stream?: boolean | null | undefined;
 }
 
 const refuse = (field: string, why: string): never => {
@@ -24,15 +25,15 @@ const refuse = (field: string, why: string): never => {
 /**
  * Refuses the vLLM fields this server does not implement, naming each, and token ids outside the
  * vocabulary: `use_beam_search: true` and `length_penalty` other than 1 (no beam search),
- * `min_p` above 0, `prompt_logprobs`, and `spaces_between_special_tokens: false` (only vLLM's
- * default, true, is implemented).
+ * and `prompt_logprobs` with `stream` (they are given on the whole answer only).
  */
 export function checkVllmFields(f: VllmFields, vocabSize: number): void {
   if (f.use_beam_search === true) refuse('use_beam_search', 'beam search is not supported by this server');
   if (f.length_penalty != null && f.length_penalty !== 1) refuse('length_penalty', 'applies to beam search, which this server does not support');
-  if (f.min_p != null && f.min_p > 0) refuse('min_p', 'min-p sampling is not supported by this server yet');
-  if (f.prompt_logprobs != null) refuse('prompt_logprobs', "is not supported by this server yet (completions give the prompt's log-probabilities with 'echo' and 'logprobs')");
-  if (f.spaces_between_special_tokens === false) refuse('spaces_between_special_tokens', 'only true (the default) is supported');
+  if (f.prompt_logprobs != null && f.stream === true) refuse('prompt_logprobs', "is not available with 'stream': true (completions stream the prompt's log-probabilities with 'echo' and 'logprobs')");
+  // NOTE: spaces_between_special_tokens is accepted either way and changes nothing: vLLM applies it
+  // only to slow (Python) tokenizers, and with a fast one, as every tokenizer here is (tokenizer.json),
+  // special tokens are joined without spaces whatever its value.
   for (const field of ['stop_token_ids', 'allowed_token_ids'] as const) {
     const out = (f[field] ?? []).find((t) => t >= vocabSize);
     if (out !== undefined) refuse(field, `token id ${String(out)} is outside the vocabulary [0, ${String(vocabSize)})`);

@@ -100,6 +100,24 @@ describe('makePicker logits processing', () => {
     expect(samplePick(l, 1, 0, 0.4, 1 - 2 ** -32)).toBe(1);
   });
 
+  it('min-p drops tokens below minP times the most likely one\'s probability, after temperature; such pickers pick on the host', () => {
+    // Relative probabilities at temperature 1: e^0 = 1, e^-1 ≈ 0.37, e^-2 ≈ 0.14, e^-3 ≈ 0.05.
+    const l = [0, -1, -2, -3];
+    const last = 1 - 2 ** -32;
+    expect(samplePick(l, 1, 0, 1, last)).toBe(3);
+    expect(samplePick(l, 1, 0, 1, last, 0.1)).toBe(2);
+    expect(samplePick(l, 1, 0, 1, last, 0.2)).toBe(1);
+    expect(samplePick(l, 1, 0, 1, last, 1)).toBe(0);
+    // Temperature 2 flattens: e^-1.5 ≈ 0.22 ≥ 0.2 stays.
+    expect(samplePick(l, 2, 0, 1, last, 0.2)).toBe(3);
+    const picker = makePicker({ seed: 1, minP: 0.2 });
+    expect(pickPlan(picker)).toBeUndefined();
+    expect(pickPlan(makePicker({ seed: 1, minP: 0.2, presencePenalty: 1 }))).toBeUndefined();
+    for (let i = 0; i < 50; i++) expect([0, 1]).toContain(picker(l));
+    expect(pickPlan(makePicker({ seed: 1, minP: 0 }))).toMatchObject({ kind: 'sample' });
+    expect(() => makePicker({ minP: 1.5 })).toThrow(/min-p/);
+  });
+
   it('sampling is reproducible per seed and differs across seeds', () => {
     const wide = Array.from({ length: 50 }, (_, i) => Math.sin(i));
     const draw = (seed: number) => {

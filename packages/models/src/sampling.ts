@@ -84,6 +84,12 @@ export type SamplingOptions = LogitsProcessing &
         readonly topK?: number;
         /** Keep the smallest set of most likely tokens whose probability reaches p (1: all). */
         readonly topP?: number;
+        /**
+         * Min-p (vLLM's `min_p`): keep only tokens whose probability, after temperature, is at least
+         * this share of the most likely token's (0 or undefined: all). Picks with it are made on the
+         * host (the picker has no `pickPlan`).
+         */
+        readonly minP?: number;
         /** Seed of the sampling stream (default 0). */
         readonly seed?: number;
       }
@@ -110,6 +116,7 @@ export function checkSampling(s: SamplingOptions): void {
   }
   if (s.topK !== undefined && !(Number.isInteger(s.topK) && s.topK >= 0)) bad(`top-k must be a non-negative integer, got ${String(s.topK)}`);
   if (s.topP !== undefined && !(s.topP > 0 && s.topP <= 1)) bad(`top-p must be in (0, 1], got ${String(s.topP)}`);
+  if (s.minP !== undefined && !(s.minP >= 0 && s.minP <= 1)) bad(`min-p must be in [0, 1], got ${String(s.minP)}`);
 }
 
 /** Index of the first maximum (ties: lowest index, as torch.argmax). */
@@ -201,9 +208,9 @@ export function makePicker(s: SamplingOptions): TokenPicker {
     }
     return id;
   };
-  if (s.onPick === undefined && constraint === undefined) {
+  const inner = pickPlan(choose);
+  if (s.onPick === undefined && constraint === undefined && inner !== undefined) {
     // Processing without log-probabilities: the pick can be made elsewhere from the step's state.
-    const inner = pickPlan(choose)!;
     const processing = (): RowProcessing => ({
       ...(bias.length === 0 ? {} : { logitBias: bias }),
       ...(rep === 1 ? {} : { repetitionPenalty: rep, seen: [...seen] }),
@@ -364,19 +371,29 @@ export function nucleusSize(probs: ArrayLike<number>, total: number, topP: numbe
 
 /**
  * One sampled pick from `logits` with the draw `u` in [0, 1): the token order by logit (largest
- * first, ties the lowest id), then temperature, top-k (0: all), top-p (1: all; always at least the
- * most likely token), and the first token whose cumulative probability exceeds u of the kept mass.
+ * first, ties the lowest id), then temperature, min-p (0: all; tokens below `minP` times the most
+ * likely one's probability are dropped, as vLLM's `min_p`), top-k (0: all), top-p over what is left
+ * (1: all; always at least the most likely token), and the first token whose cumulative probability
+ * exceeds u of the kept mass.
  * Every sum runs one term at a time in that order, in float64 — the arithmetic the torch worker's
  * `sample_rows` repeats term for term, so an executor that picks where the logits are (`pickPlan`,
  * `Engine.decodeSample`) picks what this does.
  */
-export function samplePick(logits: ArrayLike<number>, temperature: number, topK: number, topP: number, u: number): number {
+export function samplePick(logits: ArrayLike<number>, temperature: number, topK: number, topP: number, u: number, minP = 0): number {
   const n = logits.length;
-  const k = topK === 0 ? n : Math.min(topK, n);
-  const order = k < n ? topOrder(logits, k) : descendingOrder(logits);
+  const top = topK === 0 ? n : Math.min(topK, n);
+  const order = top < n ? topOrder(logits, top) : descendingOrder(logits);
   const max = logits[order[0]!]! / temperature;
-  const probs = new Float64Array(k);
-  for (let i = 0; i < k; i++) probs[i] = Math.exp(logits[order[i]!]! / temperature - max);
+  let probs = new Float64Array(top);
+  for (let i = 0; i < top; i++) probs[i] = Math.exp(logits[order[i]!]! / temperature - max);
+  // NOTE: probs are relative to the most likely token's (probs[0] = 1) and descending, so min-p
+  // keeps a prefix: the tokens whose relative probability is at least minP.
+  let k = top;
+  if (minP > 0) {
+    k = 1;
+    while (k < top && probs[k]! >= minP) k++;
+    probs = probs.subarray(0, k);
+  }
   let total = 0;
   for (let i = 0; i < k; i++) total += probs[i]!;
   const keep = nucleusSize(probs, total, topP);
@@ -436,7 +453,10 @@ function sampler(s: Exclude<SamplingOptions, { readonly greedy: true }>): TokenP
   const temperature = s.temperature ?? 1;
   const topK = s.topK ?? 0;
   const topP = s.topP ?? 1;
-  const pick: TokenPicker = (logits) => samplePick(logits, temperature, topK, topP, rand());
-  PLANS.set(pick, { kind: 'sample', temperature, topK, topP, draw: rand });
+  const minP = s.minP ?? 0;
+  const pick: TokenPicker = (logits) => samplePick(logits, temperature, topK, topP, rand(), minP);
+  // NOTE: executors pick without min-p (the torch worker's sample_rows, Engine.decodeSample), so a
+  // min-p picker has no plan and picks on the host.
+  if (minP === 0) PLANS.set(pick, { kind: 'sample', temperature, topK, topP, draw: rand });
   return pick;
 }

@@ -9,7 +9,7 @@ import type { ServerContext } from '../context.js';
 import { ServerCode, ServerError, errorType, statusOf } from '../errors.js';
 import { type GenerationFields, type Outcome, type RunOptions, SseStream, maxTokensFor, runGeneration, stopIdsOf } from '../generation.js';
 import { badWordIds, checkVllmFields, tokenFilter, truncatePrompt } from '../vllm-fields.js';
-import { type CompletionLogprobs, chatLogprobs, completionLogprobs, mergeCompletionLogprobs } from '../logprobs.js';
+import { type CompletionLogprobs, type PromptLogprobEntry, type RankedPick, chatLogprobs, completionLogprobs, mergeCompletionLogprobs, vllmPromptLogprobs } from '../logprobs.js';
 import { type ChatRequest, type CompletionRequest, chatSchema, completionSchema, contentText, unsupportedField } from '../schemas.js';
 import { constraintFactory, constraintSpecOf } from '../structured-request.js';
 import { type ToolPlan, ToolDeltaStream, templateMessages, toolChoiceOf, toolPlanOf } from '../tools.js';
@@ -136,16 +136,18 @@ function tokenTextOf(ctx: ServerContext): (t: number) => string {
  * budget (`prefillTokens`): each chunk's logits are turned into log-probabilities and dropped
  * before the next chunk runs, and the event loop is free between chunks.
  */
-async function promptLogprobs(ctx: ServerContext, prompt: readonly number[], adapter: string | undefined, top: number): Promise<(PickInfo | null)[]> {
+async function promptLogprobs(ctx: ServerContext, prompt: readonly number[], adapter: string | undefined, top: number): Promise<(RankedPick | null)[]> {
   const V = ctx.lm.config.vocabSize;
-  const picks: (PickInfo | null)[] = [null];
+  const picks: (RankedPick | null)[] = [null];
   for await (const { start, logits } of ctx.lm.promptLogitChunks(adapter, prompt, undefined, { chunk: ctx.opts.prefillTokens ?? 64 })) {
     const rows = logits.length / V;
     // Row r holds the distribution of the token at start + r + 1.
     for (let r = 0; r < rows && start + r + 1 < prompt.length; r++) {
       const t = prompt[start + r + 1]!;
       const lp = logSoftmax(logits.subarray(r * V, (r + 1) * V));
-      picks.push({ id: t, logprob: lp[t]!, top: topOf(lp, top) });
+      let rank = 1;
+      for (let i = 0; i < V; i++) if (lp[i]! > lp[t]!) rank++;
+      picks.push({ id: t, logprob: lp[t]!, rank, top: topOf(lp, top) });
     }
   }
   return picks;
@@ -172,6 +174,8 @@ interface Answer {
   readonly withIds: boolean;
   readonly echoText: readonly string[];
   readonly promptPicks: readonly (readonly (PickInfo | null)[])[];
+  /** vLLM's `prompt_logprobs` of each prompt, when the request asks for them. */
+  readonly promptLogprobs: readonly (readonly (PromptLogprobEntry | null)[])[] | undefined;
   run(pi: number, j: number, onDelta?: RunOptions['onDelta']): Promise<Outcome>;
   logprobsOf(picks: readonly (PickInfo | null)[], ids: readonly number[], offset0: number): unknown;
   usage(outs: readonly Outcome[]): { prompt_tokens: number; completion_tokens: number; total_tokens: number };
@@ -183,6 +187,8 @@ async function answerOf(ctx: ServerContext, req: FastifyRequest, reply: FastifyR
   const gen = { lm: ctx.lm, scheduler: ctx.scheduler, metrics: ctx.metrics, limits: ctx.limits, modelName: ctx.modelName };
   const fields: GenerationFields = p.body;
   const promptPicks = echo && topLogprobs !== undefined ? await Promise.all(prompts.map((q) => promptLogprobs(ctx, q, p.route.adapter, topLogprobs))) : prompts.map(() => []);
+  const k = p.body.prompt_logprobs;
+  const vllmPrompt = k == null ? undefined : (await Promise.all(prompts.map((q) => promptLogprobs(ctx, q, p.route.adapter, k)))).map((picks) => vllmPromptLogprobs(picks, tokenText));
   const gone = clientGone(req, reply);
   const siblings = new AbortController();
   return {
@@ -191,6 +197,7 @@ async function answerOf(ctx: ServerContext, req: FastifyRequest, reply: FastifyR
     withIds: p.body.return_token_ids === true,
     echoText: prompts.map((q) => (echo ? (tok?.decode(q) ?? '') : '')),
     promptPicks,
+    promptLogprobs: vllmPrompt,
     // One sequence failing ends its siblings: a request is answered whole or not at all.
     run: (pi, j, onDelta) =>
       runGeneration(gen, p.route, prompts[pi]!, fields, {
@@ -276,10 +283,12 @@ async function collectAnswer(p: Routed, a: Answer): Promise<unknown> {
       }
       const head = a.echoText[pi]!;
       const logprobs = topLogprobs === undefined ? null : mergeCompletionLogprobs(a.logprobsOf(a.promptPicks[pi]!, p.prompts[pi]!, 0) as CompletionLogprobs, a.logprobsOf(out.picks, out.ids, head.length) as CompletionLogprobs, p.echo);
-      return { index, text: head + out.text, logprobs, finish_reason: out.finishReason, ...ids };
+      return { index, text: head + out.text, logprobs, finish_reason: out.finishReason, ...ids, ...(a.promptLogprobs === undefined ? {} : { prompt_logprobs: a.promptLogprobs[pi] }) };
     }),
   );
-  return { id: a.id, object: chat ? 'chat.completion' : 'text_completion', created: a.created, model: p.body.model, choices, usage: a.usage(perPrompt.flat()) };
+  // vLLM puts a chat's prompt_logprobs on the response (one prompt), a completion's on each choice.
+  const chatPrompt = chat && a.promptLogprobs !== undefined ? { prompt_logprobs: a.promptLogprobs[0] } : {};
+  return { id: a.id, object: chat ? 'chat.completion' : 'text_completion', created: a.created, model: p.body.model, choices, usage: a.usage(perPrompt.flat()), ...chatPrompt };
 }
 
 /** Leases the request's adapter from the resolver (loading it on demand) while the request runs. */

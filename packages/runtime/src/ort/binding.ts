@@ -46,7 +46,8 @@ export interface OrtModule {
 /** Outcome of loading onnxruntime-node: the module, or why it is not usable here. */
 export type OrtLoad = { readonly ok: true; readonly ort: OrtModule; readonly version: string } | { readonly ok: false; readonly reason: string; readonly cause?: unknown };
 
-// NOTE: onnxruntime-node is an optional dependency (a native binding with per-platform binaries),
+// NOTE: onnxruntime-node is an optional peer dependency (a native binding with per-platform binaries,
+// 245 MB unpacked, left out of README command 1's serving install),
 // so it is imported through a variable: bundlers and type checkers must not require it.
 const MODULE = 'onnxruntime-node';
 

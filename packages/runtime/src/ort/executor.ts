@@ -81,7 +81,7 @@ export async function createOrtExecutor(opts: OrtExecutorOptions = {}): Promise<
   if (!load.ok) {
     throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `the onnxruntime executor is not available: ${load.reason}`, {
       cause: load.cause,
-      hint: 'install the optional dependency onnxruntime-node (its CPU binaries ship in the npm package)',
+      hint: 'install onnxruntime-node@1.30.0 beside @stageml/runtime (an optional peer; its CPU binaries ship in the npm package); in the StageML repository, `npx -y pnpm@12.4.2 install --frozen-lockfile` (the full install of README command 2) brings it',
     });
   }
   const session: OrtSessionOptions = {

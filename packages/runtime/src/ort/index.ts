@@ -1,6 +1,6 @@
 /**
  * The onnxruntime executor of `@stageml/runtime`: `createOrtExecutor` runs IR graphs on
- * onnxruntime-node (an optional dependency, detected at run time) through `@stageml/onnx-lower`,
+ * onnxruntime-node (an optional peer dependency, detected at run time) through `@stageml/onnx-lower`,
  * and `selectExecutor` picks the fastest executor available on this machine.
  */
 export { createOrtExecutor, isOrtAvailable, ortCapabilities } from './executor.js';
