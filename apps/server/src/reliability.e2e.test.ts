@@ -1,5 +1,6 @@
 // Issue 39, one HTTP-level test per finding: each ran against main (111599a) and failed there.
-// Items 1/5 (cluster) and 12 (replica lost mid-stream) have CLI tests in apps/cli as well.
+// Items 1/5 (cluster) and 12 (replica lost mid-stream) have CLI tests in apps/cli as well
+// (cluster.e2e.test.ts, stream-guard.test.ts).
 import { closeSync, cpSync, ftruncateSync, mkdirSync, mkdtempSync, openSync, readFileSync, realpathSync, rmSync, symlinkSync, utimesSync, writeFileSync, writeSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
