@@ -13,7 +13,8 @@
 // - each tenant's p99 latency with the hostile client within 2× of the quiet phase's;
 // - the server's RSS slope after warm-up (the first quarter) below 1 MB/min.
 //
-// Writes bench/results/soak.{json,md} and the RSS curve soak.svg.
+// Writes bench/results/soak.{json,md} and the RSS curve soak.svg. BENCH_SOAK_ATTACKS=2,7 limits
+// the hostile client to those items (its notes list each item's count, latency and statuses).
 import { closeSync, cpSync, ftruncateSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -102,6 +103,8 @@ const phaseOf = (t: number): 'quiet' | 'hostile' => (t < quietUntil ? 'quiet' : 
 const latencies: Record<string, number[]> = {};
 const stats = { requests: 0, lost: 0, wrong: 0, left: 0, streamed: 0, hostile: 0, hostileServerErrors: 0, churns: 0, churnUnexpected: 0 };
 const wrongExamples: string[] = [];
+/** Per hostile item: requests, total ms, statuses. */
+const hostileByItem: Record<number, { requests: number; ms: number; statuses: Record<number, number> }> = {};
 const rand = (n: number): number => Math.floor(Math.random() * n);
 
 /** The answer a greedy request must give: the solo text, cut before its stop string. */
@@ -202,30 +205,39 @@ async function hostile(): Promise<void> {
   while (elapsed() < quietUntil) await new Promise((r) => setTimeout(r, 200));
   const key = KEYS['hostile'];
   const longPrompt = Array.from({ length: 200 }, (_, i) => 3 + ((i * 13) % 500));
-  const attacks: (() => Promise<number>)[] = [
+  const all: (readonly [number, () => Promise<number>])[] = [
     // 2: echo + logprobs on a long prompt.
-    async () => (await post('/v1/completions', { model: 'llama', prompt: longPrompt, max_tokens: 1, echo: true, logprobs: 5 }, key)).status,
+    [2, async () => (await post('/v1/completions', { model: 'llama', prompt: longPrompt, max_tokens: 1, echo: true, logprobs: 5 }, key)).status],
     // 3: values that used to fail a whole batch.
-    async () => (await post('/v1/completions', { model: 'ad-1', prompt: PROMPTS[0], max_tokens: 4, temperature: 1, top_k: 2147483648 }, key)).status,
-    async () => (await post('/v1/completions', { model: 'llama', prompt: PROMPTS[1], max_tokens: 4, logit_bias: { 1: 5, '01': 5 } }, key)).status,
+    [3, async () => (await post('/v1/completions', { model: 'ad-1', prompt: PROMPTS[0], max_tokens: 4, temperature: 1, top_k: 2147483648 }, key)).status],
+    [3, async () => (await post('/v1/completions', { model: 'llama', prompt: PROMPTS[1], max_tokens: 4, logit_bias: { 1: 5, '01': 5 } }, key)).status],
     // 4: a large /tokenize with no key.
-    async () => (await post('/tokenize', { prompt: 'word '.repeat(200_000) }, undefined)).status,
+    [4, async () => (await post('/tokenize', { prompt: 'word '.repeat(200_000) }, undefined)).status],
     // 5: the crafted 2 GiB-tensor adapter, on demand.
-    async () => (await post('/v1/completions', { model: 'ad-huge', prompt: PROMPTS[2], max_tokens: 2 }, key)).status,
+    [5, async () => (await post('/v1/completions', { model: 'ad-huge', prompt: PROMPTS[2], max_tokens: 2 }, key)).status],
     // 6: the metrics guard, percent-encoded.
-    async () => {
+    [6, async () => {
       const r = await fetch(`${server.base}/metric%73`);
       await r.arrayBuffer();
       return r.status;
-    },
+    }],
     // 7: a request of many sequences.
-    async () => (await post('/v1/completions', { model: 'llama', prompt: [PROMPTS[0], PROMPTS[1], PROMPTS[2], PROMPTS[0]], n: 16, max_tokens: 64 }, key)).status,
+    [7, async () => (await post('/v1/completions', { model: 'llama', prompt: [PROMPTS[0], PROMPTS[1], PROMPTS[2], PROMPTS[0]], n: 16, max_tokens: 64 }, key)).status],
     // 10: an invalid request for an adapter that is not loaded.
-    async () => (await post('/v1/completions', { model: ADAPTERS[rand(ADAPTERS.length)], prompt: PROMPTS[0], max_tokens: -1 }, key)).status,
+    [10, async () => (await post('/v1/completions', { model: ADAPTERS[rand(ADAPTERS.length)], prompt: PROMPTS[0], max_tokens: -1 }, key)).status],
   ];
+  // BENCH_SOAK_ATTACKS=2,7: only those items (for finding which one costs the tenants).
+  const only = process.env['BENCH_SOAK_ATTACKS']?.split(',').map(Number);
+  const attacks = all.filter(([item]) => only === undefined || only.includes(item));
   let k = 0;
-  while (elapsed() < DURATION_MS) {
-    const status = await attacks[k++ % attacks.length]!().catch(() => 0);
+  while (elapsed() < DURATION_MS && attacks.length > 0) {
+    const [item, attack] = attacks[k++ % attacks.length]!;
+    const start = performance.now();
+    const status = await attack().catch(() => 0);
+    const a = (hostileByItem[item] ??= { requests: 0, ms: 0, statuses: {} });
+    a.requests++;
+    a.ms += performance.now() - start;
+    a.statuses[status] = (a.statuses[status] ?? 0) + 1;
     stats.hostile++;
     if (status >= 500 && status !== 503 && status !== 507) stats.hostileServerErrors++;
   }
@@ -319,6 +331,7 @@ writeResults(
     `${String(stats.requests)} requests (${String(stats.streamed)} streamed, ${String(stats.left)} left early): ${String(stats.lost)} lost, ${String(stats.wrong)} wrong (greedy answers vs the solo run); hostile requests ${String(stats.hostile)}, ${String(stats.hostileServerErrors)} answered with an unexpected 5xx; churn ${String(stats.churns)} admin loads/unloads, ${String(stats.churnUnexpected)} unexpected statuses.`,
     `p99 with / without the hostile client: ${perTenant.map((x) => `${x.tenant} ${x.hostile.toFixed(1)} / ${x.quiet.toFixed(1)} ms`).join(', ')} — ${within2x ? 'within 2×' : 'NOT within 2×'}.`,
     `RSS slope after warm-up: ${slopeMbPerMin.toFixed(2)} MB/min (target < 1).`,
+    `Hostile requests by issue item (count, mean ms, statuses): ${Object.entries(hostileByItem).map(([item, a]) => `${item}: ${String(a.requests)}, ${(a.ms / a.requests).toFixed(0)} ms, ${JSON.stringify(a.statuses)}`).join('; ')}.`,
     ...wrongExamples.slice(0, 10).map((w) => `- ${w}`),
   ],
 );

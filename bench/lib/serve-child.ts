@@ -30,6 +30,18 @@ const server = await createServer({
 });
 const address = await server.listen('127.0.0.1', 0);
 process.stdout.write(`listening ${address} executor ${executor.name}\n`);
+// STAGEML_BENCH_MEMLOG=<file>: every 5 s one JSON line of memory figures (after a full GC when
+// node runs with --expose-gc), for finding what grows in a soak.
+const memlog = process.env['STAGEML_BENCH_MEMLOG'];
+if (memlog !== undefined) {
+  const { appendFileSync } = await import('node:fs');
+  const t0 = Date.now();
+  setInterval(() => {
+    (globalThis as { gc?: () => void }).gc?.();
+    const m = process.memoryUsage();
+    appendFileSync(memlog, `${JSON.stringify({ t: (Date.now() - t0) / 1000, rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers })}\n`);
+  }, 5000).unref();
+}
 const stop = (): void => {
   void server.shutdown().then(() => process.exit(0));
 };

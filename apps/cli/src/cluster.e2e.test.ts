@@ -186,9 +186,45 @@ describe.runIf(haveHaproxy || process.env['CI'] !== undefined)('stageml cluster 
     summary.push(`crafted 2 GiB-tensor adapter × 20: all 400 in ${((performance.now() - t0) / 1000).toFixed(1)} s, every replica running`);
   }, 60_000);
 
+  it('issue 39 item 12: kill -9 of the replica serving a stream ends the client\'s stream with an error event and [DONE]', async () => {
+    const victim = 'replica-2';
+    const name = [...owner].find(([, o]) => o.replica === victim)?.[0];
+    expect(name, `no adapter hashed to ${victim}`).toBeDefined();
+    const g = goldenOf(ADAPTERS.find((a) => a.name === name)!.fixture);
+    const r = await fetch(`${base}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: name, prompt: g.input_ids, max_tokens: 240 - g.input_ids.length, temperature: 0, ignore_eos: true, stream: true }),
+    });
+    expect(r.status).toBe(200);
+    expect(r.headers.get('x-stageml-replica')).toBe(victim);
+    const reader = r.body!.getReader();
+    let text = '';
+    // The first token has arrived: the stream is under way when its replica dies.
+    while (!text.includes('\n\n')) text += new TextDecoder().decode((await reader.read()).value);
+    process.kill(pids.get(victim)!, 'SIGKILL');
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    const events = text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+    expect(events.at(-1)).toBe('[DONE]');
+    const error = (JSON.parse(events.at(-2)!) as { error?: { code: string; type: string } }).error;
+    expect(error?.code).toBe('CLI_REPLICA_LOST');
+    expect(error?.type).toBe('server_error');
+    expect(events.length).toBeLessThan(240 - g.input_ids.length + 2);
+    summary.push(`kill -9 ${victim} mid-stream: the client got ${String(events.length - 2)} token events, then the error event and [DONE]`);
+  }, 60_000);
+
   it('after kill -9 of a replica every request succeeds and affinity re-forms on the others', async () => {
     const victim = 'replica-2';
-    process.kill(pids.get(victim)!, 'SIGKILL');
+    // Killed mid-stream by the test above; a second SIGKILL makes this test stand alone.
+    try {
+      process.kill(pids.get(victim)!, 'SIGKILL');
+    } catch {
+      // Already gone.
+    }
     const during = await load(base, 240, 8, 2);
     expectCorrect(during);
     // Health checks (inter 500 ms, fall 2) have marked it down by now; affinity must hold again.

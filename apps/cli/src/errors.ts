@@ -10,6 +10,12 @@ export const CliCode = registerErrorCodes({
   HAPROXY_MISSING: 'CLI_HAPROXY_MISSING',
   /** A `stageml cluster` replica or HAProxy failed to start, or the cluster stopped unasked. */
   CLUSTER_FAILED: 'CLI_CLUSTER_FAILED',
+  /**
+   * A `stageml cluster` replica went away while it streamed an answer: the cluster's stream guard
+   * ended the client's stream with an error event carrying this code (or answered 502 when no
+   * replica answered at all).
+   */
+  REPLICA_LOST: 'CLI_REPLICA_LOST',
   /** The server cannot listen on the address (in use, not available, permission). */
   LISTEN: 'CLI_LISTEN',
   /** The demo's self-check failed (a bug: the IR text round trip was not exact). */
@@ -21,6 +27,7 @@ export const CliCode = registerErrorCodes({
   DEMO: 'internal',
   HAPROXY_MISSING: 'unavailable',
   CLUSTER_FAILED: 'internal',
+  REPLICA_LOST: 'unavailable',
   LISTEN: 'io',
 });
 

@@ -19,7 +19,8 @@ export function renderChat(messages: readonly ChatMessage[], template: string | 
  * Prompt ids of a chat, as vLLM builds them: the tokenizer's chat template (`chat_template.jinja`
  * or `tokenizer_config.json`) rendered and tokenized without adding special tokens again, so a
  * template that writes `{{ bos_token }}` yields one BOS. A tokenizer without a template gets the
- * plain transcript of `renderChat`, tokenized with its special tokens. `template` (a request's
+ * plain transcript of `renderChat`, tokenized with its special tokens. Either way message content
+ * is text: a special token's string inside a message is not that token (`encodeChat`). `template` (a request's
  * `chat_template`: a template's source or a name of the tokenizer's) replaces the default.
  */
 export function chatPromptIds(
@@ -34,5 +35,15 @@ export function chatPromptIds(
       ...(opts.template === undefined ? {} : { template: opts.template }),
     }).ids;
   }
-  return tokenizer.encode(renderChat(messages, undefined, tokenizer.specialTokens));
+  return transcriptIds(tokenizer, messages);
+}
+
+/**
+ * Ids of the plain `role: content` transcript with the tokenizer's special tokens (BOS) added; the
+ * transcript has no markers of its own, so all of its text is read as text (a special token's
+ * string in a message is not the special token).
+ */
+export function transcriptIds(tokenizer: TextTokenizer, messages: readonly ChatMessage[]): number[] {
+  const text = renderChat(messages, undefined, tokenizer.specialTokens);
+  return tokenizer.encode(text, { plainRanges: [[0, text.length]] });
 }

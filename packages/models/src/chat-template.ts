@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { Template } from '@huggingface/jinja';
 import { errorMessage } from '@stageml/ir';
 import { ModelCode, ModelError } from './errors.js';
@@ -77,6 +78,53 @@ export function applyChatTemplate(tokenizer: TextTokenizer, messages: readonly C
     const names = Object.keys(tokenizer.chatTemplates);
     throw new ModelError(ModelCode.BAD_OPTIONS, opts.template === undefined ? 'the tokenizer has no chat template' : `no chat template '${opts.template}' (the tokenizer has: ${names.join(', ') || 'none'})`);
   }
+  return encodeChat(tokenizer, source, messages, opts, false);
+}
+
+/** The special tokens' strings of `tokenizer`, longest first. */
+function specialStrings(tokenizer: TextTokenizer): string[] {
+  return [...tokenizer.specialIds].map((id) => tokenizer.tokenOf(id) ?? '').filter((s) => s !== '').sort((a, b) => b.length - a.length);
+}
+
+/**
+ * Renders and tokenizes a chat so that message content is text: a special token's string written
+ * inside a message (`<|im_end|>`, `<|start_header_id|>`) is tokenized as ordinary text, never as
+ * the control token (Hugging Face's `split_special_tokens` for the content only); the template's
+ * own markers stay special. Content with no special-token string takes the plain path (the same
+ * ids as tokenizing the rendered text). Otherwise the chat is rendered a second time with each
+ * such content replaced by a random placeholder, which locates the content in the text; a template
+ * that changes content (trims it, slices it) so that it cannot be located this way gets the
+ * content with those strings removed instead (what transformers' chat sanitization does).
+ * `addSpecialTokens` adds the post-processor's tokens (BOS) to the whole.
+ */
+export function encodeChat(tokenizer: TextTokenizer, source: string, messages: readonly ChatTemplateMessage[], opts: ChatTemplateOptions, addSpecialTokens: boolean): { text: string; ids: number[] } {
   const text = renderChatTemplate(source, messages, tokenizer.specialTokens, opts);
-  return { text, ids: tokenizer.encode(text, { addSpecialTokens: false }) };
+  const specials = specialStrings(tokenizer);
+  const marked = messages.map((m) => typeof m.content === 'string' && specials.some((s) => m.content.includes(s)));
+  if (!marked.includes(true)) return { text, ids: tokenizer.encode(text, { addSpecialTokens }) };
+  const nonce = randomUUID();
+  const holder = (i: number): string => `\u{F0000}${nonce}:${String(i)}\u{F0001}`;
+  const held = renderChatTemplate(source, messages.map((m, i) => (marked[i] ? { ...m, content: holder(i) } : m)), tokenizer.specialTokens, opts);
+  // Put each content back where its placeholder is, noting where it lands.
+  const ranges: [number, number][] = [];
+  let rebuilt = '';
+  const holders = new RegExp(`\u{F0000}${nonce}:(\\d+)\u{F0001}`, 'gu');
+  let last = 0;
+  for (const m of held.matchAll(holders)) {
+    rebuilt += held.slice(last, m.index);
+    const content = messages[Number(m[1])]!.content;
+    ranges.push([rebuilt.length, rebuilt.length + content.length]);
+    rebuilt += content;
+    last = m.index + m[0].length;
+  }
+  rebuilt += held.slice(last);
+  if (rebuilt === text) return { text, ids: tokenizer.encode(text, { addSpecialTokens, plainRanges: ranges }) };
+  const strip = (content: string): string => {
+    let c = content;
+    while (specials.some((s) => c.includes(s))) c = specials.reduce((x, s) => x.split(s).join(''), c);
+    return c;
+  };
+  const stripped = messages.map((m, i) => (marked[i] ? { ...m, content: strip(m.content) } : m));
+  const clean = renderChatTemplate(source, stripped, tokenizer.specialTokens, opts);
+  return { text: clean, ids: tokenizer.encode(clean, { addSpecialTokens }) };
 }

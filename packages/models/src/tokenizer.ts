@@ -4,6 +4,19 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import { ModelCode, ModelError } from './errors.js';
 import { errorMessage } from '@stageml/ir';
 
+/** Options of {@link TextTokenizer.encode}. */
+export interface EncodeOptions {
+  /** Add the post-processor's special tokens (BOS, …); default true. */
+  readonly addSpecialTokens?: boolean;
+  /**
+   * Character ranges `[start, end)` of `text` read as plain text: a special token's string inside
+   * them is tokenized as ordinary text (Hugging Face's `split_special_tokens`), outside them as the
+   * special token. `[[0, text.length]]` reads the whole text as text. Chat templates use it for
+   * message content: a user cannot write a role marker.
+   */
+  readonly plainRanges?: readonly (readonly [number, number])[];
+}
+
 /** Text ↔ token ids through a Hugging Face `tokenizer.json` (via @huggingface/tokenizers). */
 export interface TextTokenizer {
   /**
@@ -11,7 +24,7 @@ export interface TextTokenizer {
    * (e.g. BOS), as HF `tokenizer(text)`; `addSpecialTokens: false` adds none, as
    * `apply_chat_template` tokenizes a rendered chat (no second BOS).
    */
-  encode(text: string, opts?: { readonly addSpecialTokens?: boolean }): number[];
+  encode(text: string, opts?: EncodeOptions): number[];
   /** Text of `ids`; special tokens are dropped unless `keepSpecial`. */
   decode(ids: readonly number[], keepSpecial?: boolean): string;
   /** The vocabulary string of one id (`Ġthe`, `<0xE4>`), or `undefined` outside the vocabulary. */
@@ -105,12 +118,66 @@ export async function loadTokenizer(dir: string): Promise<TextTokenizer | undefi
   }
   const specialIds = new Set([...tok.get_added_tokens_decoder()].filter(([, t]) => t.special).map(([id]) => id));
   const chatTemplates = await loadChatTemplates(dir, config);
+  const splitting = specialSplitter(JSON.parse(json) as { added_tokens?: { content: string; special?: boolean }[] }, config, tok);
   return {
-    encode: (text, opts) => tok.encode(text, { add_special_tokens: opts?.addSpecialTokens ?? true }).ids,
+    encode: (text, opts) => {
+      const add = opts?.addSpecialTokens ?? true;
+      const ranges = opts?.plainRanges ?? [];
+      return ranges.length === 0 ? tok.encode(text, { add_special_tokens: add }).ids : splitting(text, ranges, add);
+    },
     decode: (ids, keepSpecial = false) => (ids.length === 0 ? '' : tok.decode([...ids], { skip_special_tokens: !keepSpecial })),
     tokenOf: (id) => tok.id_to_token(id),
     specialIds,
     specialTokens,
     chatTemplates,
+  };
+}
+
+/** A special token's string at `at` in `text`, the longest of `specials` (undefined: none starts there). */
+function specialAt(text: string, at: number, specials: readonly string[]): string | undefined {
+  for (const s of specials) if (text.startsWith(s, at)) return s;
+  return undefined;
+}
+
+/**
+ * `encode` with plain ranges: special-token strings outside the ranges are the special tokens,
+ * the text between them (ranges included) is tokenized by a second tokenizer that has no special
+ * added tokens (non-special added tokens still match, as `split_special_tokens` does), and the
+ * post-processor adds its tokens to the whole. The second tokenizer is built on first use.
+ */
+function specialSplitter(
+  json: { added_tokens?: { content: string; special?: boolean }[] },
+  config: Record<string, unknown>,
+  tok: Tokenizer,
+): (text: string, ranges: readonly (readonly [number, number])[], add: boolean) => number[] {
+  const specials = (json.added_tokens ?? []).filter((t) => t.special === true).map((t) => t.content).filter((c) => c !== '').sort((a, b) => b.length - a.length);
+  let plain: Tokenizer | undefined;
+  return (text, ranges, add) => {
+    plain ??= new Tokenizer({ ...json, added_tokens: (json.added_tokens ?? []).filter((t) => t.special !== true) }, config);
+    const inRange = (at: number, end: number): boolean => ranges.some(([a, b]) => at < b && end > a);
+    const tokens: string[] = [];
+    let from = 0;
+    const flush = (to: number): void => {
+      if (to > from) tokens.push(...plain!.tokenize(text.slice(from, to), { add_special_tokens: false }));
+    };
+    for (let at = 0; at < text.length; ) {
+      const s = specialAt(text, at, specials);
+      if (s === undefined || inRange(at, at + s.length)) {
+        at++;
+        continue;
+      }
+      flush(at);
+      tokens.push(s);
+      at += s.length;
+      from = at;
+    }
+    flush(text.length);
+    const out = add && tok.post_processor !== null ? tok.post_processor.post_process(tokens, null, true).tokens : tokens;
+    const added = new Map([...tok.get_added_tokens_decoder()].map(([id, t]) => [t.content, id]));
+    return out.map((t) => {
+      const id = added.get(t) ?? tok.token_to_id(t) ?? tok.model?.unk_token_id;
+      if (id === undefined) throw new ModelError(ModelCode.BAD_CONFIG, `the tokenizer produced the token ${JSON.stringify(t)}, which has no id and no unk_token`);
+      return id;
+    });
   };
 }

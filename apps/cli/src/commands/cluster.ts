@@ -8,6 +8,7 @@ import { errorMessage } from '@stageml/ir';
 import { parsePositiveInt } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import type { CliIo } from '../io.js';
+import { type StreamGuard, startStreamGuard } from '../stream-guard.js';
 
 /** Fields of the HAProxy template `deploy/haproxy/haproxy.cfg.tmpl`. */
 export interface HaproxyConfigFields {
@@ -120,8 +121,10 @@ function pipeLines(stream: NodeJS.ReadableStream | null, prefix: string, write: 
 }
 
 /**
- * `stageml cluster`: N `stageml serve` replicas on ports P+1..P+N behind HAProxy on P, which hashes
- * each request's `model` onto a replica (adapter affinity, bounded load, health checks, retries).
+ * `stageml cluster`: N `stageml serve` replicas on ports P+1..P+N behind HAProxy, which hashes
+ * each request's `model` onto a replica (adapter affinity, bounded load, health checks, retries);
+ * in front of HAProxy a stream guard (this process) ends a stream whose replica died with an SSE
+ * error event.
  * Unknown flags are passed to every replica. SIGTERM/SIGINT drain the replicas, then stop HAProxy;
  * a replica that exits is reported and not restarted.
  */
@@ -154,16 +157,24 @@ export function registerCluster(program: Command, io: CliIo): void {
         throw new CliError(CliCode.IO, `cannot read '${templatePath}': ${errorMessage(e)}`, { cause: e });
       }
       const names = Array.from({ length: opts.replicas }, (_, i) => `replica-${String(i + 1)}`);
-      const config = renderHaproxyConfig(template, {
-        bind: `${opts.host}:${String(opts.port)}`,
-        servers: names.map((n, i) => [n, `${opts.host}:${String(opts.port + i + 1)}`] as const),
-        hashBalanceFactor: opts.hashBalanceFactor,
-      });
       const workDir = mkdtempSync(join(tmpdir(), 'stageml-cluster-'));
+      // HAProxy listens on a unix socket of the work directory; the stream guard (this process)
+      // listens on the cluster's port and relays to it (stream-guard.ts says why).
+      const haproxySocket = join(workDir, 'haproxy.sock');
       const cfgPath = join(workDir, 'haproxy.cfg');
-      writeFileSync(cfgPath, config);
-      const check = spawnSync(opts.haproxy, ['-c', '-q', '-f', cfgPath], { encoding: 'utf8' });
-      if (check.status !== 0) throw new CliError(CliCode.USAGE, `HAProxy rejects the generated config ${cfgPath}: ${(check.stderr + check.stdout).trim()}`);
+      try {
+        const config = renderHaproxyConfig(template, {
+          bind: haproxySocket,
+          servers: names.map((n, i) => [n, `${opts.host}:${String(opts.port + i + 1)}`] as const),
+          hashBalanceFactor: opts.hashBalanceFactor,
+        });
+        writeFileSync(cfgPath, config);
+        const check = spawnSync(opts.haproxy, ['-c', '-q', '-f', cfgPath], { encoding: 'utf8' });
+        if (check.status !== 0) throw new CliError(CliCode.USAGE, `HAProxy rejects the generated config ${cfgPath}: ${(check.stderr + check.stdout).trim()}`);
+      } catch (e) {
+        rmSync(workDir, { recursive: true, force: true });
+        throw e;
+      }
 
       // The replicas run this same stageml command (same node flags: tsx in a source checkout), in
       // their own process groups so a terminal's Ctrl-C reaches only the cluster, which drains them.
@@ -197,6 +208,7 @@ export function registerCluster(program: Command, io: CliIo): void {
       };
       process.once('exit', onExit);
       let proxyExit: Promise<void> = Promise.resolve();
+      let guard: StreamGuard | undefined;
       const stopAll = async (): Promise<void> => {
         stopping = true;
         for (const r of replicas) if (!r.exited) r.child.kill('SIGTERM');
@@ -204,6 +216,7 @@ export function registerCluster(program: Command, io: CliIo): void {
         // SIGUSR1: HAProxy's soft stop (finishes what is in flight).
         if (proxy?.exitCode === null && proxy.signalCode === null) proxy.kill('SIGUSR1');
         await proxyExit;
+        await guard?.close();
         process.off('exit', onExit);
         rmSync(workDir, { recursive: true, force: true });
       };
@@ -227,6 +240,11 @@ export function registerCluster(program: Command, io: CliIo): void {
             resolve();
           });
         });
+        try {
+          guard = await startStreamGuard({ host: opts.host, port: opts.port }, { socketPath: haproxySocket });
+        } catch (e) {
+          throw new CliError(CliCode.LISTEN, `cannot listen on ${opts.host}:${String(opts.port)}: ${errorMessage(e)}`, { cause: e });
+        }
         while (!(await isReady(`http://${opts.host}:${String(opts.port)}/ready`))) {
           if (p.exitCode !== null || p.signalCode !== null) throw new CliError(CliCode.CLUSTER_FAILED, `haproxy exited before it listened on ${opts.host}:${String(opts.port)} (its output is above)`);
           if (Date.now() > deadline) throw new CliError(CliCode.CLUSTER_FAILED, `haproxy did not answer on ${opts.host}:${String(opts.port)} within ${String(opts.readyTimeout)} s`);
@@ -237,7 +255,7 @@ export function registerCluster(program: Command, io: CliIo): void {
         throw e;
       }
       for (const r of replicas) io.out(`${r.name} http://${opts.host}:${String(r.port)} pid ${String(r.child.pid)}`);
-      io.out(`stageml cluster ready on http://${opts.host}:${String(opts.port)} · ${String(opts.replicas)} replicas · haproxy ${hap.version} (pid ${String(proxy.pid)}) · config ${cfgPath}`);
+      io.out(`stageml cluster ready on http://${opts.host}:${String(opts.port)} · ${String(opts.replicas)} replicas · haproxy ${hap.version} (pid ${String(proxy.pid)}) on ${haproxySocket} behind the stream guard · config ${cfgPath}`);
 
       let signalled = false;
       let stop: (signal: string) => void = () => undefined;

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
-import { chatTemplateOf } from '@stageml/models';
-import { chatPromptIds, renderChat } from '../chat-template.js';
+import { chatTemplateOf, encodeChat } from '@stageml/models';
+import { chatPromptIds, transcriptIds } from '../chat-template.js';
 import type { ServerContext } from '../context.js';
 import { ServerCode, ServerError } from '../errors.js';
 import { contentText, detokenizeSchema, tokenizeChatSchema, tokenizePromptSchema } from '../schemas.js';
@@ -24,8 +24,11 @@ export function registerTokenizerRoutes(app: FastifyInstance, ctx: ServerContext
       const body = parseBody(tokenizeChatSchema, req.body);
       if (body.model !== undefined) ctx.routeOf(req, ctx.resolveName(body.model));
       const messages = body.messages.map((m) => ({ ...m, content: contentText(m.content) }));
+      const template = chatTemplateOf(lm.tokenizer);
       tokens = body.add_special_tokens === true
-        ? lm.tokenizer.encode(renderChat(messages, chatTemplateOf(lm.tokenizer), lm.tokenizer.specialTokens))
+        ? template === undefined
+          ? transcriptIds(lm.tokenizer, messages)
+          : encodeChat(lm.tokenizer, template, messages, { addGenerationPrompt: true }, true).ids
         : chatPromptIds(lm.tokenizer, messages, body.add_generation_prompt === undefined ? {} : { addGenerationPrompt: body.add_generation_prompt });
     } else {
       const body = parseBody(tokenizePromptSchema, req.body);
