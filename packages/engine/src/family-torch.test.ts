@@ -33,8 +33,7 @@ describeWithTorch('engine families on the torch executor (CPU, f32)', () => {
     const g = golden[family]!;
     const models = ['base', ...Object.keys(g.adapters)];
     it(`${family}: base and ${String(models.length - 1)} adapters mixed: last prefill logits within 1e-4, 16 greedy tokens equal transformers', each row alone the same`, async () => {
-      // Phi-3's longrope: a prompt past the original length in one chunk, as transformers' one forward (docs/models.md).
-      const engine = await Engine.load(`${root}${family}`, { maxLoras: models.length - 1, maxLoraRank: 16, prefillChunk: family === 'phi3' ? 128 : 16, executor: executor! });
+      const engine = await Engine.load(`${root}${family}`, { maxLoras: models.length - 1, maxLoraRank: 16, prefillChunk: 16, executor: executor! });
       try {
         for (const a of models.slice(1)) await engine.loadAdapter(`${root}${family}/adapters/${a}`, a);
         const f = await SafetensorsFile.open(`${root}golden.safetensors`);
