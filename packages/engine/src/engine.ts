@@ -1405,6 +1405,6 @@ async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string
  * original), so transformers' one forward over such a prompt rotates every key with the long
  * factors; chunks before the crossing would cache short-rotated keys instead.
  */
-export function longropeWholePrompt(config: LlamaConfig, length: number): boolean {
+function longropeWholePrompt(config: LlamaConfig, length: number): boolean {
   return config.rope.type === 'longrope' && length > config.rope.originalMaxPositions;
 }
