@@ -136,7 +136,13 @@ def main():
                     equal += int(ours[p] == hf[p])
                 rows.append(row)
             doc["families"][fam][m] = rows
-            print("%s %s: %s" % (fam, m, " ".join("equal" if r.get("equal") else "parts at %s" % r.get("first_difference", r["ours_vs_f32_first_difference"]) for r in rows)), flush=True)
+            def said(r):
+                if "equal" in r:
+                    return "= transformers bf16" if r["equal"] else "parts from transformers bf16 at %d" % r["first_difference"]
+                d = r["ours_vs_f32_first_difference"]
+                return "= f32 golden" if d is None else "parts from the f32 golden at %d" % d
+
+            print("%s %s: %s" % (fam, m, "; ".join(said(r) for r in rows)), flush=True)
             del prog
     doc["summary"] = {"sequences": total, "equal_to_transformers_bf16": equal} if not args.no_transformers else {"transformers": "skipped (--no-transformers)"}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
