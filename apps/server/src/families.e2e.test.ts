@@ -45,7 +45,7 @@ for (const family of golden.families) {
     }, 120_000);
     afterAll(async () => {
       await server.shutdown();
-      executor.dispose();
+      await executor.dispose();
     });
     const post = async (path: string, body: unknown): Promise<Answer> => {
       const r = await fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });

@@ -55,7 +55,9 @@ describeWithTorch('engine families on the torch executor (CPU, f32)', () => {
               out[i]!.push((last[i] = argmaxOf(logits!)));
             }
             for (let k = 0; k < 15; k++) (await engine.decode(seqs, last)).forEach((l, i) => out[i]!.push((last[i] = argmaxOf(l))));
-            models.forEach((m, i) => expect(out[i], `${m} prompt${String(p)} mixed`).toEqual(wantOf(m, p)));
+            models.forEach((m, i) => {
+              expect(out[i], `${m} prompt${String(p)} mixed`).toEqual(wantOf(m, p));
+            });
             for (const s of seqs) engine.release(s);
             if (p !== 0) continue;
             // Each row alone (first prompt): the same tokens as in the mixed batch.
