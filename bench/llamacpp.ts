@@ -2,14 +2,15 @@
 // slot programs on the cpu-native executor (or onnxruntime: --executor onnxruntime), resident KV,
 // chunked prefill; 2 threads) against llama.cpp
 // (node-llama-cpp 3.21.1, prebuilt CPU binary, 2 threads) in the same run, on random-weight
-// checkpoints with SmolLM2-135M's and TinyLlama-1.1B's shapes and 8 LoRA adapters (r = 16, all 7
-// projections), converted to GGUF by @stageml/models' writer. Greedy tokens of both engines are
+// checkpoints with SmolLM2-135M's and TinyLlama-1.1B's shapes and Qwen3-0.6B's widths at 8 layers
+// (model_type qwen3: q/k norms, head_dim 128; GGUF architecture qwen3) and 8 LoRA adapters (r = 16,
+// all 7 projections), converted to GGUF by @stageml/models' writer. Greedy tokens of both engines are
 // compared first; then prefill (128 tokens), decode at batch 1 (base, one LoRA) and 8 streams
 // (base, 8 different adapters) per precision pair: f32/F32, int8/Q8_0, int4/Q4_0.
 //
-// Usage: LLAMACPP_THREADS=1 pnpm bench llamacpp (or node … bench/llamacpp.ts --shapes smol,tiny
+// Usage: LLAMACPP_THREADS=1 pnpm bench llamacpp (or node … bench/llamacpp.ts --shapes smol,tiny,qwen3 --out llamacpp
 // --pairs f32,int8,int4 --threads 2 --executor cpu-native|onnxruntime --rules fused --cases 'decode b1'
-// --trace 1; LLAMACPP_SHAPES / LLAMACPP_PAIRS / LLAMACPP_EXECUTOR / LLAMACPP_RULES / LLAMACPP_CASES /
+// --trace 1; LLAMACPP_SHAPES / LLAMACPP_OUT / LLAMACPP_PAIRS / LLAMACPP_EXECUTOR / LLAMACPP_RULES / LLAMACPP_CASES /
 // LLAMACPP_TRACE likewise)
 import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
@@ -36,6 +37,10 @@ interface Shape {
   readonly kv: number;
   readonly vocab: number;
   readonly tied: boolean;
+  /** `qwen3`: Qwen3's config (per-head q/k norms, `head_dim`, rope θ 1e6; llama.cpp's `qwen3` architecture); default `llama`. */
+  readonly family?: 'llama' | 'qwen3';
+  /** Per-head width when it is not hidden / heads (Qwen3: 128). */
+  readonly headDim?: number;
   /** Repetitions per case (median reported). */
   readonly reps: number;
   /** Decode steps per stream per repetition. */
@@ -50,6 +55,9 @@ interface Shape {
 const SHAPES: readonly Shape[] = [
   { key: 'smol', name: 'SmolLM2-135M shape', layers: 30, hidden: 576, inter: 1536, heads: 9, kv: 3, vocab: 49152, tied: true, reps: 3, steps: 16, pairs: ['f32', 'int8', 'int4'] },
   { key: 'tiny', name: 'TinyLlama-1.1B shape', layers: 22, hidden: 2048, inter: 5632, heads: 32, kv: 4, vocab: 32000, tied: false, reps: 3, steps: 8, pairs: ['f32', 'int8', 'int4'] },
+  // Qwen3-0.6B's widths (hidden 1024, 16 query / 8 KV heads of head_dim 128 — a 2048-wide query
+  // projection —, MLP 3072, tied 151,936-token vocabulary) at 8 of its 28 layers.
+  { key: 'qwen3', name: 'Qwen3-0.6B shape, 8 layers', family: 'qwen3', layers: 8, hidden: 1024, inter: 3072, heads: 16, kv: 8, headDim: 128, vocab: 151936, tied: true, reps: 3, steps: 16, pairs: ['f32', 'int8'] },
 ];
 const PAIRS = [
   { key: 'f32', ours: undefined, gguf: 'F32' },
@@ -76,7 +84,10 @@ function arg(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);
   return i < 0 ? process.env[`LLAMACPP_${name.toUpperCase()}`] : process.argv[i + 1];
 }
-const wantShapes = new Set((arg('shapes') ?? 'smol,tiny').split(','));
+const wantShapes = new Set((arg('shapes') ?? 'smol,tiny,qwen3').split(','));
+/** Results file name under bench/results (`--out`, LLAMACPP_OUT; default `llamacpp`): a run of some shapes can keep the others' file. */
+const OUT = arg('out') ?? 'llamacpp';
+if (!/^[\w.-]+$/.test(OUT)) throw new Error(`--out must be a plain file name, got ${OUT}`);
 /**
  * Threads of each engine (default 2). On a loaded machine llama.cpp's spinning 2-thread barrier
  * collapses (measured 0.7 decode tok/s at load 24 vs 25 with one thread), so compare at 1 there.
@@ -103,12 +114,15 @@ function mkdir(p: string): string {
 
 /** Writes config.json + model.safetensors and 8 PEFT adapters; returns the weights. */
 async function makeCheckpoint(s: Shape, dir: string): Promise<Map<string, HostTensor>> {
+  const qwen3 = s.family === 'qwen3';
   const cfg = {
-    architectures: ['LlamaForCausalLM'], model_type: 'llama', vocab_size: s.vocab, hidden_size: s.hidden, intermediate_size: s.inter, num_hidden_layers: s.layers,
-    num_attention_heads: s.heads, num_key_value_heads: s.kv, rms_norm_eps: 1e-5, rope_theta: 10000, max_position_embeddings: 2048, tie_word_embeddings: s.tied, bos_token_id: 1, eos_token_id: 2,
+    architectures: [qwen3 ? 'Qwen3ForCausalLM' : 'LlamaForCausalLM'], model_type: qwen3 ? 'qwen3' : 'llama', vocab_size: s.vocab, hidden_size: s.hidden, intermediate_size: s.inter, num_hidden_layers: s.layers,
+    num_attention_heads: s.heads, num_key_value_heads: s.kv, rms_norm_eps: qwen3 ? 1e-6 : 1e-5, rope_theta: qwen3 ? 1000000 : 10000, max_position_embeddings: 2048, tie_word_embeddings: s.tied, bos_token_id: 1, eos_token_id: 2,
+    ...(s.headDim === undefined ? {} : { head_dim: s.headDim }),
   };
   writeFileSync(join(dir, 'config.json'), JSON.stringify(cfg));
-  const g = buildLlamaGraph({ vocabSize: s.vocab, hiddenSize: s.hidden, intermediateSize: s.inter, numLayers: s.layers, numHeads: s.heads, numKvHeads: s.kv, tieWordEmbeddings: s.tied });
+  // The graph of the config as the engine reads it (Qwen3's q/k norms are parameters too).
+  const g = buildLlamaGraph(parseLlamaConfig(JSON.stringify(cfg)));
   const w = new Map<string, HostTensor>();
   graphParams(g).forEach((p, i) => {
     const shape = g.values[p.results[0]!]!.type.shape as number[];
@@ -439,14 +453,14 @@ const doc = {
   cases: results,
 };
 mkdirSync(RESULTS_DIR, { recursive: true });
-writeFileSync(join(RESULTS_DIR, 'llamacpp.json'), `${JSON.stringify(doc, null, 2)}\n`);
+writeFileSync(join(RESULTS_DIR, `${OUT}.json`), `${JSON.stringify(doc, null, 2)}\n`);
 const fmt = (v: number) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
 const md: string[] = [
-  '# llamacpp',
+  `# ${OUT}`,
   '',
   NATIVE
-    ? `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve --executor cpu-native\` runs: slot programs on the cpu-native executor (this repository's C++ kernels, built here with g++ -O3 -march=native, ${'isa' in executor ? executor.isa : ''}) with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${String(THREADS)} kernel thread(s); int8/int4 = block-32 symmetric weights, int8 activations per 32 inputs (VNNI dot products, as Q8_0 / Q4_0 dot products do), LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`
-    : `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${RULES === 'fused' ? '\`ONNX_FUSED_RULES\`' : 'the default lowering (\`ONNX_RULES\`)'}; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
+    ? `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve --executor cpu-native\` runs: slot programs on the cpu-native executor (this repository's C++ kernels, built here with g++ -O3 -march=native, ${'isa' in executor ? executor.isa : ''}) with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${String(THREADS)} kernel thread(s); int8/int4 = block-32 symmetric weights, int8 activations per 32 inputs (VNNI dot products, as Q8_0 / Q4_0 dot products do), LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.filter((s) => wantShapes.has(s.key)).map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`
+    : `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${RULES === 'fused' ? '\`ONNX_FUSED_RULES\`' : 'the default lowering (\`ONNX_RULES\`)'}; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.filter((s) => wantShapes.has(s.key)).map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
   '',
   `Date: ${doc.date} · ${String(doc.machine.cpus)}× ${doc.machine.cpuModel}, ${String(doc.machine.memoryGiB)} GiB · load average at start ${loads['start']!.map((x) => x.toFixed(2)).join(' ')}, at end ${loads['end']!.map((x) => x.toFixed(2)).join(' ')} (shared machine) · wall ${String(doc.wallSeconds)} s · peak RSS ${String(doc.peakRssGiB)} GiB`,
   '',
@@ -454,7 +468,7 @@ const md: string[] = [
   '| --- | --- | --- | ---: | ---: | ---: | --- |',
   ...results.map((r) => `| ${r.shape} | ${r.pair === 'f32' ? 'f32 / F32' : r.pair === 'int8' ? 'int8 / Q8_0' : 'int4 / Q4_0'} | ${r.case} | ${fmt(r.ours)} | ${fmt(r.llamacpp)} | ${r.ratio.toFixed(2)} | ${r.peer} |`),
   '',
-  `Shapes: ${SHAPES.map((s) => `${s.key} = ${s.name} (${String(s.layers)} layers, hidden ${String(s.hidden)}, intermediate ${String(s.inter)}, heads ${String(s.heads)}/${String(s.kv)}, vocab ${String(s.vocab)}${s.tied ? ', tied embeddings' : ''}; pairs ${(pairsArg?.split(',') ?? s.pairs).join(', ')}; ${String(s.steps)} decode steps per stream)`).join('; ')}.`,
+  `Shapes: ${SHAPES.filter((s) => wantShapes.has(s.key)).map((s) => `${s.key} = ${s.name} (${s.family === 'qwen3' ? 'model_type qwen3 (per-head q/k RMSNorm, rope θ 1e6; GGUF architecture qwen3), ' : ''}${String(s.layers)} layers, hidden ${String(s.hidden)}, intermediate ${String(s.inter)}, heads ${String(s.heads)}/${String(s.kv)}${s.headDim === undefined ? '' : ` of head_dim ${String(s.headDim)}`}, vocab ${String(s.vocab)}${s.tied ? ', tied embeddings' : ''}; pairs ${(pairsArg?.split(',') ?? s.pairs).join(', ')}; ${String(s.steps)} decode steps per stream)`).join('; ')}.`,
   '',
   THREADS === 1
     ? 'One thread per engine: on this shared machine, under the other helpers’ load (10–26 when it was tried), llama.cpp with 2 threads collapses — its spinning thread barrier waits on descheduled threads: 0.5–0.8 decode tok/s at F32 against 23–28 with 1 thread, measured back to back — so the 2-thread comparison of docs/peers is not reproducible here; 1 thread is the fair setting for both.'
@@ -469,5 +483,5 @@ const md: string[] = [
   'Greedy agreement (3 prompts × 16 tokens, base and adapter a0): ' + checks.filter((c) => 'greedyEqual' in c).map((c) => `${String(c['shape'])} ${String(c['pair'])}: ${String(c['greedyEqual'])}`).join(', ') + '. Quantized pairs use different rounding (ours: scale max|w|/7 or /127 in f32, codes ±7/±127; Q4_0: d = max/−8 in f16), so their tokens may part after a near tie.',
   '',
 ];
-writeFileSync(join(RESULTS_DIR, 'llamacpp.md'), md.join('\n'));
+writeFileSync(join(RESULTS_DIR, `${OUT}.md`), md.join('\n'));
 process.stdout.write(md.join('\n'));

@@ -167,10 +167,13 @@ class Staged:
     of two: a graphed decode step runs every row (free ones and rows not in the step as dummies
     whose results are dropped), so its shapes repeat as the batch changes."""
 
-    __slots__ = ("rows", "cap", "buffers", "tails", "views", "owners", "ran")
+    __slots__ = ("rows", "cap", "layout", "buffers", "tails", "views", "owners", "ran")
 
-    def __init__(self, rows, cap):
+    def __init__(self, rows, cap, layout=()):
         self.rows = rows
+        # Per stream (input name, item shape, storage dtype): a program whose streams differ (another
+        # model's engine on the same worker) re-stages rather than joining buffers of another shape.
+        self.layout = layout
         # The first rows the current run reads in place (a run's view of the first `ran` rows is
         # the only one a step's keys are appended into in place: ops.append_in_place).
         self.ran = rows
@@ -493,10 +496,11 @@ class Worker:
             caches.append(c)
         need = max([c.length + int(r["append"][1]) for c, r in zip(caches, rows)] or [1])
         st = self.staged
+        layout = self._layout(streams, declared)
         joining = [c for c in caches if st is None or c.staged is not st]
-        if st is None or need > st.cap or len(joining) > st.rows - st.used() or (st.rows >= 8 and 4 * (st.used() + len(joining)) <= st.rows):
+        if st is None or st.layout != layout or need > st.cap or len(joining) > st.rows - st.used() or (st.rows >= 8 and 4 * (st.used() + len(joining)) <= st.rows):
             grow = st.cap + st.cap // 2 if st is not None and need > st.cap else 0
-            st = self._restage(caches, streams, declared, device, max(need, grow))
+            st = self._restage(caches, streams, declared, device, max(need, grow), layout)
         else:
             for c in joining:
                 self._join(st, c, streams)
@@ -602,16 +606,23 @@ class Worker:
 
         return commit, unpermute
 
-    def _restage(self, caches, streams, declared, device, need):
-        """A new persistent batch: the live caches of the previous one (in their order) and the
-        run's caches it lacked, each copied into its row; `need` positions per row at least."""
+    def _layout(self, streams, declared):
+        """Each stream's (input name, item shape, storage dtype): what a batch's buffers hold."""
+        return tuple((s["input"], tuple(int(d) for d in declared[s["input"]][2][2:]), str(self._store_dtype(s, declared))) for s in streams)
+
+    def _restage(self, caches, streams, declared, device, need, layout):
+        """A new persistent batch: the live caches of the previous one (in their order; only where
+        its layout is this run's: caches of another program's shapes keep their rows of the old
+        buffers, from which they join a batch of their own later) and the run's caches it lacked,
+        each copied into its row; `need` positions per row at least."""
         old = self.staged
-        members = [c for c in (old.owners if old is not None else []) if c is not None and self.caches.get(c.cid) is c]
+        kept = old is not None and old.layout == layout
+        members = [c for c in (old.owners if kept else []) if c is not None and self.caches.get(c.cid) is c]
         seen = set(id(c) for c in members)
         members += [c for c in caches if id(c) not in seen]
         need = max([need] + [c.length for c in members])
         cap = -(-need // STAGE_STEP) * STAGE_STEP
-        st = Staged(bucket(len(members)), cap)
+        st = Staged(bucket(len(members)), cap, layout)
         self.counts["restages"] += 1
         for s in streams:
             name = s["input"]

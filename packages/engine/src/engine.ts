@@ -956,10 +956,13 @@ export class Engine {
 
   /**
    * Tokens the next prefill chunk of `seq` takes: at most `maxChunk` (default `prefillChunk`; a
-   * scheduler with no stream to stall may allow more), 0 once prefilled.
+   * scheduler with no stream to stall may allow more), 0 once prefilled. A longrope model's prompt
+   * longer than `original_max_position_embeddings` is one chunk (`longropeWholePrompt`).
    */
   chunkOf(seq: Sequence, maxChunk?: number): number {
-    return Math.min(maxChunk ?? this.#prefillChunk, seq.prompt.length - seq.prefilled);
+    const left = seq.prompt.length - seq.prefilled;
+    if (longropeWholePrompt(this.config, seq.prompt.length)) return left;
+    return Math.min(maxChunk ?? this.#prefillChunk, left);
   }
 
   /** Whether the next prefill run of `seq` (with `maxChunk`, as `chunkOf`) finishes its prompt. */
@@ -1393,4 +1396,15 @@ async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string
     if (e instanceof StageError) throw e;
     throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${errorMessage(e)}`, { cause: e });
   }
+}
+
+/**
+ * Whether a prompt of `length` tokens must be prefilled in one run: with longrope (Phi-3) the
+ * rotary factors of a run are the long ones when its last position reaches past
+ * `original_max_position_embeddings` (transformers' `longrope_frequency_update`: max(position) + 1 >
+ * original), so transformers' one forward over such a prompt rotates every key with the long
+ * factors; chunks before the crossing would cache short-rotated keys instead.
+ */
+function longropeWholePrompt(config: LlamaConfig, length: number): boolean {
+  return config.rope.type === 'longrope' && length > config.rope.originalMaxPositions;
 }

@@ -33,9 +33,7 @@ for (const family of golden.families) {
     if (family === 'qwen3_moe' && exName === 'cpu-native') continue;
     describe(`engine: ${family} on ${exName}`, () => {
       it(`base and ${String(models.length - 1)} adapters in one mixed batch: last prefill logits within 1e-4, 16 greedy tokens equal transformers'`, async () => {
-        // Phi-3's longrope picks the long factors by the step's last position: a prompt past the original
-        // length is prefilled in one chunk to match transformers (docs/models.md).
-        const engine = await Engine.load(`${root}${family}`, { maxLoras: models.length - 1, maxLoraRank: 16, prefillChunk: family === 'phi3' ? 128 : 16, executor: await make() });
+        const engine = await Engine.load(`${root}${family}`, { maxLoras: models.length - 1, maxLoraRank: 16, prefillChunk: 16, executor: await make() });
         for (const a of models.slice(1)) await engine.loadAdapter(`${root}${family}/adapters/${a}`, a);
         const f = await SafetensorsFile.open(`${root}golden.safetensors`);
         const V = engine.config.vocabSize;

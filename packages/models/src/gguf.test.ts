@@ -1,10 +1,13 @@
+import { readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { seededRandom } from '@stageml/ir';
+import { fileURLToPath } from 'node:url';
+import { type HostTensor, seededRandom } from '@stageml/ir';
+import { SafetensorsFile } from '@stageml/safetensors';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { GGML_TYPE, decodeGgml, encodeGgml, parseGguf, permuteRotaryRows, writeGguf, writeLoraGguf } from './index.js';
-import type { LlamaConfig } from './hf-config.js';
+import { GGML_TYPE, decodeGgml, encodeGgml, parseGguf, permuteRotaryRows, writeGguf, writeLlamaGguf, writeLoraGguf } from './index.js';
+import { type LlamaConfig, parseLlamaConfig } from './hf-config.js';
 
 let dir: string;
 beforeAll(async () => {
@@ -73,7 +76,7 @@ describe('GGUF writer', () => {
   });
 
   it('writes LoRA adapters with llama.cpp adapter metadata and tensor names', async () => {
-    const cfg = { numHeads: 2, numKvHeads: 1 } as LlamaConfig;
+    const cfg = { modelType: 'llama', numHeads: 2, numKvHeads: 1 } as LlamaConfig;
     const path = join(dir, 'l.gguf');
     await writeLoraGguf(path, cfg, 16, [{ module: 'model.layers.1.self_attn.k_proj', A: { dtype: 'f32', shape: [2, 8], data: values(16) }, B: { dtype: 'f32', shape: [4, 2], data: values(8) } }]);
     const f = parseGguf(new Uint8Array(await readFile(path)));
@@ -82,5 +85,29 @@ describe('GGUF writer', () => {
       ['blk.1.attn_k.weight.lora_a', [8, 2]],
       ['blk.1.attn_k.weight.lora_b', [2, 4]],
     ]);
+  });
+  it("writes a Qwen3 checkpoint for llama.cpp's qwen3 architecture: q/k rows kept (NeoX rotary), per-head q/k norms, head_dim as key/value length", async () => {
+    const root = fileURLToPath(new URL('../../../fixtures/hf-families/qwen3/', import.meta.url));
+    const cfg = parseLlamaConfig(readFileSync(`${root}config.json`, 'utf8'), 'config.json');
+    const f = await SafetensorsFile.open(`${root}model.safetensors`);
+    const w = new Map<string, HostTensor>();
+    for (const k of f.names()) w.set(k, await f.readTensor(k));
+    await f.close();
+    const path = join(dir, 'qwen3.gguf');
+    await writeLlamaGguf(path, cfg, w, { type: 'F32' });
+    const g = parseGguf(new Uint8Array(await readFile(path)));
+    expect(g.metadata).toMatchObject({ 'general.architecture': 'qwen3', 'qwen3.attention.key_length': cfg.headDim, 'qwen3.attention.value_length': cfg.headDim, 'qwen3.block_count': cfg.numLayers, 'qwen3.attention.head_count_kv': cfg.numKvHeads });
+    const byName = new Map(g.tensors.map((t) => [t.name, t]));
+    expect(byName.get('blk.0.attn_q_norm.weight')?.dims).toEqual([cfg.headDim]);
+    expect(byName.get('blk.1.attn_k_norm.weight')?.dims).toEqual([cfg.headDim]);
+    const q = byName.get('blk.0.attn_q.weight')!;
+    expect(Array.from(decodeGgml(q.type, q.data, q.dims.reduce((a, b) => a * b, 1)))).toEqual(Array.from(w.get('model.layers.0.self_attn.q_proj.weight')!.data));
+    await writeLoraGguf(join(dir, 'qwen3-lora.gguf'), cfg, 16, [{ module: 'model.layers.0.self_attn.q_proj', A: { dtype: 'f32', shape: [2, cfg.hiddenSize], data: values(2 * cfg.hiddenSize) }, B: { dtype: 'f32', shape: [cfg.numHeads * cfg.headDim, 2], data: values(2 * cfg.numHeads * cfg.headDim) } }]);
+    expect(parseGguf(new Uint8Array(await readFile(join(dir, 'qwen3-lora.gguf')))).metadata['general.architecture']).toBe('qwen3');
+  });
+
+  it('refuses families it has no llama.cpp layout for, naming the model_type', async () => {
+    const cfg = { modelType: 'olmo2', vocabSize: 512 } as LlamaConfig;
+    await expect(writeLlamaGguf(join(dir, 'o.gguf'), cfg, new Map(), { type: 'F32' })).rejects.toMatchObject({ code: 'MODEL_BAD_OPTIONS', message: expect.stringContaining("'olmo2'") });
   });
 });

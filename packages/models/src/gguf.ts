@@ -373,10 +373,22 @@ function f32Of(t: HostTensor): Float32Array {
 }
 
 /**
- * Writes a Llama checkpoint (HF parameter names → tensors) as a GGUF model for llama.cpp's
- * `llama` architecture: metadata from `config`, a placeholder vocabulary (`<t0>`, …; the bench
- * feeds token ids directly), q/k rows permuted to llama.cpp's rotary layout, 2-D projections as
- * `type` (norms and, below 32 columns, everything stays F32), the embedding as `embedType`.
+ * llama.cpp's architecture for a config: `llama` (Llama, Mistral: interleaved rotary, so q/k rows
+ * are permuted) or `qwen3` (NeoX rotary as HF's rotate-half, rows kept; per-head `attn_q_norm` /
+ * `attn_k_norm`; `head_dim` as the key/value length). Other families have no writer here.
+ */
+function ggufArchOf(config: LlamaConfig): 'llama' | 'qwen3' {
+  if (config.modelType === 'llama' || config.modelType === 'mistral') return 'llama';
+  if (config.modelType === 'qwen3') return 'qwen3';
+  throw new ModelError(ModelCode.BAD_OPTIONS, `no GGUF writer for model_type '${config.modelType}' (llama, mistral and qwen3 are written)`);
+}
+
+/**
+ * Writes a Llama or Qwen3 checkpoint (HF parameter names → tensors) as a GGUF model for
+ * llama.cpp's `llama` or `qwen3` architecture (`ggufArchOf`): metadata from `config`, a placeholder
+ * vocabulary (`<t0>`, …; the bench feeds token ids directly), for `llama` q/k rows permuted to
+ * llama.cpp's rotary layout, for `qwen3` the q/k norms and `head_dim`, 2-D projections as `type`
+ * (norms and, below 32 columns, everything stays F32), the embedding as `embedType`.
  */
 export async function writeLlamaGguf(
   path: string,
@@ -392,20 +404,22 @@ export async function writeLlamaGguf(
   const H = config.hiddenSize;
   const V = config.vocabSize;
   if (V < 259) throw new ModelError(ModelCode.BAD_OPTIONS, `llama.cpp's SPM vocabulary needs at least 259 tokens (3 special + 256 bytes), the model has ${String(V)}`);
+  const arch = ggufArchOf(config);
   const meta: Record<string, GgufValue> = {
-    'general.architecture': 'llama',
+    'general.architecture': arch,
     'general.name': opts.name ?? 'stageml-export',
     'general.alignment': { u32: ALIGN },
-    'llama.context_length': { u32: 2048 },
-    'llama.embedding_length': { u32: H },
-    'llama.block_count': { u32: config.numLayers },
-    'llama.feed_forward_length': { u32: config.intermediateSize },
-    'llama.attention.head_count': { u32: config.numHeads },
-    'llama.attention.head_count_kv': { u32: config.numKvHeads },
-    'llama.rope.freq_base': { f32: config.ropeTheta },
-    'llama.rope.dimension_count': { u32: config.headDim },
-    'llama.attention.layer_norm_rms_epsilon': { f32: config.rmsNormEps },
-    'llama.vocab_size': { u32: V },
+    [`${arch}.context_length`]: { u32: 2048 },
+    [`${arch}.embedding_length`]: { u32: H },
+    [`${arch}.block_count`]: { u32: config.numLayers },
+    [`${arch}.feed_forward_length`]: { u32: config.intermediateSize },
+    [`${arch}.attention.head_count`]: { u32: config.numHeads },
+    [`${arch}.attention.head_count_kv`]: { u32: config.numKvHeads },
+    [`${arch}.rope.freq_base`]: { f32: config.ropeTheta },
+    [`${arch}.rope.dimension_count`]: { u32: config.headDim },
+    [`${arch}.attention.layer_norm_rms_epsilon`]: { f32: config.rmsNormEps },
+    [`${arch}.vocab_size`]: { u32: V },
+    ...(arch === 'qwen3' ? { [`${arch}.attention.key_length`]: { u32: config.headDim }, [`${arch}.attention.value_length`]: { u32: config.headDim } } : {}),
     'tokenizer.ggml.model': 'llama',
     // Llama's SPM layout: <unk>, <s>, </s>, then the 256 byte tokens llama.cpp's SPM vocab needs.
     'tokenizer.ggml.tokens': { strings: Array.from({ length: V }, (_, i) => vocabToken(i)) },
@@ -426,8 +440,12 @@ export async function writeLlamaGguf(
     for (const [hf, gg] of Object.entries(GGUF_PROJ)) {
       const w = get(`${p}.${hf}.weight`);
       const cols = w.shape[1]!;
-      const data = hf === 'self_attn.q_proj' ? permuteRotaryRows(f32Of(w), config.numHeads, cols) : hf === 'self_attn.k_proj' ? permuteRotaryRows(f32Of(w), config.numKvHeads, cols) : f32Of(w);
+      const permute = arch === 'llama' && (hf === 'self_attn.q_proj' || hf === 'self_attn.k_proj');
+      const data = permute ? permuteRotaryRows(f32Of(w), hf === 'self_attn.q_proj' ? config.numHeads : config.numKvHeads, cols) : f32Of(w);
       tensors.push({ name: `blk.${String(l)}.${gg}.weight`, shape: w.shape, data, type: mat(w) });
+    }
+    if (arch === 'qwen3') {
+      for (const n of ['q', 'k']) tensors.push({ name: `blk.${String(l)}.attn_${n}_norm.weight`, shape: [config.headDim], data: f32Of(get(`${p}.self_attn.${n}_norm.weight`)), type: 'F32' });
     }
     tensors.push({ name: `blk.${String(l)}.ffn_norm.weight`, shape: [H], data: f32Of(get(`${p}.post_attention_layernorm.weight`)), type: 'F32' });
   }
@@ -450,12 +468,13 @@ export interface GgufLoraModule {
 /**
  * Writes a LoRA adapter as a llama.cpp GGUF adapter (`general.type = adapter`, `adapter.type =
  * lora`, `adapter.lora.alpha`): tensors `blk.N.attn_q.weight.lora_a` [r, in] and `.lora_b`
- * [out, r] in F32, with B's q/k rows permuted like the base weights. llama.cpp scales by
+ * [out, r] in F32, with B's q/k rows permuted like the base weights (`llama` only). llama.cpp scales by
  * alpha / r, as PEFT does without rsLoRA.
  */
 export async function writeLoraGguf(path: string, config: LlamaConfig, alpha: number, modules: readonly GgufLoraModule[]): Promise<void> {
+  const arch = ggufArchOf(config);
   const meta: Record<string, GgufValue> = {
-    'general.architecture': 'llama',
+    'general.architecture': arch,
     'general.type': 'adapter',
     'general.alignment': { u32: ALIGN },
     'adapter.type': 'lora',
@@ -466,8 +485,8 @@ export async function writeLoraGguf(path: string, config: LlamaConfig, alpha: nu
     const name = ggufModuleName(m.module);
     const r = m.A.shape[0]!;
     let b = f32Of(m.B);
-    if (name.endsWith('attn_q')) b = permuteRotaryRows(b, config.numHeads, r);
-    else if (name.endsWith('attn_k')) b = permuteRotaryRows(b, config.numKvHeads, r);
+    if (arch === 'llama' && name.endsWith('attn_q')) b = permuteRotaryRows(b, config.numHeads, r);
+    else if (arch === 'llama' && name.endsWith('attn_k')) b = permuteRotaryRows(b, config.numKvHeads, r);
     tensors.push({ name: `${name}.weight.lora_a`, shape: m.A.shape, data: f32Of(m.A), type: 'F32' });
     tensors.push({ name: `${name}.weight.lora_b`, shape: m.B.shape, data: b, type: 'F32' });
   }

@@ -313,17 +313,25 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
         // op's causality aligns them): past + i.
         const qSlots = b.reshape(b.slice(table, 0, cached ? parseDim('past') : 0, parseDim(keyLen)), [1, 1, 'seq', 1]);
         const q = b.reshape(posF, ['batch', 1, 'seq', 1]);
-        return { slots, qSlots, q };
+        // Each key's position, what a window compares with the query's: a cached key's is its slot,
+        // a new key's is its token's `position_ids` entry. (A row whose cache is shorter than the
+        // batch's `past`, or whose chunk is shorter than the step's, has padding slots before its
+        // new keys: a new key's slot then exceeds its position, and a slot-based window would reach
+        // that many keys further back.)
+        const keyPos = cached
+          ? b.concat([b.broadcastTo(b.reshape(b.slice(table, 0, 0, parseDim('past')), [1, 1, 1, -1]), ['batch', 1, 1, 'past']), b.reshape(posF, ['batch', 1, 1, 'seq'])], 3)
+          : slots;
+        return { slots, qSlots, q, keyPos };
       })
     : undefined;
   const windowMaskOf = new Map<number, Value>();
-  /** Additive mask [batch, 1, seq, keys]: 0 where p − w < j, else a large negative number. */
+  /** Additive mask [batch, 1, seq, keys]: 0 where p − w < pos(j) (the key's position), else a large negative number. */
   const windowMask = (w: number): Value => {
     let m = windowMaskOf.get(w);
     if (m === undefined) {
-      const { slots, q } = slotInfo!;
-      // visible = clamp(j − (p − w), 0, 1) ∈ {0, 1}; mask = (1 − visible) · MASKED.
-      const visible = b.minimum(b.maximum(b.sub(slots, b.sub(q, b.scalar(w))), b.scalar(0)), b.scalar(1));
+      const { keyPos, q } = slotInfo!;
+      // visible = clamp(pos(j) − (p − w), 0, 1) ∈ {0, 1}; mask = (1 − visible) · MASKED.
+      const visible = b.minimum(b.maximum(b.sub(keyPos, b.sub(q, b.scalar(w))), b.scalar(0)), b.scalar(1));
       m = b.mul(b.sub(b.scalar(1), visible), b.scalar(MASK_VALUE));
       m = keyMask === undefined ? m : b.minimum(m, keyMask);
       windowMaskOf.set(w, m);
