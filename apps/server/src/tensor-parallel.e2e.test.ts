@@ -82,6 +82,40 @@ if (!available && process.env['CI'] !== undefined) {
       expect(new Set(want.map((ids) => ids.join(','))).size).toBeGreaterThan(4);
     }, 120_000);
 
+    it('gives the one-rank log-probabilities to 1e-5 (f32)', async () => {
+      const logprobs = async (url: string, model: string): Promise<number[]> => {
+        const body = { model, prompt: prompt(3), max_tokens: 4, temperature: 0, ignore_eos: true, logprobs: 5 };
+        const r = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+        expect(r.status).toBe(200);
+        const json = (await r.json()) as { choices: { logprobs: { top_logprobs: Record<string, number>[] } }[] };
+        return json.choices[0]!.logprobs.top_logprobs.flatMap((top) => Object.values(top));
+      };
+      for (const model of ['llama', 'all-r16', 'rand-r8']) {
+        const want = await logprobs(urlOne, model);
+        const got = await logprobs(urlTwo, model);
+        expect(got).toHaveLength(want.length);
+        expect(want.length).toBeGreaterThan(0);
+        for (let i = 0; i < want.length; i++) expect(Math.abs(got[i]! - want[i]!), `${model} #${String(i)}`).toBeLessThan(1e-5);
+      }
+    }, 60_000);
+
+    it('refuses bad sizes with RT_TENSOR_PARALLEL', async () => {
+      await expect(createTorchExecutor({ device: 'cpu', tensorParallelSize: 0 })).rejects.toMatchObject({ code: 'RT_TENSOR_PARALLEL' });
+      await expect(createTorchExecutor({ device: 'cpu', tensorParallelSize: -1 })).rejects.toMatchObject({ code: 'RT_TENSOR_PARALLEL' });
+      await expect(createTorchExecutor({ device: 'cpu', tensorParallelSize: 1.5 })).rejects.toMatchObject({ code: 'RT_TENSOR_PARALLEL' });
+      // Three ranks do not divide the model's 4 heads: refused when the engine prepares its programs.
+      const three = await createTorchExecutor({ device: 'cpu', tensorParallelSize: 3 });
+      try {
+        await expect(createServer({ modelDir: `${root}llama/base`, modelName: 'llama', padTokenId: 0, maxBatch: 2, executor: three })).rejects.toMatchObject({ code: 'RT_TENSOR_PARALLEL', message: expect.stringContaining('4 attention heads') as string });
+      } finally {
+        await three.close();
+      }
+      if (!one.info.cuda) {
+        // More CUDA ranks than devices (none here).
+        await expect(createTorchExecutor({ device: 'cuda', tensorParallelSize: 2 })).rejects.toMatchObject({ code: 'RT_TENSOR_PARALLEL' });
+      }
+    }, 120_000);
+
     it('restarts the whole group when one rank dies, and serves the same tokens again', async () => {
       const before = two.rankPids;
       const want = await greedy(urlOne, 'qv-r8', 2);

@@ -25,6 +25,7 @@ interface ServeOptions {
   port: number;
   config?: string;
   executor?: string;
+  tensorParallelSize?: number;
   padTokenId?: number;
   maxBatch?: number;
   maxNumSeqs?: number;
@@ -58,6 +59,21 @@ type ServeFlags = ServeOptions & VllmServeFlags;
 
 /** `stageml serve --dtype` values: a compute dtype, or `checkpoint` (the float dtype the checkpoint stores). */
 export const SERVE_DTYPES = ['f32', 'bf16', 'f16', 'checkpoint'] as const;
+
+/**
+ * `--tensor-parallel-size` checked before any worker starts: above 1 it needs `--executor torch`,
+ * and the model's attention heads (and key/value heads, or their multiple) must split over the
+ * ranks; else `CLI_USAGE` naming the numbers. Undefined when the flag is absent.
+ */
+export function checkTensorParallel(size: number | undefined, executor: string | undefined, shape: { readonly heads?: number; readonly kvHeads?: number } | undefined): number | undefined {
+  if (size === undefined || size === 1) return size;
+  if (executor !== 'torch') throw new CliError(CliCode.USAGE, `--tensor-parallel-size ${String(size)} needs --executor torch (got ${executor ?? 'auto'})`);
+  const heads = shape?.heads;
+  const kv = shape?.kvHeads ?? heads;
+  if (heads !== undefined && heads % size !== 0) throw new CliError(CliCode.USAGE, `--tensor-parallel-size ${String(size)} does not divide the model's ${String(heads)} attention heads`);
+  if (kv !== undefined && kv % size !== 0 && size % kv !== 0) throw new CliError(CliCode.USAGE, `--tensor-parallel-size ${String(size)} and the model's ${String(kv)} key/value heads: neither divides the other`);
+  return size;
+}
 
 /** The value of a flag given under either of its names; both with different values is `CLI_USAGE`. */
 export function aliased(name: string, value: number | undefined, alias: string, aliasValue: number | undefined): number | undefined {
@@ -122,6 +138,7 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--config <file>', 'tenants, API keys, adapters and staged plans (JSON, docs/server.md)')
     .option('--executor <name>', `executor: ${EXECUTOR_NAMES.join(', ')} (default: auto, the fastest measured here)`, 'auto')
     .option('--pad-token-id <id>', 'mask prompt tokens equal to this id (HF pad_token_id semantics)', parseNonNegativeInt)
+    .option('--tensor-parallel-size <n>', 'with --executor torch: run the worker as n ranks, one per GPU (cuda:0..n-1, NCCL) or on the CPU (gloo), each holding its shard of the weights, adapter slots and KV (vLLM\'s flag; alias -tp; default 1; docs/gpu.md)', parsePositiveInt)
     .option('--max-batch <n>', 'most sequences decoded together (default: the executor\'s, 256 on CUDA, 32 on the CPU)', parsePositiveInt)
     .option('--max-num-seqs <n>', 'vLLM\'s name for --max-batch', parsePositiveInt)
     .option('--max-queue <n>', 'most queued requests before 429', parsePositiveInt)
@@ -191,7 +208,8 @@ export function registerServe(program: Command, io: CliIo): void {
       }
       const shapeDir = modelDir ?? opts.bundle;
       const shape = shapeDir === undefined ? undefined : await probeShapeOf(shapeDir, { quantize, maxBatch });
-      const executor = await inPhase(io, "measuring the executors on this model's step", () => resolveExecutor(opts.executor, { log: (line) => { io.out(line); }, shape }));
+      const tensorParallelSize = checkTensorParallel(opts.tensorParallelSize, opts.executor, shape);
+      const executor = await inPhase(io, "measuring the executors on this model's step", () => resolveExecutor(opts.executor, { log: (line) => { io.out(line); }, shape, ...(tensorParallelSize === undefined ? {} : { tensorParallelSize }) }));
       const deviceTotal = (executor as { readonly info?: { readonly memory?: { readonly total: number } } }).info?.memory?.total;
       if (opts.gpuMemoryUtilization !== undefined && deviceTotal === undefined) throw new CliError(CliCode.USAGE, `--gpu-memory-utilization needs an executor that reports its device's memory (--executor torch); '${executor.name}' does not`);
       const server = await inPhase(io, `loading ${shapeDir ?? 'the model'}: weights, adapters, programs${quantize === undefined ? '' : ', quantizing'}`, () => createServer({
