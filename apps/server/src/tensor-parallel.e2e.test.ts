@@ -58,10 +58,10 @@ if (!available && process.env['CI'] !== undefined) {
       urlTwo = await serverTwo.listen('127.0.0.1', 0);
     }, 180_000);
     afterAll(async () => {
-      await serverOne?.shutdown();
-      await serverTwo?.shutdown();
-      await one?.close();
-      await two?.close();
+      await serverOne.shutdown();
+      await serverTwo.shutdown();
+      await one.close();
+      await two.close();
       rmSync(dir, { recursive: true, force: true });
     });
 
