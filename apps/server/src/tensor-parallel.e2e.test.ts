@@ -99,6 +99,20 @@ if (!available && process.env['CI'] !== undefined) {
       }
     }, 60_000);
 
+    it('with 4 ranks over the 2 key/value heads (each rank slicing the head its queries read) gives the one-rank tokens too', async () => {
+      const four = await createTorchExecutor({ device: 'cpu', tensorParallelSize: 4 });
+      const server = await createServer({ modelDir: `${root}llama/base`, modelName: 'llama', adaptersDir: dir, padTokenId: 0, maxBatch: 8, executor: four });
+      try {
+        const url = await server.listen('127.0.0.1', 0);
+        const models = ['llama', 'o-r2', 'rand-r16'];
+        const want = await Promise.all(models.map((m, i) => greedy(urlOne, m, i)));
+        expect(await Promise.all(models.map((m, i) => greedy(url, m, i)))).toEqual(want);
+      } finally {
+        await server.shutdown();
+        await four.close();
+      }
+    }, 120_000);
+
     it('refuses bad sizes with RT_TENSOR_PARALLEL', async () => {
       await expect(createTorchExecutor({ device: 'cpu', tensorParallelSize: 0 })).rejects.toMatchObject({ code: 'RT_TENSOR_PARALLEL' });
       await expect(createTorchExecutor({ device: 'cpu', tensorParallelSize: -1 })).rejects.toMatchObject({ code: 'RT_TENSOR_PARALLEL' });
