@@ -327,11 +327,9 @@ class Sharder:
         self.input_layout[free.name] = 0
         self.types[iv]["type"]["shape"] = self._local(shape, 0)
         self.layout[iv] = S(0)
-        size = shape[0] // self.world if _num(shape[0]) else None
         rows = self.types[iv]["type"]["shape"][0]
         node["op"] = "sml.tp_vocab_gather"
         node["attrs"] = {"start": self.rank * rows, "length": rows}
-        del size
         self.layout[self._vid_of(node)] = P
         return True
 
@@ -485,7 +483,8 @@ class Sharder:
             return self._finish(outs, first, 1)
         # reshape
         if isinstance(lay, _Free):
-            amap = _trailing_map(self.old_src_shape(lay, operands[0]), rshape, lay.amap)
+            # An undecided value's type is still the whole one (made local when it is decided).
+            amap = _trailing_map(self._shape(operands[0]), rshape, lay.amap)
             node, first = self._copy(n, operands, None)
             self.layout[first] = _Free(lay.name, amap, lay.chain + [(node, amap)], None)
             return self._finish(outs, first, 1)
@@ -504,10 +503,6 @@ class Sharder:
             shape[j] //= self.world
             node["attrs"] = dict(attrs, shape=shape)
         return self._finish(outs, first, 1)
-
-    def old_src_shape(self, lay, v):
-        # The full (source) shape of an undecided value: its type as emitted (never made local yet).
-        return self._shape(v)
 
     def _binary(self, key, n, operands, outs, lays, rshape):
         rank = len(rshape)
