@@ -69,14 +69,15 @@ def in_place_concats(steps, outputs):
     return new_steps, changed
 
 
-def check_graph(doc):
-    """Validates the JSON document's envelope and op names; raises `WorkerError`."""
+def check_graph(doc, extra_ops=None):
+    """Validates the JSON document's envelope and op names (the registry's, and `extra_ops`: a
+    tensor-parallel rank's collectives, tp.py); raises `WorkerError`."""
     if not isinstance(doc, dict) or doc.get("format") != GRAPH_FORMAT:
         raise errors.WorkerError(errors.PROTOCOL, "graph must be a %s JSON document" % GRAPH_FORMAT)
     if doc.get("version") != GRAPH_VERSION:
         raise errors.WorkerError(errors.PROTOCOL, "graph JSON version %r is not supported (this worker reads %d)" % (doc.get("version"), GRAPH_VERSION))
     for i, n in enumerate(doc["nodes"]):
-        if n["kind"] == "op" and op_key(n["op"]) not in OPS:
+        if n["kind"] == "op" and op_key(n["op"]) not in OPS and op_key(n["op"]) not in (extra_ops or {}):
             raise errors.WorkerError(errors.UNSUPPORTED, "node %d (%s): op %s has no torch lowering" % (i, n["results"][0]["name"], n["op"]))
 
 
@@ -87,11 +88,13 @@ class Program:
     name. `fused` counts the LoRA linears `fuse.fuse_lora` replaced, `fused_slots` the engine's slot
     linears `bank_fuse.fuse_bank` replaced, `slot_sets` the sets of them `bank_fuse.group_banks`
     formed, `cache_concats` the KV concats `in_place_concats` turned into appends. Missing
-    parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`.
+    parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`. `extra_ops` (key →
+    function) are ops beyond the registry's: a tensor-parallel rank's collectives (tp.TP_OPS).
     """
 
-    def __init__(self, graph_json, params, device="cpu", seed=0):
-        check_graph(graph_json)
+    def __init__(self, graph_json, params, device="cpu", seed=0, extra_ops=None):
+        check_graph(graph_json, extra_ops)
+        extra_ops = extra_ops or {}
         self.doc = graph_json
         self.name = graph_json["name"]
         self.device = torch.device(device)
@@ -119,7 +122,7 @@ class Program:
                 self.params[ids[0]] = t.to(self.device).contiguous()
             else:
                 key = op_key(n["op"])
-                self.steps.append((key, OPS[key], n["operands"], n.get("attrs", {}), ids))
+                self.steps.append((key, OPS[key] if key in OPS else extra_ops[key], n["operands"], n.get("attrs", {}), ids))
         self.param_env = bind_dims(param_entries)
         self.outputs = [(o["name"], o["value"]) for o in graph_json["outputs"]]
         consts = {}

@@ -9,7 +9,7 @@ import traceback
 
 import torch
 
-from . import PROTOCOL_VERSION, __version__, cudagraph, errors, ops
+from . import PROTOCOL_VERSION, __version__, cudagraph, errors, ops, tp
 from .graph import Program
 from .ops import DTYPES
 from .protocol import read_frame, write_frame
@@ -228,8 +228,14 @@ TAIL = 1
 
 
 class Worker:
-    def __init__(self, device):
+    def __init__(self, device, tp_rank=0, tp_world=1, ranks=None):
         self.device = device
+        # Tensor parallelism (tp.py, dist.py): this rank's place; `ranks` on rank 0 only. Resident
+        # tensors are then kept whole on the host and each rank's part moved to its device at its
+        # first use (`shards`, by (id, axis); a write or drop forgets them).
+        self.tp_rank, self.tp_world, self.ranks = tp_rank, tp_world, ranks
+        self.home = "cpu" if tp_world > 1 else device
+        self.shards = {}
         if device.startswith("cuda") and cudagraph.cudnn_sdp_mode() != "1" and hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
             # SDPA's cuDNN backend builds a plan for every new shape, ~19 ms of host time per call
             # on the H200 (torch 2.11): an eager run whose context length is new (every prefill
@@ -254,7 +260,10 @@ class Worker:
     def handle(self, header, tensors):
         op = header.get("op")
         if op == "hello":
-            return {"ok": True, "protocol": PROTOCOL_VERSION, "worker": __version__, "torch": torch.__version__, "device": self.device, "cuda": torch.cuda.is_available(), "deviceName": torch.cuda.get_device_name() if self.device.startswith("cuda") else "cpu", "memory": device_memory(self.device)}, None
+            hello = {"ok": True, "protocol": PROTOCOL_VERSION, "worker": __version__, "torch": torch.__version__, "device": self.device, "cuda": torch.cuda.is_available(), "deviceName": torch.cuda.get_device_name() if self.device.startswith("cuda") else "cpu", "memory": device_memory(self.device)}
+            if self.ranks is not None:
+                hello["tensorParallel"] = {"size": self.tp_world, "pids": self.ranks.pids(), "devices": self.ranks.devices}
+            return hello, None
         if op == "load":
             return self._load(header.get("files") or [])
         if op == "alloc":
@@ -264,11 +273,11 @@ class Worker:
         if op == "prepare":
             device = header.get("device") or self.device
             device = pick_device(device) if device != self.device else device
-            prog = Program(header["graph"], tensors, device)
+            prog = self._prepare(header["graph"], tensors, device)
             h = self.next_handle
             self.next_handle += 1
             self.programs[h] = prog
-            return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names(), "fusedLoraLinears": prog.fused, "fusedSlotLinears": prog.fused_slots, "fusedSlotSets": prog.slot_sets, "cacheConcats": prog.cache_concats}, None
+            return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names(), "fusedLoraLinears": prog.fused, "fusedSlotLinears": prog.fused_slots, "fusedSlotSets": prog.slot_sets, "cacheConcats": prog.cache_concats, "collectives": prog.tp_collectives}, None
         if op == "run":
             prog = self._program(header)
             for name in header.get("argmax") or []:
@@ -280,9 +289,10 @@ class Worker:
             for name in omit:
                 if name not in outputs or name in (header.get("argmax") or []) or name in sample:
                     raise errors.WorkerError(errors.BAD_VALUE, "omit names '%s', which is not an output of @%s or is also in argmax or sample" % (name, prog.name))
-            tensors = self._resident(header, tensors, prog.device)
+            tensors = self._resident(header, tensors, prog)
             spec = header.get("caches")
-            graphed = bool(spec) and self.graphs.wanted(prog, spec)
+            # NOTE: no CUDA graphs for a tensor-parallel step (its collectives are not captured).
+            graphed = bool(spec) and self.tp_world == 1 and self.graphs.wanted(prog, spec)
             commit, unpermute = self._caches(prog, spec, tensors, at_capacity=graphed) if spec else (None, None)
             with torch.no_grad():
                 try:
@@ -299,6 +309,11 @@ class Worker:
                     if unpermute is not None:
                         # The request's rows, in its order (dummy rows of the batch dropped).
                         out = unpermute(out)
+                    local = out
+                    if self.tp_world > 1:
+                        # Every rank joins the all-gathers of the split outputs the host gets (or
+                        # picks from); the caches append this rank's part (`local`).
+                        out = self._whole(prog, out, set(omit))
                 finally:
                     # Keys appended in place (ops.append_in_place) leave the pad behind them, run
                     # or failed: the commit below writes each row's own at its own length.
@@ -315,7 +330,7 @@ class Worker:
                         raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' gives %d rows, the output has %d" % (name, len(cols["u"]), rows))
                     out[name] = ops.sample_rows(out[name], cols["temperature"], cols["topK"], cols["topP"], cols["u"], cols.get("processing"))
                 if commit is not None:
-                    commit(out)
+                    commit(local)
                 for name in omit:
                     # Left on the device (the caches above took what they append): never copied out.
                     out.pop(name, None)
@@ -366,13 +381,14 @@ class Worker:
             plan.append((int(e["id"]), src, dt))
         nbytes = 0
         for i, src, dt in plan:
-            t = src.to(self.device)
+            t = src.to(self.home)
             if t.dtype != dt:
                 t = t.to(torch.float32).to(dt) if dt != torch.float64 else t.to(dt)
             elif t.device.type == "cpu" and t.data_ptr() == src.data_ptr():
                 # Kept on the CPU in its stored dtype: a copy of its own, not a view of the map.
                 t = t.clone()
             self.resident[i] = t
+            self._forget(i)
             nbytes += t.numel() * t.element_size()
         # The maps are only needed while loading: a later load maps its files again.
         self.files.clear()
@@ -389,8 +405,9 @@ class Worker:
             made.append((int(e["id"]), dt, shape))
         nbytes = 0
         for i, dt, shape in made:
-            t = torch.zeros(shape, dtype=dt, device=self.device)
+            t = torch.zeros(shape, dtype=dt, device=self.home)
             self.resident[i] = t
+            self._forget(i)
             nbytes += t.numel() * t.element_size()
         return {"ok": True, "bytes": nbytes}, None
 
@@ -415,27 +432,84 @@ class Worker:
             todo.append((dst, start, src))
         for dst, start, src in todo:
             dst.view(-1)[start : start + src.numel()].copy_(src.reshape(-1).to(device=dst.device, dtype=dst.dtype))
+        for w in writes:
+            self._forget(w.get("id"))
         if todo:
             for prog in self.programs.values():
                 self.graphs.drop(prog)
         return {"ok": True}, None
 
-    def _resident(self, header, tensors, device):
+    def _resident(self, header, tensors, prog):
         """Resident inputs: `drop` ids are forgotten, `store` {name: id} inputs of this frame are kept
         (on the program's device) for later runs, `resident` {name: id} inputs are taken from what was
-        kept. The stores happen first, so a failing run never leaves a sent input unkept."""
+        kept. The stores happen first, so a failing run never leaves a sent input unkept.
+
+        On a tensor-parallel rank every input the rank's graph takes split (`prog.tp_inputs`) is
+        cut to the rank's chunk here: a resident one once (kept on the device by id and axis), a
+        sent one (and a cache seed, `cache:<id>:<input>`, one axis less) every run."""
+        device = prog.device
+        home = self.home if self.tp_world > 1 else device
         for i in header.get("drop") or []:
             self.resident.pop(i, None)
+            self._forget(i)
         for name, i in (header.get("store") or {}).items():
             if name not in tensors:
                 raise errors.WorkerError(errors.PROTOCOL, "store names input '%s', which the frame does not carry" % (name,))
-            tensors[name] = tensors[name].to(device)
+            tensors[name] = tensors[name].to(home)
             self.resident[i] = tensors[name]
+            self._forget(i)
+        if self.tp_world > 1:
+            split = prog.tp_inputs
+            for key in list(tensors):
+                name = key.split(":", 2)[2] if key.startswith("cache:") else key
+                axis = split.get(name)
+                if axis is not None:
+                    axis = axis - 1 if key.startswith("cache:") else axis
+                    tensors[key] = tp.chunk(tensors[key], axis, self.tp_rank, self.tp_world).contiguous()
         for name, i in (header.get("resident") or {}).items():
             if i not in self.resident:
                 raise errors.WorkerError(errors.BAD_VALUE, "resident input '%s' (id %r) is not held by the worker" % (name, i))
+            if self.tp_world > 1:
+                axis = prog.tp_inputs.get(name)
+                got = self.shards.get((i, axis, str(device)))
+                if got is None:
+                    t = self.resident[i]
+                    t = t if axis is None else tp.chunk(t, axis, self.tp_rank, self.tp_world)
+                    got = self.shards[(i, axis, str(device))] = t.to(device).contiguous()
+                tensors[name] = got
+                continue
             tensors[name] = self.resident[i]
         return tensors
+
+    def _forget(self, i):
+        """Drops the device parts of resident tensor `i` (tensor parallelism)."""
+        if self.shards:
+            for k in [k for k in self.shards if k[0] == i]:
+                del self.shards[k]
+
+    def _prepare(self, graph, params, device):
+        """A Program; on a tensor-parallel rank, of the rank's graph (tp.shard_graph) with its
+        parameters cut to the rank's chunks."""
+        if self.tp_world == 1:
+            prog = Program(graph, params, device)
+            prog.tp_inputs, prog.tp_outputs, prog.tp_collectives = {}, {}, 0
+            return prog
+        local, ins, outs = tp.shard_graph(graph, self.tp_rank, self.tp_world)
+        params = {k: (v if ins.get(k) is None else tp.chunk(v, ins[k], self.tp_rank, self.tp_world).contiguous()) for k, v in params.items()}
+        prog = Program(local, params, device, extra_ops=tp.TP_OPS)
+        prog.tp_inputs, prog.tp_outputs, prog.tp_collectives = ins, outs, local.get("tpCollectives", 0)
+        return prog
+
+    def _whole(self, prog, out, omit):
+        """The run's outputs with those split across ranks all-gathered (all but `omit`: those stay
+        on the device, each rank its part). Every rank calls it with the same names, in order."""
+        whole = dict(out)
+        for name in prog.output_names():
+            axis = prog.tp_outputs.get(name)
+            if axis is None or name in omit or name not in out:
+                continue
+            whole[name] = tp.op_all_gather([out[name]], {"axis": axis}, None)[0]
+        return whole
 
     def _caches(self, prog, spec, tensors, at_capacity=False):
         """Cache-fed inputs (`caches` of a run): each stream input [rows, past, *item] from the
@@ -690,16 +764,44 @@ class Worker:
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="stageml_torch.worker", description=__doc__)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--tensor-parallel-size", type=int, default=1)
+    # Set by rank 0 for the ranks it starts (dist.py), never by hand.
+    ap.add_argument("--tp-rank", type=int, default=0)
+    ap.add_argument("--tp-port", type=int, default=0)
+    ap.add_argument("--tp-backend", default="gloo")
     args = ap.parse_args(argv)
+    world = args.tensor_parallel_size
+    if args.tp_rank > 0:
+        from . import dist
+
+        return dist.serve_rank(lambda d: Worker(d, args.tp_rank, world), args.device, world, args.tp_rank, args.tp_port, args.tp_backend)
     inp = sys.stdin.buffer
     out = sys.stdout.buffer
     # Nothing but frames may reach stdout: route stray prints to stderr.
     sys.stdout = sys.stderr
+    ranks = None
     try:
-        worker = Worker(pick_device(args.device))
+        if world < 1:
+            raise errors.WorkerError(tp.TP_ERROR, "tensor-parallel size must be an integer >= 1, got %d" % world)
+        if world > 1:
+            from . import dist
+
+            ranks, device = dist.start(args.device, world)
+            worker = Worker(device, 0, world, ranks)
+        else:
+            worker = Worker(pick_device(args.device))
     except errors.WorkerError as e:
         write_frame(out, {"ok": False, "code": e.code, "message": e.message})
         return 1
+    try:
+        return _serve(worker, inp, out, ranks)
+    finally:
+        if ranks is not None:
+            ranks.stop()
+
+
+def _serve(worker, inp, out, ranks):
+    """The request loop of rank 0 (with `ranks`: every request goes to the other ranks first)."""
     while True:
         try:
             frame = read_frame(inp)
@@ -707,9 +809,13 @@ def main(argv=None):
             write_frame(out, {"ok": False, "code": e.code, "message": e.message})
             return 1
         if frame is None:
+            if ranks is not None:
+                ranks.send(None)
             return 0
         header, tensors = frame
         rid = header.get("id")
+        if ranks is not None:
+            ranks.send(None if header.get("op") == "shutdown" else (header, tensors))
         started = time.perf_counter()
         try:
             reply, out_tensors = worker.handle(header, tensors)

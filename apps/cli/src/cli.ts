@@ -48,7 +48,8 @@ function buildProgram(io: CliIo): Command {
 export async function runCli(argv: readonly string[], io: CliIo = defaultIo): Promise<number> {
   const program = buildProgram(io);
   try {
-    await program.parseAsync([...argv], { from: 'user' });
+    // vLLM's two-letter short flag, which commander has no form for.
+    await program.parseAsync(argv.map((a) => (a === '-tp' ? '--tensor-parallel-size' : a.startsWith('-tp=') ? `--tensor-parallel-size=${a.slice(4)}` : a)), { from: 'user' });
     return ExitCode.OK;
   } catch (e) {
     if (e instanceof CommanderError) {

@@ -29,6 +29,8 @@ export interface ResolveExecutorOptions {
   readonly log?: ((line: string) => void) | undefined;
   /** The step `auto` measures on (`probeShapeOf` a model; default: the runtime's `DEFAULT_PROBE_SHAPE`). */
   readonly shape?: ExecutorProbeShape | undefined;
+  /** The torch executor's tensor-parallel size (`--tensor-parallel-size`). */
+  readonly tensorParallelSize?: number | undefined;
 }
 
 /** Largest decode batch the `auto` probe measures besides batch 1. */
@@ -78,6 +80,6 @@ export async function resolveExecutor(name: string | undefined, opts: ResolveExe
   if (wanted !== 'auto' && !isExecutorName(wanted)) {
     throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `unknown executor '${wanted}' (available: ${EXECUTOR_NAMES.join(', ')})`);
   }
-  const selection = await selectExecutor({ force: wanted, ...(opts.log === undefined ? {} : { log: opts.log }), ...(opts.shape === undefined ? {} : { shape: opts.shape }) });
+  const selection = await selectExecutor({ force: wanted, ...(opts.log === undefined ? {} : { log: opts.log }), ...(opts.shape === undefined ? {} : { shape: opts.shape }), ...(opts.tensorParallelSize === undefined ? {} : { create: { tensorParallelSize: opts.tensorParallelSize } }) });
   return selection.executor;
 }

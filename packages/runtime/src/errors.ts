@@ -28,6 +28,8 @@ export const RuntimeCode = registerErrorCodes({
   BAD_QUANT: 'RT_BAD_QUANT',
   /** A run reads caches the executor no longer holds (a restarted worker) and the caller gave no copy to restore them from (`CacheLostError`). */
   CACHE_LOST: 'RT_CACHE_LOST',
+  /** A tensor-parallel size the model or the machine cannot take: not an integer >= 1, more CUDA ranks than devices, attention heads it does not divide. */
+  TENSOR_PARALLEL: 'RT_TENSOR_PARALLEL',
 }, {
   // Error classes (input / io / unavailable / internal): the CLI exit code and HTTP status derive from them.
   MISSING_VALUE: 'input',
@@ -43,6 +45,7 @@ export const RuntimeCode = registerErrorCodes({
   WORKER_FAILED: 'internal',
   BAD_QUANT: 'input',
   CACHE_LOST: 'unavailable',
+  TENSOR_PARALLEL: 'input',
 });
 
 /** Union of `@stageml/runtime` error codes. */

@@ -26,6 +26,7 @@ interface ServeOptions {
   port: number;
   config?: string;
   executor?: string;
+  tensorParallelSize?: number;
   padTokenId?: number;
   maxBatch?: number;
   maxNumSeqs?: number;
@@ -56,6 +57,21 @@ interface ServeOptions {
 }
 
 type ServeFlags = ServeOptions & VllmServeFlags;
+
+/**
+ * `--tensor-parallel-size` checked before any worker starts: above 1 it needs `--executor torch`,
+ * and the model's attention heads (and key/value heads, or their multiple) must split over the
+ * ranks; else `CLI_USAGE` naming the numbers. Undefined when the flag is absent.
+ */
+export function checkTensorParallel(size: number | undefined, executor: string | undefined, shape: { readonly heads?: number; readonly kvHeads?: number } | undefined): number | undefined {
+  if (size === undefined || size === 1) return size;
+  if (executor !== 'torch') throw new CliError(CliCode.USAGE, `--tensor-parallel-size ${String(size)} needs --executor torch (got ${executor ?? 'auto'})`);
+  const heads = shape?.heads;
+  const kv = shape?.kvHeads ?? heads;
+  if (heads !== undefined && heads % size !== 0) throw new CliError(CliCode.USAGE, `--tensor-parallel-size ${String(size)} does not divide the model's ${String(heads)} attention heads`);
+  if (kv !== undefined && kv % size !== 0 && size % kv !== 0) throw new CliError(CliCode.USAGE, `--tensor-parallel-size ${String(size)} and the model's ${String(kv)} key/value heads: neither divides the other`);
+  return size;
+}
 
 /** The value of a flag given under either of its names; both with different values is `CLI_USAGE`. */
 export function aliased(name: string, value: number | undefined, alias: string, aliasValue: number | undefined): number | undefined {
@@ -144,7 +160,8 @@ export function registerServe(program: Command, io: CliIo): void {
       }
       const shapeDir = modelDir ?? opts.bundle;
       const shape = shapeDir === undefined ? undefined : await probeShapeOf(shapeDir, { quantize, maxBatch });
-      const executor = await inPhase(io, "measuring the executors on this model's step", () => resolveExecutor(opts.executor, { log: (line) => { io.out(line); }, shape }));
+      const tensorParallelSize = checkTensorParallel(opts.tensorParallelSize, opts.executor, shape);
+      const executor = await inPhase(io, "measuring the executors on this model's step", () => resolveExecutor(opts.executor, { log: (line) => { io.out(line); }, shape, ...(tensorParallelSize === undefined ? {} : { tensorParallelSize }) }));
       const deviceTotal = (executor as { readonly info?: { readonly memory?: { readonly total: number } } }).info?.memory?.total;
       if (opts.gpuMemoryUtilization !== undefined && deviceTotal === undefined) throw new CliError(CliCode.USAGE, `--gpu-memory-utilization needs an executor that reports its device's memory (--executor torch); '${executor.name}' does not`);
       const server = await inPhase(io, `loading ${shapeDir ?? 'the model'}: weights, adapters, programs${quantize === undefined ? '' : ', quantizing'}`, () => createServer({

@@ -27,11 +27,21 @@ export function isExecutorName(name: string): name is ExecutorName {
   return (EXECUTOR_NAMES as readonly string[]).includes(name);
 }
 
+/** Options of `createExecutorByName` that only some executors read. */
+export interface CreateExecutorOptions {
+  /** The torch executor's tensor-parallel size (`TorchExecutorOptions.tensorParallelSize`); others refuse one above 1. */
+  readonly tensorParallelSize?: number;
+}
+
 /**
  * Creates the executor called `name`. Errors: an executor whose runtime does not load here is
- * `RT_BACKEND_UNAVAILABLE` naming the cause (never a silent fallback).
+ * `RT_BACKEND_UNAVAILABLE` naming the cause (never a silent fallback); a tensor-parallel size above
+ * 1 for another executor than torch is `RT_TENSOR_PARALLEL`.
  */
-export async function createExecutorByName(name: ExecutorName): Promise<Executor> {
+export async function createExecutorByName(name: ExecutorName, opts: CreateExecutorOptions = {}): Promise<Executor> {
+  if (opts.tensorParallelSize !== undefined && opts.tensorParallelSize !== 1 && name !== 'torch') {
+    throw new RuntimeError(RuntimeCode.TENSOR_PARALLEL, `a tensor-parallel size of ${String(opts.tensorParallelSize)} needs the torch executor, not ${name}`);
+  }
   switch (name) {
     case 'onnxruntime':
       return createOrtExecutor();
@@ -51,7 +61,7 @@ export async function createExecutorByName(name: ExecutorName): Promise<Executor
     case 'torch': {
       // NOTE: imported on demand; spawns the Python worker (CUDA when torch sees a GPU).
       const { createTorchExecutor } = await import('../torch/index.js');
-      return createTorchExecutor();
+      return createTorchExecutor(opts.tensorParallelSize === undefined ? {} : { tensorParallelSize: opts.tensorParallelSize });
     }
   }
 }
@@ -109,6 +119,8 @@ export interface SelectExecutorOptions {
   readonly cacheFile?: string | false;
   /** Measure again, ignoring the in-memory and file caches. */
   readonly refresh?: boolean;
+  /** Options for the executor a `force` (or `STAGEML_EXECUTOR`) names (`createExecutorByName`); `auto` refuses a tensor-parallel size above 1. */
+  readonly create?: CreateExecutorOptions;
 }
 
 /** Which executor `selectExecutor` chose, how, and the probe's medians. */
@@ -483,8 +495,10 @@ export async function selectExecutor(opts: SelectExecutorOptions = {}): Promise<
   let selection: ExecutorSelection;
   if (want.name !== 'auto') {
     if (!isExecutorName(want.name)) throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `unknown executor '${String(want.name)}' (known: auto, ${EXECUTOR_NAMES.join(', ')})`);
-    selection = { executor: await createExecutorByName(want.name), name: want.name, source: 'forced', probeMs: {}, reason: want.from === 'request' ? `'${want.name}' as requested` : `'${want.name}' forced by ${want.from}` };
+    selection = { executor: await createExecutorByName(want.name, opts.create ?? {}), name: want.name, source: 'forced', probeMs: {}, reason: want.from === 'request' ? `'${want.name}' as requested` : `'${want.name}' forced by ${want.from}` };
   } else {
+    const tp = opts.create?.tensorParallelSize;
+    if (tp !== undefined && tp !== 1) throw new RuntimeError(RuntimeCode.TENSOR_PARALLEL, `a tensor-parallel size of ${String(tp)} needs the torch executor: pass it explicitly instead of auto`);
     const candidates = opts.candidates ?? DEFAULT_CANDIDATES;
     const fallbacks = (opts.fallbacks ?? DEFAULT_FALLBACKS).filter((n) => !candidates.includes(n));
     const shape = opts.shape ?? DEFAULT_PROBE_SHAPE;

@@ -15,6 +15,8 @@ export const TORCH_PYTHON_ENV = 'STAGEML_PYTHON';
 export const TORCH_PATH_ENV = 'STAGEML_TORCH_PATH';
 /** Environment variable choosing the worker's device (`auto`, `cpu`, `cuda`, `cuda:1`, …). */
 export const TORCH_DEVICE_ENV = 'STAGEML_TORCH_DEVICE';
+/** Environment variable giving the worker's tensor-parallel size (ranks, one per device; default 1). */
+export const TORCH_TENSOR_PARALLEL_ENV = 'STAGEML_TORCH_TENSOR_PARALLEL_SIZE';
 
 /** The composite ops the worker runs with handlers of its own (native/stageml_torch/ops.py `OPS`); others are expanded. */
 export const TORCH_WORKER_COMPOSITES: ReadonlySet<OpKey> = new Set<OpKey>(['rmsNorm', 'rotary', 'attention']);
@@ -48,6 +50,14 @@ export interface TorchExecutorOptions {
   readonly log?: (line: string) => void;
   /** Environment variables added to the worker's (e.g. `STAGEML_TORCH_FUSE`, `STAGEML_TORCH_GRAPHS`; docs/gpu.md). */
   readonly env?: Readonly<Record<string, string>>;
+  /**
+   * Tensor-parallel size: the worker runs as this many ranks (processes), rank r on `cuda:r` (NCCL)
+   * or on the CPU (gloo), each holding its part of every weight, slot table and KV cache
+   * (native/stageml_torch/tp.py; docs/gpu.md). Default: `STAGEML_TORCH_TENSOR_PARALLEL_SIZE`, else 1.
+   * Not an integer >= 1, more CUDA ranks than devices, or a model whose heads it does not divide is
+   * `RT_TENSOR_PARALLEL`.
+   */
+  readonly tensorParallelSize?: number;
 }
 
 /** What the worker fused when it prepared a graph (`STAGEML_TORCH_FUSE`; all 0 when it fused nothing). */
@@ -60,6 +70,8 @@ export interface TorchFusion {
   readonly slotSets: number;
   /** Concats of a cache with the step's keys that only attention reads, appended in place on the worker (`STAGEML_TORCH_KV_IN_PLACE`). */
   readonly cacheConcats: number;
+  /** Collectives (all-reduces, all-gathers) one run of a tensor-parallel rank's graph makes (0 with one rank). */
+  readonly collectives: number;
 }
 
 /** A graph prepared by the torch executor: a `PreparedGraph` that also says what the worker fused. */
@@ -128,6 +140,10 @@ export interface TorchWorkerInfo {
   readonly cuda: boolean;
   /** The device's memory at start (bytes): the GPU's total and free, or the host's on a CPU worker; undefined when the worker could not read it. */
   readonly memory: { readonly total: number; readonly free: number } | undefined;
+  /** Ranks of the worker group (`TorchExecutorOptions.tensorParallelSize`; 1: one process). */
+  readonly tensorParallelSize: number;
+  /** The device of each rank (rank 0's is `device`). */
+  readonly rankDevices: readonly string[];
 }
 
 /** Bytes and requests the torch executor has exchanged with its workers (`TorchExecutor.traffic`). */
@@ -152,8 +168,10 @@ export interface TorchExecutor extends Executor {
   readonly caches: NonNullable<Executor['caches']>;
   /** Tensors held on the worker's device only (weights the worker reads from files, slot tables written by ranges). */
   readonly device: TorchDeviceTensors;
-  /** The worker process id (undefined while none runs). */
+  /** The worker process id (undefined while none runs): rank 0's with tensor parallelism. */
   readonly pid: number | undefined;
+  /** The process ids of the live worker group, rank by rank (`[pid]` with one rank; empty while none runs). */
+  readonly rankPids: readonly number[];
   /** Counters of the traffic with the worker, since the executor started. */
   traffic(): TorchTraffic;
   /** Stops the worker process; prepared graphs fail with `RT_DISPOSED` afterwards. */
@@ -227,9 +245,14 @@ class WorkerConnection {
   #dead: RuntimeError | undefined;
   #stderr: string[] = [];
 
-  constructor(python: string, packageDir: string, device: string, log: ((line: string) => void) | undefined, readonly counts: { requests: number; sentBytes: number; sentTensorBytes: number; receivedBytes: number }, extraEnv: Readonly<Record<string, string>> = {}) {
-    const env = { ...process.env, ...extraEnv, PYTHONPATH: [packageDir, process.env['PYTHONPATH']].filter((p) => p !== undefined && p !== '').join(':'), PYTHONUNBUFFERED: '1' };
-    this.#child = spawn(python, ['-m', 'stageml_torch.worker', '--device', device], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+  /** The group's process ids from `hello` (rank 0's alone with one rank). */
+  rankPids: readonly number[] = [];
+
+  constructor(python: string, packageDir: string, device: string, log: ((line: string) => void) | undefined, readonly counts: { requests: number; sentBytes: number; sentTensorBytes: number; receivedBytes: number }, extraEnv: Readonly<Record<string, string>> = {}, tensorParallelSize = 1) {
+    // NCCL_NVLS_ENABLE=0: no NVLink multicast for a tensor-parallel group (the ranks set it too).
+    const env = { ...process.env, ...extraEnv, PYTHONPATH: [packageDir, process.env['PYTHONPATH']].filter((p) => p !== undefined && p !== '').join(':'), PYTHONUNBUFFERED: '1', ...(tensorParallelSize > 1 ? { NCCL_NVLS_ENABLE: '0' } : {}) };
+    const args = ['-m', 'stageml_torch.worker', '--device', device, ...(tensorParallelSize > 1 ? ['--tensor-parallel-size', String(tensorParallelSize)] : [])];
+    this.#child = spawn(python, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
     this.#child.stdout.on('data', (chunk: Buffer) => {
       this.counts.receivedBytes += chunk.byteLength;
       this.#decoder.push(chunk);
@@ -354,6 +377,9 @@ async function greet(conn: WorkerConnection, python: string): Promise<TorchWorke
     }
     throw e;
   }
+  const group = hello['tensorParallel'] as { size?: unknown; pids?: unknown; devices?: unknown } | undefined;
+  const pids = Array.isArray(group?.pids) ? (group.pids as number[]) : conn.pid === undefined ? [] : [conn.pid];
+  conn.rankPids = pids;
   if (hello['protocol'] !== TORCH_PROTOCOL_VERSION) {
     await conn.close();
     throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `the torch worker speaks protocol ${String(hello['protocol'])}, this build speaks ${String(TORCH_PROTOCOL_VERSION)}`, {
@@ -369,7 +395,20 @@ async function greet(conn: WorkerConnection, python: string): Promise<TorchWorke
     deviceName: String(hello['deviceName']),
     cuda: hello['cuda'] === true,
     memory: deviceMemory(hello['memory']),
+    tensorParallelSize: typeof group?.size === 'number' ? group.size : 1,
+    rankDevices: Array.isArray(group?.devices) ? (group.devices as string[]).map(String) : [String(hello['device'])],
   };
+}
+
+/** The tensor-parallel size of `createTorchExecutor`'s options (or its environment variable), checked. */
+export function tensorParallelSizeOf(given: number | undefined): number {
+  const env = process.env[TORCH_TENSOR_PARALLEL_ENV];
+  const raw: unknown = given ?? (env === undefined || env === '' ? 1 : Number(env));
+  if (typeof raw !== 'number' || !Number.isSafeInteger(raw) || raw < 1) {
+    const what = given === undefined ? `${TORCH_TENSOR_PARALLEL_ENV}=${String(env)}` : String(given);
+    throw new RuntimeError(RuntimeCode.TENSOR_PARALLEL, `the tensor-parallel size must be an integer >= 1, got ${what}`);
+  }
+  return raw;
 }
 
 function deviceMemory(m: unknown): TorchWorkerInfo['memory'] {
@@ -413,8 +452,9 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
   const packageDir = findPackageDir(opts.packageDir);
   const python = findPython(opts.python);
   const device = opts.device ?? process.env[TORCH_DEVICE_ENV] ?? 'auto';
+  const ranks = tensorParallelSizeOf(opts.tensorParallelSize);
   const counts = { requests: 0, sentBytes: 0, sentTensorBytes: 0, receivedBytes: 0 };
-  let conn = new WorkerConnection(python, packageDir, device, opts.log, counts, opts.env);
+  let conn = new WorkerConnection(python, packageDir, device, opts.log, counts, opts.env, ranks);
   const info = await greet(conn, python);
   const capabilities = torchCapabilities(info.device.startsWith('cuda'));
   const name = capabilities.name;
@@ -427,7 +467,8 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
     if (closed) throw new RuntimeError(RuntimeCode.DISPOSED, `${name} was closed`);
     if (conn.alive) return conn;
     starting ??= (async () => {
-      const next = new WorkerConnection(python, packageDir, device, opts.log, counts, opts.env);
+      // A tensor-parallel group is started whole (rank 0 starts the others).
+      const next = new WorkerConnection(python, packageDir, device, opts.log, counts, opts.env, ranks);
       await greet(next, python);
       conn = next;
       generation++;
@@ -698,6 +739,9 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
     get pid() {
       return conn.alive ? conn.pid : undefined;
     },
+    get rankPids() {
+      return conn.alive ? conn.rankPids : [];
+    },
     traffic: () => ({ ...counts, restarts: generation - 1 }),
     device: deviceTensors,
     caches: {
@@ -732,7 +776,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         const gen = generation;
         const reply = await c.request({ op: 'prepare', graph: json }, params);
         const count = (k: string): number => (typeof reply.header[k] === 'number' ? reply.header[k] : 0);
-        return { handle: reply.header['handle'], generation: gen, fused: { loraLinears: count('fusedLoraLinears'), slotLinears: count('fusedSlotLinears'), slotSets: count('fusedSlotSets'), cacheConcats: count('cacheConcats') } };
+        return { handle: reply.header['handle'], generation: gen, fused: { loraLinears: count('fusedLoraLinears'), slotLinears: count('fusedSlotLinears'), slotSets: count('fusedSlotSets'), cacheConcats: count('cacheConcats'), collectives: count('collectives') } };
       };
       let current = await onWorker();
       let disposed = false;
