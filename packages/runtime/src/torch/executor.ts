@@ -16,8 +16,13 @@ export const TORCH_PATH_ENV = 'STAGEML_TORCH_PATH';
 /** Environment variable choosing the worker's device (`auto`, `cpu`, `cuda`, `cuda:1`, …). */
 export const TORCH_DEVICE_ENV = 'STAGEML_TORCH_DEVICE';
 
-/** The composite ops the worker runs with handlers of its own (native/stageml_torch/ops.py `OPS`); others are expanded. */
-export const TORCH_WORKER_COMPOSITES: ReadonlySet<OpKey> = new Set<OpKey>(['rmsNorm', 'rotary', 'attention']);
+/**
+ * The composite ops the worker runs with handlers of its own (its op table, native/stageml_torch/ops.py
+ * `OPS`): the serving ops `loraBank` (the bank kernel on CUDA) and `cachedAttention` (the step's keys
+ * appended to a staged cache in place, SDPA) among them. Every other composite, and any op added
+ * with `registerOp`, reaches the worker as its decomposition (`expandFor`).
+ */
+export const TORCH_WORKER_COMPOSITES: ReadonlySet<OpKey> = new Set<OpKey>(['rmsNorm', 'rotary', 'attention', 'loraBank', 'cachedAttention']);
 
 /**
  * What a torch worker runs (`torch-cpu`, `torch-cuda`): every op (conformance-tested) in every
@@ -50,15 +55,13 @@ export interface TorchExecutorOptions {
   readonly env?: Readonly<Record<string, string>>;
 }
 
-/** What the worker fused when it prepared a graph (`STAGEML_TORCH_FUSE`; all 0 when it fused nothing). */
+/** Which kernel steps the worker gave a graph's ops when it prepared it (all 0: every op runs its table entry). */
 export interface TorchFusion {
-  /** LoRA linears of a staged bundle run as one step (native/stageml_torch/fuse.py). */
-  readonly loraLinears: number;
-  /** The engine's slot linears run as one bank-kernel step (native/stageml_torch/bank_fuse.py). */
+  /** `loraBank` ops run with their base linear as one bank-kernel step (native/stageml_torch/bank.py; `STAGEML_TORCH_FUSE`). */
   readonly slotLinears: number;
-  /** Sets of those slot linears sharing one input (a layer's q, k, v; gate, up) run as one step (`STAGEML_TORCH_BANK_SETS`). */
+  /** Sets of those sharing one input (a layer's q, k, v; gate, up) run as one step (`STAGEML_TORCH_BANK_SETS`). */
   readonly slotSets: number;
-  /** Concats of a cache with the step's keys that only attention reads, appended in place on the worker (`STAGEML_TORCH_KV_IN_PLACE`). */
+  /** Joins of a cache with the step's keys or values that append in place on the worker: two per `cachedAttention` op. */
   readonly cacheConcats: number;
 }
 
@@ -732,7 +735,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         const gen = generation;
         const reply = await c.request({ op: 'prepare', graph: json }, params);
         const count = (k: string): number => (typeof reply.header[k] === 'number' ? reply.header[k] : 0);
-        return { handle: reply.header['handle'], generation: gen, fused: { loraLinears: count('fusedLoraLinears'), slotLinears: count('fusedSlotLinears'), slotSets: count('fusedSlotSets'), cacheConcats: count('cacheConcats') } };
+        return { handle: reply.header['handle'], generation: gen, fused: { slotLinears: count('fusedSlotLinears'), slotSets: count('fusedSlotSets'), cacheConcats: count('cacheConcats') } };
       };
       let current = await onWorker();
       let disposed = false;
