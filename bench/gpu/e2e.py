@@ -292,7 +292,8 @@ def run_variants(case, root, hf, inner, bundles, prompts, steps, cfg, device, va
             prep = time.time() - t0
             mods = module_map(prog.doc)
             rows = [lockstep(prog, hf, inner, mods, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, p, steps, device) for p in prompts]
-            out.append({"case": case, "variant": var, "fused_lora_linears": prog.fused, "prepare_s": prep, "modules_mapped": len(mods), "rows": rows})
+            out.append({"case": case, "variant": var, "fused_lora_linears": 0,  # the worker recognises no LoRA chain any more (fuse.py deleted)
+                        "prepare_s": prep, "modules_mapped": len(mods), "rows": rows})
             print("%s/%s: greedy equal %s, first differing module %s" % (case, var, [r["equal"] for r in rows], [r["first_differing_module"] for r in rows]), flush=True)
             del prog
         except Exception as e:  # noqa: BLE001 - record, run the next variant
@@ -479,10 +480,10 @@ def main():
     args = ap.parse_args()
     sys.path.insert(0, os.path.join(args.root, "native"))
     import transformers, peft  # noqa: E401
-    from stageml_torch import fuse
+    from stageml_torch import bank
 
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__, "transformers": transformers.__version__,
-            "peft": peft.__version__, "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu", "fuse_mode": fuse.mode(),
+            "peft": peft.__version__, "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu", "fuse_mode": bank.mode(),
             "allow_tf32": torch.backends.cuda.matmul.allow_tf32}
     results = []
     variants = args.variants.split(",")

@@ -137,7 +137,7 @@ def fitted(cfgs, rank):
 
 
 def torch_ops_run(xs, ws, As, Bs, outs):
-    """fuse.LoraStep's fallback (the unfused ops, each rounded to bf16; the scale as a Python number)."""
+    """A LoRA linear as its IR ops run (the ops, each rounded to bf16; the scale as a Python number)."""
     F = torch.nn.functional
 
     def run(i):

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "native"))
 
 import torch  # noqa: E402
 
-from stageml_torch import bank_fuse  # noqa: E402
+from stageml_torch import bank  # noqa: E402
 from stageml_torch.dims import evaluate_dim  # noqa: E402
 from stageml_torch.graph import Program  # noqa: E402
 from stageml_torch.ops import DTYPES  # noqa: E402
@@ -191,9 +191,9 @@ def main():
             try:
                 slots = [1 + (i % (manifest["slots"] - 1)) for i in range(batch)] if case == "mixed" else [0] * batch
                 ins = step_inputs(manifest, tables, batch, args.past, slots, device, gen)
-                calls0 = sum(s[1].hits for s in fused.steps if s[0] == bank_fuse.KEY)
+                calls0 = sum(s[1].hits for s in fused.steps if s[0] == bank.KEY)
                 out_f, ms_f, min_f = timed(fused, ins, args.steps, args.warmup, device)
-                calls = sum(s[1].hits for s in fused.steps if s[0] == bank_fuse.KEY) - calls0
+                calls = sum(s[1].hits for s in fused.steps if s[0] == bank.KEY) - calls0
                 out_u, ms_u, min_u = timed(plain, ins, args.steps, args.warmup, device)
                 if "base" in progs:
                     base_names = set(progs["base"].input_names())
@@ -211,9 +211,9 @@ def main():
                 traceback.print_exc()
                 print("batch %3d %-9s FAILED %s" % (batch, case, row["error"]), flush=True)
             result["cases"].append(row)
-            if "derivedRanks" not in result and bank_fuse._DERIVED:
+            if "derivedRanks" not in result and bank._DERIVED:
                 # The ranks derived from one projection's tables (slot 0 zeros, then 8/16/64 cycled).
-                result["derivedRanks"] = next(iter(bank_fuse._DERIVED.values())).ranks[:8].tolist()
+                result["derivedRanks"] = next(iter(bank._DERIVED.values())).ranks[:8].tolist()
             write()
     return 0
 

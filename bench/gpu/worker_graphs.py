@@ -19,8 +19,9 @@ each step against the same configuration without graphs (relative error, argmax 
 the full reply's steps also time a greedy and a sampled reply (`reply_greedy_ms`, `reply_sample_ms`:
 `ops.sample_rows` at top-p 0.95, temperature 0.8, then the frame with one id per row).
 `--repeat N` runs the configurations N times over, interleaved (run-to-run spread), `--profile K`
-K more steps under torch.profiler (kernels per step by name), `--kv auto,0` every configuration with
-the keys appended in place and with the program's concat (`STAGEML_TORCH_KV_IN_PLACE`).
+K more steps under torch.profiler (kernels per step by name), `--kv auto` (the only value now: the
+keys are appended in place by the `cachedAttention` handler, ops.op_cached_attention; the copying
+comparison is a program written with that op decomposed).
 """
 import argparse
 import cProfile
@@ -149,7 +150,8 @@ def cache_seeds(batch, past, item, seed):
 
 def run_config(graph, manifest, params, tables, batch, past, steps, fuse, graphs, seed, profile=0, kv="auto", lean=False):
     # "auto-nosets": the bank kernel with every slot linear a step of its own (STAGEML_TORCH_BANK_SETS=0)
-    os.environ["STAGEML_TORCH_KV_IN_PLACE"] = kv
+    if kv != "auto":
+        raise SystemExit("--kv %s: the in-place KV append is the cachedAttention handler's, not a switch (write the program with the op decomposed to compare)" % kv)
     os.environ["STAGEML_TORCH_BANK_SETS"] = "0" if fuse == "auto-nosets" else "auto"
     os.environ["STAGEML_TORCH_FUSE"] = "auto" if fuse == "auto-nosets" else fuse
     os.environ["STAGEML_TORCH_GRAPHS"] = "auto" if graphs else "0"
@@ -260,7 +262,7 @@ def main():
     ap.add_argument("--fuse", default="auto,0", help="the 64-adapter program's configurations: auto (bank kernel, sibling projections as sets), auto-nosets (each slot linear alone), 0 (unfused ops)")
     ap.add_argument("--host-profile", action="store_true", help="cProfile the worker's run requests of the timed steps (graphs on): the host's functions by own time, per configuration")
     ap.add_argument("--reply", default="full", help="the steps' replies: full (logits and the new keys and values, as with the engine's host KV copy), lean (RunOptions.omit of the new keys and values + argmax of the logits: a greedy step of the engine without the copy)")
-    ap.add_argument("--kv", default="auto", help="STAGEML_TORCH_KV_IN_PLACE values to run every configuration with: auto (keys appended in place), 0 (the program's concat)")
+    ap.add_argument("--kv", default="auto", help="auto only: the cachedAttention handler appends the keys in place")
     args = ap.parse_args()
     with open(args.graph) as f:
         graph = json.load(f)

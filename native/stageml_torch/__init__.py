@@ -1,8 +1,9 @@
 """stageml_torch: runs StageML residual graphs (the IR's JSON form) with PyTorch on CUDA or CPU.
 
 - `graph.Program(graph_json, params, device)`: a graph prepared once (parameters resident on the
-  device), `run(inputs)` many times; every IR op maps to torch (`ops.OPS`); LoRA linears run as
-  one step (`fuse.py`; a split-K Triton kernel on CUDA, `triton_lora.py`).
+  device), `run(inputs)` many times; every IR op the worker runs has a handler in one table
+  (`ops.OPS`), the serving ops `loraBank` (the bank kernel on CUDA: `bank.py`, `stream.py`) and
+  `cachedAttention` (KV appended in place, SDPA) included; other composites arrive decomposed.
 - `bundle.load_bundle(dir, device)`: a residual bundle (manifest.json, residual.json,
   constants.safetensors, optional external weights) as a `Program`.
 - `worker`: the framed stdio protocol the TypeScript `torch` executor speaks

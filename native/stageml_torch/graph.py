@@ -7,17 +7,16 @@ import torch
 
 from . import errors
 from .dims import bind_dims, evaluate_dim
-from .bank_fuse import KEY as BANK_KEY
-from .bank_fuse import SET_KEY as BANK_SET_KEY
-from .bank_fuse import fuse_bank, group_banks
-from .fuse import fuse_lora
-from .ops import DTYPES, HALF, NATIVE_HALF_ON_CUDA, OPS, _float, op_cache_concat
+from .bank import KEY as BANK_KEY
+from .bank import SET_KEY as BANK_SET_KEY
+from .bank import bind_kernels, group_banks
+from .ops import DTYPES, HALF, NATIVE_HALF_ON_CUDA, OPS
 
 GRAPH_FORMAT = "stageml.graph"
 GRAPH_VERSION = 1
 
-# Steps that take their operands as stored (the fused slot linear widens what it must itself).
-RAW_OPERANDS = {BANK_KEY, BANK_SET_KEY}
+# Steps that take their operands as stored (`loraBank`'s handlers widen what each of their ops must).
+RAW_OPERANDS = {"loraBank", BANK_KEY, BANK_SET_KEY}
 
 
 def op_key(printed):
@@ -43,32 +42,6 @@ class _Ctx:
         return evaluate_dim(d, self.env)
 
 
-def in_place_concats(steps, outputs):
-    """The concats of two operands whose result only attention steps read (as keys or values) and
-    no output is: run as `cacheConcat`, which appends the step's keys to a staged cache's view in
-    place (ops.append_in_place) instead of copying the whole context every step. Anything a view
-    of the result could reach (an output, a transpose, a slice) keeps the plain concat, since the
-    worker rewrites the buffer's tail after the run. `STAGEML_TORCH_KV_IN_PLACE=0` keeps them all.
-    Returns the steps and how many were changed."""
-    if os.environ.get("STAGEML_TORCH_KV_IN_PLACE", "auto") == "0":
-        return steps, 0
-    readers = {}
-    for key, _, operands, _, _ in steps:
-        for pos, v in enumerate(operands):
-            readers.setdefault(v, []).append((key, pos))
-    out = set(outputs)
-    changed = 0
-    new_steps = []
-    for key, fn, operands, attrs, ids in steps:
-        if key == "concat" and len(operands) == 2 and ids[0] not in out:
-            rs = readers.get(ids[0], [])
-            if rs and all(k == "attention" and pos in (1, 2) for k, pos in rs):
-                key, fn = "cacheConcat", op_cache_concat
-                changed += 1
-        new_steps.append((key, fn, operands, attrs, ids))
-    return new_steps, changed
-
-
 def check_graph(doc, extra_ops=None):
     """Validates the JSON document's envelope and op names (the registry's, and `extra_ops`: a
     tensor-parallel rank's collectives, tp.py); raises `WorkerError`."""
@@ -85,11 +58,12 @@ class Program:
     """`graph_json` prepared on `device` with parameter tensors `params` (name → tensor).
 
     Parameters are moved to the device once (resident); `run(inputs)` takes and returns tensors by
-    name. `fused` counts the LoRA linears `fuse.fuse_lora` replaced, `fused_slots` the engine's slot
-    linears `bank_fuse.fuse_bank` replaced, `slot_sets` the sets of them `bank_fuse.group_banks`
-    formed, `cache_concats` the KV concats `in_place_concats` turned into appends. Missing
-    parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`. `extra_ops` (key →
-    function) are ops beyond the registry's: a tensor-parallel rank's collectives (tp.TP_OPS).
+    name. Each op runs its entry of the op table `ops.OPS`, except where a kernel step takes it:
+    `fused_slots` counts the `loraBank` steps `bank.bind_kernels` gave the bank kernel (with their
+    base linears), `slot_sets` the sets of them `bank.group_banks` formed, `cache_concats` the joins
+    of a cache with the step's keys or values that may append in place (two per `cachedAttention`).
+    Missing parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`. `extra_ops`
+    (key → function) are ops beyond the table's: a tensor-parallel rank's collectives (tp.TP_OPS).
     """
 
     def __init__(self, graph_json, params, device="cpu", seed=0, extra_ops=None):
@@ -125,20 +99,15 @@ class Program:
                 self.steps.append((key, OPS[key] if key in OPS else extra_ops[key], n["operands"], n.get("attrs", {}), ids))
         self.param_env = bind_dims(param_entries)
         self.outputs = [(o["name"], o["value"]) for o in graph_json["outputs"]]
-        consts = {}
-        for key, _, _, attrs, ids in self.steps:
-            if key == "constant" and len(attrs.get("value", [])) == 1 and len(attrs.get("shape", [])) == 0:
-                consts[ids[0]] = _float(attrs["value"][0])
-        self.steps, self.fused = fuse_lora(self.steps, self.value_types, consts, self.params, [v for _, v in self.outputs], self.on_cuda)
-        # The engine's slot linears (multi-adapter bank kernel): how many were replaced.
-        self.steps, self.fused_slots = fuse_bank(self.steps, self.value_types, [v for _, v in self.outputs], self.on_cuda, DTYPES)
-        # Slot linears of one input (q, k, v; gate, up) as one step each (bank_fuse.BankSetStep);
+        # `loraBank` steps whose base linear the bank kernel computes with them (one step each).
+        self.steps, self.fused_slots = bind_kernels(self.steps, self.value_types, [v for _, v in self.outputs], self.on_cuda)
+        # Those of one input (q, k, v; gate, up) as one step each (bank.BankSetStep);
         # STAGEML_TORCH_BANK_SETS=0 keeps them apart.
         self.slot_sets = 0
         if self.fused_slots and os.environ.get("STAGEML_TORCH_BANK_SETS", "auto") != "0":
             self.steps, self.slot_sets = group_banks(self.steps, [v for _, v in self.outputs])
-        # The KV caches' concats with the step's keys, appended in place (worker.py stages them).
-        self.steps, self.cache_concats = in_place_concats(self.steps, [v for _, v in self.outputs])
+        # `cachedAttention` appends the step's keys and values to a staged cache in place (worker.py).
+        self.cache_concats = 2 * sum(1 for st in self.steps if st[0] == "cachedAttention")
         # Last use of each value, so intermediates are freed as soon as they are dead.
         last = {}
         for si, (_, _, operands, _, _) in enumerate(self.steps):

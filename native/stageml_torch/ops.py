@@ -469,16 +469,6 @@ def append_in_place(past, new, ax, ctx):
     return ext
 
 
-def op_cache_concat(x, a, ctx):
-    """A concat whose result only attention reads (graph.py `in_place_concats`): a staged cache's
-    view and the step's keys appended in place where the buffer allows, else a concat."""
-    if len(x) == 2:
-        ext = append_in_place(x[0], x[1], _axis(a["axis"], x[0].dim()), ctx)
-        if ext is not None:
-            return [ext]
-    return op_concat(x, a, ctx)
-
-
 def op_slice(x, a, ctx):
     t = x[0]
     ax = _axis(a["axis"], t.dim())
@@ -617,9 +607,74 @@ def op_attention(x, a, ctx):
     return [torch.matmul(torch.softmax(scores, dim=-1), _f32(v))]
 
 
-# The registry ops the worker runs. Composites absent here (loraBank, cachedAttention) arrive
-# expanded into primitive ops by the TypeScript executor (`TORCH_WORKER_COMPOSITES` lists the
-# composites handled here); packages/runtime/src/torch/op-table.test.ts keeps the two in step.
+def run_op(ctx, dtype, key, args, attrs):
+    """One registry op of OPS as graph.Program runs a step: half operands widened to f32 off CUDA (and
+    for the ops CUDA does not run in half), a float result rounded to `dtype`."""
+    if not (ctx.device.type == "cuda" and key in NATIVE_HALF_ON_CUDA):
+        args = [a.float() if a.dtype in HALF else a for a in args]
+    y = OPS[key](args, attrs, ctx)[0]
+    return y if y.dtype == dtype or not y.is_floating_point() else y.to(dtype)
+
+
+def lora_bank_update(x, base, a, b, index, select, form, ctx):
+    """base + the update, as `loraBank`'s decomposition computes it (packages/ir/src/ops/serving.ts
+    `decomposeLoraBank`), op by op, each result rounded to x's dtype."""
+    dt = x.dtype
+
+    def op(key, args, **attrs):
+        return run_op(ctx, dt, key, args, attrs)
+
+    if form == "single":
+        shrink = op("mul", [op("linear", [x, op("gather", [a, index], axis=0)]), select])
+        update = op("matmul", [shrink, op("gather", [b, index], axis=0)])
+    elif form == "gathered":
+        shrink = op("matmul", [x, op("gather", [a, index], axis=0)], transposeB=True)
+        update = op("matmul", [shrink, op("gather", [b, index], axis=0)])
+    else:
+        rows, seq, k = x.shape
+        groups, rank, n = index.shape[0], a.shape[1], b.shape[2]
+        onehot = op("reshape", [select], shape=[rows, 1, groups, 1])
+        a_flat = op("reshape", [op("gather", [a, index], axis=0)], shape=[-1, k])
+        shrink = op("reshape", [op("linear", [x, a_flat])], shape=[rows, seq, groups, rank])
+        own = op("reshape", [op("mul", [shrink, onehot])], shape=[rows, seq, -1])
+        update = op("matmul", [own, op("reshape", [op("gather", [b, index], axis=0)], shape=[-1, n])])
+    return op("add", [base, update])
+
+
+def op_lora_bank(x, a, ctx):
+    """The `loraBank` entry of ops.OPS: operands x, base, A, B, index[, select] as stored (the step
+    is in graph.RAW_OPERANDS; each op widens what it must)."""
+    xs, base, at, bt, index = x[:5]
+    select = x[5] if len(x) > 5 else None
+    return [lora_bank_update(xs, base, at, bt, index, select, a.get("form", "gathered"), ctx)]
+
+
+def _join_cache(past, new, ax, ctx):
+    """concat([past, new], ax): `new` appended in place after a staged cache's view where the
+    buffer allows (append_in_place), else a copy."""
+    ext = append_in_place(past, new, ax, ctx)
+    return ext if ext is not None else torch.cat([past, new], dim=ax)
+
+
+def op_cached_attention(x, a, ctx):
+    """`cachedAttention` (packages/ir/src/ops/serving.ts): the position-major cache pastK/pastV
+    [..., past, h, d] seen head-major (a view), the step's keys and values appended to it in place
+    where it is a staged buffer of the worker (worker.py `Staged`), and `op_attention` over the
+    result (SDPA on CUDA). Operands q, pastK, pastV, k, v[, mask]."""
+    q, pk, pv, k, v = x[:5]
+    r = k.dim()
+    perm = list(range(r - 3)) + [r - 2, r - 3, r - 1]
+    keys = _join_cache(pk.permute(perm), k, r - 2, ctx)
+    values = _join_cache(pv.permute(perm), v, r - 2, ctx)
+    return op_attention([q, keys, values] + list(x[5:6]), a, ctx)
+
+
+# The worker's op table: a handler per registry op, the serving ops (`loraBank`, `cachedAttention`)
+# and the other composites the worker runs itself included (`TORCH_WORKER_COMPOSITES` on the
+# TypeScript side lists them; any other composite arrives expanded into its decomposition, so an op
+# registered with only a `decompose` needs nothing here). packages/runtime/src/torch/op-table.test.ts
+# keeps the two in step. Where a kernel takes a step (bank.bind_kernels: `loraBank` with its base
+# linear), graph.Program replaces the entry's function for that step when it prepares a program.
 OPS = {
     "constant": op_constant,
     "iota": op_iota,
@@ -673,7 +728,9 @@ OPS = {
     "topk": op_topk,
     "rotary": op_rotary,
     "attention": op_attention,
+    "cachedAttention": op_cached_attention,
+    "loraBank": op_lora_bank,
 }
 
 # Ops whose operands stay in f16/bf16 on CUDA (tensor cores); on the CPU all half ops compute in f32.
-NATIVE_HALF_ON_CUDA = {"loraLinear", "matmul", "linear", "groupedMatmul", "attention", "add", "sub", "mul", "gather", "indexSelect", "reshape", "transpose", "concat", "cacheConcat", "slice", "broadcastTo", "silu", "cast", "constant", "where"}
+NATIVE_HALF_ON_CUDA = {"matmul", "linear", "groupedMatmul", "attention", "add", "sub", "mul", "gather", "indexSelect", "reshape", "transpose", "concat", "cachedAttention", "slice", "broadcastTo", "silu", "cast", "constant", "where"}

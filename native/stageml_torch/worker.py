@@ -277,7 +277,7 @@ class Worker:
             h = self.next_handle
             self.next_handle += 1
             self.programs[h] = prog
-            return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names(), "fusedLoraLinears": prog.fused, "fusedSlotLinears": prog.fused_slots, "fusedSlotSets": prog.slot_sets, "cacheConcats": prog.cache_concats, "collectives": prog.tp_collectives}, None
+            return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names(), "fusedSlotLinears": prog.fused_slots, "fusedSlotSets": prog.slot_sets, "cacheConcats": prog.cache_concats, "collectives": prog.tp_collectives}, None
         if op == "run":
             prog = self._program(header)
             for name in header.get("argmax") or []:
@@ -708,8 +708,8 @@ class Worker:
                 # dim] is then the storage itself at the staged capacity, which a graphed decode
                 # step reads, and its concatenation with the step's keys copies contiguous blocks
                 # (the strided copy took 5.3 of a Llama-3-8B step's 14 ms of kernels at 64 rows).
-                # The step's concatenation is not copied at all where the program's only reader of
-                # it is attention (graph.in_place_concats): the key goes into the next position.
+                # The step's keys are not copied at all where `cachedAttention` reads the cache
+                # (ops.op_cached_attention): the key goes into the next position.
                 phys = torch.full((st.rows, item[0], cap + TAIL, item[1]), float(s["pad"]), dtype=self._store_dtype(s, declared), device=device)
                 buf = phys.permute(0, 2, 1, 3)[:, :cap]
                 st.tails[name] = tail = ops.Tail(phys, 2, float(s["pad"]))

@@ -154,10 +154,15 @@ describe.skipIf(!available && process.env['CI'] === undefined)('PEFT-exact bf16 
     expect(r['rotary_equal']).toBe(4);
   }, 120_000);
 
-  it('the worker never fuses a PEFT-exact LoRA linear, even when asked to fuse (STAGEML_TORCH_FUSE=1)', () => {
-    const script = 'import sys\nfrom stageml_torch.bundle import load_bundle\nprint(load_bundle(sys.argv[1], "cpu").fused, load_bundle(sys.argv[2], "cpu").fused)';
+  it('the worker runs a bundle\'s LoRA chains as their ops, even when asked for kernel steps (STAGEML_TORCH_FUSE=1): it recognises no primitive pattern', () => {
+    const script = 'import sys\nfrom stageml_torch.bundle import load_bundle\nfor d in sys.argv[1:]:\n    p = load_bundle(d, "cpu")\n    print(p.fused_slots, sum(1 for st in p.steps if st[0] == "linear"))';
     const r = spawnSync(python, ['-c', script, join(dir, 'f32'), join(dir, 'same')], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: NATIVE, STAGEML_TORCH_FUSE: '1' }, timeout: 120_000 });
     expect(r.stderr).toBe('');
-    expect(r.stdout.trim()).toBe('0 14');
+    const lines = r.stdout.trim().split('\n').map((l) => l.split(' ').map(Number));
+    // No kernel step; each of the 14 LoRA linears keeps its base, shrink and expand linears.
+    for (const [slots, linears] of lines) {
+      expect(slots).toBe(0);
+      expect(linears).toBeGreaterThanOrEqual(14 * 3);
+    }
   }, 120_000);
 });

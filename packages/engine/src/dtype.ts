@@ -61,8 +61,11 @@ export interface CastEngineOptions {
  * interface is unchanged but where asked: f32 inputs stay f32 (cast on entry; an additive mask is
  * clamped to the dtype's lowest finite value first, so a fully masked padding row stays finite)
  * unless `dtypeInputs` makes them `dtype` inputs, and f32 outputs are cast back unless
- * `dtypeOutputs` keeps them in `dtype`. The serving composites (`loraBank`, `cachedAttention`)
- * are expanded into their primitive graphs first.
+ * `dtypeOutputs` keeps them in `dtype`. The serving ops stay ops, so an executor that runs them
+ * itself (the torch worker's bank kernel and in-place KV append) still sees them: `cachedAttention`
+ * always (its decomposition only transposes and concatenates, which round nothing) and `loraBank`
+ * with `adapterDtype: 'same'` (cast as one op in `dtype`, as its reference semantics round once);
+ * with `f32` factors `loraBank` is expanded first, since PEFT's f32 chain rounds inside it.
  *
  * The slot tables (inputs `isFactorInput` accepts): with `adapterDtype: 'f32'` they stay f32, and
  * every value computed from them is computed in f32 with its `dtype` operands cast up (PEFT's
@@ -71,11 +74,10 @@ export interface CastEngineOptions {
  * `.to(previous_dtype)`). With `same` they are `dtype` inputs like the weights.
  */
 export function castEngineGraph(program: Graph, dtype: 'bf16' | 'f16', opts: CastEngineOptions): Graph {
-  // The rounding points are those of the primitive graph (PEFT's f32 LoRA chain, HF's casts):
-  // the serving composites are cast as their decompositions.
-  const g = expandComposites(program, (op) => op === 'loraBank' || op === 'cachedAttention');
-  const json = graphToJson(g);
   const same = opts.adapterDtype === 'same';
+  // PEFT's f32 LoRA chain has rounding points inside `loraBank`: cast its decomposition then.
+  const g = same ? program : expandComposites(program, (op) => op === 'loraBank');
+  const json = graphToJson(g);
   const masks = opts.maskInputs ?? new Set<string>();
   const nodes: JsonNode[] = [];
   const types: { name: string; dtype: string; shape: JsonType['shape']; node: number }[] = [];

@@ -1,10 +1,11 @@
-// The engine's slot linears fused by the torch worker (native/stageml_torch/bank_fuse.py): real
-// engine programs (engineGraph, cast as Engine.load does for bf16 with adapterDtype same) prepared
-// in the CPU torch executor with STAGEML_TORCH_FUSE=1 have every projection's slot linear replaced
-// (layers × 7 per program) and give the unfused program's outputs (STAGEML_TORCH_FUSE=0; on the
-// CPU the bank kernel declines and the fused step runs the replaced ops); rows of slot 0 or mask 0
-// give the base program's; through a stand-in bank kernel every slot linear reaches it with the
-// right per-row slots. The PEFT-exact f32 factors are not fused.
+// The engine's `loraBank` ops on the torch worker's kernel step (native/stageml_torch/bank.py):
+// real engine programs (engineGraph, cast as Engine.load does for bf16 with adapterDtype same, which
+// keeps each projection's `loraBank` op) prepared in the CPU torch executor with
+// STAGEML_TORCH_FUSE=1 give every projection's op with its base linear to the kernel step (layers ×
+// 7 per program) and give the table entries' outputs (STAGEML_TORCH_FUSE=0; on the CPU the bank
+// kernel declines and the step runs the linear and the op's ops); rows of slot 0 or mask 0 give the
+// base program's; through a stand-in bank kernel every projection reaches it with the right
+// per-row slots. The PEFT-exact f32 factors arrive decomposed (no `loraBank` op) and stay so.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -155,16 +156,16 @@ describeWithTorch("the engine's slot linears fused on the torch worker (CPU torc
     const code = `
 import json, os, sys
 import torch
-from stageml_torch import bank_fuse, stream
+from stageml_torch import bank, stream
 from stageml_torch.graph import Program
 calls = []
 def fake(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=None, b_bank_t=None):
     calls.append(slots.tolist())
-    return bank_fuse.reference_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales)
+    return bank.reference_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales)
 sets = []
 def fake_set(x, items, slots):
     sets.append(len(items))
-    return [bank_fuse.reference_bank_linear(x, w, a, b, slots, r, s) for w, a, b, r, s, bt in items]
+    return [bank.reference_bank_linear(x, w, a, b, slots, r, s) for w, a, b, r, s, bt in items]
 stream.lora_bank_linear, stream.lora_bank_linear_set, stream.available = fake, fake_set, lambda: True
 files = json.loads(sys.argv[1])
 g = torch.Generator().manual_seed(0)
@@ -229,7 +230,7 @@ print(json.dumps(res))
 
   it('leaves the PEFT-exact programs (adapterDtype f32: casts in each chain) unfused', async () => {
     const p = await fused.prepare(program('gathered', 'f32'));
-    expect(p.fused).toMatchObject({ loraLinears: 0, slotLinears: 0, slotSets: 0 });
+    expect(p.fused).toMatchObject({ slotLinears: 0, slotSets: 0 });
     p.dispose();
   }, 120_000);
 });

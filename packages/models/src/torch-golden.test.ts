@@ -53,32 +53,6 @@ describeWithTorch('fixture goldens on the torch executor', () => {
     });
   });
 
-  describe('Llama with LoRA linears fused (STAGEML_TORCH_FUSE=1: the fused step on the CPU)', () => {
-    let fused: TorchExecutor;
-    let lm: CausalLM;
-    beforeAll(async () => {
-      const before = process.env['STAGEML_TORCH_FUSE'];
-      process.env['STAGEML_TORCH_FUSE'] = '1';
-      try {
-        fused = await createTorchExecutor({ device: 'cpu' });
-      } finally {
-        if (before === undefined) delete process.env['STAGEML_TORCH_FUSE'];
-        else process.env['STAGEML_TORCH_FUSE'] = before;
-      }
-      lm = await CausalLM.load(`${FIXTURE_ROOT}llama/base`, { executor: fused });
-      for (const a of GOLDEN.families.llama.adapters) await lm.loadAdapter(`${FIXTURE_ROOT}llama/adapters/${a}`);
-    }, 120_000);
-    afterAll(async () => {
-      await fused.close();
-    });
-
-    for (const model of GOLDEN.families.llama.adapters) {
-      it(`${model}: logits within 1e-4 and 12 greedy tokens equal on every prompt`, async () => {
-        await checkGoldenFamily(lm, want, 'llama', model);
-      }, 120_000);
-    }
-  });
-
   describe('Mixtral', () => {
     let lm: CausalLM;
     beforeAll(async () => {

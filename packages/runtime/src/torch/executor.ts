@@ -18,17 +18,29 @@ export const TORCH_DEVICE_ENV = 'STAGEML_TORCH_DEVICE';
 /** Environment variable giving the worker's tensor-parallel size (ranks, one per device; default 1). */
 export const TORCH_TENSOR_PARALLEL_ENV = 'STAGEML_TORCH_TENSOR_PARALLEL_SIZE';
 
-/** The composite ops the worker runs with handlers of its own (native/stageml_torch/ops.py `OPS`); others are expanded. */
-export const TORCH_WORKER_COMPOSITES: ReadonlySet<OpKey> = new Set<OpKey>(['rmsNorm', 'rotary', 'attention']);
+/**
+ * The composite ops the worker runs with handlers of its own (its op table, native/stageml_torch/ops.py
+ * `OPS`): the serving ops `loraBank` (the bank kernel on CUDA) and `cachedAttention` (the step's keys
+ * appended to a staged cache in place, SDPA) among them. Every other composite, and any op added
+ * with `registerOp`, reaches the worker as its decomposition (`expandFor`).
+ */
+export const TORCH_WORKER_COMPOSITES: ReadonlySet<OpKey> = new Set<OpKey>(['rmsNorm', 'rotary', 'attention', 'loraBank', 'cachedAttention']);
+
+/**
+ * The composites a tensor-parallel worker group runs as ops: the sharding pass (native/stageml_torch/tp.py)
+ * places products, gathers and attention, so `loraBank` and `cachedAttention` reach it as their
+ * decompositions, whose weights, slot tables and caches it splits over the ranks.
+ */
+const TORCH_TP_COMPOSITES: ReadonlySet<OpKey> = new Set<OpKey>(['rmsNorm', 'rotary', 'attention']);
 
 /**
  * What a torch worker runs (`torch-cpu`, `torch-cuda`): every op (conformance-tested) in every
- * float dtype, fusing `TORCH_WORKER_COMPOSITES`; on CUDA its runs make token picks (`devicePicks`).
+ * float dtype, fusing `TORCH_WORKER_COMPOSITES` (with more than one rank, those the sharding pass places); on CUDA its runs make token picks (`devicePicks`).
  */
-export function torchCapabilities(cuda: boolean): ExecutorCapabilities {
+export function torchCapabilities(cuda: boolean, tensorParallelSize = 1): ExecutorCapabilities {
   return {
     name: cuda ? 'torch-cuda' : 'torch-cpu',
-    fuses: TORCH_WORKER_COMPOSITES,
+    fuses: tensorParallelSize > 1 ? TORCH_TP_COMPOSITES : TORCH_WORKER_COMPOSITES,
     supportsOp: () => true,
     lateBinding: true,
     dtypes: ['f64', 'f32', 'bf16', 'f16'],
@@ -60,15 +72,13 @@ export interface TorchExecutorOptions {
   readonly tensorParallelSize?: number;
 }
 
-/** What the worker fused when it prepared a graph (`STAGEML_TORCH_FUSE`; all 0 when it fused nothing). */
+/** Which kernel steps the worker gave a graph's ops when it prepared it (all 0: every op runs its table entry). */
 export interface TorchFusion {
-  /** LoRA linears of a staged bundle run as one step (native/stageml_torch/fuse.py). */
-  readonly loraLinears: number;
-  /** The engine's slot linears run as one bank-kernel step (native/stageml_torch/bank_fuse.py). */
+  /** `loraBank` ops run with their base linear as one bank-kernel step (native/stageml_torch/bank.py; `STAGEML_TORCH_FUSE`). */
   readonly slotLinears: number;
-  /** Sets of those slot linears sharing one input (a layer's q, k, v; gate, up) run as one step (`STAGEML_TORCH_BANK_SETS`). */
+  /** Sets of those sharing one input (a layer's q, k, v; gate, up) run as one step (`STAGEML_TORCH_BANK_SETS`). */
   readonly slotSets: number;
-  /** Concats of a cache with the step's keys that only attention reads, appended in place on the worker (`STAGEML_TORCH_KV_IN_PLACE`). */
+  /** Joins of a cache with the step's keys or values that append in place on the worker: two per `cachedAttention` op. */
   readonly cacheConcats: number;
   /** Collectives (all-reduces, all-gathers) one run of a tensor-parallel rank's graph makes (0 with one rank). */
   readonly collectives: number;
@@ -456,7 +466,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
   const counts = { requests: 0, sentBytes: 0, sentTensorBytes: 0, receivedBytes: 0 };
   let conn = new WorkerConnection(python, packageDir, device, opts.log, counts, opts.env, ranks);
   const info = await greet(conn, python);
-  const capabilities = torchCapabilities(info.device.startsWith('cuda'));
+  const capabilities = torchCapabilities(info.device.startsWith('cuda'), ranks);
   const name = capabilities.name;
   /** Workers started so far (1 + restarts): what every worker-side handle and id belongs to. */
   let generation = 1;
@@ -776,7 +786,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         const gen = generation;
         const reply = await c.request({ op: 'prepare', graph: json }, params);
         const count = (k: string): number => (typeof reply.header[k] === 'number' ? reply.header[k] : 0);
-        return { handle: reply.header['handle'], generation: gen, fused: { loraLinears: count('fusedLoraLinears'), slotLinears: count('fusedSlotLinears'), slotSets: count('fusedSlotSets'), cacheConcats: count('cacheConcats'), collectives: count('collectives') } };
+        return { handle: reply.header['handle'], generation: gen, fused: { slotLinears: count('fusedSlotLinears'), slotSets: count('fusedSlotSets'), cacheConcats: count('cacheConcats'), collectives: count('collectives') } };
       };
       let current = await onWorker();
       let disposed = false;

@@ -26,11 +26,13 @@ describe('the torch worker op table', () => {
     expect(missing).toEqual([]);
   });
 
-  it('fuses only composites the worker has handlers for, and expands the serving ops', () => {
+  it('fuses only composites the worker has handlers for, the serving ops among them', () => {
     const ops = workerOps();
     for (const k of TORCH_WORKER_COMPOSITES) expect(ops.has(k), k).toBe(true);
-    expect(torchCapabilities(false).fuses?.has('loraBank')).toBe(false);
-    expect(torchCapabilities(false).fuses?.has('cachedAttention')).toBe(false);
+    for (const cuda of [false, true]) {
+      expect(torchCapabilities(cuda).fuses?.has('loraBank')).toBe(true);
+      expect(torchCapabilities(cuda).fuses?.has('cachedAttention')).toBe(true);
+    }
     expect(torchCapabilities(true).devicePicks).toBe(true);
   });
 });

@@ -138,25 +138,24 @@ describeWithTorch('torch worker protocol', () => {
     await expect(createTorchExecutor({ device: 'tpu' })).rejects.toMatchObject({ code: RuntimeCode.BACKEND_UNAVAILABLE });
   }, 60_000);
 
-  it('fuses each LoRA linear into one step when asked (STAGEML_TORCH_FUSE=1), with the same result', async () => {
-    const b = new GraphBuilder('lora');
-    const x = b.input('x', ['f32', ['n', 8]]);
-    const w = b.param('W', ['f32', [4, 8]]);
-    const A = b.param('A', ['f32', [2, 8]]);
-    const B = b.param('B', ['f32', [4, 2]]);
-    b.output('y', b.add(b.linear(x, w), b.mul(b.linear(b.linear(x, A), B), b.constant([0.5], 'f32', []))));
+  it('runs a loraBank op as one kernel step with its base linear when asked (STAGEML_TORCH_FUSE=1), with the same result', async () => {
+    const b = new GraphBuilder('bank');
+    const x = b.input('x', ['bf16', ['n', 1, 8]]);
+    const base = b.linear(x, b.param('W', ['bf16', [4, 8]]));
+    b.output('y', b.loraBank('gathered', x, base, b.param('A', ['bf16', [2, 2, 8]]), b.param('B', ['bf16', [2, 2, 4]]), b.input('slot', ['i64', ['n']])));
     const g = b.build();
-    const rnd = (n: number, k: number) => hostTensor('f32', [n, k], Array.from({ length: n * k }, (_, i) => Math.sin(i + n)));
-    const weights = { W: rnd(4, 8), A: rnd(2, 8), B: rnd(4, 2) };
-    const xs = rnd(3, 8);
-    const frames = [encodeFrame({ op: 'prepare', id: 1, graph: graphToJson(g) }, weights), encodeFrame({ op: 'run', id: 2, handle: 1 }, { x: xs })].flat();
+    const rnd = (shape: number[]) => hostTensor('bf16', shape, Array.from({ length: shape.reduce((m, d) => m * d, 1) }, (_, i) => Math.round(Math.sin(i + shape[0]!) * 64) / 64));
+    const weights = { W: rnd([4, 8]), A: rnd([2, 2, 8]), B: rnd([2, 2, 4]) };
+    const inputs = { x: rnd([3, 1, 8]), slot: hostTensor('i64', [3], [1, 0, 1]) };
+    const frames = [encodeFrame({ op: 'prepare', id: 1, graph: graphToJson(g) }, weights), encodeFrame({ op: 'run', id: 2, handle: 1 }, inputs)].flat();
     for (const fuse of ['0', '1']) {
       const { replies } = await talk(torch().info.python, frames, { STAGEML_TORCH_FUSE: fuse });
-      expect(replies[0]).toMatchObject({ ok: true, fusedLoraLinears: fuse === '1' ? 1 : 0 });
+      // On the CPU the kernel declines (no stream module): the linear and the op's table entry run.
+      expect(replies[0]).toMatchObject({ ok: true, fusedSlotLinears: fuse === '1' ? 1 : 0 });
       expect(replies[1]).toMatchObject({ ok: true });
     }
     const p = await torch().prepare(g, weights);
-    expect((await p.run({ x: xs }))['y']).toBeAllclose(interpret(g, { inputs: { x: xs }, weights })['y']!, { rtol: 1e-6, atol: 1e-6 });
+    expect((await p.run(inputs))['y']).toBeAllclose(interpret(g, { inputs, weights })['y']!, { rtol: 2e-2, atol: 2e-2 });
     p.dispose();
   }, 60_000);
 

@@ -1,14 +1,15 @@
-// The worker's fused slot linear (native/stageml_torch/bank_fuse.py) on CPU torch, with a stand-in
-// for the bank kernel `stream.lora_bank_linear` (monkeypatched: it records its arguments and
-// returns a torch reference): the slots it is given (−1 for base rows, each batch row's slot
-// repeated over seq), the ranks derived from the tables, the B layouts, the per-table cache, the
-// bias, the unfused ops when the kernel declines, and sibling projections of one input run as one
-// set (`lora_bank_linear_set`, stood in for too). The engine's real programs are matched in
-// packages/engine/src/torch-bank.test.ts.
+// The torch worker's `loraBank` handlers (native/stageml_torch/bank.py, ops.op_lora_bank) on CPU
+// torch: the op's table entry computes exactly its decomposition; with the kernel step
+// (STAGEML_TORCH_FUSE=1 on the CPU) a stand-in for the bank kernel `stream.lora_bank_linear`
+// (monkeypatched: it records its arguments and returns a torch reference) sees the slots it is
+// given (−1 for base rows, each row's slot repeated over seq), the ranks derived from the tables,
+// the B layouts, the per-table cache, the bias, the linear and the update's ops when the kernel
+// declines, and sibling projections of one input run as one set (`lora_bank_linear_set`, stood in
+// for too). The engine's real programs are run in packages/engine/src/torch-bank.test.ts.
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { GraphBuilder, graphToJson } from '@stageml/ir';
+import { type DType, GraphBuilder, expandComposites, graphToJson } from '@stageml/ir';
 import { expect, it } from 'vitest';
 
 import { describeWithTorch, runNativePython } from './test-support.js';
@@ -18,41 +19,36 @@ const R = 16;
 const IN = 16;
 const OUT = 24;
 
-/** One slot linear as the engine's slotLinear builds it at bf16 with adapterDtype same. */
-function slotGraph(form: 'gathered' | 'single' | 'grouped', bias: boolean): string {
+/** One slot linear as the engine's slotLinear builds it (at bf16 with adapterDtype same: one `loraBank` op over `linear(x, W[, bias])`). */
+function slotGraph(form: 'gathered' | 'single' | 'grouped', bias: boolean, opts: { dtype?: DType; decomposed?: boolean } = {}): string {
+  const dt = opts.dtype ?? 'bf16';
   const b = new GraphBuilder(`slot_${form}`);
-  const x = b.input('x', ['bf16', ['batch', 'seq', IN]]);
-  const w = b.input('W', ['bf16', [OUT, IN]]);
-  const base = b.linear(x, w, bias ? b.input('bias', ['bf16', [OUT]]) : undefined);
-  const A = b.input('A', ['bf16', [S, R, IN]]);
-  const B = b.input('B', ['bf16', [S, R, OUT]]);
+  const x = b.input('x', [dt, ['batch', 'seq', IN]]);
+  const w = b.input('W', [dt, [OUT, IN]]);
+  const base = b.linear(x, w, bias ? b.input('bias', [dt, [OUT]]) : undefined);
+  const A = b.input('A', [dt, [S, R, IN]]);
+  const B = b.input('B', [dt, [S, R, OUT]]);
+  const cast = (v: ReturnType<typeof b.input>): ReturnType<typeof b.input> => (dt === 'f32' ? v : b.cast(v, dt));
   if (form === 'gathered') {
-    const rows = b.input('row_slot', ['i64', ['batch']]);
-    const shrink = b.matmul(x, b.gather(A, rows, 0), { transposeB: true });
-    // The delta first: either operand order of the add is matched.
-    b.output('y', b.add(b.matmul(shrink, b.gather(B, rows, 0)), base));
+    b.output('y', b.loraBank('gathered', x, base, A, B, b.input('row_slot', ['i64', ['batch']])));
   } else if (form === 'grouped') {
-    const groups = b.input('group_slot', ['i64', ['groups']]);
-    const onehot = b.cast(b.reshape(b.input('row_group', ['f32', ['batch', 'groups']]), ['batch', 1, 'groups', 1]), 'bf16');
-    const shrink = b.reshape(b.linear(x, b.reshape(b.gather(A, groups, 0), [-1, IN])), ['batch', 'seq', 'groups', R]);
-    const own = b.reshape(b.mul(onehot, shrink), ['batch', 'seq', -1]);
-    b.output('y', b.add(base, b.matmul(own, b.reshape(b.gather(B, groups, 0), [-1, OUT]))));
+    const onehot = cast(b.input('row_group', ['f32', ['batch', 'groups']]));
+    b.output('y', b.loraBank('grouped', x, base, A, B, b.input('group_slot', ['i64', ['groups']]), onehot));
   } else {
-    const one = b.input('one_slot', ['i64', []]);
-    const mask = b.cast(b.input('row_mask', ['f32', ['batch', 1, 1]]), 'bf16');
-    const shrink = b.mul(mask, b.linear(x, b.gather(A, one, 0)));
-    b.output('y', b.add(base, b.matmul(shrink, b.gather(B, one, 0))));
+    const mask = cast(b.input('row_mask', ['f32', ['batch', 1, 1]]));
+    b.output('y', b.loraBank('single', x, base, A, B, b.input('one_slot', ['i64', []]), mask));
   }
-  const dir = mkdtempSync(join(tmpdir(), 'bank-fuse-'));
-  const file = join(dir, `${form}${bias ? '-bias' : ''}.json`);
-  writeFileSync(file, JSON.stringify(graphToJson(b.build())));
+  const g = b.build();
+  const dir = mkdtempSync(join(tmpdir(), 'lora-bank-'));
+  const file = join(dir, `${form}${bias ? '-bias' : ''}-${dt}${opts.decomposed === true ? '-decomposed' : ''}.json`);
+  writeFileSync(file, JSON.stringify(graphToJson(opts.decomposed === true ? expandComposites(g, (op) => op === 'loraBank') : g)));
   return file;
 }
 
 const PRELUDE = `
 import gc, json, os
 import torch
-from stageml_torch import bank_fuse, stream
+from stageml_torch import bank, stream
 from stageml_torch.graph import Program
 calls = []
 decline = [False]
@@ -62,7 +58,7 @@ def fake(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=None, b_bank_
                   "b_layout": bool(torch.equal(b_bank, b_bank_t.transpose(1, 2))) and b_bank.is_contiguous(), "x": list(x.shape)})
     if decline[0]:
         return None
-    return bank_fuse.reference_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales)
+    return bank.reference_bank_linear(x, w, a_bank, b_bank, slots, ranks, scales)
 stream.lora_bank_linear = fake
 stream.available = lambda: True
 g = torch.Generator().manual_seed(0)
@@ -84,6 +80,23 @@ def close(a, b):
 
 /** Slot linears (gathered) of one x (q, k, v), one whose weight is computed after the first of them,
  * and one of another input: `group_banks` may set only the first three. */
+/** A `loraBank` whose base is the linear's output also read elsewhere, and one whose base is not a linear: both stay table entries. */
+function baseNotLinearGraph(): string {
+  const b = new GraphBuilder('base_not_linear');
+  const x = b.input('x', ['bf16', ['batch', 'seq', IN]]);
+  const rows = b.input('row_slot', ['i64', ['batch']]);
+  const A = b.input('A', ['bf16', [S, R, IN]]);
+  const B = b.input('B', ['bf16', [S, R, OUT]]);
+  const base = b.linear(x, b.input('W', ['bf16', [OUT, IN]]));
+  b.output('y', b.loraBank('gathered', x, base, A, B, rows));
+  b.output('base', base);
+  b.output('z', b.loraBank('gathered', x, b.input('given', ['bf16', ['batch', 'seq', OUT]]), A, B, rows));
+  const dir = mkdtempSync(join(tmpdir(), 'lora-bank-'));
+  const file = join(dir, 'base-not-linear.json');
+  writeFileSync(file, JSON.stringify(graphToJson(b.build())));
+  return file;
+}
+
 function siblingsGraph(): string {
   const b = new GraphBuilder('siblings');
   const x = b.input('x', ['bf16', ['batch', 'seq', IN]]);
@@ -91,7 +104,7 @@ function siblingsGraph(): string {
   const lin = (xv: ReturnType<typeof b.input>, w: ReturnType<typeof b.input>, i: number) => {
     const A = b.input(`A${String(i)}`, ['bf16', [S, R, IN]]);
     const B = b.input(`B${String(i)}`, ['bf16', [S, R, OUT]]);
-    return b.add(b.linear(xv, w), b.matmul(b.matmul(xv, b.gather(A, rows, 0), { transposeB: true }), b.gather(B, rows, 0)));
+    return b.loraBank('gathered', xv, b.linear(xv, w), A, B, rows);
   };
   const q = lin(x, b.input('W0', ['bf16', [OUT, IN]]), 0);
   // computed after q's step: this projection cannot move up to q's place
@@ -104,13 +117,42 @@ function siblingsGraph(): string {
   b.output('v', v);
   b.output('late', lin(x, late, 3));
   b.output('other', lin(other, b.input('W4', ['bf16', [OUT, IN]]), 4));
-  const dir = mkdtempSync(join(tmpdir(), 'bank-fuse-'));
+  const dir = mkdtempSync(join(tmpdir(), 'lora-bank-'));
   const file = join(dir, 'siblings.json');
   writeFileSync(file, JSON.stringify(graphToJson(b.build())));
   return file;
 }
 
-describeWithTorch('fused slot linears in the torch worker (stageml_torch.bank_fuse)', () => {
+describeWithTorch("the torch worker's loraBank handlers (stageml_torch.bank)", () => {
+  it('computes exactly the decomposition in every form, f32 and bf16, with and without a bias (the table entry, no kernel step)', () => {
+    const cases: [string, string][] = [];
+    for (const form of ['gathered', 'single', 'grouped'] as const) {
+      for (const dtype of ['f32', 'bf16'] as const) {
+        for (const bias of [false, true]) cases.push([slotGraph(form, bias, { dtype }), slotGraph(form, bias, { dtype, decomposed: true })]);
+      }
+    }
+    const out = runNativePython(`${PRELUDE}
+res = []
+for op_path, dec_path in ${JSON.stringify(cases)}:
+    p, d = prog(op_path, "0"), prog(dec_path, "0")
+    keys = sorted(st[0] for st in p.steps)
+    dt = torch.float32 if "-f32" in op_path else torch.bfloat16
+    A, B = tables(${String(S)}, ${String(R)}, ${String(IN)}, ${String(OUT)})
+    ins = {"x": rnd(3, 2, ${String(IN)}).to(dt), "W": rnd(${String(OUT)}, ${String(IN)}).to(dt), "bias": rnd(${String(OUT)}).to(dt), "A": A.to(dt), "B": B.to(dt),
+           "row_slot": torch.tensor([1, 0, 2]), "one_slot": torch.tensor(2), "row_mask": torch.tensor([1.0, 0.0, 1.0]).reshape(3, 1, 1),
+           "group_slot": torch.tensor([2, 1]), "row_group": torch.tensor([[0.0, 1.0], [0.0, 0.0], [1.0, 0.0]])}
+    ins = {k: v for k, v in ins.items() if k in p.input_names()}
+    res.append({"keys": keys, "equal": bool(torch.equal(p.run(ins)["y"], d.run(ins)["y"])), "fused": p.fused_slots})
+print(json.dumps(res))
+`) as { keys: string[]; equal: boolean; fused: number }[];
+    expect(out).toHaveLength(12);
+    for (const r of out) {
+      expect(r.keys).toContain('loraBank');
+      expect(r.equal).toBe(true);
+      expect(r.fused).toBe(0);
+    }
+  });
+
   it('gathered: the kernel gets per-row slots (−1 for base rows, repeated over seq), derived ranks and both B layouts, once per table', () => {
     const out = runNativePython(`${PRELUDE}
 p, u = prog(${JSON.stringify(slotGraph('gathered', false))}, "1"), prog(${JSON.stringify(slotGraph('gathered', false))}, "0")
@@ -118,21 +160,22 @@ A, B = tables(${String(S)}, ${String(R)}, ${String(IN)}, ${String(OUT)})
 ins = {"x": rnd(3, 2, ${String(IN)}), "W": rnd(${String(OUT)}, ${String(IN)}), "A": A, "B": B, "row_slot": torch.tensor([1, 0, 2])}
 y = p.run(ins)["y"]
 ref = u.run(ins)["y"]
-d0 = bank_fuse.DERIVATIONS
+d0 = bank.DERIVATIONS
 p.run(ins)
-same = bank_fuse.DERIVATIONS - d0
+same = bank.DERIVATIONS - d0
 A2 = A.clone()
 A2[1, 8:10] = rnd(2, ${String(IN)})                     # a new table: rank 16 in slot 1 now
 p.run(dict(ins, A=A2, row_slot=torch.tensor([2, 1, 7])))  # 7: outside the table, a base row
-new = bank_fuse.DERIVATIONS - d0
-entries = len(bank_fuse._DERIVED)
+new = bank.DERIVATIONS - d0
+entries = len(bank._DERIVED)
 del A2
 gc.collect()
 print(json.dumps({"fused": [p.fused_slots, u.fused_slots], "steps": [len(p.steps), len(u.steps)], "calls": calls, "err": close(y, ref),
-                  "y_shape": list(y.shape), "same": same, "new": new, "entries": [entries, len(bank_fuse._DERIVED)]}))
+                  "y_shape": list(y.shape), "same": same, "new": new, "entries": [entries, len(bank._DERIVED)]}))
 `) as { fused: number[]; steps: number[]; calls: Record<string, unknown>[]; err: number; y_shape: number[]; same: number; new: number; entries: number[] };
     expect(out.fused).toEqual([1, 0]);
-    expect(out.steps).toEqual([1, 6]);
+    // The kernel step took the base linear in; the table's path runs the linear and the op.
+    expect(out.steps).toEqual([1, 2]);
     expect(out.y_shape).toEqual([3, 2, OUT]);
     expect(out.err).toBeLessThan(2e-2);
     expect(out.calls).toHaveLength(3);
@@ -176,13 +219,13 @@ err = close(p.run(ins)["y"], u.run(ins)["y"])
 print(json.dumps({"fused": p.fused_slots, "steps": [len(p.steps), len(u.steps)], "calls": [c["slots"] for c in calls], "err": err}))
 `) as { fused: number; steps: number[]; calls: number[][]; err: number };
     expect(out.fused).toBe(1);
-    // Kept: the one-hot's reshape and cast (shared by every projection of a program).
-    expect(out.steps).toEqual([3, 13]);
+    // Kept: the one-hot's cast (shared by every projection of a program).
+    expect(out.steps).toEqual([2, 3]);
     expect(out.calls).toEqual([[1, 1, -1, -1, 2, 2]]);
     expect(out.err).toBeLessThan(2e-2);
   });
 
-  it('runs exactly the unfused ops when the kernel declines (and when the rows exceed 64 it is not asked)', () => {
+  it('runs exactly the linear and the op table entry when the kernel declines (and when the rows exceed 64 it is not asked)', () => {
     const out = runNativePython(`${PRELUDE}
 decline[0] = True
 res = {}
@@ -205,7 +248,7 @@ print(json.dumps({"res": res, "calls": len(calls)}))
     expect(out.calls).toBe(3);
   });
 
-  it('runs the slot linears of one input as one set (lora_bank_linear_set), each alone where the set path declines (exactly the unfused ops where their kernels decline too) or an operand comes later', () => {
+  it('runs the slot linears of one input as one set (lora_bank_linear_set), each alone where the set path declines (exactly the linear and the op table entry where their kernels decline too) or an operand comes later', () => {
     const out = runNativePython(`${PRELUDE}
 sets = []
 decline_set = [False]
@@ -213,7 +256,7 @@ def fake_set(x, items, slots):
     sets.append({"items": len(items), "slots": slots.tolist(), "shapes": [list(w.shape) for w, *_ in items], "b_t": [list(bt.shape) for *_, bt in items]})
     if decline_set[0]:
         return None
-    return [bank_fuse.reference_bank_linear(x, w, a, b, slots, r, s) for w, a, b, r, s, bt in items]
+    return [bank.reference_bank_linear(x, w, a, b, slots, r, s) for w, a, b, r, s, bt in items]
 stream.lora_bank_linear_set = fake_set
 path = ${JSON.stringify(siblingsGraph())}
 ins = {"x": rnd(3, 2, ${String(IN)}), "x2": rnd(3, 2, ${String(IN)}), "row_slot": torch.tensor([1, 0, 2])}
@@ -225,7 +268,7 @@ p, u = prog(path, "1"), prog(path, "0")
 os.environ["STAGEML_TORCH_BANK_SETS"] = "0"
 apart = prog(path, "1")
 del os.environ["STAGEML_TORCH_BANK_SETS"]
-members = [len(st[1].members) for st in p.steps if st[0] == bank_fuse.SET_KEY]
+members = [len(st[1].members) for st in p.steps if st[0] == bank.SET_KEY]
 ref = u.run(ins)
 y = p.run(ins)
 first = {"sets": list(sets), "singles": len(calls), "errs": {k: close(y[k], ref[k]) for k in ref}}
@@ -262,11 +305,12 @@ print(json.dumps({"slot_sets": [p.slot_sets, apart.slot_sets, u.slot_sets], "fus
     }
   });
 
-  it('is off with STAGEML_TORCH_FUSE=0, and under auto on a CPU device', () => {
+  it('gives no step to the kernel with STAGEML_TORCH_FUSE=0, nor under auto on a CPU device, nor where the base is not a linear of x read by the op alone', () => {
     const out = runNativePython(`${PRELUDE}
 path = ${JSON.stringify(slotGraph('gathered', false))}
-print(json.dumps([prog(path, m).fused_slots for m in ("0", "auto", "1")]))
+other = ${JSON.stringify(baseNotLinearGraph())}
+print(json.dumps([prog(path, m).fused_slots for m in ("0", "auto", "1")] + [prog(other, "1").fused_slots]))
 `) as number[];
-    expect(out).toEqual([0, 0, 1]);
+    expect(out).toEqual([0, 0, 1, 0]);
   });
 });
