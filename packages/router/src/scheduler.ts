@@ -102,6 +102,15 @@ export interface SchedulerStepStats {
   readonly mergedSteps: number;
   /** Program runs of those steps (`StepResult.runs`). */
   readonly engineRuns: number;
+  /**
+   * Milliseconds the step loop spent, summed over its steps: choosing and building each step
+   * (`schedule`: admission, pruning, the step record), inside `Engine.step` (`engine`: the
+   * engine's input building, the executor's round trip, readback) and taking the step's tokens
+   * (`emit`: pickers, and each request's `onToken`: the server's detokenizing and SSE writes), and
+   * in the event loop between steps (`yield`: I/O callbacks such as arriving requests and socket
+   * writes completing).
+   */
+  readonly hostMs: { readonly schedule: number; readonly engine: number; readonly emit: number; readonly yield: number };
 }
 
 /** Counts for metrics: running and waiting requests per adapter (`''` = base). */
@@ -167,6 +176,11 @@ export class Scheduler {
   #steps = 0;
   #mergedSteps = 0;
   #engineRuns = 0;
+  readonly #hostMs = { schedule: 0, engine: 0, emit: 0, yield: 0 };
+  /** When the last `Engine.step` call settled (`hostMs.emit` runs from here). */
+  #engineAt = 0;
+  /** When the step loop's current iteration began (`hostMs.schedule` runs from here to `Engine.step`). */
+  #loopAt = 0;
   #draining = false;
   #idle: (() => void)[] = [];
 
@@ -217,7 +231,7 @@ export class Scheduler {
    * one program run, and the program runs they took.
    */
   stepStats(): SchedulerStepStats {
-    return { steps: this.#steps, mergedSteps: this.#mergedSteps, engineRuns: this.#engineRuns };
+    return { steps: this.#steps, mergedSteps: this.#mergedSteps, engineRuns: this.#engineRuns, hostMs: { ...this.#hostMs } };
   }
 
   /** The queue bound of `tenant`. */
@@ -460,11 +474,16 @@ export class Scheduler {
         : { prefill: { seqs: prefilling.map((s) => s.es!), ...(pPicks ? { rows: pPlans.map((p, i) => rowOf(p, this.#engine.finishesPrefill(prefilling[i]!.es!, maxChunk))) } : {}), ...(maxChunk === undefined ? {} : { maxChunk }) } }),
     };
     let result: StepResult;
+    const sent = performance.now();
+    this.#hostMs.schedule += sent - this.#loopAt;
     try {
       result = await this.#engine.step(record);
     } catch (e) {
       this.#fail([...decoding, ...prefilling], e);
       return;
+    } finally {
+      this.#engineAt = performance.now();
+      this.#hostMs.engine += this.#engineAt - sent;
     }
     this.#steps++;
     if (result.merged) this.#mergedSteps++;
@@ -518,6 +537,7 @@ export class Scheduler {
     this.#pumping = true;
     try {
       for (;;) {
+        this.#loopAt = performance.now();
         const admitted = this.#admit();
         for (const s of admitted) {
           this.#running.push(s);
@@ -539,10 +559,15 @@ export class Scheduler {
           continue;
         }
         await this.#step(decoding, prefilling.filter((s) => !s.done), maxChunk);
+        const taken = performance.now();
+        this.#hostMs.emit += taken - this.#engineAt;
         this.#prune();
+        const pruned = performance.now();
+        this.#hostMs.schedule += pruned - taken;
         // NOTE: executors may compute synchronously; yield to the event loop between steps so new
         // requests (and cancellations) arrive and join at the next step.
         await new Promise<void>((resolve) => setImmediate(resolve));
+        this.#hostMs.yield += performance.now() - pruned;
       }
     } finally {
       this.#pumping = false;
