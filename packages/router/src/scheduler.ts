@@ -105,8 +105,9 @@ export interface SchedulerStepStats {
   /**
    * Milliseconds the step loop spent, summed over its steps: choosing and building each step
    * (`schedule`: admission, pruning, the step record), inside `Engine.step` (`engine`: the
-   * engine's input building, the executor's round trip, readback) and taking the step's tokens
-   * (`emit`: pickers, and each request's `onToken`: the server's detokenizing and SSE writes), and
+   * engine's input building, the executor's round trip, readback — and, overlapped with it, the
+   * previous step's `onToken` calls: the server's detokenizing and SSE writes), taking the step's
+   * tokens (`emit`: pickers, stop and length checks), and
    * in the event loop between steps (`yield`: I/O callbacks such as arriving requests and socket
    * writes completing).
    */
@@ -177,6 +178,8 @@ export class Scheduler {
   #mergedSteps = 0;
   #engineRuns = 0;
   readonly #hostMs = { schedule: 0, engine: 0, emit: 0, yield: 0 };
+  /** Deferred `onToken` calls and resolutions (`#accept`), run by `#flush`. */
+  readonly #emissions: (() => void)[] = [];
   /** When the last `Engine.step` call settled (`hostMs.emit` runs from here). */
   #engineAt = 0;
   /** When the step loop's current iteration began (`hostMs.schedule` runs from here to `Engine.step`). */
@@ -376,21 +379,35 @@ export class Scheduler {
     seq.last = id;
     seq.newIds.push(id);
     seq.firstTokenAt ??= performance.now();
-    seq.req.onToken?.(id);
+    // The request hears of its token (the server detokenizes and writes SSE) once the next step
+    // is on its way to the executor: `#flush`.
+    const onToken = seq.req.onToken;
+    if (onToken !== undefined) this.#emissions.push(() => {
+      onToken(id);
+    });
     // A constrained request whose text is complete (nothing may follow) ends as a stop.
     const complete = seq.req.sampling.constraint?.finished === true;
     const finish = seq.stop.has(id) || complete ? 'stop' : seq.newIds.length >= seq.req.maxNewTokens ? 'length' : undefined;
     if (finish === undefined) return;
     seq.done = true;
-    const now = performance.now();
-    seq.resolve({
+    const result: GenerationResult = {
       newIds: seq.newIds,
       finishReason: finish,
       promptTokens: seq.req.prompt.length,
       path: seq.path,
       timeToFirstTokenMs: seq.firstTokenAt - seq.submitted,
-      latencyMs: now - seq.submitted,
+      latencyMs: performance.now() - seq.submitted,
+    };
+    // After its last token's `onToken`, as before the emissions were deferred.
+    this.#emissions.push(() => {
+      seq.resolve(result);
     });
+  }
+
+  /** Runs the deferred `onToken` calls and resolutions of the steps taken so far, in order. */
+  #flush(): void {
+    const pending = this.#emissions.splice(0);
+    for (const f of pending) f();
   }
 
   #fail(seqs: readonly Seq[], e: unknown): void {
@@ -477,7 +494,17 @@ export class Scheduler {
     const sent = performance.now();
     this.#hostMs.schedule += sent - this.#loopAt;
     try {
-      result = await this.#engine.step(record);
+      // Overlap: the last step's tokens reach their requests (detokenizing, SSE writes) while
+      // this step runs on the executor. The turn of the event loop first lets the engine send
+      // the step (its request is written in the microtasks `step` starts with).
+      const running = this.#engine.step(record).then((r) => ({ r }), (e: unknown) => ({ e }));
+      if (this.#emissions.length > 0) {
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        this.#flush();
+      }
+      const settled = await running;
+      if ('e' in settled) throw settled.e;
+      result = settled.r;
     } catch (e) {
       this.#fail([...decoding, ...prefilling], e);
       return;
@@ -570,6 +597,7 @@ export class Scheduler {
         this.#hostMs.yield += performance.now() - pruned;
       }
     } finally {
+      this.#flush();
       this.#pumping = false;
       if (this.#running.length === 0 && this.#waiting === 0) for (const f of this.#idle.splice(0)) f();
     }
