@@ -9,7 +9,7 @@
 // the engine's input building, the executor's round trip (of which the stub's own time), readback,
 // token emission (pickers, detokenizing, SSE writes) and the event loop between steps. With
 // `--kernel-ms K` the stub sleeps K ms per run (a device's step time): the host's part then shows
-// as wall − K. Options: `--streams 1,8,64`, `--tokens 128`, `--layers 16`, `--no-adapters`,
+// as wall − K (results then in bench/results/host-step-kernel.{json,md}). Options: `--streams 1,8,64`, `--tokens 128`, `--layers 16`, `--no-adapters`,
 // `--cpu-prof` (a .cpuprofile of the server process under $TMPDIR/stageml-host-step-prof/).
 import { spawn } from 'node:child_process';
 import { cpSync, mkdtempSync, mkdirSync, openSync, closeSync, rmSync, writeSync, ftruncateSync, writeFileSync } from 'node:fs';
@@ -185,7 +185,7 @@ try {
     }
   }
   writeResults(
-    'host-step',
+    KERNEL_MS > 0 ? 'host-step-kernel' : 'host-step',
     `Host time per step of the reference server (issue 41): stageml serve's path (createServer → Scheduler → Engine.step → torch executor → worker protocol) with a stub worker that answers each run at once${KERNEL_MS > 0 ? ` after ${String(KERNEL_MS)} ms` : ''}; Llama-3.2-1B shape bf16 (vocab 128,256, ${String(shape.numLayers)} layers), ${String(PROMPT)}-token prompts, ${String(TOKENS)} new tokens per SSE stream, greedy. "median ms" is the step loop's ms per step (schedule + engine + emit + yield); the split is in the JSON's extra (per step).`,
     cases,
     [
