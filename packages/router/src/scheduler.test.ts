@@ -29,6 +29,30 @@ function req(model: string, p: number, extra: Partial<GenerationRequest> = {}): 
 }
 
 describe('Scheduler', () => {
+  it('hands a step\'s tokens to onToken while the next step is in the engine, with the same tokens and order', async () => {
+    const s = new Scheduler(lm, { maxBatch: 8 });
+    const events: string[] = [];
+    const step = lm.step.bind(lm);
+    const spy = vi.spyOn(lm, 'step').mockImplementation(async (record) => {
+      events.push('step');
+      return step(record);
+    });
+    onTestFinished(() => {
+      spy.mockRestore();
+    });
+    const ids: number[] = [];
+    const r = await s.submit(req('base', 0, { maxNewTokens: 5, onToken: (id) => {
+      ids.push(id);
+      events.push('token');
+    } }));
+    // Greedy tokens as the golden ones, each heard once, in order, before the request resolves.
+    expect(r.newIds).toEqual(prompt('base', 0).greedy_new_ids.slice(0, 5));
+    expect(ids).toEqual(r.newIds);
+    // Prefill (token 1), then decode steps: token k is heard after the step that takes it as input
+    // was started; the last token, with no step after it, when the loop ends.
+    expect(events).toEqual(['step', 'step', 'token', 'step', 'token', 'step', 'token', 'step', 'token', 'token']);
+  });
+
   it('applies each row\'s own token constraint in a mixed batch and ends a completed one with stop', async () => {
     /** A constraint allowing the ids `allowed[k]` at step k, finished after the last. */
     const constraint = (allowed: readonly (readonly number[])[]) => {

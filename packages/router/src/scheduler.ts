@@ -102,6 +102,16 @@ export interface SchedulerStepStats {
   readonly mergedSteps: number;
   /** Program runs of those steps (`StepResult.runs`). */
   readonly engineRuns: number;
+  /**
+   * Milliseconds the step loop spent, summed over its steps: choosing and building each step
+   * (`schedule`: admission, pruning, the step record), inside `Engine.step` (`engine`: the
+   * engine's input building, the executor's round trip, readback — and, overlapped with it, the
+   * previous step's `onToken` calls: the server's detokenizing and SSE writes), taking the step's
+   * tokens (`emit`: pickers, stop and length checks), and
+   * in the event loop between steps (`yield`: I/O callbacks such as arriving requests and socket
+   * writes completing).
+   */
+  readonly hostMs: { readonly schedule: number; readonly engine: number; readonly emit: number; readonly yield: number };
 }
 
 /** Counts for metrics: running and waiting requests per adapter (`''` = base). */
@@ -167,6 +177,13 @@ export class Scheduler {
   #steps = 0;
   #mergedSteps = 0;
   #engineRuns = 0;
+  readonly #hostMs = { schedule: 0, engine: 0, emit: 0, yield: 0 };
+  /** Deferred `onToken` calls and resolutions (`#accept`), run by `#flush`. */
+  readonly #emissions: (() => void)[] = [];
+  /** When the last `Engine.step` call settled (`hostMs.emit` runs from here). */
+  #engineAt = 0;
+  /** When the step loop's current iteration began (`hostMs.schedule` runs from here to `Engine.step`). */
+  #loopAt = 0;
   #draining = false;
   #idle: (() => void)[] = [];
 
@@ -217,7 +234,7 @@ export class Scheduler {
    * one program run, and the program runs they took.
    */
   stepStats(): SchedulerStepStats {
-    return { steps: this.#steps, mergedSteps: this.#mergedSteps, engineRuns: this.#engineRuns };
+    return { steps: this.#steps, mergedSteps: this.#mergedSteps, engineRuns: this.#engineRuns, hostMs: { ...this.#hostMs } };
   }
 
   /** The queue bound of `tenant`. */
@@ -362,21 +379,35 @@ export class Scheduler {
     seq.last = id;
     seq.newIds.push(id);
     seq.firstTokenAt ??= performance.now();
-    seq.req.onToken?.(id);
+    // The request hears of its token (the server detokenizes and writes SSE) once the next step
+    // is on its way to the executor: `#flush`.
+    const onToken = seq.req.onToken;
+    if (onToken !== undefined) this.#emissions.push(() => {
+      onToken(id);
+    });
     // A constrained request whose text is complete (nothing may follow) ends as a stop.
     const complete = seq.req.sampling.constraint?.finished === true;
     const finish = seq.stop.has(id) || complete ? 'stop' : seq.newIds.length >= seq.req.maxNewTokens ? 'length' : undefined;
     if (finish === undefined) return;
     seq.done = true;
-    const now = performance.now();
-    seq.resolve({
+    const result: GenerationResult = {
       newIds: seq.newIds,
       finishReason: finish,
       promptTokens: seq.req.prompt.length,
       path: seq.path,
       timeToFirstTokenMs: seq.firstTokenAt - seq.submitted,
-      latencyMs: now - seq.submitted,
+      latencyMs: performance.now() - seq.submitted,
+    };
+    // After its last token's `onToken`, as before the emissions were deferred.
+    this.#emissions.push(() => {
+      seq.resolve(result);
     });
+  }
+
+  /** Runs the deferred `onToken` calls and resolutions of the steps taken so far, in order. */
+  #flush(): void {
+    const pending = this.#emissions.splice(0);
+    for (const f of pending) f();
   }
 
   #fail(seqs: readonly Seq[], e: unknown): void {
@@ -460,11 +491,26 @@ export class Scheduler {
         : { prefill: { seqs: prefilling.map((s) => s.es!), ...(pPicks ? { rows: pPlans.map((p, i) => rowOf(p, this.#engine.finishesPrefill(prefilling[i]!.es!, maxChunk))) } : {}), ...(maxChunk === undefined ? {} : { maxChunk }) } }),
     };
     let result: StepResult;
+    const sent = performance.now();
+    this.#hostMs.schedule += sent - this.#loopAt;
     try {
-      result = await this.#engine.step(record);
+      // Overlap: the last step's tokens reach their requests (detokenizing, SSE writes) while
+      // this step runs on the executor. The turn of the event loop first lets the engine send
+      // the step (its request is written in the microtasks `step` starts with).
+      const running = this.#engine.step(record).then((r) => ({ r }), (e: unknown) => ({ e }));
+      if (this.#emissions.length > 0) {
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        this.#flush();
+      }
+      const settled = await running;
+      if ('e' in settled) throw settled.e;
+      result = settled.r;
     } catch (e) {
       this.#fail([...decoding, ...prefilling], e);
       return;
+    } finally {
+      this.#engineAt = performance.now();
+      this.#hostMs.engine += this.#engineAt - sent;
     }
     this.#steps++;
     if (result.merged) this.#mergedSteps++;
@@ -518,6 +564,7 @@ export class Scheduler {
     this.#pumping = true;
     try {
       for (;;) {
+        this.#loopAt = performance.now();
         const admitted = this.#admit();
         for (const s of admitted) {
           this.#running.push(s);
@@ -539,12 +586,18 @@ export class Scheduler {
           continue;
         }
         await this.#step(decoding, prefilling.filter((s) => !s.done), maxChunk);
+        const taken = performance.now();
+        this.#hostMs.emit += taken - this.#engineAt;
         this.#prune();
+        const pruned = performance.now();
+        this.#hostMs.schedule += pruned - taken;
         // NOTE: executors may compute synchronously; yield to the event loop between steps so new
         // requests (and cancellations) arrive and join at the next step.
         await new Promise<void>((resolve) => setImmediate(resolve));
+        this.#hostMs.yield += performance.now() - pruned;
       }
     } finally {
+      this.#flush();
       this.#pumping = false;
       if (this.#running.length === 0 && this.#waiting === 0) for (const f of this.#idle.splice(0)) f();
     }

@@ -393,14 +393,23 @@ export function resolveWeights(graph: Graph, weights: ValueSource | undefined): 
   }
 }
 
+/** Per graph, its input nodes and their names (`checkInputs`). */
+const inputsOf = new WeakMap<Graph, { readonly nodes: number; readonly declared: ReturnType<typeof graphInputs>; readonly names: ReadonlySet<string> }>();
+
 /**
  * Checks run-time inputs against a graph's signature: every input present, none unknown, dtypes and
  * shapes consistent with the declared types and with the parameters' bindings. Returns the
  * symbol bindings. Errors: `RT_MISSING_INPUT`, `RT_UNKNOWN_INPUT`, `RT_BAD_VALUE`.
  */
 export function checkInputs(graph: Graph, inputs: Readonly<Record<string, HostTensor>>, paramBindings: Readonly<Record<string, number>> = {}): Record<string, number> {
-  const declared = graphInputs(graph);
-  const names = new Set(declared.map((n) => n.name));
+  // NOTE: passes return new graphs, so a graph's input list is built once (an engine checks the
+  // inputs of every decode step); a graph grown since (a builder's) is read again.
+  let known = inputsOf.get(graph);
+  if (known?.nodes !== graph.nodes.length) {
+    const list = graphInputs(graph);
+    inputsOf.set(graph, (known = { nodes: graph.nodes.length, declared: list, names: new Set(list.map((n) => n.name)) }));
+  }
+  const { declared, names } = known;
   for (const k of Object.keys(inputs)) {
     if (!names.has(k)) throw new RuntimeError(RuntimeCode.UNKNOWN_INPUT, `'${k}' is not an input of @${graph.name} (inputs: ${[...names].join(', ') || 'none'})`);
   }
