@@ -49,7 +49,7 @@ describe('Engine programs come out of specialize', () => {
         expect(engine.programReport('base')!.folded.length).toBeGreaterThan(0);
         expect(r.graphs[3]!.nodes.some((n) => n.kind === 'input' && n.name.endsWith('input_layernorm.weight'))).toBe(false);
       }
-      await engine.dispose();
+      engine.dispose();
     }, 120_000);
   }
 });

@@ -98,7 +98,9 @@ export function stageProgram(graph: Graph, form: string): StagedProgram {
   // NOTE: folded parameters get a prefix of their own: specialize names them after the value they
   // replace (`add`), a name an executor's decomposition of a composite op may mint again.
   const residual = renameParams(s.residual, sourceOf);
-  const { flops: _flops, ...spec2 } = s.report;
+  // NOTE: fields picked one by one: the report's `flops` is a getter that costs both graphs.
+  const r = s.report;
+  const spec2: Omit<SpecializeReport, 'flops'> = { cutoff: r.cutoff, lattice: r.lattice, originalOps: r.originalOps, foldedOps: r.foldedOps, skippedStaticOps: r.skippedStaticOps, residualOps: r.residualOps, deadOps: r.deadOps, constants: r.constants, constantBytes: r.constantBytes, residualInputs: r.residualInputs };
   const stageCounts = countBy([...annotations.stages.values()].map((i) => annotations.lattice.name(i)));
   const report: ProgramReport = {
     form,
@@ -106,7 +108,7 @@ export function stageProgram(graph: Graph, form: string): StagedProgram {
     cutoff: ENGINE_CUTOFF,
     stages: stageCounts,
     rewrites: Object.fromEntries(Object.entries(rewritten.applied).filter(([, k]) => k > 0)),
-    specialize: { ...spec2 },
+    specialize: spec2,
     residualOps: countBy(residual.nodes.flatMap((n) => (n.kind === 'op' ? [n.op] : []))),
     weights: graphParams(residual).filter((p) => weights.has(p.name)).length,
     folded: Object.keys(foldedTypes),
