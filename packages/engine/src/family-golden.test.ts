@@ -1,7 +1,7 @@
 // The engine's slot programs for the model families of issue 36 (fixtures/hf-families, written by
 // tools/gen_family_fixtures.py with transformers 5.17 + PEFT 0.21): the base model and every adapter
 // decoded together in one mixed batch give transformers' greedy tokens, and the last prefill logits
-// are within 1e-4, on the interpreter, cpu-native and onnxruntime.
+// are within 1e-4, on the interpreter, cpu-native, onnxruntime and torch (CPU).
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { argmaxOf } from '@stageml/models';
@@ -9,6 +9,7 @@ import { type Executor, createCpuNativeExecutor, createOrtExecutor, interpreterE
 import { SafetensorsFile } from '@stageml/safetensors';
 import { describe, expect, it } from 'vitest';
 import { Engine } from './index.js';
+import { describeWithTorch, useCpuTorchExecutor } from './test-support.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/hf-families/', import.meta.url));
 interface FamilyGolden {
@@ -25,17 +26,15 @@ const executors: [string, () => Promise<Executor> | Executor][] = [
   ['onnxruntime', () => createOrtExecutor()],
 ];
 
-for (const family of golden.families) {
+async function mixedBatch(family: string, executor: Executor): Promise<void> {
   const g = golden[family]!;
   const models = ['base', ...Object.keys(g.adapters)];
-  for (const [exName, make] of executors) {
-    // cpu-native lacks the MoE routing ops (topk, indexSelect, scatterAdd).
-    if (family === 'qwen3_moe' && exName === 'cpu-native') continue;
-    describe(`engine: ${family} on ${exName}`, () => {
-      it(`base and ${String(models.length - 1)} adapters in one mixed batch: last prefill logits within 1e-4, 16 greedy tokens equal transformers'`, async () => {
+  {
+    {
+      {
         // Phi-3's longrope picks the long factors by the step's last position: a prompt past the original
         // length is prefilled in one chunk to match transformers (docs/models.md).
-        const engine = await Engine.load(`${root}${family}`, { maxLoras: models.length - 1, maxLoraRank: 16, prefillChunk: family === 'phi3' ? 128 : 16, executor: await make() });
+        const engine = await Engine.load(`${root}${family}`, { maxLoras: models.length - 1, maxLoraRank: 16, prefillChunk: family === 'phi3' ? 128 : 16, executor });
         for (const a of models.slice(1)) await engine.loadAdapter(`${root}${family}/adapters/${a}`, a);
         const f = await SafetensorsFile.open(`${root}golden.safetensors`);
         const V = engine.config.vocabSize;
@@ -61,7 +60,32 @@ for (const family of golden.families) {
           for (const s of seqs) engine.release(s);
         }
         await f.close();
+        engine.dispose();
+      }
+    }
+  }
+}
+
+for (const family of golden.families) {
+  const adapters = Object.keys(golden[family]!.adapters).length;
+  for (const [exName, make] of executors) {
+    // cpu-native lacks the MoE routing ops (topk, indexSelect, scatterAdd).
+    if (family === 'qwen3_moe' && exName === 'cpu-native') continue;
+    describe(`engine: ${family} on ${exName}`, () => {
+      it(`base and ${String(adapters)} adapters in one mixed batch: last prefill logits within 1e-4, 16 greedy tokens equal transformers'`, async () => {
+        await mixedBatch(family, await make());
       }, 240_000);
     });
   }
+}
+
+// NOTE: a torch executor per family: the worker's resident caches are keyed by input name, so
+// two engines of different shapes must not share one.
+for (const family of golden.families) {
+  describeWithTorch(`engine: ${family} on torch (CPU)`, () => {
+    const torch = useCpuTorchExecutor();
+    it(`base and its adapters in one mixed batch: last prefill logits within 1e-4, 16 greedy tokens equal transformers'`, async () => {
+      await mixedBatch(family, torch());
+    }, 240_000);
+  });
 }
