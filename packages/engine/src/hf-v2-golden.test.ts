@@ -36,7 +36,9 @@ async function mixedBatch(executor: Executor): Promise<void> {
       out[i]!.push((last[i] = argmaxOf(logits!)));
     }
     for (let k = 0; k < 15; k++) (await engine.decode(seqs, last)).forEach((l, i) => out[i]!.push((last[i] = argmaxOf(l))));
-    models.forEach((m, i) => expect(out[i], `${m} ${p}`).toEqual(golden[`mistral.${m}`]!.prompts[p]!.greedy_new_ids));
+    models.forEach((m, i) => {
+      expect(out[i], `${m} ${p}`).toEqual(golden[`mistral.${m}`]!.prompts[p]!.greedy_new_ids);
+    });
     for (const s of seqs) engine.release(s);
   }
   await f.close();
