@@ -252,6 +252,8 @@ export async function createServerContext(opts: ServerOptions): Promise<ServerCo
   const bundle = opts.bundle === undefined ? undefined : await readServingBundle(opts.bundle);
   const modelDir = bundle?.modelDir ?? opts.modelDir!;
   const lm = await loadEngine(opts, modelDir, bundle);
+  const log = opts.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+  for (const report of Object.values(lm.programReports)) log(`program ${JSON.stringify(report)}`);
   const modelName = opts.modelName ?? (modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   await loadStartAdapters(lm, opts, bundle);
   const aliases = new Set((opts.modelAliases ?? []).filter((a) => a !== modelName));

@@ -98,6 +98,11 @@ export interface ServerOptions {
    * cannot be served, skipped). Default: standard error.
    */
   readonly warn?: (line: string) => void;
+  /**
+   * Receives one line per program the engine prepared at start: its staging provenance (form,
+   * lattice, cutoff, ops folded and left, the residual's inputs), as JSON. Default: standard error.
+   */
+  readonly log?: (line: string) => void;
   /** Adapter slot capacity: most adapters loaded at once, `max_lora` in the metrics (default 16). */
   readonly maxLoras?: number;
   /** Name sent in every response's `x-stageml-replica` header (default `hostname:port`). */

@@ -15,6 +15,7 @@ import { Sequence, type SlotEntry } from './sequence.js';
 import { windowedQueries } from './masks.js';
 import { type ChunkRow, chunkInputs, decodeAttention, prefillInputs, stagePast } from './steps.js';
 import { type ExpertSlotFactors, type SlotSource, SlotTables } from './slots.js';
+import { type ProgramReport, type StagedPrograms, foldProgram, isWeightParam, stageEnginePrograms, stageProgram } from './stage-program.js';
 import { type Plan, TrafficCounter, checkPlan, validatePlanDocument } from '@stageml/planner';
 
 const BASE = '__base__';
@@ -53,6 +54,10 @@ function shapeOnly(a: LoraAdapter): LoraAdapter {
 export class Engine {
   readonly #executor: Executor;
   readonly #programs: Partial<Record<ProgramForm, PreparedGraph>>;
+  /** Per prepared program, where it came from (the staging pipeline's report). */
+  readonly #reports: Map<string, ProgramReport>;
+  /** Host values of the weights partial evaluation folds (to stage the scoring program later). */
+  readonly #foldSources: ReadonlyMap<string, HostTensor>;
   readonly #runsByForm: Record<ProgramForm, number> = { gathered: 0, grouped: 0, single: 0, base: 0 };
   readonly #tables: SlotTables;
   readonly #shapes: Map<string, readonly number[]>;
@@ -137,7 +142,7 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; deviceWeightBytes: number; hostWeights: boolean; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; hostKvCopy: boolean; recycleOutputs: boolean; executorPicks: boolean; mergeWaste: number },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; deviceWeightBytes: number; hostWeights: boolean; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; hostKvCopy: boolean; recycleOutputs: boolean; executorPicks: boolean; mergeWaste: number; staging: StagedPrograms },
   ) {
     this.#dtype = parts.dtype;
     this.#adapterDtype = parts.adapterDtype;
@@ -165,6 +170,8 @@ export class Engine {
     this.#slots = parts.tables.slots;
     this.#executor = parts.executor;
     this.#programs = parts.programs;
+    this.#reports = new Map(parts.staging.staged.map((st) => [st.report.form, st.report]));
+    this.#foldSources = parts.staging.foldSources;
     this.#tables = parts.tables;
     this.#shapes = parts.shapes;
     this.#weightBytes = parts.weightBytes;
@@ -261,6 +268,7 @@ export class Engine {
     let weightBytes = 0;
     let deviceWeightBytes = 0;
     let dtype: EngineDType;
+    let staging: StagedPrograms;
     try {
       dtype = wantDtype === 'checkpoint' ? storedDType(ckpt, dir) : wantDtype;
       if (dtype !== 'f32') {
@@ -298,10 +306,25 @@ export class Engine {
         deviceWeightBytes = refs.reduce((a, r) => a + r.ref.shape.reduce((x, y) => x * y, 1) * dtypeBytes(dtype), 0);
         weightBytes += deviceWeightBytes;
       }
+      // The programs are the staging pipeline's residuals (stage-program.ts): weights folding reads
+      // come from the host copy, or from the checkpoint when the weights live on the device.
+      const onHost = new Set(refs.map((r) => r.name));
+      const cast = dtype;
+      staging = await stageEnginePrograms(cast === 'f32' ? graphs32 : graphs32.map((g) => castProgram(g, cast, adapterDtype)), forms, async (n) => {
+        if (!onHost.has(n)) return weights.get(n)!;
+        const t = await readParam(ckpt, dir, n, shapes.get(n) as number[]);
+        return cast === 'f32' ? t : roundInPlace(t, cast);
+      });
+      // Weights read only by folded values are not inputs of any residual.
+      for (const [n, t] of [...weights]) {
+        if (staging.weightNames.has(n)) continue;
+        weights.delete(n);
+        if (!onHost.has(n)) weightBytes -= tensorBytes(t);
+      }
     } finally {
       await ckpt.close();
     }
-    const graphs = dtype === 'f32' ? graphs32 : graphs32.map((g) => castProgram(g, dtype, adapterDtype));
+    const residuals = staging.staged.map((st) => st.residual);
     const asInputs = opts.quantize === undefined && (opts.weights ?? 'inputs') === 'inputs';
     const programs: Partial<Record<ProgramForm, PreparedGraph>> = {};
     // One cache for every program, so each weight is packed once and the packed copy is shared.
@@ -311,13 +334,15 @@ export class Engine {
     const shared = new Map<string, HostTensor>();
     for (const [i, f] of forms.entries()) {
       // The base program takes the weights as parameters (its own, pre-packed copy) with packBase.
-      if (asInputs && !(packBase && f === 'base')) programs[f] = await executor.prepare(paramsToInputs(graphs[i]!));
+      const st = staging.staged[i]!;
+      const folded = staging.folded[i]!;
+      if (asInputs && !(packBase && f === 'base')) programs[f] = await executor.prepare(paramsToInputs(residuals[i]!, (n) => isWeightParam(st, n)), { get: (n) => folded[n] });
       else if (quantize === undefined) {
-        programs[f] = await executor.prepare(graphs[i]!, { get: (n) => weights.get(n) });
+        programs[f] = await executor.prepare(residuals[i]!, { get: (n) => weights.get(n) ?? folded[n] });
         copies++;
       }
       else {
-        const q = quantizeLinears(graphs[i]!, Object.fromEntries(weights), quantize);
+        const q = quantizeLinears(residuals[i]!, { ...Object.fromEntries(weights), ...folded }, quantize);
         if (i === 0) weightBytes = Object.values(q.constants).reduce((a, t) => a + t.data.byteLength, 0);
         // The f32 tensors left unquantized (embeddings, norms) are one host copy every program
         // reads as inputs, not a copy per program; the packed linears are the programs' own.
@@ -331,12 +356,26 @@ export class Engine {
     const baseTakesWeights = quantize !== undefined || (asInputs && !packBase);
     const factorDtype = dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32';
     const tables = onDevice === undefined ? new SlotTables(maxLoras + 1, rank, modules, factorDtype) : await SlotTables.onDevice(onDevice, maxLoras + 1, rank, modules, factorDtype);
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executor.capabilities.devicePicks === true, mergeWaste });
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executor.capabilities.devicePicks === true, mergeWaste, staging });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
   get kvBytesPerToken(): number {
     return (2 * this.config.numLayers * this.#kvShape[0] * this.#kvShape[1] + 1) * 4;
+  }
+
+  /**
+   * Where the prepared program of `form` came from: the staging pipeline's report (lattice,
+   * cutoff, stages, rewrites, what `specialize` folded, the residual's ops); undefined for a form
+   * not prepared. `programReports` lists every prepared one.
+   */
+  programReport(form: ProgramForm | 'scoring'): ProgramReport | undefined {
+    return this.#reports.get(form);
+  }
+
+  /** The staging reports of every prepared program, by form. */
+  get programReports(): Readonly<Record<string, ProgramReport>> {
+    return Object.fromEntries(this.#reports);
   }
 
   /** Names of loaded adapters (resident in a slot or not). */
@@ -711,8 +750,11 @@ export class Engine {
   /** The scoring program (logits at every position), prepared on first use. */
   #scoringProgram(): Promise<PreparedGraph> {
     if (this.#scoring === undefined) {
-      const scoring = engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], { allLogits: true });
-      this.#scoring = this.#executor.prepare(paramsToInputs(this.#dtype === 'f32' ? scoring : castProgram(scoring, this.#dtype, this.#adapterDtype)));
+      const built = engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], { allLogits: true });
+      const st = stageProgram(this.#dtype === 'f32' ? built : castProgram(built, this.#dtype, this.#adapterDtype), 'scoring');
+      const folded = foldProgram(st, { get: (n) => this.#foldSources.get(n) });
+      this.#reports.set('scoring', st.report);
+      this.#scoring = this.#executor.prepare(paramsToInputs(st.residual, (n) => isWeightParam(st, n)), { get: (n) => folded[n] });
       this.#scoring.catch(() => {
         this.#scoring = undefined;
       });

@@ -21,6 +21,8 @@ export type { DeviceMemoryPlan, DeviceMemoryRequest } from './device-plan.js';
 export type { RowSample } from '@stageml/runtime';
 export { Sequence } from './sequence.js';
 export { engineGraph } from './graph.js';
+export { ENGINE_CUTOFF, foldProgram, isWeightParam, servingAnnotations, stageEnginePrograms, stageProgram } from './stage-program.js';
+export type { ProgramReport, StagedProgram, StagedPrograms } from './stage-program.js';
 export { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, castEngineGraph, lowestOf } from './dtype.js';
 export type { CastEngineOptions, EngineAdapterDType, EngineDType } from './dtype.js';
 export { windowKeys, windowedQueries } from './masks.js';
