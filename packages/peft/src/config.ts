@@ -102,6 +102,7 @@ export function parseLoraConfig(text: string, file = 'adapter_config.json'): Lor
     throw new PeftError(PeftCode.BAD_CONFIG, `${file}: field '${issue.path.join('.') || '(root)'}': ${issue.message}`);
   }
   const c = parsed.data;
+  if (c.use_dora && c.lora_bias) throw new PeftError(PeftCode.BAD_CONFIG, `${file}: field 'lora_bias': not allowed with use_dora (PEFT refuses the pair too)`);
   if ((c.target_modules === null || c.target_modules === undefined || (Array.isArray(c.target_modules) && c.target_modules.length === 0)) && (c.target_parameters ?? []).length === 0) {
     throw new PeftError(PeftCode.BAD_CONFIG, `${file}: neither target_modules nor target_parameters names anything to adapt`);
   }
