@@ -69,6 +69,10 @@ for (const [model, spec] of Object.entries(golden.models)) {
         for (const a of adapters) engine.unloadAdapter(a);
         expect(engine.slotsAreClear()).toBe(true);
         await f.close();
+        if (model === 'qwen3_moe') {
+          await expect(engine.loadAdapter(`${root}${model}/adapters/router`, 'router')).rejects.toMatchObject({ code: 'ENGINE_BAD_ADAPTER', message: expect.stringContaining('router') as string });
+          expect(engine.adapterNames).toEqual([]);
+        }
       }, 120_000);
     });
   }
