@@ -128,7 +128,7 @@ export function laneTokenWeights(adapter: LoraAdapter, weights: Readonly<Record<
   const data = Float32Array.from(E.data as ArrayLike<number>);
   for (const t of adapter.tokenRows) {
     const rows = f32(t.rows.data);
-    t.indices.forEach((id, k) => data.set(rows.subarray(k * H, (k + 1) * H), id * H));
+    t.indices.forEach((id, k) => { data.set(rows.subarray(k * H, (k + 1) * H), id * H); });
   }
   const replaced: HostTensor = { dtype: 'f32', shape: E.shape, data };
   out.set(key, replaced);
