@@ -414,12 +414,16 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
     for (const s of seqs) engine.release(s);
   });
 
-  it('refuses an override of a tensor the model does not have, naming it, and stays as it was', async () => {
+  it('serves lm_head modules_to_save on a tied model in a lane; an engine without lanes refuses it, naming it, and stays as it was', async () => {
     const tied = join(tmp, 'tied');
     const { writeRandomLlama } = await import('./index.js');
     await writeRandomLlama(tied, { ...shape, numLayers: 1, tieWordEmbeddings: true });
     await writeRandomAdapter(join(tmp, 'head-on-tied'), { ...shape, numLayers: 1 }, { rank: 4, targets: ['q_proj'], overrideLmHead: true });
-    const engine = await Engine.load(tied, { maxLoras: 2 });
+    const served = await Engine.load(tied, { maxLoras: 2 });
+    await served.loadAdapter(join(tmp, 'head-on-tied'), 'x');
+    expect(served.adapterNames).toEqual(['x']);
+    expect(served.memory().lanes).toBeGreaterThan(0);
+    const engine = await Engine.load(tied, { maxLoras: 2, weights: 'program' });
     const before = engine.memory();
     await expect(engine.loadAdapter(join(tmp, 'head-on-tied'), 'x')).rejects.toMatchObject({ code: 'ENGINE_BAD_ADAPTER', message: expect.stringContaining('lm_head.weight') as string });
     expect(engine.adapterNames).toEqual([]);

@@ -6,6 +6,7 @@ import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
 import { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, type EngineAdapterDType, type EngineDType, castEngineGraph, castTensor, tensorBytes } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
 import { expertSlotFactors } from './experts.js';
+import { type SlotOut, laneTokenWeights, loadSlotOuts, mergedModule } from './adapter-kinds.js';
 import { engineGraph, paramsToInputs } from './graph.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
 import { type EngineMemory, type EngineOptions, type EnginePlan, type EngineStats, type PrefillOptions, type ProgramForm, type StepDecode, type StepPart, type StepPrefill, type StepRecord, type StepResult, positiveInt } from './options.js';
@@ -32,7 +33,7 @@ interface Lane {
 /** An adapter with its factors' shapes only (what planning needs), so planning keeps no factor data. */
 function shapeOnly(a: LoraAdapter): LoraAdapter {
   const empty = new Float32Array(0);
-  return { ...a, modules: new Map([...a.modules].map(([k, m]) => [k, { ...m, A: { ...m.A, data: empty }, B: { ...m.B, data: empty } }])), overrides: new Map(), parameterFactors: [] };
+  return { ...a, modules: new Map([...a.modules].map(([k, m]) => [k, { ...m, A: { ...m.A, data: empty }, B: { ...m.B, data: empty } }])), overrides: new Map(), parameterFactors: [], tokenRows: [] };
 }
 
 
@@ -47,9 +48,10 @@ function shapeOnly(a: LoraAdapter): LoraAdapter {
  * Slots are managed by an `AdapterCache` (LRU among idle, unpinned adapters; single-flight loads);
  * a second one holds parsed adapters on the host, bounded by `maxCpuLoras`. MoE expert LoRA
  * (PEFT `target_parameters`) lives in expert slot tables beside the attention factors, so
- * attention adapters, expert adapters and base rows share batches. Whole-tensor overrides run in
- * lanes (batches of their own on the same programs); LoRA bias is refused at load with
- * `ENGINE_BAD_ADAPTER` — neither ever fails anyone else's batch.
+ * attention adapters, expert adapters and base rows share batches; LoRA bias and DoRA live in
+ * per-slot output tables and mix row by row too. Whole-tensor overrides (`modules_to_save`, a tied
+ * `lm_head` included) and trainable tokens run in lanes (batches of their own on the same
+ * programs) — see `adapter-kinds.ts`; an adapter refused at load never fails anyone else's batch.
  */
 export class Engine {
   readonly #executor: Executor;
@@ -110,6 +112,8 @@ export class Engine {
   #workerRetries = 0;
   #disposed = false;
   readonly #expertCache = new WeakMap<LoraAdapter, ExpertSlotFactors[]>();
+  /** Per loaded adapter, its modules' output-table rows (LoRA bias, DoRA scale), computed once at load. */
+  readonly #outs = new Map<string, ReadonlyMap<string, SlotOut>>();
   readonly #dtype: EngineDType;
   readonly #adapterDtype: EngineAdapterDType;
   /** The executor's caches when sequences' KV lives there (`EngineOptions.residentKv`). */
@@ -259,7 +263,10 @@ export class Engine {
     const packBase = opts.packBase === true;
     const withBase = packBase || opts.quantize !== undefined || (opts.weights ?? 'inputs') === 'inputs';
     const forms: ProgramForm[] = withBase ? [...slotForms, 'base'] : slotForms;
-    const graphs32 = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : []));
+    // A tied model whose weights are inputs reads its head as `lm_head.weight` (the embedding's
+    // tensor, not a copy), so a lane can replace the head alone.
+    const separateHead = config.tieWordEmbeddings && opts.quantize === undefined && (opts.weights ?? 'inputs') === 'inputs';
+    const graphs32 = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : [], { separateHead }));
     const graph = graphs32[0]!;
     const executor = executorOpt;
     const ckpt = await openCheckpoint(dir);
@@ -278,6 +285,7 @@ export class Engine {
       }
       const refs: { name: string; ref: FileTensorRef }[] = [];
       for (const p of graphParams(graph)) {
+        if (separateHead && p.name === 'lm_head.weight') continue;
         const want = graph.values[p.results[0]!]!.type.shape as number[];
         const info = onDevice !== undefined && ckpt.has(p.name) ? ckpt.info(p.name) : undefined;
         if (info !== undefined && SAFETENSORS_FLOATS[info.dtype] !== undefined && info.shape.length === want.length && info.shape.every((d, i) => d === want[i])) {
@@ -305,6 +313,10 @@ export class Engine {
         }
         deviceWeightBytes = refs.reduce((a, r) => a + r.ref.shape.reduce((x, y) => x * y, 1) * dtypeBytes(dtype), 0);
         weightBytes += deviceWeightBytes;
+      }
+      if (separateHead) {
+        weights.set('lm_head.weight', weights.get('model.embed_tokens.weight')!);
+        shapes.set('lm_head.weight', shapes.get('model.embed_tokens.weight')!);
       }
       // The programs are the staging pipeline's residuals (stage-program.ts): weights folding reads
       // come from the host copy, or from the checkpoint when the weights live on the device.
@@ -460,6 +472,18 @@ export class Engine {
       throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' ${why}`);
     };
     const lanes = this.#allWeightInputs;
+    if (adapter.tokenRows.length > 0) {
+      const what = `replaces embedding rows (trainable_token_indices)`;
+      if (!this.#hostWeights) refuse(`${what}, which needs the base weights on the host; this engine keeps them on the executor's device (deviceWeights)`);
+      if (!lanes) refuse(`${what}, which an engine with weights: 'program' cannot give a lane of its own`);
+      const [V, H] = this.#shapes.get('model.embed_tokens.weight')!;
+      for (const t of adapter.tokenRows) {
+        if (t.module !== 'model.embed_tokens') refuse(`replaces rows of '${t.module}'; only the input embedding 'model.embed_tokens' takes trainable tokens here`);
+        const bad = t.indices.find((i) => i >= V!);
+        if (bad !== undefined) refuse(`replaces the row of token ${String(bad)}, beyond the vocabulary (${String(V)})`);
+        if (t.rows.shape[1] !== H) refuse(`replaces embedding rows of width ${String(t.rows.shape[1])}; the model's is ${String(H)}`);
+      }
+    }
     if (adapter.overrides.size > 0) {
       if (!this.#hostWeights) refuse(`replaces whole tensors (${[...adapter.overrides.keys()].slice(0, 3).join(', ')}), which needs the base weights on the host; this engine keeps them on the executor's device (deviceWeights)`);
       if (!lanes) refuse(`replaces whole tensors (${[...adapter.overrides.keys()].slice(0, 3).join(', ')}), which cannot vary by row; an engine with weights: 'program' cannot give it a lane of its own`);
@@ -474,7 +498,7 @@ export class Engine {
     for (const m of adapter.modules.values()) {
       if (!this.#tables.has(m.module)) refuse(`adapts '${m.module}', which is not a projection the engine serves`);
       if (m.rank > this.#tables.rank) refuse(`has rank ${String(m.rank)} on '${m.module}', above the slot rank ${String(this.#tables.rank)} (raise --max-lora-rank)`);
-      if (m.biasB !== undefined) refuse(`has a LoRA bias on '${m.module}', which slots do not hold`);
+      if ((m.biasB !== undefined || m.magnitude !== undefined) && this.#tables.expertsOf(m.module) !== undefined) refuse(`has a LoRA bias or DoRA magnitude on the expert projection '${m.module}'`);
     }
     return adapter;
   }
@@ -486,13 +510,16 @@ export class Engine {
    */
   async loadAdapter(dir: string, name?: string): Promise<LoraAdapter> {
     // Every tensor's header is checked against the model before its data is read or allocated.
-    const adapter = this.#validate(await loadLoraAdapter(dir, { ...(name === undefined ? {} : { name }), shapeOf: (p) => this.#baseShapeOf(p), maxElements: this.#largestParam() }));
+    const adapter = this.#validate(await loadLoraAdapter(dir, { ...(name === undefined ? {} : { name }), shapeOf: (p) => this.#baseShapeOf(p), maxElements: this.#largestParam(), kinds: { dora: true, trainableTokens: true } }));
+    // DoRA's column norms and the scaled LoRA biases: computed once here, written with the slot.
+    const outs = await loadSlotOuts(this.dir, adapter, (p) => this.#shapes.get(p));
     if (adapter.name === BASE) throw new ModelError(ModelCode.BAD_ADAPTER, `'${BASE}' is reserved for the base model`);
     // A fixed plan must fit the adapter (every merged unit one of its modules) before anything changes.
     if (this.#fixedPlan !== undefined) appliedPlan(this.#fixedPlan, [shapeOnly(adapter)]);
     if (this.#registered.has(adapter.name)) this.unloadAdapter(adapter.name);
     const lane = this.#laneFor(adapter, undefined);
     if (lane !== undefined) this.#lanes.set(adapter.name, lane);
+    this.#outs.set(adapter.name, outs);
     this.#registered.set(adapter.name, dir);
     this.#shapesOf.set(adapter.name, shapeOnly(adapter));
     this.#planDirty = this.#planning;
@@ -522,6 +549,7 @@ export class Engine {
     this.#shapesOf.delete(name);
     this.#planDirty = this.#planning;
     this.#lanes.delete(name);
+    this.#outs.delete(name);
     return true;
   }
 
@@ -531,9 +559,15 @@ export class Engine {
    * inputs — no preparation.
    */
   #laneFor(adapter: LoraAdapter, merged: ReadonlySet<string> | undefined): Lane | undefined {
-    if (adapter.overrides.size === 0 && (merged === undefined || merged.size === 0)) return undefined;
+    if (adapter.overrides.size === 0 && adapter.tokenRows.length === 0 && (merged === undefined || merged.size === 0)) return undefined;
     const weights: Record<string, HostTensor> = { ...this.#weightInputs };
     let bytes = 0;
+    // Trainable tokens: the embedding with the adapter's rows (a tied head reads the same rows).
+    for (const [k, t] of laneTokenWeights(adapter, weights)) {
+      const held = castTensor(t, this.#dtype);
+      weights[k] = held;
+      bytes += tensorBytes(held);
+    }
     for (const [k, t] of adapter.overrides) {
       const held = castTensor(t, this.#dtype);
       weights[k] = held;
@@ -543,7 +577,8 @@ export class Engine {
       const m = adapter.modules.get(module);
       const w = weights[`${module}.weight`];
       if (m === undefined || w === undefined) continue;
-      const held = castTensor(mergedWeight(w, m), this.#dtype);
+      // DoRA merges its column scale into the weight; a LoRA bias stays in the slot (`#outsOf`).
+      const held = castTensor(m.magnitude === undefined ? mergedWeight(w, m) : mergedModule(w, m), this.#dtype);
       weights[`${module}.weight`] = held;
       bytes += tensorBytes(held);
     }
@@ -563,13 +598,30 @@ export class Engine {
     return async () => {
       const lease = await this.#host.acquire(name);
       lease.release();
-      return { adapter: withoutModules(lease.value, this.#applied.merged.get(name)), experts: this.#expertFactors(lease.value) };
+      const adapter = withoutModules(lease.value, this.#applied.merged.get(name));
+      return { adapter, experts: this.#expertFactors(lease.value), outs: this.#outsOf(adapter) };
     };
+  }
+
+  /**
+   * The output-table rows `adapter`'s slot holds: every row of its modules in the slot; of a plan's
+   * merged modules (not in `adapter`), only the LoRA bias — their weights merged the rest.
+   */
+  #outsOf(adapter: LoraAdapter): ReadonlyMap<string, SlotOut> | undefined {
+    const all = this.#outs.get(adapter.name);
+    if (all === undefined || all.size === 0) return undefined;
+    const out = new Map<string, SlotOut>();
+    for (const [k, o] of all) {
+      if (adapter.modules.has(k)) out.set(k, o);
+      else if (o.bias !== undefined) out.set(k, { bias: o.bias });
+    }
+    return out;
   }
 
   #assign(entry: SlotEntry): number {
     if (entry.slot === undefined) {
-      entry.slot = this.#tables.write(withoutModules(entry.adapter, this.#applied.merged.get(entry.adapter.name)), this.#expertFactors(entry.adapter), this.#tables.onDevice ? this.#slotSource(entry.adapter.name) : undefined);
+      const adapter = withoutModules(entry.adapter, this.#applied.merged.get(entry.adapter.name));
+      entry.slot = this.#tables.write(adapter, this.#expertFactors(entry.adapter), this.#tables.onDevice ? this.#slotSource(entry.adapter.name) : undefined, this.#outsOf(adapter));
       entry.adapter = shapeOnly(entry.adapter);
     }
     this.#entries.set(entry.adapter.name, entry);
@@ -624,7 +676,10 @@ export class Engine {
       if (lane === undefined) this.#lanes.delete(name);
       else this.#lanes.set(name, lane);
       const entry = this.#entries.get(name);
-      if (entry?.slot !== undefined) this.#tables.rewrite(entry.slot, withoutModules(adapters.get(name)!, next.merged.get(name)), this.#expertFactors(adapters.get(name)!));
+      if (entry?.slot !== undefined) {
+        const adapter = withoutModules(adapters.get(name)!, next.merged.get(name));
+        this.#tables.rewrite(entry.slot, adapter, this.#expertFactors(adapters.get(name)!), undefined, this.#outsOf(adapter));
+      }
     }
   }
 
@@ -750,7 +805,7 @@ export class Engine {
   /** The scoring program (logits at every position), prepared on first use. */
   #scoringProgram(): Promise<PreparedGraph> {
     if (this.#scoring === undefined) {
-      const built = engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], { allLogits: true });
+      const built = engineGraph(this.config, 'gathered', this.#slots, this.#rank, [], { allLogits: true, separateHead: 'lm_head.weight' in this.#weightInputs && this.config.tieWordEmbeddings });
       const st = stageProgram(this.#dtype === 'f32' ? built : castProgram(built, this.#dtype, this.#adapterDtype), 'scoring');
       const folded = foldProgram(st, { get: (n) => this.#foldSources.get(n) });
       this.#reports.set('scoring', st.report);

@@ -19,6 +19,7 @@ export function expertSlotFactors(adapter: LoraAdapter, config: LlamaConfig, ran
   const shapes = { numExperts: moe!.numExperts, hidden: config.hiddenSize, intermediate: moe!.intermediateSize ?? config.intermediateSize };
   const out: ExpertSlotFactors[] = [];
   for (const path of new Set(adapter.parameterFactors.map((f) => f.module))) {
+    if (/^model\.layers\.\d+\.mlp\.gate$/.test(path)) refuse(`targets the MoE router '${path}.weight' (target_parameters); router LoRA is not served (its slot tables would have to route per row), only expert tensors are`);
     const layer = /^model\.layers\.(\d+)\.mlp\.experts$/.exec(path);
     if (layer === null || Number(layer[1]) >= config.numLayers) refuse(`targets '${path}', which this model does not have`);
     let list;

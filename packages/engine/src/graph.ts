@@ -10,7 +10,7 @@ import { type SlotForm, type SlotModule, slotExperts, slotLinear } from './slot-
  * `modules` receives every projection (and expert projection) with slot tables. Form `base` is the
  * same decoder without slot tables: what a batch of base rows only runs.
  */
-export function engineGraph(config: LlamaConfig, form: SlotForm | 'base', slots: number, rank: number, modules: SlotModule[], opts: { readonly allLogits?: boolean } = {}): Graph {
+export function engineGraph(config: LlamaConfig, form: SlotForm | 'base', slots: number, rank: number, modules: SlotModule[], opts: { readonly allLogits?: boolean; readonly separateHead?: boolean } = {}): Graph {
   const slotted = form !== 'base';
   return buildLlamaGraph(config, {
     // MoE layers: expert LoRA factors in slot tables too (token_slot picks each routed row's).
@@ -22,6 +22,9 @@ export function engineGraph(config: LlamaConfig, form: SlotForm | 'base', slots:
     // f32[rows, 1, keys], the same data as a key mask.
     ...(config.slidingWindow === undefined ? {} : { perQueryMask: true }),
     lastLogitsOnly: opts.allLogits !== true,
+    // A tied model's head as a parameter of its own (fed the embedding's tensor), so a lane can
+    // replace it alone (`modules_to_save: ["lm_head"]`).
+    ...(opts.separateHead === true ? { separateHead: true } : {}),
     // The base form: plain linears and experts, no slot inputs (batches whose every row is base).
     ...(slotted ? { linear: slotLinear(form, slots, rank, modules) } : {}),
     // Rotary tables (longrope, per-layer-type bases), the window table's length and Qwen2's q/k/v

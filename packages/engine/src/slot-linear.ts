@@ -26,9 +26,13 @@ export const ROW_MASK_INPUT = 'row_mask';
  */
 export type SlotForm = 'gathered' | 'grouped' | 'single';
 
-/** Input names of a module's slot tables: A f32[N, R, in] and B f32[N, R, out] (scale folded into B). */
-export function slotInputNames(module: string): { readonly A: string; readonly B: string } {
-  return { A: `slots.${module}.A`, B: `slots.${module}.B` };
+/**
+ * Input names of a module's slot tables: A f32[N, R, in] and B f32[N, R, out] (scale folded into
+ * B), and the output tables of the projections that have them (not MoE experts): S f32[N, out]
+ * (DoRA's column scale minus 1) and C f32[N, out] (the scaled LoRA bias) — see `adapter-kinds.ts`.
+ */
+export function slotInputNames(module: string): { readonly A: string; readonly B: string; readonly S: string; readonly C: string } {
+  return { A: `slots.${module}.A`, B: `slots.${module}.B`, S: `slots.${module}.S`, C: `slots.${module}.C` };
 }
 
 /** Input name of the token → slot indices i64[tokens] of MoE expert factors (both forms). */
@@ -54,7 +58,13 @@ export interface SlotModule {
  * `<module>.weight` and two slot tables that are graph *inputs*, so loading, evicting or mixing
  * adapters never re-prepares anything:
  *
- *   y[i] = x[i]·Wᵀ (+ b) + (x[i]·A[slot_i]ᵀ)·B[slot_i]   (one `loraBank` op of form `form`)
+ *   u[i] = x[i]·Wᵀ + (x[i]·A[slot_i]ᵀ)·B[slot_i] + C[slot_i]   (one `loraBank` op of form `form`)
+ *   y[i] = u[i] + u[i] ⊙ S[slot_i] (+ b)
+ *
+ * C (LoRA bias) and S (DoRA's column scale − 1) are zero for base rows and plain-LoRA slots, so
+ * those rows compute what a plain LoRA computes; the base bias b is added after the scale, as DoRA
+ * leaves it unscaled. The per-row C and S are primitive ops (gather, matmul, mul, add), so every
+ * executor runs them, whatever it lowers `loraBank` to.
  *
  * A rank-r adapter sits zero-padded inside an R-rank slot (as vLLM's LoRA slots), so every row
  * pays for R. `modules` collects every projection the graph declares, for the tables' shapes.
@@ -65,25 +75,36 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
   // others expand it into the form's primitive graph (its decomposition).
   return (b, module, x, inDim, outDim, bias) => {
     const w = b.param(`${module}.weight`, ['f32', [outDim, inDim]]);
-    const base = b.linear(x, w, bias ? b.param(`${module}.bias`, ['f32', [outDim]]) : undefined);
+    const base = b.linear(x, w);
     let s = shared.get(b);
     if (s === undefined) shared.set(b, (s = {}));
     const names = slotInputNames(module);
     const A = b.input(names.A, ['f32', [slots, rank, inDim]]);
     const B = b.input(names.B, ['f32', [slots, rank, outDim]]);
+    const S = b.input(names.S, ['f32', [slots, outDim]]);
+    const C = b.input(names.C, ['f32', [slots, outDim]]);
     modules.push({ module, inDim, outDim });
+    let u: Value;
+    // Each row's row of an output table [N, out], as [batch, 1, out].
+    let perRow: (t: Value) => Value;
     if (form === 'single') {
-      s.one ??= b.input(ONE_SLOT_INPUT, ['i64', []]);
-      s.mask ??= b.input(ROW_MASK_INPUT, ['f32', ['batch', 1, 1]]);
-      return b.loraBank('single', x, base, A, B, s.one, s.mask);
+      const one = (s.one ??= b.input(ONE_SLOT_INPUT, ['i64', []]));
+      const mask = (s.mask ??= b.input(ROW_MASK_INPUT, ['f32', ['batch', 1, 1]]));
+      u = b.loraBank('single', x, base, A, B, one, mask);
+      perRow = (t) => b.mul(b.reshape(b.gather(t, one, 0), [1, 1, outDim]), mask);
+    } else if (form === 'gathered') {
+      const rows = (s.rows ??= b.input(ROW_SLOT_INPUT, ['i64', ['batch']]));
+      u = b.loraBank('gathered', x, base, A, B, rows);
+      perRow = (t) => b.reshape(b.gather(t, rows, 0), [-1, 1, outDim]);
+    } else {
+      const groups = (s.groups ??= b.input(GROUP_SLOT_INPUT, ['i64', ['groups']]));
+      const onehot = (s.onehot ??= b.input(ROW_GROUP_INPUT, ['f32', ['batch', 'groups']]));
+      u = b.loraBank('grouped', x, base, A, B, groups, onehot);
+      perRow = (t) => b.reshape(b.matmul(onehot, b.gather(t, groups, 0)), [-1, 1, outDim]);
     }
-    if (form === 'gathered') {
-      s.rows ??= b.input(ROW_SLOT_INPUT, ['i64', ['batch']]);
-      return b.loraBank('gathered', x, base, A, B, s.rows);
-    }
-    s.groups ??= b.input(GROUP_SLOT_INPUT, ['i64', ['groups']]);
-    s.onehot ??= b.input(ROW_GROUP_INPUT, ['f32', ['batch', 'groups']]);
-    return b.loraBank('grouped', x, base, A, B, s.groups, s.onehot);
+    u = b.add(u, perRow(C));
+    const y = b.add(u, b.mul(u, perRow(S)));
+    return bias ? b.add(y, b.param(`${module}.bias`, ['f32', [outDim]])) : y;
   };
 }
 

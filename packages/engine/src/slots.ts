@@ -2,6 +2,7 @@ import { type DType, type HostTensor, dtypeBytes, isFloatDType, roundFloat32InPl
 import type { LoraAdapter } from '@stageml/peft';
 import { type DeviceWrite, type TorchDeviceTensors, inputChanged } from '@stageml/runtime';
 import { EngineCode, EngineError } from './errors.js';
+import type { SlotOut } from './adapter-kinds.js';
 import { type SlotModule, slotInputNames } from './slot-linear.js';
 
 interface Tables {
@@ -11,11 +12,17 @@ interface Tables {
   /** The host tables (empty on a device: the data lives on the executor's device only). */
   readonly A: Float32Array;
   readonly B: Float32Array;
-  readonly inputs: { readonly A: HostTensor; readonly B: HostTensor };
+  /** Output tables [N, out] (projections, not expert tables): DoRA scale − 1 and the scaled LoRA bias (host; empty on a device). */
+  readonly S: Float32Array;
+  readonly C: Float32Array;
+  readonly inputs: { readonly A: HostTensor; readonly B: HostTensor; readonly S?: HostTensor; readonly C?: HostTensor };
 }
 
+/** Whether a module's tables include the output tables S and C (every projection but MoE experts). */
+const hasOut = (spec: SlotModule): boolean => spec.experts === undefined;
+
 /** Where an occupied slot's factors come from again (a new worker's tables are rewritten from it). */
-export type SlotSource = () => Promise<{ readonly adapter: LoraAdapter; readonly experts: readonly ExpertSlotFactors[] }>;
+export type SlotSource = () => Promise<{ readonly adapter: LoraAdapter; readonly experts: readonly ExpertSlotFactors[]; readonly outs?: ReadonlyMap<string, SlotOut> | undefined }>;
 
 /** One adapter's factors of a MoE expert projection, every expert: A [E, r, in], B [E, out, r]. */
 export interface ExpertSlotFactors {
@@ -73,23 +80,32 @@ export class SlotTables {
     let bytes = 0;
     this.#device = onDevice?.store;
     const none = new Float32Array(0);
-    for (const [i, spec] of modules.entries()) {
+    let h = 0;
+    for (const spec of modules) {
       const per = spec.experts ?? 1;
+      const out = hasOut(spec);
       const shapeA = [slots * per, rank, spec.inDim];
       const shapeB = spec.experts === undefined ? [slots, rank, spec.outDim] : [slots * per, spec.outDim, rank];
-      const A = onDevice === undefined ? new Float32Array(slots * per * rank * spec.inDim) : none;
-      const B = onDevice === undefined ? new Float32Array(slots * per * spec.outDim * rank) : none;
+      const host = onDevice === undefined;
+      const A = host ? new Float32Array(slots * per * rank * spec.inDim) : none;
+      const B = host ? new Float32Array(slots * per * spec.outDim * rank) : none;
+      const S = host && out ? new Float32Array(slots * spec.outDim) : none;
+      const C = host && out ? new Float32Array(slots * spec.outDim) : none;
       const names = slotInputNames(spec.module);
-      const t: Tables = {
-        spec,
-        per,
-        A,
-        B,
-        inputs: onDevice === undefined ? { A: { dtype, shape: shapeA, data: A }, B: { dtype, shape: shapeB, data: B } } : { A: onDevice.handles[2 * i]!, B: onDevice.handles[2 * i + 1]! },
-      };
+      let tin: Tables['inputs'];
+      if (host) {
+        tin = { A: { dtype, shape: shapeA, data: A }, B: { dtype, shape: shapeB, data: B }, ...(out ? { S: { dtype, shape: [slots, spec.outDim], data: S }, C: { dtype, shape: [slots, spec.outDim], data: C } } : {}) };
+      } else {
+        const hs = onDevice.handles;
+        tin = out ? { A: hs[h]!, B: hs[h + 1]!, S: hs[h + 2]!, C: hs[h + 3]! } : { A: hs[h]!, B: hs[h + 1]! };
+        h += out ? 4 : 2;
+      }
+      const t: Tables = { spec, per, A, B, S, C, inputs: tin };
       inputs[names.A] = t.inputs.A;
       inputs[names.B] = t.inputs.B;
-      bytes += slots * per * rank * (spec.inDim + spec.outDim) * dtypeBytes(dtype);
+      if (t.inputs.S !== undefined) inputs[names.S] = t.inputs.S;
+      if (t.inputs.C !== undefined) inputs[names.C] = t.inputs.C;
+      bytes += (slots * per * rank * (spec.inDim + spec.outDim) + (out ? 2 * slots * spec.outDim : 0)) * dtypeBytes(dtype);
       this.#tables.set(spec.module, t);
     }
     this.inputs = inputs;
@@ -100,8 +116,8 @@ export class SlotTables {
     onDevice?.store.onRestore(async () => {
       const writes: DeviceWrite[] = [];
       for (const [slot, source] of this.#sources) {
-        const { adapter, experts } = await source();
-        writes.push(...this.#slotWrites(slot, adapter, experts));
+        const { adapter, experts, outs } = await source();
+        writes.push(...this.#slotWrites(slot, adapter, experts, outs));
       }
       return writes;
     });
@@ -119,6 +135,7 @@ export class SlotTables {
       return [
         { dtype, shape: [slots * per, rank, spec.inDim] },
         { dtype, shape: spec.experts === undefined ? [slots, rank, spec.outDim] : [slots * per, spec.outDim, rank] },
+        ...(hasOut(spec) ? [{ dtype, shape: [slots, spec.outDim] }, { dtype, shape: [slots, spec.outDim] }] : []),
       ];
     });
     const handles = entries.length === 0 ? [] : await store.zeros(entries);
@@ -144,7 +161,7 @@ export class SlotTables {
   }
 
   /** One slot's factors as element ranges of the device tables (rounded to the tables' dtype). */
-  #slotWrites(slot: number, adapter: LoraAdapter, experts: readonly ExpertSlotFactors[]): DeviceWrite[] {
+  #slotWrites(slot: number, adapter: LoraAdapter, experts: readonly ExpertSlotFactors[], outs: ReadonlyMap<string, SlotOut> | undefined): DeviceWrite[] {
     const R = this.rank;
     const writes: DeviceWrite[] = [];
     for (const m of adapter.modules.values()) {
@@ -159,6 +176,15 @@ export class SlotTables {
       this.#round(a, 0, a.length);
       this.#round(b, 0, b.length);
       writes.push({ target: t.inputs.A, start: slot * R * inDim, data: a }, { target: t.inputs.B, start: slot * R * outDim, data: b });
+    }
+    for (const [module, o] of outs ?? []) {
+      const t = this.#tables.get(module)!;
+      for (const [which, v] of [['S', o.scale], ['C', o.bias]] as const) {
+        if (v === undefined) continue;
+        const d = Float32Array.from(v);
+        this.#round(d, 0, d.length);
+        writes.push({ target: t.inputs[which]!, start: slot * t.spec.outDim, data: d });
+      }
     }
     for (const x of experts) {
       const t = this.#tables.get(x.module)!;
@@ -209,19 +235,24 @@ export class SlotTables {
    * Takes a free slot and writes `adapter`'s factors (and its expert factors) into it (scale folded
    * into B). Device tables need `source`, what gives the same factors again (for a new worker).
    */
-  write(adapter: LoraAdapter, experts: readonly ExpertSlotFactors[] = [], source?: SlotSource): number {
+  write(adapter: LoraAdapter, experts: readonly ExpertSlotFactors[] = [], source?: SlotSource, outs?: ReadonlyMap<string, SlotOut>): number {
     if (this.#device !== undefined && source === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `device slot tables need a source to rewrite '${adapter.name}' from`);
     const slot = this.#free.pop();
     if (slot === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `no free slot for '${adapter.name}' (all ${String(this.slots - 1)} adapter slots hold adapters)`);
     const R = this.rank;
     let bytes = 0;
     if (this.#device !== undefined) {
-      this.#send(this.#slotWrites(slot, adapter, experts));
+      this.#send(this.#slotWrites(slot, adapter, experts, outs));
       this.#sources.set(slot, source!);
       for (const m of adapter.modules.values()) {
         const { inDim, outDim } = this.#tables.get(m.module)!.spec;
         this.#written[slot] = Math.max(this.#written[slot]!, m.rank);
         bytes += m.rank * (inDim + outDim) * dtypeBytes(this.dtype);
+      }
+      for (const [module, o] of outs ?? []) {
+        const n = this.#tables.get(module)!.spec.outDim;
+        this.#written[slot] = Math.max(this.#written[slot]!, 1);
+        bytes += ((o.scale === undefined ? 0 : n) + (o.bias === undefined ? 0 : n)) * dtypeBytes(this.dtype);
       }
       for (const x of experts) {
         const t = this.#tables.get(x.module)!;
@@ -245,6 +276,22 @@ export class SlotTables {
       this.#round(t.B, base, base + m.rank * outDim);
       this.#written[slot] = Math.max(this.#written[slot]!, m.rank);
       bytes += m.rank * (inDim + outDim) * dtypeBytes(this.dtype);
+      this.#changed(t);
+    }
+    for (const [module, o] of outs ?? []) {
+      const t = this.#tables.get(module)!;
+      const n = t.spec.outDim;
+      if (o.scale !== undefined) {
+        t.S.set(o.scale, slot * n);
+        this.#round(t.S, slot * n, (slot + 1) * n);
+      }
+      if (o.bias !== undefined) {
+        t.C.set(o.bias, slot * n);
+        this.#round(t.C, slot * n, (slot + 1) * n);
+      }
+      bytes += ((o.scale === undefined ? 0 : n) + (o.bias === undefined ? 0 : n)) * dtypeBytes(this.dtype);
+      // A slot with output rows counts as written, so that zeroing it clears them.
+      this.#written[slot] = Math.max(this.#written[slot]!, 1);
       this.#changed(t);
     }
     for (const x of experts) {
@@ -285,17 +332,19 @@ export class SlotTables {
         const a = t.A.subarray(slot * t.per * R * t.spec.inDim, (slot + 1) * t.per * R * t.spec.inDim);
         const b = t.B.subarray(slot * t.per * t.spec.outDim * R, (slot + 1) * t.per * t.spec.outDim * R);
         if (a.some((x) => x !== 0) || b.some((x) => x !== 0)) return false;
+        const n = t.spec.outDim;
+        if (hasOut(t.spec) && (t.S.subarray(slot * n, (slot + 1) * n).some((x) => x !== 0) || t.C.subarray(slot * n, (slot + 1) * n).some((x) => x !== 0))) return false;
       }
     }
     return true;
   }
 
   /** Replaces the factors in an occupied `slot` with `adapter`'s (after a plan change). */
-  rewrite(slot: number, adapter: LoraAdapter, experts: readonly ExpertSlotFactors[] = [], source?: SlotSource): void {
+  rewrite(slot: number, adapter: LoraAdapter, experts: readonly ExpertSlotFactors[] = [], source?: SlotSource, outs?: ReadonlyMap<string, SlotOut>): void {
     const was = this.#sources.get(slot);
     this.#zero(slot);
     this.#free.push(slot);
-    const again = this.write(adapter, experts, source ?? was);
+    const again = this.write(adapter, experts, source ?? was, outs);
     if (again !== slot) throw new EngineError(EngineCode.BAD_OPTIONS, `slot ${String(slot)} was not rewritten in place`);
   }
 
@@ -316,6 +365,10 @@ export class SlotTables {
   #changed(t: Tables): void {
     inputChanged(t.A);
     inputChanged(t.B);
+    if (hasOut(t.spec)) {
+      inputChanged(t.S);
+      inputChanged(t.C);
+    }
   }
 
   #zero(slot: number): void {
@@ -329,7 +382,7 @@ export class SlotTables {
       if (r > 0) {
         for (const t of this.#tables.values()) {
           const { inDim, outDim } = t.spec;
-          if (t.spec.experts === undefined) writes.push({ target: t.inputs.A, start: slot * R * inDim, data: new Float32Array(r * inDim) }, { target: t.inputs.B, start: slot * R * outDim, data: new Float32Array(r * outDim) });
+          if (t.spec.experts === undefined) writes.push({ target: t.inputs.A, start: slot * R * inDim, data: new Float32Array(r * inDim) }, { target: t.inputs.B, start: slot * R * outDim, data: new Float32Array(r * outDim) }, { target: t.inputs.S!, start: slot * outDim, data: new Float32Array(outDim) }, { target: t.inputs.C!, start: slot * outDim, data: new Float32Array(outDim) });
           else writes.push({ target: t.inputs.A, start: slot * t.per * R * inDim, data: new Float32Array(t.per * R * inDim) }, { target: t.inputs.B, start: slot * t.per * outDim * R, data: new Float32Array(t.per * outDim * R) });
         }
       }
@@ -345,6 +398,10 @@ export class SlotTables {
       if (t.spec.experts === undefined) {
         t.A.fill(0, slot * R * inDim, (slot * R + r) * inDim);
         t.B.fill(0, slot * R * outDim, (slot * R + r) * outDim);
+        if (r > 0) {
+          t.S.fill(0, slot * outDim, (slot + 1) * outDim);
+          t.C.fill(0, slot * outDim, (slot + 1) * outDim);
+        }
         continue;
       }
       for (let e = 0; e < t.per; e++) {

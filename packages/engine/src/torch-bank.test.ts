@@ -48,7 +48,15 @@ function tables(g: Graph): Record<string, HostTensor> {
   const out: Record<string, HostTensor> = {};
   for (const n of g.nodes) {
     if (n.kind !== 'input' || !n.name.startsWith('slots.')) continue;
-    const [s, r, d] = g.values[n.results[0]!]!.type.shape as number[];
+    const shape = g.values[n.results[0]!]!.type.shape as number[];
+    if (shape.length === 2) {
+      // The output tables (LoRA bias, DoRA scale): every slot but the base slot 0 non-zero.
+      const t = uniform('bf16', shape, 0.3);
+      t.data.fill(0, 0, shape[1]);
+      out[n.name] = t;
+      continue;
+    }
+    const [s, r, d] = shape;
     const t = uniform('bf16', [s!, r!, d!], 0.3);
     for (let j = 0; j < s!; j++) for (let k = Math.min(8 * j, r!); k < r!; k++) t.data.fill(0, (j * r! + k) * d!, (j * r! + k + 1) * d!);
     out[n.name] = t;

@@ -156,6 +156,12 @@ export const plainLinear: LinearFactory = (b, module, x, inDim, outDim, bias) =>
 export interface LlamaGraphOptions {
   /** Graph name (default `llama`). */
   readonly name?: string;
+  /**
+   * A tied model (`tieWordEmbeddings`) still reads its head from a parameter `lm_head.weight` of its
+   * own (the caller gives it the embedding's tensor): what lets an adapter replace the head alone
+   * (PEFT `modules_to_save: ["lm_head"]` on a tied model).
+   */
+  readonly separateHead?: boolean;
   /** Attach the same-shaped LoRA factors to every targeted projection (benchmarks, shape studies). */
   readonly lora?: LlamaLoraShape;
   /** How each projection is built (default `plainLinear`); overrides `lora`. */
@@ -453,7 +459,7 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
   }
   const last = opts.lastLogitsOnly === true ? b.reshape(b.slice(h, 1, -1), ['batch', H]) : h;
   const normed = norm(last, 'model.norm.weight', H);
-  const head = cfg.tieWordEmbeddings === true ? embed : b.param('lm_head.weight', ['f32', [cfg.vocabSize, H]]);
+  const head = cfg.tieWordEmbeddings === true && opts.separateHead !== true ? embed : b.param('lm_head.weight', ['f32', [cfg.vocabSize, H]]);
   let logits = b.linear(normed, head);
   if (cfg.finalSoftcap !== undefined) logits = b.mul(b.tanh(b.div(logits, b.scalar(cfg.finalSoftcap))), b.scalar(cfg.finalSoftcap));
   b.output('logits', logits);

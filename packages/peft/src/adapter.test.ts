@@ -186,7 +186,7 @@ describe('loadLoraAdapter on written adapters', () => {
 
   it('refuses DoRA, embedding LoRA and non-LoRA adapters with PEFT_UNSUPPORTED', async () => {
     expect((await loadCode(await writeAdapter({ use_dora: true }, qv(8)))).message).toContain('use_dora');
-    expect((await loadCode(await writeAdapter({}, { ...qv(8), [`${Q0}.lora_magnitude_vector`]: t(64) }))).code).toBe(PeftCode.UNSUPPORTED);
+    expect((await loadCode(await writeAdapter({}, { ...qv(8), [`${Q0}.lora_magnitude_vector`]: t(64) }))).code).toBe(PeftCode.BAD_TENSORS); // a magnitude without use_dora
     expect((await loadCode(await writeAdapter({}, { 'model.embed_tokens.lora_embedding_A': t(8, 512) }))).code).toBe(PeftCode.UNSUPPORTED);
     expect((await loadCode(await writeAdapter({ peft_type: 'LOHA' }, qv(8)))).code).toBe(PeftCode.UNSUPPORTED);
   });

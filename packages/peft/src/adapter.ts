@@ -22,6 +22,21 @@ export interface LoraModule {
   readonly B: HostTensor;
   /** Bias of B [out], when the adapter has `lora_bias`. */
   readonly biasB?: HostTensor;
+  /**
+   * DoRA magnitude m [out] (`use_dora`): the module computes m / ‖W + s·B·A‖_row ⊙ (x·Wᵀ + s·(x·Aᵀ)·Bᵀ)
+   * plus the base bias (PEFT's `DoraLinearLayer`, dropout off).
+   */
+  readonly magnitude?: HostTensor;
+}
+
+/** Embedding rows an adapter replaces (PEFT trainable tokens); on a tied model the head's rows too. */
+export interface TokenRows {
+  /** The embedding module, e.g. `model.embed_tokens`. */
+  readonly module: string;
+  /** Token ids whose rows are replaced. */
+  readonly indices: readonly number[];
+  /** The new rows [indices.length, hidden] (values, not deltas, despite PEFT's key name). */
+  readonly rows: HostTensor;
 }
 
 /**
@@ -52,6 +67,8 @@ export interface LoraAdapter {
   readonly parameterFactors: readonly LoraParameterFactors[];
   /** Whole tensors the adapter replaces (`modules_to_save`, retrained biases), by base parameter name. */
   readonly overrides: ReadonlyMap<string, HostTensor>;
+  /** Embedding rows the adapter replaces (`trainable_token_indices`); empty for others. */
+  readonly tokenRows: readonly TokenRows[];
   /** Bytes of all tensors held. */
   readonly bytes: number;
 }
@@ -99,6 +116,11 @@ export interface LoadLoraOptions {
   readonly shapeOf?: (param: string) => readonly number[] | undefined;
   /** With `shapeOf`: most elements any one tensor may hold (the base model's largest parameter). */
   readonly maxElements?: number;
+  /**
+   * Adapter kinds beyond plain LoRA the caller serves: DoRA (`use_dora`) and trainable tokens
+   * (`trainable_token_indices`). Others are `PEFT_UNSUPPORTED` naming the field, never loaded as plain LoRA.
+   */
+  readonly kinds?: { readonly dora?: boolean; readonly trainableTokens?: boolean };
 }
 
 /** Checks every tensor header of `st` against the base model before anything is read (see `LoadLoraOptions.shapeOf`). */
@@ -112,7 +134,7 @@ function checkHeaderAgainstBase(st: SafetensorsFile, file: string, config: LoraC
     const k = key.startsWith(PREFIX) ? key.slice(PREFIX.length) : key;
     const m = /^(.*)\.lora_([AB])\.weight$/.exec(k);
     if (m === null) {
-      if (/\.lora_[AB]\.bias$|\.lora_embedding_|\.lora_magnitude_vector/.test(k)) continue;
+      if (/\.lora_[AB]\.bias$|\.lora_embedding_|\.lora_magnitude_vector|\.token_adapter\.trainable_tokens_delta$/.test(k)) continue;
       const name = k.replace(/\.modules_to_save(\.[^.]+)?\./, '.');
       const want = shapeOf(name);
       if (want === undefined) throw new PeftError(PeftCode.UNKNOWN_MODULE, `${file}: tensor '${key}' replaces no base parameter`);
@@ -150,6 +172,9 @@ export async function loadLoraAdapter(dir: string, opts: LoadLoraOptions = {}): 
     throw new PeftError(PeftCode.IO, `cannot read ${cfgPath}: ${errorMessage(e)}`, { cause: e });
   }
   const config = parseLoraConfig(cfgText, cfgPath);
+  if (config.useDora && opts.kinds?.dora !== true) throw new PeftError(PeftCode.UNSUPPORTED, `${cfgPath}: use_dora is true; DoRA adapters are not supported here and are never loaded as plain LoRA`);
+  const tokenModules = Object.keys(config.trainableTokenIndices);
+  if (tokenModules.length > 0 && opts.kinds?.trainableTokens !== true) throw new PeftError(PeftCode.UNSUPPORTED, `${cfgPath}: trainable_token_indices is set; trainable tokens are not supported here`);
   const file = join(dir, 'adapter_model.safetensors');
   let st: SafetensorsFile;
   try {
@@ -166,13 +191,31 @@ export async function loadLoraAdapter(dir: string, opts: LoadLoraOptions = {}): 
     const factors = new Map<string, { A?: HostTensor; B?: HostTensor; biasB?: HostTensor }>();
     const paramFactors = new Map<string, { module: string; depth: number; A?: HostTensor; B?: HostTensor }>();
     const overrides = new Map<string, HostTensor>();
+    const magnitudes = new Map<string, HostTensor>();
+    const tokenRows: TokenRows[] = [];
     let bytes = 0;
     for (const key of st.names()) {
       const t = checkedAdapterTensor(await st.readTensor(key), key);
       bytes += t.data.byteLength;
       const k = key.startsWith(PREFIX) ? key.slice(PREFIX.length) : key;
-      if (/\.lora_embedding_[AB]$|\.lora_embedding_[AB]\./.test(k) || k.includes('.lora_magnitude_vector')) {
-        throw new PeftError(PeftCode.UNSUPPORTED, `${file}: tensor '${key}' belongs to an embedding-LoRA or DoRA layer, which is not supported`);
+      if (/\.lora_embedding_[AB]$|\.lora_embedding_[AB]\./.test(k)) {
+        throw new PeftError(PeftCode.UNSUPPORTED, `${file}: tensor '${key}' belongs to an embedding-LoRA layer, which is not supported`);
+      }
+      const mag = /^(.*)\.lora_magnitude_vector(\.weight)?$/.exec(k);
+      if (mag !== null) {
+        if (!config.useDora) throw new PeftError(PeftCode.BAD_TENSORS, `${file}: tensor '${key}' is a DoRA magnitude but use_dora is false`);
+        magnitudes.set(mag[1]!, t);
+        continue;
+      }
+      const tok = /^(.*)\.token_adapter\.trainable_tokens_delta$/.exec(k);
+      if (tok !== null) {
+        const module = tok[1]!;
+        const short = tokenModules.find((n) => module === n || module.endsWith(`.${n}`));
+        if (short === undefined) throw new PeftError(PeftCode.BAD_TENSORS, `${file}: tensor '${key}' holds trainable tokens of '${module}', which trainable_token_indices does not name`);
+        const indices = config.trainableTokenIndices[short]!;
+        if (t.shape.length !== 2 || t.shape[0] !== indices.length) throw new PeftError(PeftCode.SHAPE_MISMATCH, `${file}: '${key}' is ${shapeText(t.shape)}; trainable_token_indices names ${String(indices.length)} tokens`);
+        tokenRows.push({ module, indices, rows: t });
+        continue;
       }
       const m = /^(.*)\.lora_([AB])\.(weight|bias)$/.exec(k);
       if (m === null) {
@@ -210,14 +253,19 @@ export async function loadLoraAdapter(dir: string, opts: LoadLoraOptions = {}): 
           `${file}: module '${module}' has lora_A ${shapeText(f.A.shape)} and lora_B ${shapeText(f.B.shape)}, expected rank ${String(rank)} (A [r, in], B [out, r])`,
         );
       }
-      modules.set(module, { module, rank, alpha: alphaFor(config, module), scale: scalingFor(config, module), A: f.A, B: f.B, ...(f.biasB === undefined ? {} : { biasB: f.biasB }) });
+      const magnitude = magnitudes.get(module);
+      if (config.useDora && magnitude === undefined) throw new PeftError(PeftCode.BAD_TENSORS, `${file}: module '${module}' has no lora_magnitude_vector but use_dora is true`);
+      if (magnitude !== undefined && (magnitude.shape.length !== 1 || magnitude.shape[0] !== f.B.shape[0])) throw new PeftError(PeftCode.SHAPE_MISMATCH, `${file}: '${module}.lora_magnitude_vector' is ${shapeText(magnitude.shape)}; lora_B has ${String(f.B.shape[0])} outputs`);
+      modules.set(module, { module, rank, alpha: alphaFor(config, module), scale: scalingFor(config, module), A: f.A, B: f.B, ...(f.biasB === undefined ? {} : { biasB: f.biasB }), ...(magnitude === undefined ? {} : { magnitude }) });
     }
+    for (const m of magnitudes.keys()) if (!factors.has(m)) throw new PeftError(PeftCode.BAD_TENSORS, `${file}: '${m}.lora_magnitude_vector' belongs to no LoRA module`);
+    for (const n of tokenModules) if (!tokenRows.some((r) => r.module === n || r.module.endsWith(`.${n}`))) throw new PeftError(PeftCode.BAD_TENSORS, `${file}: trainable_token_indices names '${n}' but no trainable_tokens_delta of it is saved`);
     const parameterFactors: LoraParameterFactors[] = [];
     for (const [path, f] of paramFactors) {
       if (f.A === undefined || f.B === undefined) throw new PeftError(PeftCode.BAD_TENSORS, `${file}: '${path}' has only one of lora_A/lora_B`);
       parameterFactors.push({ module: f.module, depth: f.depth, A: f.A, B: f.B });
     }
-    return { name: opts.name ?? basename(dir), dir, config, modules, parameterFactors, overrides, bytes };
+    return { name: opts.name ?? basename(dir), dir, config, modules, parameterFactors, overrides, tokenRows, bytes };
   } catch (e) {
     if (e instanceof PeftError) throw e;
     throw new PeftError(PeftCode.BAD_TENSORS, `${file}: ${errorMessage(e)}`, { cause: e });

@@ -29,10 +29,12 @@ describe('parseLoraConfig', () => {
     }
   });
 
-  it('refuses DoRA with PEFT_UNSUPPORTED naming use_dora', () => {
-    const e = expectCode(() => parseLoraConfig(cfg({ use_dora: true })), PeftCode.UNSUPPORTED);
-    expect(e.message).toContain('use_dora');
-    expect(parseLoraConfig(cfg({ use_dora: false })).r).toBe(8);
+  it('parses use_dora and trainable_token_indices (a list means embed_tokens)', () => {
+    expect(parseLoraConfig(cfg({ use_dora: true })).useDora).toBe(true);
+    expect(parseLoraConfig(cfg({ use_dora: false })).useDora).toBe(false);
+    expect(parseLoraConfig(cfg({ trainable_token_indices: [3, 5] })).trainableTokenIndices).toEqual({ embed_tokens: [3, 5] });
+    expect(parseLoraConfig(cfg({ trainable_token_indices: { lm_head: [1] } })).trainableTokenIndices).toEqual({ lm_head: [1] });
+    expectCode(() => parseLoraConfig(cfg({ trainable_token_indices: [-1] })), PeftCode.BAD_CONFIG);
   });
 
   it('refuses non-LoRA PEFT types with PEFT_UNSUPPORTED naming the type', () => {

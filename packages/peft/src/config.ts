@@ -32,6 +32,7 @@ const schema = z.looseObject({
   layers_to_transform: z.union([z.array(z.number().int().nonnegative()), z.number().int().nonnegative()]).nullish(),
   layers_pattern: z.union([z.array(z.string()), z.string()]).nullish(),
   use_dora: z.boolean().optional().default(false),
+  trainable_token_indices: z.union([z.array(z.number().int().nonnegative()), z.record(z.string(), z.array(z.number().int().nonnegative()))]).nullish(),
   base_model_name_or_path: z.string().nullish(),
   task_type: z.string().nullish(),
 });
@@ -68,11 +69,16 @@ export interface LoraConfig {
   readonly layersPattern: readonly string[] | undefined;
   /** The base model the adapter was trained on, when recorded. */
   readonly baseModel: string | undefined;
+  /** DoRA (`use_dora`): each adapted module carries a magnitude vector (loaded only where asked for, `LoadLoraOptions.kinds`). */
+  readonly useDora: boolean;
+  /** Trainable tokens (`trainable_token_indices`): embedding rows the adapter replaces, per embedding module. */
+  readonly trainableTokenIndices: Readonly<Record<string, readonly number[]>>;
 }
 
 /**
- * Parses `adapter_config.json` text. Non-LoRA PEFT types and DoRA (`use_dora: true`) are refused
- * with `PEFT_UNSUPPORTED` naming the field — DoRA is never loaded as plain LoRA. Malformed
+ * Parses `adapter_config.json` text. Non-LoRA PEFT types are refused with `PEFT_UNSUPPORTED`; DoRA
+ * (`use_dora`) and trainable tokens are parsed here and refused by `loadLoraAdapter` unless its
+ * caller serves them (`LoadLoraOptions.kinds`) — never loaded as plain LoRA. Malformed
  * configs are `PEFT_BAD_CONFIG` naming the field.
  */
 export function parseLoraConfig(text: string, file = 'adapter_config.json'): LoraConfig {
@@ -96,9 +102,7 @@ export function parseLoraConfig(text: string, file = 'adapter_config.json'): Lor
     throw new PeftError(PeftCode.BAD_CONFIG, `${file}: field '${issue.path.join('.') || '(root)'}': ${issue.message}`);
   }
   const c = parsed.data;
-  if (c.use_dora) {
-    throw new PeftError(PeftCode.UNSUPPORTED, `${file}: use_dora is true; DoRA adapters are not supported and are never loaded as plain LoRA`);
-  }
+  if (c.use_dora && c.lora_bias) throw new PeftError(PeftCode.BAD_CONFIG, `${file}: field 'lora_bias': not allowed with use_dora (PEFT refuses the pair too)`);
   if ((c.target_modules === null || c.target_modules === undefined || (Array.isArray(c.target_modules) && c.target_modules.length === 0)) && (c.target_parameters ?? []).length === 0) {
     throw new PeftError(PeftCode.BAD_CONFIG, `${file}: neither target_modules nor target_parameters names anything to adapt`);
   }
@@ -133,6 +137,9 @@ export function parseLoraConfig(text: string, file = 'adapter_config.json'): Lor
     layersToTransform: c.layers_to_transform === null || c.layers_to_transform === undefined ? undefined : Array.isArray(c.layers_to_transform) ? (c.layers_to_transform.length === 0 ? undefined : c.layers_to_transform) : [c.layers_to_transform],
     layersPattern: toList(c.layers_pattern),
     baseModel: c.base_model_name_or_path ?? undefined,
+    useDora: c.use_dora,
+    // PEFT: a list means the input embedding (`embed_tokens`); a dict maps embedding module names to lists.
+    trainableTokenIndices: c.trainable_token_indices === null || c.trainable_token_indices === undefined ? {} : Array.isArray(c.trainable_token_indices) ? { embed_tokens: c.trainable_token_indices } : c.trainable_token_indices,
   };
 }
 

@@ -22,7 +22,7 @@ export type { LoraConfig } from './config.js';
 export { MAX_ADAPTER_VALUE, checkAdapterAgainstBase, checkedAdapterTensor, loadLoraAdapter } from './adapter.js';
 export { findAdapterDirs } from './adapter-dirs.js';
 export type { AdapterDir } from './adapter-dirs.js';
-export type { LoraAdapter, LoraModule, LoraParameterFactors } from './adapter.js';
+export type { LoraAdapter, LoraModule, LoraParameterFactors, TokenRows } from './adapter.js';
 export { loraLinear } from './attach.js';
 export type { LoraForm, LoraValues } from './attach.js';
 export { bankLinearGathered, bankLinearGrouped, chooseBankForm } from './bank.js';
