@@ -253,7 +253,11 @@ export async function createServerContext(opts: ServerOptions): Promise<ServerCo
   const modelDir = bundle?.modelDir ?? opts.modelDir!;
   const lm = await loadEngine(opts, modelDir, bundle);
   const log = opts.log ?? ((line: string) => process.stderr.write(`${line}\n`));
-  for (const report of Object.values(lm.programReports)) log(`program ${JSON.stringify(report)}`);
+  // The residual's input names (hundreds with many slots) are counted, not listed: Engine.programReport has them.
+  for (const report of Object.values(lm.programReports)) {
+    const { residualInputs, ...spec } = report.specialize;
+    log(`program ${JSON.stringify({ ...report, specialize: { ...spec, residualInputs: residualInputs.length } })}`);
+  }
   const modelName = opts.modelName ?? (modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   await loadStartAdapters(lm, opts, bundle);
   const aliases = new Set((opts.modelAliases ?? []).filter((a) => a !== modelName));

@@ -100,7 +100,8 @@ export interface ServerOptions {
   readonly warn?: (line: string) => void;
   /**
    * Receives one line per program the engine prepared at start: its staging provenance (form,
-   * lattice, cutoff, ops folded and left, the residual's inputs), as JSON. Default: standard error.
+   * lattice, cutoff, ops folded and left, how many inputs the residual takes), as JSON; the input
+   * names are in `Engine.programReport`. Default: standard error.
    */
   readonly log?: (line: string) => void;
   /** Adapter slot capacity: most adapters loaded at once, `max_lora` in the metrics (default 16). */

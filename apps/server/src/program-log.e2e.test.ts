@@ -11,12 +11,13 @@ describe('program provenance at start', () => {
     const server = await createServer({ modelDir: join(root, 'base'), modelName: 'llama', padTokenId: 0, log: (l) => lines.push(l), warn: () => undefined });
     try {
       expect(lines.map((l) => l.split(' ')[0])).toEqual(['program', 'program', 'program', 'program']);
-      const reports = lines.map((l) => JSON.parse(l.slice('program '.length)) as { form: string; cutoff: string; lattice: string; specialize: { residualOps: number } });
+      const reports = lines.map((l) => JSON.parse(l.slice('program '.length)) as { form: string; cutoff: string; lattice: string; specialize: { residualOps: number; residualInputs: number } });
       expect(reports.map((r) => r.form).sort()).toEqual(['base', 'gathered', 'grouped', 'single']);
       for (const r of reports) {
         expect(r.cutoff).toBe('base');
         expect(r.lattice).toContain('adapter');
         expect(r.specialize.residualOps).toBeGreaterThan(0);
+        expect(r.specialize.residualInputs).toBeGreaterThan(0); // counted: the names stay in Engine.programReport
       }
     } finally {
       await server.shutdown();

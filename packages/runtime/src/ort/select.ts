@@ -31,6 +31,8 @@ export function isExecutorName(name: string): name is ExecutorName {
 export interface CreateExecutorOptions {
   /** The torch executor's tensor-parallel size (`TorchExecutorOptions.tensorParallelSize`); others refuse one above 1. */
   readonly tensorParallelSize?: number;
+  /** Lines the executor reports (the torch worker's messages, what it gave each prepared graph). */
+  readonly log?: (line: string) => void;
 }
 
 /**
@@ -61,7 +63,7 @@ export async function createExecutorByName(name: ExecutorName, opts: CreateExecu
     case 'torch': {
       // NOTE: imported on demand; spawns the Python worker (CUDA when torch sees a GPU).
       const { createTorchExecutor } = await import('../torch/index.js');
-      return createTorchExecutor(opts.tensorParallelSize === undefined ? {} : { tensorParallelSize: opts.tensorParallelSize });
+      return createTorchExecutor({ ...(opts.tensorParallelSize === undefined ? {} : { tensorParallelSize: opts.tensorParallelSize }), ...(opts.log === undefined ? {} : { log: opts.log }) });
     }
   }
 }
@@ -495,7 +497,7 @@ export async function selectExecutor(opts: SelectExecutorOptions = {}): Promise<
   let selection: ExecutorSelection;
   if (want.name !== 'auto') {
     if (!isExecutorName(want.name)) throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `unknown executor '${String(want.name)}' (known: auto, ${EXECUTOR_NAMES.join(', ')})`);
-    selection = { executor: await createExecutorByName(want.name, opts.create ?? {}), name: want.name, source: 'forced', probeMs: {}, reason: want.from === 'request' ? `'${want.name}' as requested` : `'${want.name}' forced by ${want.from}` };
+    selection = { executor: await createExecutorByName(want.name, { ...opts.create, ...(opts.log === undefined ? {} : { log: opts.log }) }), name: want.name, source: 'forced', probeMs: {}, reason: want.from === 'request' ? `'${want.name}' as requested` : `'${want.name}' forced by ${want.from}` };
   } else {
     const tp = opts.create?.tensorParallelSize;
     if (tp !== undefined && tp !== 1) throw new RuntimeError(RuntimeCode.TENSOR_PARALLEL, `a tensor-parallel size of ${String(tp)} needs the torch executor: pass it explicitly instead of auto`);

@@ -58,7 +58,7 @@ export interface TorchExecutorOptions {
   readonly packageDir?: string;
   /** Device of the worker: `auto` (CUDA when torch sees it, else CPU), `cpu`, `cuda`, `cuda:N` (default: `STAGEML_TORCH_DEVICE`, else `auto`). */
   readonly device?: string;
-  /** Receives the worker's stderr lines (default: dropped). */
+  /** Receives the worker's stderr lines, and one line per prepared graph naming the kernel steps the worker gave it (default: dropped). */
   readonly log?: (line: string) => void;
   /** Environment variables added to the worker's (e.g. `STAGEML_TORCH_FUSE`, `STAGEML_TORCH_GRAPHS`; docs/gpu.md). */
   readonly env?: Readonly<Record<string, string>>;
@@ -806,6 +806,8 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         return { handle: reply.header['handle'], generation: gen, fused: { slotLinears: count('fusedSlotLinears'), slotSets: count('fusedSlotSets'), cacheConcats: count('cacheConcats'), collectives: count('collectives') } };
       };
       let current = await onWorker();
+      const f = current.fused;
+      opts.log?.(`${name}: prepared @${graph.name}: ${String(f.slotLinears)} loraBank ops on the bank kernel (${String(f.slotSets)} sets), ${String(f.cacheConcats)} in-place cache appends${ranks > 1 ? `, ${String(f.collectives)} collectives per run` : ''}`);
       let disposed = false;
       const gone = (): RuntimeError => new RuntimeError(RuntimeCode.DISPOSED, `@${graph.name} on ${name} was disposed`);
       return {
