@@ -31,7 +31,7 @@ export type { EncodeOptions, TextTokenizer } from './tokenizer.js';
 export { IncrementalDetokenizer } from './detokenizer.js';
 export { applyChatTemplate, chatTemplateOf, encodeChat, renderChatTemplate } from './chat-template.js';
 export type { ChatTemplateMessage, ChatTemplateOptions } from './chat-template.js';
-export { argmaxOf, checkSampling, descendingOrder, isPlainGreedy, logSoftmax, makePicker, maskLogits, pickPlan, processLogits, samplePick, topOf, topOrder } from './sampling.js';
+export { argmaxOf, checkSampling, descendingOrder, isPlainGreedy, logSoftmax, makePicker, maskLogits, maskedArgmax, pickPlan, processLogits, samplePick, topOf, topOrder } from './sampling.js';
 export type { LogitsProcessing, LogitsState, PickInfo, PickPlan, SamplingOptions, TokenConstraint, TokenLogprob, TokenPicker } from './sampling.js';
 export { CausalLM } from './causal-lm.js';
 export type { CausalLMOptions, ForwardResult, KvCache, RowAdapters } from './causal-lm.js';

@@ -4,7 +4,7 @@ import { argmaxRows } from '@stageml/runtime';
 import { describe, expect, it } from 'vitest';
 import { referenceSampler } from './sampling-reference.js';
 import { descendingOrder, topOrder } from './sampling.js';
-import { type PickInfo, type PickPlan, argmaxOf, isPlainGreedy, logSoftmax, makePicker, pickPlan, processLogits, samplePick, topOf } from './index.js';
+import { type PickInfo, type PickPlan, argmaxOf, isPlainGreedy, logSoftmax, makePicker, maskLogits, maskedArgmax, pickPlan, processLogits, samplePick, topOf } from './index.js';
 
 describe('makePicker logits processing', () => {
   const logits = [1, 3, 2, 0];
@@ -218,5 +218,35 @@ describe('makePicker constraint (mask hook)', () => {
   it('a mask allowing nothing is MODEL_BAD_OPTIONS', () => {
     const pick = makePicker({ greedy: true, constraint: stepper([[]]) });
     expect(() => pick(logits)).toThrow(expect.objectContaining({ code: 'MODEL_BAD_OPTIONS' }));
+  });
+});
+
+describe('maskedArgmax', () => {
+  // Logits with ties and infinities, masks of any density (a short mask: ids past it are not allowed).
+  const logit = fc.oneof(fc.integer({ min: -3, max: 3 }), fc.constant(-Infinity), fc.constant(Infinity));
+  test.prop([fc.array(logit, { minLength: 1, maxLength: 200 }), fc.array(fc.integer({ min: 0, max: 0xffffffff }), { minLength: 0, maxLength: 8 })])(
+    'picks what argmaxOf picks on the masked copy, and refuses a mask that allows nothing',
+    (logits, words) => {
+      const mask = Uint32Array.from(words);
+      let allowed = false;
+      for (let id = 0; id < logits.length; id++) if ((((mask[id >>> 5] ?? 0) >>> (id & 31)) & 1) === 1) allowed = true;
+      if (!allowed) {
+        expect(() => maskedArgmax(logits, mask)).toThrow(/allows no token/);
+        return;
+      }
+      const masked = maskLogits(logits, mask);
+      const id = maskedArgmax(logits, mask);
+      // The same id, except where every allowed logit is -Infinity: then the copy's argmax is id 0
+      // whether allowed or not, and maskedArgmax the first allowed id.
+      if (masked.some((v) => v > -Infinity)) expect(id).toBe(argmaxOf(masked));
+      else expect(((mask[id >>> 5]! >>> (id & 31)) & 1) === 1 && masked.every((v, i) => i >= id || ((mask[i >>> 5]! >>> (i & 31)) & 1) === 0)).toBe(true);
+    },
+  );
+  it('takes id 31 of a word (the sign bit) and ignores mask bits past the vocabulary', () => {
+    const logits = new Float32Array(40).fill(0);
+    logits[31] = 5;
+    logits[39] = 9;
+    expect(maskedArgmax(logits, Uint32Array.of(0x80000001, 0))).toBe(31);
+    expect(maskedArgmax(logits.subarray(0, 33), Uint32Array.of(0, 0xffffffff))).toBe(32);
   });
 });

@@ -72,6 +72,34 @@ export function maskLogits(logits: ArrayLike<number>, mask: Uint32Array): Float6
   return y;
 }
 
+/**
+ * The greedy pick under a constraint without the masked copy `maskLogits` makes: the first id of
+ * the greatest logit among the ids `mask` allows (what `argmaxOf(maskLogits(logits, mask))` picks),
+ * visiting only the allowed ids. A mask that allows no id of the logits is `MODEL_BAD_OPTIONS`.
+ */
+export function maskedArgmax(logits: ArrayLike<number>, mask: Uint32Array): number {
+  const n = logits.length;
+  const words = Math.min(mask.length, (n + 31) >>> 5);
+  let best = -1;
+  let bv = -Infinity;
+  for (let w = 0; w < words; w++) {
+    let bits = mask[w]! | 0;
+    while (bits !== 0) {
+      const low = bits & -bits;
+      bits ^= low;
+      const id = (w << 5) + 31 - Math.clz32(low);
+      if (id >= n) break;
+      const v = logits[id]!;
+      if (best < 0 || v > bv) {
+        best = id;
+        bv = v;
+      }
+    }
+  }
+  if (best < 0) bad('the decoding constraint allows no token of the vocabulary here');
+  return best;
+}
+
 /** How the next token is chosen. */
 export type SamplingOptions = LogitsProcessing &
   (
@@ -198,8 +226,8 @@ export function makePicker(s: SamplingOptions): TokenPicker {
   };
   const picker: TokenPicker = (logits) => {
     const processed = process ? processLogits(logits, { logitBias: bias, repetitionPenalty: rep, seen, frequencyPenalty: frequency, presencePenalty: presence, counts }) : logits;
-    const x = constraint === undefined ? processed : maskLogits(processed, constraint.mask());
-    const id = choose(x);
+    // Greedy under a constraint: the allowed ids' argmax, no masked copy of the vocabulary.
+    const id = constraint === undefined ? choose(processed) : s.greedy === true ? maskedArgmax(processed, constraint.mask()) : choose(maskLogits(processed, constraint.mask()));
     accept(id);
     constraint?.accept(id);
     if (s.onPick !== undefined) {
