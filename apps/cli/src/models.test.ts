@@ -55,6 +55,50 @@ describe('stageml run', () => {
   });
 });
 
+describe('stageml run: every adapter kind the server takes (fixtures/peft-kinds, PEFT 0.21 logits)', () => {
+  const kinds = fileURLToPath(new URL('../../../fixtures/peft-kinds/', import.meta.url));
+  const kindsGolden = JSON.parse(readFileSync(`${kinds}golden.json`, 'utf8')) as { prompt_ids: number[][] };
+  const ids = kindsGolden.prompt_ids[0]!;
+  async function diffTo(file: string, row: number | undefined, key: string): Promise<number> {
+    const a = await SafetensorsFile.open(file);
+    const g = await SafetensorsFile.open(`${kinds}golden.safetensors`);
+    const x = await a.readTensor('logits');
+    const y = await g.readTensor(key);
+    await a.close();
+    await g.close();
+    const n = y.data.length;
+    const off = row === undefined ? 0 : row * n;
+    expect(row === undefined ? x.data.length : x.data.length / x.shape[0]!).toBe(n);
+    let m = 0;
+    for (let i = 0; i < n; i++) m = Math.max(m, Math.abs(x.data[off + i]! - y.data[i]!));
+    return m;
+  }
+  for (const kind of ['lora-bias', 'dora', 'tokens', 'head']) {
+    it(`${kind} (tied Qwen2): logits at every position within 1e-4 of PEFT's`, async () => {
+      const out = join(tmp, `kind-${kind}.safetensors`);
+      const r = await run(['run', '--model', `${kinds}qwen2`, '--adapter', `${kinds}qwen2/adapters/${kind}`, '--ids', ids.join(','), '--out', out]);
+      expect(r.code, r.err).toBe(ExitCode.OK);
+      expect(await diffTo(out, undefined, `qwen2.${kind}.prompt0`)).toBeLessThanOrEqual(1e-4);
+    });
+  }
+  it('a mixed batch of every kind and a base row: each row equals PEFT run alone', async () => {
+    const out = join(tmp, 'kinds-mixed.safetensors');
+    const rows = ['lora', 'lora-bias', 'dora', 'tokens', 'head', '__base__'];
+    const r = await run(['run', '--model', `${kinds}qwen2`, '--adapters', `${kinds}qwen2/adapters`, '--mixed', rows.join(','), '--ids', ids.join(','), '--out', out]);
+    expect(r.code, r.err).toBe(ExitCode.OK);
+    for (const [i, row] of rows.entries()) expect(await diffTo(out, i, `qwen2.${row === '__base__' ? 'base' : row}.prompt0`), row).toBeLessThanOrEqual(1e-4);
+  });
+  it('expert LoRA (Qwen3-MoE target_parameters) within 1e-4; the router adapter is refused naming it', async () => {
+    const out = join(tmp, 'kind-experts.safetensors');
+    const r = await run(['run', '--model', `${kinds}qwen3_moe`, '--adapter', `${kinds}qwen3_moe/adapters/experts`, '--ids', ids.join(','), '--out', out]);
+    expect(r.code, r.err).toBe(ExitCode.OK);
+    expect(await diffTo(out, undefined, 'qwen3_moe.experts.prompt0')).toBeLessThanOrEqual(1e-4);
+    const router = await run(['run', '--model', `${kinds}qwen3_moe`, '--adapter', `${kinds}qwen3_moe/adapters/router`, '--ids', ids.join(','), '--out', join(tmp, 'router.safetensors')]);
+    expect(router.code).not.toBe(ExitCode.OK);
+    expect(router.err).toMatch(/ENGINE_BAD_ADAPTER.*router|router.*ENGINE_BAD_ADAPTER/s);
+  });
+});
+
 describe('stageml generate', () => {
   for (const model of ['base', 'all-r16']) {
     it(`prints the 12 golden greedy tokens as JSON (${model})`, async () => {
