@@ -30,15 +30,7 @@ export async function loadModelWithAdapters(opts: { model: string; adapter?: str
   const lm = io === undefined ? await CausalLM.load(opts.model, { executor }) : await inPhase(io, `loading ${opts.model}`, () => CausalLM.load(opts.model, { executor }));
   let single: string | undefined;
   if (opts.adapter !== undefined) single = (await lm.loadAdapter(opts.adapter)).name;
-  if (opts.adapters !== undefined) {
-    let entries: string[];
-    try {
-      entries = (await readdir(opts.adapters, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort();
-    } catch (e) {
-      throw new CliError(CliCode.IO, `cannot list adapters in '${opts.adapters}': ${errorMessage(e)}`, { cause: e });
-    }
-    for (const name of entries) await lm.loadAdapter(join(opts.adapters, name), name);
-  }
+  if (opts.adapters !== undefined) for (const name of await adapterDirs(opts.adapters)) await lm.loadAdapter(join(opts.adapters, name), name);
   return { lm, single };
 }
 
