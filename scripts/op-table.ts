@@ -3,6 +3,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { OPS, OP_KEYS } from '@stageml/ir';
+import { replaceBetweenMarkers } from './doc-markers.js';
 
 /** Where the generated table sits in docs/ir.md. */
 export const BEGIN = '<!-- op-table:begin (generated from OPS by scripts/op-table.ts; do not edit) -->';
@@ -23,10 +24,7 @@ export function renderOpTable(): string {
 
 /** `text` with the generated table between the markers replaced by the current one. */
 export function withOpTable(text: string): string {
-  const i = text.indexOf(BEGIN);
-  const j = text.indexOf(END);
-  if (i < 0 || j < i) throw new TypeError(`docs/ir.md lacks the op-table markers ${BEGIN} … ${END}`);
-  return `${text.slice(0, i + BEGIN.length)}\n${renderOpTable()}\n${text.slice(j)}`;
+  return replaceBetweenMarkers(text, BEGIN, END, renderOpTable(), 'docs/ir.md');
 }
 
 if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) {

@@ -4,6 +4,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { SERVE_FLAGS, renderServeFlagTable } from '../apps/cli/src/serve-flags.js';
+import { replaceBetweenMarkers } from './doc-markers.js';
 
 /** Where the generated table sits in docs/server.md. */
 export const BEGIN = '<!-- serve-flags:begin (generated from SERVE_FLAGS by scripts/serve-flags-doc.ts; do not edit) -->';
@@ -12,10 +13,7 @@ export const DOC = fileURLToPath(new URL('../docs/server.md', import.meta.url));
 
 /** `text` with the generated table between the markers replaced by the current one. */
 export function withServeFlagTable(text: string): string {
-  const i = text.indexOf(BEGIN);
-  const j = text.indexOf(END);
-  if (i < 0 || j < i) throw new TypeError(`docs/server.md lacks the serve-flags markers ${BEGIN} … ${END}`);
-  return `${text.slice(0, i + BEGIN.length)}\n${renderServeFlagTable()}\n${text.slice(j)}`;
+  return replaceBetweenMarkers(text, BEGIN, END, renderServeFlagTable(), 'docs/server.md');
 }
 
 if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) {
