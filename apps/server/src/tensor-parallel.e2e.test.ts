@@ -8,7 +8,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { writeRandomAdapter } from '@stageml/engine';
 import { RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describeNeeding } from '@stageml/testkit';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { type StageServer, createServer } from './index.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
@@ -17,7 +18,6 @@ const FIXTURE_ADAPTERS = golden.families.llama.adapters;
 const prompt = (p: number): number[] => (golden['llama.base'] as Record<string, { input_ids: number[] }>)[`prompt${String(p % 4)}`]!.input_ids;
 // The fixture model's shape (fixtures/peft-tiny/llama/base/config.json): 4 query and 2 key/value heads.
 const SHAPE = { vocabSize: 512, hiddenSize: 64, intermediateSize: 176, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 16 };
-const available = isTorchAvailable();
 
 async function greedy(base: string, model: string, p: number): Promise<number[]> {
   const body = { model, prompt: prompt(p), max_tokens: 10, temperature: 0, ignore_eos: true, return_token_ids: true };
@@ -27,14 +27,11 @@ async function greedy(base: string, model: string, p: number): Promise<number[]>
   return json.choices[0]!.token_ids;
 }
 
-if (!available && process.env['CI'] !== undefined) {
-  describe('tensor parallelism through the server', () => {
-    it('needs Python 3 with torch', () => {
-      throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch');
-    });
-  });
-} else {
-  describe.skipIf(!available)('tensor parallelism through the server (2 gloo ranks on the CPU)', () => {
+describeNeeding(
+  'tensor parallelism through the server (2 gloo ranks on the CPU)',
+  isTorchAvailable(),
+  () => new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'the torch executor tests need Python 3 with torch in CI: apt-get install python3-torch'),
+  () => {
     let dir: string;
     let adapters: string[];
     let one: TorchExecutor;
@@ -120,7 +117,10 @@ if (!available && process.env['CI'] !== undefined) {
       // Three ranks do not divide the model's 4 heads: refused when the engine prepares its programs.
       const three = await createTorchExecutor({ device: 'cpu', tensorParallelSize: 3 });
       try {
-        await expect(createServer({ modelDir: `${root}llama/base`, modelName: 'llama', padTokenId: 0, maxBatch: 2, executor: three })).rejects.toMatchObject({ code: 'RT_TENSOR_PARALLEL', message: expect.stringContaining('4 attention heads') as string });
+        await expect(createServer({ modelDir: `${root}llama/base`, modelName: 'llama', padTokenId: 0, maxBatch: 2, executor: three })).rejects.toMatchObject({
+          code: 'RT_TENSOR_PARALLEL',
+          message: expect.stringContaining('4 attention heads') as string,
+        });
       } finally {
         await three.close();
       }
@@ -139,5 +139,5 @@ if (!available && process.env['CI'] !== undefined) {
       expect(two.rankPids).toHaveLength(2);
       expect(two.rankPids.some((p) => before.includes(p))).toBe(false);
     }, 120_000);
-  });
-}
+  },
+);
