@@ -12,6 +12,8 @@
 //      .gpu/wbank at the repository root (git-ignored)]
 //      [--layers N] [--hidden H] [--intermediate I] [--heads Q] [--kv-heads KV] [--head-dim D]
 //      [--vocab V] [--slots S] [--rank R] [--form gathered|single|grouped] [--dtype bf16|f32]
+//      [--no-out-tables: slot linears without the DoRA/bias output tables, as the engine builds them
+//      until an adapter that needs them loads]
 // Defaults: 4 layers, hidden 4096, intermediate 14336, GQA 32/8, head 128, vocab 32000, S 65, R 64,
 // gathered.
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -55,7 +57,8 @@ const config = {
 const slots = opt('slots', 65);
 const rank = opt('rank', 64);
 const cfg = parseLlamaConfig(JSON.stringify(config), 'config.json');
-const g32 = engineGraph(cfg, form, slots, rank, []);
+const outTables = !args.includes('--no-out-tables');
+const g32 = engineGraph(cfg, form, slots, rank, [], { outTables });
 // What Engine.load's castProgram does for dtype bf16 (packages/engine/src/engine.ts); f32 programs
 // as built (an oracle on the GPU: no bf16 rounding between two settings of one program).
 const cast = (graph: typeof g32) => dtype === 'f32' ? graph : castEngineGraph(graph, 'bf16', { adapterDtype: 'same', isFactorInput: (n) => n.startsWith('slots.'), maskInputs: new Set(['attention_mask']), dtypeInputs: (n) => n.startsWith('past_'), dtypeOutputs: (n) => n.startsWith('new_') });

@@ -52,10 +52,14 @@ def draw_params(manifest, device, gen):
 
 def draw_tables(manifest, device, gen):
     """name → slot table: A [S, R, in] (rows beyond the slot's rank zero), B [S, R, out] with the
-    scale 2 folded in; slot 0 all zeros."""
+    scale 2 folded in; slot 0 all zeros; the output tables S and C [S, out] zeros."""
     out = {}
     for i in manifest["inputs"]:
         if not i["name"].startswith("slots."):
+            continue
+        if len(i["shape"]) == 2:
+            # S (DoRA's column scale - 1) and C (LoRA bias) [S, out]: zero, as for plain LoRA adapters
+            out[i["name"]] = torch.zeros([int(v) for v in i["shape"]], dtype=DTYPES[i["dtype"]], device=device)
             continue
         s, r, d = [int(v) for v in i["shape"]]
         t = torch.zeros((s, r, d), dtype=torch.float32, device=device)

@@ -46,17 +46,24 @@ describe('stageml serve --dtype', () => {
   }, 120_000);
 
   it('parses --dtype and --adapter-dtype: checkpoint by default on torch (f32 with --quantize), f32 elsewhere; bad values are CLI_USAGE', async () => {
-    expect(serveDtypes(undefined, undefined, 'torch-cuda')).toEqual({ dtype: 'checkpoint' });
+    // LoRA factors in the compute dtype on CUDA (the bank kernel's tables), PEFT's f32 elsewhere.
+    expect(serveDtypes(undefined, undefined, 'torch-cuda')).toEqual({ dtype: 'checkpoint', adapterDtype: 'same' });
+    expect(serveDtypes(undefined, 'auto', 'torch-cuda')).toEqual({ dtype: 'checkpoint', adapterDtype: 'same' });
+    expect(serveDtypes(undefined, 'f32', 'torch-cuda')).toEqual({ dtype: 'checkpoint', adapterDtype: 'f32' });
+    expect(serveDtypes(undefined, undefined, 'torch-cpu')).toEqual({ dtype: 'checkpoint' });
+    expect(serveDtypes('f32', 'auto', 'torch-cuda')).toEqual({ dtype: 'f32' });
+    expect(() => serveDtypes(undefined, 'int4', 'torch-cuda')).toThrow("--adapter-dtype must be one of auto, f32, same, got 'int4'");
     expect(serveDtypes(undefined, undefined, 'torch-cpu', true)).toEqual({ dtype: 'f32' });
     expect(serveDtypes(undefined, undefined, 'onnxruntime')).toEqual({ dtype: 'f32' });
     expect(serveDtypes('bf16', 'same', 'interpreter')).toEqual({ dtype: 'bf16', adapterDtype: 'same' });
     expect(() => serveDtypes('fp8', undefined, 'torch-cpu')).toThrow("--dtype must be one of auto, bfloat16, float16, float32, f32, bf16, f16, checkpoint, got 'fp8'");
     // vLLM's spellings: auto is the default choice, the others the compute dtypes.
-    expect(serveDtypes('auto', undefined, 'torch-cuda')).toEqual({ dtype: 'checkpoint' });
+    expect(serveDtypes('auto', undefined, 'torch-cuda')).toEqual({ dtype: 'checkpoint', adapterDtype: 'same' });
     expect(serveDtypes('auto', undefined, 'onnxruntime')).toEqual({ dtype: 'f32' });
     expect(serveDtypes('bfloat16', 'same', 'torch-cuda')).toEqual({ dtype: 'bf16', adapterDtype: 'same' });
     expect(serveDtypes('float16', undefined, 'interpreter')).toEqual({ dtype: 'f16' });
     expect(serveDtypes('float32', undefined, 'torch-cuda')).toEqual({ dtype: 'f32' });
+    expect(serveDtypes('bf16', undefined, 'torch-cpu')).toEqual({ dtype: 'bf16' });
     expect(() => serveDtypes('float32', 'same', 'torch-cpu')).toThrow('--adapter-dtype applies to a bf16/f16 --dtype');
     expect(() => serveDtypes('toString', undefined, 'torch-cpu')).toThrow('--dtype must be one of');
     expect(() => serveDtypes('f32', 'same', 'torch-cpu')).toThrow('--adapter-dtype applies to a bf16/f16 --dtype');

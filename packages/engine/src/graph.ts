@@ -10,7 +10,7 @@ import { type SlotForm, type SlotModule, slotExperts, slotLinear } from './slot-
  * `modules` receives every projection (and expert projection) with slot tables. Form `base` is the
  * same decoder without slot tables: what a batch of base rows only runs.
  */
-export function engineGraph(config: LlamaConfig, form: SlotForm | 'base', slots: number, rank: number, modules: SlotModule[], opts: { readonly allLogits?: boolean; readonly separateHead?: boolean } = {}): Graph {
+export function engineGraph(config: LlamaConfig, form: SlotForm | 'base', slots: number, rank: number, modules: SlotModule[], opts: { readonly allLogits?: boolean; readonly separateHead?: boolean; readonly outTables?: boolean } = {}): Graph {
   const slotted = form !== 'base';
   return buildLlamaGraph(config, {
     // MoE layers: expert LoRA factors in slot tables too (token_slot picks each routed row's).
@@ -26,7 +26,7 @@ export function engineGraph(config: LlamaConfig, form: SlotForm | 'base', slots:
     // replace it alone (`modules_to_save: ["lm_head"]`).
     ...(opts.separateHead === true ? { separateHead: true } : {}),
     // The base form: plain linears and experts, no slot inputs (batches whose every row is base).
-    ...(slotted ? { linear: slotLinear(form, slots, rank, modules) } : {}),
+    ...(slotted ? { linear: slotLinear(form, slots, rank, modules, { outTables: opts.outTables ?? true }) } : {}),
     // Rotary tables (longrope, per-layer-type bases), the window table's length and Qwen2's q/k/v
     // bias; the families' own structure (norms, fused projections, windows, soft-capping) comes with
     // the config.

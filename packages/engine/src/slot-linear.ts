@@ -53,6 +53,18 @@ export interface SlotModule {
   readonly experts?: number;
 }
 
+/** Options of `slotLinear`. */
+export interface SlotLinearOptions {
+  /**
+   * Whether the projections read the output tables S (DoRA's column scale − 1) and C (the scaled
+   * LoRA bias). Default true. Without them a projection is its `loraBank` op alone — five small
+   * ops fewer per projection (two gathers, two adds, a mul), which on a GPU decode step are
+   * hundreds of kernel launches — and the program serves only adapters whose S and C are zero
+   * (plain LoRA); the engine builds programs without them until an adapter that needs them loads.
+   */
+  readonly outTables?: boolean;
+}
+
 /**
  * Linear layers whose LoRA factors are run-time data: each projection reads its base weight
  * `<module>.weight` and two slot tables that are graph *inputs*, so loading, evicting or mixing
@@ -69,7 +81,8 @@ export interface SlotModule {
  * A rank-r adapter sits zero-padded inside an R-rank slot (as vLLM's LoRA slots), so every row
  * pays for R. `modules` collects every projection the graph declares, for the tables' shapes.
  */
-export function slotLinear(form: SlotForm, slots: number, rank: number, modules: SlotModule[]): LinearFactory {
+export function slotLinear(form: SlotForm, slots: number, rank: number, modules: SlotModule[], opts: SlotLinearOptions = {}): LinearFactory {
+  const outTables = opts.outTables ?? true;
   const shared = new Map<GraphBuilder, { rows?: Value; groups?: Value; onehot?: Value; one?: Value; mask?: Value }>();
   // One `loraBank` op per projection: executors that fuse it read the slot tables in place, the
   // others expand it into the form's primitive graph (its decomposition).
@@ -81,8 +94,6 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
     const names = slotInputNames(module);
     const A = b.input(names.A, ['f32', [slots, rank, inDim]]);
     const B = b.input(names.B, ['f32', [slots, rank, outDim]]);
-    const S = b.input(names.S, ['f32', [slots, outDim]]);
-    const C = b.input(names.C, ['f32', [slots, outDim]]);
     modules.push({ module, inDim, outDim });
     let u: Value;
     // Each row's row of an output table [N, out], as [batch, 1, out].
@@ -102,8 +113,13 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
       u = b.loraBank('grouped', x, base, A, B, groups, onehot);
       perRow = (t) => b.reshape(b.matmul(onehot, b.gather(t, groups, 0)), [-1, 1, outDim]);
     }
-    u = b.add(u, perRow(C));
-    const y = b.add(u, b.mul(u, perRow(S)));
+    let y = u;
+    if (outTables) {
+      const S = b.input(names.S, ['f32', [slots, outDim]]);
+      const C = b.input(names.C, ['f32', [slots, outDim]]);
+      u = b.add(u, perRow(C));
+      y = b.add(u, b.mul(u, perRow(S)));
+    }
     return bias ? b.add(y, b.param(`${module}.bias`, ['f32', [outDim]])) : y;
   };
 }

@@ -94,14 +94,19 @@ const DTYPE_SPELLINGS = [...Object.keys(SERVE_DTYPE_ALIASES), ...SERVE_DTYPES];
  * `checkpoint` on a torch executor (`torch-cpu`, `torch-cuda`) unless `quantized` (weight-only
  * quantization packs f32 weights), and f32 on the others; a bad value is
  * `CLI_USAGE`, as is `--adapter-dtype` (f32 or same) without a bf16/f16 dtype to apply to.
+ * `--adapter-dtype auto` (the default) is `same` on a CUDA executor (`torch-cuda…`: the LoRA
+ * factors in the compute dtype, as vLLM holds them, which the worker's bank kernel reads) and the
+ * engine's default (f32 factors, as PEFT computes them) elsewhere.
  */
 export function serveDtypes(given: string | undefined, adapterDtype: string | undefined, executorName: string, quantized = false): { dtype: (typeof SERVE_DTYPES)[number]; adapterDtype?: 'f32' | 'same' } {
   if (given !== undefined && !DTYPE_SPELLINGS.includes(given)) throw new CliError(CliCode.USAGE, `--dtype must be one of ${DTYPE_SPELLINGS.join(', ')}, got '${given}'`);
   const dtype = given !== undefined && Object.hasOwn(SERVE_DTYPE_ALIASES, given) ? SERVE_DTYPE_ALIASES[given] : given;
-  if (adapterDtype !== undefined && adapterDtype !== 'f32' && adapterDtype !== 'same') throw new CliError(CliCode.USAGE, `--adapter-dtype must be one of f32, same, got '${adapterDtype}'`);
-  if (adapterDtype !== undefined && dtype === 'f32') throw new CliError(CliCode.USAGE, '--adapter-dtype applies to a bf16/f16 --dtype (f32 factors are the f32 engine\'s own)');
+  if (adapterDtype !== undefined && adapterDtype !== 'auto' && adapterDtype !== 'f32' && adapterDtype !== 'same') throw new CliError(CliCode.USAGE, `--adapter-dtype must be one of auto, f32, same, got '${adapterDtype}'`);
+  const explicit = adapterDtype === 'auto' ? undefined : adapterDtype;
+  if (explicit !== undefined && dtype === 'f32') throw new CliError(CliCode.USAGE, '--adapter-dtype applies to a bf16/f16 --dtype (f32 factors are the f32 engine\'s own)');
   const chosen = (dtype ?? (executorName.startsWith('torch-') && !quantized ? 'checkpoint' : 'f32')) as (typeof SERVE_DTYPES)[number];
-  return { dtype: chosen, ...(adapterDtype === undefined ? {} : { adapterDtype }) };
+  const factors = explicit ?? (executorName.startsWith('torch-cuda') && chosen !== 'f32' ? 'same' : undefined);
+  return { dtype: chosen, ...(factors === undefined ? {} : { adapterDtype: factors }) };
 }
 
 /** Fails with `CLI_IO` naming the flag unless `path` is an existing directory. */
