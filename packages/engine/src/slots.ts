@@ -52,6 +52,13 @@ export class SlotTables {
   readonly #factorBytes = new Map<number, number>();
   /** The inputs of every run (the same objects each time: no copies). */
   readonly inputs: Readonly<Record<string, HostTensor>>;
+  /**
+   * The same without the output tables S and C: the inputs of a program built without them
+   * (`slotLinear`'s `outTables: false`), which serves the slots `hasOuts` says hold none.
+   */
+  readonly factorInputs: Readonly<Record<string, HostTensor>>;
+  /** Occupied slots whose output tables hold rows (DoRA column scales, LoRA biases). */
+  readonly #outSlots = new Set<number>();
   /** Bytes the tables occupy. */
   readonly bytes: number;
   /** The executor's device tensors holding the tables (`onDevice`), or undefined for host tables. */
@@ -77,6 +84,7 @@ export class SlotTables {
     onDevice?: { readonly store: TorchDeviceTensors; readonly handles: readonly HostTensor[] },
   ) {
     const inputs: Record<string, HostTensor> = {};
+    const factorInputs: Record<string, HostTensor> = {};
     let bytes = 0;
     this.#device = onDevice?.store;
     const none = new Float32Array(0);
@@ -101,14 +109,15 @@ export class SlotTables {
         h += out ? 4 : 2;
       }
       const t: Tables = { spec, per, A, B, S, C, inputs: tin };
-      inputs[names.A] = t.inputs.A;
-      inputs[names.B] = t.inputs.B;
+      inputs[names.A] = factorInputs[names.A] = t.inputs.A;
+      inputs[names.B] = factorInputs[names.B] = t.inputs.B;
       if (t.inputs.S !== undefined) inputs[names.S] = t.inputs.S;
       if (t.inputs.C !== undefined) inputs[names.C] = t.inputs.C;
       bytes += (slots * per * rank * (spec.inDim + spec.outDim) + (out ? 2 * slots * spec.outDim : 0)) * dtypeBytes(dtype);
       this.#tables.set(spec.module, t);
     }
     this.inputs = inputs;
+    this.factorInputs = factorInputs;
     this.bytes = bytes;
     this.#written = new Int32Array(slots);
     for (let s = slots - 1; s >= 1; s--) this.#free.push(s);
@@ -216,6 +225,13 @@ export class SlotTables {
     this.#pending.push(p);
   }
 
+  /** Whether any of `slots` holds output-table rows (an adapter with DoRA or a LoRA bias). */
+  hasOuts(slots: Iterable<number>): boolean {
+    if (this.#outSlots.size === 0) return false;
+    for (const s of slots) if (this.#outSlots.has(s)) return true;
+    return false;
+  }
+
   /** Whether `module` has slot tables. */
   has(module: string): boolean {
     return this.#tables.has(module);
@@ -252,6 +268,7 @@ export class SlotTables {
       for (const [module, o] of outs ?? []) {
         const n = this.#tables.get(module)!.spec.outDim;
         this.#written[slot] = Math.max(this.#written[slot]!, 1);
+        this.#outSlots.add(slot);
         bytes += ((o.scale === undefined ? 0 : n) + (o.bias === undefined ? 0 : n)) * dtypeBytes(this.dtype);
       }
       for (const x of experts) {
@@ -292,6 +309,7 @@ export class SlotTables {
       bytes += ((o.scale === undefined ? 0 : n) + (o.bias === undefined ? 0 : n)) * dtypeBytes(this.dtype);
       // A slot with output rows counts as written, so that zeroing it clears them.
       this.#written[slot] = Math.max(this.#written[slot]!, 1);
+      this.#outSlots.add(slot);
       this.#changed(t);
     }
     for (const x of experts) {
@@ -372,6 +390,7 @@ export class SlotTables {
   }
 
   #zero(slot: number): void {
+    this.#outSlots.delete(slot);
     // Only the rows ever written: the padding rows beyond were never touched (their pages are not
     // resident), and writing zeros there would make them so.
     const R = this.rank;
