@@ -88,3 +88,45 @@ for (const [model, spec] of Object.entries(golden.models)) {
     kindsTest(model, adapters.filter((a) => a !== 'tokens' && a !== 'head'), torch);
   });
 }
+
+describe('programs without the output tables until an adapter needs them', () => {
+  it('plain LoRA runs the lean forms; a DoRA or LoRA-bias adapter prepares the forms with S and C once, and only its batches run them', async () => {
+    const engine = await Engine.load(`${root}qwen2`, { maxLoras: 3, maxLoraRank: 4, prefillChunk: 4 });
+    const prepared = engine.stats().preparations;
+    await engine.loadAdapter(`${root}qwen2/adapters/lora`, 'lora');
+    const ids = golden.prompt_ids[0]!;
+    const run = async (names: (string | undefined)[]): Promise<Float32Array[]> => {
+      const seqs = names.map((n) => engine.open(n, ids.slice(0, PREFIX)));
+      for (const s of seqs) {
+        expect(await engine.attach(s)).toBe(true);
+        while (!s.ready) await engine.prefill(s);
+      }
+      const out = await engine.decode(seqs, seqs.map(() => ids[PREFIX]!));
+      for (const s of seqs) engine.release(s);
+      return out;
+    };
+    const plain = await run(['lora', undefined]);
+    expect(engine.stats()).toMatchObject({ preparations: prepared, outTableRuns: 0 });
+    await engine.loadAdapter(`${root}qwen2/adapters/dora`, 'dora');
+    const withOuts = engine.stats().preparations;
+    expect(withOuts).toBe(prepared + 3);
+    await engine.loadAdapter(`${root}qwen2/adapters/lora-bias`, 'lora-bias');
+    expect(engine.stats().preparations).toBe(withOuts);
+    // A batch of plain rows still runs the lean forms, with the same logits as before.
+    const again = await run(['lora', undefined]);
+    expect(engine.stats().outTableRuns).toBe(0);
+    again.forEach((l, i) => { expect(Array.from(l)).toEqual(Array.from(plain[i]!)); });
+    // A batch with a DoRA row runs the forms with the tables; every row as PEFT has it.
+    const f = await SafetensorsFile.open(`${root}golden.safetensors`);
+    const rows = ['lora', 'dora', 'lora-bias', 'base'];
+    const mixed = await run(rows.map((r) => (r === 'base' ? undefined : r)));
+    expect(engine.stats().outTableRuns).toBeGreaterThan(0);
+    const V = engine.config.vocabSize;
+    for (const [i, r] of rows.entries()) {
+      const want = (await f.readTensor(`qwen2.${r}.prompt0`)).data;
+      expect(maxDiff(mixed[i]!, want, PREFIX * V), r).toBeLessThanOrEqual(1e-4);
+    }
+    await f.close();
+    engine.dispose();
+  }, 120_000);
+});

@@ -65,6 +65,12 @@ export class AdapterSlots {
     readonly config: LlamaConfig,
     p: AdapterSlotParts,
     readonly plans: PlanState,
+    /**
+     * Readies the programs that read the output tables (`ProgramRunner.outTables`): awaited before
+     * an adapter with DoRA scales or LoRA biases registers, so no step waits for it and a failed
+     * preparation leaves the engine as it was.
+     */
+    readonly needOutTables: () => Promise<unknown> = () => Promise.resolve(),
   ) {
     this.#tables = p.tables;
     this.#shapes = p.shapes;
@@ -187,6 +193,7 @@ export class AdapterSlots {
     if (adapter.name === BASE) throw new ModelError(ModelCode.BAD_ADAPTER, `'${BASE}' is reserved for the base model`);
     // A fixed plan must fit the adapter (every merged unit one of its modules) before anything changes.
     this.plans.checkFits(shapeOnly(adapter));
+    if (outs.size > 0) await this.needOutTables();
     if (this.#registered.has(adapter.name)) this.unload(adapter.name);
     const lane = this.#laneFor(adapter, undefined);
     if (lane !== undefined) this.lanes.set(adapter.name, lane);

@@ -9,7 +9,7 @@ import { engineGraph, paramsToInputs } from './graph.js';
 import { type EngineOptions, type ProgramForm, positiveInt } from './options.js';
 import type { SlotModule } from './slot-linear.js';
 import { SlotTables } from './slots.js';
-import { type StagedPrograms, isWeightParam, stageEnginePrograms } from './stage-program.js';
+import { type StagedPrograms, foldProgram, isWeightParam, stageEnginePrograms, stageProgram } from './stage-program.js';
 
 /**
  * Program preparation for `Engine.load`: checks the options, reads the config and the checkpoint,
@@ -22,6 +22,13 @@ import { type StagedPrograms, isWeightParam, stageEnginePrograms } from './stage
 export interface EngineParts {
   readonly executor: Executor;
   readonly programs: Partial<Record<ProgramForm, PreparedGraph>>;
+  /**
+   * Where `programs`' slot forms were built without the output tables (`slotLinear`'s
+   * `outTables: false`, weights as inputs): prepares the same forms with them, for steps with a
+   * row on a slot that holds DoRA scales or LoRA biases (`ProgramRunner`). Undefined: `programs`
+   * have them.
+   */
+  readonly outPrograms?: () => Promise<Partial<Record<ProgramForm, PreparedGraph>>>;
   readonly tables: SlotTables;
   readonly shapes: Map<string, readonly number[]>;
   readonly weightBytes: number;
@@ -218,13 +225,17 @@ export async function loadEngine(dir: string, opts: EngineOptions): Promise<Load
   // A tied model whose weights are inputs reads its head as `lm_head.weight` (the embedding's
   // tensor, not a copy), so a lane can replace the head alone.
   const separateHead = config.tieWordEmbeddings && opts.quantize === undefined && (opts.weights ?? 'inputs') === 'inputs';
+  const asInputs = opts.quantize === undefined && (opts.weights ?? 'inputs') === 'inputs';
+  // Programs whose weights are inputs are built without the DoRA/bias output tables (a plain LoRA
+  // projection is then its `loraBank` op alone); the forms with them are prepared when a slot first
+  // needs them (`outPrograms`). Programs that hold their own weights keep them from the start.
+  const lean = asInputs && !packBase;
   // NOTE: the slot modules are filled in by building the first program (`engineGraph`).
-  const graphs32 = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : [], { separateHead }));
+  const graphs32 = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : [], { separateHead, outTables: !lean }));
   const read = await loadWeights(dir, s, executor, graphs32, forms, separateHead, opts.quantize !== undefined);
   const { dtype, weights, staging } = read;
   let weightBytes = read.weightBytes;
   const residuals = staging.staged.map((st) => st.residual);
-  const asInputs = opts.quantize === undefined && (opts.weights ?? 'inputs') === 'inputs';
   const programs: Partial<Record<ProgramForm, PreparedGraph>> = {};
   // One cache for every program, so each weight is packed once and the packed copy is shared.
   const quantize = opts.quantize === undefined ? undefined : 'bits' in opts.quantize ? { spec: opts.quantize, cache: new WeakMap() } : { ...opts.quantize, cache: opts.quantize.cache ?? new WeakMap() };
@@ -255,7 +266,22 @@ export async function loadEngine(dir: string, opts: EngineOptions): Promise<Load
   const baseTakesWeights = quantize !== undefined || (asInputs && !packBase);
   const factorDtype = dtype !== 'f32' && s.adapterDtype === 'same' ? dtype : 'f32';
   const tables = onDevice === undefined ? new SlotTables(maxLoras + 1, rank, modules, factorDtype) : await SlotTables.onDevice(onDevice, maxLoras + 1, rank, modules, factorDtype);
-  const parts: EngineParts = { executor, programs, tables, shapes: read.shapes, weightBytes, deviceWeightBytes: read.deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras: s.maxCpuLoras, prefillChunk: s.prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget: s.memoryBudget, replanEvery: s.replanEvery, fixedPlan: s.fixedPlan, dtype, adapterDtype: s.adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executor.capabilities.devicePicks === true, mergeWaste: s.mergeWaste, staging };
+  const outPrograms = lean ? async (): Promise<Partial<Record<ProgramForm, PreparedGraph>>> => {
+    const out: Partial<Record<ProgramForm, PreparedGraph>> = {};
+    try {
+      for (const f of slotForms) {
+        const built = engineGraph(config, f, maxLoras + 1, rank, [], { separateHead, outTables: true });
+        const st = stageProgram(dtype === 'f32' ? built : castProgram(built, dtype, s.adapterDtype), f);
+        const folded = foldProgram(st, { get: (n) => staging.foldSources.get(n) });
+        out[f] = await executor.prepare(paramsToInputs(st.residual, (n) => isWeightParam(st, n)), { get: (n) => folded[n] });
+      }
+    } catch (e) {
+      for (const p of Object.values(out)) p.dispose();
+      throw e;
+    }
+    return out;
+  } : undefined;
+  const parts: EngineParts = { executor, programs, ...(outPrograms === undefined ? {} : { outPrograms }), tables, shapes: read.shapes, weightBytes, deviceWeightBytes: read.deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras: s.maxCpuLoras, prefillChunk: s.prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget: s.memoryBudget, replanEvery: s.replanEvery, fixedPlan: s.fixedPlan, dtype, adapterDtype: s.adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executor.capabilities.devicePicks === true, mergeWaste: s.mergeWaste, staging };
   return { config, tokenizer: await loadTokenizer(dir), parts };
 }
 

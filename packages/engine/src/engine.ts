@@ -71,7 +71,7 @@ export class Engine {
     this.#seqs = new SequenceStore(config, parts.dtype, parts.caches, parts.hostKvCopy);
     this.#runner = new ProgramRunner({ ...parts, hostKv: this.#seqs.hostKv, kvOutputs: this.#seqs.kvOutputs }, config);
     this.#plans = new PlanState(parts.memoryBudget, parts.fixedPlan, parts.replanEvery);
-    this.#adapters = new AdapterSlots(dir, config, parts, this.#plans);
+    this.#adapters = new AdapterSlots(dir, config, parts, this.#plans, () => this.#runner.outTables());
     this.#steps = new StepRunner(config, this.#runner, this.#seqs, this.#adapters, parts.prefillChunk, parts.mergeWaste);
     this.#scorer = new PromptScorer(config, this.#runner, parts.tables, parts.staging.foldSources, this.#reports, parts.dtype, parts.adapterDtype, parts.allWeightInputs);
   }
@@ -156,7 +156,7 @@ export class Engine {
   stats(): EngineStats {
     const r = this.#runner;
     const st = this.#steps;
-    return { preparations: r.preparations, runs: r.runs, runsByForm: { ...r.runsByForm }, residentAdapters: this.#adapters.resident, sequences: this.#seqs.live.size, freeSlots: this.#tables.freeSlots, cacheRebuilds: st.rebuilds, workerRetries: st.workerRetries, steps: st.steps, mergedSteps: st.mergedSteps, executor: this.#seqs.caches?.stats?.() ?? {} };
+    return { preparations: r.preparations, runs: r.runs, runsByForm: { ...r.runsByForm }, outTableRuns: r.outRuns, residentAdapters: this.#adapters.resident, sequences: this.#seqs.live.size, freeSlots: this.#tables.freeSlots, cacheRebuilds: st.rebuilds, workerRetries: st.workerRetries, steps: st.steps, mergedSteps: st.mergedSteps, executor: this.#seqs.caches?.stats?.() ?? {} };
   }
 
   /** Whether the base slot and every free slot hold only zeros (an unloaded adapter leaves nothing behind). */

@@ -243,12 +243,18 @@ export interface StepResult {
 
 /** Counters of the engine. */
 export interface EngineStats {
-  /** Executor preparations made (one per program; adapters never add one). */
+  /**
+   * Executor preparations made: one per program, and once per slot form more when the first
+   * adapter with DoRA scales or LoRA biases loads (the forms that read the output tables); plain
+   * LoRA adapters never add one.
+   */
   readonly preparations: number;
   /** Program runs (prefill chunks and decode steps). */
   readonly runs: number;
   /** Runs by slot form. */
   readonly runsByForm: Readonly<Record<ProgramForm, number>>;
+  /** Of the slot-form runs, those of the forms with the output tables (a row on a DoRA or LoRA-bias adapter). */
+  readonly outTableRuns: number;
   /** Adapters resident in slots now. */
   readonly residentAdapters: number;
   /** Live sequences. */

@@ -26,6 +26,8 @@ export type StepPick = 'logits' | 'greedy' | readonly RowSample[];
 export interface RunnerParts {
   readonly executor: Executor;
   readonly programs: Partial<Record<ProgramForm, PreparedGraph>>;
+  /** `EngineParts.outPrograms`: the slot forms with the output tables, prepared on first need. */
+  readonly outPrograms?: () => Promise<Partial<Record<ProgramForm, PreparedGraph>>>;
   readonly tables: SlotTables;
   readonly weightInputs: Readonly<Record<string, HostTensor>>;
   readonly baseTakesWeights: boolean;
@@ -47,6 +49,12 @@ export class ProgramRunner {
   readonly executor: Executor;
   readonly programs: Partial<Record<ProgramForm, PreparedGraph>>;
   readonly #tables: SlotTables;
+  /** Prepares the slot forms with the output tables (`programs` lack them); undefined: `programs` have them. */
+  readonly #prepareOuts: (() => Promise<Partial<Record<ProgramForm, PreparedGraph>>>) | undefined;
+  /** Those forms, once asked for (a failed preparation is forgotten, so the next need retries). */
+  #outPrograms: Promise<Partial<Record<ProgramForm, PreparedGraph>>> | undefined;
+  /** Runs of the forms with the output tables (a row on a slot holding DoRA scales or LoRA biases). */
+  outRuns = 0;
   /** The base weights as run inputs (a lane substitutes some of them). */
   readonly weightInputs: Readonly<Record<string, HostTensor>>;
   /**
@@ -81,6 +89,7 @@ export class ProgramRunner {
     this.executor = p.executor;
     this.programs = p.programs;
     this.#tables = p.tables;
+    this.#prepareOuts = p.outPrograms;
     this.weightInputs = p.weightInputs;
     this.resident = new Set([...Object.keys(p.weightInputs), ...Object.keys(p.tables.inputs)]);
     this.#baseTakesWeights = p.baseTakesWeights;
@@ -113,7 +122,9 @@ export class ProgramRunner {
       this.runsByForm.base++;
       return this.#runProgram(programs.base, inputs, caches, produced, pick);
     }
-    Object.assign(inputs, this.#tables.inputs, lane?.weights ?? this.weightInputs);
+    // Rows on slots with output-table rows need the forms that read them; the others run without.
+    const outs = this.#prepareOuts !== undefined && this.#tables.hasOuts(rowSlots) ? await this.outTables() : undefined;
+    Object.assign(inputs, this.#prepareOuts === undefined || outs !== undefined ? this.#tables.inputs : this.#tables.factorInputs, lane?.weights ?? this.weightInputs);
     const groups = [...new Set(rowSlots.filter((s) => s !== 0))];
     const form = this.#formFor(rowSlots.length, groups.length);
     this.tokenSlots(inputs, rowSlots);
@@ -132,7 +143,28 @@ export class ProgramRunner {
     }
     this.runs++;
     this.runsByForm[form]++;
-    return this.#runProgram(programs[form]!, inputs, caches, produced, pick);
+    if (outs !== undefined) this.outRuns++;
+    return this.#runProgram((outs ?? programs)[form]!, inputs, caches, produced, pick);
+  }
+
+  /**
+   * The slot forms that read the output tables (DoRA scales, LoRA biases): `programs` where they
+   * have them, else prepared on the first call (the engine asks when an adapter with such rows
+   * loads, so no step waits for it). A failed preparation is `ENGINE_RUN_FAILED` and is retried
+   * by the next call.
+   */
+  outTables(): Promise<Partial<Record<ProgramForm, PreparedGraph>>> {
+    if (this.#prepareOuts === undefined) return Promise.resolve(this.programs);
+    if (this.#outPrograms === undefined) {
+      const made = this.#prepareOuts().catch((e: unknown) => {
+        this.#outPrograms = undefined;
+        if (e instanceof StageError) throw e;
+        throw new EngineError(EngineCode.RUN_FAILED, `preparing the programs with the DoRA/bias output tables failed: ${errorMessage(e)}`, { cause: e });
+      });
+      this.#outPrograms = made;
+      this.preparations += Object.keys(this.programs).filter((f) => f !== 'base').length;
+    }
+    return this.#outPrograms;
   }
 
   /** Runs `program`, recycling its last finished call's result when recycling outputs; the result goes to `produced`. */
@@ -172,6 +204,7 @@ export class ProgramRunner {
   dispose(): void {
     this.disposed = true;
     for (const p of Object.values(this.programs)) p.dispose();
+    void this.#outPrograms?.then((o) => { for (const p of Object.values(o)) p.dispose(); }, () => undefined);
     this.spare?.clear();
   }
 }

@@ -27,7 +27,8 @@ describe('Engine programs come out of specialize', () => {
       const forms = ['gathered', 'grouped', 'single', 'base'] as const;
       expect(r.graphs).toHaveLength(forms.length);
       for (const [i, form] of forms.entries()) {
-        const g = engineGraph(config, form, 3, 8, [], { separateHead: config.tieWordEmbeddings }); // a tied head as its own input, as Engine.load builds it (adapter-kinds.ts)
+        // A tied head as its own input, and no DoRA/bias output tables until an adapter needs them, as Engine.load builds it.
+        const g = engineGraph(config, form, 3, 8, [], { separateHead: config.tieWordEmbeddings, outTables: false });
         const ann = annotate(g, SERVING_STAGES, servingAnnotations(g));
         const rw = rewriteGreedy(g, [canonicalRules], { context: { annotations: ann, cutoff: 'base' } }).graph;
         const s = specialize(rw, { annotations: annotate(rw, SERVING_STAGES, servingAnnotations(rw)), cutoff: 'base', shapesOnly: true });
