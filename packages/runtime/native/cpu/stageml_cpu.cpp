@@ -11,8 +11,9 @@
 // and executes the instructions on a small thread pool. Heavy kernels: f32 linear / matmul
 // (register-tiled AVX-512 dot products on row-major weights, no repacking), block-quantized linear
 // (int4 / int8 codes repacked into 16-row interleaved tiles, activations quantized per 32 inputs to
-// int8, VNNI dot products), attention over the cache with a vectorized exp. Everything else is
-// generic strided code. Values of dtype i64 are stored as double (the IR's host representation).
+// int8, VNNI dot products), attention over the cache with a vectorized exp, the MoE expert GEMM
+// (rows grouped by expert onto the f32 tiles). Everything else is generic strided code. Values of
+// dtype i64 are stored as double (the IR's host representation).
 
 #include <node_api.h>
 
@@ -677,7 +678,19 @@ enum Op {
   OP_ATTENTION_KV = 20,
   OP_LORA = 21,
   OP_LORA_LINEAR = 22,
+  OP_GROUPED_MATMUL = 23,
+  OP_SCATTER_ADD = 24,
+  OP_TOPK = 25,
+  OP_REDUCE = 26,
+  OP_ARGMAX = 27,
+  OP_IOTA = 28,
+  OP_COUNT = 29,  // instructions this runner knows: compile refuses others
 };
+
+// The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
+// prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
+// detected at load instead of failing on an instruction it lacks.
+constexpr int kAbi = 2;
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -1454,6 +1467,292 @@ void lora_linear(Run& p, const Instr& in) {
   }, m * n * k < kParallelMin);
 }
 
+// ---------------------------------------------------------------------------------------------
+// MoE routing and reductions: topk, scatterAdd, groupedMatmul, sum/mean/max, argmax, iota. Each
+// follows its op's reference semantics in packages/ir/src/ops (accumulating in double where the
+// reference does, in the reference's order), on every dtype the program table holds.
+
+// Element i of a value of dtype dt as a double (i64 is stored as double).
+inline double load_as(const void* x, int dt, i64 i) {
+  switch (dt) {
+    case DT_F32: return static_cast<const float*>(x)[i];
+    case DT_I64: return static_cast<const double*>(x)[i];
+    case DT_I32: return static_cast<const int32_t*>(x)[i];
+    default: return static_cast<const uint8_t*>(x)[i];
+  }
+}
+
+// Stores v rounded to dtype dt as the IR's `rounderFor` does (f32 round to nearest; integers
+// truncate, non-finite to 0, i32 and u8 wrap).
+inline void store_as(void* y, int dt, i64 i, double v) {
+  switch (dt) {
+    case DT_F32: static_cast<float*>(y)[i] = static_cast<float>(v); break;
+    case DT_I64: static_cast<double*>(y)[i] = std::isfinite(v) ? std::trunc(v) : 0; break;
+    case DT_I32: static_cast<int32_t*>(y)[i] = std::isfinite(v) ? static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(static_cast<int64_t>(std::fmod(std::trunc(v), 4294967296.0))))) : 0; break;
+    case DT_BOOL: static_cast<uint8_t*>(y)[i] = v != 0 ? 1 : 0; break;
+    default: static_cast<uint8_t*>(y)[i] = std::isfinite(v) ? static_cast<uint8_t>(static_cast<uint64_t>(static_cast<int64_t>(std::fmod(std::trunc(v), 256.0))) & 0xFF) : 0; break;
+  }
+}
+
+// An index operand's entry j, which must be an integer in [0, size) (i64 indices are doubles).
+inline i64 index_in(const Run& p, int v, i64 j, i64 size, const char* what) {
+  if (p.vals[v].dtype == DT_I64) {
+    const double d = static_cast<const double*>(p.ptr[v])[j];
+    if (!(d >= 0 && d < static_cast<double>(size)) || d != std::trunc(d)) fail("RT_BAD_VALUE", std::string(what) + ": index " + std::to_string(d) + " is out of range [0, " + std::to_string(size) + ")");
+    return static_cast<i64>(d);
+  }
+  return checked_index(index_at(p, v, j), size, what);
+}
+
+// (values, indices) = topk(x, k) along axis: a = [x], r = [values, indices], i = [k, axis,
+// largest]. Order as the reference sorts: NaN above +∞, ties (and −0 = +0) by lower index first.
+void topk(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const i64 k = in.i[0];
+  const size_t ax = static_cast<size_t>(in.i[1]);
+  const bool largest = in.i[2] != 0;
+  const auto [outer, inner] = split_at(xs, ax);
+  const i64 size = xs[ax];
+  if (k > size) fail("RT_BAD_VALUE", "topk: k=" + std::to_string(k) + " exceeds axis size " + std::to_string(size));
+  const int dt = p.vals[in.a[0]].dtype;
+  const void* x = p.ptr[in.a[0]];
+  void* vals = p.ptr[in.r[0]];
+  double* idxs = D(p, in.r[1]);
+  // `before(a, b)`: value a ranks strictly ahead of b.
+  auto before = [largest](double a, double b) {
+    const bool na = std::isnan(a), nb = std::isnan(b);
+    if (na != nb) return largest ? na : nb;
+    if (na) return false;
+    return largest ? a > b : a < b;
+  };
+  pool().parallel(outer * inner, [&](i64 b, i64 e) {
+    std::vector<std::pair<double, i64>> lane(static_cast<size_t>(size));
+    for (i64 l = b; l < e; l++) {
+      const i64 o = l / std::max<i64>(inner, 1), c = l % std::max<i64>(inner, 1);
+      for (i64 j = 0; j < size; j++) lane[static_cast<size_t>(j)] = {load_as(x, dt, (o * size + j) * inner + c), j};
+      auto cmp = [&](const std::pair<double, i64>& u, const std::pair<double, i64>& v) {
+        if (before(u.first, v.first)) return true;
+        if (before(v.first, u.first)) return false;
+        return u.second < v.second;
+      };
+      std::partial_sort(lane.begin(), lane.begin() + k, lane.end(), cmp);
+      for (i64 j = 0; j < k; j++) {
+        const i64 at = (o * k + j) * inner + c;
+        store_as(vals, dt, at, lane[static_cast<size_t>(j)].first);
+        idxs[at] = static_cast<double>(lane[static_cast<size_t>(j)].second);
+      }
+    }
+  }, outer * inner * size < kParallelMin);
+}
+
+// y = x; y[…, index[j], …] += updates[…, j, …] along axis: a = [x, index, updates], i = [axis].
+// Each destination row sums x and its updates in index order in double and rounds once (the
+// reference's accumulation), so repeated indices need no atomics: rows run in parallel.
+void scatter_add(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const size_t ax = static_cast<size_t>(in.i[0]);
+  const auto [outer, inner] = split_at(xs, ax);
+  const i64 size = xs[ax];
+  const i64 n = numel(p.shapes[in.a[1]]);
+  const int dt = p.vals[in.r[0]].dtype;
+  const void* x = p.ptr[in.a[0]];
+  const void* up = p.ptr[in.a[2]];
+  void* y = p.ptr[in.r[0]];
+  // Updates of each destination, in index order (a counting sort).
+  std::vector<i64> start(static_cast<size_t>(size) + 1, 0), order(static_cast<size_t>(n));
+  std::vector<i64> dst(static_cast<size_t>(n));
+  for (i64 j = 0; j < n; j++) start[static_cast<size_t>(dst[j] = index_in(p, in.a[1], j, size, "scatterAdd")) + 1]++;
+  for (i64 s = 0; s < size; s++) start[s + 1] += start[s];
+  {
+    std::vector<i64> fill(start.begin(), start.end() - 1);
+    for (i64 j = 0; j < n; j++) order[static_cast<size_t>(fill[static_cast<size_t>(dst[j])]++)] = j;
+  }
+  pool().parallel(outer * size, [&](i64 b, i64 e) {
+    std::vector<double> acc(static_cast<size_t>(inner));
+    for (i64 row = b; row < e; row++) {
+      const i64 o = row / size, s = row % size;
+      const i64 base = row * inner;
+      for (i64 c = 0; c < inner; c++) acc[c] = load_as(x, dt, base + c);
+      for (i64 q = start[s]; q < start[s + 1]; q++) {
+        const i64 src = (o * n + order[q]) * inner;
+        if (dt == DT_F32) {
+          const float* u = static_cast<const float*>(up) + src;
+          for (i64 c = 0; c < inner; c++) acc[c] += u[c];
+        } else
+          for (i64 c = 0; c < inner; c++) acc[c] += load_as(up, dt, src + c);
+      }
+      if (dt == DT_F32) {
+        float* yr = static_cast<float*>(y) + base;
+        for (i64 c = 0; c < inner; c++) yr[c] = static_cast<float>(acc[c]);
+      } else
+        for (i64 c = 0; c < inner; c++) store_as(y, dt, base + c, acc[c]);
+    }
+  }, outer * (size + n) * inner < kParallelMin);
+}
+
+// y[n] = x[n] · w[g_n] (transposeW: x[n] · w[g_n]ᵀ): a = [x [N, K], w [G, d1, d2], groups [N]],
+// i = [transposeW]. Rows are sorted by group (stable counting sort) and gathered, each group with
+// rows runs as one GEMM over its weight matrix — the f32 tiles `linear` uses, split into column
+// blocks across the pool with the other groups' blocks — and the results go back to their rows.
+// Groups without rows cost nothing. Integer operands run the reference loop, wrapping.
+void grouped_matmul(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const auto& ws = p.shapes[in.a[1]];
+  const i64 n = xs[0], k = xs[1], G = ws[0];
+  const bool tw = in.i[0] != 0;
+  const i64 m = tw ? ws[1] : ws[2];
+  if ((tw ? ws[2] : ws[1]) != k) fail("RT_BAD_VALUE", "groupedMatmul: x " + shape_str(xs) + " and w " + shape_str(ws) + " disagree on the contraction dim");
+  const int dt = p.vals[in.r[0]].dtype;
+  std::vector<i64> start(static_cast<size_t>(G) + 1, 0), order(static_cast<size_t>(n)), grp(static_cast<size_t>(n));
+  for (i64 r = 0; r < n; r++) start[static_cast<size_t>(grp[r] = index_in(p, in.a[2], r, G, "groupedMatmul")) + 1]++;
+  for (i64 g = 0; g < G; g++) start[g + 1] += start[g];
+  {
+    std::vector<i64> fill(start.begin(), start.end() - 1);
+    for (i64 r = 0; r < n; r++) order[static_cast<size_t>(fill[static_cast<size_t>(grp[r])]++)] = r;
+  }
+  if (dt != DT_F32) {
+    // The reference loop on integers (i64 as double, i32), summed in double and wrapped once.
+    const void* x = p.ptr[in.a[0]];
+    const void* w = p.ptr[in.a[1]];
+    void* y = p.ptr[in.r[0]];
+    const i64 sk = tw ? 1 : m, sm = tw ? k : 1;
+    for (i64 r = 0; r < n; r++) {
+      const i64 base = grp[r] * ws[1] * ws[2];
+      for (i64 j = 0; j < m; j++) {
+        double acc = 0;
+        for (i64 q = 0; q < k; q++) acc += load_as(x, dt, r * k + q) * load_as(w, dt, base + q * sk + j * sm);
+        store_as(y, dt, r * m + j, acc);
+      }
+    }
+    return;
+  }
+  const float* x = F(p, in.a[0]);
+  const float* w = F(p, in.a[1]);
+  float* y = F(p, in.r[0]);
+  if (n == 0 || m == 0) return;
+  if (k == 0) {
+    std::memset(y, 0, sizeof(float) * static_cast<size_t>(n * m));
+    return;
+  }
+  std::vector<float> xg(static_cast<size_t>(n * k)), yg(static_cast<size_t>(n * m));
+  for (i64 q = 0; q < n; q++) std::memcpy(xg.data() + q * k, x + order[q] * k, sizeof(float) * static_cast<size_t>(k));
+  // Work items: (group, block of kNb output columns), over the groups with rows.
+  constexpr i64 kNb = 64;
+  const i64 blocks = (m + kNb - 1) / kNb;
+  std::vector<i64> items;
+  for (i64 g = 0; g < G; g++)
+    if (start[g + 1] > start[g])
+      for (i64 c = 0; c < blocks; c++) items.push_back(g * blocks + c);
+  // Without transposeW, each used group's [K, M] matrix is transposed once into [M, K], so every
+  // group runs the same register-tiled dot products (whose accumulation error `linear` has, rather
+  // than a K-long chain of axpys).
+  std::vector<i64> used;
+  for (i64 g = 0; g < G; g++)
+    if (start[g + 1] > start[g]) used.push_back(g);
+  std::vector<float> wt(tw ? 0 : static_cast<size_t>(used.size()) * static_cast<size_t>(m * k));
+  std::vector<i64> slot(tw ? 0 : static_cast<size_t>(G), -1);
+  if (!tw) {
+    for (size_t u = 0; u < used.size(); u++) slot[static_cast<size_t>(used[u])] = static_cast<i64>(u);
+    pool().parallel(static_cast<i64>(used.size()), [&](i64 b, i64 e) {
+      for (i64 u = b; u < e; u++) {
+        const float* src = w + used[u] * k * m;
+        float* dst = wt.data() + u * m * k;
+        for (i64 q = 0; q < k; q++)
+          for (i64 j = 0; j < m; j++) dst[j * k + q] = src[q * m + j];
+      }
+    }, static_cast<i64>(used.size()) * m * k < kParallelMin);
+  }
+  pool().parallel(static_cast<i64>(items.size()), [&](i64 b, i64 e) {
+    for (i64 t = b; t < e; t++) {
+      const i64 g = items[t] / blocks, n0 = items[t] % blocks * kNb, n1 = std::min(m, n0 + kNb);
+      const i64 r0 = start[g], rows = start[g + 1] - start[g];
+      const float* wg = tw ? w + g * ws[1] * ws[2] : wt.data() + slot[static_cast<size_t>(g)] * m * k;
+      gemm_nt_range(xg.data() + r0 * k, k, wg, k, yg.data() + r0 * m, m, rows, k, n0, n1);
+    }
+  }, n * m * k < kParallelMin);
+  for (i64 q = 0; q < n; q++) std::memcpy(y + order[q] * m, yg.data() + q * m, sizeof(float) * static_cast<size_t>(m));
+}
+
+enum Reduce { R_SUM = 0, R_MEAN, R_MAX };
+
+// y = sum / mean / max of x over the axes: a = [x], i = [kind, axes…] (none: every axis). The
+// reference's order: x row-major, accumulated in double; max propagates NaN, empty gives −∞.
+void reduce(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const size_t rank = xs.size();
+  std::vector<bool> red(rank, in.i.size() == 1);
+  for (size_t j = 1; j < in.i.size(); j++) red[static_cast<size_t>(in.i[j])] = true;
+  // Output strides over x's axes (0 along reduced ones).
+  std::vector<i64> ost(rank, 0);
+  i64 nout = 1, count = 1;
+  for (size_t d = rank; d-- > 0;) {
+    if (red[d]) count *= xs[d];
+    else {
+      ost[d] = nout;
+      nout *= xs[d];
+    }
+  }
+  const int kind = static_cast<int>(in.i[0]);
+  const int dt = p.vals[in.a[0]].dtype;
+  std::vector<double> acc(static_cast<size_t>(nout), kind == R_MAX ? -INFINITY : 0.0);
+  const i64 total = numel(xs);
+  std::vector<i64> idx(rank, 0);
+  i64 o = 0;
+  const void* x = p.ptr[in.a[0]];
+  for (i64 e = 0; e < total; e++) {
+    const double v = load_as(x, dt, e);
+    double& a = acc[static_cast<size_t>(o)];
+    if (kind == R_MAX) a = std::isnan(a) || std::isnan(v) ? NAN : (a > v ? a : v);
+    else a += v;
+    for (size_t d = rank; d-- > 0;) {
+      o += ost[d];
+      if (++idx[d] < xs[d]) break;
+      o -= ost[d] * xs[d];
+      idx[d] = 0;
+    }
+  }
+  void* y = p.ptr[in.r[0]];
+  for (i64 j = 0; j < nout; j++) store_as(y, dt, j, kind == R_MEAN ? acc[j] / static_cast<double>(count) : acc[j]);
+}
+
+// y = index of the first maximum along axis (NaN counts as the maximum): a = [x], i = [axis].
+void argmax(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const size_t ax = static_cast<size_t>(in.i[0]);
+  const auto [outer, inner] = split_at(xs, ax);
+  const i64 size = xs[ax];
+  if (size == 0) fail("RT_BAD_VALUE", "argmax: axis has size 0");
+  const int dt = p.vals[in.a[0]].dtype;
+  const void* x = p.ptr[in.a[0]];
+  double* y = D(p, in.r[0]);
+  for (i64 o = 0; o < outer; o++)
+    for (i64 c = 0; c < inner; c++) {
+      i64 best = 0;
+      double bv = load_as(x, dt, o * size * inner + c);
+      for (i64 j = 1; j < size && !std::isnan(bv); j++) {
+        const double v = load_as(x, dt, (o * size + j) * inner + c);
+        if (v > bv || std::isnan(v)) {
+          best = j;
+          bv = v;
+        }
+      }
+      y[o * inner + c] = static_cast<double>(best);
+    }
+}
+
+// y[i…] = i[axis] in y's dtype: r = [y], i = [axis].
+void iota(Run& p, const Instr& in) {
+  const auto& ys = p.shapes[in.r[0]];
+  const size_t ax = static_cast<size_t>(in.i[0]);
+  const auto [outer, inner] = split_at(ys, ax);
+  const i64 size = ys[ax];
+  const int dt = p.vals[in.r[0]].dtype;
+  void* y = p.ptr[in.r[0]];
+  for (i64 o = 0; o < outer; o++)
+    for (i64 j = 0; j < size; j++)
+      for (i64 c = 0; c < inner; c++) store_as(y, dt, (o * size + j) * inner + c, static_cast<double>(j));
+}
+
 void cast(Run& p, const Instr& in) {
   const int from = p.vals[in.a[0]].dtype, to = p.vals[in.r[0]].dtype;
   const i64 n = numel(p.shapes[in.r[0]]);
@@ -1615,6 +1914,12 @@ void exec(Run& p, const Instr& in) {
     case OP_ATTENTION_KV: attention_kv(p, in); break;
     case OP_LORA: lora_gathered(p, in); break;
     case OP_LORA_LINEAR: lora_linear(p, in); break;
+    case OP_GROUPED_MATMUL: grouped_matmul(p, in); break;
+    case OP_SCATTER_ADD: scatter_add(p, in); break;
+    case OP_TOPK: topk(p, in); break;
+    case OP_REDUCE: reduce(p, in); break;
+    case OP_ARGMAX: argmax(p, in); break;
+    case OP_IOTA: iota(p, in); break;
     case OP_SOFTMAX: {
       const auto& xs = p.shapes[in.a[0]];
       const size_t ax = static_cast<size_t>(in.i[0]);
@@ -1807,6 +2112,7 @@ napi_value js_compile(napi_env env, napi_callback_info info) {
     p->code.resize(static_cast<size_t>(ninstr));
     for (auto& in : p->code) {
       in.op = next();
+      if (in.op < 0 || in.op >= OP_COUNT) fail("RT_UNSUPPORTED", "instruction " + std::to_string(in.op) + " is not in this runner (ABI " + std::to_string(kAbi) + "): the addon is older than the encoder");
       const int na = next();
       for (int j = 0; j < na; j++) in.a.push_back(next());
       const int nr = next();
@@ -2054,12 +2360,20 @@ napi_value js_isa(napi_env env, napi_callback_info) {
   return isa;
 }
 
+// abi() → the runner's ABI version (kAbi).
+napi_value js_abi(napi_env env, napi_callback_info) {
+  napi_value v;
+  napi_create_int32(env, kAbi, &v);
+  return v;
+}
+
 napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"compile", nullptr, js_compile, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"run", nullptr, js_run, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"threads", nullptr, js_threads, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"isa", nullptr, js_isa, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"abi", nullptr, js_abi, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   return exports;
