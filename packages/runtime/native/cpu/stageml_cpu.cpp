@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cfloat>
 #include <cmath>
 #include <condition_variable>
@@ -2177,12 +2178,44 @@ struct RunWork {
 };
 
 
+// Instruction profile (`profile(on)`): per instruction kind and, for the GEMMs, per shape
+// (rows × inputs → outputs), the runs and nanoseconds since the last call. Off by default: its
+// clock reads cost nothing then. Guarded by g_run_mutex (runs are serialized).
+bool g_profile = false;
+std::map<std::string, std::pair<int64_t, int64_t>> g_profile_stats;
+
+const char* op_name(int op) {
+  static const char* names[OP_COUNT] = {"copy", "transpose", "cast", "binary", "unary", "concat", "gather", "slice", "rmsnorm", "linear", "matmul", "qlinear", "rotary",
+                                        "attention", "softmax", "reshape", "gather_view", "broadcast", "layernorm", "where", "attention_kv", "lora", "lora_linear",
+                                        "grouped_matmul", "scatter_add", "topk", "reduce", "argmax", "iota"};
+  return op >= 0 && op < OP_COUNT ? names[op] : "?";
+}
+
+std::string profile_key(const Run& r, const Instr& in) {
+  std::string key = op_name(in.op);
+  auto dims = [&](int v) { return shape_str(r.shapes[static_cast<size_t>(v)]); };
+  if (in.op == OP_LINEAR || in.op == OP_LORA_LINEAR || in.op == OP_MATMUL || in.op == OP_ATTENTION_KV || in.op == OP_ATTENTION || in.op == OP_GROUPED_MATMUL) key += " " + dims(in.a[0]) + " -> " + dims(in.r[0]);
+  else if (in.op == OP_QLINEAR) key += " " + dims(in.a[0]) + " -> " + dims(in.r[0]) + " int" + std::to_string(in.pack->bits);
+  else if (in.op == OP_BINARY || in.op == OP_UNARY) key += "." + std::to_string(in.i[0]);
+  return key;
+}
+
 void run_execute(napi_env, void* data) {
   RunWork* w = static_cast<RunWork*>(data);
   try {
     std::lock_guard<std::mutex> lk(g_run_mutex);
     place(*w->prog, w->run);
-    for (const Instr& in : w->prog->code) exec(w->run, in);
+    if (g_profile) {
+      for (const Instr& in : w->prog->code) {
+        const auto t0 = std::chrono::steady_clock::now();
+        exec(w->run, in);
+        const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+        auto& e = g_profile_stats[profile_key(w->run, in)];
+        e.first++;
+        e.second += ns;
+      }
+    } else
+      for (const Instr& in : w->prog->code) exec(w->run, in);
   } catch (const Fail& f) {
     w->failed = true;
     w->code = f.code;
@@ -2360,6 +2393,27 @@ napi_value js_isa(napi_env env, napi_callback_info) {
   return isa;
 }
 
+// profile(on: boolean) → JSON {key: [runs, ns]} of the instructions run since the last call
+// (see g_profile), and turns profiling on or off for the next runs.
+napi_value js_profile(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr);
+  bool on = false;
+  if (argc > 0) napi_get_value_bool(env, argv[0], &on);
+  std::string json = "{";
+  {
+    std::lock_guard<std::mutex> lk(g_run_mutex);
+    for (const auto& [k, v] : g_profile_stats) json += (json.size() > 1 ? ",\"" : "\"") + k + "\":[" + std::to_string(v.first) + "," + std::to_string(v.second) + "]";
+    g_profile_stats.clear();
+    g_profile = on;
+  }
+  json += "}";
+  napi_value out;
+  napi_create_string_utf8(env, json.c_str(), json.size(), &out);
+  return out;
+}
+
 // abi() → the runner's ABI version (kAbi).
 napi_value js_abi(napi_env env, napi_callback_info) {
   napi_value v;
@@ -2374,6 +2428,7 @@ napi_value init(napi_env env, napi_value exports) {
       {"threads", nullptr, js_threads, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"isa", nullptr, js_isa, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"abi", nullptr, js_abi, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"profile", nullptr, js_profile, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   return exports;

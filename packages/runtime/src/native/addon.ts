@@ -25,6 +25,11 @@ export interface CpuAddon {
   isa(): string;
   /** The runner's ABI version (absent in addons built before it was reported: ABI 1). */
   abi?(): number;
+  /**
+   * The instruction profile since the last call as JSON (`{ "<kind> [shape]": [runs, ns] }`, the
+   * GEMMs keyed by their shapes), and profiling turned on or off for the next runs (ABI 2).
+   */
+  profile?(on: boolean): string;
 }
 
 /**
