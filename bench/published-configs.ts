@@ -188,11 +188,11 @@ else {
     const r = spawnSync(process.execPath, ['--conditions=@stageml/source', '--import', 'tsx', fileURLToPath(import.meta.url), '--model', key], { encoding: 'utf8', env: process.env, maxBuffer: 1 << 24 });
     const line = r.stdout.trim().split('\n').at(-1) ?? '';
     if (r.status !== 0 || !line.startsWith('{')) {
-      notes.push(`- ${CONFIGS[key]!.name}: FAILED (exit ${String(r.status)}): ${(r.stderr || r.stdout).trim().split('\n').slice(-3).join(' / ')}`);
+      notes.push(`- ${CONFIGS[key].name}: FAILED (exit ${String(r.status)}): ${(r.stderr || r.stdout).trim().split('\n').slice(-3).join(' / ')}`);
       continue;
     }
     const m = JSON.parse(line) as ModelResult;
-    const name = `${CONFIGS[key]!.name}, ${String(layers)} layer${layers === 1 ? '' : 's'}`;
+    const name = `${CONFIGS[key].name}, ${String(layers)} layer${layers === 1 ? '' : 's'}`;
     const extra = { params: m.params, loadS: Number(m.loadS.toFixed(1)), writeS: Number(m.writeS.toFixed(1)), maxRssGiB: Number(m.maxRssGiB.toFixed(2)), ids: m.ids.join(' '), finite: String(m.finite), loadAverage: load };
     cases.push({ name: `${name}: prefill ${String(PROMPT.length)} tokens`, medianMs: m.prefillMs, runs: 1, extra });
     cases.push({ name: `${name}: decode, per token`, medianMs: m.decodeMsPerToken, runs: NEW_TOKENS - 1, extra });

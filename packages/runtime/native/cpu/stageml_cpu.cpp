@@ -1048,133 +1048,210 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
   }
   if (hkv <= 0 || hq % hkv != 0) fail("RT_BAD_VALUE", "attention: query heads are not a multiple of kv heads");
   const i64 group = hq / hkv;
-  // One item per (batch, kv head, query): the group's query heads share each key and value row
-  // read (GQA), and rows a few keys ahead are prefetched (the cache rows are scattered).
-  const i64 items = nb * hkv * tq;
+  // One item per (batch, kv head, block of qb queries): the group's query heads share each key and
+  // value row read (GQA), and rows a few keys ahead are prefetched (the cache rows are scattered).
+  // With many queries (prefill), a block's keys are transposed once into kt [d][keys], so each
+  // query's scores are 16 keys per FMA with no horizontal sums — the decode path's per-key dot
+  // products made attention a sixth of a Qwen3 (head_dim 128) prefill (bench/native-profile).
+#ifdef SML_AVX512
+  const i64 qb = tq >= 8 ? 16 : 1;
+#else
+  const i64 qb = 1;
+#endif
+  const i64 blocks = (tq + qb - 1) / qb;
+  const i64 items = nb * hkv * blocks;
   pool().parallel(items, [&](i64 b0, i64 b1) {
     std::vector<float> sc(static_cast<size_t>(tk * group));
     std::vector<float> acc(static_cast<size_t>(dv * group));
     std::vector<float> mx(static_cast<size_t>(group)), tot(static_cast<size_t>(group));
     std::vector<uint8_t> act(has_mask ? static_cast<size_t>(tk) : 0);
+    std::vector<float> kt;
+    std::vector<std::pair<i64, const float*>> vrows;
     for (i64 it = b0; it < b1; it++) {
-      const i64 i = it % tq;
-      const i64 kh = (it / tq) % hkv;
-      const i64 b = it / (tq * hkv);
-      const i64 jmax = causal ? std::min(tk, i + tk - tq + 1) : tk;
-      const float* qi[16];
-      const i64 gn = std::min<i64>(group, 16);
-      for (i64 g0 = 0; g0 < group; g0 += gn) {
-        const i64 gc = std::min(gn, group - g0);
-        for (i64 g = 0; g < gc; g++) {
-          qi[g] = q + ((b * hq + kh * group + g0 + g) * tq + i) * d;
-          mx[g] = -INFINITY;
-        }
-        // The additive mask at key jx for query head g0 + g (−∞ for a false boolean mask).
-        const auto mask_at = [&](i64 g, i64 jx) -> float {
-          const i64 mo = mbatch[b] + i * mst[r - 2] + (kh * group + g0 + g) * mst[r - 3] + jx * mst[r - 1];
-          if (mask_bool) return static_cast<const uint8_t*>(mask)[mo] == 0 ? -INFINITY : 0.0f;
-          return static_cast<const float*>(mask)[mo];
-        };
-        // Keys masked (at or below −FLT_MAX, what padding gets) for every head of the group have
-        // weight exactly 0 as soon as one key is not (e^(score − max) underflows), so they are
-        // not read at all: a batch of rows with caches of different lengths reads only each row's
-        // own positions. A query whose every key is masked keeps the full computation.
-        const uint8_t* live = nullptr;
-        if (has_mask) {
-          i64 n = 0;
-          for (i64 jx = 0; jx < jmax; jx++) {
-            uint8_t a = 0;
-            for (i64 g = 0; g < gc && a == 0; g++) a = mask_at(g, jx) > -FLT_MAX ? 1 : 0;
-            act[static_cast<size_t>(jx)] = a;
-            n += a;
+      const i64 blk = it % blocks;
+      const i64 kh = (it / blocks) % hkv;
+      const i64 b = it / (blocks * hkv);
+      const i64 i_end = std::min(tq, (blk + 1) * qb);
+      // Keys the block reads (its last query's), transposed: kt[e * ldk + j] = k_j[e].
+      const i64 jblock = causal ? std::min(tk, i_end - 1 + tk - tq + 1) : tk;
+      const i64 ldk = (std::max<i64>(jblock, 0) + 15) / 16 * 16;
+      if (qb > 1) {
+        kt.assign(static_cast<size_t>(d * ldk), 0.0f);
+        each_row(ks, nk, jblock, b, kh, nullptr, [&](i64 j, const float* kr) {
+          for (i64 e = 0; e < d; e++) kt[static_cast<size_t>(e * ldk + j)] = kr[e];
+        });
+      }
+      for (i64 i = blk * qb; i < i_end; i++) {
+        const i64 jmax = causal ? std::min(tk, i + tk - tq + 1) : tk;
+        const float* qi[16];
+        const i64 gn = std::min<i64>(group, 16);
+        for (i64 g0 = 0; g0 < group; g0 += gn) {
+          const i64 gc = std::min(gn, group - g0);
+          for (i64 g = 0; g < gc; g++) {
+            qi[g] = q + ((b * hq + kh * group + g0 + g) * tq + i) * d;
+            mx[g] = -INFINITY;
           }
-          if (n > 0 && n < jmax) live = act.data();
-        }
-        {
-          // Raw q·k for four keys at a time (one batched horizontal reduction), then scale, mask
-          // and the running max.
-          const float* kp[4];
-          i64 kj[4];
-          int nq = 0;
-          auto flush = [&]() {
-            for (i64 g = 0; g < gc; g++) {
-              float out[4];
-              if (nq == 4) dot4_f32(qi[g], kp[0], kp[1], kp[2], kp[3], d, out);
-              else
-                for (int t = 0; t < nq; t++) out[t] = dot_f32(qi[g], kp[t], d);
-              for (int t = 0; t < nq; t++) sc[g * tk + kj[t]] = out[t];
-            }
-            nq = 0;
+          // The additive mask at key jx for query head g0 + g (−∞ for a false boolean mask).
+          const auto mask_at = [&](i64 g, i64 jx) -> float {
+            const i64 mo = mbatch[b] + i * mst[r - 2] + (kh * group + g0 + g) * mst[r - 3] + jx * mst[r - 1];
+            if (mask_bool) return static_cast<const uint8_t*>(mask)[mo] == 0 ? -INFINITY : 0.0f;
+            return static_cast<const float*>(mask)[mo];
           };
-          each_row(ks, nk, jmax, b, kh, live, [&](i64 j, const float* kr) {
-            kp[nq] = kr;
-            kj[nq++] = j;
-            if (nq == 4) flush();
-          });
-          if (nq > 0) flush();
+          // Keys masked (at or below −FLT_MAX, what padding gets) for every head of the group have
+          // weight exactly 0 as soon as one key is not (e^(score − max) underflows), so they are
+          // not read at all: a batch of rows with caches of different lengths reads only each row's
+          // own positions. A query whose every key is masked keeps the full computation.
+          const uint8_t* live = nullptr;
+          if (has_mask) {
+            i64 n = 0;
+            for (i64 jx = 0; jx < jmax; jx++) {
+              uint8_t a = 0;
+              for (i64 g = 0; g < gc && a == 0; g++) a = mask_at(g, jx) > -FLT_MAX ? 1 : 0;
+              act[static_cast<size_t>(jx)] = a;
+              n += a;
+            }
+            if (n > 0 && n < jmax) live = act.data();
+          }
+          {
+            // Raw q·k for four keys at a time (one batched horizontal reduction), then scale, mask
+            // and the running max.
+            const float* kp[4];
+            i64 kj[4];
+            int nq = 0;
+            auto flush = [&]() {
+              for (i64 g = 0; g < gc; g++) {
+                float out[4];
+                if (nq == 4) dot4_f32(qi[g], kp[0], kp[1], kp[2], kp[3], d, out);
+                else
+                  for (int t = 0; t < nq; t++) out[t] = dot_f32(qi[g], kp[t], d);
+                for (int t = 0; t < nq; t++) sc[g * tk + kj[t]] = out[t];
+              }
+              nq = 0;
+            };
+            if (qb > 1) {
+  #ifdef SML_AVX512
+              // Masked-out keys get a score here too; it is replaced by −∞ below.
+              // 64 keys at a time: four independent FMA chains sharing each broadcast q element.
+              for (i64 g = 0; g < gc; g++)
+                for (i64 j0 = 0; j0 < jmax; j0 += 64) {
+                  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+                  const float* kc = kt.data() + j0;
+                  const i64 nj = std::min<i64>(64, jmax - j0);
+                  for (i64 e = 0; e < d; e++, kc += ldk) {
+                    const __m512 qe = _mm512_set1_ps(qi[g][e]);
+                    a0 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc), a0);
+                    if (nj > 16) a1 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc + 16), a1);
+                    if (nj > 32) a2 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc + 32), a2);
+                    if (nj > 48) a3 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc + 48), a3);
+                  }
+                  float* so = sc.data() + g * tk + j0;
+                  _mm512_mask_storeu_ps(so, tail_mask(nj), a0);
+                  if (nj > 16) _mm512_mask_storeu_ps(so + 16, tail_mask(nj - 16), a1);
+                  if (nj > 32) _mm512_mask_storeu_ps(so + 32, tail_mask(nj - 32), a2);
+                  if (nj > 48) _mm512_mask_storeu_ps(so + 48, tail_mask(nj - 48), a3);
+                }
+  #endif
+            } else {
+              each_row(ks, nk, jmax, b, kh, live, [&](i64 j, const float* kr) {
+                kp[nq] = kr;
+                kj[nq++] = j;
+                if (nq == 4) flush();
+              });
+              if (nq > 0) flush();
+            }
+            for (i64 g = 0; g < gc; g++) {
+              float* srow = sc.data() + g * tk;
+              float m = -INFINITY;
+              if (has_mask) {
+                for (i64 jx = 0; jx < jmax; jx++) {
+                  if (live != nullptr && live[jx] == 0) {
+                    srow[jx] = -INFINITY;
+                    continue;
+                  }
+                  const float v = srow[jx] * scale + mask_at(g, jx);
+                  srow[jx] = v;
+                  m = std::max(m, v);
+                }
+              } else {
+                for (i64 jx = 0; jx < jmax; jx++) {
+                  const float v = srow[jx] * scale;
+                  srow[jx] = v;
+                  m = std::max(m, v);
+                }
+              }
+              mx[g] = m;
+            }
+          }
           for (i64 g = 0; g < gc; g++) {
             float* srow = sc.data() + g * tk;
-            float m = -INFINITY;
-            if (has_mask) {
-              for (i64 jx = 0; jx < jmax; jx++) {
-                if (live != nullptr && live[jx] == 0) {
-                  srow[jx] = -INFINITY;
-                  continue;
+            tot[g] = 0;
+            if (jmax <= 0 || mx[g] == -INFINITY) continue;
+  #ifdef SML_AVX512
+            const __m512 mv = _mm512_set1_ps(mx[g]);
+            __m512 tv = _mm512_setzero_ps();
+            for (i64 j = 0; j < jmax; j += 16) {
+              const __mmask16 mk = tail_mask(jmax - j);
+              const __m512 e = _mm512_maskz_mov_ps(mk, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, srow + j), mv)));
+              _mm512_mask_storeu_ps(srow + j, mk, e);
+              tv = _mm512_add_ps(tv, e);
+            }
+            tot[g] = _mm512_reduce_add_ps(tv);
+  #else
+            for (i64 j = 0; j < jmax; j++) {
+              srow[j] = std::exp(srow[j] - mx[g]);
+              tot[g] += srow[j];
+            }
+  #endif
+          }
+          std::fill(acc.begin(), acc.begin() + gc * dv, 0.0f);
+#ifdef SML_AVX512
+          if (qb > 1 && dv % 16 == 0 && dv <= 256) {
+            // Rows of V into register accumulators (up to 16 × 16 floats a head), not through memory.
+            vrows.clear();
+            each_row(vs, nk, jmax, b, kh, live, [&](i64 j, const float* vr) { vrows.emplace_back(j, vr); });
+            for (i64 g = 0; g < gc; g++) {
+              const float* srow = sc.data() + g * tk;
+              for (i64 c0 = 0; c0 < dv; c0 += 64) {
+                const int nc = static_cast<int>(std::min<i64>(4, (dv - c0) / 16));
+                __m512 v0 = _mm512_setzero_ps(), v1 = v0, v2 = v0, v3 = v0;
+                for (const auto& [j, vr] : vrows) {
+                  const float e = srow[j];
+                  if (e == 0.0f) continue;
+                  const __m512 ev = _mm512_set1_ps(e);
+                  const float* vc = vr + c0;
+                  v0 = _mm512_fmadd_ps(ev, _mm512_loadu_ps(vc), v0);
+                  if (nc > 1) v1 = _mm512_fmadd_ps(ev, _mm512_loadu_ps(vc + 16), v1);
+                  if (nc > 2) v2 = _mm512_fmadd_ps(ev, _mm512_loadu_ps(vc + 32), v2);
+                  if (nc > 3) v3 = _mm512_fmadd_ps(ev, _mm512_loadu_ps(vc + 48), v3);
                 }
-                const float v = srow[jx] * scale + mask_at(g, jx);
-                srow[jx] = v;
-                m = std::max(m, v);
-              }
-            } else {
-              for (i64 jx = 0; jx < jmax; jx++) {
-                const float v = srow[jx] * scale;
-                srow[jx] = v;
-                m = std::max(m, v);
+                float* ac = acc.data() + g * dv + c0;
+                _mm512_storeu_ps(ac, v0);
+                if (nc > 1) _mm512_storeu_ps(ac + 16, v1);
+                if (nc > 2) _mm512_storeu_ps(ac + 32, v2);
+                if (nc > 3) _mm512_storeu_ps(ac + 48, v3);
               }
             }
-            mx[g] = m;
-          }
-        }
-        for (i64 g = 0; g < gc; g++) {
-          float* srow = sc.data() + g * tk;
-          tot[g] = 0;
-          if (jmax <= 0 || mx[g] == -INFINITY) continue;
-#ifdef SML_AVX512
-          const __m512 mv = _mm512_set1_ps(mx[g]);
-          __m512 tv = _mm512_setzero_ps();
-          for (i64 j = 0; j < jmax; j += 16) {
-            const __mmask16 mk = tail_mask(jmax - j);
-            const __m512 e = _mm512_maskz_mov_ps(mk, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, srow + j), mv)));
-            _mm512_mask_storeu_ps(srow + j, mk, e);
-            tv = _mm512_add_ps(tv, e);
-          }
-          tot[g] = _mm512_reduce_add_ps(tv);
-#else
-          for (i64 j = 0; j < jmax; j++) {
-            srow[j] = std::exp(srow[j] - mx[g]);
-            tot[g] += srow[j];
-          }
+          } else
 #endif
-        }
-        std::fill(acc.begin(), acc.begin() + gc * dv, 0.0f);
-        each_row(vs, nk, jmax, b, kh, live, [&](i64 j, const float* vr) {
+            each_row(vs, nk, jmax, b, kh, live, [&](i64 j, const float* vr) {
+              for (i64 g = 0; g < gc; g++) {
+                const float e = sc[g * tk + j];
+                if (e != 0.0f) axpy_f32(acc.data() + g * dv, vr, e, dv);
+              }
+            });
           for (i64 g = 0; g < gc; g++) {
-            const float e = sc[g * tk + j];
-            if (e != 0.0f) axpy_f32(acc.data() + g * dv, vr, e, dv);
+            float* yo = y + ((b * hq + kh * group + g0 + g) * tq + i) * dv;
+            if (jmax <= 0 || mx[g] == -INFINITY) {
+              for (i64 e = 0; e < dv; e++) yo[e] = NAN;
+              continue;
+            }
+            const float inv = 1.0f / tot[g];
+            for (i64 e = 0; e < dv; e++) yo[e] = acc[g * dv + e] * inv;
           }
-        });
-        for (i64 g = 0; g < gc; g++) {
-          float* yo = y + ((b * hq + kh * group + g0 + g) * tq + i) * dv;
-          if (jmax <= 0 || mx[g] == -INFINITY) {
-            for (i64 e = 0; e < dv; e++) yo[e] = NAN;
-            continue;
-          }
-          const float inv = 1.0f / tot[g];
-          for (i64 e = 0; e < dv; e++) yo[e] = acc[g * dv + e] * inv;
         }
       }
     }
-  }, items * group * tk * d < kParallelMin, causal && tq > 1 ? 16 : 2);
+  }, nb * hkv * tq * group * tk * d < kParallelMin, causal && tq > 1 ? (qb > 1 ? 4 : 16) : 2);
 }
 
 void attention(Run& p, const Instr& in) {

@@ -325,6 +325,18 @@ describe('cpu-native kernels', () => {
     await expectMatchesInterpreter(executor, c('topk ties', [t('f32', [64, 40], { values: Array.from(ties) })], (b, [x]) => b.topk(x!, 6)));
   });
 
+  test.each([
+    [37, 37, 128, false],
+    [20, 45, 40, true],
+    [8, 8, 64, true],
+  ])('prefill attention (query blocks over transposed keys): %i queries over %i keys of dim %i, causal, GQA, mask %s', async (tq, tk, d, masked) => {
+    const ops = [t('f32', [2, 4, tq, d]), t('f32', [2, 2, tk, d]), t('f32', [2, 2, tk, d])];
+    // An additive mask hiding the first keys of batch row 1 (padding, at −FLT_MAX) and a few others.
+    const mask = Array.from({ length: 2 * tk }, (_, j) => (j >= tk && j - tk < 5 ? -3.4028234663852886e38 : j % 7 === 3 ? -1e9 : 0));
+    const withMask = masked ? [...ops, t('f32', [2, 1, 1, tk], { values: mask })] : ops;
+    await expectMatchesInterpreter(executor, c(`attention ${String(tq)}x${String(tk)}x${String(d)}`, withMask, (b, [q, k, v, m]) => b.attention(q!, k!, v!, { causal: true }, m), { tol: F32 }));
+  });
+
   test("a Mixtral MoE block (router softmax, top-2 renormalized, iota rows, grouped expert GEMMs, scatterAdd) equals the interpreter's", async () => {
     const T = 9;
     const E = 6;
