@@ -72,6 +72,8 @@ describe('probeShapeOf', () => {
     expect((await probeShapeOf(dir, { maxBatch: 64 }))?.batches).toEqual([1, 8]);
     expect((await probeShapeOf(dir, { quantize: { spec: { bits: 4, blockSize: 32, symmetric: true } } }))?.quantize).toEqual({ bits: 4, blockSize: 32, symmetric: true });
     expect((await probeShapeOf(dir, { quantize: { choose: () => undefined } }))?.quantize).toEqual({ bits: 8, blockSize: 32, symmetric: true });
+    // An MoE model is measured on its routed experts (Mixtral: 4 experts, top 2).
+    expect((await probeShapeOf(fixture('peft-tiny/mixtral/base')))?.moe).toEqual({ experts: 4, topK: 2, intermediate: expect.any(Number) as number });
     // No readable config: undefined (the runtime's default shape is measured).
     expect(await probeShapeOf('/nonexistent-stageml')).toBeUndefined();
   });

@@ -40,7 +40,7 @@ const PROBE_MAX_LAYERS = 4;
 
 /**
  * The step `--executor auto` measures for the model in `dir`: up to 4 of its decoder layers at
- * its widths and heads from `config.json`,
+ * its widths and heads from `config.json` (with its routed experts for an MoE model),
  * `quantize` as the engine applies it (`--quantize auto` measured as int8, its usual pick), at
  * batch 1 and min(`maxBatch`, 8). Undefined when `dir` has no readable Llama-family config (the
  * runtime's default shape is measured then).
@@ -65,6 +65,7 @@ export async function probeShapeOf(dir: string, opts: { quantize?: QuantizeLinea
     headDim,
     batches: batch === 1 ? [1] : [1, batch],
     ...(quantize === undefined ? {} : { quantize }),
+    ...(config.moe === undefined ? {} : { moe: { experts: config.moe.numExperts, topK: config.moe.topK, intermediate: config.moe.intermediateSize ?? config.intermediateSize } }),
   };
 }
 

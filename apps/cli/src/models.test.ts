@@ -88,6 +88,14 @@ describe('stageml run: every adapter kind the server takes (fixtures/peft-kinds,
     expect(r.code, r.err).toBe(ExitCode.OK);
     for (const [i, row] of rows.entries()) expect(await diffTo(out, i, `qwen2.${row === '__base__' ? 'base' : row}.prompt0`), row).toBeLessThanOrEqual(1e-4);
   });
+  it('expert LoRA on cpu-native and with --executor auto (its MoE kernels): within 1e-4 of PEFT', async () => {
+    for (const executor of ['cpu-native', 'auto']) {
+      const out = join(tmp, `kind-experts-${executor}.safetensors`);
+      const r = await run(['run', '--model', `${kinds}qwen3_moe`, '--adapter', `${kinds}qwen3_moe/adapters/experts`, '--executor', executor, '--ids', ids.join(','), '--out', out]);
+      expect(r.code, r.err).toBe(ExitCode.OK);
+      expect(await diffTo(out, undefined, 'qwen3_moe.experts.prompt0'), executor).toBeLessThanOrEqual(1e-4);
+    }
+  });
   it('generate runs the engine too: DoRA and trainable tokens (refused by CausalLM) pick PEFT\'s argmax first', async () => {
     const g = await SafetensorsFile.open(`${kinds}golden.safetensors`);
     try {

@@ -1,15 +1,14 @@
 // The model families of issue 36 through the HTTP server (fixtures/hf-families: transformers 5.17 +
-// PEFT 0.21 goldens). One server per family on the cpu-native executor (Qwen3-MoE on onnxruntime:
-// cpu-native has no MoE routing kernels), adapters loaded from the family's adapters directory at
-// start. Every model (base and each adapter) answers /v1/completions on both golden prompts with
-// transformers' 16 greedy tokens — all requests in flight together, so the scheduler batches
-// different adapters in one step — and /v1/chat/completions renders the family's chat template as
+// PEFT 0.21 goldens). One server per family on the cpu-native executor (Qwen3-MoE included, on its
+// MoE kernels), adapters loaded from the family's adapters directory at start. Every model (base and
+// each adapter) answers /v1/completions on both golden prompts with transformers' 16 greedy tokens —
+// all requests in flight together, so the scheduler batches different adapters in one step — and /v1/chat/completions renders the family's chat template as
 // apply_chat_template does (prompt tokens counted as transformers tokenized them) and replies with
 // its greedy tokens. Prompts of 24 and 81 tokens decode and prefill in the same steps, so a row's
 // chunk is padded: Gemma's sliding windows compare key positions, not slots (a regression test).
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { type Executor, createCpuNativeExecutor, createOrtExecutor } from '@stageml/runtime';
+import { type Executor, createCpuNativeExecutor } from '@stageml/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StageServer, createServer } from './index.js';
 
@@ -39,7 +38,7 @@ for (const family of golden.families) {
     let base: string;
     let executor: Executor;
     beforeAll(async () => {
-      executor = family === 'qwen3_moe' ? await createOrtExecutor() : createCpuNativeExecutor({ threads: 2 });
+      executor = createCpuNativeExecutor({ threads: 2 });
       server = await createServer({ modelDir: `${root}${family}`, modelName: family, adaptersDir: `${root}${family}/adapters`, executor, maxLoras: adapters.length, maxLoraRank: 16 });
       base = await server.listen('127.0.0.1', 0);
     }, 120_000);

@@ -75,8 +75,6 @@ function kindsTest(model: string, adapters: readonly string[], make: () => Promi
 for (const [model, spec] of Object.entries(golden.models)) {
   const adapters = Object.keys(spec.adapters).filter((a) => SERVED(model, a));
   for (const [exName, make] of executors) {
-    // cpu-native lacks the MoE routing ops (topk, indexSelect, scatterAdd).
-    if (model === 'qwen3_moe' && exName === 'cpu-native') continue;
     describe(`adapter kinds: ${model} on ${exName}`, () => {
       kindsTest(model, adapters, make);
     });

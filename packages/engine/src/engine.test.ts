@@ -388,6 +388,43 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
     expect(engine.stats().preparations).toBe(4);
   });
 
+  it('Mixtral on cpu-native (topk, groupedMatmul and scatterAdd kernels): attn-r8, experts-r4 and base decoded in shared batches give their greedy goldens', async () => {
+    const engine = await Engine.load(`${fixtures}mixtral/base`, { maxLoras: 2, executor: createCpuNativeExecutor({ threads: 2 }) });
+    for (const a of ['attn-r8', 'experts-r4']) await engine.loadAdapter(`${fixtures}mixtral/adapters/${a}`, a);
+    for (let p = 0; p < 4; p++) await mixedGreedyGoldens(engine, p);
+    engine.dispose();
+  });
+
+  it('Mixtral int8 on cpu-native (quantized router and attention, f32 experts) equals the interpreter quantized the same way', async () => {
+    const quantize = parseWeightQuantSpec('int8');
+    const load = async (executor: Executor): Promise<Engine> => {
+      const e = await Engine.load(`${fixtures}mixtral/base`, { maxLoras: 1, executor, quantize });
+      await e.loadAdapter(`${fixtures}mixtral/adapters/experts-r4`, 'experts-r4');
+      return e;
+    };
+    const [native, ref] = [await load(createCpuNativeExecutor({ threads: 2 })), await load(interpreterExecutor)];
+    const ids = golden['mixtral.base']!['prompt1']!.input_ids;
+    const last = async (e: Engine, a: string | undefined): Promise<Float32Array> => {
+      const s = e.open(a, ids);
+      expect(await e.attach(s)).toBe(true);
+      let logits: Float32Array | undefined;
+      while (!s.ready) logits = await e.prefill(s);
+      e.release(s);
+      return logits!;
+    };
+    for (const a of [undefined, 'experts-r4']) {
+      const got = await last(native, a);
+      const want = await last(ref, a);
+      // cpu-native rounds the quantized linears' activations to int8 too (per 32 inputs).
+      let worst = 0;
+      for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want[i]!) / (1 + Math.abs(want[i]!)));
+      expect(worst, String(a)).toBeLessThan(2e-2);
+      expect(argmaxOf(got), String(a)).toBe(argmaxOf(want));
+    }
+    native.dispose();
+    ref.dispose();
+  });
+
   it('a whole-tensor-override adapter (modules_to_save lm_head) mixed with other adapters: every row equals its adapter alone', async () => {
     await writeRandomAdapter(join(tmp, 'override'), shape, { rank: 8, targets: ['q_proj', 'down_proj'], overrideLmHead: true, seed: 5 });
     await writeRandomAdapter(join(tmp, 'plain'), shape, { rank: 12, seed: 6 });

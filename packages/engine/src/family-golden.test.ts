@@ -47,8 +47,6 @@ async function familyGoldens(family: string, executor: Executor, alone = false):
 for (const family of golden.families) {
   const adapters = Object.keys(golden[family]!.adapters).length;
   for (const [exName, make] of executors) {
-    // cpu-native lacks the MoE routing ops (topk, indexSelect, scatterAdd).
-    if (family === 'qwen3_moe' && exName === 'cpu-native') continue;
     describe(`engine: ${family} on ${exName}`, () => {
       it(`base and ${String(adapters)} adapters in one mixed batch: last prefill logits within 1e-4, 16 greedy tokens equal transformers'`, async () => {
         await familyGoldens(family, await make());

@@ -2,10 +2,8 @@
 // transformers 5.17 + PEFT 0.21 goldens (fixtures/hf-families, written by
 // tools/gen_family_fixtures.py): logits within 1e-4 for the base and every adapter, 16 greedy
 // tokens equal, the mixed batch equal to PEFT's, and chats equal to apply_chat_template + greedy,
-// on the interpreter, cpu-native, onnxruntime and torch (CPU). cpu-native lacks the MoE routing ops (topk,
-// indexSelect, scatterAdd) and the row gathers of CausalLM's mixed-batch bank, so Qwen3-MoE and
-// CausalLM's mixed batches run on the other two there (the engine's slot programs serve mixed batches
-// on cpu-native: packages/engine/src/family-golden.test.ts).
+// on the interpreter, cpu-native, onnxruntime and torch (CPU), Qwen3-MoE and CausalLM's mixed-batch
+// bank (row gathers) included on each.
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { HostTensor } from '@stageml/ir';
@@ -49,7 +47,7 @@ function rowsAt(logits: HostTensor, positions: readonly number[]): HostTensor {
 
 const executors: [string, () => Promise<Executor> | Executor, { moe: boolean; bank: boolean }][] = [
   ['interpreter', () => interpreterExecutor, { moe: true, bank: true }],
-  ['cpu-native', () => createCpuNativeExecutor({ threads: 2 }), { moe: false, bank: false }],
+  ['cpu-native', () => createCpuNativeExecutor({ threads: 2 }), { moe: true, bank: true }],
   ['onnxruntime', () => createOrtExecutor(), { moe: true, bank: true }],
 ];
 

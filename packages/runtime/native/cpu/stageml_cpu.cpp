@@ -11,13 +11,15 @@
 // and executes the instructions on a small thread pool. Heavy kernels: f32 linear / matmul
 // (register-tiled AVX-512 dot products on row-major weights, no repacking), block-quantized linear
 // (int4 / int8 codes repacked into 16-row interleaved tiles, activations quantized per 32 inputs to
-// int8, VNNI dot products), attention over the cache with a vectorized exp. Everything else is
-// generic strided code. Values of dtype i64 are stored as double (the IR's host representation).
+// int8, VNNI dot products), attention over the cache with a vectorized exp, the MoE expert GEMM
+// (rows grouped by expert onto the f32 tiles). Everything else is generic strided code. Values of
+// dtype i64 are stored as double (the IR's host representation).
 
 #include <node_api.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cfloat>
 #include <cmath>
 #include <condition_variable>
@@ -677,7 +679,19 @@ enum Op {
   OP_ATTENTION_KV = 20,
   OP_LORA = 21,
   OP_LORA_LINEAR = 22,
+  OP_GROUPED_MATMUL = 23,
+  OP_SCATTER_ADD = 24,
+  OP_TOPK = 25,
+  OP_REDUCE = 26,
+  OP_ARGMAX = 27,
+  OP_IOTA = 28,
+  OP_COUNT = 29,  // instructions this runner knows: compile refuses others
 };
+
+// The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
+// prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
+// detected at load instead of failing on an instruction it lacks.
+constexpr int kAbi = 2;
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -1034,133 +1048,210 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
   }
   if (hkv <= 0 || hq % hkv != 0) fail("RT_BAD_VALUE", "attention: query heads are not a multiple of kv heads");
   const i64 group = hq / hkv;
-  // One item per (batch, kv head, query): the group's query heads share each key and value row
-  // read (GQA), and rows a few keys ahead are prefetched (the cache rows are scattered).
-  const i64 items = nb * hkv * tq;
+  // One item per (batch, kv head, block of qb queries): the group's query heads share each key and
+  // value row read (GQA), and rows a few keys ahead are prefetched (the cache rows are scattered).
+  // With many queries (prefill), a block's keys are transposed once into kt [d][keys], so each
+  // query's scores are 16 keys per FMA with no horizontal sums — the decode path's per-key dot
+  // products made attention a sixth of a Qwen3 (head_dim 128) prefill (bench/native-profile).
+#ifdef SML_AVX512
+  const i64 qb = tq >= 8 ? 16 : 1;
+#else
+  const i64 qb = 1;
+#endif
+  const i64 blocks = (tq + qb - 1) / qb;
+  const i64 items = nb * hkv * blocks;
   pool().parallel(items, [&](i64 b0, i64 b1) {
     std::vector<float> sc(static_cast<size_t>(tk * group));
     std::vector<float> acc(static_cast<size_t>(dv * group));
     std::vector<float> mx(static_cast<size_t>(group)), tot(static_cast<size_t>(group));
     std::vector<uint8_t> act(has_mask ? static_cast<size_t>(tk) : 0);
+    std::vector<float> kt;
+    std::vector<std::pair<i64, const float*>> vrows;
     for (i64 it = b0; it < b1; it++) {
-      const i64 i = it % tq;
-      const i64 kh = (it / tq) % hkv;
-      const i64 b = it / (tq * hkv);
-      const i64 jmax = causal ? std::min(tk, i + tk - tq + 1) : tk;
-      const float* qi[16];
-      const i64 gn = std::min<i64>(group, 16);
-      for (i64 g0 = 0; g0 < group; g0 += gn) {
-        const i64 gc = std::min(gn, group - g0);
-        for (i64 g = 0; g < gc; g++) {
-          qi[g] = q + ((b * hq + kh * group + g0 + g) * tq + i) * d;
-          mx[g] = -INFINITY;
-        }
-        // The additive mask at key jx for query head g0 + g (−∞ for a false boolean mask).
-        const auto mask_at = [&](i64 g, i64 jx) -> float {
-          const i64 mo = mbatch[b] + i * mst[r - 2] + (kh * group + g0 + g) * mst[r - 3] + jx * mst[r - 1];
-          if (mask_bool) return static_cast<const uint8_t*>(mask)[mo] == 0 ? -INFINITY : 0.0f;
-          return static_cast<const float*>(mask)[mo];
-        };
-        // Keys masked (at or below −FLT_MAX, what padding gets) for every head of the group have
-        // weight exactly 0 as soon as one key is not (e^(score − max) underflows), so they are
-        // not read at all: a batch of rows with caches of different lengths reads only each row's
-        // own positions. A query whose every key is masked keeps the full computation.
-        const uint8_t* live = nullptr;
-        if (has_mask) {
-          i64 n = 0;
-          for (i64 jx = 0; jx < jmax; jx++) {
-            uint8_t a = 0;
-            for (i64 g = 0; g < gc && a == 0; g++) a = mask_at(g, jx) > -FLT_MAX ? 1 : 0;
-            act[static_cast<size_t>(jx)] = a;
-            n += a;
+      const i64 blk = it % blocks;
+      const i64 kh = (it / blocks) % hkv;
+      const i64 b = it / (blocks * hkv);
+      const i64 i_end = std::min(tq, (blk + 1) * qb);
+      // Keys the block reads (its last query's), transposed: kt[e * ldk + j] = k_j[e].
+      const i64 jblock = causal ? std::min(tk, i_end - 1 + tk - tq + 1) : tk;
+      const i64 ldk = (std::max<i64>(jblock, 0) + 15) / 16 * 16;
+      if (qb > 1) {
+        kt.assign(static_cast<size_t>(d * ldk), 0.0f);
+        each_row(ks, nk, jblock, b, kh, nullptr, [&](i64 j, const float* kr) {
+          for (i64 e = 0; e < d; e++) kt[static_cast<size_t>(e * ldk + j)] = kr[e];
+        });
+      }
+      for (i64 i = blk * qb; i < i_end; i++) {
+        const i64 jmax = causal ? std::min(tk, i + tk - tq + 1) : tk;
+        const float* qi[16];
+        const i64 gn = std::min<i64>(group, 16);
+        for (i64 g0 = 0; g0 < group; g0 += gn) {
+          const i64 gc = std::min(gn, group - g0);
+          for (i64 g = 0; g < gc; g++) {
+            qi[g] = q + ((b * hq + kh * group + g0 + g) * tq + i) * d;
+            mx[g] = -INFINITY;
           }
-          if (n > 0 && n < jmax) live = act.data();
-        }
-        {
-          // Raw q·k for four keys at a time (one batched horizontal reduction), then scale, mask
-          // and the running max.
-          const float* kp[4];
-          i64 kj[4];
-          int nq = 0;
-          auto flush = [&]() {
-            for (i64 g = 0; g < gc; g++) {
-              float out[4];
-              if (nq == 4) dot4_f32(qi[g], kp[0], kp[1], kp[2], kp[3], d, out);
-              else
-                for (int t = 0; t < nq; t++) out[t] = dot_f32(qi[g], kp[t], d);
-              for (int t = 0; t < nq; t++) sc[g * tk + kj[t]] = out[t];
-            }
-            nq = 0;
+          // The additive mask at key jx for query head g0 + g (−∞ for a false boolean mask).
+          const auto mask_at = [&](i64 g, i64 jx) -> float {
+            const i64 mo = mbatch[b] + i * mst[r - 2] + (kh * group + g0 + g) * mst[r - 3] + jx * mst[r - 1];
+            if (mask_bool) return static_cast<const uint8_t*>(mask)[mo] == 0 ? -INFINITY : 0.0f;
+            return static_cast<const float*>(mask)[mo];
           };
-          each_row(ks, nk, jmax, b, kh, live, [&](i64 j, const float* kr) {
-            kp[nq] = kr;
-            kj[nq++] = j;
-            if (nq == 4) flush();
-          });
-          if (nq > 0) flush();
+          // Keys masked (at or below −FLT_MAX, what padding gets) for every head of the group have
+          // weight exactly 0 as soon as one key is not (e^(score − max) underflows), so they are
+          // not read at all: a batch of rows with caches of different lengths reads only each row's
+          // own positions. A query whose every key is masked keeps the full computation.
+          const uint8_t* live = nullptr;
+          if (has_mask) {
+            i64 n = 0;
+            for (i64 jx = 0; jx < jmax; jx++) {
+              uint8_t a = 0;
+              for (i64 g = 0; g < gc && a == 0; g++) a = mask_at(g, jx) > -FLT_MAX ? 1 : 0;
+              act[static_cast<size_t>(jx)] = a;
+              n += a;
+            }
+            if (n > 0 && n < jmax) live = act.data();
+          }
+          {
+            // Raw q·k for four keys at a time (one batched horizontal reduction), then scale, mask
+            // and the running max.
+            const float* kp[4];
+            i64 kj[4];
+            int nq = 0;
+            auto flush = [&]() {
+              for (i64 g = 0; g < gc; g++) {
+                float out[4];
+                if (nq == 4) dot4_f32(qi[g], kp[0], kp[1], kp[2], kp[3], d, out);
+                else
+                  for (int t = 0; t < nq; t++) out[t] = dot_f32(qi[g], kp[t], d);
+                for (int t = 0; t < nq; t++) sc[g * tk + kj[t]] = out[t];
+              }
+              nq = 0;
+            };
+            if (qb > 1) {
+  #ifdef SML_AVX512
+              // Masked-out keys get a score here too; it is replaced by −∞ below.
+              // 64 keys at a time: four independent FMA chains sharing each broadcast q element.
+              for (i64 g = 0; g < gc; g++)
+                for (i64 j0 = 0; j0 < jmax; j0 += 64) {
+                  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+                  const float* kc = kt.data() + j0;
+                  const i64 nj = std::min<i64>(64, jmax - j0);
+                  for (i64 e = 0; e < d; e++, kc += ldk) {
+                    const __m512 qe = _mm512_set1_ps(qi[g][e]);
+                    a0 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc), a0);
+                    if (nj > 16) a1 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc + 16), a1);
+                    if (nj > 32) a2 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc + 32), a2);
+                    if (nj > 48) a3 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc + 48), a3);
+                  }
+                  float* so = sc.data() + g * tk + j0;
+                  _mm512_mask_storeu_ps(so, tail_mask(nj), a0);
+                  if (nj > 16) _mm512_mask_storeu_ps(so + 16, tail_mask(nj - 16), a1);
+                  if (nj > 32) _mm512_mask_storeu_ps(so + 32, tail_mask(nj - 32), a2);
+                  if (nj > 48) _mm512_mask_storeu_ps(so + 48, tail_mask(nj - 48), a3);
+                }
+  #endif
+            } else {
+              each_row(ks, nk, jmax, b, kh, live, [&](i64 j, const float* kr) {
+                kp[nq] = kr;
+                kj[nq++] = j;
+                if (nq == 4) flush();
+              });
+              if (nq > 0) flush();
+            }
+            for (i64 g = 0; g < gc; g++) {
+              float* srow = sc.data() + g * tk;
+              float m = -INFINITY;
+              if (has_mask) {
+                for (i64 jx = 0; jx < jmax; jx++) {
+                  if (live != nullptr && live[jx] == 0) {
+                    srow[jx] = -INFINITY;
+                    continue;
+                  }
+                  const float v = srow[jx] * scale + mask_at(g, jx);
+                  srow[jx] = v;
+                  m = std::max(m, v);
+                }
+              } else {
+                for (i64 jx = 0; jx < jmax; jx++) {
+                  const float v = srow[jx] * scale;
+                  srow[jx] = v;
+                  m = std::max(m, v);
+                }
+              }
+              mx[g] = m;
+            }
+          }
           for (i64 g = 0; g < gc; g++) {
             float* srow = sc.data() + g * tk;
-            float m = -INFINITY;
-            if (has_mask) {
-              for (i64 jx = 0; jx < jmax; jx++) {
-                if (live != nullptr && live[jx] == 0) {
-                  srow[jx] = -INFINITY;
-                  continue;
+            tot[g] = 0;
+            if (jmax <= 0 || mx[g] == -INFINITY) continue;
+  #ifdef SML_AVX512
+            const __m512 mv = _mm512_set1_ps(mx[g]);
+            __m512 tv = _mm512_setzero_ps();
+            for (i64 j = 0; j < jmax; j += 16) {
+              const __mmask16 mk = tail_mask(jmax - j);
+              const __m512 e = _mm512_maskz_mov_ps(mk, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, srow + j), mv)));
+              _mm512_mask_storeu_ps(srow + j, mk, e);
+              tv = _mm512_add_ps(tv, e);
+            }
+            tot[g] = _mm512_reduce_add_ps(tv);
+  #else
+            for (i64 j = 0; j < jmax; j++) {
+              srow[j] = std::exp(srow[j] - mx[g]);
+              tot[g] += srow[j];
+            }
+  #endif
+          }
+          std::fill(acc.begin(), acc.begin() + gc * dv, 0.0f);
+#ifdef SML_AVX512
+          if (qb > 1 && dv % 16 == 0 && dv <= 256) {
+            // Rows of V into register accumulators (up to 16 × 16 floats a head), not through memory.
+            vrows.clear();
+            each_row(vs, nk, jmax, b, kh, live, [&](i64 j, const float* vr) { vrows.emplace_back(j, vr); });
+            for (i64 g = 0; g < gc; g++) {
+              const float* srow = sc.data() + g * tk;
+              for (i64 c0 = 0; c0 < dv; c0 += 64) {
+                const int nc = static_cast<int>(std::min<i64>(4, (dv - c0) / 16));
+                __m512 v0 = _mm512_setzero_ps(), v1 = v0, v2 = v0, v3 = v0;
+                for (const auto& [j, vr] : vrows) {
+                  const float e = srow[j];
+                  if (e == 0.0f) continue;
+                  const __m512 ev = _mm512_set1_ps(e);
+                  const float* vc = vr + c0;
+                  v0 = _mm512_fmadd_ps(ev, _mm512_loadu_ps(vc), v0);
+                  if (nc > 1) v1 = _mm512_fmadd_ps(ev, _mm512_loadu_ps(vc + 16), v1);
+                  if (nc > 2) v2 = _mm512_fmadd_ps(ev, _mm512_loadu_ps(vc + 32), v2);
+                  if (nc > 3) v3 = _mm512_fmadd_ps(ev, _mm512_loadu_ps(vc + 48), v3);
                 }
-                const float v = srow[jx] * scale + mask_at(g, jx);
-                srow[jx] = v;
-                m = std::max(m, v);
-              }
-            } else {
-              for (i64 jx = 0; jx < jmax; jx++) {
-                const float v = srow[jx] * scale;
-                srow[jx] = v;
-                m = std::max(m, v);
+                float* ac = acc.data() + g * dv + c0;
+                _mm512_storeu_ps(ac, v0);
+                if (nc > 1) _mm512_storeu_ps(ac + 16, v1);
+                if (nc > 2) _mm512_storeu_ps(ac + 32, v2);
+                if (nc > 3) _mm512_storeu_ps(ac + 48, v3);
               }
             }
-            mx[g] = m;
-          }
-        }
-        for (i64 g = 0; g < gc; g++) {
-          float* srow = sc.data() + g * tk;
-          tot[g] = 0;
-          if (jmax <= 0 || mx[g] == -INFINITY) continue;
-#ifdef SML_AVX512
-          const __m512 mv = _mm512_set1_ps(mx[g]);
-          __m512 tv = _mm512_setzero_ps();
-          for (i64 j = 0; j < jmax; j += 16) {
-            const __mmask16 mk = tail_mask(jmax - j);
-            const __m512 e = _mm512_maskz_mov_ps(mk, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, srow + j), mv)));
-            _mm512_mask_storeu_ps(srow + j, mk, e);
-            tv = _mm512_add_ps(tv, e);
-          }
-          tot[g] = _mm512_reduce_add_ps(tv);
-#else
-          for (i64 j = 0; j < jmax; j++) {
-            srow[j] = std::exp(srow[j] - mx[g]);
-            tot[g] += srow[j];
-          }
+          } else
 #endif
-        }
-        std::fill(acc.begin(), acc.begin() + gc * dv, 0.0f);
-        each_row(vs, nk, jmax, b, kh, live, [&](i64 j, const float* vr) {
+            each_row(vs, nk, jmax, b, kh, live, [&](i64 j, const float* vr) {
+              for (i64 g = 0; g < gc; g++) {
+                const float e = sc[g * tk + j];
+                if (e != 0.0f) axpy_f32(acc.data() + g * dv, vr, e, dv);
+              }
+            });
           for (i64 g = 0; g < gc; g++) {
-            const float e = sc[g * tk + j];
-            if (e != 0.0f) axpy_f32(acc.data() + g * dv, vr, e, dv);
+            float* yo = y + ((b * hq + kh * group + g0 + g) * tq + i) * dv;
+            if (jmax <= 0 || mx[g] == -INFINITY) {
+              for (i64 e = 0; e < dv; e++) yo[e] = NAN;
+              continue;
+            }
+            const float inv = 1.0f / tot[g];
+            for (i64 e = 0; e < dv; e++) yo[e] = acc[g * dv + e] * inv;
           }
-        });
-        for (i64 g = 0; g < gc; g++) {
-          float* yo = y + ((b * hq + kh * group + g0 + g) * tq + i) * dv;
-          if (jmax <= 0 || mx[g] == -INFINITY) {
-            for (i64 e = 0; e < dv; e++) yo[e] = NAN;
-            continue;
-          }
-          const float inv = 1.0f / tot[g];
-          for (i64 e = 0; e < dv; e++) yo[e] = acc[g * dv + e] * inv;
         }
       }
     }
-  }, items * group * tk * d < kParallelMin, causal && tq > 1 ? 16 : 2);
+  }, nb * hkv * tq * group * tk * d < kParallelMin, causal && tq > 1 ? (qb > 1 ? 4 : 16) : 2);
 }
 
 void attention(Run& p, const Instr& in) {
@@ -1454,6 +1545,292 @@ void lora_linear(Run& p, const Instr& in) {
   }, m * n * k < kParallelMin);
 }
 
+// ---------------------------------------------------------------------------------------------
+// MoE routing and reductions: topk, scatterAdd, groupedMatmul, sum/mean/max, argmax, iota. Each
+// follows its op's reference semantics in packages/ir/src/ops (accumulating in double where the
+// reference does, in the reference's order), on every dtype the program table holds.
+
+// Element i of a value of dtype dt as a double (i64 is stored as double).
+inline double load_as(const void* x, int dt, i64 i) {
+  switch (dt) {
+    case DT_F32: return static_cast<const float*>(x)[i];
+    case DT_I64: return static_cast<const double*>(x)[i];
+    case DT_I32: return static_cast<const int32_t*>(x)[i];
+    default: return static_cast<const uint8_t*>(x)[i];
+  }
+}
+
+// Stores v rounded to dtype dt as the IR's `rounderFor` does (f32 round to nearest; integers
+// truncate, non-finite to 0, i32 and u8 wrap).
+inline void store_as(void* y, int dt, i64 i, double v) {
+  switch (dt) {
+    case DT_F32: static_cast<float*>(y)[i] = static_cast<float>(v); break;
+    case DT_I64: static_cast<double*>(y)[i] = std::isfinite(v) ? std::trunc(v) : 0; break;
+    case DT_I32: static_cast<int32_t*>(y)[i] = std::isfinite(v) ? static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(static_cast<int64_t>(std::fmod(std::trunc(v), 4294967296.0))))) : 0; break;
+    case DT_BOOL: static_cast<uint8_t*>(y)[i] = v != 0 ? 1 : 0; break;
+    default: static_cast<uint8_t*>(y)[i] = std::isfinite(v) ? static_cast<uint8_t>(static_cast<uint64_t>(static_cast<int64_t>(std::fmod(std::trunc(v), 256.0))) & 0xFF) : 0; break;
+  }
+}
+
+// An index operand's entry j, which must be an integer in [0, size) (i64 indices are doubles).
+inline i64 index_in(const Run& p, int v, i64 j, i64 size, const char* what) {
+  if (p.vals[v].dtype == DT_I64) {
+    const double d = static_cast<const double*>(p.ptr[v])[j];
+    if (!(d >= 0 && d < static_cast<double>(size)) || d != std::trunc(d)) fail("RT_BAD_VALUE", std::string(what) + ": index " + std::to_string(d) + " is out of range [0, " + std::to_string(size) + ")");
+    return static_cast<i64>(d);
+  }
+  return checked_index(index_at(p, v, j), size, what);
+}
+
+// (values, indices) = topk(x, k) along axis: a = [x], r = [values, indices], i = [k, axis,
+// largest]. Order as the reference sorts: NaN above +∞, ties (and −0 = +0) by lower index first.
+void topk(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const i64 k = in.i[0];
+  const size_t ax = static_cast<size_t>(in.i[1]);
+  const bool largest = in.i[2] != 0;
+  const auto [outer, inner] = split_at(xs, ax);
+  const i64 size = xs[ax];
+  if (k > size) fail("RT_BAD_VALUE", "topk: k=" + std::to_string(k) + " exceeds axis size " + std::to_string(size));
+  const int dt = p.vals[in.a[0]].dtype;
+  const void* x = p.ptr[in.a[0]];
+  void* vals = p.ptr[in.r[0]];
+  double* idxs = D(p, in.r[1]);
+  // `before(a, b)`: value a ranks strictly ahead of b.
+  auto before = [largest](double a, double b) {
+    const bool na = std::isnan(a), nb = std::isnan(b);
+    if (na != nb) return largest ? na : nb;
+    if (na) return false;
+    return largest ? a > b : a < b;
+  };
+  pool().parallel(outer * inner, [&](i64 b, i64 e) {
+    std::vector<std::pair<double, i64>> lane(static_cast<size_t>(size));
+    for (i64 l = b; l < e; l++) {
+      const i64 o = l / std::max<i64>(inner, 1), c = l % std::max<i64>(inner, 1);
+      for (i64 j = 0; j < size; j++) lane[static_cast<size_t>(j)] = {load_as(x, dt, (o * size + j) * inner + c), j};
+      auto cmp = [&](const std::pair<double, i64>& u, const std::pair<double, i64>& v) {
+        if (before(u.first, v.first)) return true;
+        if (before(v.first, u.first)) return false;
+        return u.second < v.second;
+      };
+      std::partial_sort(lane.begin(), lane.begin() + k, lane.end(), cmp);
+      for (i64 j = 0; j < k; j++) {
+        const i64 at = (o * k + j) * inner + c;
+        store_as(vals, dt, at, lane[static_cast<size_t>(j)].first);
+        idxs[at] = static_cast<double>(lane[static_cast<size_t>(j)].second);
+      }
+    }
+  }, outer * inner * size < kParallelMin);
+}
+
+// y = x; y[…, index[j], …] += updates[…, j, …] along axis: a = [x, index, updates], i = [axis].
+// Each destination row sums x and its updates in index order in double and rounds once (the
+// reference's accumulation), so repeated indices need no atomics: rows run in parallel.
+void scatter_add(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const size_t ax = static_cast<size_t>(in.i[0]);
+  const auto [outer, inner] = split_at(xs, ax);
+  const i64 size = xs[ax];
+  const i64 n = numel(p.shapes[in.a[1]]);
+  const int dt = p.vals[in.r[0]].dtype;
+  const void* x = p.ptr[in.a[0]];
+  const void* up = p.ptr[in.a[2]];
+  void* y = p.ptr[in.r[0]];
+  // Updates of each destination, in index order (a counting sort).
+  std::vector<i64> start(static_cast<size_t>(size) + 1, 0), order(static_cast<size_t>(n));
+  std::vector<i64> dst(static_cast<size_t>(n));
+  for (i64 j = 0; j < n; j++) start[static_cast<size_t>(dst[j] = index_in(p, in.a[1], j, size, "scatterAdd")) + 1]++;
+  for (i64 s = 0; s < size; s++) start[s + 1] += start[s];
+  {
+    std::vector<i64> fill(start.begin(), start.end() - 1);
+    for (i64 j = 0; j < n; j++) order[static_cast<size_t>(fill[static_cast<size_t>(dst[j])]++)] = j;
+  }
+  pool().parallel(outer * size, [&](i64 b, i64 e) {
+    std::vector<double> acc(static_cast<size_t>(inner));
+    for (i64 row = b; row < e; row++) {
+      const i64 o = row / size, s = row % size;
+      const i64 base = row * inner;
+      for (i64 c = 0; c < inner; c++) acc[c] = load_as(x, dt, base + c);
+      for (i64 q = start[s]; q < start[s + 1]; q++) {
+        const i64 src = (o * n + order[q]) * inner;
+        if (dt == DT_F32) {
+          const float* u = static_cast<const float*>(up) + src;
+          for (i64 c = 0; c < inner; c++) acc[c] += u[c];
+        } else
+          for (i64 c = 0; c < inner; c++) acc[c] += load_as(up, dt, src + c);
+      }
+      if (dt == DT_F32) {
+        float* yr = static_cast<float*>(y) + base;
+        for (i64 c = 0; c < inner; c++) yr[c] = static_cast<float>(acc[c]);
+      } else
+        for (i64 c = 0; c < inner; c++) store_as(y, dt, base + c, acc[c]);
+    }
+  }, outer * (size + n) * inner < kParallelMin);
+}
+
+// y[n] = x[n] · w[g_n] (transposeW: x[n] · w[g_n]ᵀ): a = [x [N, K], w [G, d1, d2], groups [N]],
+// i = [transposeW]. Rows are sorted by group (stable counting sort) and gathered, each group with
+// rows runs as one GEMM over its weight matrix — the f32 tiles `linear` uses, split into column
+// blocks across the pool with the other groups' blocks — and the results go back to their rows.
+// Groups without rows cost nothing. Integer operands run the reference loop, wrapping.
+void grouped_matmul(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const auto& ws = p.shapes[in.a[1]];
+  const i64 n = xs[0], k = xs[1], G = ws[0];
+  const bool tw = in.i[0] != 0;
+  const i64 m = tw ? ws[1] : ws[2];
+  if ((tw ? ws[2] : ws[1]) != k) fail("RT_BAD_VALUE", "groupedMatmul: x " + shape_str(xs) + " and w " + shape_str(ws) + " disagree on the contraction dim");
+  const int dt = p.vals[in.r[0]].dtype;
+  std::vector<i64> start(static_cast<size_t>(G) + 1, 0), order(static_cast<size_t>(n)), grp(static_cast<size_t>(n));
+  for (i64 r = 0; r < n; r++) start[static_cast<size_t>(grp[r] = index_in(p, in.a[2], r, G, "groupedMatmul")) + 1]++;
+  for (i64 g = 0; g < G; g++) start[g + 1] += start[g];
+  {
+    std::vector<i64> fill(start.begin(), start.end() - 1);
+    for (i64 r = 0; r < n; r++) order[static_cast<size_t>(fill[static_cast<size_t>(grp[r])]++)] = r;
+  }
+  if (dt != DT_F32) {
+    // The reference loop on integers (i64 as double, i32), summed in double and wrapped once.
+    const void* x = p.ptr[in.a[0]];
+    const void* w = p.ptr[in.a[1]];
+    void* y = p.ptr[in.r[0]];
+    const i64 sk = tw ? 1 : m, sm = tw ? k : 1;
+    for (i64 r = 0; r < n; r++) {
+      const i64 base = grp[r] * ws[1] * ws[2];
+      for (i64 j = 0; j < m; j++) {
+        double acc = 0;
+        for (i64 q = 0; q < k; q++) acc += load_as(x, dt, r * k + q) * load_as(w, dt, base + q * sk + j * sm);
+        store_as(y, dt, r * m + j, acc);
+      }
+    }
+    return;
+  }
+  const float* x = F(p, in.a[0]);
+  const float* w = F(p, in.a[1]);
+  float* y = F(p, in.r[0]);
+  if (n == 0 || m == 0) return;
+  if (k == 0) {
+    std::memset(y, 0, sizeof(float) * static_cast<size_t>(n * m));
+    return;
+  }
+  std::vector<float> xg(static_cast<size_t>(n * k)), yg(static_cast<size_t>(n * m));
+  for (i64 q = 0; q < n; q++) std::memcpy(xg.data() + q * k, x + order[q] * k, sizeof(float) * static_cast<size_t>(k));
+  // Work items: (group, block of kNb output columns), over the groups with rows.
+  constexpr i64 kNb = 64;
+  const i64 blocks = (m + kNb - 1) / kNb;
+  std::vector<i64> items;
+  for (i64 g = 0; g < G; g++)
+    if (start[g + 1] > start[g])
+      for (i64 c = 0; c < blocks; c++) items.push_back(g * blocks + c);
+  // Without transposeW, each used group's [K, M] matrix is transposed once into [M, K], so every
+  // group runs the same register-tiled dot products (whose accumulation error `linear` has, rather
+  // than a K-long chain of axpys).
+  std::vector<i64> used;
+  for (i64 g = 0; g < G; g++)
+    if (start[g + 1] > start[g]) used.push_back(g);
+  std::vector<float> wt(tw ? 0 : static_cast<size_t>(used.size()) * static_cast<size_t>(m * k));
+  std::vector<i64> slot(tw ? 0 : static_cast<size_t>(G), -1);
+  if (!tw) {
+    for (size_t u = 0; u < used.size(); u++) slot[static_cast<size_t>(used[u])] = static_cast<i64>(u);
+    pool().parallel(static_cast<i64>(used.size()), [&](i64 b, i64 e) {
+      for (i64 u = b; u < e; u++) {
+        const float* src = w + used[u] * k * m;
+        float* dst = wt.data() + u * m * k;
+        for (i64 q = 0; q < k; q++)
+          for (i64 j = 0; j < m; j++) dst[j * k + q] = src[q * m + j];
+      }
+    }, static_cast<i64>(used.size()) * m * k < kParallelMin);
+  }
+  pool().parallel(static_cast<i64>(items.size()), [&](i64 b, i64 e) {
+    for (i64 t = b; t < e; t++) {
+      const i64 g = items[t] / blocks, n0 = items[t] % blocks * kNb, n1 = std::min(m, n0 + kNb);
+      const i64 r0 = start[g], rows = start[g + 1] - start[g];
+      const float* wg = tw ? w + g * ws[1] * ws[2] : wt.data() + slot[static_cast<size_t>(g)] * m * k;
+      gemm_nt_range(xg.data() + r0 * k, k, wg, k, yg.data() + r0 * m, m, rows, k, n0, n1);
+    }
+  }, n * m * k < kParallelMin);
+  for (i64 q = 0; q < n; q++) std::memcpy(y + order[q] * m, yg.data() + q * m, sizeof(float) * static_cast<size_t>(m));
+}
+
+enum Reduce { R_SUM = 0, R_MEAN, R_MAX };
+
+// y = sum / mean / max of x over the axes: a = [x], i = [kind, axes…] (none: every axis). The
+// reference's order: x row-major, accumulated in double; max propagates NaN, empty gives −∞.
+void reduce(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const size_t rank = xs.size();
+  std::vector<bool> red(rank, in.i.size() == 1);
+  for (size_t j = 1; j < in.i.size(); j++) red[static_cast<size_t>(in.i[j])] = true;
+  // Output strides over x's axes (0 along reduced ones).
+  std::vector<i64> ost(rank, 0);
+  i64 nout = 1, count = 1;
+  for (size_t d = rank; d-- > 0;) {
+    if (red[d]) count *= xs[d];
+    else {
+      ost[d] = nout;
+      nout *= xs[d];
+    }
+  }
+  const int kind = static_cast<int>(in.i[0]);
+  const int dt = p.vals[in.a[0]].dtype;
+  std::vector<double> acc(static_cast<size_t>(nout), kind == R_MAX ? -INFINITY : 0.0);
+  const i64 total = numel(xs);
+  std::vector<i64> idx(rank, 0);
+  i64 o = 0;
+  const void* x = p.ptr[in.a[0]];
+  for (i64 e = 0; e < total; e++) {
+    const double v = load_as(x, dt, e);
+    double& a = acc[static_cast<size_t>(o)];
+    if (kind == R_MAX) a = std::isnan(a) || std::isnan(v) ? NAN : (a > v ? a : v);
+    else a += v;
+    for (size_t d = rank; d-- > 0;) {
+      o += ost[d];
+      if (++idx[d] < xs[d]) break;
+      o -= ost[d] * xs[d];
+      idx[d] = 0;
+    }
+  }
+  void* y = p.ptr[in.r[0]];
+  for (i64 j = 0; j < nout; j++) store_as(y, dt, j, kind == R_MEAN ? acc[j] / static_cast<double>(count) : acc[j]);
+}
+
+// y = index of the first maximum along axis (NaN counts as the maximum): a = [x], i = [axis].
+void argmax(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const size_t ax = static_cast<size_t>(in.i[0]);
+  const auto [outer, inner] = split_at(xs, ax);
+  const i64 size = xs[ax];
+  if (size == 0) fail("RT_BAD_VALUE", "argmax: axis has size 0");
+  const int dt = p.vals[in.a[0]].dtype;
+  const void* x = p.ptr[in.a[0]];
+  double* y = D(p, in.r[0]);
+  for (i64 o = 0; o < outer; o++)
+    for (i64 c = 0; c < inner; c++) {
+      i64 best = 0;
+      double bv = load_as(x, dt, o * size * inner + c);
+      for (i64 j = 1; j < size && !std::isnan(bv); j++) {
+        const double v = load_as(x, dt, (o * size + j) * inner + c);
+        if (v > bv || std::isnan(v)) {
+          best = j;
+          bv = v;
+        }
+      }
+      y[o * inner + c] = static_cast<double>(best);
+    }
+}
+
+// y[i…] = i[axis] in y's dtype: r = [y], i = [axis].
+void iota(Run& p, const Instr& in) {
+  const auto& ys = p.shapes[in.r[0]];
+  const size_t ax = static_cast<size_t>(in.i[0]);
+  const auto [outer, inner] = split_at(ys, ax);
+  const i64 size = ys[ax];
+  const int dt = p.vals[in.r[0]].dtype;
+  void* y = p.ptr[in.r[0]];
+  for (i64 o = 0; o < outer; o++)
+    for (i64 j = 0; j < size; j++)
+      for (i64 c = 0; c < inner; c++) store_as(y, dt, (o * size + j) * inner + c, static_cast<double>(j));
+}
+
 void cast(Run& p, const Instr& in) {
   const int from = p.vals[in.a[0]].dtype, to = p.vals[in.r[0]].dtype;
   const i64 n = numel(p.shapes[in.r[0]]);
@@ -1615,6 +1992,12 @@ void exec(Run& p, const Instr& in) {
     case OP_ATTENTION_KV: attention_kv(p, in); break;
     case OP_LORA: lora_gathered(p, in); break;
     case OP_LORA_LINEAR: lora_linear(p, in); break;
+    case OP_GROUPED_MATMUL: grouped_matmul(p, in); break;
+    case OP_SCATTER_ADD: scatter_add(p, in); break;
+    case OP_TOPK: topk(p, in); break;
+    case OP_REDUCE: reduce(p, in); break;
+    case OP_ARGMAX: argmax(p, in); break;
+    case OP_IOTA: iota(p, in); break;
     case OP_SOFTMAX: {
       const auto& xs = p.shapes[in.a[0]];
       const size_t ax = static_cast<size_t>(in.i[0]);
@@ -1807,6 +2190,7 @@ napi_value js_compile(napi_env env, napi_callback_info info) {
     p->code.resize(static_cast<size_t>(ninstr));
     for (auto& in : p->code) {
       in.op = next();
+      if (in.op < 0 || in.op >= OP_COUNT) fail("RT_UNSUPPORTED", "instruction " + std::to_string(in.op) + " is not in this runner (ABI " + std::to_string(kAbi) + "): the addon is older than the encoder");
       const int na = next();
       for (int j = 0; j < na; j++) in.a.push_back(next());
       const int nr = next();
@@ -1871,12 +2255,44 @@ struct RunWork {
 };
 
 
+// Instruction profile (`profile(on)`): per instruction kind and, for the GEMMs, per shape
+// (rows × inputs → outputs), the runs and nanoseconds since the last call. Off by default: its
+// clock reads cost nothing then. Guarded by g_run_mutex (runs are serialized).
+bool g_profile = false;
+std::map<std::string, std::pair<int64_t, int64_t>> g_profile_stats;
+
+const char* op_name(int op) {
+  static const char* names[OP_COUNT] = {"copy", "transpose", "cast", "binary", "unary", "concat", "gather", "slice", "rmsnorm", "linear", "matmul", "qlinear", "rotary",
+                                        "attention", "softmax", "reshape", "gather_view", "broadcast", "layernorm", "where", "attention_kv", "lora", "lora_linear",
+                                        "grouped_matmul", "scatter_add", "topk", "reduce", "argmax", "iota"};
+  return op >= 0 && op < OP_COUNT ? names[op] : "?";
+}
+
+std::string profile_key(const Run& r, const Instr& in) {
+  std::string key = op_name(in.op);
+  auto dims = [&](int v) { return shape_str(r.shapes[static_cast<size_t>(v)]); };
+  if (in.op == OP_LINEAR || in.op == OP_LORA_LINEAR || in.op == OP_MATMUL || in.op == OP_ATTENTION_KV || in.op == OP_ATTENTION || in.op == OP_GROUPED_MATMUL) key += " " + dims(in.a[0]) + " -> " + dims(in.r[0]);
+  else if (in.op == OP_QLINEAR) key += " " + dims(in.a[0]) + " -> " + dims(in.r[0]) + " int" + std::to_string(in.pack->bits);
+  else if (in.op == OP_BINARY || in.op == OP_UNARY) key += "." + std::to_string(in.i[0]);
+  return key;
+}
+
 void run_execute(napi_env, void* data) {
   RunWork* w = static_cast<RunWork*>(data);
   try {
     std::lock_guard<std::mutex> lk(g_run_mutex);
     place(*w->prog, w->run);
-    for (const Instr& in : w->prog->code) exec(w->run, in);
+    if (g_profile) {
+      for (const Instr& in : w->prog->code) {
+        const auto t0 = std::chrono::steady_clock::now();
+        exec(w->run, in);
+        const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+        auto& e = g_profile_stats[profile_key(w->run, in)];
+        e.first++;
+        e.second += ns;
+      }
+    } else
+      for (const Instr& in : w->prog->code) exec(w->run, in);
   } catch (const Fail& f) {
     w->failed = true;
     w->code = f.code;
@@ -2054,12 +2470,42 @@ napi_value js_isa(napi_env env, napi_callback_info) {
   return isa;
 }
 
+// profile(on: boolean) → JSON {key: [runs, ns]} of the instructions run since the last call
+// (see g_profile), and turns profiling on or off for the next runs.
+napi_value js_profile(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr);
+  bool on = false;
+  if (argc > 0) napi_get_value_bool(env, argv[0], &on);
+  std::string json = "{";
+  {
+    std::lock_guard<std::mutex> lk(g_run_mutex);
+    for (const auto& [k, v] : g_profile_stats) json += (json.size() > 1 ? ",\"" : "\"") + k + "\":[" + std::to_string(v.first) + "," + std::to_string(v.second) + "]";
+    g_profile_stats.clear();
+    g_profile = on;
+  }
+  json += "}";
+  napi_value out;
+  napi_create_string_utf8(env, json.c_str(), json.size(), &out);
+  return out;
+}
+
+// abi() → the runner's ABI version (kAbi).
+napi_value js_abi(napi_env env, napi_callback_info) {
+  napi_value v;
+  napi_create_int32(env, kAbi, &v);
+  return v;
+}
+
 napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"compile", nullptr, js_compile, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"run", nullptr, js_run, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"threads", nullptr, js_threads, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"isa", nullptr, js_isa, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"abi", nullptr, js_abi, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"profile", nullptr, js_profile, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   return exports;

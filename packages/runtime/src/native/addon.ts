@@ -23,6 +23,30 @@ export interface CpuAddon {
   run(program: object, symbols: Float64Array, inputs: readonly ArrayBufferView[], recycle?: ArrayBuffer): Promise<[ArrayBuffer, Float64Array]>;
   threads(n: number): number;
   isa(): string;
+  /** The runner's ABI version (absent in addons built before it was reported: ABI 1). */
+  abi?(): number;
+  /**
+   * The instruction profile since the last call as JSON (`{ "<kind> [shape]": [runs, ns] }`, the
+   * GEMMs keyed by their shapes), and profiling turned on or off for the next runs (ABI 2).
+   */
+  profile?(on: boolean): string;
+}
+
+/**
+ * The runner ABI this package's encoder (compile.ts) needs: the C++ source's `kAbi`, bumped
+ * whenever instructions are added (2: the MoE routing ops, reductions and iota). An addon reporting
+ * another one (a stale prebuilt or `STAGEML_CPU_ADDON` file) is not used.
+ */
+export const CPU_ADDON_ABI = 2;
+
+/**
+ * Why `addon` cannot run this package's programs (its ABI is not `CPU_ADDON_ABI`: an older
+ * prebuilt without the newer kernels), or undefined when it can.
+ */
+export function addonAbiProblem(addon: Partial<CpuAddon>): string | undefined {
+  const abi = typeof addon.abi === 'function' ? addon.abi() : 1;
+  if (abi === CPU_ADDON_ABI) return undefined;
+  return `its kernels are ABI ${String(abi)}, this package's encoder needs ABI ${String(CPU_ADDON_ABI)} (${abi < CPU_ADDON_ABI ? 'an older build, without the newer kernels' : 'a newer build'})`;
 }
 
 const require_ = createRequire(import.meta.url);
@@ -186,7 +210,9 @@ let origin: string | undefined;
  * it is built on first use with the machine's C++ compiler (`CXX`, default g++; `-O3
  * -march=native`) into `native/cpu/build` beside the source, or `STAGEML_NATIVE_CACHE`, or
  * `~/.cache/stageml` when the package directory is read-only; keyed by the source, flags, compiler,
- * CPU model and Node ABI, so a rebuild happens only when one of those changes. Concurrent first
+ * CPU model and Node ABI, so a rebuild happens only when one of those changes. Every addon must
+ * report the runner ABI the encoder needs (`CPU_ADDON_ABI`): a stale prebuilt is built over from
+ * source, a stale `STAGEML_CPU_ADDON` file is `RT_BACKEND_UNAVAILABLE`. Concurrent first
  * uses (test workers) each build into a temporary file and rename it in place. Errors: no compiler,
  * no headers or a failed build is `RT_BACKEND_UNAVAILABLE` with the compiler's message and why no
  * prebuilt file fitted.
@@ -205,9 +231,14 @@ export function loadCpuAddon(): CpuAddon {
   let why: string;
   if ('file' in hit) {
     try {
-      loaded = require_(hit.file) as CpuAddon;
-      origin = `prebuilt ${hit.variant.isa}`;
-      return loaded;
+      const addon = require_(hit.file) as CpuAddon;
+      const stale = addonAbiProblem(addon);
+      if (stale === undefined) {
+        loaded = addon;
+        origin = `prebuilt ${hit.variant.isa}`;
+        return loaded;
+      }
+      why = `the prebuilt ${hit.variant.file} is stale: ${stale}`;
     } catch (e) {
       why = `the prebuilt ${hit.variant.file} does not load here (${errorMessage(e)})`;
     }
@@ -250,9 +281,13 @@ function buildFromSource(src: string, source: Buffer): CpuAddon {
 }
 
 function requireAddon(file: string): CpuAddon {
+  let addon: CpuAddon;
   try {
-    return require_(file) as CpuAddon;
+    addon = require_(file) as CpuAddon;
   } catch (e) {
     throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `cpu-native: loading ${file} failed (${errorMessage(e)})`, { cause: e });
   }
+  const stale = addonAbiProblem(addon);
+  if (stale !== undefined) throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `cpu-native: ${file} cannot run these programs: ${stale}`, { hint: `rebuild it (node scripts/build-cpu-prebuilt.mjs), or unset ${NATIVE_ADDON_ENV} to build from source` });
+  return addon;
 }

@@ -26,7 +26,15 @@ const OP = {
   ATTENTION_KV: 20,
   LORA: 21,
   LORA_LINEAR: 22,
+  GROUPED_MATMUL: 23,
+  SCATTER_ADD: 24,
+  TOPK: 25,
+  REDUCE: 26,
+  ARGMAX: 27,
+  IOTA: 28,
 } as const;
+
+const REDUCE: Partial<Record<string, number>> = { sum: 0, mean: 1, max: 2 };
 
 const BINARY: Partial<Record<string, number>> = { add: 0, sub: 1, mul: 2, div: 3, maximum: 4, minimum: 5, pow: 6 };
 const UNARY: Partial<Record<string, number>> = { neg: 0, abs: 1, exp: 2, log: 3, sqrt: 4, rsqrt: 5, tanh: 6, sigmoid: 7, silu: 8, sin: 9, cos: 10, gelu: 11 };
@@ -66,7 +74,8 @@ function unsupported(graph: Graph, what: string): never {
  * Encodes `graph` for the native runner: symbolic shapes as integer polynomials over the graph's
  * symbols, reshapes and scalar-index gathers as views, each op by its own instructions (the serving
  * ops `loraBank` (gathered form) and `cachedAttention` as the LORA and ATTENTION_KV kernels, which
- * read the slot tables and the cache in place; no primitive pattern is recognised), intermediates
+ * read the slot tables and the cache in place; the MoE routing ops `topk`, `groupedMatmul` and
+ * `scatterAdd`, the reductions and `iota` as kernels of their own, `indexSelect` as a gather), intermediates
  * in liveness-shared slots (sized per run), every output copied into its own buffer. `params`
  * holds each parameter's data.
  * Errors: an op, dtype or attribute the runner lacks is `RT_UNSUPPORTED_OP` naming it.
@@ -358,6 +367,36 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
         emit(OP.ATTENTION_KV, [...flags, 1, 0, 1, 0], sc, [q, pastK, k, pastV, v, ...a.slice(5)]);
         break;
       }
+      case 'groupedMatmul': {
+        const dt = dtypeOf(y0);
+        need(n, (dt === 'f32' || dt === 'i64' || dt === 'i32') && dtypeOf(a[1]!) === dt, 'runs on f32, i64 or i32 operands of one dtype');
+        emit(OP.GROUPED_MATMUL, [at['transposeW'] === true ? 1 : 0]);
+        break;
+      }
+      case 'indexSelect':
+        // A 1-D index: the gather kernel's layout exactly (y = x[…, index[j], …]).
+        emit(OP.GATHER, [normalizeAxis(Number(at['axis'] ?? 0), shapeOf(x0).length)]);
+        break;
+      case 'scatterAdd':
+        emit(OP.SCATTER_ADD, [normalizeAxis(Number(at['axis'] ?? 0), shapeOf(x0).length)]);
+        break;
+      case 'topk':
+        emit(OP.TOPK, [Number(at['k']), normalizeAxis(Number(at['axis'] ?? -1), shapeOf(x0).length), at['largest'] === false ? 0 : 1]);
+        break;
+      case 'sum':
+      case 'mean':
+      case 'max': {
+        const rank = shapeOf(x0).length;
+        const axes = [...new Set(((at['axes'] as readonly number[] | undefined) ?? []).map((ax) => normalizeAxis(ax, rank)))];
+        emit(OP.REDUCE, [REDUCE[n.op]!, ...axes]);
+        break;
+      }
+      case 'argmax':
+        emit(OP.ARGMAX, [normalizeAxis(Number(at['axis'] ?? -1), shapeOf(x0).length)]);
+        break;
+      case 'iota':
+        emit(OP.IOTA, [normalizeAxis(Number(at['axis'] ?? 0), shapeOf(y0).length)]);
+        break;
       default:
         unsupported(graph, `op ${n.op} (%${values[y0]!.name}) is not in the native runner`);
     }

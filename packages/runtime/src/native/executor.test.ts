@@ -305,12 +305,64 @@ describe('cpu-native kernels', () => {
     });
   });
 
+  test.each([
+    [1, 64, 96, 8, true],
+    [5, 600, 70, 3, true],
+    [40, 130, 200, 16, true],
+    [37, 1100, 33, 6, false],
+  ])('groupedMatmul: %i rows, %i inputs, %i outputs over %i groups (transposeW %s): row tails, K chunks, column blocks, empty groups', async (n, k, m, g, tw) => {
+    const w: [number, number, number] = tw ? [g, m, k] : [g, k, m];
+    await expectMatchesInterpreter(executor, c(`groupedMatmul ${String(n)}x${String(k)}x${String(m)}`, [t('f32', ['n', k], { dims: [n, k] }), t('f32', w, { param: true }), t('i64', ['n'], { dims: [n], range: [0, Math.max(0, g - 3)] })], (b, [x, wv, gv]) => b.op('groupedMatmul', [x!, wv!, gv!], { transposeW: tw }), { tol: F32 }));
+  });
+
+  test('scatterAdd: many rows onto few, in parallel, accumulated in index order as the reference does', async () => {
+    await expectMatchesInterpreter(executor, c('scatterAdd big', [t('f32', [7, 300]), t('i64', [2000], { range: [0, 6] }), t('f32', [2000, 300])], (b, [x, i, u]) => b.scatterAdd(x!, i!, u!), { tol: F32 }));
+  });
+
+  test('topk: wide lanes in parallel, both orders, ties by lower index', async () => {
+    await expectMatchesInterpreter(executor, c('topk wide', [t('f32', [300, 128], { range: [-2, 2] })], (b, [x]) => [...b.topk(x!, 8), ...b.topk(x!, 3, 0, false)]));
+    const ties = Float32Array.from({ length: 64 * 40 }, (_, i) => (i * 7) % 5);
+    await expectMatchesInterpreter(executor, c('topk ties', [t('f32', [64, 40], { values: Array.from(ties) })], (b, [x]) => b.topk(x!, 6)));
+  });
+
+  test.each([
+    [37, 37, 128, false],
+    [20, 45, 40, true],
+    [8, 8, 64, true],
+  ])('prefill attention (query blocks over transposed keys): %i queries over %i keys of dim %i, causal, GQA, mask %s', async (tq, tk, d, masked) => {
+    const ops = [t('f32', [2, 4, tq, d]), t('f32', [2, 2, tk, d]), t('f32', [2, 2, tk, d])];
+    // An additive mask hiding the first keys of batch row 1 (padding, at −FLT_MAX) and a few others.
+    const mask = Array.from({ length: 2 * tk }, (_, j) => (j >= tk && j - tk < 5 ? -3.4028234663852886e38 : j % 7 === 3 ? -1e9 : 0));
+    const withMask = masked ? [...ops, t('f32', [2, 1, 1, tk], { values: mask })] : ops;
+    await expectMatchesInterpreter(executor, c(`attention ${String(tq)}x${String(tk)}x${String(d)}`, withMask, (b, [q, k, v, m]) => b.attention(q!, k!, v!, { causal: true }, m), { tol: F32 }));
+  });
+
+  test("a Mixtral MoE block (router softmax, top-2 renormalized, iota rows, grouped expert GEMMs, scatterAdd) equals the interpreter's", async () => {
+    const T = 9;
+    const E = 6;
+    const H = 40;
+    const I = 24;
+    await expectMatchesInterpreter(
+      executor,
+      c('moe block', [t('f32', ['t', H], { dims: [T, H] }), t('f32', [E, H], { param: true }), t('f32', [E, 2 * I, H], { param: true, range: [-0.3, 0.3] }), t('f32', [E, H, I], { param: true, range: [-0.3, 0.3] })], (b, [x, router, gateUp, down]) => {
+        const [topW, topE] = b.topk(b.softmax(b.linear(x!, router!), -1), 2, -1);
+        const weights = b.div(topW, b.sum(topW, [-1], true));
+        const groups = b.reshape(topE, [-1]);
+        const token = b.reshape(b.iota(['t', 2], 0), [-1]);
+        const gu = b.op('groupedMatmul', [b.gather(x!, token, 0), gateUp!, groups], { transposeW: true });
+        const act = b.mul(b.silu(b.slice(gu, 1, 0, I)), b.slice(gu, 1, I));
+        const out = b.op('groupedMatmul', [act, down!, groups], { transposeW: true });
+        return b.scatterAdd(b.broadcastTo(b.scalar(0, 'f32'), ['t', H]), token, b.mul(out, b.reshape(weights, [-1, 1])), 0);
+      }, { tol: F32 }),
+    );
+  });
+
   test('errors: bad options, unsupported dtypes and ops at prepare, inputs that disagree with the graph, use after dispose', async () => {
     expect(() => createCpuNativeExecutor({ threads: 0 })).toThrow(expect.objectContaining({ code: 'RT_BAD_VALUE' }) as Error);
     const f64 = c('f64', [t('f64', [3])], (b, [x]) => b.exp(x!));
     await expect(executor.prepare(f64.graph, f64.weights)).rejects.toMatchObject({ code: 'RT_UNSUPPORTED_OP', message: expect.stringContaining('f64') as string });
-    const topk = c('topk', [t('f32', [5])], (b, [x]) => b.op('argmax', [x!], { axis: 0 }));
-    await expect(executor.prepare(topk.graph, topk.weights)).rejects.toMatchObject({ code: 'RT_UNSUPPORTED_OP', message: expect.stringContaining('argmax') as string });
+    const compare = c('less', [t('f32', [5]), t('f32', [5])], (b, [x, y]) => b.op('less', [x!, y!]));
+    await expect(executor.prepare(compare.graph, compare.weights)).rejects.toMatchObject({ code: 'RT_UNSUPPORTED_OP', message: expect.stringContaining('less') as string });
     const lin = c('lin', [t('f32', ['m', 4], { dims: [2, 4] }), t('f32', [3, 4], { param: true })], (b, [x, w]) => b.linear(x!, w!));
     await expect(executor.prepare(lin.graph, {})).rejects.toMatchObject({ code: 'RT_MISSING_WEIGHT' });
     const prepared = await executor.prepare(lin.graph, lin.weights);

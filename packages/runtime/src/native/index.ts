@@ -3,7 +3,7 @@
  * (a Node-API addon, prebuilt for linux-x64 in AVX2 / AVX-512 / VNNI variants, else built once per machine), for CPU serving where onnxruntime's per-node cost and
  * quantized GEMV bound decode speed.
  */
-export { NATIVE_ADDON_ENV, NATIVE_BUILD_ENV, NATIVE_CACHE_ENV, cpuAddonOrigin, cpuFlagSet, loadCpuAddon, pickPrebuiltVariant, prebuiltDir, readPrebuiltManifest } from './addon.js';
+export { CPU_ADDON_ABI, NATIVE_ADDON_ENV, NATIVE_BUILD_ENV, NATIVE_CACHE_ENV, addonAbiProblem, cpuAddonOrigin, cpuFlagSet, loadCpuAddon, pickPrebuiltVariant, prebuiltDir, readPrebuiltManifest } from './addon.js';
 export type { CpuAddon, PrebuiltManifest, PrebuiltVariant } from './addon.js';
 export { encodeProgram } from './compile.js';
 export type { NativeProgram } from './compile.js';

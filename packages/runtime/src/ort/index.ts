@@ -6,4 +6,4 @@
 export { createOrtExecutor, isOrtAvailable, ortCapabilities } from './executor.js';
 export type { OrtExecutorOptions } from './executor.js';
 export { DEFAULT_CANDIDATES, DEFAULT_FALLBACKS, DEFAULT_PROBE_SHAPE, EXECUTOR_ENV, EXECUTOR_NAMES, createExecutorByName, isExecutorName, selectExecutor } from './select.js';
-export type { CreateExecutorOptions, ExecutorName, ExecutorProbeShape, ExecutorSelection, SelectExecutorOptions } from './select.js';
+export type { CreateExecutorOptions, ExecutorName, ExecutorProbeMoe, ExecutorProbeShape, ExecutorSelection, SelectExecutorOptions } from './select.js';

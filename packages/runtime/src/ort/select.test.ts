@@ -83,6 +83,16 @@ describe('selectExecutor', () => {
     expect(Object.keys(noFb.probeMs)).toEqual(['onnxruntime']);
   });
 
+  it('measures an MoE model on its routed experts: cpu-native and onnxruntime both run and check the MoE step', async () => {
+    const moe = { ...tiny, moe: { experts: 8, topK: 2, intermediate: 24 } };
+    const lines: string[] = [];
+    const s = await selectExecutor({ shape: moe, cacheFile: false, log: (l) => lines.push(l) });
+    expect(Object.keys(s.probeMs).sort()).toEqual(['cpu-native', 'onnxruntime']);
+    expect(s.reason).not.toMatch(/unavailable/);
+    expect(lines[0]).toContain('2 layers of hidden 32, 8 experts (top 2) of intermediate 24, heads 2/1×16, f32, batch 1 + 4');
+    await expect(selectExecutor({ shape: { ...moe, moe: { experts: 2, topK: 3, intermediate: 8 } }, cacheFile: false })).rejects.toMatchObject({ code: 'RT_BAD_VALUE', message: /topK \(3\) exceeds the experts \(2\)/ });
+  });
+
   it('refuses a bad probe shape (RT_BAD_VALUE)', async () => {
     await expect(selectExecutor({ shape: { hidden: 0, intermediate: 8 }, cacheFile: false })).rejects.toMatchObject({ code: 'RT_BAD_VALUE', message: /hidden must be a positive integer/ });
     await expect(selectExecutor({ shape: { hidden: 64, intermediate: 8, heads: 4, kvHeads: 3 }, cacheFile: false })).rejects.toMatchObject({ code: 'RT_BAD_VALUE', message: /kvHeads \(3\) must divide heads \(4\)/ });

@@ -71,7 +71,8 @@ export async function createExecutorByName(name: ExecutorName, opts: CreateExecu
 /**
  * The model step `auto` measures the executors on: a stack of Llama decoder layers' decode step
  * (each: RMSNorm, q/k/v projections, attention of one new token over its own cached context, o
- * projection, residual, RMSNorm, gated MLP, residual) at the model's widths, run at each serving batch.
+ * projection, residual, RMSNorm, gated MLP or routed experts, residual) at the model's widths, run
+ * at each serving batch. An executor that cannot run the step (an MoE op it lacks) is not chosen.
  */
 export interface ExecutorProbeShape {
   /** Model width (`hidden_size`). */
@@ -90,6 +91,18 @@ export interface ExecutorProbeShape {
   readonly batches?: readonly number[];
   /** Weight-only quantization the engine applies to the linears (`--quantize`); none: f32. */
   readonly quantize?: WeightQuantSpec;
+  /** Routed experts in place of the gated MLP (Mixtral, Qwen3-MoE), so the MoE kernels are measured and checked too. */
+  readonly moe?: ExecutorProbeMoe;
+}
+
+/** The MoE MLP of a probe layer: router, top-k routing, grouped expert GEMMs, weighted scatter back. */
+export interface ExecutorProbeMoe {
+  /** Experts per layer (`num_local_experts` / `num_experts`). */
+  readonly experts: number;
+  /** Experts per token (`num_experts_per_tok`). */
+  readonly topK: number;
+  /** One expert's MLP width (`moe_intermediate_size`, else `intermediate_size`). */
+  readonly intermediate: number;
 }
 
 /** The probe shape without a model: 4 of SmolLM2-135M's decoder layers (576 / 1536, 9 heads, 3 kv heads of 64) at batches 1 and 8. */
@@ -171,11 +184,13 @@ function headsOf(shape: ExecutorProbeShape): Heads {
 
 function checkShape(shape: ExecutorProbeShape): void {
   const { heads, kvHeads, headDim } = headsOf(shape);
-  const widths = { hidden: shape.hidden, intermediate: shape.intermediate, heads, kvHeads, headDim, layers: shape.layers ?? 1 };
+  const moe = shape.moe === undefined ? {} : { experts: shape.moe.experts, topK: shape.moe.topK, expertIntermediate: shape.moe.intermediate };
+  const widths = { hidden: shape.hidden, intermediate: shape.intermediate, heads, kvHeads, headDim, layers: shape.layers ?? 1, ...moe };
   for (const [k, v] of Object.entries(widths)) {
     if (!Number.isSafeInteger(v) || v < 1) throw new RuntimeError(RuntimeCode.BAD_VALUE, `executor probe: ${k} must be a positive integer, got ${String(v)}`);
   }
   if (heads % kvHeads !== 0) throw new RuntimeError(RuntimeCode.BAD_VALUE, `executor probe: kvHeads (${String(kvHeads)}) must divide heads (${String(heads)})`);
+  if (shape.moe !== undefined && shape.moe.topK > shape.moe.experts) throw new RuntimeError(RuntimeCode.BAD_VALUE, `executor probe: topK (${String(shape.moe.topK)}) exceeds the experts (${String(shape.moe.experts)})`);
   for (const b of shape.batches ?? []) {
     if (!Number.isSafeInteger(b) || b < 1) throw new RuntimeError(RuntimeCode.BAD_VALUE, `executor probe: batches must be positive integers, got ${String(b)}`);
   }
@@ -193,11 +208,17 @@ function probeGraph(shape: ExecutorProbeShape, maxBytes: number, seed: number, c
   const full = headsOf(shape);
   const d = full.headDim;
   const layers = shape.layers ?? 4;
-  const layerBytes = (2 * full.heads * d * h + 2 * full.kvHeads * d * h + 3 * h * shape.intermediate) * 4;
+  const moe = shape.moe;
+  // An MoE layer's experts: as many as fit a quarter of the budget once the rows of one step can
+  // reach (topK per row at the largest batch) are kept; the rest of the scaling is by width.
+  const maxBatch = Math.max(...(shape.batches ?? [1, 8]));
+  const experts = moe === undefined ? 0 : Math.min(moe.experts, Math.max(Math.min(moe.experts, moe.topK * maxBatch), Math.floor(maxBytes / 4 / layers / (3 * h * moe.intermediate * 4))));
+  const mlpBytes = moe === undefined ? 3 * h * shape.intermediate : experts * (3 * h * moe.intermediate + h);
+  const layerBytes = (2 * full.heads * d * h + 2 * full.kvHeads * d * h + mlpBytes) * 4;
   const f = Math.min(1, maxBytes / (layers * layerBytes));
   const kvHeads = Math.max(1, Math.round(full.kvHeads * f));
   const heads = kvHeads * (full.heads / full.kvHeads);
-  const inter = Math.max(1, Math.round(shape.intermediate * f));
+  const inter = Math.max(1, Math.round((moe?.intermediate ?? shape.intermediate) * f));
   const b = new GraphBuilder('executor_probe');
   type V = ReturnType<typeof b.param>;
   const p = (name: string, out: number, inn: number): V => b.param(name, ['f32', [out, inn]]);
@@ -213,8 +234,22 @@ function probeGraph(shape: ExecutorProbeShape, maxBytes: number, seed: number, c
     const att = b.attention(q, b.concat([kCache, k], 2), b.concat([vCache, v], 2), { causal: false });
     const h1 = b.add(x, b.linear(b.reshape(b.transpose(att, [0, 2, 1, 3]), ['batch', heads * d]), p(`l${String(l)}.o_proj`, h, heads * d)));
     const hn = b.rmsNorm(h1, b.param(`l${String(l)}.post_norm`, ['f32', [h]]), 1e-5);
-    const act = b.mul(b.silu(b.linear(hn, p(`l${String(l)}.gate_proj`, inter, h))), b.linear(hn, p(`l${String(l)}.up_proj`, inter, h)));
-    x = b.add(h1, b.linear(act, p(`l${String(l)}.down_proj`, h, inter)));
+    let mlp: V;
+    if (moe === undefined) {
+      const act = b.mul(b.silu(b.linear(hn, p(`l${String(l)}.gate_proj`, inter, h))), b.linear(hn, p(`l${String(l)}.up_proj`, inter, h)));
+      mlp = b.linear(act, p(`l${String(l)}.down_proj`, h, inter));
+    } else {
+      // As @stageml/moe's moeBlock: softmax router, top-k renormalized, rows grouped by expert.
+      const [topW, topE] = b.topk(b.softmax(b.linear(hn, p(`l${String(l)}.router`, experts, h)), -1), moe.topK, -1);
+      const weights = b.div(topW, b.sum(topW, [-1], true));
+      const groups = b.reshape(topE, [-1]);
+      const token = b.reshape(b.iota(['batch', moe.topK], 0), [-1]);
+      const gateUp = b.op('groupedMatmul', [b.gather(hn, token, 0), b.param(`l${String(l)}.experts.gate_up`, ['f32', [experts, 2 * inter, h]]), groups], { transposeW: true });
+      const act = b.mul(b.silu(b.slice(gateUp, 1, 0, inter)), b.slice(gateUp, 1, inter));
+      const down = b.op('groupedMatmul', [act, b.param(`l${String(l)}.experts.down`, ['f32', [experts, h, inter]]), groups], { transposeW: true });
+      mlp = b.scatterAdd(b.broadcastTo(b.scalar(0, 'f32'), ['batch', h]), token, b.mul(down, b.reshape(weights, [-1, 1])), 0);
+    }
+    x = b.add(h1, mlp);
     b.output(`k.${String(l)}`, k);
     b.output(`v.${String(l)}`, v);
   }
@@ -233,8 +268,11 @@ function probeGraph(shape: ExecutorProbeShape, maxBytes: number, seed: number, c
     Object.assign(weights, {
       [`${n}input_norm`]: t([h], 0.2, 1), [`${n}post_norm`]: t([h], 0.2, 1),
       [`${n}q_proj`]: w(heads * d, h), [`${n}k_proj`]: w(kvHeads * d, h), [`${n}v_proj`]: w(kvHeads * d, h), [`${n}o_proj`]: w(h, heads * d),
-      [`${n}gate_proj`]: w(inter, h), [`${n}up_proj`]: w(inter, h), [`${n}down_proj`]: w(h, inter),
     });
+    if (moe === undefined) Object.assign(weights, { [`${n}gate_proj`]: w(inter, h), [`${n}up_proj`]: w(inter, h), [`${n}down_proj`]: w(h, inter) });
+    else {
+      Object.assign(weights, { [`${n}router`]: w(experts, h), [`${n}experts.gate_up`]: t([experts, 2 * inter, h], 2 / Math.sqrt(h)), [`${n}experts.down`]: t([experts, h, inter], 2 / Math.sqrt(inter)) });
+    }
   }
   if (shape.quantize !== undefined) {
     const qz = quantizeLinears(graph, weights, { spec: shape.quantize });
@@ -256,9 +294,10 @@ function inputFor(probe: Probe, batch: number, seed: number): Record<string, Hos
   return inputs;
 }
 
-/** Runs the probe's miniature (same ops; two layers of width 32, two heads of 16 over one kv head, MLP 48) and compares every output with the interpreter's. */
+/** Runs the probe's miniature (same ops; two layers of width 32, two heads of 16 over one kv head, MLP 48 or 4 experts of 24) and compares every output with the interpreter's. */
 async function checkAgainstInterpreter(executor: Executor, shape: ExecutorProbeShape): Promise<void> {
-  const small = probeGraph({ hidden: 32, intermediate: 48, heads: 2, kvHeads: 1, headDim: 16, layers: 2, batches: [3], ...(shape.quantize === undefined ? {} : { quantize: shape.quantize }) }, Infinity, 11, 4);
+  const moe = shape.moe === undefined ? {} : { moe: { experts: 4, topK: Math.min(2, shape.moe.topK), intermediate: 24 } };
+  const small = probeGraph({ hidden: 32, intermediate: 48, heads: 2, kvHeads: 1, headDim: 16, layers: 2, batches: [3], ...moe, ...(shape.quantize === undefined ? {} : { quantize: shape.quantize }) }, Infinity, 11, 4);
   const inputs = inputFor(small, 3, 11);
   const expected = interpret(small.graph, { inputs, weights: small.weights });
   const prepared = await executor.prepare(small.graph, small.weights);
@@ -411,7 +450,8 @@ function formatMs(probeMs: Partial<Record<ExecutorName, readonly number[]>>): st
 function describeShape(shape: ExecutorProbeShape): string {
   const q = shape.quantize === undefined ? 'f32' : formatWeightQuantSpec(shape.quantize);
   const { heads, kvHeads, headDim } = headsOf(shape);
-  return `${String(shape.layers ?? 4)} layers of hidden ${String(shape.hidden)}, intermediate ${String(shape.intermediate)}, heads ${String(heads)}/${String(kvHeads)}×${String(headDim)}, ${q}, batch ${(shape.batches ?? [1, 8]).join(' + ')}`;
+  const mlp = shape.moe === undefined ? `intermediate ${String(shape.intermediate)}` : `${String(shape.moe.experts)} experts (top ${String(shape.moe.topK)}) of intermediate ${String(shape.moe.intermediate)}`;
+  return `${String(shape.layers ?? 4)} layers of hidden ${String(shape.hidden)}, ${mlp}, heads ${String(heads)}/${String(kvHeads)}×${String(headDim)}, ${q}, batch ${(shape.batches ?? [1, 8]).join(' + ')}`;
 }
 
 /** Bumped whenever the probe's graph changes, so choices measured on an older probe are not reused. */
