@@ -23,6 +23,23 @@ export interface CpuAddon {
   run(program: object, symbols: Float64Array, inputs: readonly ArrayBufferView[], recycle?: ArrayBuffer): Promise<[ArrayBuffer, Float64Array]>;
   threads(n: number): number;
   isa(): string;
+  /** The addon's interface version (`CPU_ADDON_ABI`); absent in files older than version 2. */
+  abi?(): number;
+  /** STREAM-like probe on the pool: [read GB/s, copy GB/s, checksum] (see `measureMemoryBandwidth`). */
+  bandwidth(bytes: number, reps: number): [number, number, number];
+}
+
+/**
+ * The interface version this package's TypeScript side expects of the addon (the C++ `kAbi`): a
+ * prebuilt or `STAGEML_CPU_ADDON` file reporting another one (or none: files older than version 2)
+ * lacks kernels or exports the compiler emits, so it is not used.
+ */
+export const CPU_ADDON_ABI = 2;
+
+/** Why `addon` cannot be used by this version of the package, or undefined when it can. */
+export function addonAbiMismatch(addon: Partial<CpuAddon>): string | undefined {
+  const abi = typeof addon.abi === 'function' ? addon.abi() : undefined;
+  return abi === CPU_ADDON_ABI ? undefined : `its interface version is ${abi === undefined ? 'older than 2 (no abi())' : String(abi)}, this package needs ${String(CPU_ADDON_ABI)}`;
 }
 
 const require_ = createRequire(import.meta.url);
@@ -195,27 +212,41 @@ export function loadCpuAddon(): CpuAddon {
   if (loaded !== undefined) return loaded;
   const file = process.env[NATIVE_ADDON_ENV];
   if (file !== undefined && file !== '') {
-    loaded = requireAddon(file);
+    const named = requireAddon(file);
+    const mismatch = addonAbiMismatch(named);
+    if (mismatch !== undefined) throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `cpu-native: ${NATIVE_ADDON_ENV}=${file} cannot be used: ${mismatch}`, { hint: `rebuild it (scripts/build-cpu-prebuilt.mjs) or unset ${NATIVE_ADDON_ENV} to build from source` });
+    loaded = named;
     origin = 'file';
     return loaded;
   }
   const src = sourcePath();
   const source = readFileSync(src);
   const hit = prebuiltFor(src, source);
-  let why: string;
+  let why: string | undefined;
   if ('file' in hit) {
+    let pre: CpuAddon | undefined;
     try {
-      loaded = require_(hit.file) as CpuAddon;
-      origin = `prebuilt ${hit.variant.isa}`;
-      return loaded;
+      pre = require_(hit.file) as CpuAddon;
     } catch (e) {
       why = `the prebuilt ${hit.variant.file} does not load here (${errorMessage(e)})`;
     }
+    const mismatch = pre === undefined ? undefined : addonAbiMismatch(pre);
+    if (pre !== undefined && mismatch === undefined) {
+      loaded = pre;
+      origin = `prebuilt ${hit.variant.isa}`;
+      return loaded;
+    }
+    why ??= `the prebuilt ${hit.variant.file} cannot be used: ${mismatch ?? ''}`;
   } else why = hit.why;
   try {
     loaded = buildFromSource(src, source);
+    const mismatch = addonAbiMismatch(loaded);
+    if (mismatch !== undefined) {
+      loaded = undefined;
+      throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `cpu-native: the addon built from ${src} cannot be used: ${mismatch}`);
+    }
   } catch (e) {
-    if (e instanceof RuntimeError) throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `${e.message} (built from source because ${why})`, { cause: e, ...(e.hint === undefined ? {} : { hint: e.hint }) });
+    if (e instanceof RuntimeError) throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `${e.message} (built from source because ${why ?? 'no prebuilt fitted'})`, { cause: e, ...(e.hint === undefined ? {} : { hint: e.hint }) });
     throw e;
   }
   origin = 'source';
