@@ -1382,27 +1382,49 @@ LoraGroups lora_groups(const std::vector<i64>& slot, i64 tokens_per_row, int thr
   return g;
 }
 
-// t[m, R] = x[m, K] · A[R, K]ᵀ, four tokens per pass over A (A's rows streamed once per block).
-void lora_shrink(const float* x, i64 m, i64 K, const float* A, i64 R, float* t) {
+// t[m, r0:r1] = x[m, K] · A[r0:r1, K]ᵀ, four tokens per pass over those rows of A.
+void lora_shrink_rows(const float* x, i64 m, i64 K, const float* A, i64 R, float* t, i64 r0, i64 r1) {
   for (i64 i = 0; i < m; i += 4) {
     const i64 left = std::min<i64>(4, m - i);
     const float* xi = x + i * K;
     float* ti = t + i * R;
     switch (left) {
-      case 4: rows_nt<4>(xi, K, A, K, ti, R, K, 0, R); break;
-      case 3: rows_nt<3>(xi, K, A, K, ti, R, K, 0, R); break;
-      case 2: rows_nt<2>(xi, K, A, K, ti, R, K, 0, R); break;
-      default: rows_nt<1>(xi, K, A, K, ti, R, K, 0, R); break;
+      case 4: rows_nt<4>(xi, K, A, K, ti, R, K, r0, r1); break;
+      case 3: rows_nt<3>(xi, K, A, K, ti, R, K, r0, r1); break;
+      case 2: rows_nt<2>(xi, K, A, K, ti, R, K, r0, r1); break;
+      default: rows_nt<1>(xi, K, A, K, ti, R, K, r0, r1); break;
     }
   }
 }
 
-// out(tok)[0..N) = Σ_r t[tok, r] · B[r, :] for tok < m: each B row read once for all m tokens,
-// rows whose coefficients are all zero skipped.
+// t[m, R] = x[m, K] · A[R, K]ᵀ; returns the rows that can be nonzero. With `zero_tail` (the
+// op's promise: the rows after A's first all-zero row are zero) A is read 4 rows at a time and
+// reading stops at the first block holding a row whose shrink is zero for every token and whose A
+// row is zero (checked in cache) — a rank-r adapter costs r rows (+ at most 3), not the slot's R.
+i64 lora_shrink(const float* x, i64 m, i64 K, const float* A, i64 R, float* t, bool zero_tail) {
+  if (!zero_tail) {
+    lora_shrink_rows(x, m, K, A, R, t, 0, R);
+    return R;
+  }
+  for (i64 r0 = 0; r0 < R; r0 += 4) {
+    const i64 r1 = std::min<i64>(R, r0 + 4);
+    lora_shrink_rows(x, m, K, A, R, t, r0, r1);
+    for (i64 r = r0; r < r1; r++) {
+      bool zero = true;
+      for (i64 i = 0; i < m && zero; i++) zero = t[i * R + r] == 0.0f;
+      for (i64 q = 0; q < K && zero; q++) zero = A[r * K + q] == 0.0f;
+      if (zero) return r;
+    }
+  }
+  return R;
+}
+
+// out(tok)[0..N) = Σ_{r < rows} t[tok, r] · B[r, :] for tok < m (t's row stride R): each B row
+// read once for all m tokens, rows whose coefficients are all zero skipped.
 template <typename Out>
-void lora_expand(const float* t, i64 m, i64 R, const float* B, i64 N, const Out& out) {
+void lora_expand(const float* t, i64 m, i64 R, i64 rows, const float* B, i64 N, const Out& out) {
   for (i64 i = 0; i < m; i++) std::memset(out(i), 0, sizeof(float) * static_cast<size_t>(N));
-  for (i64 r = 0; r < R; r++) {
+  for (i64 r = 0; r < rows; r++) {
     bool any = false;
     for (i64 i = 0; i < m && !any; i++) any = t[i * R + r] != 0.0f;
     if (!any) continue;
@@ -1421,7 +1443,8 @@ void lora_expand(const float* t, i64 m, i64 R, const float* B, i64 N, const Out&
 // tokens runs as one multi-row pass over A (rows_nt, up to 4 tokens per read of each A row), then
 // the expand walks B's rows once, each row added to every token of the group. A rank row whose
 // shrink is zero for every token of the group (the padding of a rank-r adapter in an R-rank slot:
-// its rows are zero) is not read from B.
+// its rows are zero) is not read from B; with i[0] = 1 (the op's zeroTail promise) A's padding is
+// not read either (`lora_shrink`).
 void lora_gathered(Run& p, const Instr& in) {
   const auto& xs = p.shapes[in.a[0]];
   const auto& as = p.shapes[in.a[1]];
@@ -1435,6 +1458,7 @@ void lora_gathered(Run& p, const Instr& in) {
   float* y = F(p, in.r[0]);
   std::vector<i64> slot(static_cast<size_t>(nb));
   for (i64 b = 0; b < nb; b++) slot[b] = checked_index(index_at(p, in.a[3], b), S, "matmul (gathered operand)");
+  const bool zero_tail = !in.i.empty() && in.i[0] != 0;
   const LoraGroups g = lora_groups(slot, T, pool().size());
   pool().parallel(static_cast<i64>(g.parts.size()), [&](i64 g0, i64 g1) {
     std::vector<float> xt, t;
@@ -1445,8 +1469,8 @@ void lora_gathered(Run& p, const Instr& in) {
       xt.resize(static_cast<size_t>(m * K));
       t.assign(static_cast<size_t>(m * R), 0.0f);
       for (i64 i = r0; i < r1; i++) std::memcpy(xt.data() + (i - r0) * T * K, x + g.order[static_cast<size_t>(i)] * T * K, sizeof(float) * static_cast<size_t>(T * K));
-      lora_shrink(xt.data(), m, K, A + s * R * K, R, t.data());
-      lora_expand(t.data(), m, R, B + s * R * N, N, [&](i64 tok) { return y + (g.order[static_cast<size_t>(r0 + tok / T)] * T + tok % T) * N; });
+      const i64 rows = lora_shrink(xt.data(), m, K, A + s * R * K, R, t.data(), zero_tail);
+      lora_expand(t.data(), m, R, rows, B + s * R * N, N, [&](i64 tok) { return y + (g.order[static_cast<size_t>(r0 + tok / T)] * T + tok % T) * N; });
     }
   }, nb * T * R * (K + N) < kParallelMin, 2);
 }
@@ -2127,7 +2151,7 @@ napi_value js_isa(napi_env env, napi_callback_info) {
 // abi() → the version of this addon's interface: what src/native/addon.ts checks before it uses a
 // prebuilt or named file (an older file lacks kernels the compiler emits). Bump it whenever an
 // instruction or an export is added or changes meaning.
-constexpr int32_t kAbi = 2;
+constexpr int32_t kAbi = 2;  // 2: bandwidth(), abi(), LORA's i[0] (zeroTail)
 napi_value js_abi(napi_env env, napi_callback_info) {
   napi_value r;
   napi_create_int32(env, kAbi, &r);
