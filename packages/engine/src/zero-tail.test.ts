@@ -19,3 +19,21 @@ describe('zeroRowsLast', () => {
     expect(Array.from(B)).toEqual([5, 6]);
   });
 });
+
+describe('SlotTables keeps the zeroTail promise', () => {
+  test("an adapter's all-zero A rows are written after its other rows, their B rows zero", async () => {
+    const { SlotTables } = await import('./slots.js');
+    const module = 'model.layers.0.self_attn.q_proj';
+    const tables = new SlotTables(2, 4, [{ module, inDim: 2, outDim: 3 }]);
+    // rank 3: A [3, 2] with row 1 zero; B [out 3, r 3]; scale 2.
+    const A = { dtype: 'f32', shape: [3, 2], data: Float32Array.from([1, 2, 0, 0, 3, 4]) } as const;
+    const B = { dtype: 'f32', shape: [3, 3], data: Float32Array.from([1, 2, 3, 4, 5, 6, 7, 8, 9]) } as const;
+    const adapter = { name: 'z', dir: '', config: {}, modules: new Map([[module, { module, rank: 3, alpha: 6, scale: 2, A, B }]]), parameterFactors: [], overrides: new Map(), tokenRows: [], bytes: 0 };
+    const slot = tables.write(adapter as unknown as Parameters<typeof tables.write>[0]);
+    const a = tables.inputs[`slots.${module}.A`]!.data as Float32Array;
+    const b = tables.inputs[`slots.${module}.B`]!.data as Float32Array;
+    expect(Array.from(a.subarray(slot * 8, slot * 8 + 8))).toEqual([1, 2, 3, 4, 0, 0, 0, 0]);
+    // B rows of the kept rank rows 0 and 2 (scale folded in), then zeros.
+    expect(Array.from(b.subarray(slot * 12, slot * 12 + 12))).toEqual([2, 8, 14, 6, 12, 18, 0, 0, 0, 0, 0, 0]);
+  });
+});
