@@ -222,13 +222,14 @@ export function loadCpuAddon(): CpuAddon {
   const src = sourcePath();
   const source = readFileSync(src);
   const hit = prebuiltFor(src, source);
-  let why: string | undefined;
+  let why: string;
   if ('file' in hit) {
     let pre: CpuAddon | undefined;
+    let failed: string | undefined;
     try {
       pre = require_(hit.file) as CpuAddon;
     } catch (e) {
-      why = `the prebuilt ${hit.variant.file} does not load here (${errorMessage(e)})`;
+      failed = `the prebuilt ${hit.variant.file} does not load here (${errorMessage(e)})`;
     }
     const mismatch = pre === undefined ? undefined : addonAbiMismatch(pre);
     if (pre !== undefined && mismatch === undefined) {
@@ -236,7 +237,7 @@ export function loadCpuAddon(): CpuAddon {
       origin = `prebuilt ${hit.variant.isa}`;
       return loaded;
     }
-    why ??= `the prebuilt ${hit.variant.file} cannot be used: ${mismatch ?? ''}`;
+    why = failed ?? `the prebuilt ${hit.variant.file} cannot be used: ${mismatch ?? ''}`;
   } else why = hit.why;
   try {
     loaded = buildFromSource(src, source);
@@ -246,7 +247,7 @@ export function loadCpuAddon(): CpuAddon {
       throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `cpu-native: the addon built from ${src} cannot be used: ${mismatch}`);
     }
   } catch (e) {
-    if (e instanceof RuntimeError) throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `${e.message} (built from source because ${why ?? 'no prebuilt fitted'})`, { cause: e, ...(e.hint === undefined ? {} : { hint: e.hint }) });
+    if (e instanceof RuntimeError) throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `${e.message} (built from source because ${why})`, { cause: e, ...(e.hint === undefined ? {} : { hint: e.hint }) });
     throw e;
   }
   origin = 'source';
