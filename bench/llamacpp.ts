@@ -26,6 +26,7 @@ import type * as NodeLlamaCpp from 'node-llama-cpp';
 import type { Llama, LlamaContext, LlamaModel, Token } from 'node-llama-cpp';
 import { importPeer } from './lib/peers.js';
 import { RESULTS_DIR } from './lib/harness.js';
+import { bandwidthNote, bestBandwidth, probeBandwidth, rooflineMs, stepBytes, totalBytes } from './lib/roofline.js';
 
 interface Shape {
   readonly key: string;
@@ -320,6 +321,14 @@ interface CaseResult {
   llamacpp: number;
   ratio: number;
   peer: string;
+  /** Decode cases: bytes a step must read, ours (f32 KV, our weight format) and llama.cpp's (its GGUF format, f16 KV). */
+  stepBytes?: number;
+  llamacppStepBytes?: number;
+  /** Decode cases: ms those bytes take at the probed bandwidth (set once the end probe ran). */
+  rooflineMs?: number;
+  llamacppRooflineMs?: number;
+  /** Decode cases: rows per step (tok/s → step ms). */
+  rows?: number;
 }
 
 const CASES = ['prefill 128', 'decode b1', 'decode b1 LoRA', '8 streams base', '8 streams 8 adapters'] as const;
@@ -349,6 +358,19 @@ const EXECUTOR = arg('executor') ?? 'cpu-native';
 if (EXECUTOR !== 'cpu-native' && EXECUTOR !== 'onnxruntime') throw new Error(`--executor must be cpu-native or onnxruntime, got ${EXECUTOR}`);
 const NATIVE = EXECUTOR === 'cpu-native';
 const executor = NATIVE ? createCpuNativeExecutor({ threads: THREADS }) : await createOrtExecutor({ intraOpNumThreads: THREADS, ...(RULES === 'fused' ? { rules: ONNX_FUSED_RULES } : {}) });
+// The memory bandwidth of this machine on our executor's pool (its threads), probed at the start
+// and at the end; the better of the two sets the rooflines.
+const bwStart = probeBandwidth(NATIVE ? undefined : THREADS);
+/** Bytes per weight: our formats (int8/int4: block-32 codes + an f32 scale) and llama.cpp's GGUF ones. */
+const OURS_BYTES: Record<string, number> = { f32: 4, int8: 36 / 32, int4: 20 / 32 };
+const GGUF_BYTES: Record<string, number> = { f32: 4, int8: 34 / 32, int4: 18 / 32 };
+/** Decode cases: rows per step and the ranks of their distinct adapters. */
+const DECODE: Partial<Record<(typeof CASES)[number], { rows: number; ranks: number[] }>> = {
+  'decode b1': { rows: 1, ranks: [] },
+  'decode b1 LoRA': { rows: 1, ranks: [RANK] },
+  '8 streams base': { rows: 8, ranks: [] },
+  '8 streams 8 adapters': { rows: 8, ranks: new Array<number>(ADAPTERS).fill(RANK) },
+};
 let peakRss = 0;
 const rss = () => (peakRss = Math.max(peakRss, process.memoryUsage.rss()));
 
@@ -414,7 +436,17 @@ for (const s of SHAPES) {
         l.push(await peer());
         rss();
       }
-      const res = { shape: s.key, pair: p.key, case: name, ours: median(o), llamacpp: median(l), ratio: median(o) / median(l), peer: peerName };
+      const res: CaseResult = { shape: s.key, pair: p.key, case: name, ours: median(o), llamacpp: median(l), ratio: median(o) / median(l), peer: peerName };
+      const dec = DECODE[name];
+      if (dec !== undefined) {
+        // Prompts of 8 tokens: contexts grow from 8 to 8 + steps over the measured steps.
+        const roof = { layers: s.layers, hidden: s.hidden, intermediate: s.inter, heads: s.heads, kvHeads: s.kv, ...(s.headDim === undefined ? {} : { headDim: s.headDim }), vocab: s.vocab };
+        const contexts = new Array<number>(dec.rows).fill(8 + s.steps / 2);
+        res.rows = dec.rows;
+        res.stepBytes = totalBytes(stepBytes(roof, { bytesPerWeight: OURS_BYTES[p.key]!, adapterRanks: dec.ranks, contexts }));
+        // llama.cpp's KV cache is f16.
+        res.llamacppStepBytes = totalBytes(stepBytes(roof, { bytesPerWeight: GGUF_BYTES[p.key]!, adapterRanks: dec.ranks, contexts, kvBytesPerElement: 2 }));
+      }
       results.push(res);
       console.log(`[${s.key} ${p.key}] ${name}: ours ${res.ours.toFixed(1)} tok/s, llama.cpp ${res.llamacpp.toFixed(1)} tok/s, ratio ${res.ratio.toFixed(2)}`);
     };
@@ -437,6 +469,11 @@ for (const s of SHAPES) {
   rmSync(dir, { recursive: true, force: true });
 }
 loads['end'] = loadavg();
+const bw = bestBandwidth(bwStart, probeBandwidth(NATIVE ? undefined : THREADS));
+for (const r of results) {
+  if (r.stepBytes !== undefined) r.rooflineMs = rooflineMs(r.stepBytes, bw);
+  if (r.llamacppStepBytes !== undefined) r.llamacppRooflineMs = rooflineMs(r.llamacppStepBytes, bw);
+}
 
 const doc = {
   suite: 'llamacpp',
@@ -447,6 +484,7 @@ const doc = {
   executor: EXECUTOR,
   rules: RULES,
   loadavg: loads,
+  bandwidth: bw,
   wallSeconds: Math.round((Date.now() - started) / 1000),
   peakRssGiB: Math.round((peakRss / 2 ** 30) * 100) / 100,
   greedy: checks,
@@ -464,9 +502,14 @@ const md: string[] = [
   '',
   `Date: ${doc.date} · ${String(doc.machine.cpus)}× ${doc.machine.cpuModel}, ${String(doc.machine.memoryGiB)} GiB · load average at start ${loads['start']!.map((x) => x.toFixed(2)).join(' ')}, at end ${loads['end']!.map((x) => x.toFixed(2)).join(' ')} (shared machine) · wall ${String(doc.wallSeconds)} s · peak RSS ${String(doc.peakRssGiB)} GiB`,
   '',
-  '| shape | pair | case | ours tok/s | llama.cpp tok/s | ours ÷ llama.cpp | llama.cpp serves it as |',
-  '| --- | --- | --- | ---: | ---: | ---: | --- |',
-  ...results.map((r) => `| ${r.shape} | ${r.pair === 'f32' ? 'f32 / F32' : r.pair === 'int8' ? 'int8 / Q8_0' : 'int4 / Q4_0'} | ${r.case} | ${fmt(r.ours)} | ${fmt(r.llamacpp)} | ${r.ratio.toFixed(2)} | ${r.peer} |`),
+  '| shape | pair | case | ours tok/s | llama.cpp tok/s | ours ÷ llama.cpp | llama.cpp serves it as | roofline ms (ours) | ours step ms ÷ roofline | llama.cpp step ms ÷ its roofline |',
+  '| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |',
+  ...results.map((r) => {
+    const roof = r.rooflineMs === undefined || r.rows === undefined ? '— | — | —' : `${r.rooflineMs.toFixed(2)} | ${((r.rows * 1000) / r.ours / r.rooflineMs).toFixed(2)} | ${((r.rows * 1000) / r.llamacpp / r.llamacppRooflineMs!).toFixed(2)}`;
+    return `| ${r.shape} | ${r.pair === 'f32' ? 'f32 / F32' : r.pair === 'int8' ? 'int8 / Q8_0' : 'int4 / Q4_0'} | ${r.case} | ${fmt(r.ours)} | ${fmt(r.llamacpp)} | ${r.ratio.toFixed(2)} | ${r.peer} | ${roof} |`;
+  }),
+  '',
+  `${bandwidthNote(bw)} Weights at 4 bytes (f32), 36/32 (our int8 blocks: 32 codes + an f32 scale), 20/32 (our int4); llama.cpp's roofline counts its own formats (F32 4, Q8_0 34/32, Q4_0 18/32 bytes a weight) and its f16 KV. Contexts average 8 + steps/2 positions. llama.cpp serving 8 adapters through 8 contexts reads the base weights once per context, so its step is bounded 8× higher than the roofline counted here.`,
   '',
   `Shapes: ${SHAPES.filter((s) => wantShapes.has(s.key)).map((s) => `${s.key} = ${s.name} (${s.family === 'qwen3' ? 'model_type qwen3 (per-head q/k RMSNorm, rope θ 1e6; GGUF architecture qwen3), ' : ''}${String(s.layers)} layers, hidden ${String(s.hidden)}, intermediate ${String(s.inter)}, heads ${String(s.heads)}/${String(s.kv)}${s.headDim === undefined ? '' : ` of head_dim ${String(s.headDim)}`}, vocab ${String(s.vocab)}${s.tied ? ', tied embeddings' : ''}; pairs ${(pairsArg?.split(',') ?? s.pairs).join(', ')}; ${String(s.steps)} decode steps per stream)`).join('; ')}.`,
   '',

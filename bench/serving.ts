@@ -1,18 +1,21 @@
 // Suite `serving`: the staged serving engine through the HTTP server, on a random-weight
 // SmolLM2-135M-shaped checkpoint (30 layers, hidden 576, MLP 1536, 9/3 heads, vocab 49152, tied
 // embeddings; f32) and 32 LoRA adapters (ranks 8–64 on all 7 projections), generated into
-// bench/tmp/serving on first run. Executor: onnxruntime (BENCH_THREADS intra-op threads, default 2).
-// Cases: 32 concurrent streams on 32 adapters vs 32 on one; first token for a never-seen adapter;
-// peak RSS vs weights + KV + factors; decode ms/token at context 1,024 vs 64; p99 inter-token
-// latency of 8 streams with and without a 1,024-token prefill arriving.
+// bench/tmp/serving on first run. Executor: cpu-native, the default (BENCH_THREADS kernel threads,
+// default 2). Cases: 32 concurrent streams on 32 adapters vs 32 on one (aggregate, and the decode
+// step against its roofline); first token for a never-seen adapter; peak RSS vs weights + KV +
+// factors; decode ms/token at context 1,024 vs 64; p99 inter-token latency of 8 streams with and
+// without a 1,024-token prefill arriving. Every decode case carries its roofline: the bytes the
+// step must read ÷ the memory bandwidth probed in this run with the engine's threads (lib/roofline.ts).
 import { existsSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomAdapter, writeRandomLlama } from '@stageml/engine';
 import { LLAMA_PROJECTIONS, type LlamaShape } from '@stageml/models';
-import { createOrtExecutor } from '@stageml/runtime';
+import { createCpuNativeExecutor } from '@stageml/runtime';
 import { createServer } from '@stageml/server';
 import { type BenchCase, writeResults } from './lib/harness.js';
+import { bandwidthNote, bestBandwidth, probeBandwidth, rooflineMs, stepBytes, totalBytes } from './lib/roofline.js';
 
 const DIR = 'bench/tmp/serving';
 const SHAPE: LlamaShape & { maxPositions: number } = { vocabSize: 49152, hiddenSize: 576, intermediateSize: 1536, numLayers: 30, numHeads: 9, numKvHeads: 3, headDim: 64, tieWordEmbeddings: true, rmsNormEps: 1e-5, maxPositions: 2048 };
@@ -28,19 +31,29 @@ for (const [i, name] of NAMES.entries()) {
 if (!existsSync(join(DIR, 'fresh', 'adapter_config.json'))) await writeRandomAdapter(join(DIR, 'fresh'), SHAPE, { rank: 16, seed: 99 });
 const setupMs = performance.now() - t0;
 
+const threads = Number(process.env['BENCH_THREADS'] ?? 2);
+const executor = createCpuNativeExecutor({ threads });
+// The bandwidth probe runs on the executor's pool before the RSS sampler starts (its arrays are
+// freed before the engine loads), and again at the end; the better of the two sets the rooflines.
+const bwStart = probeBandwidth();
+const ROOF = { layers: SHAPE.numLayers, hidden: SHAPE.hiddenSize, intermediate: SHAPE.intermediateSize, heads: SHAPE.numHeads, kvHeads: SHAPE.numKvHeads, headDim: SHAPE.headDim, vocab: SHAPE.vocabSize };
+/** Bytes of one f32 decode step: `ranks` of the distinct adapters, `contexts` the rows' attended positions. */
+const stepBytesOf = (ranks: readonly number[], contexts: readonly number[]): number => totalBytes(stepBytes(ROOF, { bytesPerWeight: 4, adapterRanks: ranks, contexts }));
+/** Decode cases and the bytes their step reads (their roofline ms is set once the end probe ran). */
+const decodeBytes = new Map<BenchCase, number>();
+
 let peakRss = process.memoryUsage().rss;
 const sampler = setInterval(() => {
   peakRss = Math.max(peakRss, process.memoryUsage().rss);
 }, 20);
 
-const threads = Number(process.env['BENCH_THREADS'] ?? 2);
 const server = await createServer({
   modelDir: join(DIR, 'smol'),
   modelName: 'smol',
   adaptersDir: join(DIR, 'adapters'),
   // The never-seen adapter is loaded over the admin route from DIR/fresh: inside an allowed root.
   adapterRoots: [DIR],
-  executor: await createOrtExecutor({ intraOpNumThreads: threads }),
+  executor,
   maxBatch: 40,
   maxLoras: 33,
   maxLoraRank: 64,
@@ -98,6 +111,10 @@ async function concurrent(models: readonly string[], tokens: number): Promise<{ 
 }
 
 const cases: BenchCase[] = [];
+const pushDecode = (c: BenchCase, bytes: number): void => {
+  cases.push(c);
+  decodeBytes.set(c, bytes);
+};
 const notes: string[] = [];
 
 // Warm-up (first runs of each program).
@@ -120,6 +137,12 @@ const many = medianBy(manys, (r) => r.tokensPerSecond);
 cases.push({ name: '32 streams · 1 adapter (a16-r37): aggregate ms/token', medianMs: 1000 / one.tokensPerSecond, runs: 3, extra: { allTokensPerSecond: ones.map((r) => r.tokensPerSecond.toFixed(1)).join(' '), tokensPerSecond: one.tokensPerSecond, decodeTokensPerSecond: one.decodeTokensPerSecond, wallMs: one.wallMs } });
 cases.push({ name: '32 streams · 32 adapters (r8–64): aggregate ms/token', medianMs: 1000 / many.tokensPerSecond, runs: 3, baseline: '32 streams · 1 adapter (a16-r37): aggregate ms/token', ratio: one.tokensPerSecond / many.tokensPerSecond, extra: { allTokensPerSecond: manys.map((r) => r.tokensPerSecond.toFixed(1)).join(' '), tokensPerSecond: many.tokensPerSecond, decodeTokensPerSecond: many.decodeTokensPerSecond, wallMs: many.wallMs, throughputRatioManyOverOne: many.tokensPerSecond / one.tokensPerSecond } });
 
+// The decode phase as steps (32 rows a step once every stream has its first token) against the
+// roofline: contexts grow from 17 to 28 positions over the phase (22 on average).
+const decodeContexts = new Array<number>(32).fill(22);
+pushDecode({ name: '32 streams · 1 adapter: decode step ms', medianMs: (32 * 1000) / one.decodeTokensPerSecond, runs: 3 }, stepBytesOf([37], decodeContexts));
+pushDecode({ name: '32 streams · 32 adapters (r8–64): decode step ms', medianMs: (32 * 1000) / many.decodeTokensPerSecond, runs: 3, baseline: '32 streams · 1 adapter: decode step ms', ratio: one.decodeTokensPerSecond / many.decodeTokensPerSecond }, stepBytesOf(RANKS, decodeContexts));
+
 // 2. First token for a never-seen adapter (load = read + validate + write its slot), vs a resident one.
 const tl = performance.now();
 const loadRes = await fetch(`${base}/v1/load_lora_adapter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lora_name: 'fresh', lora_path: join(DIR, 'fresh') }) });
@@ -135,8 +158,8 @@ const short = await stream(NAMES[5]!, promptOf(64, 5), 17);
 const long = await stream(NAMES[5]!, promptOf(1024, 5), 17);
 const shortMs = median(gaps(short.times));
 const longMs = median(gaps(long.times));
-cases.push({ name: 'decode ms/token, context 64, batch 1', medianMs: shortMs, runs: 16 });
-cases.push({ name: 'decode ms/token, context 1,024, batch 1', medianMs: longMs, runs: 16, baseline: 'decode ms/token, context 64, batch 1', ratio: longMs / shortMs });
+pushDecode({ name: 'decode ms/token, context 64, batch 1', medianMs: shortMs, runs: 16 }, stepBytesOf([RANKS[5]!], [72]));
+pushDecode({ name: 'decode ms/token, context 1,024, batch 1', medianMs: longMs, runs: 16, baseline: 'decode ms/token, context 64, batch 1', ratio: longMs / shortMs }, stepBytesOf([RANKS[5]!], [1032]));
 
 // 4. p99 inter-token latency of 8 streams, with and without a 1,024-token prefill arriving.
 const eight = NAMES.slice(8, 16);
@@ -151,11 +174,14 @@ await intruder;
 const itl = (runs: { times: number[] }[]): number[] => runs.flatMap((r) => gaps(r.times));
 const quietP99 = quantile(itl(quiet), 0.99);
 const busyP99 = quantile(itl(busy), 0.99);
-cases.push({ name: 'p99 inter-token latency, 8 streams', medianMs: quietP99, runs: itl(quiet).length, extra: { medianMs: median(itl(quiet)) } });
-cases.push({ name: 'p99 inter-token latency, 8 streams + 1,024-token prefill arriving', medianMs: busyP99, runs: itl(busy).length, baseline: 'p99 inter-token latency, 8 streams', ratio: busyP99 / quietP99, extra: { medianMs: median(itl(busy)) } });
+const eightBytes = stepBytesOf(RANKS.slice(8, 16), new Array<number>(8).fill(28));
+pushDecode({ name: 'p99 inter-token latency, 8 streams', medianMs: quietP99, runs: itl(quiet).length, extra: { medianMs: median(itl(quiet)) } }, eightBytes);
+pushDecode({ name: 'p99 inter-token latency, 8 streams + 1,024-token prefill arriving', medianMs: busyP99, runs: itl(busy).length, baseline: 'p99 inter-token latency, 8 streams', ratio: busyP99 / quietP99, extra: { medianMs: median(itl(busy)) } }, eightBytes);
 
 clearInterval(sampler);
 peakRss = Math.max(peakRss, process.memoryUsage().rss);
+const bw = bestBandwidth(bwStart, probeBandwidth());
+for (const [c, bytes] of decodeBytes) c.rooflineMs = rooflineMs(bytes, bw);
 const mem = engine.memory();
 const H = SHAPE.hiddenSize;
 const perRank = SHAPE.numLayers * (4 * H + 2 * 3 * 64 + 2 * H + 3 * (H + SHAPE.intermediateSize)) * 4; // bytes of A+B per unit rank, all 7 projections
@@ -168,15 +194,17 @@ cases.push({ name: 'peak RSS (MB)', medianMs: peakRss / 1e6, runs: 1, baseline: 
 
 const ratio = one.tokensPerSecond / many.tokensPerSecond;
 notes.push(
-  `Load average at start ${load0.toFixed(2)}, at end ${loadavg()[0]!.toFixed(2)} (shared 2-core machine: absolute numbers are noisy; ratios come from the same run). Executor onnxruntime, ${String(threads)} intra-op threads. Setup (checkpoint + adapters generated or reused) ${(setupMs / 1000).toFixed(1)} s.`,
+  `Load average at start ${load0.toFixed(2)}, at end ${loadavg()[0]!.toFixed(2)} (shared 2-core machine: absolute numbers are noisy; ratios come from the same run). Executor cpu-native (the default; ${executor.isa}, built ${executor.build}), ${String(threads)} kernel threads. Setup (checkpoint + adapters generated or reused) ${(setupMs / 1000).toFixed(1)} s.`,
   '',
-  `**32 adapters vs 1:** 32 streams on 32 adapters ran at ${many.tokensPerSecond.toFixed(1)} tok/s, on one adapter ${one.tokensPerSecond.toFixed(1)} tok/s (many/one = ${(1 / ratio).toFixed(2)}; decode phase ${many.decodeTokensPerSecond.toFixed(1)} vs ${one.decodeTokensPerSecond.toFixed(1)} tok/s). ${1 / ratio >= 0.9 ? 'The ≥ 0.9× target holds in this run (medians of three interleaved pairs: ' : 'The ≥ 0.9× target is missed (medians of three interleaved pairs: '}${ones.map((r, i) => `${(manys[i]!.tokensPerSecond / r.tokensPerSecond).toFixed(2)}`).join(', ')} per pair). The aggregate includes each stream's prefill and first token (12 tokens a stream); the decode phase alone is further apart, and the arithmetic says why: a decode step must read each distinct adapter's factors once. One rank-37 adapter is 37 × ${(perRank / 1e6).toFixed(2)} MB = ${((37 * perRank) / 1e6).toFixed(0)} MB per step; 32 adapters of ranks 8–64 are ${((RANKS.reduce((a, r) => a + r, 0) * perRank) / 1e6).toFixed(0)} MB unpadded, and in R = 64 slots (the gathered form pads every row to the slot rank) 32 × 64 × ${(perRank / 1e6).toFixed(2)} MB = ${((32 * 64 * perRank) / 1e6).toFixed(0)} MB — against ${(mem.weights / 1e6).toFixed(0)} MB of base weights read once per step. One adapter uses the single form (its slot gathered once, two small GEMMs per projection); 32 use the gathered form.`,
+  bandwidthNote(bw),
+  '',
+  `**32 adapters vs 1:** 32 streams on 32 adapters ran at ${many.tokensPerSecond.toFixed(1)} tok/s, on one adapter ${one.tokensPerSecond.toFixed(1)} tok/s (many/one = ${(1 / ratio).toFixed(2)}; decode phase ${many.decodeTokensPerSecond.toFixed(1)} vs ${one.decodeTokensPerSecond.toFixed(1)} tok/s). ${1 / ratio >= 0.9 ? 'The ≥ 0.9× target holds in this run (medians of three interleaved pairs: ' : 'The ≥ 0.9× target is missed (medians of three interleaved pairs: '}${ones.map((r, i) => `${(manys[i]!.tokensPerSecond / r.tokensPerSecond).toFixed(2)}`).join(', ')} per pair). The aggregate includes each stream's prefill and first token (12 tokens a stream); the decode phase alone is further apart, and the arithmetic says why: a decode step must read each distinct adapter's factors once. One rank-37 adapter is 37 × ${(perRank / 1e6).toFixed(2)} MB = ${((37 * perRank) / 1e6).toFixed(0)} MB per step; 32 adapters of ranks 8–64 are ${((RANKS.reduce((a, r) => a + r, 0) * perRank) / 1e6).toFixed(0)} MB unpadded, and in R = 64 slots 32 × 64 × ${(perRank / 1e6).toFixed(2)} MB = ${((32 * 64 * perRank) / 1e6).toFixed(0)} MB if the padding were read — against ${(mem.weights / 1e6).toFixed(0)} MB of base weights read once per step. The gathered form's kernel groups a step's rows by slot (each adapter's factors streamed once for all its rows), skips B's padding rows (their shrink is zero) and, through the `zeroTail` promise of the engine's slot tables (all-zero A rows last), stops reading A at a slot's first zero row: a rank-r adapter reads r rows of A (+ at most 3), not 64. One adapter uses the single form (its slot gathered once, two small GEMMs per projection); 32 use the gathered form.`,
   '',
   `**Never-seen adapter:** load (read ${((16 * perRank) / 1e6).toFixed(0)} MB safetensors + validate + write the slot) ${loadMs.toFixed(0)} ms, then TTFT ${(fresh.times[0]! - fresh.start).toFixed(0)} ms; nothing is compiled or prepared (engine preparations: ${String(engine.stats().preparations)} for the whole run).`,
   '',
-  `**Memory:** peak RSS ${(peakRss / 1e6).toFixed(0)} MB vs weights ${(mem.weights / 1e6).toFixed(0)} MB + KV ${(kvPeak / 1e6).toFixed(0)} MB + adapter factors ${(factorBytes / 1e6).toFixed(0)} MB = ${(accounted / 1e6).toFixed(0)} MB (ratio ${(peakRss / accounted).toFixed(2)}). The slot tables reserve ${(mem.slots / 1e6).toFixed(0)} MB of address space (N = 34 slots × R = 64: a rank-r adapter occupies the first r rows of an R-rank slot); only the rows adapters write become resident — the engine accounts ${(mem.slotFactors / 1e6).toFixed(0)} MB of factors in slots at the end — and a resident adapter's factors exist once, in its slot (the parsed copy is dropped once written; re-plans re-read through the host cache, bounded by --max-cpu-loras, here 2). Beyond the accounted bytes the process holds the four onnxruntime sessions (~140 MB at load) and, between steps, memory glibc keeps after the gathered form's per-step temporaries (each row gathers R·(in + out) floats per projection: ~13 MB per row at R = 64, measured +430 MB after a 32-row run, +72 MB with MALLOC_MMAP_THRESHOLD_=65536, which costs 15–40 % of decode speed and is not set). Weights are held once, by the engine, and fed to every program as zero-copy inputs (onnxruntime does not copy f32 inputs: a 210 MB input to a tiny graph runs in 0.44 ms vs 0.10 ms for 4 KB).`,
+  `**Memory:** peak RSS ${(peakRss / 1e6).toFixed(0)} MB vs weights ${(mem.weights / 1e6).toFixed(0)} MB + KV ${(kvPeak / 1e6).toFixed(0)} MB + adapter factors ${(factorBytes / 1e6).toFixed(0)} MB = ${(accounted / 1e6).toFixed(0)} MB (ratio ${(peakRss / accounted).toFixed(2)}). The slot tables reserve ${(mem.slots / 1e6).toFixed(0)} MB of address space (N = 34 slots × R = 64: a rank-r adapter occupies the first r rows of an R-rank slot); only the rows adapters write become resident — the engine accounts ${(mem.slotFactors / 1e6).toFixed(0)} MB of factors in slots at the end — and a resident adapter's factors exist once, in its slot (the parsed copy is dropped once written; re-plans re-read through the host cache, bounded by --max-cpu-loras, here 2). Beyond the accounted bytes the process holds the programs' intermediates (cpu-native's arenas, one per program) and Node's own heap. Weights are held once, by the engine, and fed to every program as zero-copy inputs; the gathered form reads the slot tables in place (no per-row copy of the factors).`,
   '',
   `**Context 1,024 vs 64:** ${longMs.toFixed(1)} vs ${shortMs.toFixed(1)} ms/token (${(longMs / shortMs).toFixed(2)}×). **Prefill interference:** p99 inter-token latency of 8 streams ${quietP99.toFixed(0)} ms quiet vs ${busyP99.toFixed(0)} ms with a 1,024-token prompt arriving (${(busyP99 / quietP99).toFixed(2)}×; the prompt is prefilled in ${String(process.env['BENCH_PREFILL_CHUNK'] ?? 'the default 32')}-token chunks, one per step).`,
 );
-writeResults('serving', 'Staged serving engine through the HTTP server: SmolLM2-135M-shaped random checkpoint, 32 LoRA adapters (ranks 8–64, all 7 projections), onnxruntime.', cases, notes);
+writeResults('serving', 'Staged serving engine through the HTTP server: SmolLM2-135M-shaped random checkpoint, 32 LoRA adapters (ranks 8–64, all 7 projections), cpu-native (the default executor); every decode case against its roofline (bytes ÷ the bandwidth probed in the same run).', cases, notes);
 await server.shutdown();

@@ -11,6 +11,11 @@ export interface BenchCase {
   baseline?: string;
   ratio?: number;
   budgetMs?: number;
+  /**
+   * The time, in the unit of `medianMs`, that the bytes the case must read take at the bandwidth
+   * probed in the same run (lib/roofline.ts); the table then shows it and medianMs ÷ it.
+   */
+  rooflineMs?: number;
   extra?: Record<string, number | string>;
 }
 
@@ -40,9 +45,10 @@ export function writeResults(suite: string, description: string, cases: BenchCas
   mkdirSync(RESULTS_DIR, { recursive: true });
   const doc = { suite, description, date: new Date().toISOString(), machine: machine(), cases };
   writeFileSync(join(RESULTS_DIR, `${suite}.json`), `${JSON.stringify(doc, null, 2)}\n`);
+  const roofline = cases.some((c) => c.rooflineMs !== undefined);
   const rows = cases.map(
     (c) =>
-      `| ${c.name} | ${c.medianMs.toFixed(3)} | ${String(c.runs)} | ${c.baseline ?? '—'} | ${c.ratio === undefined ? '—' : c.ratio.toFixed(2)} | ${c.budgetMs === undefined ? '—' : `${String(c.budgetMs)} (${c.medianMs <= c.budgetMs ? 'met' : 'MISSED'})`} |`,
+      `| ${c.name} | ${c.medianMs.toFixed(3)} | ${String(c.runs)} | ${c.baseline ?? '—'} | ${c.ratio === undefined ? '—' : c.ratio.toFixed(2)} | ${c.budgetMs === undefined ? '—' : `${String(c.budgetMs)} (${c.medianMs <= c.budgetMs ? 'met' : 'MISSED'})`} |${roofline ? ` ${c.rooflineMs === undefined ? '— | —' : `${c.rooflineMs.toFixed(3)} | ${(c.medianMs / c.rooflineMs).toFixed(2)}`} |` : ''}`,
   );
   const m = machine();
   const md = [
@@ -52,8 +58,8 @@ export function writeResults(suite: string, description: string, cases: BenchCas
     '',
     `Date: ${doc.date} · machine: ${String(m['cpus'])}× ${String(m['cpuModel'])}, ${String(m['memoryGiB'])} GiB, Node ${String(m['node'])}`,
     '',
-    '| case | median ms | runs | baseline | ratio (case / baseline) | budget ms |',
-    '| --- | ---: | ---: | --- | ---: | --- |',
+    `| case | median ms | runs | baseline | ratio (case / baseline) | budget ms |${roofline ? ' roofline ms | ÷ roofline |' : ''}`,
+    `| --- | ---: | ---: | --- | ---: | --- |${roofline ? ' ---: | ---: |' : ''}`,
     ...rows,
     '',
     ...notes,

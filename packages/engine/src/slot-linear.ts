@@ -78,8 +78,11 @@ export interface SlotLinearOptions {
  * leaves it unscaled. The per-row C and S are primitive ops (gather, matmul, mul, add), so every
  * executor runs them, whatever it lowers `loraBank` to.
  *
- * A rank-r adapter sits zero-padded inside an R-rank slot (as vLLM's LoRA slots), so every row
- * pays for R. `modules` collects every projection the graph declares, for the tables' shapes.
+ * A rank-r adapter sits zero-padded inside an R-rank slot (as vLLM's LoRA slots). `SlotTables`
+ * writes an adapter's all-zero A rows last, so the gathered form carries `zeroTail` (the rows after
+ * a slot's first all-zero A row are zero) and an executor that honours it (cpu-native) reads r rows
+ * of a rank-r slot, not R; the others pay for R. `modules` collects every projection the graph
+ * declares, for the tables' shapes.
  */
 export function slotLinear(form: SlotForm, slots: number, rank: number, modules: SlotModule[], opts: SlotLinearOptions = {}): LinearFactory {
   const outTables = opts.outTables ?? true;
@@ -105,7 +108,7 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
       perRow = (t) => b.mul(b.reshape(b.gather(t, one, 0), [1, 1, outDim]), mask);
     } else if (form === 'gathered') {
       const rows = (s.rows ??= b.input(ROW_SLOT_INPUT, ['i64', ['batch']]));
-      u = b.loraBank('gathered', x, base, A, B, rows);
+      u = b.loraBank('gathered', x, base, A, B, rows, undefined, { zeroTail: true });
       perRow = (t) => b.reshape(b.gather(t, rows, 0), [-1, 1, outDim]);
     } else {
       const groups = (s.groups ??= b.input(GROUP_SLOT_INPUT, ['i64', ['groups']]));

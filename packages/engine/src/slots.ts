@@ -4,6 +4,7 @@ import { type DeviceWrite, type TorchDeviceTensors, inputChanged } from '@stagem
 import { EngineCode, EngineError } from './errors.js';
 import type { SlotOut } from './adapter-kinds.js';
 import { type SlotModule, slotInputNames } from './slot-linear.js';
+import { zeroRowsLast } from './zero-tail.js';
 
 interface Tables {
   readonly spec: SlotModule;
@@ -184,6 +185,7 @@ export class SlotTables {
       }
       this.#round(a, 0, a.length);
       this.#round(b, 0, b.length);
+      zeroRowsLast(a, 0, b, 0, m.rank, inDim, outDim);
       writes.push({ target: t.inputs.A, start: slot * R * inDim, data: a }, { target: t.inputs.B, start: slot * R * outDim, data: b });
     }
     for (const [module, o] of outs ?? []) {
@@ -291,6 +293,8 @@ export class SlotTables {
       }
       this.#round(t.A, slot * R * inDim, (slot * R + m.rank) * inDim);
       this.#round(t.B, base, base + m.rank * outDim);
+      // The gathered form's `zeroTail` promise: all-zero A rows last.
+      zeroRowsLast(t.A, slot * R * inDim, t.B, base, m.rank, inDim, outDim);
       this.#written[slot] = Math.max(this.#written[slot]!, m.rank);
       bytes += m.rank * (inDim + outDim) * dtypeBytes(this.dtype);
       this.#changed(t);

@@ -433,10 +433,11 @@ export class GraphBuilder {
   }
   /**
    * Per-row adapter updates from slot tables added to `base` (`loraBank`); `select` is the grouped
-   * form's row → group one-hot or the single form's row mask (absent for `gathered`).
+   * form's row → group one-hot or the single form's row mask (absent for `gathered`). `zeroTail`
+   * promises that in every slot the rank rows after A's first all-zero row are zero (see the op).
    */
-  loraBank(form: 'gathered' | 'grouped' | 'single', x: Value, base: Value, A: Value, B: Value, index: Value, select?: Value): Value {
-    return this.op('loraBank', select === undefined ? [x, base, A, B, index] : [x, base, A, B, index, select], { form });
+  loraBank(form: 'gathered' | 'grouped' | 'single', x: Value, base: Value, A: Value, B: Value, index: Value, select?: Value, opts: { zeroTail?: boolean } = {}): Value {
+    return this.op('loraBank', select === undefined ? [x, base, A, B, index] : [x, base, A, B, index, select], opts.zeroTail === true ? { form, zeroTail: true } : { form });
   }
   /** Attention over a position-major resident KV cache plus the step's keys and values (`cachedAttention`). */
   cachedAttention(q: Value, pastK: Value, pastV: Value, k: Value, v: Value, attrs: AttrsIn<'cachedAttention'> = {}, mask?: Value): Value {

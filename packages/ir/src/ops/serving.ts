@@ -157,9 +157,10 @@ function decomposeLoraBank(b: GraphBuilder, operands: readonly Value[], form: Lo
 export const loraBank = defineOp({
   key: 'loraBank',
   summary: 'Per-row low-rank adapter updates drawn from slot tables and added to a base projection (multi-LoRA serving), in a gathered, grouped or single-slot form.',
-  semantics: 'y[r] = base[r] + Σ_g c[r,g]·(x[r]·A[s_g]ᵀ)·B[s_g]; gathered: s = index[r], c = 1; grouped: s_g = index[g], c = select[r,g]; single: s = index, c = select[r]',
+  semantics:
+    'y[r] = base[r] + Σ_g c[r,g]·(x[r]·A[s_g]ᵀ)·B[s_g]; gathered: s = index[r], c = 1; grouped: s_g = index[g], c = select[r,g]; single: s = index, c = select[r]. zeroTail is a promise of the caller, not a change of meaning: in every slot, the rank rows after the first all-zero row of A are zero in A and B (a rank-r adapter in an R-rank slot, its zero rows moved last), so an executor may stop reading a slot there',
   operands: ['x', 'base', 'A', 'B', 'index', 'select?'],
-  attrs: { form: attr.enum(['gathered', 'grouped', 'single'], { default: 'gathered' }) },
+  attrs: { form: attr.enum(['gathered', 'grouped', 'single'], { default: 'gathered' }), zeroTail: attr.bool({ default: false }) },
   traits: ['contraction'],
   infer: (types, a) => [inferLoraBank(types, a.form)],
   flops: (types, [y], a) => {

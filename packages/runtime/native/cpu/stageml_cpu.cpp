@@ -691,7 +691,7 @@ enum Op {
 // The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
 // prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
 // detected at load instead of failing on an instruction it lacks.
-constexpr int kAbi = 2;
+constexpr int kAbi = 3;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail)
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -1442,9 +1442,99 @@ void matmul_int(Run& p, const Instr& in) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Adapter-bank kernels (the gathered LoRA term): rows grouped by slot, one pass over each
+// adapter's factors per group.
+
+// Rows of a batch ordered by slot, cut into parts of one slot each: a slot's rows stay together
+// (its factors read once), and a slot with more tokens than an even share of the threads is split
+// so one adapter used by every row still runs on every thread.
+struct LoraGroups {
+  std::vector<i64> order;                     // row indices sorted by slot (stable)
+  std::vector<std::pair<i64, i64>> parts;     // [begin, end) into order, one slot each
+};
+
+LoraGroups lora_groups(const std::vector<i64>& slot, i64 tokens_per_row, int threads) {
+  LoraGroups g;
+  const i64 nb = static_cast<i64>(slot.size());
+  g.order.resize(slot.size());
+  for (i64 b = 0; b < nb; b++) g.order[static_cast<size_t>(b)] = b;
+  std::stable_sort(g.order.begin(), g.order.end(), [&](i64 a, i64 b) { return slot[static_cast<size_t>(a)] < slot[static_cast<size_t>(b)]; });
+  // At least 4 tokens a part (the shrink's row block), at most an even share of 2 parts a thread.
+  const i64 share = std::max<i64>(1, (nb + 2 * threads - 1) / (2 * threads));
+  const i64 cap = std::max<i64>(share, (4 + tokens_per_row - 1) / std::max<i64>(tokens_per_row, 1));
+  for (i64 i = 0; i < nb;) {
+    i64 j = i;
+    while (j < nb && slot[static_cast<size_t>(g.order[static_cast<size_t>(j)])] == slot[static_cast<size_t>(g.order[static_cast<size_t>(i)])]) j++;
+    for (i64 c = i; c < j; c += cap) g.parts.emplace_back(c, std::min(j, c + cap));
+    i = j;
+  }
+  return g;
+}
+
+// t[m, r0:r1] = x[m, K] · A[r0:r1, K]ᵀ, four tokens per pass over those rows of A.
+void lora_shrink_rows(const float* x, i64 m, i64 K, const float* A, i64 R, float* t, i64 r0, i64 r1) {
+  for (i64 i = 0; i < m; i += 4) {
+    const i64 left = std::min<i64>(4, m - i);
+    const float* xi = x + i * K;
+    float* ti = t + i * R;
+    switch (left) {
+      case 4: rows_nt<4>(xi, K, A, K, ti, R, K, r0, r1); break;
+      case 3: rows_nt<3>(xi, K, A, K, ti, R, K, r0, r1); break;
+      case 2: rows_nt<2>(xi, K, A, K, ti, R, K, r0, r1); break;
+      default: rows_nt<1>(xi, K, A, K, ti, R, K, r0, r1); break;
+    }
+  }
+}
+
+// t[m, R] = x[m, K] · A[R, K]ᵀ; returns the rows that can be nonzero. With `zero_tail` (the
+// op's promise: the rows after A's first all-zero row are zero) A is read 4 rows at a time and
+// reading stops at the first block holding a row whose shrink is zero for every token and whose A
+// row is zero (checked in cache) — a rank-r adapter costs r rows (+ at most 3), not the slot's R.
+i64 lora_shrink(const float* x, i64 m, i64 K, const float* A, i64 R, float* t, bool zero_tail) {
+  if (!zero_tail) {
+    lora_shrink_rows(x, m, K, A, R, t, 0, R);
+    return R;
+  }
+  for (i64 r0 = 0; r0 < R; r0 += 4) {
+    const i64 r1 = std::min<i64>(R, r0 + 4);
+    lora_shrink_rows(x, m, K, A, R, t, r0, r1);
+    for (i64 r = r0; r < r1; r++) {
+      bool zero = true;
+      for (i64 i = 0; i < m && zero; i++) zero = t[i * R + r] == 0.0f;
+      for (i64 q = 0; q < K && zero; q++) zero = A[r * K + q] == 0.0f;
+      if (zero) return r;
+    }
+  }
+  return R;
+}
+
+// out(tok)[0..N) = Σ_{r < rows} t[tok, r] · B[r, :] for tok < m (t's row stride R): each B row
+// read once for all m tokens, rows whose coefficients are all zero skipped.
+template <typename Out>
+void lora_expand(const float* t, i64 m, i64 R, i64 rows, const float* B, i64 N, const Out& out) {
+  for (i64 i = 0; i < m; i++) std::memset(out(i), 0, sizeof(float) * static_cast<size_t>(N));
+  for (i64 r = 0; r < rows; r++) {
+    bool any = false;
+    for (i64 i = 0; i < m && !any; i++) any = t[i * R + r] != 0.0f;
+    if (!any) continue;
+    if (r + 2 < R) __builtin_prefetch(B + (r + 2) * N);
+    const float* br = B + r * N;
+    for (i64 i = 0; i < m; i++) {
+      const float c = t[i * R + r];
+      if (c != 0.0f) axpy_f32(out(i), br, c, N);
+    }
+  }
+}
+
 // y[b, t] = (x[b, t] · A[idx[b]]ᵀ) · B[idx[b]]: a = [x [B, T, K], A [S, R, K], B [S, R, N], idx [B]]
-// (the gathered slot form's LoRA term). One item per batch row: its two factor matrices are read
-// once, in order, and the rank-R intermediate stays in cache.
+// (the gathered slot form's LoRA term). Rows are grouped by slot (`lora_groups`), so the factors of
+// one adapter are streamed once for all the rows that use it: the shrink t = x·Aᵀ of a group's
+// tokens runs as one multi-row pass over A (rows_nt, up to 4 tokens per read of each A row), then
+// the expand walks B's rows once, each row added to every token of the group. A rank row whose
+// shrink is zero for every token of the group (the padding of a rank-r adapter in an R-rank slot:
+// its rows are zero) is not read from B; with i[0] = 1 (the op's zeroTail promise) A's padding is
+// not read either (`lora_shrink`).
 void lora_gathered(Run& p, const Instr& in) {
   const auto& xs = p.shapes[in.a[0]];
   const auto& as = p.shapes[in.a[1]];
@@ -1458,23 +1548,21 @@ void lora_gathered(Run& p, const Instr& in) {
   float* y = F(p, in.r[0]);
   std::vector<i64> slot(static_cast<size_t>(nb));
   for (i64 b = 0; b < nb; b++) slot[b] = checked_index(index_at(p, in.a[3], b), S, "matmul (gathered operand)");
-  pool().parallel(nb, [&](i64 b0, i64 b1) {
-    std::vector<float> t(static_cast<size_t>(R));
-    for (i64 b = b0; b < b1; b++) {
-      const float* Ab = A + slot[b] * R * K;
-      const float* Bb = B + slot[b] * R * N;
-      for (i64 q = 0; q < T; q++) {
-        const float* xr = x + (b * T + q) * K;
-        rows_nt<1>(xr, K, Ab, K, t.data(), 1, K, 0, R);
-        float* yr = y + (b * T + q) * N;
-        std::memset(yr, 0, sizeof(float) * static_cast<size_t>(N));
-        for (i64 r = 0; r < R; r++) {
-          if (r + 2 < R) __builtin_prefetch(Bb + (r + 2) * N);
-          if (t[r] != 0.0f) axpy_f32(yr, Bb + r * N, t[r], N);
-        }
-      }
+  const bool zero_tail = !in.i.empty() && in.i[0] != 0;
+  const LoraGroups g = lora_groups(slot, T, pool().size());
+  pool().parallel(static_cast<i64>(g.parts.size()), [&](i64 g0, i64 g1) {
+    std::vector<float> xt, t;
+    for (i64 gi = g0; gi < g1; gi++) {
+      const auto [r0, r1] = g.parts[static_cast<size_t>(gi)];
+      const i64 s = slot[g.order[static_cast<size_t>(r0)]];
+      const i64 m = (r1 - r0) * T;  // tokens in this part
+      xt.resize(static_cast<size_t>(m * K));
+      t.assign(static_cast<size_t>(m * R), 0.0f);
+      for (i64 i = r0; i < r1; i++) std::memcpy(xt.data() + (i - r0) * T * K, x + g.order[static_cast<size_t>(i)] * T * K, sizeof(float) * static_cast<size_t>(T * K));
+      const i64 rows = lora_shrink(xt.data(), m, K, A + s * R * K, R, t.data(), zero_tail);
+      lora_expand(t.data(), m, R, rows, B + s * R * N, N, [&](i64 tok) { return y + (g.order[static_cast<size_t>(r0 + tok / T)] * T + tok % T) * N; });
     }
-  }, nb * T * R * (K + N) < kParallelMin, 4);
+  }, nb * T * R * (K + N) < kParallelMin, 2);
 }
 
 void linear(Run& p, const Instr& in) {
@@ -2438,7 +2526,7 @@ napi_value js_run(napi_env env, napi_callback_info info) {
   }
 }
 
-// threads(n): resizes the pool (between runs only).
+// threads(n): resizes the pool (between runs only); n ≤ 0 only reports its size.
 napi_value js_threads(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
@@ -2446,6 +2534,11 @@ napi_value js_threads(napi_env env, napi_callback_info info) {
   int32_t n = 1;
   napi_get_value_int32(env, argv[0], &n);
   std::lock_guard<std::mutex> lk(g_run_mutex);
+  if (n <= 0) {
+    napi_value r;
+    napi_create_int32(env, pool().size(), &r);
+    return r;
+  }
   if (!g_pool || g_pool->size() != n) {
     g_pool.reset();
     g_pool = std::make_unique<Pool>(std::max(1, std::min(n, 256)));
@@ -2498,6 +2591,81 @@ napi_value js_abi(napi_env env, napi_callback_info) {
   return v;
 }
 
+// Best-of-`reps` seconds of one pass of `f(begin, end)` over [0, n) split across the pool.
+double best_pass(i64 n, int reps, const std::function<void(i64, i64)>& f) {
+  double best = 1e30;
+  for (int i = 0; i < reps; i++) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool().parallel(n, f, false, 1);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// bandwidth(bytes, reps) → [read GB/s, copy GB/s]: a STREAM-like probe of this machine's memory on
+// the engine's pool (its threads, as threads(n) set them). `read` sums a `bytes` f32 array (the
+// decode step's access: weights streamed once, nothing written); `copy` copies one `bytes` array
+// into another (counted as 2·bytes moved, as STREAM counts it). Best of `reps` passes after one
+// warm pass that faults the pages in; `bytes` should be several times the last-level cache.
+napi_value js_bandwidth(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr);
+  double bytes = 0;
+  int32_t reps = 1;
+  napi_get_value_double(env, argv[0], &bytes);
+  if (argc > 1) napi_get_value_int32(env, argv[1], &reps);
+  const i64 n = std::max<i64>(1 << 16, static_cast<i64>(bytes / 4)) & ~static_cast<i64>(15);
+  reps = std::max(1, std::min(reps, 1000));
+  std::lock_guard<std::mutex> lk(g_run_mutex);
+  std::vector<float> a(static_cast<size_t>(n), 1.0f), c(static_cast<size_t>(n), 0.0f);
+  const i64 chunks = std::max<i64>(pool().size() * 16, n / (1 << 16));
+  std::vector<double> sums(static_cast<size_t>(chunks), 0.0);
+  auto read = [&](i64 c0, i64 c1) {
+    for (i64 ci = c0; ci < c1; ci++) {
+      const i64 b = n * ci / chunks, e = n * (ci + 1) / chunks;
+#ifdef SML_AVX512
+      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
+      i64 i = b;
+      for (; i + 64 <= e; i += 64) {
+        s0 = _mm512_add_ps(s0, _mm512_loadu_ps(a.data() + i));
+        s1 = _mm512_add_ps(s1, _mm512_loadu_ps(a.data() + i + 16));
+        s2 = _mm512_add_ps(s2, _mm512_loadu_ps(a.data() + i + 32));
+        s3 = _mm512_add_ps(s3, _mm512_loadu_ps(a.data() + i + 48));
+      }
+      float tail = 0;
+      for (; i < e; i++) tail += a[static_cast<size_t>(i)];
+      sums[static_cast<size_t>(ci)] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3))) + tail;
+#else
+      float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      i64 i = b;
+      for (; i + 8 <= e; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += a[static_cast<size_t>(i + j)];
+      for (; i < e; i++) s[0] += a[static_cast<size_t>(i)];
+      sums[static_cast<size_t>(ci)] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+#endif
+    }
+  };
+  auto copy = [&](i64 c0, i64 c1) {
+    const i64 b = n * c0 / chunks, e = n * c1 / chunks;
+    std::memcpy(c.data() + b, a.data() + b, sizeof(float) * static_cast<size_t>(e - b));
+  };
+  best_pass(chunks, 1, read);
+  best_pass(chunks, 1, copy);
+  const double tr = best_pass(chunks, reps, read), tc = best_pass(chunks, reps, copy);
+  double check = 0;
+  for (double v : sums) check += v;
+  napi_value out, v;
+  napi_create_array_with_length(env, 3, &out);
+  napi_create_double(env, static_cast<double>(n) * 4 / tr / 1e9, &v);
+  napi_set_element(env, out, 0, v);
+  napi_create_double(env, static_cast<double>(n) * 8 / tc / 1e9, &v);
+  napi_set_element(env, out, 1, v);
+  napi_create_double(env, check + c[static_cast<size_t>(n - 1)], &v);  // keeps the passes observable
+  napi_set_element(env, out, 2, v);
+  return out;
+}
+
 napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"compile", nullptr, js_compile, nullptr, nullptr, nullptr, napi_default, nullptr},
@@ -2506,6 +2674,7 @@ napi_value init(napi_env env, napi_value exports) {
       {"isa", nullptr, js_isa, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"abi", nullptr, js_abi, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"profile", nullptr, js_profile, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"bandwidth", nullptr, js_bandwidth, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   return exports;

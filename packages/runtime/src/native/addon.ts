@@ -27,17 +27,20 @@ export interface CpuAddon {
   abi?(): number;
   /**
    * The instruction profile since the last call as JSON (`{ "<kind> [shape]": [runs, ns] }`, the
-   * GEMMs keyed by their shapes), and profiling turned on or off for the next runs (ABI 2).
+   * GEMMs keyed by their shapes), and profiling turned on or off for the next runs (ABI 3).
    */
   profile?(on: boolean): string;
+  /** STREAM-like probe on the pool: [read GB/s, copy GB/s, checksum] (ABI 3; see `measureMemoryBandwidth`). */
+  bandwidth(bytes: number, reps: number): [number, number, number];
 }
 
 /**
  * The runner ABI this package's encoder (compile.ts) needs: the C++ source's `kAbi`, bumped
- * whenever instructions are added (2: the MoE routing ops, reductions and iota). An addon reporting
+ * whenever instructions or exports are added (2: the MoE routing ops, reductions and iota; 3: the
+ * bandwidth probe, the profiler and LORA's zeroTail flag). An addon reporting
  * another one (a stale prebuilt or `STAGEML_CPU_ADDON` file) is not used.
  */
-export const CPU_ADDON_ABI = 2;
+export const CPU_ADDON_ABI = 3;
 
 /**
  * Why `addon` cannot run this package's programs (its ABI is not `CPU_ADDON_ABI`: an older

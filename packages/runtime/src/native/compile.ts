@@ -334,7 +334,8 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
         const [x, base, A, B, idx] = a as [ValueId, ValueId, ValueId, ValueId, ValueId];
         need(n, [x, base, A, B, y0].every((v) => dtypeOf(v) === 'f32') && dtypeOf(idx) === 'i64', 'needs f32 x, base and tables and an i64 index');
         const delta = temp(y0);
-        code.push({ op: OP.LORA, a: [x, A, B, idx], r: [delta], i: [], f: [] });
+        // i[0]: the zeroTail promise (stop reading a slot at its first all-zero A row).
+        code.push({ op: OP.LORA, a: [x, A, B, idx], r: [delta], i: [at['zeroTail'] === true ? 1 : 0], f: [] });
         code.push({ op: OP.BINARY, a: [base, delta], r, i: [BINARY['add']!], f: [] });
         break;
       }

@@ -1,0 +1,26 @@
+/**
+ * Moves a slot's all-zero A rows (and their B rows, zeroed) after its other rows, keeping the
+ * order of the others: A [rank, inDim] at `aStart` of `A`, B [rank, outDim] at `bStart` of `B`,
+ * in place. A row whose A is zero adds 0·B[r] to every output, so neither the move nor zeroing its
+ * B changes the result (the remaining rows keep their order, so not even the rounding); afterwards
+ * the rows after the first all-zero A row are zero in A and B — the promise `loraBank`'s
+ * `zeroTail` attribute makes, which lets the cpu-native kernel stop reading a slot at its first
+ * zero row instead of streaming the R-rank slot's padding. Returns the rows kept (the nonzero ones).
+ */
+export function zeroRowsLast(A: Float32Array, aStart: number, B: Float32Array, bStart: number, rank: number, inDim: number, outDim: number): number {
+  let kept = 0;
+  for (let j = 0; j < rank; j++) {
+    const a0 = aStart + j * inDim;
+    let zero = true;
+    for (let i = 0; i < inDim && zero; i++) zero = A[a0 + i] === 0;
+    if (zero) continue;
+    if (kept !== j) {
+      A.copyWithin(aStart + kept * inDim, a0, a0 + inDim);
+      B.copyWithin(bStart + kept * outDim, bStart + j * outDim, bStart + (j + 1) * outDim);
+    }
+    kept++;
+  }
+  A.fill(0, aStart + kept * inDim, aStart + rank * inDim);
+  B.fill(0, bStart + kept * outDim, bStart + rank * outDim);
+  return kept;
+}
