@@ -5,7 +5,7 @@ import { CacheLostError, type CacheRun, RuntimeCode, type CacheStore, type Cache
 import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
 import { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, type EngineAdapterDType, type EngineDType, castEngineGraph, castTensor, tensorBytes } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
-import { expertSlotFactors } from './experts.js';
+import { expertSlotFactors, routerAsModules } from './experts.js';
 import { type SlotOut, laneTokenWeights, loadSlotOuts, mergedModule } from './adapter-kinds.js';
 import { engineGraph, paramsToInputs } from './graph.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
@@ -467,7 +467,9 @@ export class Engine {
     return most;
   }
 
-  #validate(adapter: LoraAdapter): LoraAdapter {
+  #validate(loaded: LoraAdapter): LoraAdapter {
+    // Router factors (target_parameters on `mlp.gate.weight`) are a linear's LoRA: served as a module.
+    const adapter = routerAsModules(loaded, this.config);
     const refuse = (why: string): never => {
       throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' ${why}`);
     };
