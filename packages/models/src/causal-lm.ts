@@ -228,7 +228,8 @@ export class CausalLM {
       }
       linear = bankLinear(adapters);
     } else {
-      linear = singleAdapterLinear(adapters[0], this.#form);
+      // Residual LoRA layers as `loraLinear` ops, which executors lower from their tables.
+      linear = singleAdapterLinear(adapters[0], this.#form, { residualAsOp: true });
       for (const [k, t] of adapters[0]?.overrides ?? []) values.set(k, t);
     }
     for (const a of adapters) {
