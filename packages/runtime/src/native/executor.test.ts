@@ -2,7 +2,7 @@
 // their edge cases live (K chunks, row and column tails, every activation-tile height), the
 // quantized tiles within the activation-rounding bound, the folds (gathered matmul, gather views,
 // attention over the cache inputs), symbolic shapes, concurrent runs and the errors.
-import { GraphBuilder, type HostTensor, type Value, dequantizeWeight, expandComposites, interpret, quantizeWeight, seededRandom } from '@stageml/ir';
+import { GraphBuilder, type HostTensor, dequantizeWeight, expandComposites, interpret, quantizeWeight, seededRandom } from '@stageml/ir';
 import { expectMatchesInterpreter } from '@stageml/testkit';
 import { describe, expect, test } from 'vitest';
 
