@@ -15,8 +15,8 @@ from .ops import DTYPES, HALF, NATIVE_HALF_ON_CUDA, OPS
 GRAPH_FORMAT = "stageml.graph"
 GRAPH_VERSION = 1
 
-# Steps that take their operands as stored (`loraBank`'s handlers widen what each of their ops must).
-RAW_OPERANDS = {"loraBank", BANK_KEY, BANK_SET_KEY}
+# Steps that take their operands as stored (`loraBank`'s and `loraLinear`'s handlers widen what each of their ops must).
+RAW_OPERANDS = {"loraBank", "loraLinear", BANK_KEY, BANK_SET_KEY}
 
 
 def op_key(printed):

@@ -649,6 +649,21 @@ def op_lora_bank(x, a, ctx):
     return [lora_bank_update(xs, base, at, bt, index, select, a.get("form", "gathered"), ctx)]
 
 
+def op_lora_linear(x, a, ctx):
+    """The `loraLinear` entry of ops.OPS (packages/ir/src/ops/serving.ts): x.w^T + s.(x.A^T).B^T as
+    its decomposition computes it, op by op, each result rounded to x's dtype (the scale a scalar
+    of that dtype). Operands x, w, A, B as stored (the step is in graph.RAW_OPERANDS)."""
+    xs, w, at, bt = x[:4]
+    dt = xs.dtype
+
+    def op(key, args, **attrs):
+        return run_op(ctx, dt, key, args, attrs)
+
+    scale = torch.tensor(float(a["scale"]), dtype=dt, device=xs.device)
+    delta = op("mul", [op("linear", [op("linear", [xs, at]), bt]), scale])
+    return [op("add", [op("linear", [xs, w]), delta])]
+
+
 def _join_cache(past, new, ax, ctx):
     """concat([past, new], ax): `new` appended in place after a staged cache's view where the
     buffer allows (append_in_place), else a copy."""
@@ -669,7 +684,7 @@ def op_cached_attention(x, a, ctx):
     return op_attention([q, keys, values] + list(x[5:6]), a, ctx)
 
 
-# The worker's op table: a handler per registry op, the serving ops (`loraBank`, `cachedAttention`)
+# The worker's op table: a handler per registry op, the serving ops (`loraBank`, `loraLinear`, `cachedAttention`)
 # and the other composites the worker runs itself included (`TORCH_WORKER_COMPOSITES` on the
 # TypeScript side lists them; any other composite arrives expanded into its decomposition, so an op
 # registered with only a `decompose` needs nothing here). packages/runtime/src/torch/op-table.test.ts
@@ -730,6 +745,7 @@ OPS = {
     "attention": op_attention,
     "cachedAttention": op_cached_attention,
     "loraBank": op_lora_bank,
+    "loraLinear": op_lora_linear,
 }
 
 # Ops whose operands stay in f16/bf16 on CUDA (tensor cores); on the CPU all half ops compute in f32.

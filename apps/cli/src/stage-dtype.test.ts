@@ -113,10 +113,11 @@ describe('stageml stage --dtype', () => {
     const m = JSON.parse(readFileSync(join(bundle, 'manifest.json'), 'utf8')) as Manifest;
     expect(m.params.every((p) => p.type.startsWith('bf16['))).toBe(true);
     const b = await loadBundle(bundle);
+    // The bf16 LoRA chain is written as the `loraLinear` op (`foldServingOps`), every operand bf16.
     const add = b.residual.values.find((v) => v.name === 'layers.0.add')!;
     const n = b.residual.nodes[add.node]!;
-    expect(n.kind === 'op' ? n.op : n.kind).toBe('add');
-    expect(n.operands.map((o) => b.residual.values[o]!.type.dtype)).toEqual(['bf16', 'bf16']);
+    expect(n.kind === 'op' ? n.op : n.kind).toBe('loraLinear');
+    expect(n.operands.map((o) => b.residual.values[o]!.type.dtype)).toEqual(['bf16', 'bf16', 'bf16', 'bf16']);
     const out = interpret(b.residual, { inputs: prefillInputs(golden['llama.all-r16']['prompt0']!.input_ids, 2, 2, 16), weights: b.constants });
     const err = relError({ ...out['logits']!, shape: out['logits']!.shape.slice(1) }, want);
     expect(err).toBeGreaterThan(1e-4);

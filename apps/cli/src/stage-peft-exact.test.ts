@@ -54,6 +54,9 @@ for i, n in enumerate(nodes):
                 break
             v = nxt
         lora.append((names[1][: -len(".weight")], names[0], vals[v]))
+    if n["op"] == "sml.lora_linear":
+        # A chain stageml stage folded into the op (same dtype throughout: --adapter-dtype same).
+        lora.append((names[1][: -len(".weight")], names[0], vals[first[i]]))
     if n["op"] == "sml.mul" and names[1].endswith("norm.weight"):
         norms.append((names[1], vals[nodes[node_of[n["operands"][0]]]["operands"][0]], vals[first[i]]))
     if n["op"] == "sml.add" and vals[first[i]].split(".")[-1].startswith("rotary"):
@@ -155,7 +158,8 @@ describe.skipIf(!available && process.env['CI'] === undefined)('PEFT-exact bf16 
   }, 120_000);
 
   it('the worker runs a bundle\'s LoRA chains as their ops, even when asked for kernel steps (STAGEML_TORCH_FUSE=1): it recognises no primitive pattern', () => {
-    const script = 'import sys\nfrom stageml_torch.bundle import load_bundle\nfor d in sys.argv[1:]:\n    p = load_bundle(d, "cpu")\n    print(p.fused_slots, sum(1 for st in p.steps if st[0] == "linear"))';
+    // A loraLinear step (the folded chain of a --adapter-dtype same bundle) counts as its three linears.
+    const script = 'import sys\nfrom stageml_torch.bundle import load_bundle\nfor d in sys.argv[1:]:\n    p = load_bundle(d, "cpu")\n    print(p.fused_slots, sum({"linear": 1, "loraLinear": 3}.get(st[0], 0) for st in p.steps))';
     const r = spawnSync(python, ['-c', script, join(dir, 'f32'), join(dir, 'same')], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: NATIVE, STAGEML_TORCH_FUSE: '1' }, timeout: 120_000 });
     expect(r.stderr).toBe('');
     const lines = r.stdout.trim().split('\n').map((l) => l.split(' ').map(Number));

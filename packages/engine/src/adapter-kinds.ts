@@ -14,6 +14,8 @@ import { openCheckpoint } from '@stageml/safetensors';
  *   is computed once when the slot is written and the run applies a per-slot per-output-channel
  *   scale m/‖W + s·B·A‖ (stored minus 1, so free slots stay zero) — `slots.<m>.S` [N, out];
  * - `target_parameters` (MoE experts): per-expert factors in the expert slot tables;
+ * - `target_parameters` (MoE router, `mlp.gate.weight`): the router is a linear, its factors a
+ *   module's (`routerAsModules`) — slot tables `slots.<layer>.mlp.gate.A`, `.B`, like `lora`;
  * - `trainable_tokens`: embedding rows replaced (a tied head's rows too) — a lane whose embedding
  *   input holds the replaced rows;
  * - `modules_to_save`: whole tensors replaced (a tied model's `lm_head` included) — a lane.
@@ -26,6 +28,7 @@ export const ADAPTER_KINDS = {
   lora_bias: { field: 'lora_bias', where: 'slot' },
   dora: { field: 'use_dora', where: 'slot' },
   target_parameters: { field: 'target_parameters', where: 'slot' },
+  router_parameters: { field: 'target_parameters', where: 'slot' },
   trainable_tokens: { field: 'trainable_token_indices', where: 'lane' },
   modules_to_save: { field: 'modules_to_save', where: 'lane' },
 } as const;

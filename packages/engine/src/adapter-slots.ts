@@ -4,7 +4,7 @@ import { AdapterCache, type LoraAdapter, PeftCode, checkAdapterAgainstBase, load
 import { type SlotOut, laneTokenWeights, loadSlotOuts, mergedModule } from './adapter-kinds.js';
 import { type EngineDType, castTensor, tensorBytes } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
-import { expertSlotFactors } from './experts.js';
+import { expertSlotFactors, routerAsModules } from './experts.js';
 import { mergedWeight, withoutModules } from './plan.js';
 import type { PlanState } from './plan-state.js';
 import type { Lane } from './runner.js';
@@ -148,7 +148,9 @@ export class AdapterSlots {
     return most;
   }
 
-  #validate(adapter: LoraAdapter): LoraAdapter {
+  #validate(loaded: LoraAdapter): LoraAdapter {
+    // Router factors (target_parameters on `mlp.gate.weight`) are a linear's LoRA: served as a module.
+    const adapter = routerAsModules(loaded, this.config);
     const refuse = (why: string): never => {
       throw new EngineError(EngineCode.BAD_ADAPTER, `adapter '${adapter.name}' ${why}`);
     };

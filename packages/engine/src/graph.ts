@@ -11,10 +11,12 @@ import { type SlotForm, type SlotModule, slotExperts, slotLinear } from './slot-
  * same decoder without slot tables: what a batch of base rows only runs.
  */
 export function engineGraph(config: LlamaConfig, form: SlotForm | 'base', slots: number, rank: number, modules: SlotModule[], opts: { readonly allLogits?: boolean; readonly separateHead?: boolean; readonly outTables?: boolean } = {}): Graph {
-  const slotted = form !== 'base';
+  // One slot linear for the whole graph: its row-slot inputs are shared by every projection.
+  const linear = form === 'base' ? undefined : slotLinear(form, slots, rank, modules, { outTables: opts.outTables ?? true });
   return buildLlamaGraph(config, {
-    // MoE layers: expert LoRA factors in slot tables too (token_slot picks each routed row's).
-    ...(config.moe === undefined || !slotted ? {} : { experts: slotExperts(slots, rank, modules) }),
+    // MoE layers: expert LoRA factors in slot tables too (token_slot picks each routed row's), the
+    // router a slot linear like the attention projections.
+    ...(config.moe === undefined || linear === undefined ? {} : { experts: slotExperts(slots, rank, modules, linear) }),
     name: config.modelType,
     residentKv: true,
     attentionMask: true,
@@ -26,7 +28,7 @@ export function engineGraph(config: LlamaConfig, form: SlotForm | 'base', slots:
     // replace it alone (`modules_to_save: ["lm_head"]`).
     ...(opts.separateHead === true ? { separateHead: true } : {}),
     // The base form: plain linears and experts, no slot inputs (batches whose every row is base).
-    ...(slotted ? { linear: slotLinear(form, slots, rank, modules, { outTables: opts.outTables ?? true }) } : {}),
+    ...(linear === undefined ? {} : { linear }),
     // Rotary tables (longrope, per-layer-type bases), the window table's length and Qwen2's q/k/v
     // bias; the families' own structure (norms, fused projections, windows, soft-capping) comes with
     // the config.

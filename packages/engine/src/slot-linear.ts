@@ -142,9 +142,12 @@ export function chooseSlotForm(rows: number, groups: number, flopsPerByte = 8): 
  * projection reads slot tables A f32[N·E, R, in] and B f32[N·E, out, R] (scale folded into B)
  * as graph inputs, and each routed (token, expert) row uses the factors of its token's slot
  * (`token_slot` i64[tokens]; slot 0 zeros) — so attention adapters, expert adapters and base rows
- * share one batch and one program, grouped by expert as the base experts are.
+ * share one batch and one program, grouped by expert as the base experts are. The router
+ * `<layer>.mlp.gate` is a projection of `linear` (the program's slot linear, hidden → experts): its
+ * logits get each row's router LoRA (PEFT `target_parameters: ["mlp.gate.weight"]`) from the same
+ * slot tables and row slots as the attention projections, before softmax and top-k route the row.
  */
-export function slotExperts(slots: number, rank: number, modules: SlotModule[]): ExpertsFactory {
+export function slotExperts(slots: number, rank: number, modules: SlotModule[], linear: LinearFactory): ExpertsFactory {
   const tokenSlots = new Map<GraphBuilder, Value>();
   return (b, module, x, s) => {
     let ts = tokenSlots.get(b);
@@ -156,11 +159,13 @@ export function slotExperts(slots: number, rank: number, modules: SlotModule[]):
       const names = slotInputNames(name);
       return { A: b.input(names.A, ['f32', [slots * E, rank, inDim]]), B: b.input(names.B, ['f32', [slots * E, outDim, rank]]), scale: 1, tokenSlots: ts };
     };
+    // x is the layer's [batch·seq, H] rows; the slot linear reads [batch, seq, H] (one slot per row).
+    const routerLogits = b.reshape(linear(b, `${module}.gate`, b.reshape(x, ['batch', 'seq', s.hidden]), s.hidden, E, false), [-1, E]);
     return moeBlock(
       b,
       x,
       {
-        router: b.param(`${module}.gate.weight`, ['f32', [E, s.hidden]]),
+        routerLogits,
         gateUp: b.param(`${module}.experts.gate_up_proj`, ['f32', [E, 2 * s.intermediate, s.hidden]]),
         down: b.param(`${module}.experts.down_proj`, ['f32', [E, s.hidden, s.intermediate]]),
         lora: { gate_up_proj: table('gate_up_proj', s.hidden, 2 * s.intermediate), down_proj: table('down_proj', s.intermediate, s.hidden) },

@@ -439,6 +439,10 @@ export class GraphBuilder {
   loraBank(form: 'gathered' | 'grouped' | 'single', x: Value, base: Value, A: Value, B: Value, index: Value, select?: Value, opts: { zeroTail?: boolean } = {}): Value {
     return this.op('loraBank', select === undefined ? [x, base, A, B, index] : [x, base, A, B, index, select], opts.zeroTail === true ? { form, zeroTail: true } : { form });
   }
+  /** A linear with one LoRA adapter in residual form, x·wᵀ + s·(x·Aᵀ)·Bᵀ (`loraLinear`). */
+  loraLinear(x: Value, w: Value, A: Value, B: Value, scale: number): Value {
+    return this.op('loraLinear', [x, w, A, B], { scale });
+  }
   /** Attention over a position-major resident KV cache plus the step's keys and values (`cachedAttention`). */
   cachedAttention(q: Value, pastK: Value, pastV: Value, k: Value, v: Value, attrs: AttrsIn<'cachedAttention'> = {}, mask?: Value): Value {
     return this.op('cachedAttention', mask === undefined ? [q, pastK, pastV, k, v] : [q, pastK, pastV, k, v, mask], attrs);

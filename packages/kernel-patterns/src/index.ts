@@ -9,10 +9,15 @@
  *   matches it had to drop (a symbolic dim a kernel specializes on) and the nodes no kernel covers.
  * - The shapes themselves (`LORA_LINEAR`, `BANK_GROUP_STEP`, `BANK_GATHERED`, `MOE_LORA`,
  *   `loraDelta`) are exported as patterns, so other tools can match them too.
+ * - `servingOpRules` / `foldServingOps(graph)`: the rewrite rules that turn residual primitives into
+ *   the serving ops of the IR registry (`add.fold-lora-linear`: PEFT's residual LoRA chain →
+ *   `loraLinear`), so backends lower ops from their tables instead of recognising primitives;
+ *   `recognizeResidual` reads a `loraLinear` op as one fused LoRA-linear kernel.
  * - The rule shape every kernel backend's exhaustive op table uses (`KernelRule`, `kernelRule`,
  *   `unsupportedRule`, `hostReasonOf`), and `byKernelFamily`, the per-family emitter dispatch.
  */
 export { recognizeResidual } from './recognize.js';
+export { foldLoraLinear, foldServingOps, servingOpRules } from './serving-rules.js';
 export { hostReasonOf, kernelRule, unsupportedRule } from './kernel-rules.js';
 export { byKernelFamily } from './kernel-family.js';
 export type { KernelFamilyEmitters } from './kernel-family.js';

@@ -145,6 +145,17 @@ function matchLoraLinear(v: GraphView, root: ValueId): LoraLinearKernel {
   });
 }
 
+/** A `loraLinear` op (what `foldServingOps` makes of the residual LoRA chain): one fused kernel. */
+function matchLoraLinearOp(v: GraphView, root: ValueId): LoraLinearKernel {
+  const p = v.producer(root);
+  if (p?.op !== 'loraLinear') fail();
+  const [x, w, a, b] = p.operands as [ValueId, ValueId, ValueId, ValueId];
+  const wt = v.type(w).shape;
+  const rank = staticDim(v.type(a).shape[0], `rank of ${v.name(a)}`);
+  const lora: LoraFactors = { a: v.name(a), b: v.name(b), rank, scale: p.attrs['scale'] as number };
+  return { kind: 'loraLinear', ...common(v, root, x, [p.node], 'lora_linear', wt[0], wt[1]), w: v.name(w), lora };
+}
+
 function matchBankGrouped(v: GraphView, root: ValueId): BankGroupedKernel {
   const groups: BankGroup[] = [];
   const nodes: number[] = [];
@@ -212,7 +223,7 @@ function isConstant(n: Graph['nodes'][number] | undefined): boolean {
   return n?.kind === 'op' && n.op === 'constant';
 }
 
-const MATCHERS: readonly ((v: GraphView, root: ValueId) => ResidualKernel)[] = [matchBankGrouped, matchBankGathered, matchLoraLinear, matchMoe];
+const MATCHERS: readonly ((v: GraphView, root: ValueId) => ResidualKernel)[] = [matchLoraLinearOp, matchBankGrouped, matchBankGathered, matchLoraLinear, matchMoe];
 
 /**
  * Finds the kernel-sized patterns of a residual graph: fused LoRA linears (and plain linears),

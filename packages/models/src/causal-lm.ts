@@ -228,7 +228,9 @@ export class CausalLM {
       }
       linear = bankLinear(adapters);
     } else {
-      linear = singleAdapterLinear(adapters[0], this.#form);
+      // Residual LoRA layers as `loraLinear` ops, which executors lower from their tables; with
+      // quantized weights the chain stays primitive, so that its base linear is quantized.
+      linear = singleAdapterLinear(adapters[0], this.#form, { residualAsOp: this.#quantize === undefined });
       for (const [k, t] of adapters[0]?.overrides ?? []) values.set(k, t);
     }
     for (const a of adapters) {

@@ -24,12 +24,19 @@ function baseParams(b: GraphBuilder, module: string, inDim: number, outDim: numb
   };
 }
 
-/** Linear layers carrying one adapter (or none), in residual or merged form. */
-export function singleAdapterLinear(adapter: LoraAdapter | undefined, form: LoraForm): LinearFactory {
+/**
+ * Linear layers carrying one adapter (or none), in residual or merged form. With `residualAsOp`, a
+ * residual layer without biases is the registry op `loraLinear` (whose decomposition is the chain
+ * `@stageml/peft`'s `loraLinear` builds); otherwise the primitive chain, which the rewrite rules
+ * (merges) and `stageml stage`'s dtype pass read — the CLI folds the staged residual into ops after.
+ */
+export function singleAdapterLinear(adapter: LoraAdapter | undefined, form: LoraForm, opts: { readonly residualAsOp?: boolean } = {}): LinearFactory {
   return (b, module, x, inDim, outDim, bias) => {
     const p = baseParams(b, module, inDim, outDim, bias);
     const m = adapter?.modules.get(module);
-    return loraLinear(b, x, p.w, p.bias, m === undefined ? undefined : loraValues(b, adapter!.name, m, inDim, outDim), form);
+    const lora = m === undefined ? undefined : loraValues(b, adapter!.name, m, inDim, outDim);
+    if (opts.residualAsOp === true && form === 'residual' && lora !== undefined && p.bias === undefined && lora.biasB === undefined) return b.loraLinear(x, p.w, lora.A, lora.B, lora.scale);
+    return loraLinear(b, x, p.w, p.bias, lora, form);
   };
 }
 

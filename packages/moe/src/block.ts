@@ -22,8 +22,13 @@ export interface ExpertLoraValues {
 
 /** Parameters of one MoE layer (HF Mixtral, fused layout). */
 export interface MoeParams {
-  /** Router weight [E, H]. */
-  readonly router: Value;
+  /** Router weight [E, H] (unused when `routerLogits` is given). */
+  readonly router?: Value;
+  /**
+   * The router's logits x·Rᵀ [T, E], computed by the caller instead of from `router` (a serving
+   * engine adds each row's adapter update to them: router LoRA).
+   */
+  readonly routerLogits?: Value;
   /** Gate and up projections of every expert [E, 2I, H] (gate rows first, as HF chunks them). */
   readonly gateUp: Value;
   /** Down projection of every expert [E, H, I]. */
@@ -58,7 +63,7 @@ function expertLinear(b: GraphBuilder, x: Value, w: Value, experts: Value, token
 /**
  * A routed mixture-of-experts MLP (Mixtral) over token rows x [T, H]:
  *
- *   p = softmax(x·Rᵀ); (w, e) = topk(p, k); w ← w / Σw;
+ *   p = softmax(x·Rᵀ) (or softmax of the given `routerLogits`); (w, e) = topk(p, k); w ← w / Σw;
  *   y[t] = Σ_j w[t, j] · W2_{e[t,j]} (silu(W1_{e[t,j]} x[t]) ⊙ W3_{e[t,j]} x[t])
  *
  * Execution is grouped, not per token: the T·k (token, slot) rows are gathered once, each expert
@@ -69,7 +74,9 @@ export function moeBlock(b: GraphBuilder, x: Value, p: MoeParams, opts: MoeBlock
   const T = x.type.shape[0]!;
   const H = x.type.shape[1]!;
   const k = opts.topK;
-  const probs = b.softmax(b.linear(x, p.router), -1);
+  const logits = p.routerLogits ?? (p.router === undefined ? undefined : b.linear(x, p.router));
+  if (logits === undefined) throw new MoeError(MoeCode.SHAPE_MISMATCH, 'moeBlock needs a router weight or the router logits');
+  const probs = b.softmax(logits, -1);
   const [topW, topE] = b.topk(probs, k, -1);
   const weights = opts.normalize === false ? topW : b.div(topW, b.sum(topW, [-1], true));
   const experts = b.reshape(topE, [-1]);

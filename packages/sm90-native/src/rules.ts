@@ -78,6 +78,7 @@ export const sm90Rules = {
   rotary: unsupported('rotary embedding is not fused: the host executor runs it'),
   attention: unsupported('attention kernels are out of scope for sm90-native (LoRA/MoE GEMMs only)'),
   loraBank: unsupported('the host executor runs it (fused or through its decomposition); sm90-native emits bank kernels for the bankGathered/bankGrouped patterns kernel-patterns recognises in staged residuals'),
+  loraLinear: kernel(['loraLinear'], 'every loraLinear op is one fused LoRA-linear kernel'),
   cachedAttention: unsupported('attention kernels are out of scope for sm90-native (LoRA/MoE GEMMs only)'),
 } satisfies Readonly<Record<OpKey, Sm90Rule>>;
 

@@ -533,6 +533,16 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
     }
     return [ctx.b.loraBank('single', x, base, A, B, ctx.b.constant(c.int(slots), 'i64', []), param(ctx, dtype, [rows, 1, 1]))];
   },
+  loraLinear: (ctx, c) => {
+    const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) >= 1);
+    if (x === undefined) return undefined;
+    const out = someDim(ctx, c);
+    const inDim = x.type.shape[rankOf(x) - 1]!;
+    if (!fits([...x.type.shape.slice(0, -1), out])) return undefined;
+    const rank = c.range(1, 2);
+    const dtype = x.type.dtype;
+    return [ctx.b.loraLinear(x, param(ctx, dtype, [out, inDim]), param(ctx, dtype, [rank, inDim]), param(ctx, dtype, [out, rank]), c.bool() ? 0.5 : 2)];
+  },
   cachedAttention: (ctx, c) => {
     const q = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) >= 3);
     if (q === undefined) return undefined;

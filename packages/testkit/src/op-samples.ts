@@ -283,6 +283,11 @@ export const opSamples: OpSamplers = {
         return fc.tuple(head, index, select).map(([h, i, r]) => ({ operands: [...h, i, ...r], attrs: { form } }));
       }),
     ),
+  loraLinear: fc
+    .tuple(dtypeOf(FLOAT), shapeOf(0, 2), dim(1, 3), dim(1, 3), dim(1, 2), fc.constantFrom(0.5, 2, 0.3))
+    .chain(([dtype, lead, inDim, out, rank, scale]) =>
+      sample<'loraLinear'>(tensors([t(dtype, [...lead, inDim]), t(dtype, [out, inDim]), t(dtype, [rank, inDim]), t(dtype, [out, rank])]), { scale }),
+    ),
   cachedAttention: fc
     .tuple(dtypeOf(FLOAT), shapeOf(0, 1), dim(1, 2), dim(1, 2), dim(1, 3), dim(0, 3), dim(1, 3), dim(1, 3))
     .chain(([dtype, batch, hkv, group, tq, past, d, dv]) =>

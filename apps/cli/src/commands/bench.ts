@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { type Graph, GraphBuilder, type HostTensor, seededRandom } from '@stageml/ir';
+import { foldServingOps } from '@stageml/kernel-patterns';
 import { loraLinear } from '@stageml/peft';
 import type { Executor } from '@stageml/runtime';
 import { parseNonNegativeInt, parseNumber, parsePositiveInt } from '../args.js';
@@ -47,7 +48,10 @@ function randomTensor(shape: readonly number[], bound: number, rnd: () => number
   return { dtype: 'f32', shape: [...shape], data };
 }
 
-/** The residual LoRA layer (as `@stageml/peft`'s `loraLinear` builds it) and the bare base product. */
+/**
+ * The residual LoRA layer (as `@stageml/peft`'s `loraLinear` builds it, folded into the `loraLinear`
+ * op as `stageml stage` writes it) and the bare base product.
+ */
 export function loraLayerGraphs(dim: number, rank: number, batch: number, scale: number): { lora: Graph; base: Graph } {
   const lora = new GraphBuilder('lora_layer');
   const x = lora.input('x', ['f32', [batch, dim]]);
@@ -55,7 +59,7 @@ export function loraLayerGraphs(dim: number, rank: number, batch: number, scale:
   lora.output('y', loraLinear(lora, x, w, undefined, { A: lora.param('lora_A', ['f32', [rank, dim]]), B: lora.param('lora_B', ['f32', [dim, rank]]), scale }));
   const base = new GraphBuilder('base_matmul');
   base.output('y', base.linear(base.input('x', ['f32', [batch, dim]]), base.param('w', ['f32', [dim, dim]])));
-  return { lora: lora.build(), base: base.build() };
+  return { lora: foldServingOps(lora.build()).graph, base: base.build() };
 }
 
 function median(xs: number[]): number {

@@ -2,6 +2,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { type Graph, type HostTensor, errorMessage, graphToJson } from '@stageml/ir';
+import { foldServingOps } from '@stageml/kernel-patterns';
 import { parseLlamaConfig, stagedModelGraph } from '@stageml/models';
 import { findAdapterDirs, loadLoraAdapter } from '@stageml/peft';
 import { type Plan, PlanCode, PlanError, Planner, formatBytes, llamaWorkload, planToJson, validatePlan } from '@stageml/planner';
@@ -46,11 +47,20 @@ async function withDType(opts: StageOptions, result: SpecializeResult, source: G
   const q = quantizeOptions(opts.quantize, opts.maxError);
   if (q !== undefined) {
     if (opts.dtype === 'bf16' || opts.dtype === 'f16') throw new CliError(CliCode.USAGE, `--quantize runs with f32 activations: it cannot be combined with --dtype ${opts.dtype}`);
-    return quantizeStaged(result, q);
+    return withServingOps(quantizeStaged(result, q));
   }
   let dt = opts.dtype;
   if (dt === 'checkpoint') dt = opts.model === undefined ? 'f32' : await checkpointDType(opts.model);
-  return dt === 'f32' ? result : castResidual(result, dt, source, { adapterDtype: opts.adapterDtype });
+  return withServingOps(dt === 'f32' ? result : castResidual(result, dt, source, { adapterDtype: opts.adapterDtype }));
+}
+
+/**
+ * The residual with its primitive chains folded into the IR's serving ops (`foldServingOps`: the
+ * residual LoRA layer → `loraLinear`), which executors lower from their tables or expand by
+ * decomposition — the same computation, so a bundle's numerics do not change.
+ */
+function withServingOps(result: SpecializeResult): SpecializeResult {
+  return { ...result, residual: foldServingOps(result.residual).graph };
 }
 
 /** The annotation file of a bare graph: stages of inputs and parameters on `static < dynamic`. */

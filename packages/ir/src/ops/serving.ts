@@ -6,6 +6,7 @@ import { defineOp, evalError, shapeError } from '../op-def.js';
 import type { HostTensor } from '../tensor.js';
 import { type TensorType, shapeToString } from '../types.js';
 import { requireFloat, requireIndex, sameDType } from './common.js';
+import { linear } from './linalg.js';
 import { attention, attnDims, evalAttention } from './nn.js';
 
 /** How `loraBank` applies its slot factors (see `loraBank`). */
@@ -173,6 +174,60 @@ export const loraBank = defineOp({
   },
   evaluate: (operands, a) => [evalLoraBank(operands, a.form)],
   decompose: (b, operands, a) => decomposeLoraBank(b, operands, a.form),
+});
+
+/** Checks a `loraLinear` node's operand types; returns its result type. */
+function inferLoraLinear([x, w, A, B]: readonly TensorType[]): TensorType {
+  const op = 'loraLinear';
+  requireFloat(op, x!);
+  const dtype = sameDType(op, [x!, w!, A!, B!]);
+  if (x!.shape.length < 1) shapeError(op, `x must be [..., in], got ${shapeToString(x!.shape)}`);
+  const inX = x!.shape[x!.shape.length - 1]!;
+  if (w!.shape.length !== 2 || !dimEquals(w!.shape[1]!, inX)) shapeError(op, `w must be [out, ${dimToString(inX)}], got ${shapeToString(w!.shape)}`);
+  const out = w!.shape[0]!;
+  if (A!.shape.length !== 2 || !dimEquals(A!.shape[1]!, inX)) shapeError(op, `A must be [rank, ${dimToString(inX)}], got ${shapeToString(A!.shape)}`);
+  const rank = A!.shape[0]!;
+  if (B!.shape.length !== 2 || !dimEquals(B!.shape[0]!, out) || !dimEquals(B!.shape[1]!, rank)) shapeError(op, `B must be [${dimToString(out)}, ${dimToString(rank)}], got ${shapeToString(B!.shape)}`);
+  return { dtype, shape: [...x!.shape.slice(0, -1), out] };
+}
+
+/**
+ * A linear layer with one LoRA adapter in residual form, PEFT's `lora.Linear` at inference: with
+ * x [..., in], w [out, in], A [r, in], B [out, r] and the scale s an attribute,
+ *
+ *   y = x·wᵀ + s·((x·Aᵀ)·Bᵀ)
+ *
+ * What a staged residual keeps of a LoRA layer the plan leaves unmerged (`@stageml/peft`'s
+ * `loraLinear`, folded into this op by `@stageml/kernel-patterns`' serving rules). Its
+ * decomposition is exactly the primitive chain `add(linear(x, w), mul(linear(linear(x, A), B), s))`
+ * (s a scalar constant of the operands' dtype), so an executor without a rule for it computes what
+ * it computed before the op existed; its reference semantics rounds where that chain rounds.
+ */
+export const loraLinear = defineOp({
+  key: 'loraLinear',
+  summary: 'A linear layer plus one LoRA adapter in residual form (x·wᵀ + s·(x·Aᵀ)·Bᵀ), the scale an attribute.',
+  semantics: 'y = x·wᵀ + s·((x·Aᵀ)·Bᵀ); x [..., in], w [out, in], A [r, in], B [out, r]',
+  operands: ['x', 'w', 'A', 'B'],
+  attrs: { scale: attr.float({}) },
+  traits: ['contraction'],
+  infer: (types) => [inferLoraLinear(types)],
+  flops: ([x, w, A], [y]) => {
+    const rows = dimProduct(x!.shape.slice(0, -1));
+    const [out, inDim] = w!.shape as [Dim, Dim];
+    const rank = A!.shape[0]!;
+    return dimAdd(dimProduct([2, rows, out, inDim]), dimAdd(dimProduct([2, rows, rank, dimAdd(inDim, out)]), dimProduct([2, ...y!.shape])));
+  },
+  evaluate: ([x, w, A, B], a, ctx) => {
+    // The chain's rounding points: each linear, the scaled delta, the sum.
+    const base = linear.evaluate([x!, w!], {}, ctx)[0]!;
+    const delta = linear.evaluate([linear.evaluate([x!, A!], {}, ctx)[0]!, B!], {}, ctx)[0]!;
+    const round = rounderFor(x!.dtype);
+    const s = round(a.scale);
+    const y = allocData(x!.dtype, base.data.length);
+    for (let i = 0; i < y.length; i++) y[i] = round(Number(base.data[i]) + round(Number(delta.data[i]) * s));
+    return [{ dtype: x!.dtype, shape: [...base.shape], data: y }];
+  },
+  decompose: (b, [x, w, A, B], a) => [b.add(b.linear(x!, w!), b.mul(b.linear(b.linear(x!, A!), B!), b.scalar(a.scale, w!.type.dtype)))],
 });
 
 /** Checks a `cachedAttention` node's operands; returns q's, the joined keys' and values' types. */

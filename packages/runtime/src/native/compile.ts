@@ -73,9 +73,10 @@ function unsupported(graph: Graph, what: string): never {
 /**
  * Encodes `graph` for the native runner: symbolic shapes as integer polynomials over the graph's
  * symbols, reshapes and scalar-index gathers as views, each op by its own instructions (the serving
- * ops `loraBank` (gathered form) and `cachedAttention` as the LORA and ATTENTION_KV kernels, which
- * read the slot tables and the cache in place; the MoE routing ops `topk`, `groupedMatmul` and
- * `scatterAdd`, the reductions and `iota` as kernels of their own, `indexSelect` as a gather), intermediates
+ * ops `loraBank` (gathered form), `loraLinear` and `cachedAttention` as the LORA, LORA_LINEAR and
+ * ATTENTION_KV kernels, which read the slot tables, the factors and the cache in place; no
+ * primitive pattern is recognised; the MoE routing ops `topk`, `groupedMatmul` and `scatterAdd`,
+ * the reductions and `iota` as kernels of their own, `indexSelect` as a gather), intermediates
  * in liveness-shared slots (sized per run), every output copied into its own buffer. `params`
  * holds each parameter's data.
  * Errors: an op, dtype or attribute the runner lacks is `RT_UNSUPPORTED_OP` naming it.
@@ -162,65 +163,6 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
     return [[n.attrs['causal'] === true ? 1 : 0, scale === undefined ? 0 : 1], scale === undefined ? [] : [fl(scale)]];
   };
 
-  // add(linear(x, W), mul(linear(linear(x, A), B), s)) — the LoRA layer `loraLinear` builds, the
-  // add's and mul's operands in either order, s a scalar constant (or no mul: s = 1) — runs as one
-  // instruction when every intermediate is f32, 2-D in its weights and read by nothing else.
-  // NOTE: the one primitive pattern left here. Staged residuals carry PEFT's LoRA layer as the
-  // primitive chain `loraLinear` builds (the engine emits `loraBank` instead); until staging emits
-  // an op for it, the chain is recognised here. Its producers, readers and output uses:
-  const producer = new Map<ValueId, OpNode>();
-  const users = new Map<ValueId, OpNode[]>();
-  for (const n of graph.nodes) {
-    if (n.kind !== 'op') continue;
-    for (const r of n.results) producer.set(r, n);
-    for (const o of n.operands) {
-      let u = users.get(o);
-      if (u === undefined) users.set(o, (u = []));
-      u.push(n);
-    }
-  }
-  const outputsOf = new Map<ValueId, number>();
-  graph.outputs.forEach((o) => outputsOf.set(o.value, (outputsOf.get(o.value) ?? 0) + 1));
-  const only = (v: ValueId): OpNode | undefined => {
-    const p = producer.get(v);
-    return p !== undefined && (users.get(v) ?? []).length === 1 && (outputsOf.get(v) ?? 0) === 0 && dtypeOf(v) === 'f32' ? p : undefined;
-  };
-  const scalarConstant = (v: ValueId): number | undefined => {
-    const p = producer.get(v);
-    const value = p?.op === 'constant' ? (p.attrs['value'] as readonly number[]) : undefined;
-    return value?.length === 1 && shapeOf(v).length === 0 && dtypeOf(v) === 'f32' ? Math.fround(value[0]!) : undefined;
-  };
-  const plainLinear = (g: OpNode | undefined): g is OpNode => g?.op === 'linear' && g.operands.length === 2 && shapeOf(g.operands[1]!).length === 2 && dtypeOf(g.operands[1]!) === 'f32';
-  const loraTerm = (v: ValueId): { x: ValueId; a: ValueId; b: ValueId; scale: number } | undefined => {
-    let g = only(v);
-    let scale = 1;
-    if (g?.op === 'mul') {
-      const [p, q] = g.operands as [ValueId, ValueId];
-      const sp = scalarConstant(p);
-      const sq = scalarConstant(q);
-      const term = sq !== undefined ? p : sp !== undefined ? q : undefined;
-      if (term === undefined || !sameShape(term, v)) return undefined;
-      scale = (sq ?? sp)!;
-      g = only(term);
-    }
-    if (!plainLinear(g)) return undefined;
-    const shrink = only(g.operands[0]!);
-    if (!plainLinear(shrink)) return undefined;
-    return { x: shrink.operands[0]!, a: shrink.operands[1]!, b: g.operands[1]!, scale };
-  };
-  const sameShape = (p: ValueId, q: ValueId): boolean => shapeOf(p).map(dimToString).join(',') === shapeOf(q).map(dimToString).join(',');
-  const loraLinearOf = (n: OpNode): { x: ValueId; w: ValueId; a: ValueId; b: ValueId; scale: number } | undefined => {
-    if (dtypeOf(n.results[0]!) !== 'f32' || n.operands.length !== 2) return undefined;
-    const [p, q] = n.operands as [ValueId, ValueId];
-    if (!sameShape(p, q)) return undefined;
-    for (const [base, term] of [[p, q], [q, p]] as const) {
-      const g = only(base);
-      const t = loraTerm(term);
-      if (plainLinear(g) && t !== undefined && g.operands[0] === t.x && dtypeOf(t.x) === 'f32') return { x: t.x, w: g.operands[1]!, a: t.a, b: t.b, scale: t.scale };
-    }
-    return undefined;
-  };
-
   const constant = (n: OpNode): void => {
     const r = n.results[0]!;
     const dtype = dtypeOf(r);
@@ -247,12 +189,6 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
     const bin = BINARY[n.op];
     const un = UNARY[n.op];
     if (bin !== undefined) {
-      const lora = n.op === 'add' ? loraLinearOf(n) : undefined;
-      if (lora !== undefined) {
-        // The unfused instructions before it are dropped as dead code below.
-        emit(OP.LORA_LINEAR, [], [fl(lora.scale)], [lora.x, lora.w, lora.a, lora.b]);
-        continue;
-      }
       const dt = dtypeOf(y0);
       need(n, (dt === 'f32' || dt === 'i64' || dt === 'i32' || dt === 'u8') && a.every((v) => dtypeOf(v) === dt), 'runs on f32, i64, i32 or u8 operands of one dtype');
       emit(OP.BINARY, [bin]);
@@ -327,6 +263,11 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
         emit(OP.MATMUL, [at['transposeA'] === true ? 1 : 0, at['transposeB'] === true ? 1 : 0]);
         break;
       }
+      case 'loraLinear':
+        // x·Wᵀ + s·(x·Aᵀ)·Bᵀ as one instruction (prepare expands non-f32 ones: CPU_NATIVE_RULES).
+        allF32(n);
+        emit(OP.LORA_LINEAR, [], [fl(at['scale'] as number)]);
+        break;
       case 'loraBank': {
         // The gathered form (the executor expands the others): y = base + (x · A[idx]ᵀ) · B[idx],
         // one LORA instruction streaming each row's factors from the slot tables in place, then the add.

@@ -81,6 +81,9 @@ export const CPU_NATIVE_RULES = {
   // The gathered form is one LORA instruction (each row's factors streamed once) added to the base;
   // the grouped and single forms run as their primitive graphs.
   loraBank: { kind: 'native', decomposeWhen: (attrs) => attrs['form'] !== 'gathered' },
+  // One LORA_LINEAR instruction (base GEMM, shrink and expand in one pass over x) in f32; other
+  // dtypes run as the primitive chain.
+  loraLinear: { kind: 'native', decomposeWhen: (_attrs, operands) => operands.some((t) => t.dtype !== 'f32') },
   // One ATTENTION_KV instruction reading the position-major cache and the step's keys in place.
   cachedAttention: { kind: 'native', decomposeWhen: (_attrs, operands) => operands[0]!.shape.length !== 4 },
 } as const satisfies Readonly<Record<OpKey, CpuNativeRule>>;

@@ -83,5 +83,6 @@ export const TFJS_RULES = {
   attention,
   // Serving composites: expanded into their primitive graphs (`decompose`) at prepare.
   loraBank: decomposed(),
+  loraLinear: decomposed(),
   cachedAttention: decomposed(),
 } as const satisfies TfRuleTable;

@@ -20,11 +20,11 @@ export const TORCH_TENSOR_PARALLEL_ENV = 'STAGEML_TORCH_TENSOR_PARALLEL_SIZE';
 
 /**
  * The composite ops the worker runs with handlers of its own (its op table, native/stageml_torch/ops.py
- * `OPS`): the serving ops `loraBank` (the bank kernel on CUDA) and `cachedAttention` (the step's keys
- * appended to a staged cache in place, SDPA) among them. Every other composite, and any op added
+ * `OPS`): the serving ops `loraBank` (the bank kernel on CUDA), `loraLinear` (its decomposition, op by
+ * op) and `cachedAttention` (the step's keys appended to a staged cache in place, SDPA) among them. Every other composite, and any op added
  * with `registerOp`, reaches the worker as its decomposition (`expandFor`).
  */
-export const TORCH_WORKER_COMPOSITES: ReadonlySet<OpKey> = new Set<OpKey>(['rmsNorm', 'rotary', 'attention', 'loraBank', 'cachedAttention']);
+export const TORCH_WORKER_COMPOSITES: ReadonlySet<OpKey> = new Set<OpKey>(['rmsNorm', 'rotary', 'attention', 'loraBank', 'loraLinear', 'cachedAttention']);
 
 /**
  * The composites a tensor-parallel worker group runs as ops: the sharding pass (native/stageml_torch/tp.py)

@@ -172,6 +172,12 @@ export const STRUCTURED_CASES = {
       b.loraBank('single', x!, b.linear(x!, w!), A!, B!, i!, s),
     ),
   ],
+  loraLinear: [
+    c('loraLinear rank 2, symbolic rows', [t('f32', ['n', 4], { dims: [3, 4] }), t('f32', [5, 4], { param: true }), t('f32', [2, 4], { param: true }), t('f32', [5, 2], { param: true })], (b, [x, w, A, B]) =>
+      b.loraLinear(x!, w!, A!, B!, 0.75),
+    ),
+    c('loraLinear over [rows, seq, in]', [t('f32', [2, 3, 4]), t('f32', [5, 4]), t('f32', [1, 4]), t('f32', [5, 1])], (b, [x, w, A, B]) => b.loraLinear(x!, w!, A!, B!, 2)),
+  ],
   cachedAttention: [
     c('cachedAttention GQA causal over a resident cache', [t('f32', [2, 4, 1, 8]), t('f32', [2, 3, 2, 8]), t('f32', [2, 3, 2, 8]), t('f32', [2, 2, 1, 8]), t('f32', [2, 2, 1, 8]), t('f32', [2, 1, 1, 4])], (b, [q, pk, pv, k, v, m]) =>
       b.cachedAttention(q!, pk!, pv!, k!, v!, { causal: true }, b.reshape(m!, [2, 1, 1, 4])),
