@@ -19,12 +19,14 @@ export function expandComposites(g: Graph, expand: (op: OpKey, attrs: OpNode['at
   if (!g.nodes.some((n) => n.kind === 'op' && wants(n))) return g;
   const b = new GraphBuilder(g.name);
   const env = new Map<ValueId, Value>();
+  // Leaves first (in their order): their names are fixed, so no name a decomposition generates for
+  // its values may take one of them (a graph may declare a parameter after ops, e.g. a folded value).
   for (const n of g.nodes) {
-    if (n.kind === 'input' || n.kind === 'param') {
-      const v = n.kind === 'input' ? b.input(n.name, g.values[n.results[0]!]!.type) : b.param(n.name, g.values[n.results[0]!]!.type);
-      env.set(n.results[0]!, v);
-      continue;
-    }
+    if (n.kind === 'input') env.set(n.results[0]!, b.input(n.name, g.values[n.results[0]!]!.type));
+    else if (n.kind === 'param') env.set(n.results[0]!, b.param(n.name, g.values[n.results[0]!]!.type));
+  }
+  for (const n of g.nodes) {
+    if (n.kind === 'input' || n.kind === 'param') continue;
     const operands = n.operands.map((v) => env.get(v)!);
     const decompose = opDef(n.op).decompose as ((b: GraphBuilder, operands: readonly Value[], attrs: unknown) => Value[]) | undefined;
     const names = n.results.map((r) => g.values[r]!.name);
