@@ -14,6 +14,7 @@ import { GROUP_SLOT_INPUT, ONE_SLOT_INPUT, ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_
 import { type AppliedPlan, appliedPlan, mergedWeight, planMerges, withoutModules } from './plan.js';
 import { Sequence, type SlotEntry } from './sequence.js';
 import { windowedQueries } from './masks.js';
+import { PrefixCache, adapterReachesKv, prefixCacheOf } from './prefix-cache.js';
 import { type ChunkRow, chunkInputs, decodeAttention, prefillInputs, stagePast } from './steps.js';
 import { type ExpertSlotFactors, type SlotSource, SlotTables } from './slots.js';
 import { type ProgramReport, type StagedPrograms, foldProgram, isWeightParam, stageEnginePrograms, stageProgram } from './stage-program.js';
@@ -138,6 +139,11 @@ export class Engine {
   readonly #streams: readonly CacheStream[];
   /** The programs' new keys and values (`new_*`): the outputs a step omits where the host keeps no KV. */
   readonly #kvOutputs: readonly string[];
+  /** The automatic prefix cache (`EngineOptions.prefixCaching`), or undefined where it is off. */
+  readonly #prefix: PrefixCache | undefined;
+  /** Per loaded adapter, its part of prefix cache keys: '' where it reaches no K/V (it shares the base's blocks), else its name and load version. */
+  readonly #prefixKeys = new Map<string, string>();
+  #adapterLoads = 0;
 
   private constructor(
     /** The model directory. */
@@ -146,7 +152,7 @@ export class Engine {
     readonly config: LlamaConfig,
     /** The tokenizer, when the directory has one. */
     readonly tokenizer: TextTokenizer | undefined,
-    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; deviceWeightBytes: number; hostWeights: boolean; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; hostKvCopy: boolean; recycleOutputs: boolean; executorPicks: boolean; mergeWaste: number; staging: StagedPrograms },
+    parts: { executor: Executor; programs: Partial<Record<ProgramForm, PreparedGraph>>; tables: SlotTables; shapes: Map<string, readonly number[]>; weightBytes: number; deviceWeightBytes: number; hostWeights: boolean; maxCpuLoras: number; prefillChunk: number; weightInputs: Readonly<Record<string, HostTensor>>; allWeightInputs: boolean; baseTakesWeights: boolean; memoryBudget: number | undefined; replanEvery: number; fixedPlan: Plan | undefined; dtype: EngineDType; adapterDtype: EngineAdapterDType; caches: CacheStore | undefined; hostKvCopy: boolean; recycleOutputs: boolean; executorPicks: boolean; mergeWaste: number; staging: StagedPrograms; prefix: PrefixCache | undefined },
   ) {
     this.#dtype = parts.dtype;
     this.#adapterDtype = parts.adapterDtype;
@@ -154,6 +160,7 @@ export class Engine {
     this.#hostKv = parts.caches === undefined || parts.hostKvCopy;
     this.#executorPicks = parts.executorPicks;
     this.#mergeWaste = parts.mergeWaste;
+    this.#prefix = parts.prefix;
     this.#spare = parts.recycleOutputs ? new Map() : undefined;
     const streams: CacheStream[] = [];
     for (let l = 0; l < config.numLayers; l++) {
@@ -229,6 +236,7 @@ export class Engine {
     const maxCpuLoras = positiveInt('maxCpuLoras', opts.maxCpuLoras, onDevice === undefined ? maxLoras : 1);
     const prefillChunk = positiveInt('prefillChunk', opts.prefillChunk, 32);
     const replanEvery = positiveInt('replanEvery', opts.replanEvery, 512);
+    const prefix = prefixCacheOf(opts.prefixCaching);
     const mergeWaste = opts.stepMergeWaste ?? 0.25;
     if (!(typeof mergeWaste === 'number' && Number.isFinite(mergeWaste) && mergeWaste >= 0)) throw new EngineError(EngineCode.BAD_OPTIONS, `stepMergeWaste must be a finite number ≥ 0, got ${String(opts.stepMergeWaste)}`);
     const memoryBudget = opts.memoryBudget;
@@ -368,7 +376,7 @@ export class Engine {
     const baseTakesWeights = quantize !== undefined || (asInputs && !packBase);
     const factorDtype = dtype !== 'f32' && adapterDtype === 'same' ? dtype : 'f32';
     const tables = onDevice === undefined ? new SlotTables(maxLoras + 1, rank, modules, factorDtype) : await SlotTables.onDevice(onDevice, maxLoras + 1, rank, modules, factorDtype);
-    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executor.capabilities.devicePicks === true, mergeWaste, staging });
+    return new Engine(dir, config, await loadTokenizer(dir), { executor, programs, tables, shapes, weightBytes, deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras, prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget, replanEvery, fixedPlan, dtype, adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executor.capabilities.devicePicks === true, mergeWaste, staging, prefix });
   }
 
   /** Bytes one position of a sequence's resident KV cache takes: keys and values of every layer, and its mask entry (f32). */
@@ -442,12 +450,13 @@ export class Engine {
     let lanes = 0;
     for (const l of this.#lanes.values()) lanes += l.bytes;
     const onDevice = this.#deviceWeightBytes + (this.#tables.onDevice ? this.#tables.bytes : 0) + executorKv;
-    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, executorKv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + executorKv + staging + lanes, onDevice };
+    const prefixKv = this.#prefix?.retainedBytes ?? 0;
+    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, prefixKv, executorKv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + prefixKv + executorKv + staging + lanes, onDevice };
   }
 
   /** Counters. */
   stats(): EngineStats {
-    return { preparations: this.#preparations, runs: this.#runs, runsByForm: { ...this.#runsByForm }, residentAdapters: this.#slotCache.stats().entries, sequences: this.#live.size, freeSlots: this.#tables.freeSlots, cacheRebuilds: this.#rebuilds, workerRetries: this.#workerRetries, steps: this.#steps, mergedSteps: this.#mergedSteps, executor: this.#caches?.stats?.() ?? {} };
+    return { preparations: this.#preparations, runs: this.#runs, runsByForm: { ...this.#runsByForm }, residentAdapters: this.#slotCache.stats().entries, sequences: this.#live.size, freeSlots: this.#tables.freeSlots, cacheRebuilds: this.#rebuilds, workerRetries: this.#workerRetries, steps: this.#steps, mergedSteps: this.#mergedSteps, executor: this.#caches?.stats?.() ?? {}, ...(this.#prefix === undefined ? {} : { prefixCache: this.#prefix.stats() }) };
   }
 
   /** Whether the base slot and every free slot hold only zeros (an unloaded adapter leaves nothing behind). */
@@ -521,6 +530,8 @@ export class Engine {
     if (lane !== undefined) this.#lanes.set(adapter.name, lane);
     this.#outs.set(adapter.name, outs);
     this.#registered.set(adapter.name, dir);
+    // A reload is a new version: KV cached under the old one is never reused.
+    this.#prefixKeys.set(adapter.name, adapterReachesKv(adapter, this.config.numLayers) ? `${adapter.name}#${String(++this.#adapterLoads)}` : '');
     this.#shapesOf.set(adapter.name, shapeOnly(adapter));
     this.#planDirty = this.#planning;
     this.#fresh.set(adapter.name, adapter);
@@ -550,6 +561,9 @@ export class Engine {
     this.#planDirty = this.#planning;
     this.#lanes.delete(name);
     this.#outs.delete(name);
+    const key = this.#prefixKeys.get(name);
+    this.#prefixKeys.delete(name);
+    if (key !== undefined && key !== '') this.#prefix?.drop((k) => k.startsWith(`${this.#dtype}|${key}|`));
     return true;
   }
 
@@ -688,6 +702,12 @@ export class Engine {
    * when not loaded); `mask` marks padding (0) per prompt token. Attach it before running it.
    */
   open(adapter: string | null | undefined, prompt: readonly number[], mask?: readonly number[]): Sequence {
+    const seq = this.#openSequence(adapter, prompt, mask);
+    this.#reusePrefix(seq);
+    return seq;
+  }
+
+  #openSequence(adapter: string | null | undefined, prompt: readonly number[], mask?: readonly number[]): Sequence {
     const name = adapter === null || adapter === undefined || adapter === BASE ? undefined : adapter;
     if (name !== undefined && !this.#registered.has(name)) {
       throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${name}' is not loaded (loaded: ${this.adapterNames.join(', ') || 'none'})`);
@@ -759,7 +779,7 @@ export class Engine {
     if (this.#disposed) throw new EngineError(EngineCode.BAD_OPTIONS, 'the engine was disposed');
     if (!this.#allWeightInputs) throw new EngineError(EngineCode.BAD_OPTIONS, "prompt logits need the engine's weights as inputs (weights: 'inputs')");
     const chunk = positiveInt('chunk', opts.chunk ?? 4 * this.#prefillChunk, 1);
-    const seq = this.open(adapter, prompt, mask);
+    const seq = this.#openSequence(adapter, prompt, mask);
     try {
       const lane = seq.adapter === undefined ? undefined : this.#lanes.get(seq.adapter);
       if (!(await this.attach(seq))) throw new PeftError(PeftCode.CACHE_FULL, 'every adapter slot is held by running adapters; retry when a request finishes');
@@ -845,6 +865,7 @@ export class Engine {
     if (this.#disposed) return;
     this.#disposed = true;
     for (const s of [...this.#live]) this.release(s);
+    this.#prefix?.clear();
     for (const p of Object.values(this.#programs)) p.dispose();
     this.#spare?.clear();
     this.#scoring?.then((p) => { p.dispose(); }, () => undefined);
@@ -859,6 +880,47 @@ export class Engine {
     if (seq.cache !== undefined) this.#caches?.release([seq.cache]);
     seq.lease?.release();
     seq.lease = undefined;
+    this.#prefix?.retire(seq.kv);
+    this.#fitPrefix();
+  }
+
+  /**
+   * The prefix cache's key of a sequence on `adapter`: the compute dtype, and for an adapter that
+   * reaches some layer's K/V its name, load version and the modules the plan merged for it (a
+   * merged copy computes the same keys in another order). The base weights never change under a
+   * plan here (merges are copies in lanes), so base rows and adapters that reach no K/V share one key.
+   */
+  #prefixKey(adapter: string | undefined): string {
+    const part = adapter === undefined ? '' : (this.#prefixKeys.get(adapter) ?? '');
+    const merged = part === '' ? '' : [...(this.#applied.merged.get(adapter!) ?? [])].sort().join(',');
+    return `${this.#dtype}|${part}|${merged}`;
+  }
+
+  /** Prefix caching: starts `seq` from the longest cached prefix of its prompt and indexes its own blocks from now on. */
+  #reusePrefix(seq: Sequence): void {
+    const p = this.#prefix;
+    // Resident KV without a host copy: no host keys to copy from. Longrope: long prompts are one run.
+    if (p === undefined || !this.#hostKv || this.config.rope.type === 'longrope') return;
+    const key = this.#prefixKey(seq.adapter);
+    const hit = p.lookup(key, seq.prompt, seq.promptMask);
+    if (hit !== undefined) {
+      seq.kv.copyPrefix(hit.from, hit.tokens);
+      seq.prefilled = hit.tokens;
+      seq.cachedTokens = hit.tokens;
+      let attended = 0;
+      for (let i = 0; i < hit.tokens; i++) attended += seq.promptMask[i]!;
+      seq.nextPosition = attended;
+    }
+    p.track(seq.kv, key, seq.prompt, seq.promptMask);
+    this.#fitPrefix();
+  }
+
+  /** Evicts retained prefix caches until they and the live sequences' KV fit the budget. */
+  #fitPrefix(): void {
+    if (this.#prefix === undefined) return;
+    let live = 0;
+    for (const s of this.#live) live += s.kv.bytes;
+    this.#prefix.fit(live);
   }
 
   /** A sequence's KV record for `positions` positions to start with. */
@@ -1125,6 +1187,7 @@ export class Engine {
       });
     }
     this.#keep(produced);
+    this.#fitPrefix();
     return result;
   }
 
@@ -1146,6 +1209,7 @@ export class Engine {
       s.kv.append(k, v, (r * C + C - counts[r]!) * width, chunkMasks[r]!);
       s.prefilled += counts[r]!;
       s.nextPosition = nexts[r]!;
+      this.#prefix?.extend(s.kv, this.#prefixKey(s.adapter));
       // NOTE: `ready` is a getter; it changed with `prefilled` above.
       if (!s.ready) return undefined;
       return picks !== undefined ? picks[r]! : logits.subarray(r * V, (r + 1) * V);
@@ -1285,6 +1349,7 @@ export class Engine {
     const produced: Outputs = new Map();
     const out = await this.#surviving(seqs, undefined, produced, () => this.#mixedBatch(d.seqs, d.tokens, p.seqs, p.seqs.map((s) => this.chunkOf(s, maxChunk)), produced, pick));
     this.#keep(produced);
+    this.#fitPrefix();
     return out;
   }
 
@@ -1318,9 +1383,12 @@ export class Engine {
       s.nextPosition = nexts[r]!;
       if (r < nd) {
         if (!this.#hostKv) this.#historyOf(s).push(tokens[r]!);
+        this.#prefix?.fed(s.kv, tokens[r]!);
+        this.#prefix?.extend(s.kv, this.#prefixKey(s.adapter));
         return value;
       }
       s.prefilled += counts[r - nd]!;
+      this.#prefix?.extend(s.kv, this.#prefixKey(s.adapter));
       // NOTE: `ready` is a getter; it changed with `prefilled` above.
       return s.ready ? value : undefined;
     });
@@ -1347,6 +1415,7 @@ export class Engine {
       });
     }
     this.#keep(produced);
+    this.#fitPrefix();
     return result as Float32Array[] | number[];
   }
 
@@ -1397,6 +1466,8 @@ export class Engine {
         s.kv.append(k, v, r * width, [0]);
         s.nextPosition++;
         if (!this.#hostKv) this.#historyOf(s).push(tokens[r]!);
+        this.#prefix?.fed(s.kv, tokens[r]!);
+        this.#prefix?.extend(s.kv, this.#prefixKey(s.adapter));
       }
       return picks !== undefined ? picks[r]! : logits.subarray(r * V, (r + 1) * V);
     });
