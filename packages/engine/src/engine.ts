@@ -432,6 +432,24 @@ export class Engine {
     return this.#executor.capabilities.scheduling ?? CPU_SCHEDULING;
   }
 
+  /**
+   * Whether prefix caching serves hits (`EngineOptions.prefixCaching`): asked for, and the host holds
+   * the keys and values to copy (not resident KV without `hostKvCopy`), and not a longrope model.
+   */
+  get prefixCaching(): boolean {
+    return this.#prefix !== undefined && this.#hostKv && this.config.rope.type !== 'longrope';
+  }
+
+  /**
+   * Sets the bytes the live sequences' KV and the prefix cache's retained KV may hold together
+   * (`PrefixCachingOptions.kvBudget`), evicting retained caches down to it now. No-op without
+   * prefix caching; a bad value is `ENGINE_BAD_OPTIONS`.
+   */
+  setPrefixKvBudget(bytes: number): void {
+    this.#prefix?.setBudget(bytes);
+    this.#fitPrefix();
+  }
+
   /** Whether sequences' KV lives on the executor (`EngineOptions.residentKv`). */
   get residentKv(): boolean {
     return this.#caches !== undefined;
@@ -900,7 +918,7 @@ export class Engine {
   #reusePrefix(seq: Sequence): void {
     const p = this.#prefix;
     // Resident KV without a host copy: no host keys to copy from. Longrope: long prompts are one run.
-    if (p === undefined || !this.#hostKv || this.config.rope.type === 'longrope') return;
+    if (p === undefined || !this.prefixCaching) return;
     const key = this.#prefixKey(seq.adapter);
     const hit = p.lookup(key, seq.prompt, seq.promptMask);
     if (hit !== undefined) {

@@ -104,11 +104,22 @@ export class PrefixCache {
   constructor(
     /** Tokens per block (the unit of reuse). */
     readonly blockSize: number,
-    /** Bytes the live and retained KV together may hold. */
-    readonly budgetBytes: number,
+    budgetBytes: number,
   ) {
     if (!(Number.isInteger(blockSize) && blockSize >= 1)) throw new EngineError(EngineCode.BAD_OPTIONS, `prefix caching's blockSize must be an integer ≥ 1, got ${String(blockSize)}`);
-    if (!(Number.isFinite(budgetBytes) && budgetBytes >= 0)) throw new EngineError(EngineCode.BAD_OPTIONS, `prefix caching's kvBudget must be a number of bytes ≥ 0, got ${String(budgetBytes)}`);
+    this.#budget = checkBudget(budgetBytes);
+  }
+
+  #budget: number;
+
+  /** Bytes the live and retained KV together may hold. */
+  get budgetBytes(): number {
+    return this.#budget;
+  }
+
+  /** Changes the budget (the caller then calls `fit`). */
+  setBudget(bytes: number): void {
+    this.#budget = checkBudget(bytes);
   }
 
   /** Counters so far. */
@@ -210,7 +221,7 @@ export class PrefixCache {
   /** Evicts retained caches, least recently used first, until `liveBytes` and the retained KV fit the budget. */
   fit(liveBytes: number): void {
     for (const e of this.#retained.values()) {
-      if (liveBytes + this.#retainedBytes <= this.budgetBytes) return;
+      if (liveBytes + this.#retainedBytes <= this.#budget) return;
       this.#forget(e);
       this.#evictions++;
     }
@@ -239,6 +250,11 @@ export class PrefixCache {
     this.#entries.delete(e.kv);
     if (this.#retained.delete(e.kv)) this.#retainedBytes -= e.kv.bytes;
   }
+}
+
+function checkBudget(bytes: number): number {
+  if (!(Number.isFinite(bytes) && bytes >= 0)) throw new EngineError(EngineCode.BAD_OPTIONS, `prefix caching's kvBudget must be a number of bytes ≥ 0, got ${String(bytes)}`);
+  return bytes;
 }
 
 function rootHash(key: string): string {
