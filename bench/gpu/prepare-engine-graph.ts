@@ -56,7 +56,7 @@ const slots = opt('slots', 65);
 const rank = opt('rank', 64);
 const cfg = parseLlamaConfig(JSON.stringify(config), 'config.json');
 const g32 = engineGraph(cfg, form, slots, rank, []);
-// What Engine.load's castProgram does for dtype bf16 (packages/engine/src/engine.ts); f32 programs
+// What Engine.load's castProgram does for dtype bf16 (packages/engine/src/engine-load.ts); f32 programs
 // as built (an oracle on the GPU: no bf16 rounding between two settings of one program).
 const cast = (graph: typeof g32) => dtype === 'f32' ? graph : castEngineGraph(graph, 'bf16', { adapterDtype: 'same', isFactorInput: (n) => n.startsWith('slots.'), maskInputs: new Set(['attention_mask']), dtypeInputs: (n) => n.startsWith('past_'), dtypeOutputs: (n) => n.startsWith('new_') });
 const g = cast(g32);
