@@ -80,7 +80,7 @@ export async function decodeBatch(ctx: BatchContext, seqs: readonly Sequence[], 
       s.kv.append(k, v, r * width, [0]);
       s.nextPosition++;
       if (!store.hostKv) store.historyOf(s).push(tokens[r]!);
-      store.appended(s, tokens[r]!);
+      store.appended(s, tokens[r]);
     }
     return picks !== undefined ? picks[r]! : logits.subarray(r * V, (r + 1) * V);
   });
@@ -151,7 +151,7 @@ export async function mixedBatch(ctx: BatchContext, dseqs: readonly Sequence[], 
     s.nextPosition = nexts[r]!;
     if (r < nd) {
       if (!store.hostKv) store.historyOf(s).push(tokens[r]!);
-      store.appended(s, tokens[r]!);
+      store.appended(s, tokens[r]);
       return value;
     }
     s.prefilled += counts[r - nd]!;

@@ -100,6 +100,7 @@ export class PrefixCache {
   #hits = 0;
   #evictions = 0;
   #clock = 0;
+  #budget: number;
 
   constructor(
     /** Tokens per block (the unit of reuse). */
@@ -109,8 +110,6 @@ export class PrefixCache {
     if (!(Number.isInteger(blockSize) && blockSize >= 1)) throw new EngineError(EngineCode.BAD_OPTIONS, `prefix caching's blockSize must be an integer ≥ 1, got ${String(blockSize)}`);
     this.#budget = checkBudget(budgetBytes);
   }
-
-  #budget: number;
 
   /** Bytes the live and retained KV together may hold. */
   get budgetBytes(): number {
