@@ -187,16 +187,19 @@ export class Engine {
    * it and warms a slot for it (evicting the least recently used idle adapter when all are taken).
    * A refused adapter (`ENGINE_BAD_ADAPTER`, PEFT errors) leaves the engine as it was.
    */
-  async loadAdapter(dir: string, name?: string): Promise<LoraAdapter> {
-    const adapter = await this.#adapters.load(dir, name);
-    this.#seqs.adapterLoaded(adapter);
-    return adapter;
+  loadAdapter(dir: string, name?: string): Promise<LoraAdapter> {
+    // The new version's prefix key is set as the adapter is registered: no request opened while its
+    // slot loads can read blocks of the version it replaces.
+    return this.#adapters.load(dir, name, (a) => {
+      this.#seqs.adapterLoaded(a);
+    });
   }
 
   /** Forgets an adapter: frees (zeroes) its slot, its host copy and its lane. `PEFT_IN_USE` while sequences run on it. */
   unloadAdapter(name: string): boolean {
+    if (!this.#adapters.unload(name)) return false;
     this.#seqs.adapterUnloaded(name);
-    return this.#adapters.unload(name);
+    return true;
   }
 
   /** The plan applied now. */
