@@ -102,6 +102,20 @@ export class SequenceKv {
   }
 
   /**
+   * Shrinks the buffers to the filled positions (a finished sequence's cache kept for reuse: its
+   * doubling slack, up to half the buffers, would count against the KV budget). One copy.
+   */
+  compact(): void {
+    if (this.#capacity <= Math.max(1, this.length)) return;
+    const cap = Math.max(1, this.length);
+    const shrink = (old: Float32Array, per: number): Float32Array => old.slice(0, cap * per);
+    this.#keys = this.#keys.map((k) => shrink(k, this.width));
+    this.#values = this.#values.map((v) => shrink(v, this.width));
+    this.#mask = shrink(this.#mask, 1);
+    this.#capacity = cap;
+  }
+
+  /**
    * Fills this empty cache with the first `n` positions of `src` (keys and values where the host
    * holds them, and the key mask): a prefix cache hit. `ENGINE_BAD_SEQUENCE` when this cache is not
    * empty, `src` holds fewer positions, or the two differ in shape or dtype.

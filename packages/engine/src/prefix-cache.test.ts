@@ -233,6 +233,23 @@ describe('PrefixCache', () => {
     // Padding is part of the key: the same ids with another mask miss.
     expect(c.lookup('k', prompt, [0, ...mask.slice(1)])).toBeUndefined();
   });
+
+  it('retains a finished cache at its filled length, not its grown capacity', () => {
+    const c = new PrefixCache(4, 1 << 20);
+    const kv = new SequenceKv(1, 2, 16);
+    const prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+    c.track(kv, 'k', prompt, prompt.map(() => 1));
+    kv.append([new Float32Array(18)], [new Float32Array(18)], 0, new Array<number>(9).fill(0));
+    c.extend(kv, 'k');
+    expect(kv.capacity).toBe(16);
+    c.retire(kv);
+    expect([kv.capacity, c.retainedBytes]).toEqual([9, (2 * 9 * 2 + 9) * 4]);
+    // Still served after compaction.
+    const into = new SequenceKv(1, 2, 4);
+    const hit = c.lookup('k', prompt, prompt.map(() => 1))!;
+    into.copyPrefix(hit.from, hit.tokens);
+    expect(into.length).toBe(8);
+  });
 });
 
 describe('moduleReachesKv', () => {

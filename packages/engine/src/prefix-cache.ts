@@ -213,6 +213,7 @@ export class PrefixCache {
       return;
     }
     e.live = false;
+    kv.compact();
     this.#use(e);
     this.#retainedBytes += kv.bytes;
   }
