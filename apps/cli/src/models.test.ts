@@ -88,6 +88,22 @@ describe('stageml run: every adapter kind the server takes (fixtures/peft-kinds,
     expect(r.code, r.err).toBe(ExitCode.OK);
     for (const [i, row] of rows.entries()) expect(await diffTo(out, i, `qwen2.${row === '__base__' ? 'base' : row}.prompt0`), row).toBeLessThanOrEqual(1e-4);
   });
+  it('generate runs the engine too: DoRA and trainable tokens (refused by CausalLM) pick PEFT\'s argmax first', async () => {
+    const g = await SafetensorsFile.open(`${kinds}golden.safetensors`);
+    try {
+      for (const kind of ['dora', 'tokens']) {
+        const r = await run(['generate', '--model', `${kinds}qwen2`, '--adapter', `${kinds}qwen2/adapters/${kind}`, '--ids', ids.join(','), '--max-new-tokens', '1', '--ignore-eos', '--json']);
+        expect(r.code, r.err).toBe(ExitCode.OK);
+        const want = (await g.readTensor(`qwen2.${kind}.prompt0`)).data;
+        const V = want.length / ids.length;
+        let best = 0;
+        for (let v = 1; v < V; v++) if (want[(ids.length - 1) * V + v]! > want[(ids.length - 1) * V + best]!) best = v;
+        expect((JSON.parse(r.out) as { new_ids: number[] }).new_ids, kind).toEqual([best]);
+      }
+    } finally {
+      await g.close();
+    }
+  });
   it('expert LoRA (Qwen3-MoE target_parameters) within 1e-4; the router adapter is refused naming it', async () => {
     const out = join(tmp, 'kind-experts.safetensors');
     const r = await run(['run', '--model', `${kinds}qwen3_moe`, '--adapter', `${kinds}qwen3_moe/adapters/experts`, '--ids', ids.join(','), '--out', out]);

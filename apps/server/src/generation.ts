@@ -1,6 +1,7 @@
 import { randomInt } from 'node:crypto';
 import type { FastifyReply } from 'fastify';
-import { type CausalLM, IncrementalDetokenizer, type PickInfo, type SamplingOptions, type TokenConstraint } from '@stageml/models';
+import type { Engine } from '@stageml/engine';
+import { IncrementalDetokenizer, type PickInfo, type SamplingOptions, type TokenConstraint } from '@stageml/models';
 import type { GenerationResult, Route, Scheduler } from '@stageml/router';
 import type { ServerMetrics } from './metrics.js';
 import { ServerCode, ServerError } from './errors.js';
@@ -48,8 +49,8 @@ export interface Limits {
  */
 export const GREEDY_BELOW_TEMPERATURE = 1e-5;
 
-/** The model surface the server needs (a `CausalLM`, or an engine exposing the same names). */
-export type ServedModel = Pick<CausalLM, 'tokenizer' | 'config' | 'adapterNames'>;
+/** The model surface the server needs of its engine. */
+export type ServedModel = Pick<Engine, 'tokenizer' | 'config' | 'adapterNames'>;
 
 /**
  * Sampling options from OpenAI fields: temperature 0 means greedy; with no `seed`, a random one

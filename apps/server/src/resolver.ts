@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { PeftCode, PeftError } from '@stageml/peft';
 import { RouterCode, RouterError } from '@stageml/router';
 
-/** What the resolver needs of the model: load and unload adapters by name (`CausalLM` has these). */
+/** What the resolver needs of the model: load and unload adapters by name (the `Engine` has these). */
 export interface AdapterHost {
   readonly adapterNames: readonly string[];
   loadAdapter(dir: string, name: string): Promise<unknown>;
@@ -70,7 +70,7 @@ export class AdapterResolver {
   #loads = 0;
   #evictions = 0;
 
-  /** A resolver over `host` (a `CausalLM`). */
+  /** A resolver over `host` (the server's `Engine`). */
   constructor(host: AdapterHost, opts: AdapterResolverOptions) {
     if (!Number.isSafeInteger(opts.capacity) || opts.capacity < 1) throw new RouterError(RouterCode.BAD_CONFIG, `the adapter capacity must be a positive integer, got ${String(opts.capacity)}`);
     if (opts.roots.length === 0) throw new RouterError(RouterCode.BAD_CONFIG, 'on-demand adapter loading needs at least one adapter root');

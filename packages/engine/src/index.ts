@@ -7,6 +7,7 @@
  *   once; LoRA adapters are data in slot tables (run-time inputs) managed by an `AdapterCache`;
  *   per-sequence KV caches resident and appended in place; chunked prefill with last-position
  *   logits; its own accounting of executor-held bytes.
+ * - `generateWithEngine`: `generate` of @stageml/models (greedy or sampled continuation) on an engine.
  * - `slotLinear` / `slotExperts`: the BGMV slot projection and the slot-indexed MoE expert LoRA the
  *   program is built from.
  * - `SequenceKv` / `Staging` / `DecodeStaging`: the resident KV layout, the reusable multi-row
@@ -15,6 +16,7 @@
 export { EngineCode, EngineError } from './errors.js';
 export type { EngineErrorCode } from './errors.js';
 export { Engine } from './engine.js';
+export { generateWithEngine } from './generate.js';
 export { checkDeviceMemory, planDeviceMemory } from './device-plan.js';
 export type { DeviceMemoryPlan, DeviceMemoryRequest } from './device-plan.js';
 /** How `Engine.decodeSample` draws one row's token (of @stageml/runtime). */

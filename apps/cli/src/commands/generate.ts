@@ -1,9 +1,10 @@
 import type { Command } from 'commander';
-import { type SamplingOptions, generate } from '@stageml/models';
+import { generateWithEngine } from '@stageml/engine';
+import type { SamplingOptions } from '@stageml/models';
 import { parseIds, parseNonNegativeInt, parseNumber, parsePositiveInt } from '../args.js';
 import { CliCode, CliError } from '../errors.js';
 import type { CliIo } from '../io.js';
-import { loadModelWithAdapters } from './run.js';
+import { loadEngineWithAdapters } from './run.js';
 
 interface GenerateCliOptions {
   model: string;
@@ -22,7 +23,11 @@ interface GenerateCliOptions {
   json?: boolean;
 }
 
-/** `stageml generate`: continue a prompt (text or ids) with a model and optional adapter. */
+/**
+ * `stageml generate`: continue a prompt (text or ids) with a model and optional adapter. It runs the
+ * serving engine (`generateWithEngine`: one prefill run, then a decode step per token), so it takes
+ * every adapter kind `stageml run` and `stageml serve` take.
+ */
 export function registerGenerate(program: Command, io: CliIo): void {
   program
     .command('generate')
@@ -39,34 +44,38 @@ export function registerGenerate(program: Command, io: CliIo): void {
     .option('--seed <s>', 'sampling seed', parseNonNegativeInt)
     .option('--pad-token-id <id>', 'mask prompt tokens equal to this id (as HF generate with pad_token_id)', parseNonNegativeInt)
     .option('--ignore-eos', 'do not stop at the end-of-sequence token')
-    .option('--executor <name>', 'executor: auto, onnxruntime, tfjs-wasm, tfjs-cpu, interpreter (default: interpreter, exact)')
+    .option('--executor <name>', 'executor: auto, onnxruntime, cpu-native, torch, tfjs-wasm, tfjs-cpu, interpreter (default: interpreter, exact)')
     .option('--json', 'print {"new_ids": [...], "text": "..."}')
     .action(async (opts: GenerateCliOptions) => {
       if ((opts.prompt === undefined) === (opts.ids === undefined)) throw new CliError(CliCode.USAGE, 'give exactly one of --prompt or --ids');
       const sampled = opts.temperature !== undefined || opts.topP !== undefined || opts.topK !== undefined || opts.seed !== undefined;
       if (opts.greedy === true && sampled) throw new CliError(CliCode.USAGE, '--greedy cannot be combined with sampling flags');
-      const { lm, single } = await loadModelWithAdapters(opts, io);
-      let ids = opts.ids;
-      if (ids === undefined) {
-        if (lm.tokenizer === undefined) throw new CliError(CliCode.USAGE, `${opts.model} has no tokenizer.json: use --ids`);
-        ids = lm.tokenizer.encode(opts.prompt!);
+      const { engine, single } = await loadEngineWithAdapters(opts, io);
+      try {
+        let ids = opts.ids;
+        if (ids === undefined) {
+          if (engine.tokenizer === undefined) throw new CliError(CliCode.USAGE, `${opts.model} has no tokenizer.json: use --ids`);
+          ids = engine.tokenizer.encode(opts.prompt!);
+        }
+        const sampling: SamplingOptions = sampled
+          ? {
+              ...(opts.temperature === undefined ? {} : { temperature: opts.temperature }),
+              ...(opts.topP === undefined ? {} : { topP: opts.topP }),
+              ...(opts.topK === undefined ? {} : { topK: opts.topK }),
+              ...(opts.seed === undefined ? {} : { seed: opts.seed }),
+            }
+          : { greedy: true };
+        const result = await generateWithEngine(engine, ids, {
+          adapter: single,
+          maxNewTokens: opts.maxNewTokens,
+          sampling,
+          padTokenId: opts.padTokenId,
+          ...(opts.ignoreEos === true ? { stopTokens: [] } : {}),
+        });
+        if (opts.json === true) io.out(JSON.stringify({ new_ids: result.newIds, text: result.text ?? null, finish_reason: result.finishReason }));
+        else io.out(result.text ?? result.newIds.join(','));
+      } finally {
+        engine.dispose();
       }
-      const sampling: SamplingOptions = sampled
-        ? {
-            ...(opts.temperature === undefined ? {} : { temperature: opts.temperature }),
-            ...(opts.topP === undefined ? {} : { topP: opts.topP }),
-            ...(opts.topK === undefined ? {} : { topK: opts.topK }),
-            ...(opts.seed === undefined ? {} : { seed: opts.seed }),
-          }
-        : { greedy: true };
-      const result = await generate(lm, ids, {
-        adapter: single,
-        maxNewTokens: opts.maxNewTokens,
-        sampling,
-        padTokenId: opts.padTokenId,
-        ...(opts.ignoreEos === true ? { stopTokens: [] } : {}),
-      });
-      if (opts.json === true) io.out(JSON.stringify({ new_ids: result.newIds, text: result.text ?? null, finish_reason: result.finishReason }));
-      else io.out(result.text ?? result.newIds.join(','));
     });
 }

@@ -2,7 +2,6 @@ import { basename, join } from 'node:path';
 import { readFile, readdir } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { Engine } from '@stageml/engine';
-import { CausalLM } from '@stageml/models';
 import { parseLoraConfig } from '@stageml/peft';
 import { writeSafetensors } from '@stageml/safetensors';
 import { parseIds, parseNames } from '../args.js';
@@ -23,15 +22,28 @@ interface RunOptions {
   json?: boolean;
 }
 
-/** Loads a model and the adapters named by `--adapter DIR` or `--adapters DIR` (one per subdirectory). */
-export async function loadModelWithAdapters(opts: { model: string; adapter?: string | undefined; adapters?: string | undefined; executor?: string | undefined }, io?: CliIo): Promise<{ lm: CausalLM; single: string | undefined }> {
+/**
+ * Loads a model into a serving engine sized for the adapters named by `--adapter DIR` (one, applied
+ * to every row: `single` is its name) or `--adapters DIR` (one per subdirectory, by its name) and
+ * loads them; the engine's slots are as many as the adapters and as wide as their highest rank.
+ */
+export async function loadEngineWithAdapters(opts: { model: string; adapter?: string | undefined; adapters?: string | undefined; executor?: string | undefined }, io: CliIo): Promise<{ engine: Engine; single: string | undefined }> {
+  const named: [string | undefined, string][] = opts.adapter !== undefined ? [[undefined, opts.adapter]] : opts.adapters !== undefined ? (await adapterDirs(opts.adapters)).map((n) => [n, join(opts.adapters!, n)]) : [];
+  const ranks = (await Promise.all(named.map(([, d]) => adapterRank(d)))).filter((r): r is number => r !== undefined);
   const shape = opts.executor === 'auto' ? await probeShapeOf(opts.model, { maxBatch: 1 }) : undefined;
   const executor = await resolveExecutor(opts.executor, { shape });
-  const lm = io === undefined ? await CausalLM.load(opts.model, { executor }) : await inPhase(io, `loading ${opts.model}`, () => CausalLM.load(opts.model, { executor }));
-  let single: string | undefined;
-  if (opts.adapter !== undefined) single = (await lm.loadAdapter(opts.adapter)).name;
-  if (opts.adapters !== undefined) for (const name of await adapterDirs(opts.adapters)) await lm.loadAdapter(join(opts.adapters, name), name);
-  return { lm, single };
+  const engine = await inPhase(io, `loading ${opts.model}`, () => Engine.load(opts.model, { executor, maxLoras: Math.max(1, named.length), maxLoraRank: Math.max(1, ...ranks) }));
+  try {
+    let single: string | undefined;
+    for (const [name, dir] of named) {
+      const loaded = await engine.loadAdapter(dir, name);
+      if (name === undefined) single = loaded.name;
+    }
+    return { engine, single };
+  } catch (e) {
+    engine.dispose();
+    throw e;
+  }
 }
 
 /** The subdirectories of `dir`, sorted: the adapters of `--adapters`. */
@@ -75,17 +87,8 @@ export function registerRun(program: Command, io: CliIo): void {
     .action(async (opts: RunOptions) => {
       if (opts.mixed !== undefined && opts.adapters === undefined) throw new CliError(CliCode.USAGE, '--mixed needs --adapters DIR');
       if (opts.mixed !== undefined && opts.adapter !== undefined) throw new CliError(CliCode.USAGE, 'use either --adapter or --mixed, not both');
-      const named: [string | undefined, string][] = opts.adapter !== undefined ? [[undefined, opts.adapter]] : opts.adapters !== undefined ? (await adapterDirs(opts.adapters)).map((n) => [n, join(opts.adapters!, n)]) : [];
-      const ranks = (await Promise.all(named.map(([, d]) => adapterRank(d)))).filter((r): r is number => r !== undefined);
-      const shape = opts.executor === 'auto' ? await probeShapeOf(opts.model, { maxBatch: 1 }) : undefined;
-      const executor = await resolveExecutor(opts.executor, { shape });
-      const engine = await inPhase(io, `loading ${opts.model}`, () => Engine.load(opts.model, { executor, maxLoras: Math.max(1, named.length), maxLoraRank: Math.max(1, ...ranks) }));
+      const { engine, single } = await loadEngineWithAdapters(opts, io);
       try {
-        let single: string | undefined;
-        for (const [name, dir] of named) {
-          const loaded = await engine.loadAdapter(dir, name);
-          if (name === undefined) single = loaded.name;
-        }
         const rows = (opts.mixed ?? [single ?? '__base__']).map((r) => (r === '__base__' ? undefined : r));
         const V = engine.config.vocabSize;
         const T = opts.ids.length;
