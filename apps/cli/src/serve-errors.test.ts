@@ -54,7 +54,6 @@ describe('CLI failures are coded (issue 19)', () => {
     noStack(picks.err);
     // vLLM flags we do not implement are refused naming what we have, before anything loads.
     for (const [flags, says] of [
-      [['--enable-prefix-caching'], 'prefix caching is not implemented yet'],
       [['--quantization', 'awq'], '--quantize'],
       [['--max-num-seqs', '4', '--max-batch', '8'], 'same setting'],
       [['--enable-auto-tool-choice'], '--tool-call-parser'],

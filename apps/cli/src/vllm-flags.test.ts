@@ -12,9 +12,11 @@ afterAll(() => {
 });
 
 describe('vllmServeOptions', () => {
-  it('refuses prefix caching and vLLM quantization methods naming what we have; accepts --no-enable-prefix-caching', async () => {
-    await expect(vllmServeOptions({ enablePrefixCaching: true }, {})).rejects.toMatchObject({ code: 'CLI_USAGE', message: expect.stringMatching(/--enable-prefix-caching: prefix caching is not implemented yet/) });
-    expect((await vllmServeOptions({ enablePrefixCaching: false }, {})).notes).toEqual([]);
+  it('turns prefix caching on by default and off with --no-enable-prefix-caching; refuses vLLM quantization methods naming what we have', async () => {
+    expect((await vllmServeOptions({}, {})).prefixCaching).toBe(true);
+    expect((await vllmServeOptions({ enablePrefixCaching: true }, {})).prefixCaching).toBe(true);
+    const off = await vllmServeOptions({ enablePrefixCaching: false }, {});
+    expect([off.prefixCaching, off.notes]).toEqual([false, []]);
     await expect(vllmServeOptions({ quantization: 'awq' }, {})).rejects.toThrow(/--quantization awq.*--quantize/);
   });
 

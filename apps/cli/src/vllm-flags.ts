@@ -16,6 +16,8 @@ export interface VllmServeFlags {
 
 /** What the vLLM flags become in our server's options. */
 export interface VllmServeOptions {
+  /** Automatic prefix caching (`--enable-prefix-caching`, vLLM's default; off with `--no-enable-prefix-caching`). */
+  readonly prefixCaching: boolean;
   readonly chatTemplate?: string;
   readonly generationDefaults?: Readonly<Record<string, number>>;
   readonly enableAutoToolChoice?: boolean;
@@ -70,13 +72,13 @@ async function generationDefaults(dir: string): Promise<Record<string, number> |
  * `--gpu-memory-utilization` are handled by `serve` itself). `--generation-config auto` (vLLM's default: `stageml serve` reads the model's
  * `generation_config.json` unless `vllm`, or a directory holding one) gives request defaults.
  * `--chat-template` is a file or a template's text. `--enable-auto-tool-choice` needs
- * `--tool-call-parser` (hermes, llama3_json, mistral). Refused with `CLI_USAGE` naming our
- * equivalent: `--enable-prefix-caching` (not implemented yet), `--quantization` (vLLM's quantized
- * checkpoint formats; our weight-only quantization is `--quantize`).
+ * `--tool-call-parser` (hermes, llama3_json, mistral). `--enable-prefix-caching` is the default;
+ * `--no-enable-prefix-caching` turns prefix caching off. Refused with `CLI_USAGE` naming our
+ * equivalent: `--quantization` (vLLM's quantized checkpoint formats; our weight-only
+ * quantization is `--quantize`).
  */
 export async function vllmServeOptions(flags: VllmServeFlags, ours: { readonly modelDir?: string | undefined }): Promise<VllmServeOptions> {
   const notes: string[] = [];
-  if (flags.enablePrefixCaching === true) usage('--enable-prefix-caching: prefix caching is not implemented yet (start without it, or with --no-enable-prefix-caching)');
   if (flags.quantization !== undefined && flags.quantization !== 'none') usage(`--quantization ${flags.quantization}: vLLM's quantized checkpoint formats are not read; our weight-only quantization of a float checkpoint is --quantize (int8, int4, …)`);
   const parsers = ['hermes', 'llama3_json', 'mistral'] as const;
   if (flags.toolCallParser !== undefined && !(parsers as readonly string[]).includes(flags.toolCallParser)) usage(`--tool-call-parser must be one of ${parsers.join(', ')}, got '${flags.toolCallParser}'`);
@@ -93,6 +95,7 @@ export async function vllmServeOptions(flags: VllmServeFlags, ours: { readonly m
   const defaults = from === undefined ? undefined : await generationDefaults(from);
   if (defaults !== undefined) notes.push(`request defaults from ${join(from!, 'generation_config.json')}: ${JSON.stringify(defaults)} (--generation-config vllm to ignore them)`);
   return {
+    prefixCaching: flags.enablePrefixCaching ?? true,
     ...(chatTemplate === undefined ? {} : { chatTemplate }),
     ...(defaults === undefined ? {} : { generationDefaults: defaults }),
     ...(flags.enableAutoToolChoice === true ? { enableAutoToolChoice: true, toolCallParser: flags.toolCallParser as (typeof parsers)[number] } : {}),

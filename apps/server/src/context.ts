@@ -79,6 +79,7 @@ async function loadEngine(opts: ServerOptions, modelDir: string, bundle: Serving
     ...(opts.quantize === undefined ? {} : { quantize: opts.quantize }),
     ...(opts.packBase === undefined ? {} : { packBase: opts.packBase }),
     ...(opts.hostKvCopy === undefined ? {} : { hostKvCopy: opts.hostKvCopy }),
+    prefixCaching: opts.prefixCaching ?? true,
     ...(opts.executorPicks === undefined ? {} : { executorPicks: opts.executorPicks }),
     ...(opts.dtype === undefined ? {} : { dtype: opts.dtype }),
     ...(opts.adapterDtype === undefined ? {} : { adapterDtype: opts.adapterDtype }),
@@ -156,6 +157,9 @@ function newResolver(lm: Engine, opts: ServerOptions, scheduler: Scheduler, metr
  * modules of the applied plan, and the engine's counters.
  */
 function registerEngineGauges(lm: Engine, opts: ServerOptions, metrics: ServerMetrics, maxModelLen: number): void {
+  // The KV the server may hold: every batch row at the full length — the live sequences' and the
+  // prefix cache's retained caches together.
+  lm.setPrefixKvBudget((opts.maxBatch ?? lm.scheduling.maxBatch) * maxModelLen * lm.kvBytesPerToken);
   if (opts.kvCacheUsage === undefined) {
     // vllm:kv_cache_usage_perc from the engine: KV bytes held by live sequences ÷ the KV the server may hold (every batch row at the full length).
     // Resident KV is counted where it lives (the executor, at the engine's dtype): the host may hold no copy.
@@ -168,7 +172,7 @@ function registerEngineGauges(lm: Engine, opts: ServerOptions, metrics: ServerMe
   }
   new client.Gauge({
     name: 'stageml_engine_bytes',
-    help: 'Executor-held bytes by kind (weights at their dtype\'s size, slots reserved, slot_factors resident in slots, kv on the host, executor_kv resident on the executor, staging, lanes), as the engine accounts them.',
+    help: 'Executor-held bytes by kind (weights at their dtype\'s size, slots reserved, slot_factors resident in slots, kv on the host, prefix_kv retained by the prefix cache, executor_kv resident on the executor, staging, lanes), as the engine accounts them.',
     labelNames: ['kind'],
     registers: [metrics.registry],
     collect() {
@@ -176,6 +180,7 @@ function registerEngineGauges(lm: Engine, opts: ServerOptions, metrics: ServerMe
       for (const kind of ['weights', 'slots', 'kv', 'staging', 'lanes'] as const) this.set({ kind }, m[kind]);
       this.set({ kind: 'slot_factors' }, m.slotFactors);
       this.set({ kind: 'executor_kv' }, m.executorKv);
+      this.set({ kind: 'prefix_kv' }, m.prefixKv);
     },
   });
   new client.Gauge({
@@ -258,6 +263,7 @@ export async function createServerContext(opts: ServerOptions): Promise<ServerCo
     const { residualInputs, ...spec } = report.specialize;
     log(`program ${JSON.stringify({ ...report, specialize: { ...spec, residualInputs: residualInputs.length } })}`);
   }
+  if ((opts.prefixCaching ?? true) && !lm.prefixCaching) log(`prefix caching: off — the ${lm.executorName} executor holds the only copy of each sequence's KV (give --host-kv-copy to reuse prefixes)${lm.config.rope.type === 'longrope' ? ', or the model is longrope (long prompts prefill in one run)' : ''}`);
   const modelName = opts.modelName ?? (modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   await loadStartAdapters(lm, opts, bundle);
   const aliases = new Set((opts.modelAliases ?? []).filter((a) => a !== modelName));

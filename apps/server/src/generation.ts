@@ -106,6 +106,8 @@ export interface Outcome {
   readonly ids: number[];
   readonly finishReason: 'stop' | 'length';
   readonly promptTokens: number;
+  /** Prompt tokens the prefix cache served (`usage.prompt_tokens_details.cached_tokens`). */
+  readonly cachedTokens: number;
   /** Per generated token, its log-probability and the top ones (when logprobs were asked for). */
   readonly picks: PickInfo[];
   /** Sum of the generated tokens' log-probabilities (with `picks`). */
@@ -190,7 +192,7 @@ export function stopIdsOf(f: GenerationFields, eos: readonly number[]): number[]
  * request that produced tokens, stop-string endings included.
  */
 export async function runGeneration(
-  ctx: { lm: ServedModel; scheduler: Scheduler; metrics: ServerMetrics; limits: Limits; modelName: string },
+  ctx: { lm: ServedModel; scheduler: Scheduler; metrics: ServerMetrics; limits: Limits; modelName: string; /** Whether the engine's prefix cache is on (the `vllm:prefix_cache_*` counters move). */ prefixCaching?: boolean },
   route: Route,
   prompt: readonly number[],
   f: GenerationFields,
@@ -305,5 +307,10 @@ export async function runGeneration(
   const queueMs = (result as { queueTimeMs?: unknown } | undefined)?.queueTimeMs;
   ctx.metrics.queueTime.observe(labels, (typeof queueMs === 'number' ? queueMs : (firstAt ?? end) - submitted) / 1000);
   if (result !== undefined) ctx.metrics.paths.inc({ path: result.path });
-  return { text: sent, ids, finishReason, promptTokens: prompt.length, picks, cumulativeLogprob: picks.reduce((a, p) => a + p.logprob, 0) };
+  const cachedTokens = result?.cachedTokens ?? 0;
+  if (ctx.prefixCaching === true) {
+    ctx.metrics.prefixCacheQueries.inc(labels, prompt.length);
+    ctx.metrics.prefixCacheHits.inc(labels, cachedTokens);
+  }
+  return { text: sent, ids, finishReason, promptTokens: prompt.length, cachedTokens, picks, cumulativeLogprob: picks.reduce((a, p) => a + p.logprob, 0) };
 }

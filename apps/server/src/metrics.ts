@@ -9,6 +9,10 @@ export class ServerMetrics {
   readonly generationTokens: client.Counter<'model_name'>;
   readonly success: client.Counter<'model_name' | 'finished_reason'>;
   readonly paths: client.Counter<'path'>;
+  /** Prompt tokens looked up in the prefix cache (vLLM's `vllm:prefix_cache_queries`). */
+  readonly prefixCacheQueries: client.Counter<'model_name'>;
+  /** Of those, tokens whose KV the cache served (vLLM's `vllm:prefix_cache_hits`). */
+  readonly prefixCacheHits: client.Counter<'model_name'>;
   readonly latency: client.Histogram<'model_name'>;
   readonly ttft: client.Histogram<'model_name'>;
   /** `vllm:inter_token_latency_seconds`: time between consecutive tokens of a request. */
@@ -73,6 +77,8 @@ export class ServerMetrics {
     this.promptTokens = new client.Counter({ name: 'vllm:prompt_tokens_total', help: 'Number of prefill tokens processed.', labelNames: ['model_name'], registers });
     this.generationTokens = new client.Counter({ name: 'vllm:generation_tokens_total', help: 'Number of generation tokens processed.', labelNames: ['model_name'], registers });
     this.success = new client.Counter({ name: 'vllm:request_success_total', help: 'Count of successfully processed requests.', labelNames: ['model_name', 'finished_reason'], registers });
+    this.prefixCacheQueries = new client.Counter({ name: 'vllm:prefix_cache_queries', help: 'Prefix cache queries, in terms of number of queried tokens.', labelNames: ['model_name'], registers });
+    this.prefixCacheHits = new client.Counter({ name: 'vllm:prefix_cache_hits', help: 'Prefix cache hits, in terms of number of cached tokens.', labelNames: ['model_name'], registers });
     this.paths = new client.Counter({ name: 'stageml_requests_path_total', help: 'Requests by execution path (staged plan or fallback).', labelNames: ['path'], registers });
     const buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
     this.latency = new client.Histogram({ name: 'vllm:e2e_request_latency_seconds', help: 'End-to-end request latency in seconds.', labelNames: ['model_name'], buckets, registers });

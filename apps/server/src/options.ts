@@ -38,6 +38,11 @@ export interface ServerOptions {
   readonly packBase?: boolean;
   /** With KV resident on the executor, keep a host copy of it as well (`stageml serve --host-kv-copy`; `EngineOptions.hostKvCopy`). */
   readonly hostKvCopy?: boolean;
+  /**
+   * Automatic prefix caching (`stageml serve --enable-prefix-caching`, default true;
+   * `EngineOptions.prefixCaching`), within a KV budget of `maxBatch` × `maxModelLen` positions.
+   */
+  readonly prefixCaching?: boolean;
   /** Where sampled tokens are drawn (`stageml serve --executor-picks`; `EngineOptions.executorPicks`; default: the executor's `devicePicks`). */
   readonly executorPicks?: boolean;
   /** Compute dtype of the engine's programs (`stageml serve --dtype`; default f32). */

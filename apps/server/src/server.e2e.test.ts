@@ -35,7 +35,7 @@ describe('reference server (open access)', () => {
         const r = await post(base, '/v1/completions', greedy(model, p));
         expect(r.status).toBe(200);
         expect(r.json.choices[0].token_ids, `${model} prompt${String(p)}`).toEqual(prompt(model, p).greedy_new_ids);
-        expect(r.json.usage).toEqual({ prompt_tokens: prompt(model, p).input_ids.length, completion_tokens: 12, total_tokens: prompt(model, p).input_ids.length + 12 });
+        expect(r.json.usage).toEqual({ prompt_tokens: prompt(model, p).input_ids.length, completion_tokens: 12, total_tokens: prompt(model, p).input_ids.length + 12, prompt_tokens_details: { cached_tokens: expect.any(Number) } });
       }
     }
   });

@@ -186,8 +186,8 @@ export class AdapterSlots {
     return adapter;
   }
 
-  /** `Engine.loadAdapter`: reads, validates, registers and warms a slot for the adapter in `dir`. */
-  async load(dir: string, name?: string): Promise<LoraAdapter> {
+  /** `Engine.loadAdapter`: reads, validates, registers and warms a slot for the adapter in `dir`; `registered` is called as it is registered (before any await after). */
+  async load(dir: string, name?: string, registered?: (adapter: LoraAdapter) => void): Promise<LoraAdapter> {
     // Every tensor's header is checked against the model before its data is read or allocated.
     const adapter = this.#validate(await loadLoraAdapter(dir, { ...(name === undefined ? {} : { name }), shapeOf: (p) => this.#baseShapeOf(p), maxElements: this.#largestParam(), kinds: { dora: true, trainableTokens: true } }));
     // DoRA's column norms and the scaled LoRA biases: computed once here, written with the slot.
@@ -201,6 +201,7 @@ export class AdapterSlots {
     if (lane !== undefined) this.lanes.set(adapter.name, lane);
     this.#outs.set(adapter.name, outs);
     this.#registered.set(adapter.name, dir);
+    registered?.(adapter);
     this.#shapesOf.set(adapter.name, shapeOnly(adapter));
     this.plans.adaptersChanged();
     this.#fresh.set(adapter.name, adapter);

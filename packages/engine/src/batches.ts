@@ -75,14 +75,17 @@ export async function decodeBatch(ctx: BatchContext, seqs: readonly Sequence[], 
   const picks = pick === 'greedy' ? argmaxRows(out['logits']!) : typeof pick === 'object' ? pickRows(out['logits']!, pick) : undefined;
   const logits = out['logits']!.data as Float32Array;
   const V = config.vocabSize;
-  return seqs.map((s, r) => {
+  const result = seqs.map((s, r) => {
     if (!s.released) {
       s.kv.append(k, v, r * width, [0]);
       s.nextPosition++;
       if (!store.hostKv) store.historyOf(s).push(tokens[r]!);
+      store.appended(s, tokens[r]);
     }
     return picks !== undefined ? picks[r]! : logits.subarray(r * V, (r + 1) * V);
   });
+  store.fitPrefix();
+  return result;
 }
 
 /**
@@ -103,15 +106,18 @@ export async function prefillBatch(ctx: BatchContext, seqs: readonly Sequence[],
   const V = config.vocabSize;
   const logits = out['logits']!.data as Float32Array;
   const picks = typeof pick === 'object' ? pickRows(out['logits']!, pick) : undefined;
-  return seqs.map((s, r) => {
+  const result = seqs.map((s, r) => {
     if (s.released) return undefined;
     s.kv.append(k, v, (r * C + C - counts[r]!) * width, chunkMasks[r]!);
     s.prefilled += counts[r]!;
     s.nextPosition = nexts[r]!;
+    store.appended(s);
     // NOTE: `ready` is a getter; it changed with `prefilled` above.
     if (!s.ready) return undefined;
     return picks !== undefined ? picks[r]! : logits.subarray(r * V, (r + 1) * V);
   });
+  store.fitPrefix();
+  return result;
 }
 
 /**
@@ -138,17 +144,21 @@ export async function mixedBatch(ctx: BatchContext, dseqs: readonly Sequence[], 
   const logits = out['logits']!.data as Float32Array;
   const picks = typeof pick === 'object' ? pickRows(out['logits']!, pick) : undefined;
   const nd = dseqs.length;
-  return seqs.map((s, r) => {
+  const result = seqs.map((s, r) => {
     const value = picks !== undefined ? picks[r]! : logits.subarray(r * V, (r + 1) * V);
     if (s.released) return r < nd ? value : undefined;
     s.kv.append(k, v, (r * C + C - chunks[r]!.ids.length) * width, chunkMasks[r]!);
     s.nextPosition = nexts[r]!;
     if (r < nd) {
       if (!store.hostKv) store.historyOf(s).push(tokens[r]!);
+      store.appended(s, tokens[r]);
       return value;
     }
     s.prefilled += counts[r - nd]!;
+    store.appended(s);
     // NOTE: `ready` is a getter; it changed with `prefilled` above.
     return s.ready ? value : undefined;
   });
+  store.fitPrefix();
+  return result;
 }

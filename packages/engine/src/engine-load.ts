@@ -1,4 +1,5 @@
 import { type Graph, type HostTensor, StageError, dtypeBytes, errorMessage, exactIn, graphParams, roundFloat32InPlace, rounderFor } from '@stageml/ir';
+import { type PrefixCache, prefixCacheOf } from './prefix-cache.js';
 import { type LlamaConfig, type TextTokenizer, loadTokenizer, readLlamaConfig, readParam } from '@stageml/models';
 import { type CacheStore, type Executor, type FileTensorRef, type PreparedGraph, type TorchDeviceTensors, interpreterExecutor, quantizeLinears } from '@stageml/runtime';
 import { type Checkpoint, openCheckpoint } from '@stageml/safetensors';
@@ -55,6 +56,8 @@ export interface EngineParts {
   readonly executorPicks: boolean;
   readonly mergeWaste: number;
   readonly staging: StagedPrograms;
+  /** The prefix cache (`EngineOptions.prefixCaching`), or undefined where it is off. */
+  readonly prefix: PrefixCache | undefined;
 }
 
 /** A loaded model: its config, its tokenizer (when the directory has one) and the engine's parts. */
@@ -281,7 +284,7 @@ export async function loadEngine(dir: string, opts: EngineOptions): Promise<Load
     }
     return out;
   } : undefined;
-  const parts: EngineParts = { executor, programs, ...(outPrograms === undefined ? {} : { outPrograms }), tables, shapes: read.shapes, weightBytes, deviceWeightBytes: read.deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras: s.maxCpuLoras, prefillChunk: s.prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget: s.memoryBudget, replanEvery: s.replanEvery, fixedPlan: s.fixedPlan, dtype, adapterDtype: s.adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executor.capabilities.devicePicks === true, mergeWaste: s.mergeWaste, staging };
+  const parts: EngineParts = { executor, programs, ...(outPrograms === undefined ? {} : { outPrograms }), tables, shapes: read.shapes, weightBytes, deviceWeightBytes: read.deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras: s.maxCpuLoras, prefillChunk: s.prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget: s.memoryBudget, replanEvery: s.replanEvery, fixedPlan: s.fixedPlan, dtype, adapterDtype: s.adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executor.capabilities.devicePicks === true, mergeWaste: s.mergeWaste, staging, prefix: prefixCacheOf(opts.prefixCaching) };
   return { config, tokenizer: await loadTokenizer(dir), parts };
 }
 

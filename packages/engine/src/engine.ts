@@ -68,9 +68,9 @@ export class Engine {
     this.#deviceWeightBytes = parts.deviceWeightBytes;
     this.#prefillChunk = parts.prefillChunk;
     this.#reports = new Map(parts.staging.staged.map((st) => [st.report.form, st.report]));
-    this.#seqs = new SequenceStore(config, parts.dtype, parts.caches, parts.hostKvCopy);
-    this.#runner = new ProgramRunner({ ...parts, hostKv: this.#seqs.hostKv, kvOutputs: this.#seqs.kvOutputs }, config);
     this.#plans = new PlanState(parts.memoryBudget, parts.fixedPlan, parts.replanEvery);
+    this.#seqs = new SequenceStore(config, parts.dtype, parts.caches, parts.hostKvCopy, parts.prefix, this.#plans);
+    this.#runner = new ProgramRunner({ ...parts, hostKv: this.#seqs.hostKv, kvOutputs: this.#seqs.kvOutputs }, config);
     this.#adapters = new AdapterSlots(dir, config, parts, this.#plans, () => this.#runner.outTables());
     this.#steps = new StepRunner(config, this.#runner, this.#seqs, this.#adapters, parts.prefillChunk, parts.mergeWaste);
     this.#scorer = new PromptScorer(config, this.#runner, parts.tables, parts.staging.foldSources, this.#reports, parts.dtype, parts.adapterDtype, parts.allWeightInputs);
@@ -139,6 +139,24 @@ export class Engine {
     return this.#runner.executor.capabilities.scheduling ?? CPU_SCHEDULING;
   }
 
+  /**
+   * Whether prefix caching serves hits (`EngineOptions.prefixCaching`): asked for, the host holds the
+   * keys and values to copy (not resident KV without `hostKvCopy`), and not a longrope model.
+   */
+  get prefixCaching(): boolean {
+    return this.#seqs.prefixActive;
+  }
+
+  /**
+   * Sets the bytes live sequences' KV and the prefix cache's retained KV may hold together
+   * (`PrefixCachingOptions.kvBudget`), evicting down to it now. No-op without prefix caching; a bad
+   * value is `ENGINE_BAD_OPTIONS`.
+   */
+  setPrefixKvBudget(bytes: number): void {
+    this.#seqs.prefix?.setBudget(bytes);
+    this.#seqs.fitPrefix();
+  }
+
   /** Whether sequences' KV lives on the executor (`EngineOptions.residentKv`). */
   get residentKv(): boolean {
     return this.#seqs.caches !== undefined;
@@ -146,17 +164,17 @@ export class Engine {
 
   /** Executor-held bytes by kind. */
   memory(): EngineMemory {
-    const { kv, executorKv, staging } = this.#seqs.memory();
+    const { kv, executorKv, staging, prefixKv } = this.#seqs.memory();
     const lanes = this.#adapters.laneBytes;
     const onDevice = this.#deviceWeightBytes + (this.#tables.onDevice ? this.#tables.bytes : 0) + executorKv;
-    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, executorKv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + executorKv + staging + lanes, onDevice };
+    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, prefixKv, executorKv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + prefixKv + executorKv + staging + lanes, onDevice };
   }
 
   /** Counters. */
   stats(): EngineStats {
     const r = this.#runner;
     const st = this.#steps;
-    return { preparations: r.preparations, runs: r.runs, runsByForm: { ...r.runsByForm }, outTableRuns: r.outRuns, residentAdapters: this.#adapters.resident, sequences: this.#seqs.live.size, freeSlots: this.#tables.freeSlots, cacheRebuilds: st.rebuilds, workerRetries: st.workerRetries, steps: st.steps, mergedSteps: st.mergedSteps, executor: this.#seqs.caches?.stats?.() ?? {} };
+    return { preparations: r.preparations, runs: r.runs, runsByForm: { ...r.runsByForm }, outTableRuns: r.outRuns, residentAdapters: this.#adapters.resident, sequences: this.#seqs.live.size, freeSlots: this.#tables.freeSlots, cacheRebuilds: st.rebuilds, workerRetries: st.workerRetries, steps: st.steps, mergedSteps: st.mergedSteps, executor: this.#seqs.caches?.stats?.() ?? {}, ...(this.#seqs.prefix === undefined ? {} : { prefixCache: this.#seqs.prefix.stats() }) };
   }
 
   /** Whether the base slot and every free slot hold only zeros (an unloaded adapter leaves nothing behind). */
@@ -170,12 +188,18 @@ export class Engine {
    * A refused adapter (`ENGINE_BAD_ADAPTER`, PEFT errors) leaves the engine as it was.
    */
   loadAdapter(dir: string, name?: string): Promise<LoraAdapter> {
-    return this.#adapters.load(dir, name);
+    // The new version's prefix key is set as the adapter is registered: no request opened while its
+    // slot loads can read blocks of the version it replaces.
+    return this.#adapters.load(dir, name, (a) => {
+      this.#seqs.adapterLoaded(a);
+    });
   }
 
   /** Forgets an adapter: frees (zeroes) its slot, its host copy and its lane. `PEFT_IN_USE` while sequences run on it. */
   unloadAdapter(name: string): boolean {
-    return this.#adapters.unload(name);
+    if (!this.#adapters.unload(name)) return false;
+    this.#seqs.adapterUnloaded(name);
+    return true;
   }
 
   /** The plan applied now. */
@@ -190,15 +214,19 @@ export class Engine {
 
   /**
    * Starts a sequence: validates the prompt (`MODEL_BAD_TOKEN`) and adapter (`MODEL_BAD_ADAPTER`
-   * when not loaded); `mask` marks padding (0) per prompt token. Attach it before running it.
+   * when not loaded); `mask` marks padding (0) per prompt token. Attach it before running it. With
+   * prefix caching (and `reuse`, default true) it starts from the longest cached prefix of its
+   * prompt: `prefilled` and `cachedTokens` count the positions copied.
    */
-  open(adapter: string | null | undefined, prompt: readonly number[], mask?: readonly number[]): Sequence {
+  open(adapter: string | null | undefined, prompt: readonly number[], mask?: readonly number[], reuse = true): Sequence {
     const name = adapter === null || adapter === undefined || adapter === BASE ? undefined : adapter;
     if (name !== undefined && !this.#adapters.has(name)) {
       throw new ModelError(ModelCode.BAD_ADAPTER, `adapter '${name}' is not loaded (loaded: ${this.adapterNames.join(', ') || 'none'})`);
     }
     const seq = this.#seqs.open(name, prompt, mask);
     if (name !== undefined) this.#plans.record(name, prompt.length);
+    // Prompt scoring (`promptLogitChunks`) runs its own program over the whole prompt: no reuse.
+    if (reuse) this.#seqs.reusePrefix(seq);
     return seq;
   }
 
@@ -237,7 +265,7 @@ export class Engine {
     this.#runner.checkLive();
     this.#scorer.check();
     const chunk = positiveInt('chunk', opts.chunk ?? 4 * this.#prefillChunk, 1);
-    const seq = this.open(adapter, prompt, mask);
+    const seq = this.open(adapter, prompt, mask, false);
     try {
       const lane = this.#adapters.laneOf(seq);
       if (!(await this.attach(seq))) throw new PeftError(PeftCode.CACHE_FULL, 'every adapter slot is held by running adapters; retry when a request finishes');
@@ -255,6 +283,7 @@ export class Engine {
     if (this.#runner.disposed) return;
     this.#runner.disposed = true;
     for (const s of [...this.#seqs.live]) this.release(s);
+    this.#seqs.prefix?.clear();
     this.#runner.dispose();
     this.#scorer.dispose();
   }

@@ -28,11 +28,13 @@ export type { ProgramReport, StagedProgram, StagedPrograms } from './stage-progr
 export { ENGINE_ADAPTER_DTYPES, ENGINE_DTYPES, castEngineGraph, lowestOf } from './dtype.js';
 export type { CastEngineOptions, EngineAdapterDType, EngineDType } from './dtype.js';
 export { windowKeys, windowedQueries } from './masks.js';
-export type { EngineMemory, EngineOptions, EnginePlan, EngineStats, PrefillOptions, StepDecode, StepPart, StepPrefill, StepRecord, StepResult } from './options.js';
+export type { EngineMemory, EngineOptions, EnginePlan, EngineStats, PrefixCachingOptions, PrefillOptions, StepDecode, StepPart, StepPrefill, StepRecord, StepResult } from './options.js';
 export { GROUP_SLOT_INPUT, ROW_GROUP_INPUT, ROW_SLOT_INPUT, TOKEN_SLOT_INPUT, chooseSlotForm, slotExperts, slotInputNames, slotLinear } from './slot-linear.js';
 export type { SlotForm, SlotModule } from './slot-linear.js';
 export { SlotTables } from './slots.js';
 export type { ExpertSlotFactors } from './slots.js';
 export { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
+export { DEFAULT_PREFIX_KV_BUDGET, PrefixCache, adapterReachesKv, moduleReachesKv, prefixCacheOf } from './prefix-cache.js';
+export type { PrefixCacheStats, PrefixHit } from './prefix-cache.js';
 export { writeRandomAdapter, writeRandomLlama } from './random-checkpoint.js';
 export type { RandomAdapterSpec } from './random-checkpoint.js';

@@ -102,6 +102,39 @@ export class SequenceKv {
   }
 
   /**
+   * Shrinks the buffers to the filled positions (a finished sequence's cache kept for reuse: its
+   * doubling slack, up to half the buffers, would count against the KV budget). One copy.
+   */
+  compact(): void {
+    if (this.#capacity <= Math.max(1, this.length)) return;
+    const cap = Math.max(1, this.length);
+    const shrink = (old: Float32Array, per: number): Float32Array => old.slice(0, cap * per);
+    this.#keys = this.#keys.map((k) => shrink(k, this.width));
+    this.#values = this.#values.map((v) => shrink(v, this.width));
+    this.#mask = shrink(this.#mask, 1);
+    this.#capacity = cap;
+  }
+
+  /**
+   * Fills this empty cache with the first `n` positions of `src` (keys and values where the host
+   * holds them, and the key mask): a prefix cache hit. `ENGINE_BAD_SEQUENCE` when this cache is not
+   * empty, `src` holds fewer positions, or the two differ in shape or dtype.
+   */
+  copyPrefix(src: SequenceKv, n: number): void {
+    if (this.length !== 0 || src.length < n || src.width !== this.width || src.layers !== this.layers || src.dtype !== this.dtype || (this.holdsKv && !src.holdsKv)) {
+      throw new EngineError(EngineCode.BAD_SEQUENCE, `cannot copy ${String(n)} cached positions of a ${String(src.length)}-position cache into one of ${String(this.length)}`);
+    }
+    this.#reserve(n);
+    const floats = n * this.width;
+    for (let l = 0; l < this.#keys.length; l++) {
+      this.#keys[l]!.set(src.#keys[l]!.subarray(0, floats));
+      this.#values[l]!.set(src.#values[l]!.subarray(0, floats));
+    }
+    this.#mask.set(src.#mask.subarray(0, n));
+    this.length = n;
+  }
+
+  /**
    * Appends `count` positions: per layer, `newK[l]`/`newV[l]` from float `offset` (count × width
    * floats each; not read where the host holds no KV), and their key mask. Layers are written
    * first, then `length` moves, so a failed step leaves the cache as it was.

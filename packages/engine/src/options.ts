@@ -1,3 +1,4 @@
+import type { PrefixCacheStats } from './prefix-cache.js';
 import type { Executor, QuantizeLinearsOptions, RowSample, WeightQuantSpec } from '@stageml/runtime';
 import type { Sequence } from './sequence.js';
 import type { Plan } from '@stageml/planner';
@@ -131,6 +132,20 @@ export interface EngineOptions {
    */
   readonly hostKvCopy?: boolean;
   /**
+   * Automatic prefix caching (vLLM's `--enable-prefix-caching`): sequences' KV is indexed by
+   * chained hashes of `blockSize`-token blocks under a key of everything else it depends on (the
+   * compute dtype, and an adapter with its load version and its plan merges when the adapter
+   * reaches some layer's K/V; one that reaches none shares the base model's blocks), and kept
+   * after release within `kvBudget` bytes (live and retained KV together, least recently used
+   * retained caches evicted first). A new sequence whose prompt starts with indexed blocks copies
+   * those positions instead of prefilling them (never its last prompt token, whose logits are
+   * needed): `Sequence.cachedTokens`, `EngineStats.prefixCache`. `true`: the defaults (blocks of
+   * 16, a 1 GiB budget). Default off. With resident KV it needs `hostKvCopy` or an executor whose
+   * caches copy (`CacheStore.copy`, the torch worker); a longrope model (whose long prompts are one
+   * run) takes no hits.
+   */
+  readonly prefixCaching?: boolean | PrefixCachingOptions;
+  /**
    * Where `decodeSample` draws each row's token: `true` on the executor (`RunOptions.sample`: one
    * id per row comes back instead of the vocabulary's logits), `false` on the host from the
    * logits, with the same arithmetic and so the same tokens. Default: the executor's
@@ -171,6 +186,14 @@ export interface EnginePlan {
   readonly applied: number;
 }
 
+/** `EngineOptions.prefixCaching` in detail. */
+export interface PrefixCachingOptions {
+  /** Tokens per block, the unit of reuse (default 16). */
+  readonly blockSize?: number;
+  /** Bytes the live sequences' KV and the retained caches may hold together (default 1 GiB). */
+  readonly kvBudget?: number;
+}
+
 /** Bytes the engine holds for the executor, by kind (its own accounting). */
 export interface EngineMemory {
   /** Base weights: every copy the engine and its programs hold (one; two with `packBase`; one per program with f32 `weights: 'program'`), at the compute dtype's size (2 bytes an element in bf16/f16). */
@@ -184,6 +207,8 @@ export interface EngineMemory {
   readonly slotFactors: number;
   /** KV buffers of live sequences on the host (capacity, not just the filled part). */
   readonly kv: number;
+  /** KV of finished sequences the prefix cache retains for reuse (host buffers, capacity). */
+  readonly prefixKv: number;
   /** KV the executor holds for live sequences (resident KV: keys and values at the compute dtype's size, the f32 key mask; filled positions). */
   readonly executorKv: number;
   /** Reusable staging buffers of multi-row steps. */
@@ -275,6 +300,8 @@ export interface EngineStats {
    * where the executor keeps none.
    */
   readonly executor: Readonly<Record<string, number>>;
+  /** The prefix cache's counters (`EngineOptions.prefixCaching`); absent where it is off. */
+  readonly prefixCache?: PrefixCacheStats;
 }
 
 /**

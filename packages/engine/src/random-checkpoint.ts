@@ -54,6 +54,8 @@ export interface RandomAdapterSpec {
   readonly alpha?: number;
   /** Targeted projections (default all seven). */
   readonly targets?: readonly LlamaProjection[];
+  /** Layers whose projections are adapted (default all). */
+  readonly layers?: readonly number[];
   /** Add a `modules_to_save` whole-tensor override of `lm_head` (a row-invariant adapter). */
   readonly overrideLmHead?: boolean;
   /** Seed of the factors. */
@@ -78,6 +80,7 @@ export async function writeRandomAdapter(dir: string, shape: LlamaShape, spec: R
   };
   const tensors: Record<string, HostTensor> = {};
   for (let l = 0; l < shape.numLayers; l++) {
+    if (spec.layers !== undefined && !spec.layers.includes(l)) continue;
     for (const t of targets) {
       const group = ['q_proj', 'k_proj', 'v_proj', 'o_proj'].includes(t) ? 'self_attn' : 'mlp';
       const key = `base_model.model.model.layers.${String(l)}.${group}.${t}`;

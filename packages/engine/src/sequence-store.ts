@@ -4,6 +4,9 @@ import type { CacheRun, CacheStore, CacheStream } from '@stageml/runtime';
 import type { EngineDType } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
+import type { LoraAdapter } from '@stageml/peft';
+import type { PlanState } from './plan-state.js';
+import { type PrefixCache, adapterReachesKv } from './prefix-cache.js';
 import { Sequence } from './sequence.js';
 import { ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_SLOT_INPUT, TOKEN_SLOT_INPUT } from './slot-linear.js';
 import { stagePast } from './steps.js';
@@ -35,6 +38,9 @@ export class SequenceStore {
   readonly kvOutputs: readonly string[];
   /** Per sequence, the tokens its decode steps appended (after its prefilled prompt): what a rebuild prefills again. */
   readonly history = new WeakMap<Sequence, number[]>();
+  /** Per loaded adapter, its part of prefix cache keys: '' where it reaches no K/V (it shares the base's blocks), else its name and load version. */
+  readonly #prefixKeys = new Map<string, string>();
+  #adapterLoads = 0;
 
   constructor(
     readonly config: LlamaConfig,
@@ -43,6 +49,10 @@ export class SequenceStore {
     /** The executor's caches when sequences' KV lives there (`EngineOptions.residentKv`). */
     readonly caches: CacheStore | undefined,
     hostKvCopy: boolean,
+    /** The automatic prefix cache (`EngineOptions.prefixCaching`), or undefined where it is off. */
+    readonly prefix: PrefixCache | undefined,
+    /** The applied plan (an adapter's merged modules are part of its prefix key). */
+    readonly plans: PlanState,
   ) {
     this.hostKv = caches === undefined || hostKvCopy;
     const streams: CacheStream[] = [];
@@ -86,6 +96,78 @@ export class SequenceStore {
     if (seq.cache !== undefined) this.caches?.release([seq.cache]);
     seq.lease?.release();
     seq.lease = undefined;
+    this.prefix?.retire(seq.kv);
+    this.fitPrefix();
+  }
+
+  /**
+   * Whether prefix caching serves hits: asked for, the host holds the keys and values to copy (not
+   * resident KV without `hostKvCopy`), and not a longrope model (whose long prompts are one run).
+   */
+  get prefixActive(): boolean {
+    return this.prefix !== undefined && this.hostKv && this.config.rope.type !== 'longrope';
+  }
+
+  /** A loaded (or reloaded) adapter: a new version of its prefix key; blocks of an earlier version are dropped. */
+  adapterLoaded(adapter: LoraAdapter): void {
+    this.adapterUnloaded(adapter.name);
+    this.#prefixKeys.set(adapter.name, adapterReachesKv(adapter, this.config.numLayers) ? `${adapter.name}#${String(++this.#adapterLoads)}` : '');
+  }
+
+  /** An unloaded adapter: its blocks are dropped (never reused, even by a reload of the same files). */
+  adapterUnloaded(name: string): void {
+    const key = this.#prefixKeys.get(name);
+    this.#prefixKeys.delete(name);
+    if (key !== undefined && key !== '') this.prefix?.drop((k) => k.startsWith(`${this.dtype}|${key}|`));
+  }
+
+  /**
+   * The prefix cache's key of a sequence on `adapter`: the compute dtype, and for an adapter that
+   * reaches some layer's K/V its name, load version and the modules the plan merged for it (a
+   * merged copy computes the same keys in another order). The base weights never change under a
+   * plan here (merges are copies in lanes), so base rows and adapters that reach no K/V share one
+   * key. Undefined for an adapter whose key is not settled yet (being loaded): nothing is cached.
+   */
+  prefixKey(adapter: string | undefined): string | undefined {
+    const part = adapter === undefined ? '' : this.#prefixKeys.get(adapter);
+    if (part === undefined) return undefined;
+    const merged = part === '' ? '' : [...(this.plans.merged(adapter!) ?? [])].sort().join(',');
+    return `${this.dtype}|${part}|${merged}`;
+  }
+
+  /** Prefix caching: starts `seq` from the longest cached prefix of its prompt and indexes its own blocks from now on. */
+  reusePrefix(seq: Sequence): void {
+    const p = this.prefix;
+    const key = this.prefixKey(seq.adapter);
+    if (p === undefined || !this.prefixActive || key === undefined) return;
+    const hit = p.lookup(key, seq.prompt, seq.promptMask);
+    if (hit !== undefined) {
+      seq.kv.copyPrefix(hit.from, hit.tokens);
+      seq.prefilled = hit.tokens;
+      seq.cachedTokens = hit.tokens;
+      let attended = 0;
+      for (let i = 0; i < hit.tokens; i++) attended += seq.promptMask[i]!;
+      seq.nextPosition = attended;
+    }
+    p.track(seq.kv, key, seq.prompt, seq.promptMask);
+    this.fitPrefix();
+  }
+
+  /** After a run appended positions to `s` (`token`: the one a decode row was fed): indexes its newly full blocks. */
+  appended(s: Sequence, token?: number): void {
+    const p = this.prefix;
+    if (p === undefined) return;
+    if (token !== undefined) p.fed(s.kv, token);
+    // An adapter unloaded under a running sequence has no key: its KV is no longer indexed.
+    p.extend(s.kv, this.prefixKey(s.adapter) ?? '\0unloaded');
+  }
+
+  /** Evicts retained prefix caches until they and the live sequences' KV fit the budget. */
+  fitPrefix(): void {
+    if (this.prefix === undefined) return;
+    let live = 0;
+    for (const s of this.live) live += s.kv.bytes;
+    this.prefix.fit(live);
   }
 
   /** A sequence's KV record for `positions` positions to start with. */
@@ -151,7 +233,7 @@ export class SequenceStore {
   }
 
   /** Bytes of the live sequences' KV: on the host, on the executor, and of the staging buffers. */
-  memory(): { readonly kv: number; readonly executorKv: number; readonly staging: number } {
+  memory(): { readonly kv: number; readonly executorKv: number; readonly staging: number; readonly prefixKv: number } {
     let kv = 0;
     let executorKv = 0;
     const perPosition = 2 * this.config.numLayers * this.kvShape[0] * this.kvShape[1] * dtypeBytes(this.dtype) + 4;
@@ -159,6 +241,6 @@ export class SequenceStore {
       kv += s.kv.bytes;
       if (s.cache !== undefined) executorKv += s.kv.length * perPosition;
     }
-    return { kv, executorKv, staging: this.staging.bytes + this.decodeStaging.bytes };
+    return { kv, executorKv, staging: this.staging.bytes + this.decodeStaging.bytes, prefixKv: this.prefix?.retainedBytes ?? 0 };
   }
 }

@@ -26,6 +26,8 @@ export class Sequence {
   /** Whether the sequence was released. */
   released = false;
   lease: CacheLease<SlotEntry> | undefined;
+  /** Prompt tokens whose keys and values came from the prefix cache instead of a prefill (`EngineOptions.prefixCaching`). */
+  cachedTokens = 0;
   /** The executor's cache holding this sequence's KV (`Executor.caches`), when the engine keeps KV there. */
   cache: number | undefined;
 

@@ -30,6 +30,8 @@ export interface GenerationResult {
   readonly newIds: number[];
   readonly finishReason: 'stop' | 'length';
   readonly promptTokens: number;
+  /** Prompt tokens whose keys and values the engine's prefix cache served (`Sequence.cachedTokens`; 0 without prefix caching). */
+  readonly cachedTokens: number;
   /** Path the request's tokens took: its adapter's compiled (staged) plan, or the fallback path. */
   readonly path: 'staged' | 'fallback';
   /** Milliseconds from submission to the first token, and to the end. */
@@ -394,6 +396,7 @@ export class Scheduler {
       newIds: seq.newIds,
       finishReason: finish,
       promptTokens: seq.req.prompt.length,
+      cachedTokens: seq.es?.cachedTokens ?? 0,
       path: seq.path,
       timeToFirstTokenMs: seq.firstTokenAt - seq.submitted,
       latencyMs: performance.now() - seq.submitted,

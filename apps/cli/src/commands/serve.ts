@@ -182,6 +182,7 @@ export function registerServe(program: Command, io: CliIo): void {
         ...(quantize === undefined ? {} : { quantize }),
         ...(opts.packBase === true ? { packBase: true } : {}),
         ...(opts.hostKvCopy === true ? { hostKvCopy: true } : {}),
+        prefixCaching: vllm.prefixCaching,
         ...(typeof opts.executorPicks === 'boolean' ? { executorPicks: opts.executorPicks } : {}),
         ...(config === undefined ? {} : { config }),
         ...(maxBatch === undefined ? {} : { maxBatch }),

@@ -178,18 +178,28 @@ interface Answer {
   readonly promptLogprobs: readonly (readonly (PromptLogprobEntry | null)[])[] | undefined;
   run(pi: number, j: number, onDelta?: RunOptions['onDelta']): Promise<Outcome>;
   logprobsOf(picks: readonly (PickInfo | null)[], ids: readonly number[], offset0: number): unknown;
-  usage(outs: readonly Outcome[]): { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+  usage(outs: readonly Outcome[]): Usage;
+}
+
+/** OpenAI's `usage`, with the prompt tokens the prefix cache served. */
+interface Usage {
+  readonly prompt_tokens: number;
+  readonly completion_tokens: number;
+  readonly total_tokens: number;
+  readonly prompt_tokens_details: { readonly cached_tokens: number };
 }
 
 async function answerOf(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply, p: Routed, tokenText: (t: number) => string): Promise<Answer> {
   const { prompts, topLogprobs, echo, chat } = p;
   const tok = ctx.lm.tokenizer;
-  const gen = { lm: ctx.lm, scheduler: ctx.scheduler, metrics: ctx.metrics, limits: ctx.limits, modelName: ctx.modelName };
+  const gen = { lm: ctx.lm, scheduler: ctx.scheduler, metrics: ctx.metrics, limits: ctx.limits, modelName: ctx.modelName, prefixCaching: ctx.lm.prefixCaching };
   const fields: GenerationFields = p.body;
   const promptPicks = echo && topLogprobs !== undefined ? await Promise.all(prompts.map((q) => promptLogprobs(ctx, q, p.route.adapter, topLogprobs))) : prompts.map(() => []);
   const k = p.body.prompt_logprobs;
   const vllmPrompt = k == null ? undefined : (await Promise.all(prompts.map((q) => promptLogprobs(ctx, q, p.route.adapter, k)))).map((picks) => vllmPromptLogprobs(picks, tokenText));
   const gone = clientGone(req, reply);
+  // Per prompt, the most prompt tokens any of its sequences took from the prefix cache.
+  const cached = prompts.map(() => 0);
   const siblings = new AbortController();
   return {
     id: `${chat ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`,
@@ -206,6 +216,9 @@ async function answerOf(ctx: ServerContext, req: FastifyRequest, reply: FastifyR
         ...(onDelta === undefined ? {} : { onDelta }),
         ...(p.constraint === undefined ? {} : { constraint: p.constraint }),
         signal: AbortSignal.any([gone, siblings.signal]),
+      }).then((out) => {
+        cached[pi] = Math.max(cached[pi]!, out.cachedTokens);
+        return out;
       }).catch((e: unknown) => {
         siblings.abort();
         throw e;
@@ -214,7 +227,7 @@ async function answerOf(ctx: ServerContext, req: FastifyRequest, reply: FastifyR
     usage: (outs) => {
       const promptTokens = prompts.reduce((a, q) => a + q.length, 0);
       const completionTokens = outs.reduce((a, o) => a + o.ids.length, 0);
-      return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+      return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens, prompt_tokens_details: { cached_tokens: cached.reduce((x, y) => x + y, 0) } };
     },
   };
 }
