@@ -183,6 +183,27 @@ export function stopIdsOf(f: GenerationFields, eos: readonly number[]): number[]
   return [...new Set([...(f.ignore_eos === true ? [] : eos), ...(f.stop_token_ids ?? [])])];
 }
 
+/** Records a finished generation's token counts, ending, latencies and prefix-cache counters. */
+function recordGeneration(
+  ctx: { metrics: ServerMetrics; prefixCaching?: boolean },
+  labels: { model_name: string },
+  g: { prompt: number; generated: number; cached: number; finishReason: string; submitted: number; firstAt: number | undefined; result: GenerationResult | undefined },
+): void {
+  const end = performance.now();
+  ctx.metrics.promptTokens.inc(labels, g.prompt);
+  ctx.metrics.generationTokens.inc(labels, g.generated);
+  ctx.metrics.success.inc({ ...labels, finished_reason: g.finishReason });
+  ctx.metrics.latency.observe(labels, (end - g.submitted) / 1000);
+  if (g.firstAt !== undefined) ctx.metrics.ttft.observe(labels, (g.firstAt - g.submitted) / 1000);
+  const queueMs = (g.result as { queueTimeMs?: unknown } | undefined)?.queueTimeMs;
+  ctx.metrics.queueTime.observe(labels, (typeof queueMs === 'number' ? queueMs : (g.firstAt ?? end) - g.submitted) / 1000);
+  if (g.result !== undefined) ctx.metrics.paths.inc({ path: g.result.path });
+  if (ctx.prefixCaching === true) {
+    ctx.metrics.prefixCacheQueries.inc(labels, g.prompt);
+    ctx.metrics.prefixCacheHits.inc(labels, g.cached);
+  }
+}
+
 /**
  * Runs one generation through the scheduler. Text comes from an incremental detokenizer (UTF-8
  * safe: incomplete sequences are held back), so streamed deltas and the non-streamed text are the
@@ -298,19 +319,7 @@ export async function runGeneration(
     release(detok?.text ?? '', true);
   } else release(sent, true);
   const finishReason = stoppedBy !== undefined ? 'stop' : result!.finishReason;
-  const end = performance.now();
-  ctx.metrics.promptTokens.inc(labels, prompt.length);
-  ctx.metrics.generationTokens.inc(labels, ids.length);
-  ctx.metrics.success.inc({ ...labels, finished_reason: finishReason });
-  ctx.metrics.latency.observe(labels, (end - submitted) / 1000);
-  if (firstAt !== undefined) ctx.metrics.ttft.observe(labels, (firstAt - submitted) / 1000);
-  const queueMs = (result as { queueTimeMs?: unknown } | undefined)?.queueTimeMs;
-  ctx.metrics.queueTime.observe(labels, (typeof queueMs === 'number' ? queueMs : (firstAt ?? end) - submitted) / 1000);
-  if (result !== undefined) ctx.metrics.paths.inc({ path: result.path });
   const cachedTokens = result?.cachedTokens ?? 0;
-  if (ctx.prefixCaching === true) {
-    ctx.metrics.prefixCacheQueries.inc(labels, prompt.length);
-    ctx.metrics.prefixCacheHits.inc(labels, cachedTokens);
-  }
+  recordGeneration(ctx, labels, { prompt: prompt.length, generated: ids.length, cached: cachedTokens, finishReason, submitted, firstAt, result });
   return { text: sent, ids, finishReason, promptTokens: prompt.length, cachedTokens, picks, cumulativeLogprob: picks.reduce((a, p) => a + p.logprob, 0) };
 }
