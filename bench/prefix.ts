@@ -21,6 +21,7 @@ import type { LlamaShape } from '@stageml/models';
 import { createCpuNativeExecutor } from '@stageml/runtime';
 import { createServer } from '@stageml/server';
 import { type BenchCase, writeResults } from './lib/harness.js';
+import { streamEvents } from './lib/sse.js';
 
 const DIR = 'bench/tmp/prefix';
 const SHAPE: LlamaShape & { maxPositions: number } = { vocabSize: 49152, hiddenSize: 576, intermediateSize: 1536, numLayers: 30, numHeads: 9, numKvHeads: 3, headDim: 64, tieWordEmbeddings: true, rmsNormEps: 1e-5, maxPositions: 2048 };
@@ -70,24 +71,6 @@ async function complete(base: string, model: string, prompt: readonly number[], 
     cached = j.usage?.prompt_tokens_details?.cached_tokens ?? cached;
   });
   return { ids, ttftMs: first! - start, cached };
-}
-
-/** Calls `on` with each `data:` payload of a server-sent event stream as it arrives. */
-async function streamEvents(r: Response, on: (data: string) => void): Promise<void> {
-  const reader = r.body!.getReader();
-  const dec = new TextDecoder();
-  let buf = '';
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let i: number;
-    while ((i = buf.indexOf('\n\n')) >= 0) {
-      const ev = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      if (ev.startsWith('data: ') && ev !== 'data: [DONE]') on(ev.slice(6));
-    }
-  }
 }
 
 const median = (xs: readonly number[]): number => {

@@ -16,6 +16,7 @@ import { createCpuNativeExecutor } from '@stageml/runtime';
 import { createServer } from '@stageml/server';
 import { type BenchCase, writeResults } from './lib/harness.js';
 import { bandwidthNote, bestBandwidth, probeBandwidth, rooflineMs, stepBytes, totalBytes } from './lib/roofline.js';
+import { streamEvents } from './lib/sse.js';
 
 const DIR = 'bench/tmp/serving';
 const SHAPE: LlamaShape & { maxPositions: number } = { vocabSize: 49152, hiddenSize: 576, intermediateSize: 1536, numLayers: 30, numHeads: 9, numKvHeads: 3, headDim: 64, tieWordEmbeddings: true, rmsNormEps: 1e-5, maxPositions: 2048 };
@@ -70,23 +71,11 @@ async function stream(model: string, prompt: readonly number[], maxTokens: numbe
   const r = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream: true, return_token_ids: true }) });
   if (r.status !== 200) throw new Error(`status ${String(r.status)}: ${await r.text()}`);
   const times: number[] = [];
-  const reader = r.body!.getReader();
-  const dec = new TextDecoder();
-  let buf = '';
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let i: number;
-    while ((i = buf.indexOf('\n\n')) >= 0) {
-      const ev = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
-      const j = JSON.parse(ev.slice(6)) as { choices?: { token_ids?: number[] }[]; error?: { message: string } };
-      if (j.error !== undefined) throw new Error(j.error.message);
-      for (const _ of j.choices?.[0]?.token_ids ?? []) times.push(performance.now());
-    }
-  }
+  await streamEvents(r, (data) => {
+    const j = JSON.parse(data) as { choices?: { token_ids?: number[] }[]; error?: { message: string } };
+    if (j.error !== undefined) throw new Error(j.error.message);
+    for (const _ of j.choices?.[0]?.token_ids ?? []) times.push(performance.now());
+  });
   if (times.length !== maxTokens) throw new Error(`${model}: ${String(times.length)} of ${String(maxTokens)} tokens`);
   return { start, times };
 }
