@@ -156,13 +156,18 @@ export class ProgramRunner {
   outTables(): Promise<Partial<Record<ProgramForm, PreparedGraph>>> {
     if (this.#prepareOuts === undefined) return Promise.resolve(this.programs);
     if (this.#outPrograms === undefined) {
-      const made = this.#prepareOuts().catch((e: unknown) => {
-        this.#outPrograms = undefined;
-        if (e instanceof StageError) throw e;
-        throw new EngineError(EngineCode.RUN_FAILED, `preparing the programs with the DoRA/bias output tables failed: ${errorMessage(e)}`, { cause: e });
-      });
+      const made = this.#prepareOuts().then(
+        (out) => {
+          this.preparations += Object.keys(out).length;
+          return out;
+        },
+        (e: unknown) => {
+          this.#outPrograms = undefined;
+          if (e instanceof StageError) throw e;
+          throw new EngineError(EngineCode.RUN_FAILED, `preparing the programs with the DoRA/bias output tables failed: ${errorMessage(e)}`, { cause: e });
+        },
+      );
       this.#outPrograms = made;
-      this.preparations += Object.keys(this.programs).filter((f) => f !== 'base').length;
     }
     return this.#outPrograms;
   }
