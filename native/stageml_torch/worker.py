@@ -222,6 +222,11 @@ def bucket(n):
 
 
 STAGE_STEP = 64
+# How far past the positions a run needs a re-staged batch reaches for its rows' expected lengths
+# (`reserve`): twice the need, or the need plus this many, whichever is more. Each growth of the
+# batch copies every row and costs the decode step's CUDA graph a new capture (~100 ms on an H100
+# for a 1B model), while a position staged ahead costs the graphed step only its masked attention.
+RESERVE_AHEAD = 512
 # Positions past the capacity in a staged key or value buffer: where a decode step at the capacity
 # (a CUDA graph's) writes its key before the attention reads the buffer (ops.append_in_place).
 TAIL = 1
@@ -255,7 +260,13 @@ class Worker:
         # Counters of the cache batch, reported with every run (the host's `CacheStore.stats`).
         # runBusyUs: wall time spent on run requests, from the frame read to its reply written (the
         # step rate the worker alone sustains is runs / runBusyUs; the rest of the wall is the host's).
-        self.counts = {"restages": 0, "joins": 0, "gathers": 0, "dummyRows": 0, "runs": 0, "runBusyUs": 0}
+        # Its parts (microseconds, summed over runs): stageUs (resident inputs and the cache batch
+        # before the program runs), launchUs (the program's run or graph replay: queued on a GPU),
+        # pickUs (argmax/sample and the cache commit), replyUs (the reply frame: on a GPU the wait
+        # for the step's kernels). waitUs: time between a reply written and the next run's frame
+        # read (the host's part of the step, where the device idles unless it is still busy).
+        self.counts = {"restages": 0, "joins": 0, "gathers": 0, "dummyRows": 0, "runs": 0, "runBusyUs": 0,
+                       "stageUs": 0, "launchUs": 0, "pickUs": 0, "replyUs": 0, "waitUs": 0}
 
     def handle(self, header, tensors):
         op = header.get("op")
@@ -289,11 +300,13 @@ class Worker:
             for name in omit:
                 if name not in outputs or name in (header.get("argmax") or []) or name in sample:
                     raise errors.WorkerError(errors.BAD_VALUE, "omit names '%s', which is not an output of @%s or is also in argmax or sample" % (name, prog.name))
+            t_stage = time.perf_counter()
             tensors = self._resident(header, tensors, prog)
             spec = header.get("caches")
             # NOTE: no CUDA graphs for a tensor-parallel step (its collectives are not captured).
             graphed = bool(spec) and self.tp_world == 1 and self.graphs.wanted(prog, spec)
             commit, unpermute = self._caches(prog, spec, tensors, at_capacity=graphed) if spec else (None, None)
+            t_launch = time.perf_counter()
             with torch.no_grad():
                 try:
                     if graphed:
@@ -319,6 +332,7 @@ class Worker:
                     # or failed: the commit below writes each row's own at its own length.
                     if spec and self.staged is not None:
                         self.staged.reset_tails()
+                t_pick = time.perf_counter()
                 for name in header.get("argmax") or []:
                     # Only the index of each row's maximum crosses to the host (a greedy pick).
                     # Before the commit: a run that fails here leaves the caches as they were.
@@ -334,6 +348,10 @@ class Worker:
                 for name in omit:
                     # Left on the device (the caches above took what they append): never copied out.
                     out.pop(name, None)
+            t_end = time.perf_counter()
+            self.counts["stageUs"] += int((t_launch - t_stage) * 1e6)
+            self.counts["launchUs"] += int((t_pick - t_launch) * 1e6)
+            self.counts["pickUs"] += int((t_end - t_pick) * 1e6)
             return {"ok": True, "stats": self.stats()}, out
         if op == "cache_drop":
             for i in set(header.get("ids") or []):
@@ -569,12 +587,20 @@ class Worker:
                     c = self.caches[cid] = Cache(cid)
             caches.append(c)
         need = max([c.length + int(r["append"][1]) for c, r in zip(caches, rows)] or [1])
+        reserve = 0
+        for r in rows:
+            v = r.get("reserve")
+            if v is not None:
+                if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                    raise errors.WorkerError(errors.BAD_VALUE, "cache %d: reserve %r is not a count of positions" % (r["id"], v))
+                reserve = max(reserve, v)
         st = self.staged
         layout = self._layout(streams, declared)
         joining = [c for c in caches if st is None or c.staged is not st]
         if st is None or st.layout != layout or need > st.cap or len(joining) > st.rows - st.used() or (st.rows >= 8 and 4 * (st.used() + len(joining)) <= st.rows):
             grow = st.cap + st.cap // 2 if st is not None and need > st.cap else 0
-            st = self._restage(caches, streams, declared, device, max(need, grow), layout)
+            ahead = min(reserve, max(2 * need, need + RESERVE_AHEAD))
+            st = self._restage(caches, streams, declared, device, max(need, grow), layout, ahead)
         else:
             for c in joining:
                 self._join(st, c, streams)
@@ -684,11 +710,12 @@ class Worker:
         """Each stream's (input name, item shape, storage dtype): what a batch's buffers hold."""
         return tuple((s["input"], tuple(int(d) for d in declared[s["input"]][2][2:]), str(self._store_dtype(s, declared))) for s in streams)
 
-    def _restage(self, caches, streams, declared, device, need, layout):
+    def _restage(self, caches, streams, declared, device, need, layout, ahead=0):
         """A new persistent batch: the live caches of the previous one (in their order; only where
         its layout is this run's: caches of another program's shapes keep their rows of the old
         buffers, from which they join a batch of their own later) and the run's caches it lacked,
-        each copied into its row; `need` positions per row at least."""
+        each copied into its row; `need` positions per row at least, `ahead` (the rows' expected
+        lengths, bounded) where the device has room for it."""
         old = self.staged
         kept = old is not None and old.layout == layout
         members = [c for c in (old.owners if kept else []) if c is not None and self.caches.get(c.cid) is c]
@@ -696,7 +723,12 @@ class Worker:
         members += [c for c in caches if id(c) not in seen]
         need = max([need] + [c.length for c in members])
         cap = -(-need // STAGE_STEP) * STAGE_STEP
-        st = Staged(bucket(len(members)), cap, layout)
+        rows = bucket(len(members))
+        if ahead > cap:
+            wide = -(-ahead // STAGE_STEP) * STAGE_STEP
+            if self._fits(streams, declared, device, rows, wide):
+                cap = wide
+        st = Staged(rows, cap, layout)
         self.counts["restages"] += 1
         for s in streams:
             name = s["input"]
@@ -726,6 +758,22 @@ class Worker:
             st.owners[i] = c
         self.staged = st
         return st
+
+    def _fits(self, streams, declared, device, rows, cap):
+        """Whether a batch of `rows` × `cap` positions of every stream takes at most three quarters
+        of the device's free memory (the rest for the step's work; the old batch is still held
+        while its rows are copied)."""
+        if not str(device).startswith("cuda"):
+            return True
+        size = 0
+        for s in streams:
+            _, _, shape = declared[s["input"]]
+            item = 1
+            for d in shape[2:]:
+                item *= int(d)
+            size += rows * (cap + TAIL) * item * torch.empty((), dtype=self._store_dtype(s, declared)).element_size()
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return size <= 0.75 * free
 
     def _join(self, st, c, streams):
         """Writes cache `c` into a free row of batch `st` (its positions, the pad after them)."""
@@ -802,6 +850,7 @@ def main(argv=None):
 
 def _serve(worker, inp, out, ranks):
     """The request loop of rank 0 (with `ranks`: every request goes to the other ranks first)."""
+    replied = None
     while True:
         try:
             frame = read_frame(inp)
@@ -813,6 +862,8 @@ def _serve(worker, inp, out, ranks):
                 ranks.send(None)
             return 0
         header, tensors = frame
+        if replied is not None and header.get("op") == "run":
+            worker.counts["waitUs"] += int((time.perf_counter() - replied) * 1e6)
         rid = header.get("id")
         if ranks is not None:
             ranks.send(None if header.get("op") == "shutdown" else (header, tensors))
@@ -830,13 +881,18 @@ def _serve(worker, inp, out, ranks):
             write_frame(out, {"ok": True, "id": rid})
             return 0
         reply["id"] = rid
+        writing = time.perf_counter()
         try:
             write_frame(out, reply, out_tensors)
         except errors.WorkerError as e:
             write_frame(out, {"ok": False, "id": rid, "code": e.code, "message": e.message})
+        replied = time.perf_counter()
         if header.get("op") == "run":
             worker.counts["runs"] += 1
-            worker.counts["runBusyUs"] += int((time.perf_counter() - started) * 1e6)
+            worker.counts["runBusyUs"] += int((replied - started) * 1e6)
+            worker.counts["replyUs"] += int((replied - writing) * 1e6)
+        else:
+            replied = None
 
 
 if __name__ == "__main__":

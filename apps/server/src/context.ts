@@ -205,7 +205,7 @@ function registerEngineGauges(lm: Engine, opts: ServerOptions, metrics: ServerMe
   // decode batch, rows joining it, gathered runs, CUDA graph captures and replays, eager steps).
   new client.Gauge({
     name: 'stageml_executor_counter',
-    help: "The executor's counters of its cache batch and step graphs, by kind (torch worker: restages, joins, gathers, dummyRows, graphEager, graphCaptures, graphReplays, graphFailures, runs, runBusyUs: microseconds spent on run requests), as of its last run.",
+    help: "The executor's counters of its cache batch and step graphs, by kind (torch worker: restages, joins, gathers, dummyRows, graphEager, graphCaptures, graphReplays, graphFailures, runs, runBusyUs: microseconds spent on run requests, and its parts stageUs, launchUs, pickUs, replyUs; waitUs: microseconds between a reply and the next run's request), as of its last run.",
     labelNames: ['kind'],
     registers: [metrics.registry],
     collect() {
@@ -279,6 +279,15 @@ export async function createServerContext(opts: ServerOptions): Promise<ServerCo
     registers: [metrics.registry],
     collect() {
       this.set(loads.cachedRefusals);
+    },
+  });
+  new client.Gauge({
+    name: 'stageml_scheduler_host_seconds',
+    help: "Seconds the step loop spent, by part, since start (schedule: admission, pruning, building each step; engine: inside Engine.step — input building, the executor's round trip, readback, overlapped with the previous step's detokenizing and SSE writes; emit: taking each step's tokens; yield: the event-loop turn between steps).",
+    labelNames: ['part'],
+    registers: [metrics.registry],
+    collect() {
+      for (const [part, ms] of Object.entries(scheduler.stepStats().hostMs)) this.set({ part }, ms / 1000);
     },
   });
   const resolver = newResolver(lm, opts, scheduler, metrics, loads);

@@ -30,8 +30,22 @@ if [ "$NADAPT" -gt 0 ]; then
   ADAPT_FLAGS=(--adapters "$DIR/adapters" --max-loras "$NADAPT" --max-lora-rank 16)
   NAMES=$(ls "$DIR/adapters" | paste -sd, -)
 fi
+# PROFILE=1: Node's CPU profile (--cpu-prof) and the torch worker under cProfile, both written at
+# shutdown under OUTDIR/prof (summarize with bench/gpu/serve/profile_summary.py).
+NODE_FLAGS=()
+if [ "${PROFILE:-0}" = 1 ]; then
+  mkdir -p "$OUTDIR/prof"
+  NODE_FLAGS=(--cpu-prof --cpu-prof-dir="$OUTDIR/prof")
+  cat > "$WORK/python-prof" <<SH
+#!/usr/bin/env bash
+if [ "\$1" = -m ] && [ "\$2" = stageml_torch.worker ]; then shift 2; exec python3 -m cProfile -o "$OUTDIR/prof/worker.prof" -m stageml_torch.worker "\$@"; fi
+exec python3 "\$@"
+SH
+  chmod +x "$WORK/python-prof"
+  export STAGEML_PYTHON="$WORK/python-prof"
+fi
 S0=$(date +%s.%N)
-"$WORK/node" .gpu/serve/stageml.mjs serve "$DIR/model" --served-model-name base --executor torch --port $PORT \
+"$WORK/node" "${NODE_FLAGS[@]}" .gpu/serve/stageml.mjs serve "$DIR/model" --served-model-name base --executor torch --port $PORT \
   --max-batch 64 "${ADAPT_FLAGS[@]}" "${EXTRA[@]}" > "$OUTDIR/server.log" 2>&1 &
 SPID=$!
 READY=""

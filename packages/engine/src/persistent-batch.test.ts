@@ -90,4 +90,35 @@ describeWithTorch('the torch worker\'s persistent batch (CPU torch)', () => {
       e.dispose();
     }
   }, 240_000);
+
+  it('sizes the batch for the rows\' expected lengths (Sequence.reserve): one staging instead of one per growth, the same tokens', async () => {
+    const decode = async (reserve: boolean): Promise<{ tokens: number[][]; restages: number }> => {
+      // A worker of its own: a batch left staged by an earlier engine would take these rows as joins.
+      const x = await createTorchExecutor({ device: 'cpu', env: { STAGEML_TORCH_GRAPHS: 'emulate' } });
+      const e = await Engine.load(`${root}base`, { executor: x, maxLoras: 2, maxLoraRank: 16, residentKv: true });
+      const seqs = PROMPTS.map((p) => e.open(undefined, p));
+      for (const s of seqs) {
+        if (reserve) s.reserve = s.prompt.length + 70;
+        expect(await e.attach(s)).toBe(true);
+      }
+      const got: number[][] = seqs.map(() => []);
+      const first = await e.step({ prefill: { seqs, rows: seqs.map(() => GREEDY) } });
+      first.prefill!.values!.forEach((t, i) => got[i]!.push(t as number));
+      // Past the first capacity (64 positions): without the hint the batch grows (every row copied).
+      for (let i = 0; i < 69; i++) {
+        const out = await e.step({ decode: { seqs, tokens: got.map((g) => g.at(-1)!), rows: seqs.map(() => GREEDY) } });
+        out.decode!.values!.forEach((t, j) => got[j]!.push(t as number));
+      }
+      const restages = e.stats().executor.restages ?? 0;
+      for (const s of seqs) e.release(s);
+      e.dispose();
+      await x.close();
+      return { tokens: got, restages };
+    };
+    const plain = await decode(false);
+    const hinted = await decode(true);
+    expect(hinted.tokens).toEqual(plain.tokens);
+    expect(plain.restages).toBeGreaterThanOrEqual(2);
+    expect(hinted.restages).toBe(1);
+  }, 240_000);
 });

@@ -216,7 +216,7 @@ export class SequenceStore {
     };
     return {
       streams: this.streams,
-      rows: seqs.map((s, r) => ({ id: s.cache!, length: s.kv.length, append: append[r]!, ...(this.hostKv ? { restore: restore(s) } : {}) })),
+      rows: seqs.map((s, r) => ({ id: s.cache!, length: s.kv.length, append: append[r]!, ...(s.reserve === undefined ? {} : { reserve: s.reserve }), ...(this.hostKv ? { restore: restore(s) } : {}) })),
       rowInputs: ROW_INPUTS,
     };
   }

@@ -30,6 +30,12 @@ export class Sequence {
   cachedTokens = 0;
   /** The executor's cache holding this sequence's KV (`Executor.caches`), when the engine keeps KV there. */
   cache: number | undefined;
+  /**
+   * Positions the sequence is expected to reach (its prompt plus the request's limit of new
+   * tokens), when the caller knows it: a hint an executor keeping a persistent batch of caches
+   * sizes that batch by, so it is not re-staged as rows grow (`CacheRow.reserve`). Never a limit.
+   */
+  reserve: number | undefined;
 
   constructor(
     /** Adapter name, or undefined for the base model. */

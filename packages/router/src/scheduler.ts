@@ -426,6 +426,8 @@ export class Scheduler {
     try {
       const pad = seq.req.padTokenId;
       seq.es = this.#engine.open(seq.req.adapter, seq.req.prompt, seq.req.prompt.map((t) => (pad !== undefined && t === pad ? 0 : 1)));
+      // Where its cache will grow to: an executor with a persistent batch sizes it once.
+      seq.es.reserve = seq.req.prompt.length + seq.req.maxNewTokens;
     } catch (e) {
       this.#fail([seq], e);
     }

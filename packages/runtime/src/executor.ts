@@ -208,6 +208,12 @@ export interface CacheRow {
   /** The positions [from, from + count) of the row's outputs (or tails) this run appends. */
   readonly append: readonly [from: number, count: number];
   /**
+   * Positions the row's cache is expected to reach (a hint; absent: unknown): an executor that
+   * stages a persistent batch of caches at one capacity (the torch worker) sizes it for the rows'
+   * expected lengths at once instead of growing it — and copying every row — as they decode.
+   */
+  readonly reserve?: number;
+  /**
    * The cache's content, per stream input f32[length, …item], for an executor that lost it (a
    * restarted worker) or never had it: called only then. Absent (the caller keeps no copy), such a
    * run fails with `CacheLostError` (`RT_CACHE_LOST`) before anything is sent.

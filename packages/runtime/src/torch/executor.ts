@@ -732,7 +732,8 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
           seeds[`cache:${String(r.id)}:${s.input}`] = t;
         }
       }
-      return { id: r.id, append: [from, count], seed: have !== r.length && r.length > 0 };
+      if (r.reserve !== undefined && !(Number.isSafeInteger(r.reserve) && r.reserve >= 0)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)}: reserve ${String(r.reserve)} is not a count of positions`);
+      return { id: r.id, append: [from, count], seed: have !== r.length && r.length > 0, ...(r.reserve === undefined ? {} : { reserve: r.reserve }) };
     });
     if (lost.length > 0) {
       const what = lost.map((id) => `${String(id)} (${known.has(id) ? `holds ${String(known.get(id))} positions` : 'not held'})`).join(', ');
