@@ -109,7 +109,7 @@ describeWithTorch('the torch worker\'s persistent batch (CPU torch)', () => {
         const out = await e.step({ decode: { seqs, tokens: got.map((g) => g.at(-1)!), rows: seqs.map(() => GREEDY) } });
         out.decode!.values!.forEach((t, j) => got[j]!.push(t as number));
       }
-      const restages = e.stats().executor.restages ?? 0;
+      const restages = e.stats().executor['restages'] ?? 0;
       for (const s of seqs) e.release(s);
       e.dispose();
       await x.close();
