@@ -126,6 +126,7 @@ class StepGraphs:
         self.stats = {"eager": 0, "captures": 0, "replays": 0, "failures": 0}
         self.announced = set()
         self.failed = set()  # ids of programs whose capture failed: eager from then on
+        self.replayed = None
 
     def wanted(self, prog, caches):
         """Whether this run is one the graphs take: a cache-fed run on a CUDA program (or emulated),
@@ -153,9 +154,13 @@ class StepGraphs:
     def run(self, prog, inputs, bound):
         key = self._key(prog, inputs, bound)
         e = self.graphs.get(key)
+        # The graph the last run replayed (None: it ran eagerly): what a step launched ahead replays.
+        self.replayed = None
         if e is not None:
             self.graphs.move_to_end(key)
-            return self._replay(e, inputs)
+            out = self._replay(e, inputs)
+            self.replayed = e
+            return out
         if self.last is not None and self.last[0] == key:
             checks = self.last[1]
             self.last = None
@@ -165,7 +170,9 @@ class StepGraphs:
                 self.graphs[key] = e
                 while len(self.graphs) > self.limit:
                     self.graphs.popitem(last=False)
-                return self._replay(e, inputs)
+                out = self._replay(e, inputs)
+                self.replayed = e
+                return out
         with _CudnnSdp(prog):
             out, checks = self._eager(prog, inputs)
         self.last = (key, checks)

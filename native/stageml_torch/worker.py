@@ -10,6 +10,7 @@ import traceback
 import torch
 
 from . import PROTOCOL_VERSION, __version__, cudagraph, errors, ops, tp
+from .ahead import Ahead
 from .graph import Program
 from .ops import DTYPES
 from .protocol import read_frame, write_frame
@@ -257,6 +258,7 @@ class Worker:
         self.caches = {}
         self.staged = None
         self.graphs = cudagraph.StepGraphs()
+        self.ahead = Ahead(self)
         # Counters of the cache batch, reported with every run (the host's `CacheStore.stats`).
         # runBusyUs: wall time spent on run requests, from the frame read to its reply written (the
         # step rate the worker alone sustains is runs / runBusyUs; the rest of the wall is the host's).
@@ -270,6 +272,9 @@ class Worker:
 
     def handle(self, header, tensors):
         op = header.get("op")
+        if op != "run":
+            # Loads, writes, drops and disposals change what a step launched ahead read.
+            self.ahead.discard(sync=True)
         if op == "hello":
             hello = {"ok": True, "protocol": PROTOCOL_VERSION, "worker": __version__, "torch": torch.__version__, "device": self.device, "cuda": torch.cuda.is_available(), "deviceName": torch.cuda.get_device_name() if self.device.startswith("cuda") else "cpu", "memory": device_memory(self.device)}
             if self.ranks is not None:
@@ -290,69 +295,7 @@ class Worker:
             self.programs[h] = prog
             return {"ok": True, "handle": h, "device": str(prog.device), "inputs": prog.input_names(), "outputs": prog.output_names(), "fusedSlotLinears": prog.fused_slots, "fusedSlotSets": prog.slot_sets, "cacheConcats": prog.cache_concats, "collectives": prog.tp_collectives}, None
         if op == "run":
-            prog = self._program(header)
-            for name in header.get("argmax") or []:
-                if not _float_output(prog, name):
-                    raise errors.WorkerError(errors.BAD_VALUE, "argmax names '%s', which is not a float output of @%s" % (name, prog.name))
-            sample = check_sample(prog, header)
-            omit = header.get("omit") or []
-            outputs = set(prog.output_names()) if omit else ()
-            for name in omit:
-                if name not in outputs or name in (header.get("argmax") or []) or name in sample:
-                    raise errors.WorkerError(errors.BAD_VALUE, "omit names '%s', which is not an output of @%s or is also in argmax or sample" % (name, prog.name))
-            t_stage = time.perf_counter()
-            tensors = self._resident(header, tensors, prog)
-            spec = header.get("caches")
-            # NOTE: no CUDA graphs for a tensor-parallel step (its collectives are not captured).
-            graphed = bool(spec) and self.tp_world == 1 and self.graphs.wanted(prog, spec)
-            commit, unpermute = self._caches(prog, spec, tensors, at_capacity=graphed) if spec else (None, None)
-            t_launch = time.perf_counter()
-            with torch.no_grad():
-                try:
-                    if graphed:
-                        # Bound in place (part of a graph's key): resident inputs and the staged cache
-                        # streams; everything else is copied into the graph's buffers (cudagraph.py).
-                        bound = set(header.get("resident") or {}) | set(header.get("store") or {})
-                        bound |= {s["input"] for s in spec["streams"] if s.get("from") is not None}
-                        # A copy: a replay returns the graph's own outputs, which the argmax and
-                        # omit below must not replace or remove for the next replay.
-                        out = dict(self.graphs.run(prog, tensors, bound))
-                    else:
-                        out = prog.run(tensors)
-                    if unpermute is not None:
-                        # The request's rows, in its order (dummy rows of the batch dropped).
-                        out = unpermute(out)
-                    local = out
-                    if self.tp_world > 1:
-                        # Every rank joins the all-gathers of the split outputs the host gets (or
-                        # picks from); the caches append this rank's part (`local`).
-                        out = self._whole(prog, out, set(omit))
-                finally:
-                    # Keys appended in place (ops.append_in_place) leave the pad behind them, run
-                    # or failed: the commit below writes each row's own at its own length.
-                    if spec and self.staged is not None:
-                        self.staged.reset_tails()
-                t_pick = time.perf_counter()
-                for name in header.get("argmax") or []:
-                    # Only the index of each row's maximum crosses to the host (a greedy pick).
-                    # Before the commit: a run that fails here leaves the caches as they were.
-                    out[name] = ops.argmax_rows(out[name])
-                for name, cols in sample.items():
-                    # One drawn token per row crosses instead of the row's values (the host's draws).
-                    rows = out[name].numel() // out[name].shape[-1] if out[name].dim() and out[name].shape[-1] else 0
-                    if rows != len(cols["u"]):
-                        raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' gives %d rows, the output has %d" % (name, len(cols["u"]), rows))
-                    out[name] = ops.sample_rows(out[name], cols["temperature"], cols["topK"], cols["topP"], cols["u"], cols.get("processing"))
-                if commit is not None:
-                    commit(local)
-                for name in omit:
-                    # Left on the device (the caches above took what they append): never copied out.
-                    out.pop(name, None)
-            t_end = time.perf_counter()
-            self.counts["stageUs"] += int((t_launch - t_stage) * 1e6)
-            self.counts["launchUs"] += int((t_pick - t_launch) * 1e6)
-            self.counts["pickUs"] += int((t_end - t_pick) * 1e6)
-            return {"ok": True, "stats": self.stats()}, out
+            return self._run_request(header, tensors)
         if op == "cache_drop":
             for i in set(header.get("ids") or []):
                 c = self.caches.pop(i, None)
@@ -369,6 +312,92 @@ class Worker:
         if op == "shutdown":
             return None, None
         raise errors.WorkerError(errors.PROTOCOL, "unknown request op %r" % (op,))
+
+    def _run_request(self, header, tensors):
+        """A `run` request: its outputs, from the step launched ahead for it where that step is
+        this request's (ahead.py), else from running it now; then the next decode step is
+        launched ahead where it can be, before the reply waits for this one's picks."""
+        prog = self._program(header)
+        for name in header.get("argmax") or []:
+            if not _float_output(prog, name):
+                raise errors.WorkerError(errors.BAD_VALUE, "argmax names '%s', which is not a float output of @%s" % (name, prog.name))
+        sample = check_sample(prog, header)
+        omit = header.get("omit") or []
+        outputs = set(prog.output_names()) if omit else ()
+        for name in omit:
+            if name not in outputs or name in (header.get("argmax") or []) or name in sample:
+                raise errors.WorkerError(errors.BAD_VALUE, "omit names '%s', which is not an output of @%s or is also in argmax or sample" % (name, prog.name))
+        sent = dict(tensors)
+        got = self.ahead.take(prog, header, sent)
+        if got is None:
+            out, commit, graphed = self._run(prog, header, tensors, sample, omit)
+        else:
+            out, commit, graphed = got
+        if commit is not None:
+            commit()
+        if graphed:
+            launched = self.ahead.launch(prog, header, sent, out, sample)
+            if launched is not None:
+                out, done = launched
+                if done is not None:
+                    done.synchronize()
+        return {"ok": True, "stats": self.stats()}, out
+
+    def _run(self, prog, header, tensors, sample, omit):
+        """Runs a request's program: (its outputs after picks and omissions, a function appending
+        the run's positions to its caches — not called yet — or None, whether a CUDA graph ran it)."""
+        t_stage = time.perf_counter()
+        tensors = self._resident(header, tensors, prog)
+        spec = header.get("caches")
+        # NOTE: no CUDA graphs for a tensor-parallel step (its collectives are not captured).
+        graphed = bool(spec) and self.tp_world == 1 and self.graphs.wanted(prog, spec)
+        commit, unpermute = self._caches(prog, spec, tensors, at_capacity=graphed) if spec else (None, None)
+        t_launch = time.perf_counter()
+        with torch.no_grad():
+            try:
+                if graphed:
+                    # Bound in place (part of a graph's key): resident inputs and the staged cache
+                    # streams; everything else is copied into the graph's buffers (cudagraph.py).
+                    bound = set(header.get("resident") or {}) | set(header.get("store") or {})
+                    bound |= {s["input"] for s in spec["streams"] if s.get("from") is not None}
+                    # A copy: a replay returns the graph's own outputs, which the argmax and
+                    # omit below must not replace or remove for the next replay.
+                    out = dict(self.graphs.run(prog, tensors, bound))
+                else:
+                    out = prog.run(tensors)
+                if unpermute is not None:
+                    # The request's rows, in its order (dummy rows of the batch dropped).
+                    out = unpermute(out)
+                # What the caches append from (the picks and omissions below leave it whole).
+                local = dict(out)
+                if self.tp_world > 1:
+                    # Every rank joins the all-gathers of the split outputs the host gets (or
+                    # picks from); the caches append this rank's part (`local`).
+                    out = self._whole(prog, out, set(omit))
+            finally:
+                # Keys appended in place (ops.append_in_place) leave the pad behind them, run
+                # or failed: the commit writes each row's own at its own length.
+                if spec and self.staged is not None:
+                    self.staged.reset_tails()
+            t_pick = time.perf_counter()
+            for name in header.get("argmax") or []:
+                # Only the index of each row's maximum crosses to the host (a greedy pick).
+                # Before the commit: a run that fails here leaves the caches as they were.
+                out[name] = ops.argmax_rows(out[name])
+            for name, cols in sample.items():
+                # One drawn token per row crosses instead of the row's values (the host's draws).
+                rows = out[name].numel() // out[name].shape[-1] if out[name].dim() and out[name].shape[-1] else 0
+                if rows != len(cols["u"]):
+                    raise errors.WorkerError(errors.BAD_VALUE, "sample '%s' gives %d rows, the output has %d" % (name, len(cols["u"]), rows))
+                out[name] = ops.sample_rows(out[name], cols["temperature"], cols["topK"], cols["topP"], cols["u"], cols.get("processing"))
+            for name in omit:
+                # Left on the device (the caches take what they append from `local`): never copied out.
+                out.pop(name, None)
+        t_end = time.perf_counter()
+        self.counts["stageUs"] += int((t_launch - t_stage) * 1e6)
+        self.counts["launchUs"] += int((t_pick - t_launch) * 1e6)
+        self.counts["pickUs"] += int((t_end - t_pick) * 1e6)
+        return out, (None if commit is None else (lambda: commit(local))), graphed
 
     def _load(self, entries):
         """`load`: each entry {id, file, tensor, dtype, shape} is read from its safetensors file
@@ -796,7 +825,7 @@ class Worker:
         shape) and the step graphs' (`graphEager`, `graphCaptures`, `graphReplays`,
         `graphFailures`)."""
         g = self.graphs.stats
-        return dict(self.counts, graphEager=g["eager"], graphCaptures=g["captures"], graphReplays=g["replays"], graphFailures=g["failures"])
+        return dict(self.counts, graphEager=g["eager"], graphCaptures=g["captures"], graphReplays=g["replays"], graphFailures=g["failures"], **self.ahead.stats)
 
     @staticmethod
     def _store_dtype(stream, declared):

@@ -92,9 +92,9 @@ describeWithTorch('the torch worker\'s persistent batch (CPU torch)', () => {
   }, 240_000);
 
   it('sizes the batch for the rows\' expected lengths (Sequence.reserve): one staging instead of one per growth, the same tokens', async () => {
-    const decode = async (reserve: boolean): Promise<{ tokens: number[][]; restages: number }> => {
+    const decode = async (reserve: boolean, graphed = true): Promise<{ tokens: number[][]; restages: number }> => {
       // A worker of its own: a batch left staged by an earlier engine would take these rows as joins.
-      const x = await createTorchExecutor({ device: 'cpu', env: { STAGEML_TORCH_GRAPHS: 'emulate' } });
+      const x = await createTorchExecutor({ device: 'cpu', env: { STAGEML_TORCH_GRAPHS: graphed ? 'emulate' : '0' } });
       const e = await Engine.load(`${root}base`, { executor: x, maxLoras: 2, maxLoraRank: 16, residentKv: true });
       const seqs = PROMPTS.map((p) => e.open(undefined, p));
       for (const s of seqs) {
@@ -110,14 +110,25 @@ describeWithTorch('the torch worker\'s persistent batch (CPU torch)', () => {
         out.decode!.values!.forEach((t, j) => got[j]!.push(t as number));
       }
       const restages = e.stats().executor['restages'] ?? 0;
+      if (graphed) ahead.push([e.stats().executor['ahead'] ?? 0, e.stats().executor['aheadHits'] ?? 0]);
       for (const s of seqs) e.release(s);
       e.dispose();
       await x.close();
       return { tokens: got, restages };
     };
+    const ahead: [number, number][] = [];
     const plain = await decode(false);
     const hinted = await decode(true);
     expect(hinted.tokens).toEqual(plain.tokens);
+    // Without graphs nothing runs ahead: the same tokens.
+    expect((await decode(true, false)).tokens).toEqual(plain.tokens);
+    // Greedy decode steps of an unchanging batch: each replayed step launched the next one ahead
+    // (native/stageml_torch/ahead.py), and the requests took them — with the tokens the host-fed
+    // steps give (the churn test above).
+    for (const [launched, hits] of ahead) {
+      expect(hits).toBeGreaterThan(50);
+      expect(launched - hits).toBeLessThanOrEqual(4);
+    }
     expect(plain.restages).toBeGreaterThanOrEqual(2);
     expect(hinted.restages).toBe(1);
   }, 240_000);
