@@ -25,7 +25,7 @@ export { SUPPORTED_MODEL_TYPES, familyGraphOptions, parseLlamaConfig, readLlamaC
 export { hfLlamaRounding, roundedTensor, topoOrder } from './hf-rounding.js';
 export type { CastValueType, OpEmitter } from './hf-rounding.js';
 export type { LlamaConfig, MoeShape, RopeScaling } from './hf-config.js';
-export { adapterParamName, bankLinear, expertParamName, loraExperts, rowsInputName, singleAdapterLinear } from './linear-factories.js';
+export { adapterParamName, expertParamName, loraExperts, singleAdapterLinear } from './linear-factories.js';
 export { loadChatTemplates, loadTokenizer } from './tokenizer.js';
 export { readParam } from './checkpoint-map.js';
 export type { EncodeOptions, TextTokenizer } from './tokenizer.js';
