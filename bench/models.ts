@@ -1,12 +1,14 @@
 // Suite `models`: prefill and decode tokens/s of the fixture Llama (2 layers, hidden 64) and of a
 // random-weight Llama-shaped model (12 layers, hidden 768, 12 heads, intermediate 3072, vocab
-// 32000; weights made here, written to a temporary checkpoint), per executor. Baseline: the
-// reference interpreter in the same run (ratio = its time / the executor's time, i.e. speed-up).
+// 32000; weights made here, written to a temporary checkpoint), per executor, through the serving
+// engine (one sequence). Baseline: the reference interpreter in the same run (ratio = its time /
+// the executor's time, i.e. speed-up).
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type HostTensor, graphParams } from '@stageml/ir';
-import { CausalLM, buildLlamaGraph } from '@stageml/models';
+import { Engine } from '@stageml/engine';
+import { buildLlamaGraph } from '@stageml/models';
 import { type Executor, createOrtExecutor, createTfjsExecutor, interpreterExecutor, isOrtAvailable } from '@stageml/runtime';
 import { writeSafetensors } from '@stageml/safetensors';
 import { type BenchCase, writeResults } from './lib/harness.js';
@@ -74,14 +76,24 @@ const cases: BenchCase[] = [];
 for (const t of targets) {
   const base: Record<string, { prefill: number; decode: number }> = {};
   for (const [name, make] of executors) {
-    const lm = await CausalLM.load(t.dir, { executor: await make() });
-    const ids = Array.from({ length: t.prompt }, (_, i) => (i * 7 + 3) % lm.config.vocabSize);
+    const engine = await Engine.load(t.dir, { executor: await make(), maxLoras: 1, prefillChunk: t.prompt });
+    const ids = Array.from({ length: t.prompt }, (_, i) => (i * 7 + 3) % engine.config.vocabSize);
     const runs = t.runs[name] ?? 1;
-    const prefill = await median(() => lm.forward([ids]), runs);
-    // One decode step (1 new token after the prompt's cache), timed directly.
-    const { cache } = await lm.forward([ids]);
+    // The whole prompt in one prefill run of a fresh sequence.
+    const prefill = await median(async () => {
+      const s = engine.open(undefined, ids, undefined, false);
+      await engine.attach(s);
+      await engine.prefill(s);
+      engine.release(s);
+    }, runs);
+    // Decode steps of 1 new token each on the prompt's resident KV, timed directly.
+    const seq = engine.open(undefined, ids, undefined, false);
+    await engine.attach(seq);
+    await engine.prefill(seq);
     const decodeRuns = Math.max(runs, t.decode);
-    const decodePerToken = await median(() => lm.forward([[7]], { cache }), decodeRuns);
+    const decodePerToken = await median(() => engine.decode([seq], [7]), decodeRuns);
+    engine.release(seq);
+    engine.dispose();
     base[name] = { prefill, decode: decodePerToken };
     const ref = base['interpreter']!;
     cases.push({ name: `${t.name} · ${name} · prefill ${String(t.prompt)} tokens`, medianMs: prefill, runs, baseline: 'interpreter', ratio: ref.prefill / prefill, extra: { tokensPerSecond: Math.round((t.prompt / prefill) * 1000) } });
@@ -89,4 +101,4 @@ for (const t of targets) {
   }
 }
 rmSync(tmp, { recursive: true, force: true });
-writeResults('models', 'Prefill and decode per executor (batch 1). Ratio = interpreter time / executor time (higher is faster). Decode = one step of 1 new token on the prompt KV cache, timed directly.', cases);
+writeResults('models', 'Prefill and decode per executor (batch 1). Ratio = interpreter time / executor time (higher is faster). Through the serving engine, one sequence. Decode = one step of 1 new token on the resident KV of the sequence (prompt and earlier steps), timed directly.', cases);

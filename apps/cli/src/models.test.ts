@@ -96,7 +96,7 @@ describe('stageml run: every adapter kind the server takes (fixtures/peft-kinds,
       expect(await diffTo(out, undefined, 'qwen3_moe.experts.prompt0'), executor).toBeLessThanOrEqual(1e-4);
     }
   });
-  it('generate runs the engine too: DoRA and trainable tokens (refused by CausalLM) pick PEFT\'s argmax first', async () => {
+  it('generate runs the engine too: DoRA and trainable tokens pick PEFT\'s argmax first', async () => {
     const g = await SafetensorsFile.open(`${kinds}golden.safetensors`);
     try {
       for (const kind of ['dora', 'tokens']) {

@@ -8,7 +8,7 @@ import { loadBundle } from '@stageml/runtime';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExitCode } from './index.js';
-import { castResidual } from './stage-dtype.js';
+import { castResidual, isLinearLoraFactor } from './stage-dtype.js';
 import { fixture, prefillInputs, runCaptured as run } from './test-fixtures.js';
 
 interface Manifest {
@@ -141,15 +141,18 @@ describe('stageml stage --dtype', () => {
   }, 120_000);
 
   it('castResidual keeps a LoRA B bias f32 too and, with adapterDtype same, rounds every factor (f16 residual)', () => {
+    // The factors are known by their role (`adapterParamName`), not by the chain around them.
+    const [a, bf, bb] = ['lora_A', 'lora_B', 'lora_B_bias'].map((t) => `adapter.t.m.${t}`) as [string, string, string];
+    expect([a, bf, bb, 'adapter.t.model.layers.0.mlp.experts.gate.lora_A', 'w', 'lora_A'].map(isLinearLoraFactor)).toEqual([true, true, true, false, false, false]);
     const b = new GraphBuilder('one');
     const x = b.input('x', ['f32', [2, 8]]);
-    const y = loraLinear(b, x, b.param('w', ['f32', [4, 8]]), b.param('bias', ['f32', [4]]), { A: b.param('a', ['f32', [2, 8]]), B: b.param('b', ['f32', [4, 2]]), biasB: b.param('bb', ['f32', [4]]), scale: 0.25 });
+    const y = loraLinear(b, x, b.param('w', ['f32', [4, 8]]), b.param('bias', ['f32', [4]]), { A: b.param(a, ['f32', [2, 8]]), B: b.param(bf, ['f32', [4, 2]]), biasB: b.param(bb, ['f32', [4]]), scale: 0.25 });
     b.output('y', y);
     const g = b.build();
     const staged = specialize(g, { cutoff: 'static', shapesOnly: true, annotations: { inputs: { x: 'dynamic' }, params: { '*': 'dynamic' } } });
     const dtypes = (r: ReturnType<typeof castResidual>) => Object.fromEntries(r.residual.nodes.filter((n) => n.kind === 'param').map((n) => [r.residual.values[n.results[0]!]!.name, r.residual.values[n.results[0]!]!.type.dtype]));
     const peft = castResidual(staged, 'f16', g);
-    expect(dtypes(peft)).toEqual({ w: 'f16', bias: 'f16', a: 'f32', b: 'f32', bb: 'f32' });
+    expect(dtypes(peft)).toEqual({ w: 'f16', bias: 'f16', [a]: 'f32', [bf]: 'f32', [bb]: 'f32' });
     const opOf = (r: ReturnType<typeof castResidual>, name: string) => {
       const v = r.residual.values.find((x) => x.name === name)!;
       const n = r.residual.nodes[v.node]!;
@@ -158,7 +161,7 @@ describe('stageml stage --dtype', () => {
     expect(opOf(peft, 'add')).toEqual(['cast', 'f16', 'f32']);
     expect(opOf(peft, 'add.f32')).toEqual(['add', 'f32', 'f32,f32']);
     const same = castResidual(staged, 'f16', g, { adapterDtype: 'same' });
-    expect(dtypes(same)).toEqual({ w: 'f16', bias: 'f16', a: 'f16', b: 'f16', bb: 'f16' });
+    expect(dtypes(same)).toEqual({ w: 'f16', bias: 'f16', [a]: 'f16', [bf]: 'f16', [bb]: 'f16' });
     expect(opOf(same, 'add')).toEqual(['add', 'f16', 'f16,f16']);
     // Both keep the f32 interface.
     for (const r of [peft, same]) expect(r.residual.values[r.residual.outputs[0]!.value]!.type.dtype).toBe('f32');

@@ -81,55 +81,14 @@ export interface CastOptions {
   adapterDtype?: StageAdapterDType;
 }
 
-/** A residual LoRA linear `add(linear(x, W), mul(linear(linear(x, A), B[, b]), s))` (node indices of the JSON form). */
-interface LoraSite {
-  add: number;
-  shrink: number;
-  params: string[];
-}
-
 /**
- * The residual LoRA linears of `json` (`@stageml/peft` loraLinear's residual form): the shrink
- * `linear(x, A)` and expand `linear(t, B[, bias])` read parameters, the scale is a scalar literal,
- * and the interior values (t, the expand, the scaled delta) have one reader each.
+ * Whether `name` is a LoRA factor of a residual linear (`adapterParamName`: `adapter.<name>.<module>.
+ * lora_A|lora_B|lora_B_bias`), which PEFT keeps in f32. Chosen by the parameter's role (its name), not
+ * by the shape of the graph around it; per-expert factors (`adapter.<name>.<layer>.experts.…`)
+ * are not, so they are rounded with the weights.
  */
-function loraSites(json: ReturnType<typeof graphToJson>): LoraSite[] {
-  const def: number[] = [];
-  for (const [i, n] of json.nodes.entries()) def.push(...n.results.map(() => i));
-  const uses = new Array<number>(def.length).fill(0);
-  for (const n of json.nodes) for (const o of n.operands) uses[o]! += 1;
-  for (const o of json.outputs) uses[o.value]! += 1;
-  const node = (v: number, op: string, once = true) => {
-    const n = json.nodes[def[v]!]!;
-    return n.kind === 'op' && n.op === op && (!once || uses[v] === 1) ? n : undefined;
-  };
-  const param = (v: number): string | undefined => {
-    const n = json.nodes[def[v]!]!;
-    return n.kind === 'param' ? n.results[0]!.name : undefined;
-  };
-  const scalar = (v: number): boolean => {
-    const n = json.nodes[def[v]!]!;
-    return n.kind === 'op' && n.op === 'sml.constant' && n.results[0]!.type.shape.length === 0;
-  };
-  const sites: LoraSite[] = [];
-  json.nodes.forEach((n, i) => {
-    if (n.kind !== 'op' || n.op !== 'sml.add' || n.operands.length !== 2) return;
-    for (const baseSide of [0, 1]) {
-      const base = node(n.operands[baseSide]!, 'sml.linear', false);
-      const mul = node(n.operands[1 - baseSide]!, 'sml.mul');
-      if (base === undefined || mul === undefined) continue;
-      const ei = mul.operands.findIndex((o, k) => node(o, 'sml.linear') !== undefined && scalar(mul.operands[1 - k]!));
-      if (ei < 0) continue;
-      const expand = node(mul.operands[ei]!, 'sml.linear')!;
-      const shrink = node(expand.operands[0]!, 'sml.linear');
-      const a = shrink?.operands.length === 2 ? param(shrink.operands[1]!) : undefined;
-      const b = expand.operands.slice(1).map(param);
-      if (shrink === undefined || a === undefined || b.some((x) => x === undefined) || shrink.operands[0] !== base.operands[0]) continue;
-      sites.push({ add: i, shrink: def[expand.operands[0]!]!, params: [a, ...(b as string[])] });
-      return;
-    }
-  });
-  return sites;
+export function isLinearLoraFactor(name: string): boolean {
+  return name.startsWith('adapter.') && !name.includes('.experts.') && /\.lora_(A|B|B_bias)$/.test(name);
 }
 
 /**
@@ -146,24 +105,31 @@ function loraSites(json: ReturnType<typeof graphToJson>): LoraSite[] {
  * The rounding points follow Hugging Face's Llama in that dtype: `rmsNorm(x, w)` becomes
  * `mul(rmsNorm(x), w)` (HF rounds the normalized value, then multiplies by the weight in `dtype`)
  * and `rotary(x, cos, sin)` becomes `x·cos + rotate_half(x)·sin`, each op rounded. With
- * `adapterDtype: 'f32'` (the default) each residual LoRA linear keeps its factors f32 and computes
- * its term as PEFT does: `cast(add(cast(linear(x, W), f32), mul(linear(linear(cast(x, f32), A), B), s)), dtype)`;
- * with `'same'` the factors are rounded to `dtype` like the base weights.
+ * `adapterDtype: 'f32'` (the default) the LoRA factors (`isLinearLoraFactor`) stay f32 and every
+ * value computed from them is computed in f32, its `dtype` operands cast up (PEFT's
+ * `x.to(lora_A.weight.dtype)`); where such a value meets a `dtype` one in an `add` (the layer's
+ * output), the sum is taken in f32 and rounded once — for a residual LoRA linear
+ * `cast(add(cast(linear(x, W), f32), mul(linear(linear(cast(x, f32), A), B), s)), dtype)`, as PEFT
+ * computes it. This is a data-flow rule on the factors' role, the one the engine's
+ * `castEngineGraph` applies to its slot tables, not a match of the chain's shape. With `'same'` the
+ * factors are rounded to `dtype` like the base weights.
  */
 export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', source?: Graph, options: CastOptions = {}): SpecializeResult {
   const keep = source === undefined ? new Set<string>() : literalDerived(source);
   const json = graphToJson(result.residual);
   type JsonNode = (typeof json.nodes)[number];
-  const sites = options.adapterDtype === 'same' ? [] : loraSites(json);
-  const loraParams = new Set(sites.flatMap((t) => t.params));
-  const loraAdd = new Map(sites.map((t) => [t.add, t]));
-  const loraShrink = new Set(sites.map((t) => t.shrink));
+  const loraParams = new Set(options.adapterDtype === 'same' ? [] : json.nodes.flatMap((n) => (n.kind === 'param' && n.results[0]!.type.dtype === 'f32' && isLinearLoraFactor(n.results[0]!.name) ? [n.results[0]!.name] : [])));
   const nodes: JsonNode[] = [];
   const newTypes: { name: string; dtype: string; shape: (number | string)[]; node: number }[] = [];
-  const emit = (n: JsonNode): number => {
+  /** Per new value: computed (in f32) from LoRA factors. */
+  const factor: boolean[] = [];
+  const emit = (n: JsonNode, fromFactors = false): number => {
     nodes.push(n);
     const first = newTypes.length;
-    for (const r of n.results) newTypes.push({ name: r.name, dtype: r.type.dtype, shape: r.type.shape, node: nodes.length - 1 });
+    for (const r of n.results) {
+      newTypes.push({ name: r.name, dtype: r.type.dtype, shape: r.type.shape, node: nodes.length - 1 });
+      factor.push(fromFactors && r.type.dtype === 'f32');
+    }
     return first;
   };
   const taken = new Set(json.nodes.flatMap((n) => n.results.map((r) => r.name)));
@@ -201,25 +167,26 @@ export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', so
   const op1 = (op: string, operands: number[], attrs: Record<string, unknown> | undefined, name: string, type: { dtype: string; shape: (number | string)[] }): number =>
     emit({ kind: 'op', op, operands, ...(attrs === undefined ? {} : { attrs }), results: [{ name, type }] });
   const remap: number[] = [];
-  for (const [ni, n] of json.nodes.entries()) {
+  for (const n of json.nodes) {
     if (n.kind !== 'op') {
-      const lower = n.kind === 'param' && n.results[0]!.type.dtype === 'f32' && !keep.has(n.results[0]!.name) && !loraParams.has(n.results[0]!.name);
-      remap.push(emit({ ...n, results: n.results.map((r) => (lower ? { name: r.name, type: { dtype, shape: r.type.shape } } : r)) }));
+      const name = n.results[0]!.name;
+      const isFactor = n.kind === 'param' && loraParams.has(name);
+      const lower = n.kind === 'param' && n.results[0]!.type.dtype === 'f32' && !keep.has(name) && !isFactor;
+      remap.push(emit({ ...n, results: n.results.map((r) => (lower ? { name: r.name, type: { dtype, shape: r.type.shape } } : r)) }, isFactor));
       continue;
     }
     const operands = n.operands.map((o) => remap[o]!);
-    if (loraShrink.has(ni)) {
-      // PEFT: x.to(lora_A.weight.dtype), then lora_A in f32.
-      remap.push(emit({ ...n, operands: [asF32(operands[0]!), ...operands.slice(1)] }));
-      continue;
-    }
-    const site = loraAdd.get(ni);
-    if (site !== undefined) {
-      // PEFT: result (dtype) + delta (f32) promotes to f32; result.to(torch_result_dtype) rounds once.
-      const ops2 = operands.map((o) => asF32(o));
+    if (operands.some((o) => factor[o] === true)) {
       const r = n.results[0]!;
-      const sum = op1('sml.add', ops2, n.attrs, fresh(`${r.name}.f32`), { dtype: 'f32', shape: r.type.shape });
-      remap.push(op1('sml.cast', [sum], { dtype }, r.name, { dtype, shape: r.type.shape }));
+      if (n.op === 'sml.add' && operands.some((o) => newTypes[o]!.dtype === dtype)) {
+        // PEFT: result (dtype) + delta (f32) promotes to f32; result.to(torch_result_dtype) rounds once.
+        const sum = op1('sml.add', operands.map((o) => asF32(o)), n.attrs, fresh(`${r.name}.f32`), { dtype: 'f32', shape: r.type.shape });
+        remap.push(op1('sml.cast', [sum], { dtype }, r.name, { dtype, shape: r.type.shape }));
+        continue;
+      }
+      // PEFT: x.to(lora_A.weight.dtype), then the LoRA computation in f32.
+      const id = emit({ ...n, operands: operands.map((o) => asF32(o)) }, true);
+      for (let i = 0; i < n.results.length; i++) remap.push(id + i);
       continue;
     }
     const mixed = operands.some((o) => newTypes[o]!.dtype === dtype);

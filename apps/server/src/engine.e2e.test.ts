@@ -2,8 +2,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { writeRandomAdapter } from '@stageml/engine';
-import { CausalLM, generate, parseLlamaConfig } from '@stageml/models';
+import { Engine, generateWithEngine, writeRandomAdapter } from '@stageml/engine';
+import { parseLlamaConfig } from '@stageml/models';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StageServer, createServer } from './index.js';
 import { sleep, slowedInterpreter } from './test-support.js';
@@ -67,9 +67,12 @@ describe('server on the engine', () => {
   it('serves a whole-tensor-override adapter in batches of its own; every other tenant succeeds', async () => {
     const shape = parseLlamaConfig(readFileSync(`${root}llama/base/config.json`, 'utf8'), 'config.json');
     await writeRandomAdapter(join(tmp, 'head-override'), shape, { rank: 4, targets: ['q_proj'], overrideLmHead: true });
-    const lm = await CausalLM.load(`${root}llama/base`);
+    // Reference: the adapter alone on an engine of its own.
+    const lm = await Engine.load(`${root}llama/base`, { maxLoras: 1 });
     await lm.loadAdapter(join(tmp, 'head-override'), 'head-override');
-    const alone = await Promise.all([0, 1].map((p) => generate(lm, prompt('base', p).input_ids, { adapter: 'head-override', maxNewTokens: 12, padTokenId: 0, stopTokens: [] })));
+    const alone: Awaited<ReturnType<typeof generateWithEngine>>[] = [];
+    for (const p of [0, 1]) alone.push(await generateWithEngine(lm, prompt('base', p).input_ids, { adapter: 'head-override', maxNewTokens: 12, padTokenId: 0, stopTokens: [] }));
+    lm.dispose();
     const post = (path: string, b: unknown) => fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b) });
     const load = await post('/v1/load_lora_adapter', { lora_name: 'head-override', lora_path: join(tmp, 'head-override') });
     expect(load.status).toBe(200);

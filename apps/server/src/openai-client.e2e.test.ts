@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
-import { CausalLM, generate, logSoftmax } from '@stageml/models';
+import { Engine, generateWithEngine } from '@stageml/engine';
+import { logSoftmax } from '@stageml/models';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StageServer, createServer } from './index.js';
@@ -24,7 +25,7 @@ let llama: StageServer;
 let client: OpenAI;
 let llamaClient: OpenAI;
 let base: string;
-let lm: CausalLM;
+let lm: Engine;
 const lastLogits: Record<string, Float32Array> = {};
 
 /** Extra (vLLM) body fields the client's types do not list. */
@@ -45,7 +46,7 @@ beforeAll(async () => {
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: KEY, maxRetries: 0 });
   llama = await createServer({ modelDir: `${tiny}llama/base`, modelName: 'llama', adaptersDir: `${tiny}llama/adapters`, maxBatch: 8 });
   llamaClient = new OpenAI({ baseURL: `${await llama.listen('127.0.0.1', 0)}/v1`, apiKey: 'none', maxRetries: 0 });
-  lm = await CausalLM.load(`${v2}mistral-sw`);
+  lm = await Engine.load(`${v2}mistral-sw`, { maxLoras: 1 });
   const f = await SafetensorsFile.open(`${v2}golden.safetensors`);
   for (const k of f.names()) {
     const t = await f.readTensor(k);
@@ -57,6 +58,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await server.shutdown();
   await llama.shutdown();
+  lm.dispose();
 });
 
 async function streamText<T>(chunks: AsyncIterable<T>, pick: (c: T) => string | undefined): Promise<{ text: string; chunks: T[] }> {
@@ -198,7 +200,7 @@ describe('completions through the openai client', () => {
       [{ repetition_penalty: 1.3 }, { repetitionPenalty: 1.3, promptIds: prompt }],
     ] as const) {
       const r = await client.completions.create({ model: 'mistral', prompt, max_tokens: 12, temperature: 0, ...fields, ...extra({ ignore_eos: true, return_token_ids: true }) });
-      const lib = await generate(lm, prompt, { maxNewTokens: 12, stopTokens: [], sampling: { greedy: true, ...sampling } });
+      const lib = await generateWithEngine(lm, prompt, { maxNewTokens: 12, stopTokens: [], sampling: { greedy: true, ...sampling } });
       expect((r.choices[0] as any).token_ids, JSON.stringify(fields)).toEqual(lib.newIds);
     }
     const biased = await client.completions.create({ model: 'mistral', prompt, max_tokens: 5, temperature: 0, logit_bias: { '300': 100 }, ...extra({ ignore_eos: true, return_token_ids: true }) });

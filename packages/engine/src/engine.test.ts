@@ -3,10 +3,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Graph, seededRandom } from '@stageml/ir';
-import { CausalLM, LLAMA_PROJECTIONS, argmaxOf, type LlamaShape, parseLlamaConfig } from '@stageml/models';
+import { LLAMA_PROJECTIONS, argmaxOf, type LlamaShape, parseLlamaConfig } from '@stageml/models';
 import { type Executor, createCpuNativeExecutor, createOrtExecutor, interpreterExecutor, isOrtAvailable, parseWeightQuantSpec } from '@stageml/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, writeRandomAdapter } from './index.js';
+import { stagedReference } from './test-support.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/llama/', import.meta.url));
 const tmp = mkdtempSync(join(tmpdir(), 'stageml-engine-'));
@@ -53,7 +54,8 @@ describe('Engine: adapters as data', () => {
   const names: string[] = [];
   let engine: Engine;
   let count: () => number;
-  // Reference: each (adapter, prompt) run alone on CausalLM (PEFT-golden path), prefill then one decode token.
+  // Reference: each (adapter, prompt) run alone on the adapter's own staged graph (no slots): the
+  // prompt's last logits, and those of prompt + one token (what one decode step must give).
   const ref = new Map<string, { prefill: Float32Array; decode: Float32Array }>();
 
   beforeAll(async () => {
@@ -69,18 +71,13 @@ describe('Engine: adapters as data', () => {
     const c = counting(inner);
     count = c.prepared;
     engine = await Engine.load(`${root}base`, { executor: c.executor, maxLoras: 32, maxLoraRank: 64, prefillChunk: 4 });
-    const lm = await CausalLM.load(`${root}base`);
-    for (const n of names) {
-      await engine.loadAdapter(join(tmp, n), n);
-      await lm.loadAdapter(join(tmp, n), n);
-    }
+    for (const n of names) await engine.loadAdapter(join(tmp, n), n);
     for (const a of [undefined, ...names]) {
+      const lm = await stagedReference(`${root}base`, { adapter: a === undefined ? undefined : join(tmp, a) });
       for (let p = 0; p < PROMPTS.length; p++) {
-        const pre = await lm.forward([PROMPTS[p]!], { adapters: [a] });
-        const V = config.vocabSize;
-        const dec = await lm.forward([[token(p)]], { adapters: [a], cache: pre.cache });
-        ref.set(`${a ?? ''}|${String(p)}`, { prefill: (pre.logits.data as Float32Array).slice(-V), decode: dec.logits.data as Float32Array });
+        ref.set(`${a ?? ''}|${String(p)}`, { prefill: await lm.last(PROMPTS[p]!), decode: await lm.last([...PROMPTS[p]!, token(p)]) });
       }
+      lm.dispose();
     }
   }, 300_000);
 
@@ -429,11 +426,7 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
     await writeRandomAdapter(join(tmp, 'override'), shape, { rank: 8, targets: ['q_proj', 'down_proj'], overrideLmHead: true, seed: 5 });
     await writeRandomAdapter(join(tmp, 'plain'), shape, { rank: 12, seed: 6 });
     const engine = await Engine.load(`${root}base`, { maxLoras: 2 });
-    const lm = await CausalLM.load(`${root}base`);
-    for (const n of ['override', 'plain']) {
-      await engine.loadAdapter(join(tmp, n), n);
-      await lm.loadAdapter(join(tmp, n), n);
-    }
+    for (const n of ['override', 'plain']) await engine.loadAdapter(join(tmp, n), n);
     expect(engine.stats().preparations).toBe(4);
     const picks = [{ a: 'override', p: 0 }, { a: undefined, p: 1 }, { a: 'plain', p: 2 }, { a: 'override', p: 3 }];
     const seqs = picks.map((x) => engine.open(x.a, PROMPTS[x.p]!));
@@ -443,9 +436,9 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
     }
     const out = await engine.decode(seqs, picks.map((x) => token(x.p)));
     for (const [i, x] of picks.entries()) {
-      const pre = await lm.forward([PROMPTS[x.p]!], { adapters: [x.a] });
-      const dec = await lm.forward([[token(x.p)]], { adapters: [x.a], cache: pre.cache });
-      expect(maxAbsDiff(out[i]!, dec.logits.data), `${x.a ?? 'base'} row ${String(i)}`).toBeLessThan(1e-4);
+      const lm = await stagedReference(`${root}base`, { adapter: x.a === undefined ? undefined : join(tmp, x.a) });
+      expect(maxAbsDiff(out[i]!, await lm.last([...PROMPTS[x.p]!, token(x.p)])), `${x.a ?? 'base'} row ${String(i)}`).toBeLessThan(1e-4);
+      lm.dispose();
     }
     expect(engine.memory().lanes).toBe(shape.vocabSize * shape.hiddenSize * 4);
     for (const s of seqs) engine.release(s);
@@ -470,11 +463,16 @@ describe('Engine: MoE expert LoRA in slots; adapters that cannot vary by row in 
 
 describe('Engine: plans applied', () => {
   const ADAPTERS = ['all-r16', 'mlp-r4-rslora', 'o-r2', 'qv-r8'];
-  let lm: CausalLM;
+  // Each adapter's (and the base's) decode logits after each prompt, from its own staged graph.
+  const want = new Map<string, Float32Array>();
   beforeAll(async () => {
-    lm = await CausalLM.load(`${root}base`);
-    for (const a of ADAPTERS) await lm.loadAdapter(`${root}adapters/${a}`, a);
-  });
+    for (const [i, a] of [...ADAPTERS, undefined].entries()) {
+      const lm = await stagedReference(`${root}base`, { adapter: a === undefined ? undefined : `${root}adapters/${a}` });
+      const p = i % PROMPTS.length;
+      want.set(a ?? '', await lm.last([...PROMPTS[p]!, token(p)]));
+      lm.dispose();
+    }
+  }, 120_000);
 
   async function mixedStepMatches(engine: Engine): Promise<void> {
     const picks = [...ADAPTERS, undefined].map((a, i) => ({ a, p: i % PROMPTS.length }));
@@ -484,11 +482,7 @@ describe('Engine: plans applied', () => {
       while (!s.ready) await engine.prefill(s);
     }
     const out = await engine.decode(seqs, picks.map((x) => token(x.p)));
-    for (const [i, x] of picks.entries()) {
-      const pre = await lm.forward([PROMPTS[x.p]!], { adapters: [x.a] });
-      const dec = await lm.forward([[token(x.p)]], { adapters: [x.a], cache: pre.cache });
-      expect(maxAbsDiff(out[i]!, dec.logits.data), x.a ?? 'base').toBeLessThan(1e-4);
-    }
+    for (const [i, x] of picks.entries()) expect(maxAbsDiff(out[i]!, want.get(x.a ?? '')!), x.a ?? 'base').toBeLessThan(1e-4);
     for (const s of seqs) engine.release(s);
   }
 
@@ -539,9 +533,9 @@ describe('Engine: plans applied', () => {
     engine.unloadAdapter('all-r16');
     const [after] = await engine.decode([s], [token(2)]);
     expect(engine.plan().applied).toBe(applied + 1);
-    const pre = await lm.forward([PROMPTS[2]!], { adapters: ['qv-r8'] });
-    const dec = await lm.forward([[token(2)]], { adapters: ['qv-r8'], cache: pre.cache });
-    expect(maxAbsDiff(after!, dec.logits.data)).toBeLessThan(1e-4);
+    const lm = await stagedReference(`${root}base`, { adapter: `${root}adapters/qv-r8` });
+    expect(maxAbsDiff(after!, await lm.last([...PROMPTS[2]!, token(2)]))).toBeLessThan(1e-4);
+    lm.dispose();
     engine.release(s);
     expect(Object.keys(engine.plan().merged)).not.toContain('all-r16');
   });
@@ -578,7 +572,7 @@ describe('Engine: plans applied', () => {
 const ORT_HERE = await isOrtAvailable();
 
 describe('Engine with quantized weights', () => {
-  it.skipIf(!ORT_HERE)('packs int8/int4 weights once and equals CausalLM quantized the same way (last-position logits, with an adapter)', async () => {
+  it.skipIf(!ORT_HERE)('packs int8/int4 weights once and equals the staged graph quantized the same way (last-position logits, with an adapter)', async () => {
     const executor = await createOrtExecutor();
     const prompt = [0, 52, 317, 44, 9];
     for (const spec of ['int8', 'int4']) {
@@ -595,21 +589,18 @@ describe('Engine with quantized weights', () => {
         expect(kinds.get('model.layers.0.self_attn.q_proj.weight.qweight')).toBe('param');
       }
       await engine.loadAdapter(`${root}adapters/qv-r8`, 'qv-r8');
-      const lm = await CausalLM.load(`${root}base`, { executor, quantize });
-      await lm.loadAdapter(`${root}adapters/qv-r8`, 'qv-r8');
+      const refs = new Map<string, Awaited<ReturnType<typeof stagedReference>>>();
+      for (const a of ['', 'qv-r8', 'o-r2']) refs.set(a, await stagedReference(`${root}base`, { adapter: a === '' ? undefined : `${root}adapters/${a}`, executor, quantize }));
       for (const a of [undefined, 'qv-r8']) {
         const s = engine.open(a, prompt);
         expect(await engine.attach(s)).toBe(true);
         let logits: Float32Array | undefined;
         while (!s.ready) logits = await engine.prefill(s);
         engine.release(s);
-        const ref = await lm.forward([prompt], { adapters: [a] });
-        const V = config.vocabSize;
-        expect(maxAbsDiff(logits!, ref.logits.data.subarray((prompt.length - 1) * V))).toBeLessThan(1e-4);
+        expect(maxAbsDiff(logits!, await refs.get(a ?? '')!.last(prompt))).toBeLessThan(1e-4);
       }
       // Two adapters decoded together (the grouped or gathered form) equal each alone.
       await engine.loadAdapter(`${root}adapters/o-r2`, 'o-r2');
-      await lm.loadAdapter(`${root}adapters/o-r2`, 'o-r2');
       const pair = [engine.open('o-r2', prompt), engine.open('qv-r8', prompt)];
       for (const s of pair) {
         await engine.attach(s);
@@ -617,11 +608,8 @@ describe('Engine with quantized weights', () => {
       }
       const both = await engine.decode(pair, [7, 7]);
       for (const s of pair) engine.release(s);
-      for (const [i, a] of ['o-r2', 'qv-r8'].entries()) {
-        const pre = await lm.forward([prompt], { adapters: [a] });
-        const dec = await lm.forward([[7]], { adapters: [a], cache: pre.cache });
-        expect(maxAbsDiff(both[i]!, dec.logits.data as Float32Array)).toBeLessThan(1e-4);
-      }
+      for (const [i, a] of ['o-r2', 'qv-r8'].entries()) expect(maxAbsDiff(both[i]!, await refs.get(a)!.last([...prompt, 7]))).toBeLessThan(1e-4);
+      for (const r of refs.values()) r.dispose();
       expect(engine.stats().runsByForm.single + engine.stats().runsByForm.base).toBeGreaterThan(0);
       expect(engine.stats().runsByForm.gathered + engine.stats().runsByForm.grouped).toBe(1);
       // Quantized weights are smaller than the f32 checkpoint in the engine's own accounting.
@@ -643,19 +631,13 @@ describe('Engine on the cpu-native executor', () => {
     return logits!;
   }
 
-  it('equals the interpreter in f32 (prefill with and without an adapter; a mixed decode equals each row alone), and int8/int4 equal CausalLM quantized the same way on it', async () => {
+  it('equals the interpreter in f32 (prefill with and without an adapter; a mixed decode equals each row alone), and int8/int4 equal the staged graph quantized the same way on it', async () => {
     const native = createCpuNativeExecutor({ threads: 2 });
     const engine = await Engine.load(`${root}base`, { executor: native, maxLoras: 2, maxLoraRank: 16 });
-    const ref = await CausalLM.load(`${root}base`, { executor: interpreterExecutor });
-    for (const a of ['qv-r8', 'o-r2']) {
-      await engine.loadAdapter(`${root}adapters/${a}`, a);
-      await ref.loadAdapter(`${root}adapters/${a}`, a);
-    }
-    const V = config.vocabSize;
-    for (const a of [undefined, 'qv-r8']) {
-      const want = (await ref.forward([prompt], { adapters: [a] })).logits.data.subarray((prompt.length - 1) * V);
-      expect(maxAbsDiff(await lastLogits(engine, a), want), String(a)).toBeLessThan(1e-4);
-    }
+    for (const a of ['qv-r8', 'o-r2']) await engine.loadAdapter(`${root}adapters/${a}`, a);
+    const ref = new Map<string, Awaited<ReturnType<typeof stagedReference>>>();
+    for (const a of ['', 'qv-r8', 'o-r2']) ref.set(a, await stagedReference(`${root}base`, { adapter: a === '' ? undefined : `${root}adapters/${a}`, executor: interpreterExecutor }));
+    for (const a of [undefined, 'qv-r8']) expect(maxAbsDiff(await lastLogits(engine, a), await ref.get(a ?? '')!.last(prompt)), String(a)).toBeLessThan(1e-4);
     const pair = [engine.open('o-r2', prompt), engine.open('qv-r8', prompt), engine.open(undefined, prompt)];
     for (const s of pair) {
       await engine.attach(s);
@@ -663,11 +645,8 @@ describe('Engine on the cpu-native executor', () => {
     }
     const both = await engine.decode(pair, [7, 7, 7]);
     for (const s of pair) engine.release(s);
-    for (const [i, a] of ['o-r2', 'qv-r8', undefined].entries()) {
-      const pre = await ref.forward([prompt], { adapters: [a] });
-      const dec = await ref.forward([[7]], { adapters: [a], cache: pre.cache });
-      expect(maxAbsDiff(both[i]!, dec.logits.data as Float32Array), String(a)).toBeLessThan(1e-4);
-    }
+    for (const [i, a] of ['o-r2', 'qv-r8', undefined].entries()) expect(maxAbsDiff(both[i]!, await ref.get(a ?? '')!.last([...prompt, 7])), String(a)).toBeLessThan(1e-4);
+    for (const r of ref.values()) r.dispose();
     expect(engine.stats().runsByForm.gathered + engine.stats().runsByForm.grouped).toBe(1);
     // recycleOutputs: the same logits step for step, each step's written into the last one's
     // storage (valid until the next call, as documented).
@@ -702,11 +681,10 @@ describe('Engine on the cpu-native executor', () => {
       const quantize = parseWeightQuantSpec(spec);
       const q = await Engine.load(`${root}base`, { executor: native, quantize, maxLoras: 2, maxLoraRank: 16 });
       await q.loadAdapter(`${root}adapters/qv-r8`, 'qv-r8');
-      const lm = await CausalLM.load(`${root}base`, { executor: native, quantize });
-      await lm.loadAdapter(`${root}adapters/qv-r8`, 'qv-r8');
       for (const a of [undefined, 'qv-r8']) {
-        const want = (await lm.forward([prompt], { adapters: [a] })).logits.data.subarray((prompt.length - 1) * V);
-        expect(maxAbsDiff(await lastLogits(q, a), want), `${spec} ${String(a)}`).toBeLessThan(1e-4);
+        const lm = await stagedReference(`${root}base`, { adapter: a === undefined ? undefined : `${root}adapters/${a}`, executor: native, quantize });
+        expect(maxAbsDiff(await lastLogits(q, a), await lm.last(prompt)), `${spec} ${String(a)}`).toBeLessThan(1e-4);
+        lm.dispose();
       }
     }
   });

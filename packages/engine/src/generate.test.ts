@@ -1,13 +1,14 @@
-// generateWithEngine against the goldens (transformers' greedy tokens), against `generate` on a
-// `CausalLM` for seeded sampling (the same picker over the same logits), and on adapter kinds only
-// the engine serves (DoRA, trainable tokens): the first new token is the argmax of PEFT's logits.
+// generateWithEngine against the goldens (transformers' greedy tokens), against the staged
+// single-adapter graph for seeded sampling (the same picker over the same logits), and on adapter
+// kinds PEFT alone defines (DoRA, trainable tokens): the first new token is the argmax of PEFT's logits.
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { StageError } from '@stageml/ir';
-import { CausalLM, argmaxOf, generate } from '@stageml/models';
+import { type GenerateOptions, argmaxOf, makePicker } from '@stageml/models';
 import { SafetensorsFile } from '@stageml/safetensors';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, generateWithEngine } from './index.js';
+import { type StagedReference, stagedReference } from './test-support.js';
 
 const tiny = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
 const kinds = fileURLToPath(new URL('../../../fixtures/peft-kinds/', import.meta.url));
@@ -25,15 +26,18 @@ async function codeOf(p: Promise<unknown>): Promise<string | undefined> {
 
 describe('generateWithEngine', () => {
   let engine: Engine;
-  let lm: CausalLM;
   beforeAll(async () => {
     engine = await Engine.load(`${tiny}llama/base`, { maxLoras: ADAPTERS.length, maxLoraRank: 16 });
-    lm = await CausalLM.load(`${tiny}llama/base`);
-    for (const a of ADAPTERS) {
-      await engine.loadAdapter(`${tiny}llama/adapters/${a}`, a);
-      await lm.loadAdapter(`${tiny}llama/adapters/${a}`, a);
-    }
+    for (const a of ADAPTERS) await engine.loadAdapter(`${tiny}llama/adapters/${a}`, a);
   });
+
+  /** What generation picks from the reference's logits: one full forward per new token, the picker of `opts`, no stop tokens. */
+  async function referenceSample(lm: StagedReference, ids: readonly number[], opts: GenerateOptions): Promise<number[]> {
+    const pick = makePicker(opts.sampling ?? { greedy: true });
+    const out: number[] = [];
+    while (out.length < opts.maxNewTokens) out.push(pick(await lm.last([...ids, ...out])));
+    return out;
+  }
   afterAll(() => {
     engine.dispose();
   });
@@ -51,14 +55,16 @@ describe('generateWithEngine', () => {
     });
   }
 
-  it('samples the tokens `generate` samples on a CausalLM for the same seed, and stops at a stop token', async () => {
+  it('samples the tokens the same seeded picker draws from the staged graph\'s logits, and stops at a stop token', async () => {
     const ids = golden['llama.base']!['prompt0']!.input_ids;
     for (const adapter of [undefined, 'all-r16']) {
       const opts = { adapter, maxNewTokens: 10, sampling: { temperature: 0.8, topP: 0.9, topK: 50, seed: 7 }, stopTokens: [] };
-      const want = await generate(lm, ids, opts);
+      const lm = await stagedReference(`${tiny}llama/base`, { adapter: adapter === undefined ? undefined : `${tiny}llama/adapters/${adapter}` });
+      const want = { newIds: await referenceSample(lm, ids, opts) };
+      lm.dispose();
       const got = await generateWithEngine(engine, ids, opts);
       expect(got.newIds, adapter ?? 'base').toEqual(want.newIds);
-      expect(got.text).toBe(want.text);
+      expect(got.text).toBe(engine.tokenizer!.decode(want.newIds));
       // The third token as a stop token: generation ends there, the stop token kept.
       const stopped = await generateWithEngine(engine, ids, { ...opts, stopTokens: [want.newIds[2]!] });
       expect(stopped.newIds).toEqual(want.newIds.slice(0, want.newIds.indexOf(want.newIds[2]!) + 1));
@@ -81,7 +87,7 @@ describe('generateWithEngine', () => {
   });
 });
 
-describe('generateWithEngine on adapter kinds CausalLM refuses', () => {
+describe('generateWithEngine on adapter kinds beyond plain LoRA', () => {
   it('DoRA, lora_bias, trainable tokens and a tied lm_head: the first new token is the argmax of PEFT logits', async () => {
     const g = JSON.parse(readFileSync(`${kinds}golden.json`, 'utf8')) as { prompt_ids: number[][] };
     const f = await SafetensorsFile.open(`${kinds}golden.safetensors`);

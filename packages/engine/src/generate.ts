@@ -3,12 +3,12 @@ import { PeftCode, PeftError } from '@stageml/peft';
 import type { Engine } from './engine.js';
 
 /**
- * Generates a continuation of `prompt` on `engine`, as `generate` of @stageml/models does on a
- * `CausalLM` (same options, result and errors): the prompt is prefilled in one run (one chunk, no
- * stream to stall), then one decode step per new token over the sequence's resident KV. Each token
- * is picked from the last position's logits on the host by `makePicker` — greedy the first
- * maximum, sampling temperature, top-k and top-p in HF's order with a seeded stream — so the same
- * logits give the same tokens either way. Generation stops at a stop token (kept) or after
+ * Generates a continuation of `prompt` on `engine` (`GenerateOptions` / `GenerateResult` of
+ * @stageml/models; bad options are `MODEL_BAD_OPTIONS`): the prompt is prefilled in one run (one
+ * chunk, no stream to stall), then one decode step per new token over the sequence's resident KV.
+ * Each token is picked from the last position's logits on the host by `makePicker` — greedy the
+ * first maximum, sampling temperature, top-k and top-p in HF's order with a seeded stream — so the
+ * same logits give the same tokens on every executor. Generation stops at a stop token (kept) or after
  * `maxNewTokens`; the sequence is released on every exit. Every adapter kind the engine serves
  * (`loadAdapter`) generates: LoRA with `lora_bias`, DoRA, trainable tokens, `modules_to_save`,
  * expert LoRA.

@@ -1,8 +1,9 @@
 // Test-only helpers for the engine suites: the torch executor (CPU torch; Debian's python3-torch in
-// CI, where a missing torch fails the suite with a clear message; elsewhere the suite is skipped) and
-// the golden check of a mixed batch against transformers.
-import { RuntimeCode, RuntimeError, type TorchExecutor, createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
-import { argmaxOf } from '@stageml/models';
+// CI, where a missing torch fails the suite with a clear message; elsewhere the suite is skipped),
+// the golden check of a mixed batch against transformers, and the staged single-adapter reference.
+import { type HostTensor, hostTensor, zeros } from '@stageml/ir';
+import { argmaxOf, stagedModelGraph } from '@stageml/models';
+import { type Executor, RuntimeCode, RuntimeError, type TorchExecutor, type WeightQuantSpec, createTorchExecutor, interpreterExecutor, isTorchAvailable, quantizeLinears, specialize } from '@stageml/runtime';
 import type { SafetensorsFile } from '@stageml/safetensors';
 import { describeNeeding } from '@stageml/testkit';
 import { afterAll, beforeAll, expect } from 'vitest';
@@ -79,4 +80,52 @@ export async function checkMixedBatch(engine: Engine, goldens: SafetensorsFile, 
     expect(alone, `${r.logits}: alone`).toEqual(r.greedy);
     engine.release(s);
   }
+}
+
+/** Additive mask value of an ignored key: float32's lowest, as HF uses. */
+const MASKED = -3.4028234663852886e38;
+
+/** A model specialized for at most one adapter, run as one full forward per call (`stagedReference`). */
+export interface StagedReference {
+  /** Logits f32[T·vocab] of `ids` from an empty cache; `mask` 0 marks a padding token (keys ignored, rotary position 1, as HF). */
+  logits(ids: readonly number[], mask?: readonly number[]): Promise<Float32Array>;
+  /** The last position's logits of `ids`: what a decode step after `ids[:-1]` must give. */
+  last(ids: readonly number[], mask?: readonly number[]): Promise<Float32Array>;
+  dispose(): void;
+}
+
+/**
+ * The oracle the engine's rows are checked against, built from what the engine is built on and
+ * independent of its slot programs: `stagedModelGraph` (the graph `stageml stage` specializes: the
+ * adapter's own linears, no slots), `specialize` at the `adapter` stage, `quantizeLinears` when
+ * asked, prepared on `executor` (default: the interpreter) and run over the whole sequence with an
+ * empty KV cache. Llama-style families without sliding windows.
+ */
+export async function stagedReference(dir: string, opts: { readonly adapter?: string | undefined; readonly executor?: Executor; readonly quantize?: WeightQuantSpec } = {}): Promise<StagedReference> {
+  const m = await stagedModelGraph(dir, opts.adapter === undefined ? {} : { adapter: opts.adapter });
+  const values = m.values;
+  const result = specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: 'adapter', values: { get: (n) => values.get(n) } });
+  const staged = opts.quantize === undefined ? { graph: result.residual, constants: result.constants } : quantizeLinears(result.residual, result.constants, { spec: opts.quantize });
+  const prepared = await (opts.executor ?? interpreterExecutor).prepare(staged.graph, staged.constants);
+  const { numLayers, numKvHeads, headDim, vocabSize } = m.config;
+  const logits = async (ids: readonly number[], mask: readonly number[] = ids.map(() => 1)): Promise<Float32Array> => {
+    let next = 0;
+    const inputs: Record<string, HostTensor> = {
+      input_ids: hostTensor('i64', [1, ids.length], [...ids]),
+      position_ids: hostTensor('i64', [1, ids.length], mask.map((v) => (v === 1 ? next++ : 1))),
+      attention_mask: hostTensor('f32', [1, ids.length], mask.map((v) => (v === 1 ? 0 : MASKED))),
+    };
+    for (let l = 0; l < numLayers; l++) {
+      inputs[`past_key.${String(l)}`] = zeros('f32', [1, numKvHeads, 0, headDim]);
+      inputs[`past_value.${String(l)}`] = zeros('f32', [1, numKvHeads, 0, headDim]);
+    }
+    return Float32Array.from((await prepared.run(inputs))['logits']!.data);
+  };
+  return {
+    logits,
+    last: async (ids, mask) => (await logits(ids, mask)).slice((ids.length - 1) * vocabSize),
+    dispose: () => {
+      prepared.dispose();
+    },
+  };
 }

@@ -19,11 +19,11 @@ export interface StagedModelOptions {
   readonly adapterName?: string;
   /** Keep only the first `numLayers` decoder layers (default: all), e.g. one layer for lowering tests. */
   readonly numLayers?: number;
-  /** How LoRA is applied (default `residual`, as `CausalLM` compiles). */
+  /** How LoRA is applied (default `residual`, as PEFT computes it). */
   readonly form?: LoraForm;
 }
 
-/** The graph `CausalLM` compiles for one adapter configuration, with everything needed to specialize it. */
+/** The forward graph of a model with at most one adapter, with everything needed to specialize it. */
 export interface StagedModelGraph {
   /** The parsed config (with `numLayers` reduced when asked). */
   readonly config: LlamaConfig;
@@ -40,9 +40,9 @@ export interface StagedModelGraph {
 }
 
 /**
- * Builds the forward graph `CausalLM` compiles for a model directory and at most one adapter —
- * the same `buildLlamaGraph` call (KV cache, attention mask, the adapter's linear and expert
- * factories, rotary tables from the config) — and collects the values and annotations to
+ * Builds the forward graph of a model directory and at most one adapter — `buildLlamaGraph` with
+ * a KV cache, an attention mask, the adapter's linear and expert factories and the rotary tables
+ * of the config — and collects the values and annotations to
  * specialize it at any stage of `SERVING_STAGES` (`stageml stage` writes the residual as a bundle).
  * Errors are the loaders' coded errors (`MODEL_*`, `PEFT_*`, `MOE_*`).
  */

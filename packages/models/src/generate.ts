@@ -1,8 +1,9 @@
-import type { CausalLM, KvCache } from './causal-lm.js';
-import { ModelCode, ModelError } from './errors.js';
-import { type SamplingOptions, makePicker } from './sampling.js';
+import type { SamplingOptions } from './sampling.js';
 
-/** Options of `generate`. */
+/**
+ * Options of a generation (`generateWithEngine` of @stageml/engine; the server's and CLI's requests
+ * map onto it).
+ */
 export interface GenerateOptions {
   /** Adapter name (default: the base model). */
   readonly adapter?: string | undefined;
@@ -21,7 +22,7 @@ export interface GenerateOptions {
   readonly onToken?: (id: number) => void;
 }
 
-/** What `generate` produced. */
+/** What a generation produced. */
 export interface GenerateResult {
   /** New token ids, the stop token included when one ended generation. */
   readonly newIds: number[];
@@ -31,41 +32,4 @@ export interface GenerateResult {
   readonly text: string | undefined;
   /** Prompt tokens processed. */
   readonly promptTokens: number;
-}
-
-/**
- * Generates a continuation of `prompt`: one prefill step over the prompt, then one decode step per
- * new token with the KV cache as a late input. Greedy decoding picks the first maximum (as
- * `torch.argmax`); sampling applies temperature, top-k and top-p in HF's order with a seeded stream.
- */
-export async function generate(lm: CausalLM, prompt: readonly number[], opts: GenerateOptions): Promise<GenerateResult> {
-  if (!Number.isInteger(opts.maxNewTokens) || opts.maxNewTokens < 1) {
-    throw new ModelError(ModelCode.BAD_OPTIONS, `max new tokens must be a positive integer, got ${String(opts.maxNewTokens)}`);
-  }
-  if (prompt.length === 0) throw new ModelError(ModelCode.BAD_OPTIONS, 'the prompt is empty');
-  if (prompt.length + opts.maxNewTokens > lm.config.maxPositions) {
-    throw new ModelError(ModelCode.BAD_OPTIONS, `prompt (${String(prompt.length)}) + max new tokens (${String(opts.maxNewTokens)}) exceeds the model's ${String(lm.config.maxPositions)} positions`);
-  }
-  const pick = makePicker(opts.sampling ?? { greedy: true });
-  const stop = new Set(opts.stopTokens ?? lm.config.eosTokenIds);
-  const adapters = [opts.adapter];
-  const vocab = lm.config.vocabSize;
-  const mask = [prompt.map((t) => (opts.padTokenId !== undefined && t === opts.padTokenId ? 0 : 1))];
-  let step = await lm.forward([prompt], { adapters, mask });
-  const newIds: number[] = [];
-  let cache: KvCache = step.cache;
-  for (;;) {
-    const logits = step.logits;
-    const last = logits.data.subarray(logits.data.length - vocab);
-    const id = pick(last);
-    newIds.push(id);
-    opts.onToken?.(id);
-    if (stop.has(id)) return finish('stop');
-    if (newIds.length >= opts.maxNewTokens) return finish('length');
-    step = await lm.forward([[id]], { adapters, cache });
-    cache = step.cache;
-  }
-  function finish(reason: 'stop' | 'length'): GenerateResult {
-    return { newIds, finishReason: reason, text: lm.tokenizer?.decode(newIds), promptTokens: prompt.length };
-  }
 }

@@ -1,11 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { type HostTensor } from '@stageml/ir';
-import { SafetensorsFile } from '@stageml/safetensors';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { CausalLM, IncrementalDetokenizer, type TextTokenizer, applyChatTemplate, generate, loadTokenizer, parseLlamaConfig } from './index.js';
+import { IncrementalDetokenizer, type TextTokenizer, applyChatTemplate, loadTokenizer, parseLlamaConfig } from './index.js';
 
-// Fixtures made by tools/gen_fixtures_v2.py (transformers 5.17, PEFT 0.21, tokenizers 0.23).
+// Fixtures made by tools/gen_fixtures_v2.py (transformers 5.17, PEFT 0.21, tokenizers 0.23): the
+// config, tokenizers, chat templates and detokenizer here; the model's logits and greedy tokens run
+// through the engine (packages/engine/src/hf-v2-golden.test.ts).
 const root = fileURLToPath(new URL('../../../fixtures/hf-v2/', import.meta.url));
 interface PromptGolden {
   input_ids: number[];
@@ -28,25 +28,13 @@ interface Golden {
 }
 const golden = JSON.parse(readFileSync(`${root}golden.json`, 'utf8')) as Golden;
 const prompts = (model: string) => (golden[`mistral.${model}`] as { prompts: Record<string, PromptGolden> }).prompts;
-const logitsGolden: Record<string, HostTensor> = {};
-let lm: CausalLM;
+let lm: { tokenizer: TextTokenizer | undefined };
 let byteLevel: TextTokenizer;
 
 beforeAll(async () => {
-  const f = await SafetensorsFile.open(`${root}golden.safetensors`);
-  for (const k of f.names()) logitsGolden[k] = await f.readTensor(k);
-  await f.close();
-  lm = await CausalLM.load(`${root}mistral-sw`);
-  for (const a of ['a', 'b']) await lm.loadAdapter(`${root}mistral-sw/adapters/${a}`, a);
+  lm = { tokenizer: await loadTokenizer(`${root}mistral-sw`) };
   byteLevel = (await loadTokenizer(`${root}bytelevel-chat`))!;
 });
-
-function maxAbsDiff(a: HostTensor, b: HostTensor): number {
-  expect(a.shape).toEqual(b.shape);
-  let m = 0;
-  for (let i = 0; i < a.data.length; i++) m = Math.max(m, Math.abs(a.data[i]! - b.data[i]!));
-  return m;
-}
 
 /** Streams `ids` through a detokenizer one token at a time; returns the deltas. */
 function stream(tok: TextTokenizer, ids: readonly number[]): string[] {
@@ -56,25 +44,12 @@ function stream(tok: TextTokenizer, ids: readonly number[]): string[] {
   return out;
 }
 
-describe('Mistral with sliding_window 16 against transformers + PEFT', () => {
+describe('Mistral with sliding_window 16: config and tokenizer as transformers', () => {
   it('parses sliding_window from config.json', () => {
     const cfg = parseLlamaConfig(readFileSync(`${root}mistral-sw/config.json`, 'utf8'));
     expect(cfg.slidingWindow).toBe(16);
     expect(parseLlamaConfig(JSON.stringify({ ...JSON.parse(readFileSync(`${root}mistral-sw/config.json`, 'utf8')), sliding_window: null })).slidingWindow).toBeUndefined();
   });
-
-  for (const model of ['base', 'a', 'b']) {
-    it(`${model}: logits within 1e-4 and 16 greedy tokens equal on prompts of 30+ tokens (past the window)`, async () => {
-      const adapter = model === 'base' ? undefined : model;
-      for (const [name, { input_ids, greedy_new_ids }] of Object.entries(prompts(model))) {
-        expect(input_ids.length).toBeGreaterThanOrEqual(30);
-        const { logits } = await lm.forward([input_ids], { adapters: [adapter] });
-        expect(maxAbsDiff({ ...logits, shape: logits.shape.slice(1) }, logitsGolden[`mistral.${model}.${name}.logits`]!), name).toBeLessThanOrEqual(1e-4);
-        const gen = await generate(lm, input_ids, { adapter, maxNewTokens: 16, stopTokens: [] });
-        expect(gen.newIds, name).toEqual(greedy_new_ids);
-      }
-    });
-  }
 
   it('tokenizes the text prompts as transformers does (byte-fallback BPE)', () => {
     golden.prompts.forEach((text, i) => {
@@ -91,13 +66,6 @@ describe('chat templates', () => {
       expect(r.ids).toEqual(c.input_ids);
       expect(r.ids.filter((t) => t === 1)).toHaveLength(1);
       expect(applyChatTemplate(lm.tokenizer!, c.messages, { addGenerationPrompt: false }).ids).toEqual(c.no_generation_prompt_ids);
-    }
-  });
-
-  it('greedy chat continuations equal transformers', async () => {
-    for (const c of golden['mistral.chat']) {
-      const gen = await generate(lm, applyChatTemplate(lm.tokenizer!, c.messages).ids, { maxNewTokens: 12, stopTokens: [] });
-      expect(gen.newIds).toEqual(c.greedy_new_ids);
     }
   });
 

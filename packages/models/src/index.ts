@@ -8,11 +8,12 @@
  * - `parseLlamaConfig`: HF `config.json` of the supported families (`SUPPORTED_MODEL_TYPES`: llama,
  *   mistral, qwen2, mixtral, qwen3, qwen3_moe, olmo2, phi3, gemma2, gemma3_text; rope
  *   default/linear/llama3/longrope); `familyGraphOptions` gives the graph options they need.
- * - `CausalLM`: config + safetensors checkpoint (single or sharded) + tokenizer + PEFT adapters;
- *   each adapter configuration compiles once (specialized at the `adapter` stage) and runs
- *   prefill and decode steps on an executor.
- * - `generate`: greedy and sampled decoding with stop tokens and streaming callbacks; logits
- *   processing (penalties, logit bias) and log-probabilities through the picker.
+ * - `stagedModelGraph`: a checkpoint directory (single or sharded safetensors) and at most one
+ *   PEFT adapter as the annotated forward graph with its values, ready to specialize.
+ * - Running models is the serving engine's (`@stageml/engine`: `Engine`, `generateWithEngine`);
+ *   this package gives it the graphs, the tokenizer and the token picker: `makePicker` (greedy and
+ *   sampled decoding; logits processing — penalties, logit bias — and log-probabilities) and the
+ *   `GenerateOptions` / `GenerateResult` a generation takes and gives.
  * - `IncrementalDetokenizer`: UTF-8-safe streaming text (vLLM's incremental detokenization).
  * - `applyChatTemplate`: chat templates (`chat_template.jinja`, named templates) rendered with Jinja.
  */
@@ -24,7 +25,7 @@ export { SUPPORTED_MODEL_TYPES, familyGraphOptions, parseLlamaConfig, readLlamaC
 export { hfLlamaRounding, roundedTensor, topoOrder } from './hf-rounding.js';
 export type { CastValueType, OpEmitter } from './hf-rounding.js';
 export type { LlamaConfig, MoeShape, RopeScaling } from './hf-config.js';
-export { adapterParamName, bankLinear, expertParamName, loraExperts, rowsInputName, singleAdapterLinear } from './linear-factories.js';
+export { adapterParamName, expertParamName, loraExperts, singleAdapterLinear } from './linear-factories.js';
 export { loadChatTemplates, loadTokenizer } from './tokenizer.js';
 export { readParam } from './checkpoint-map.js';
 export type { EncodeOptions, TextTokenizer } from './tokenizer.js';
@@ -33,9 +34,6 @@ export { applyChatTemplate, chatTemplateOf, encodeChat, renderChatTemplate } fro
 export type { ChatTemplateMessage, ChatTemplateOptions } from './chat-template.js';
 export { argmaxOf, checkSampling, descendingOrder, isPlainGreedy, logSoftmax, makePicker, maskLogits, maskedArgmax, pickPlan, processLogits, samplePick, topOf, topOrder } from './sampling.js';
 export type { LogitsProcessing, LogitsState, PickInfo, PickPlan, SamplingOptions, TokenConstraint, TokenLogprob, TokenPicker } from './sampling.js';
-export { CausalLM } from './causal-lm.js';
-export type { CausalLMOptions, ForwardResult, KvCache, RowAdapters } from './causal-lm.js';
-export { generate } from './generate.js';
 export type { GenerateOptions, GenerateResult } from './generate.js';
 export { stagedModelGraph, type StagedModelGraph, type StagedModelOptions } from './bundle-graph.js';
 export { GGML_TYPE, decodeGgml, encodeGgml, fromF16, ggufModuleName, parseGguf, permuteRotaryRows, writeGguf, writeLlamaGguf, writeLoraGguf } from './gguf.js';

@@ -1,6 +1,6 @@
 import type { GraphBuilder, Value } from '@stageml/ir';
 import { type ExpertLora, type ExpertLoraValues, type ExpertProjection, moeBlock } from '@stageml/moe';
-import { type LoraAdapter, type LoraForm, type LoraModule, bankLinearGrouped, loraLinear } from '@stageml/peft';
+import { type LoraAdapter, type LoraForm, type LoraModule, loraLinear } from '@stageml/peft';
 import type { ExpertsFactory, LinearFactory } from './llama-graph.js';
 
 /** Graph parameter name of an adapter tensor: `adapter.<name>.<module>.lora_A` etc. */
@@ -25,47 +25,16 @@ function baseParams(b: GraphBuilder, module: string, inDim: number, outDim: numb
 }
 
 /**
- * Linear layers carrying one adapter (or none), in residual or merged form. With `residualAsOp`, a
- * residual layer without biases is the registry op `loraLinear` (whose decomposition is the chain
- * `@stageml/peft`'s `loraLinear` builds); otherwise the primitive chain, which the rewrite rules
- * (merges) and `stageml stage`'s dtype pass read — the CLI folds the staged residual into ops after.
+ * Linear layers carrying one adapter (or none), in residual or merged form: the primitive chain
+ * `@stageml/peft`'s `loraLinear` builds, which the rewrite rules (merges) and `stageml stage`'s
+ * dtype pass read; `stageml stage` folds the staged residual's chains into `loraLinear` ops after.
  */
-export function singleAdapterLinear(adapter: LoraAdapter | undefined, form: LoraForm, opts: { readonly residualAsOp?: boolean } = {}): LinearFactory {
+export function singleAdapterLinear(adapter: LoraAdapter | undefined, form: LoraForm): LinearFactory {
   return (b, module, x, inDim, outDim, bias) => {
     const p = baseParams(b, module, inDim, outDim, bias);
     const m = adapter?.modules.get(module);
     const lora = m === undefined ? undefined : loraValues(b, adapter!.name, m, inDim, outDim);
-    if (opts.residualAsOp === true && form === 'residual' && lora !== undefined && p.bias === undefined && lora.biasB === undefined) return b.loraLinear(x, p.w, lora.A, lora.B, lora.scale);
     return loraLinear(b, x, p.w, p.bias, lora, form);
-  };
-}
-
-/** Input name of the row indices of `adapter` in a mixed-batch graph. */
-export function rowsInputName(adapter: string): string {
-  return `rows.${adapter}`;
-}
-
-/**
- * Linear layers of a mixed batch: each listed adapter's delta is computed on its own rows (an
- * input `rows.<name>` i64[n]) and added in place (SGMV-style; see `bankLinearGrouped`). Rows not
- * listed under any adapter get the base model.
- */
-export function bankLinear(adapters: readonly LoraAdapter[]): LinearFactory {
-  const rows = new Map<GraphBuilder, Map<string, Value>>();
-  const rowsOf = (b: GraphBuilder, name: string, index: number): Value => {
-    let m = rows.get(b);
-    if (m === undefined) rows.set(b, (m = new Map<string, Value>()));
-    let v = m.get(name);
-    if (v === undefined) m.set(name, (v = b.input(rowsInputName(name), ['i64', [`rows_${String(index)}`]])));
-    return v;
-  };
-  return (b, module, x, inDim, outDim, bias) => {
-    const p = baseParams(b, module, inDim, outDim, bias);
-    const groups = adapters.flatMap((a, i) => {
-      const m = a.modules.get(module);
-      return m === undefined ? [] : [{ rows: rowsOf(b, a.name, i), lora: loraValues(b, a.name, m, inDim, outDim) }];
-    });
-    return bankLinearGrouped(b, x, p.w, p.bias, groups);
   };
 }
 

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { hostTensor } from '@stageml/ir';
 import { SafetensorsFile, writeSafetensors } from '@stageml/safetensors';
 import { afterAll, describe, expect, it } from 'vitest';
-import { CausalLM, parseLlamaConfig, ropeInvFreqFor } from './index.js';
+import { parseLlamaConfig, ropeInvFreqFor, stagedModelGraph } from './index.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
 const tmp = mkdtempSync(join(tmpdir(), 'stageml-models-'));
@@ -26,12 +26,12 @@ async function rejectsWith(p: Promise<unknown>, code: string, ...fragments: stri
   for (const f of fragments) expect((e as Error).message).toContain(f);
 }
 
-describe('CausalLM.load rejects bad checkpoints', () => {
+describe('stagedModelGraph (the model graph the engine and `stageml stage` load) rejects bad checkpoints', () => {
   it('an unsupported architecture', async () => {
     const dir = copyBase('gpt2');
     const cfg = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
     writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...cfg, model_type: 'gpt2', architectures: ['GPT2LMHeadModel'] }));
-    await rejectsWith(CausalLM.load(dir), 'MODEL_UNSUPPORTED_ARCH', 'gpt2');
+    await rejectsWith(stagedModelGraph(dir), 'MODEL_UNSUPPORTED_ARCH', 'gpt2');
   });
 
   it('a sharded checkpoint with a missing shard, naming the file', async () => {
@@ -49,7 +49,7 @@ describe('CausalLM.load rejects bad checkpoints', () => {
     rmSync(join(dir, 'model.safetensors'));
     const weightMap = Object.fromEntries(names.map((n, i) => [n, i < half ? 'model-00001-of-00002.safetensors' : 'model-00002-of-00002.safetensors']));
     writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: {}, weight_map: weightMap }));
-    await rejectsWith(CausalLM.load(dir), 'ST_MISSING_SHARD', 'model-00002-of-00002.safetensors');
+    await rejectsWith(stagedModelGraph(dir), 'ST_MISSING_SHARD', 'model-00002-of-00002.safetensors');
   });
 
   it('a wrongly shaped tensor, naming file and key', async () => {
@@ -60,26 +60,18 @@ describe('CausalLM.load rejects bad checkpoints', () => {
     await f.close();
     tensors['model.layers.1.self_attn.k_proj.weight'] = hostTensor('f32', [16, 64], new Array(16 * 64).fill(0));
     await writeSafetensors(join(dir, 'model.safetensors'), tensors);
-    await rejectsWith(CausalLM.load(dir), 'MODEL_BAD_WEIGHT', 'model.safetensors', 'model.layers.1.self_attn.k_proj.weight', '[16, 64]', '[32, 64]');
+    await rejectsWith(stagedModelGraph(dir), 'MODEL_BAD_WEIGHT', 'model.safetensors', 'model.layers.1.self_attn.k_proj.weight', '[16, 64]', '[32, 64]');
   });
 
   it('an adapter made for another base model', async () => {
-    const lm = await CausalLM.load(`${root}llama/base`);
     const dir = join(tmp, 'wide-adapter');
     cpSync(`${root}llama/adapters/qv-r8`, dir, { recursive: true });
     await writeSafetensors(join(dir, 'adapter_model.safetensors'), {
       'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight': hostTensor('f32', [8, 96], new Array(8 * 96).fill(0)),
       'base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight': hostTensor('f32', [96, 8], new Array(96 * 8).fill(0)),
     });
-    await rejectsWith(lm.loadAdapter(dir), 'PEFT_SHAPE_MISMATCH', 'model.layers.0.self_attn.q_proj.lora_A.weight', '[8, 96]', '[64, 64]');
-    await rejectsWith(lm.loadAdapter(`${root}mixtral/adapters/experts-r4`), 'MODEL_BAD_ADAPTER', 'experts');
-  });
-
-  it('an unknown token id and an unknown adapter', async () => {
-    const lm = await CausalLM.load(`${root}llama/base`);
-    await rejectsWith(lm.forward([[1, 512]]), 'MODEL_BAD_TOKEN', '512');
-    await rejectsWith(lm.forward([[1, -1]]), 'MODEL_BAD_TOKEN');
-    await rejectsWith(lm.forward([[1, 2]], { adapters: ['nope'] }), 'MODEL_BAD_ADAPTER', 'nope');
+    await rejectsWith(stagedModelGraph(`${root}llama/base`, { adapter: dir }), 'PEFT_SHAPE_MISMATCH', 'model.layers.0.self_attn.q_proj.lora_A.weight', '[8, 96]', '[64, 64]');
+    await rejectsWith(stagedModelGraph(`${root}llama/base`, { adapter: `${root}mixtral/adapters/experts-r4` }), 'MODEL_BAD_ADAPTER', 'experts');
   });
 });
 

@@ -6,12 +6,12 @@ import { join } from 'node:path';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { SERVING_STAGES } from '@stageml/annotations';
-import { GraphBuilder, type HostTensor, interpret, quantizeWeight, seededRandom } from '@stageml/ir';
+import { GraphBuilder, type HostTensor, hostTensor, interpret, quantizeWeight, seededRandom, zeros } from '@stageml/ir';
 import { usesMatMulNBits } from '@stageml/onnx-lower';
-import { type Executor, createCpuNativeExecutor, createOrtExecutor, isOrtAvailable, loadBundle, parseWeightQuantSpec, quantizeStaged, specialize, writeBundle } from '@stageml/runtime';
+import { type Executor, type WeightQuantSpec, createCpuNativeExecutor, createOrtExecutor, isOrtAvailable, loadBundle, parseWeightQuantSpec, quantizeLinears, quantizeStaged, specialize, writeBundle } from '@stageml/runtime';
 import { SafetensorsFile, writeSafetensors } from '@stageml/safetensors';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CausalLM, buildLlamaGraph, parseLlamaConfig } from '@stageml/models';
+import { buildLlamaGraph, parseLlamaConfig, stagedModelGraph } from '@stageml/models';
 import { quantizedLinearErrorBound, weightQuantizationError } from './index.js';
 
 const root = fileURLToPath(new URL('../../../fixtures/peft-tiny/', import.meta.url));
@@ -29,6 +29,34 @@ beforeAll(async () => {
   await f.close();
   if (ort) exec = await createOrtExecutor({ intraOpNumThreads: 1 });
 });
+
+/** Logits f32[1, T, vocab] of one sequence from an empty cache (`mask` 0: a padding token, as HF). */
+type Forward = (ids: readonly number[], mask?: readonly number[]) => Promise<HostTensor>;
+
+/**
+ * The checkpoint in `dir` as the engine stages it (`stagedModelGraph`, `specialize` at the adapter
+ * stage), its linears quantized with `quantize` when given (`quantizeLinears`, as the engine's
+ * `quantize` option), prepared on `executor`: one whole-sequence forward per call.
+ */
+async function stagedForward(dir: string, executor: Executor, quantize?: WeightQuantSpec): Promise<Forward> {
+  const m = await stagedModelGraph(dir);
+  const staged = specialize(m.graph, { lattice: m.lattice, annotations: m.annotations, cutoff: 'adapter', values: { get: (n) => m.values.get(n) } });
+  const q = quantize === undefined ? { graph: staged.residual, constants: staged.constants } : quantizeLinears(staged.residual, staged.constants, { spec: quantize });
+  const prepared = await executor.prepare(q.graph, q.constants);
+  return async (ids, mask = ids.map(() => 1)) => {
+    let next = 0;
+    const inputs: Record<string, HostTensor> = {
+      input_ids: hostTensor('i64', [1, ids.length], [...ids]),
+      position_ids: hostTensor('i64', [1, ids.length], mask.map((v) => (v === 1 ? next++ : 1))),
+      attention_mask: hostTensor('f32', [1, ids.length], mask.map((v) => (v === 1 ? 0 : -3.4028234663852886e38))),
+    };
+    for (let l = 0; l < m.config.numLayers; l++) {
+      inputs[`past_key.${String(l)}`] = zeros('f32', [1, m.config.numKvHeads, 0, m.config.headDim]);
+      inputs[`past_value.${String(l)}`] = zeros('f32', [1, m.config.numKvHeads, 0, m.config.headDim]);
+    }
+    return (await prepared.run(inputs))['logits']!;
+  };
+}
 
 function relErr(a: HostTensor, b: HostTensor): number {
   let e = 0;
@@ -90,13 +118,13 @@ describe.each(KERNELS.filter((k) => k.run))('quantized linears on $name stay wit
   }
 });
 
-describe.each(KERNELS.filter((k) => k.run))('CausalLM with quantize on $name', (kernel) => {
-  let f32: CausalLM;
-  const models = new Map<string, CausalLM>();
+describe.each(KERNELS.filter((k) => k.run))('the staged model with quantized linears on $name', (kernel) => {
+  let f32: Forward;
+  const models = new Map<string, Forward>();
   beforeAll(async () => {
     const executor = kernel.exec();
-    f32 = await CausalLM.load(base, { executor });
-    for (const spec of ['int8', 'int4']) models.set(spec, await CausalLM.load(base, { executor, quantize: parseWeightQuantSpec(spec) }));
+    f32 = await stagedForward(base, executor);
+    for (const spec of ['int8', 'int4']) models.set(spec, await stagedForward(base, executor, parseWeightQuantSpec(spec)));
   });
 
   // The planner's first-order prediction of the logits' relative error: the sum over quantized
@@ -118,8 +146,8 @@ describe.each(KERNELS.filter((k) => k.run))('CausalLM with quantize on $name', (
       const bound = predicted(spec);
       for (let p = 0; p < 4; p++) {
         const ids = prompt(p).input_ids;
-        const want = (await f32.forward([ids])).logits;
-        const got = (await models.get(spec)!.forward([ids])).logits;
+        const want = await f32(ids);
+        const got = await models.get(spec)!(ids);
         const e = relErr(got, want);
         expect(e, `prompt ${String(p)}`).toBeLessThanOrEqual(bound);
         expect(e).toBeGreaterThan(0);
@@ -198,11 +226,11 @@ describe.each(KERNELS.filter((k) => k.run))('greedy tokens of the int8 path equa
    * as every step was bound-certified.
    */
   async function check(dir: string, ws: Record<string, HostTensor>, ids: readonly number[], steps: number, golden?: readonly number[]): Promise<number> {
-    const f32 = await CausalLM.load(dir, { executor: exec });
-    const int8 = await CausalLM.load(dir, { executor: exec, quantize: parseWeightQuantSpec('int8') });
+    const f32 = await stagedForward(dir, exec);
+    const int8 = await stagedForward(dir, exec, parseWeightQuantSpec('int8'));
     const rel = relativeBound(ws);
     // As the goldens' HF generate (pad_token_id = 0): prompt tokens 0 are masked.
-    const run = async (lm: CausalLM, seq: readonly number[]) => top2(lastRow((await lm.forward([[...seq]], { mask: [seq.map((t, i) => (i < ids.length && t === 0 ? 0 : 1))] })).logits));
+    const run = async (lm: Forward, seq: readonly number[]) => top2(lastRow(await lm(seq, seq.map((t, i) => (i < ids.length && t === 0 ? 0 : 1)))));
     const path = [...ids];
     let certified = 0;
     let prefix = 0;
