@@ -215,6 +215,12 @@ export interface EngineMemory {
   readonly staging: number;
   /** Lanes of adapters that cannot vary by row: their override tensors and the plan's merged copies. */
   readonly lanes: number;
+  /**
+   * Parsed adapters the host cache keeps (`maxCpuLoras`), their tensors' bytes: on host slot
+   * tables only adapters not in a slot (a slot holds its adapter's factors already); on device
+   * tables at most `maxCpuLoras` (default 1), whatever the number of slots.
+   */
+  readonly hostAdapters: number;
   /** Sum of the above. */
   readonly total: number;
   /** The part of `total` that lives only on the executor's device (`deviceWeights`: the weights the worker read and the slot tables, plus `executorKv`); the rest is host memory. */
