@@ -229,11 +229,15 @@ export class AdapterSlots {
     }
     try {
       const lease = await this.#slotCache.acquire(adapter.name);
-      this.#assign(lease.value);
-      lease.release();
-      // Device tables: the slot's rows leave the host once they landed, before the next load reads
-      // its adapter (a burst of loads would otherwise queue one adapter's rows per slot on the pipe).
-      await this.#tables.landed();
+      // Device tables: the rows of the last slot write leave the host (they landed) before this
+      // slot's are built. A burst of loads holds one adapter's rows in flight while the next
+      // adapter is read, not one adapter's rows per slot queued on the worker's pipe.
+      try {
+        await this.#tables.landed();
+        this.#assign(lease.value);
+      } finally {
+        lease.release();
+      }
     } catch (e) {
       // Every slot is in use by running sequences: the adapter stays loaded and takes a slot later.
       if (!(e instanceof StageError && e.code === PeftCode.CACHE_FULL)) throw e;
@@ -266,13 +270,13 @@ export class AdapterSlots {
     }
     try {
       const lease = await this.#slotCache.acquire(seq.adapter, signal === undefined ? {} : { signal });
+      await this.#tables.landed();
       if (seq.released) {
         lease.release();
         return false;
       }
       seq.lease = lease;
       seq.slot = this.#assign(lease.value);
-      await this.#tables.landed();
       return true;
     } catch (e) {
       if (e instanceof StageError && e.code === PeftCode.CACHE_FULL) return false;

@@ -174,9 +174,9 @@ export class SlotTables {
 
   /**
    * Waits until the device writes sent so far have landed or failed, without reporting a failure
-   * (`settled` does): what an adapter load awaits, so the host's rows of one slot write are dropped
-   * before the next adapter is read — a burst of loads holds one adapter's rows, not one per slot
-   * queued on the worker's pipe. Host tables: nothing to wait for.
+   * (`settled` does): what a slot write awaits first, so the host's rows of the last one are dropped
+   * before the next are built — a burst of loads holds one adapter's rows in flight, not one per
+   * slot queued on the worker's pipe. Host tables: nothing to wait for.
    */
   async landed(): Promise<void> {
     if (this.#pending.length === 0) return;
