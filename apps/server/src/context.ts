@@ -172,7 +172,7 @@ function registerEngineGauges(lm: Engine, opts: ServerOptions, metrics: ServerMe
   }
   new client.Gauge({
     name: 'stageml_engine_bytes',
-    help: 'Executor-held bytes by kind (weights at their dtype\'s size, slots reserved, slot_factors resident in slots, kv on the host, prefix_kv retained by the prefix cache, executor_kv resident on the executor, staging, lanes), as the engine accounts them.',
+    help: 'Executor-held bytes by kind (weights at their dtype\'s size, slots reserved, slot_factors resident in slots, kv on the host, prefix_kv retained by the prefix cache, executor_kv resident on the executor, staging, lanes, host_adapters: parsed adapters the host cache keeps), as the engine accounts them.',
     labelNames: ['kind'],
     registers: [metrics.registry],
     collect() {
@@ -181,6 +181,7 @@ function registerEngineGauges(lm: Engine, opts: ServerOptions, metrics: ServerMe
       this.set({ kind: 'slot_factors' }, m.slotFactors);
       this.set({ kind: 'executor_kv' }, m.executorKv);
       this.set({ kind: 'prefix_kv' }, m.prefixKv);
+      this.set({ kind: 'host_adapters' }, m.hostAdapters);
     },
   });
   new client.Gauge({

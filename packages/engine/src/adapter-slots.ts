@@ -50,6 +50,8 @@ export class AdapterSlots {
   readonly #registered = new Map<string, string>();
   readonly #fresh = new Map<string, LoraAdapter>();
   readonly #host: AdapterCache<LoraAdapter>;
+  /** Bytes of each parsed adapter the host cache holds (`hostBytes`). */
+  readonly #hostBytes = new Map<string, number>();
   readonly #slotCache: AdapterCache<SlotEntry>;
   readonly #entries = new Map<string, SlotEntry>();
   readonly #shapesOf = new Map<string, LoraAdapter>();
@@ -82,10 +84,18 @@ export class AdapterSlots {
       budgetBytes: p.maxCpuLoras,
       load: async (name) => {
         const fresh = this.#fresh.get(name);
-        if (fresh !== undefined) return { value: fresh, bytes: 1 };
+        if (fresh !== undefined) {
+          this.#hostBytes.set(name, fresh.bytes);
+          return { value: fresh, bytes: 1 };
+        }
         const dir = this.#registered.get(name);
         if (dir === undefined) throw new EngineError(EngineCode.UNKNOWN_ADAPTER, `adapter '${name}' is not loaded`);
-        return { value: this.#validate(await loadLoraAdapter(dir, { name })), bytes: 1 };
+        const read = this.#validate(await loadLoraAdapter(dir, { name }));
+        this.#hostBytes.set(name, read.bytes);
+        return { value: read, bytes: 1 };
+      },
+      dispose: (name) => {
+        this.#hostBytes.delete(name);
       },
     });
     const slotBytes = this.#tables.bytes / this.#tables.slots;
@@ -127,6 +137,13 @@ export class AdapterSlots {
   /** Whether `seq` runs in a lane of its own (its adapter cannot vary by row). */
   isLaned(seq: Sequence): boolean {
     return seq.adapter !== undefined && this.lanes.has(seq.adapter);
+  }
+
+  /** Bytes of the parsed adapters the host cache holds (`EngineMemory.hostAdapters`). */
+  get hostBytes(): number {
+    let n = 0;
+    for (const b of this.#hostBytes.values()) n += b;
+    return n;
   }
 
   /** Bytes of every lane's substituted tensors. */
@@ -212,8 +229,15 @@ export class AdapterSlots {
     }
     try {
       const lease = await this.#slotCache.acquire(adapter.name);
-      this.#assign(lease.value);
-      lease.release();
+      // Device tables: the rows of the last slot write leave the host (they landed) before this
+      // slot's are built. A burst of loads holds one adapter's rows in flight while the next
+      // adapter is read, not one adapter's rows per slot queued on the worker's pipe.
+      try {
+        await this.#tables.landed();
+        this.#assign(lease.value);
+      } finally {
+        lease.release();
+      }
     } catch (e) {
       // Every slot is in use by running sequences: the adapter stays loaded and takes a slot later.
       if (!(e instanceof StageError && e.code === PeftCode.CACHE_FULL)) throw e;
@@ -246,6 +270,7 @@ export class AdapterSlots {
     }
     try {
       const lease = await this.#slotCache.acquire(seq.adapter, signal === undefined ? {} : { signal });
+      await this.#tables.landed();
       if (seq.released) {
         lease.release();
         return false;
@@ -324,11 +349,29 @@ export class AdapterSlots {
     return out;
   }
 
+  /**
+   * Host tables: drops the host cache's parsed copy of an adapter just written into its slot. The
+   * slot holds its factors on the host already; a second copy per slot would double the factors'
+   * memory (every adapter twice at the default `maxCpuLoras`). A re-plan or a return to a slot
+   * after eviction reads the adapter's directory again. Device tables keep the cache as it is
+   * (one adapter by default: the host's only copy, for a new worker's restore).
+   */
+  #dropHostCopy(name: string): void {
+    if (this.#tables.onDevice) return;
+    try {
+      this.#host.evict(name);
+    } catch (e) {
+      // Leased right now (a concurrent read of the same adapter): the cache's LRU drops it later.
+      if (!(e instanceof StageError && e.code === PeftCode.IN_USE)) throw e;
+    }
+  }
+
   #assign(entry: SlotEntry): number {
     if (entry.slot === undefined) {
       const adapter = withoutModules(entry.adapter, this.plans.merged(entry.adapter.name));
       entry.slot = this.#tables.write(adapter, this.#expertFactors(entry.adapter), this.#tables.onDevice ? this.#slotSource(entry.adapter.name) : undefined, this.#outsOf(adapter));
       entry.adapter = shapeOnly(entry.adapter);
+      this.#dropHostCopy(entry.adapter.name);
     }
     this.#entries.set(entry.adapter.name, entry);
     return entry.slot;
@@ -364,6 +407,7 @@ export class AdapterSlots {
       if (entry?.slot !== undefined) {
         const adapter = withoutModules(adapters.get(name)!, next.merged.get(name));
         this.#tables.rewrite(entry.slot, adapter, this.#expertFactors(adapters.get(name)!), undefined, this.#outsOf(adapter));
+        this.#dropHostCopy(name);
       }
     }
   }

@@ -166,8 +166,9 @@ export class Engine {
   memory(): EngineMemory {
     const { kv, executorKv, staging, prefixKv } = this.#seqs.memory();
     const lanes = this.#adapters.laneBytes;
+    const hostAdapters = this.#adapters.hostBytes;
     const onDevice = this.#deviceWeightBytes + (this.#tables.onDevice ? this.#tables.bytes : 0) + executorKv;
-    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, prefixKv, executorKv, staging, lanes, total: this.#weightBytes + this.#tables.bytes + kv + prefixKv + executorKv + staging + lanes, onDevice };
+    return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, prefixKv, executorKv, staging, lanes, hostAdapters, total: this.#weightBytes + this.#tables.bytes + kv + prefixKv + executorKv + staging + lanes + hostAdapters, onDevice };
   }
 
   /** Counters. */

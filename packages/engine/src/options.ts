@@ -26,7 +26,12 @@ export interface EngineOptions {
   readonly maxLoras?: number;
   /** Rank of every slot; higher-rank adapters are refused at load (vLLM `--max-lora-rank`; default 64). */
   readonly maxLoraRank?: number;
-  /** Parsed adapters kept on the host for re-warming a slot without reading the disk (default `maxLoras`; 1 with `deviceWeights`, where the host keeps no factors it has sent). */
+  /**
+   * Parsed adapters kept on the host beside the slots (default `maxLoras`; 1 with `deviceWeights`,
+   * where the host keeps no factors it has sent). On host slot tables an adapter written into a
+   * slot leaves this cache — the slot holds its factors already — so it keeps adapters without a
+   * slot; a re-plan or a return to a slot reads the adapter's directory again.
+   */
   readonly maxCpuLoras?: number;
   /**
    * Most prompt tokens one prefill run takes (chunked prefill; default 32: on the CPU a 64-token
@@ -215,6 +220,12 @@ export interface EngineMemory {
   readonly staging: number;
   /** Lanes of adapters that cannot vary by row: their override tensors and the plan's merged copies. */
   readonly lanes: number;
+  /**
+   * Parsed adapters the host cache keeps (`maxCpuLoras`), their tensors' bytes: on host slot
+   * tables only adapters not in a slot (a slot holds its adapter's factors already); on device
+   * tables at most `maxCpuLoras` (default 1), whatever the number of slots.
+   */
+  readonly hostAdapters: number;
   /** Sum of the above. */
   readonly total: number;
   /** The part of `total` that lives only on the executor's device (`deviceWeights`: the weights the worker read and the slot tables, plus `executorKv`); the rest is host memory. */

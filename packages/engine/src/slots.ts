@@ -122,14 +122,16 @@ export class SlotTables {
     this.bytes = bytes;
     this.#written = new Int32Array(slots);
     for (let s = slots - 1; s >= 1; s--) this.#free.push(s);
-    // A new worker (the last one died) gets every occupied slot's factors again, from their sources.
-    onDevice?.store.onRestore(async () => {
-      const writes: DeviceWrite[] = [];
-      for (const [slot, source] of this.#sources) {
+    // A new worker (the last one died) gets every occupied slot's factors again, from their
+    // sources, one slot a part: each slot's rows are built once the last one's landed, so the host
+    // holds one adapter's rows at a time, not every slot's.
+    const sources = this.#sources;
+    const slotWrites = this.#slotWrites.bind(this);
+    onDevice?.store.onRestore(async function* restore(): AsyncGenerator<DeviceWrite[]> {
+      for (const [slot, source] of [...sources]) {
         const { adapter, experts, outs } = await source();
-        writes.push(...this.#slotWrites(slot, adapter, experts, outs));
+        yield slotWrites(slot, adapter, experts, outs);
       }
-      return writes;
     });
   }
 
@@ -168,6 +170,17 @@ export class SlotTables {
     const results = await Promise.allSettled(pending);
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed !== undefined) throw new EngineError(EngineCode.RUN_FAILED, `writing the slot tables on the executor's device failed: ${failed.reason instanceof Error ? failed.reason.message : String(failed.reason)}`, { cause: failed.reason });
+  }
+
+  /**
+   * Waits until the device writes sent so far have landed or failed, without reporting a failure
+   * (`settled` does): what a slot write awaits first, so the host's rows of the last one are dropped
+   * before the next are built — a burst of loads holds one adapter's rows in flight, not one per
+   * slot queued on the worker's pipe. Host tables: nothing to wait for.
+   */
+  async landed(): Promise<void> {
+    if (this.#pending.length === 0) return;
+    await Promise.allSettled(this.#pending);
   }
 
   /** One slot's factors as element ranges of the device tables (rounded to the tables' dtype). */

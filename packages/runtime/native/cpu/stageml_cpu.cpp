@@ -36,6 +36,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
 #define SML_AVX512 1
@@ -691,7 +695,7 @@ enum Op {
 // The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
 // prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
 // detected at load instead of failing on an instruction it lacks.
-constexpr int kAbi = 3;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail)
+constexpr int kAbi = 4;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -2666,7 +2670,24 @@ napi_value js_bandwidth(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// NOTE: glibc raises its mmap threshold to the size of every mmapped block freed (up to 32 MiB on
+// 64-bit), and from then on blocks up to that size come from the heap, whose free holes stay
+// resident. A serving process frees such blocks all the time (adapter files read and parsed, KV
+// buffers grown by doubling, step outputs of several MB), so its RSS crept up to ~0.5 GB above
+// what it held (bench/serving, issue 38). Fixing the threshold at glibc's initial 128 KiB keeps
+// large blocks mmapped, returned to the system when freed. A threshold the user set
+// (MALLOC_MMAP_THRESHOLD_, or GLIBC_TUNABLES naming glibc.malloc) is left alone.
+void pin_mmap_threshold() {
+#if defined(__GLIBC__)
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr) return;
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.mmap_threshold") != nullptr) return;
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+#endif
+}
+
 napi_value init(napi_env env, napi_value exports) {
+  pin_mmap_threshold();
   napi_property_descriptor props[] = {
       {"compile", nullptr, js_compile, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"run", nullptr, js_run, nullptr, nullptr, nullptr, napi_default, nullptr},

@@ -129,9 +129,11 @@ export interface TorchDeviceTensors {
   /**
    * Registers what rewrites the zeros tensors' contents on a new worker: called (after their
    * zeros are re-made) whenever a worker replaced one that died, before the first request that
-   * needs them; its writes are sent like `write`'s.
+   * needs them; its writes are sent like `write`'s. A restorer that gives its writes in parts (an
+   * async iterable, e.g. one slot's factors a part) has each part sent and landed before it builds
+   * the next, so the host holds one part at a time, not the whole table's contents.
    */
-  onRestore(restore: () => Promise<readonly DeviceWrite[]>): void;
+  onRestore(restore: () => Promise<readonly DeviceWrite[]> | AsyncIterable<readonly DeviceWrite[]>): void;
   /** Whether `t` is a handle of a device tensor (of this executor). */
   holds(t: HostTensor): boolean;
   /** Bytes the device tensors take on the worker's device (live handles). */
@@ -512,7 +514,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
   // Device tensors: handle data object → how to make it again; every live one (for a new worker).
   const deviceData = new WeakMap<object, { readonly dtype: DType; readonly shape: readonly number[]; readonly ref: FileTensorRef | undefined; readonly bytes: number }>();
   const deviceLive = new Set<WeakRef<object>>();
-  const restorers: (() => Promise<readonly DeviceWrite[]>)[] = [];
+  const restorers: (() => Promise<readonly DeviceWrite[]> | AsyncIterable<readonly DeviceWrite[]>)[] = [];
   /** The worker generation whose device tensors are in place. */
   let deviceGeneration = generation;
   let restoring: Promise<void> | undefined;
@@ -575,10 +577,13 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       if (allocs.length > 0) await c.request({ op: 'alloc', allocs });
       if (files.length > 0) await c.request({ op: 'load', files });
       for (const r of restorers) {
-        const writes = await r();
-        if (writes.length === 0) continue;
-        const f = writeFrame(writes);
-        await c.request(f.header, f.tensors);
+        const got = r();
+        const parts: AsyncIterable<readonly DeviceWrite[]> | (readonly DeviceWrite[])[] = Symbol.asyncIterator in got ? got : [await got];
+        for await (const writes of parts) {
+          if (writes.length === 0) continue;
+          const f = writeFrame(writes);
+          await c.request(f.header, f.tensors);
+        }
       }
       if (gen === generation) deviceGeneration = gen;
     })().finally(() => {
