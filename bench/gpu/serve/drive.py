@@ -84,7 +84,7 @@ async def metrics(url):
             if line.startswith("#"):
                 continue
             name = line.split("{")[0].split(" ")[0]
-            if name.startswith("stageml_engine") or name.startswith("stageml_executor") or name.startswith("vllm:"):
+            if name.startswith("stageml_engine") or name.startswith("stageml_executor") or name.startswith("stageml_scheduler") or name.startswith("vllm:"):
                 try:
                     keep[line.rsplit(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
                 except ValueError:

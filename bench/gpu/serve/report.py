@@ -68,6 +68,26 @@ def main():
                   "| case | streams | HTTP tok/s | worker-only tok/s | HTTP ÷ worker-only |", "| --- | ---: | ---: | ---: | ---: |"]
         lines += [f"| {k} | {s} | {fmt(c['tok_s'])} | {fmt(c['worker_only_tok_s'])} | {fmt(c['tok_s'] / c['worker_only_tok_s'], 2)} |" for k, s, c in worker]
         lines.append("")
+    split = []
+    for c in drive.get("cases", []):
+        md = c.get("metrics_delta", {})
+        ex = lambda k: md.get('stageml_executor_counter{kind="%s"}' % k)  # noqa: E731
+        host = lambda k: md.get('stageml_scheduler_host_seconds{part="%s"}' % k)  # noqa: E731
+        runs = ex("runs")
+        if not runs or ex("stageUs") is None:
+            continue
+        per = lambda v: None if v is None else v / runs / 1000  # noqa: E731
+        hms = lambda k: None if host(k) is None else host(k) * 1000 / runs  # noqa: E731
+        split.append(f"| {c['kind']} | {c['streams']} | {runs:g} | {fmt(c.get('itl_p50_ms'), 2)} | {fmt(per(ex('runBusyUs')), 2)} | {fmt(per(ex('stageUs')), 2)} | "
+                     f"{fmt(per(ex('launchUs')), 2)} | {fmt(per(ex('pickUs')), 2)} | {fmt(per(ex('replyUs')), 2)} | {fmt(per(ex('waitUs')), 2)} | "
+                     f"{fmt(ex('ahead'), 0)} / {fmt(ex('aheadHits'), 0)} | {fmt(ex('restages'), 0)} / {fmt(ex('graphEager'), 0)} / {fmt(ex('graphCaptures'), 0)} | "
+                     f"{fmt(hms('schedule'), 2)} / {fmt(hms('engine'), 2)} / {fmt(hms('emit'), 2)} / {fmt(hms('yield'), 2)} |")
+    if split:
+        lines += ["Where a run's time goes, per run (ms; the worker's counters and the scheduler's host time over each case): the worker's busy time "
+                  "split into staging, launch, picks + commit, reply (on a GPU: the wait for the step), and the time between a reply and the next "
+                  "run's request; steps launched ahead / taken; re-stagings / eager steps / captures; the scheduler's schedule / engine / emit / yield:", "",
+                  "| case | streams | runs | inter-token p50 | busy | stage | launch | pick | reply | wait | ahead / hits | restage / eager / capture | host schedule / engine / emit / yield |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"] + split + [""]
     engine = {}
     for c in drive.get("cases", []):
         for k, v in c.get("metrics_delta", {}).items():
