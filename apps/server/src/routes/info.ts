@@ -1,11 +1,12 @@
-import { readFile } from 'node:fs/promises';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { bearer } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { ServerCode, ServerError } from '../errors.js';
+// Inlined by the build (tsup/esbuild), so the built package and a bundle of it need no file at run time.
+import pkg from '../../package.json' with { type: 'json' };
 
 /** This package's version, for `GET /version`. */
-const SERVER_VERSION = (JSON.parse(await readFile(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const SERVER_VERSION: string = pkg.version;
 
 /** The model cards a request's key may see: the base model with its aliases, and its adapters. */
 function modelCards(ctx: ServerContext, req: FastifyRequest) {
