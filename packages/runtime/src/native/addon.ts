@@ -37,10 +37,11 @@ export interface CpuAddon {
 /**
  * The runner ABI this package's encoder (compile.ts) needs: the C++ source's `kAbi`, bumped
  * whenever instructions or exports are added (2: the MoE routing ops, reductions and iota; 3: the
- * bandwidth probe, the profiler and LORA's zeroTail flag). An addon reporting
+ * bandwidth probe, the profiler and LORA's zeroTail flag; 4: i8 values and LORA_Q, the int8 factor
+ * tables' bank kernel). An addon reporting
  * another one (a stale prebuilt or `STAGEML_CPU_ADDON` file) is not used.
  */
-export const CPU_ADDON_ABI = 3;
+export const CPU_ADDON_ABI = 4;
 
 /**
  * Why `addon` cannot run this package's programs (its ABI is not `CPU_ADDON_ABI`: an older
