@@ -42,6 +42,8 @@ const UNARY: Partial<Record<string, number>> = { neg: 0, abs: 1, exp: 2, log: 3,
 const GELU_TANH = 12;
 const DTYPE_CODE: Partial<Record<DType, number>> = { f32: 0, i64: 1, u8: 2, bool: 3, i32: 4, i8: 5 };
 const ST = { SLOT: 0, INPUT: 1, PARAM: 2, VIEW: 3, OUTPUT: 4 } as const;
+/** Ops that take i8 values (the int8 factor tables of `quantizedLoraBank` and its decomposition). */
+const I8_OPS: ReadonlySet<string> = new Set(['quantizedLoraBank', 'gather', 'indexSelect', 'cast', 'reshape']);
 
 /** A graph encoded for the native runner. */
 export interface NativeProgram {
@@ -187,6 +189,9 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
     const y0 = r[0]!;
     const at = n.attrs;
     const emit = (op: number, i: number[] = [], f: number[] = [], operands = a): void => void code.push({ op, a: operands, r, i, f });
+    // i8 values are the int8 factor tables: read by LORA_Q, or gathered, viewed and cast to f32 by
+    // the decomposed bank forms; no other kernel takes them.
+    need(n, I8_OPS.has(n.op) || ![...a, ...r].some((v) => dtypeOf(v) === 'i8'), `runs i8 values only in ${[...I8_OPS].join(', ')}`);
     const bin = BINARY[n.op];
     const un = UNARY[n.op];
     if (bin !== undefined) {

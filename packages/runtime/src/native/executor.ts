@@ -147,10 +147,11 @@ function wrap(dtype: DType, buf: ArrayBuffer, offset: number, count: number): Ho
     case 'u8':
     case 'bool':
       return new Uint8Array(buf, offset, count);
+    case 'i8':
+      return new Int8Array(buf, offset, count);
     case 'f64':
     case 'f16':
     case 'bf16':
-    case 'i8':
       throw new RuntimeError(RuntimeCode.EVAL_FAILED, `cpu-native: no host storage for ${dtype} outputs`);
   }
 }
