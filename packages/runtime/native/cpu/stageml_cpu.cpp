@@ -1596,6 +1596,32 @@ void dot_rows_i8(const float* x, i64 K, const int8_t* q, i64 n, float* out) {
 #endif
 }
 
+// The same over an f32 row (an int8 row widened once, when more than 4 tokens read it).
+template <int MR>
+void dot_rows_f32(const float* x, i64 K, const float* a, i64 n, float* out) {
+#ifdef SML_AVX512
+  __m512 acc[MR];
+  for (int t = 0; t < MR; t++) acc[t] = _mm512_setzero_ps();
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 av = _mm512_loadu_ps(a + i);
+    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * K + i), av, acc[t]);
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 av = _mm512_maskz_loadu_ps(m, a + i);
+    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + t * K + i), av, acc[t]);
+  }
+  for (int t = 0; t < MR; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
+#else
+  for (int t = 0; t < MR; t++) {
+    float s = 0.0f;
+    for (i64 i = 0; i < n; i++) s += x[t * K + i] * a[i];
+    out[t] = s;
+  }
+#endif
+}
+
 // y[0..n) = q[0..n) as f32 (one int8 row widened, for several tokens to add).
 inline void widen_i8(float* y, const int8_t* q, i64 n) {
 #ifdef SML_AVX512
@@ -1633,17 +1659,30 @@ inline void axpy_i8(float* y, const int8_t* q, float s, i64 n) {
 // that can be nonzero. With `zero_tail` reading stops at the first row whose codes are all zero
 // (the op's promise: every later row is zero too), so a rank-r adapter costs r code rows.
 i64 lora_shrink_q(const float* x, i64 m, i64 K, const int8_t* A, const float* as, i64 R, float* t, bool zero_tail) {
+  // More than 4 tokens (a prefill chunk) would widen each code row once per 4 of them: widen it
+  // once into `wide` and run the f32 dot products instead.
+  std::vector<float> wide(m > 4 ? static_cast<size_t>(K) : 0);
   for (i64 r = 0; r < R; r++) {
     const int8_t* ar = A + r * K;
     if (r + 1 < R) __builtin_prefetch(ar + K);
+    if (m > 4) widen_i8(wide.data(), ar, K);
     float d[4];
     for (i64 i = 0; i < m; i += 4) {
       const i64 left = std::min<i64>(4, m - i);
-      switch (left) {
-        case 4: dot_rows_i8<4>(x + i * K, K, ar, K, d); break;
-        case 3: dot_rows_i8<3>(x + i * K, K, ar, K, d); break;
-        case 2: dot_rows_i8<2>(x + i * K, K, ar, K, d); break;
-        default: dot_rows_i8<1>(x + i * K, K, ar, K, d); break;
+      if (m > 4) {
+        switch (left) {
+          case 4: dot_rows_f32<4>(x + i * K, K, wide.data(), K, d); break;
+          case 3: dot_rows_f32<3>(x + i * K, K, wide.data(), K, d); break;
+          case 2: dot_rows_f32<2>(x + i * K, K, wide.data(), K, d); break;
+          default: dot_rows_f32<1>(x + i * K, K, wide.data(), K, d); break;
+        }
+      } else {
+        switch (left) {
+          case 4: dot_rows_i8<4>(x + i * K, K, ar, K, d); break;
+          case 3: dot_rows_i8<3>(x + i * K, K, ar, K, d); break;
+          case 2: dot_rows_i8<2>(x + i * K, K, ar, K, d); break;
+          default: dot_rows_i8<1>(x + i * K, K, ar, K, d); break;
+        }
       }
       for (i64 j = 0; j < left; j++) t[(i + j) * R + r] = d[j] * as[r];
     }
