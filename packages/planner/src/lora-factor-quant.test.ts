@@ -34,7 +34,7 @@ describe('loraFactorQuantBound', () => {
     // Independently: quantize the rows, form both products, compare.
     const aCodes = new Int8Array(r * 40);
     const aS = new Float32Array(r);
-    quantizeFactorRows(A.data as Float32Array, r, 40, aCodes, 0, aS, 0);
+    quantizeFactorRows(A.data, r, 40, aCodes, 0, aS, 0);
     const bRows = Float32Array.from({ length: r * 24 }, (_, i) => s * Number(B.data[(i % 24) * r + Math.floor(i / 24)]));
     const bCodes = new Int8Array(r * 24);
     const bS = new Float32Array(r);
