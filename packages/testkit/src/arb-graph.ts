@@ -35,7 +35,7 @@ export interface GraphArbOptions {
    * Ops the steps choose from (default `GRAPH_OPS`: every op of `OPS`). Whatever this list says,
    * index operands of gather/indexSelect/scatterAdd are made with `constant`/`iota`, the groups
    * of groupedMatmul with `argmax`, scalar partners with `constant`, a rank-3 query for attention
-   * with `reshape`, the base projection of loraBank with `linear`, and other missing operands with
+   * with `reshape`, the base projection of loraBank and quantizedLoraBank with `linear`, and other missing operands with
    * parameters.
    */
   readonly ops?: readonly OpKey[];
