@@ -8,7 +8,7 @@ import { type HostTensor, seededRandom } from '@stageml/ir';
 import { argmaxOf } from '@stageml/models';
 import { loadLoraAdapter } from '@stageml/peft';
 import { loraFactorQuantBound } from '@stageml/planner';
-import { type Executor, createCpuNativeExecutor, interpreterExecutor } from '@stageml/runtime';
+import { type Executor, createCpuNativeExecutor, interpreterExecutor, parseWeightQuantSpec } from '@stageml/runtime';
 import { SafetensorsFile, writeSafetensors } from '@stageml/safetensors';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, EngineCode, type EngineOptions } from './index.js';
@@ -211,6 +211,22 @@ describe.each([
     expect(m8.slots).toBeLessThan(m32.slots / 2);
     expect(m8.total - m8.slots).toBe(m32.total - m32.slots);
   });
+});
+
+describe('int8 factors with int8 base weights (--quantize int8 --adapter-dtype int8)', () => {
+  it('compose: the factors move the logits within their bound of the quantized base with f32 factors', async () => {
+    const executor = createCpuNativeExecutor({ threads: 2 });
+    const opts: EngineOptions = { weights: 'program', quantize: parseWeightQuantSpec('int8') };
+    const a = await load(executor, opts);
+    const b = await load(executor, { ...opts, adapterDtype: 'int8' });
+    try {
+      expect(b.factorDtype).toBe('i8');
+      await compare(a, b, 'all-r16', PROMPTS[0]!, 3, await predicted('all-r16'));
+    } finally {
+      a.dispose();
+      b.dispose();
+    }
+  }, 120_000);
 });
 
 describe('int8 factors: refusals', () => {
