@@ -218,7 +218,11 @@ export async function loadEngine(dir: string, opts: EngineOptions): Promise<Load
   if (opts.executorPicks !== undefined && typeof opts.executorPicks !== 'boolean') throw new EngineError(EngineCode.BAD_OPTIONS, `executorPicks must be true or false, got ${String(opts.executorPicks)}`);
   const modules: SlotModule[] = [];
   if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered' or 'grouped' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${opts.slotForm as string}'`);
-  const autoForms: ProgramForm[] = ['gathered', 'grouped', 'single'];
+  const int8Factors = checkInt8Factors(s.adapterDtype, s.wantDtype, config.moe !== undefined, onDevice !== undefined);
+  // NOTE: int8 factors run the gathered form alone by default: its kernel (cpu-native's LORA_Q)
+  // reads the codes in place for any mix, one adapter included, where the grouped and single
+  // forms would dequantize their slots' rows through the op's decomposition every step.
+  const autoForms: ProgramForm[] = int8Factors ? ['gathered'] : ['gathered', 'grouped', 'single'];
   const slotForms: ProgramForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? autoForms : [opts.slotForm];
   // Base-only batches run a program without slot tables (the slot path costs a base row as much
   // as an adapter row) — except where each program holds its own f32 copy of the weights.
@@ -235,7 +239,6 @@ export async function loadEngine(dir: string, opts: EngineOptions): Promise<Load
   // needs them (`outPrograms`). Programs that hold their own weights keep them from the start.
   const lean = asInputs && !packBase;
   // NOTE: the slot modules are filled in by building the first program (`engineGraph`).
-  const int8Factors = checkInt8Factors(s.adapterDtype, s.wantDtype, config.moe !== undefined, onDevice !== undefined);
   const graphs32 = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : [], { separateHead, outTables: !lean, int8Factors }));
   const read = await loadWeights(dir, s, executor, graphs32, forms, separateHead, opts.quantize !== undefined);
   const { dtype, weights, staging } = read;
