@@ -5,8 +5,10 @@
 // default 2). Cases: 32 concurrent streams on 32 adapters vs 32 on one (aggregate, and the decode
 // step against its roofline); first token for a never-seen adapter; peak RSS vs weights + KV +
 // factors; decode ms/token at context 1,024 vs 64; p99 inter-token latency of 8 streams with and
-// without a 1,024-token prefill arriving. Every decode case carries its roofline: the bytes the
-// step must read ÷ the memory bandwidth probed in this run with the engine's threads (lib/roofline.ts).
+// without a 1,024-token prefill arriving; the 32 × 32 case again with compressed factors
+// (`--adapter-dtype int8`, a second server, interleaved with the f32 one). Every decode case carries
+// its roofline: the bytes the step must read ÷ the memory bandwidth probed in this run with the
+// engine's threads (lib/roofline.ts; int8 factors count their codes and row scales).
 import { existsSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -15,7 +17,7 @@ import type { LlamaShape } from '@stageml/models';
 import { createCpuNativeExecutor } from '@stageml/runtime';
 import { createServer } from '@stageml/server';
 import { type BenchCase, writeResults } from './lib/harness.js';
-import { bandwidthNote, bestBandwidth, probeBandwidth, rooflineMs, stepBytes, totalBytes } from './lib/roofline.js';
+import { bandwidthNote, bestBandwidth, int8FactorScaleBytesPerRank, probeBandwidth, rooflineMs, stepBytes, totalBytes } from './lib/roofline.js';
 import { streamEvents } from './lib/sse.js';
 
 const DIR = 'bench/tmp/serving';
@@ -40,6 +42,9 @@ const bwStart = probeBandwidth();
 const ROOF = { layers: SHAPE.numLayers, hidden: SHAPE.hiddenSize, intermediate: SHAPE.intermediateSize, heads: SHAPE.numHeads, kvHeads: SHAPE.numKvHeads, headDim: SHAPE.headDim, vocab: SHAPE.vocabSize };
 /** Bytes of one f32 decode step: `ranks` of the distinct adapters, `contexts` the rows' attended positions. */
 const stepBytesOf = (ranks: readonly number[], contexts: readonly number[]): number => totalBytes(stepBytes(ROOF, { bytesPerWeight: 4, adapterRanks: ranks, contexts }));
+/** The same with int8 factors: 1-byte codes plus two f32 scales per rank row of every projection. */
+const stepBytesInt8 = (ranks: readonly number[], contexts: readonly number[]): number =>
+  totalBytes(stepBytes(ROOF, { bytesPerWeight: 4, adapterRanks: ranks, contexts, factorBytesPerElement: 1 })) + ranks.reduce((a, r) => a + r, 0) * int8FactorScaleBytesPerRank(ROOF);
 /** Decode cases and the bytes their step reads (their roofline ms is set once the end probe ran). */
 const decodeBytes = new Map<BenchCase, number>();
 
@@ -59,7 +64,7 @@ const sampler = setInterval(() => {
   }
 }, 20);
 
-const server = await createServer({
+const serverOptions = {
   modelDir: join(DIR, 'smol'),
   modelName: 'smol',
   adaptersDir: join(DIR, 'adapters'),
@@ -71,26 +76,31 @@ const server = await createServer({
   maxLoraRank: 64,
   maxNewTokens: 64,
   ...(process.env['BENCH_PREFILL_CHUNK'] === undefined ? {} : { prefillChunk: Number(process.env['BENCH_PREFILL_CHUNK']) }),
-});
+};
+const server = await createServer(serverOptions);
 const base = await server.listen('127.0.0.1', 0);
 const engine = server.lm;
 sampled.engine = engine;
 const loadedRss = process.memoryUsage().rss;
 
 /** Streams one completion; resolves to the arrival times (ms) of its tokens and its start. */
-async function stream(model: string, prompt: readonly number[], maxTokens: number): Promise<{ start: number; times: number[] }> {
+async function stream(model: string, prompt: readonly number[], maxTokens: number, url = base): Promise<{ start: number; times: number[]; tokens: number[] }> {
   const start = performance.now();
-  const r = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream: true, return_token_ids: true }) });
+  const r = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream: true, return_token_ids: true }) });
   if (r.status !== 200) throw new Error(`status ${String(r.status)}: ${await r.text()}`);
   const times: number[] = [];
+  const tokens: number[] = [];
   await streamEvents(r, (data) => {
     const j = JSON.parse(data) as { choices?: { token_ids?: number[] }[]; error?: { message: string } };
     if (j.error !== undefined) throw new Error(j.error.message);
-    const got = j.choices?.[0]?.token_ids?.length ?? 0;
-    for (let k = 0; k < got; k++) times.push(performance.now());
+    const ids = j.choices?.[0]?.token_ids ?? [];
+    for (const id of ids) {
+      times.push(performance.now());
+      tokens.push(id);
+    }
   });
   if (times.length !== maxTokens) throw new Error(`${model}: ${String(times.length)} of ${String(maxTokens)} tokens`);
-  return { start, times };
+  return { start, times, tokens };
 }
 
 const promptOf = (len: number, seed: number): number[] => Array.from({ length: len }, (_, i) => 3 + ((seed * 7919 + i * 104729) % (SHAPE.vocabSize - 3)));
@@ -101,15 +111,15 @@ const median = (xs: number[]): number => {
 const quantile = (xs: number[], q: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))]!;
 const gaps = (times: number[]): number[] => times.slice(1).map((t, i) => t - times[i]!);
 
-async function concurrent(models: readonly string[], tokens: number): Promise<{ tokensPerSecond: number; decodeTokensPerSecond: number; wallMs: number }> {
+async function concurrent(models: readonly string[], tokens: number, url = base): Promise<{ tokensPerSecond: number; decodeTokensPerSecond: number; wallMs: number; tokens: number[][] }> {
   const t = performance.now();
-  const runs = await Promise.all(models.map((m, i) => stream(m, promptOf(16, i), tokens)));
+  const runs = await Promise.all(models.map((m, i) => stream(m, promptOf(16, i), tokens, url)));
   const wall = performance.now() - t;
   // Decode-phase rate: from the moment every stream has its first token to the last token.
   const allStarted = Math.max(...runs.map((r) => r.times[0]!));
   const end = Math.max(...runs.map((r) => r.times.at(-1)!));
   const after = runs.reduce((a, r) => a + r.times.filter((x) => x > allStarted).length, 0);
-  return { tokensPerSecond: (models.length * tokens) / (wall / 1000), decodeTokensPerSecond: after / ((end - allStarted) / 1000), wallMs: wall };
+  return { tokensPerSecond: (models.length * tokens) / (wall / 1000), decodeTokensPerSecond: after / ((end - allStarted) / 1000), wallMs: wall, tokens: runs.map((r) => r.tokens) };
 }
 
 const cases: BenchCase[] = [];
@@ -197,6 +207,29 @@ const accounted = mem.weights + kvPeak + factorBytes;
 const engineKvAtPeak = atPeak.kv + atPeak.prefixKv;
 cases.push({ name: 'peak RSS (MB)', medianMs: peakRss / 1e6, runs: 1, baseline: 'weights + KV + adapter factors (MB)', ratio: peakRss / accounted, extra: { weightsMB: mem.weights / 1e6, kvPeakMB: kvPeak / 1e6, factorsMB: factorBytes / 1e6, slotTablesReservedMB: mem.slots / 1e6, slotFactorsMB: mem.slotFactors / 1e6, stagingMB: mem.staging / 1e6, nodeBeforeLoadMB: nodeRss / 1e6, rssAfterLoadMB: loadedRss / 1e6, atPeakLiveKvMB: atPeak.kv / 1e6, atPeakPrefixKvMB: atPeak.prefixKv / 1e6, atPeakStagingMB: atPeak.staging / 1e6, atPeakHostAdaptersMB: atPeak.hostAdapters / 1e6, ratioWithEngineKv: peakRss / (mem.weights + Math.max(kvPeak, engineKvAtPeak) + factorBytes) } });
 
+// 5. Compressed factors: the 32 × 32 case on a second server with `--adapter-dtype int8` (int8
+// codes, an f32 scale per rank row, read in place by cpu-native's LORA_Q kernel), three pairs
+// interleaved with the f32 server (after the RSS sample: the two servers' memory is not one's).
+const server8 = await createServer({ ...serverOptions, adapterDtype: 'int8' });
+const base8 = await server8.listen('127.0.0.1', 0);
+await concurrent(NAMES.slice(0, 4), 2, base8);
+const f32s: Awaited<ReturnType<typeof concurrent>>[] = [];
+const int8s: Awaited<ReturnType<typeof concurrent>>[] = [];
+for (let rep = 0; rep < 3; rep++) {
+  f32s.push(await concurrent(NAMES, TOK));
+  int8s.push(await concurrent(NAMES, TOK, base8));
+}
+const f32Many = medianBy(f32s, (r) => r.tokensPerSecond);
+const int8Many = medianBy(int8s, (r) => r.tokensPerSecond);
+const mem8 = server8.lm.memory();
+// Greedy tokens of the same prompts, f32 vs int8 factors (the bound's test is in packages/engine).
+const sameStreams = f32Many.tokens.filter((t, i) => t.join(',') === int8Many.tokens[i]!.join(',')).length;
+cases.push({ name: '32 streams · 32 adapters, f32 factors (interleaved pairs): aggregate ms/token', medianMs: 1000 / f32Many.tokensPerSecond, runs: 3, extra: { allTokensPerSecond: f32s.map((r) => r.tokensPerSecond.toFixed(1)).join(' '), tokensPerSecond: f32Many.tokensPerSecond, decodeTokensPerSecond: f32Many.decodeTokensPerSecond } });
+cases.push({ name: '32 streams · 32 adapters, int8 factors: aggregate ms/token', medianMs: 1000 / int8Many.tokensPerSecond, runs: 3, baseline: '32 streams · 32 adapters, f32 factors (interleaved pairs): aggregate ms/token', ratio: f32Many.tokensPerSecond / int8Many.tokensPerSecond, extra: { allTokensPerSecond: int8s.map((r) => r.tokensPerSecond.toFixed(1)).join(' '), tokensPerSecond: int8Many.tokensPerSecond, decodeTokensPerSecond: int8Many.decodeTokensPerSecond, speedupOverF32: int8Many.tokensPerSecond / f32Many.tokensPerSecond, decodeSpeedupOverF32: int8Many.decodeTokensPerSecond / f32Many.decodeTokensPerSecond, streamsWithIdenticalTokens: sameStreams, slotFactorsMB: mem8.slotFactors / 1e6, slotTablesReservedMB: mem8.slots / 1e6 } });
+pushDecode({ name: '32 streams · 32 adapters, f32 factors (interleaved pairs): decode step ms', medianMs: (32 * 1000) / f32Many.decodeTokensPerSecond, runs: 3 }, stepBytesOf(RANKS, decodeContexts));
+pushDecode({ name: '32 streams · 32 adapters, int8 factors: decode step ms', medianMs: (32 * 1000) / int8Many.decodeTokensPerSecond, runs: 3, baseline: '32 streams · 32 adapters, f32 factors (interleaved pairs): decode step ms', ratio: f32Many.decodeTokensPerSecond / int8Many.decodeTokensPerSecond }, stepBytesInt8(RANKS, decodeContexts));
+await server8.shutdown();
+
 const ratio = one.tokensPerSecond / many.tokensPerSecond;
 notes.push(
   `Load average at start ${load0.toFixed(2)}, at end ${loadavg()[0]!.toFixed(2)} (shared 2-core machine: absolute numbers are noisy; ratios come from the same run). Executor cpu-native (the default; ${executor.isa}, built ${executor.build}), ${String(threads)} kernel threads. Setup (checkpoint + adapters generated or reused) ${(setupMs / 1000).toFixed(1)} s.`,
@@ -210,6 +243,13 @@ notes.push(
   `**Memory:** peak RSS ${(peakRss / 1e6).toFixed(0)} MB vs weights ${(mem.weights / 1e6).toFixed(0)} MB + KV ${(kvPeak / 1e6).toFixed(0)} MB + adapter factors ${(factorBytes / 1e6).toFixed(0)} MB = ${(accounted / 1e6).toFixed(0)} MB (ratio ${(peakRss / accounted).toFixed(2)}; target ≤ 1.2). Where the rest is, measured in this run: Node itself held ${(nodeRss / 1e6).toFixed(0)} MB before the server loaded; right after load (weights and 32 adapters in slots) the process held ${(loadedRss / 1e6).toFixed(0)} MB; at the peak the engine held ${(atPeak.kv / 1e6).toFixed(0)} MB of live sequences' KV, ${(atPeak.prefixKv / 1e6).toFixed(0)} MB of KV the prefix cache retains of finished sequences (the server's prefix caching, on by default, keeps them for reuse within its KV budget), ${(atPeak.staging / 1e6).toFixed(0)} MB of staging buffers (a multi-row step copies its rows' cached KV into one contiguous batch: a second copy of the batch's KV, kept across steps) and ${(atPeak.hostAdapters / 1e6).toFixed(0)} MB of parsed adapters. Counting the engine's own KV at the peak (live + retained, ${(engineKvAtPeak / 1e6).toFixed(0)} MB) in place of the accounted ${(kvPeak / 1e6).toFixed(0)} MB, the ratio is ${(peakRss / (mem.weights + Math.max(kvPeak, engineKvAtPeak) + factorBytes)).toFixed(2)}. The slot tables reserve ${(mem.slots / 1e6).toFixed(0)} MB of address space (N = 34 slots × R = 64); only the rows adapters write become resident (${(mem.slotFactors / 1e6).toFixed(0)} MB of factors in slots at the end), and a resident adapter's factors exist once, in its slot: the host cache keeps no parsed copy of an adapter in a host slot (this run uses the default --max-cpu-loras, = --max-loras, which before kept every adapter a second time). The cpu-native addon fixes glibc's mmap threshold at 128 KiB, so freed multi-MB blocks (adapter files, KV grown by doubling, step outputs) leave the process instead of staying in the heap. Weights are held once, by the engine, and fed to every program as zero-copy inputs; the gathered form reads the slot tables in place.`,
   '',
   `**Context 1,024 vs 64:** ${longMs.toFixed(1)} vs ${shortMs.toFixed(1)} ms/token (${(longMs / shortMs).toFixed(2)}×). **Prefill interference:** p99 inter-token latency of 8 streams ${quietP99.toFixed(0)} ms quiet vs ${busyP99.toFixed(0)} ms with a 1,024-token prompt arriving (${(busyP99 / quietP99).toFixed(2)}×; the prompt is prefilled in ${process.env['BENCH_PREFILL_CHUNK'] ?? 'the default 32'}-token chunks, one per step).`,
+);
+// The int8 pairs ran after the bandwidth probe: their rooflines from the same probe.
+for (const [c, bytes] of decodeBytes) c.rooflineMs ??= rooflineMs(bytes, bw);
+const speed = int8Many.tokensPerSecond / f32Many.tokensPerSecond;
+notes.push(
+  '',
+  `**Compressed factors (\`--adapter-dtype int8\`):** the 32 × 32 case on a second server whose slot tables hold int8 codes with an f32 scale per rank row, three pairs interleaved with the f32 server: ${int8Many.tokensPerSecond.toFixed(1)} vs ${f32Many.tokensPerSecond.toFixed(1)} tok/s aggregate (${speed.toFixed(2)}×; per pair ${f32s.map((r, i) => (int8s[i]!.tokensPerSecond / r.tokensPerSecond).toFixed(2)).join(', ')}; goal ≥ 1.6×: ${speed >= 1.6 ? 'met' : 'missed'} in this run), decode phase ${int8Many.decodeTokensPerSecond.toFixed(1)} vs ${f32Many.decodeTokensPerSecond.toFixed(1)} tok/s (${(int8Many.decodeTokensPerSecond / f32Many.decodeTokensPerSecond).toFixed(2)}×). A step reads ${((RANKS.reduce((a, r) => a + r, 0) * perRank) / 4 / 1e6).toFixed(0)} MB of codes + ${((RANKS.reduce((a, r) => a + r, 0) * int8FactorScaleBytesPerRank(ROOF)) / 1e6).toFixed(1)} MB of scales instead of ${((RANKS.reduce((a, r) => a + r, 0) * perRank) / 1e6).toFixed(0)} MB of f32 factors; the engine accounts ${(mem8.slotFactors / 1e6).toFixed(0)} MB of factors in slots (f32 server: ${(mem.slotFactors / 1e6).toFixed(0)} MB). Greedy tokens of the 32 streams: ${String(sameStreams)} of 32 identical to f32 factors' over ${String(TOK)} tokens (random-weight logits are nearly flat; the error bound and where it guarantees equal tokens are tested in packages/engine/src/int8-factors.test.ts).`,
 );
 writeResults('serving', 'Staged serving engine through the HTTP server: SmolLM2-135M-shaped random checkpoint, 32 LoRA adapters (ranks 8–64, all 7 projections), cpu-native (the default executor); every decode case against its roofline (bytes ÷ the bandwidth probed in the same run).', cases, notes);
 await server.shutdown();

@@ -44,6 +44,14 @@ export function factorBytesPerRank(s: RooflineShape): number {
   return s.layers * perLayer * 4;
 }
 
+/**
+ * Bytes per unit of rank of int8 factors' scales (`--adapter-dtype int8`): one f32 scale per rank
+ * row of A and of B, for all 7 projections of every layer (the codes are `factorBytesPerRank` / 4).
+ */
+export function int8FactorScaleBytesPerRank(s: RooflineShape): number {
+  return s.layers * 7 * 2 * 4;
+}
+
 /** Bytes of keys and values per attended position (every layer; f32 unless `bytesPerElement`). */
 export function kvBytesPerPosition(s: RooflineShape, bytesPerElement = 4): number {
   return 2 * s.layers * s.kvHeads * headDim(s) * bytesPerElement;

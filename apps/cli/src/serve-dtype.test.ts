@@ -52,7 +52,13 @@ describe('stageml serve --dtype', () => {
     expect(serveDtypes(undefined, 'f32', 'torch-cuda')).toEqual({ dtype: 'checkpoint', adapterDtype: 'f32' });
     expect(serveDtypes(undefined, undefined, 'torch-cpu')).toEqual({ dtype: 'checkpoint' });
     expect(serveDtypes('f32', 'auto', 'torch-cuda')).toEqual({ dtype: 'f32' });
-    expect(() => serveDtypes(undefined, 'int4', 'torch-cuda')).toThrow("--adapter-dtype must be one of auto, f32, same, got 'int4'");
+    expect(() => serveDtypes(undefined, 'int4', 'torch-cuda')).toThrow("--adapter-dtype must be one of auto, f32, same, int8, got 'int4'");
+    // int8 factors: an f32 engine on every executor (checkpoint resolved and checked by the engine).
+    expect(serveDtypes(undefined, 'int8', 'torch-cuda')).toEqual({ dtype: 'f32', adapterDtype: 'int8' });
+    expect(serveDtypes(undefined, 'int8', 'cpu-native')).toEqual({ dtype: 'f32', adapterDtype: 'int8' });
+    expect(serveDtypes('float32', 'int8', 'cpu-native')).toEqual({ dtype: 'f32', adapterDtype: 'int8' });
+    expect(serveDtypes('checkpoint', 'int8', 'cpu-native')).toEqual({ dtype: 'checkpoint', adapterDtype: 'int8' });
+    expect(() => serveDtypes('bf16', 'int8', 'cpu-native')).toThrow('--adapter-dtype int8 stores int8 factors beside an f32 engine');
     expect(serveDtypes(undefined, undefined, 'torch-cpu', true)).toEqual({ dtype: 'f32' });
     expect(serveDtypes(undefined, undefined, 'onnxruntime')).toEqual({ dtype: 'f32' });
     expect(serveDtypes('bf16', 'same', 'interpreter')).toEqual({ dtype: 'bf16', adapterDtype: 'same' });

@@ -9,12 +9,14 @@ export const ENGINE_DTYPES = ['f32', 'bf16', 'f16'] as const;
 export type EngineDType = (typeof ENGINE_DTYPES)[number];
 
 /**
- * Dtype of the LoRA factors in a bf16/f16 engine (`EngineOptions.adapterDtype`): `f32` (default)
- * keeps the slot tables f32 and computes each LoRA term as PEFT does on a bf16/f16 base
+ * Dtype of the LoRA factors (`EngineOptions.adapterDtype`): `f32` (default) keeps the slot tables
+ * f32 and, in a bf16/f16 engine, computes each LoRA term as PEFT does on a bf16/f16 base
  * (`autocast_adapter_dtype=True`); `same` rounds the factors to the compute dtype and the LoRA
- * chain op by op.
+ * chain op by op; `int8` (an f32 engine) stores A and B as int8 codes with an f32 scale per rank
+ * row, a quarter of the f32 tables' bytes, read in place by cpu-native's bank kernel (error bounded
+ * by `@stageml/planner`'s `loraFactorQuantBound`).
  */
-export const ENGINE_ADAPTER_DTYPES = ['f32', 'same'] as const;
+export const ENGINE_ADAPTER_DTYPES = ['f32', 'same', 'int8'] as const;
 
 /** One of `ENGINE_ADAPTER_DTYPES`. */
 export type EngineAdapterDType = (typeof ENGINE_ADAPTER_DTYPES)[number];

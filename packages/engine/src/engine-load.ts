@@ -10,6 +10,7 @@ import { engineGraph, paramsToInputs } from './graph.js';
 import { type EngineOptions, type ProgramForm, positiveInt } from './options.js';
 import type { SlotModule } from './slot-linear.js';
 import { SlotTables } from './slots.js';
+import { checkInt8Dtype, checkInt8Factors } from './factor-quant.js';
 import { type StagedPrograms, foldProgram, isWeightParam, stageEnginePrograms, stageProgram } from './stage-program.js';
 
 /**
@@ -217,7 +218,11 @@ export async function loadEngine(dir: string, opts: EngineOptions): Promise<Load
   if (opts.executorPicks !== undefined && typeof opts.executorPicks !== 'boolean') throw new EngineError(EngineCode.BAD_OPTIONS, `executorPicks must be true or false, got ${String(opts.executorPicks)}`);
   const modules: SlotModule[] = [];
   if (opts.slotForm !== undefined && !['auto', 'gathered', 'grouped'].includes(opts.slotForm)) throw new EngineError(EngineCode.BAD_OPTIONS, `slotForm must be 'auto', 'gathered' or 'grouped' ('single' alone cannot serve two adapters in a batch; 'auto' includes it), got '${opts.slotForm as string}'`);
-  const autoForms: ProgramForm[] = ['gathered', 'grouped', 'single'];
+  const int8Factors = checkInt8Factors(s.adapterDtype, s.wantDtype, config.moe !== undefined, onDevice !== undefined);
+  // NOTE: int8 factors run the gathered form alone by default: its kernel (cpu-native's LORA_Q)
+  // reads the codes in place for any mix, one adapter included, where the grouped and single
+  // forms would dequantize their slots' rows through the op's decomposition every step.
+  const autoForms: ProgramForm[] = int8Factors ? ['gathered'] : ['gathered', 'grouped', 'single'];
   const slotForms: ProgramForm[] = opts.slotForm === undefined || opts.slotForm === 'auto' ? autoForms : [opts.slotForm];
   // Base-only batches run a program without slot tables (the slot path costs a base row as much
   // as an adapter row) — except where each program holds its own f32 copy of the weights.
@@ -234,9 +239,10 @@ export async function loadEngine(dir: string, opts: EngineOptions): Promise<Load
   // needs them (`outPrograms`). Programs that hold their own weights keep them from the start.
   const lean = asInputs && !packBase;
   // NOTE: the slot modules are filled in by building the first program (`engineGraph`).
-  const graphs32 = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : [], { separateHead, outTables: !lean }));
+  const graphs32 = forms.map((f, i) => engineGraph(config, f, maxLoras + 1, rank, i === 0 ? modules : [], { separateHead, outTables: !lean, int8Factors }));
   const read = await loadWeights(dir, s, executor, graphs32, forms, separateHead, opts.quantize !== undefined);
   const { dtype, weights, staging } = read;
+  checkInt8Dtype(int8Factors, dtype);
   let weightBytes = read.weightBytes;
   const residuals = staging.staged.map((st) => st.residual);
   const programs: Partial<Record<ProgramForm, PreparedGraph>> = {};
@@ -267,13 +273,13 @@ export async function loadEngine(dir: string, opts: EngineOptions): Promise<Load
   // Bytes of every copy: the shared host copy (inputs) and each program's own.
   if (quantize === undefined) weightBytes = oneCopy * (copies + (asInputs ? 1 : 0));
   const baseTakesWeights = quantize !== undefined || (asInputs && !packBase);
-  const factorDtype = dtype !== 'f32' && s.adapterDtype === 'same' ? dtype : 'f32';
+  const factorDtype = s.adapterDtype === 'int8' ? 'i8' : dtype !== 'f32' && s.adapterDtype === 'same' ? dtype : 'f32';
   const tables = onDevice === undefined ? new SlotTables(maxLoras + 1, rank, modules, factorDtype) : await SlotTables.onDevice(onDevice, maxLoras + 1, rank, modules, factorDtype);
   const outPrograms = lean ? async (): Promise<Partial<Record<ProgramForm, PreparedGraph>>> => {
     const out: Partial<Record<ProgramForm, PreparedGraph>> = {};
     try {
       for (const f of slotForms) {
-        const built = engineGraph(config, f, maxLoras + 1, rank, [], { separateHead, outTables: true });
+        const built = engineGraph(config, f, maxLoras + 1, rank, [], { separateHead, outTables: true, int8Factors });
         const st = stageProgram(dtype === 'f32' ? built : castProgram(built, dtype, s.adapterDtype), f);
         const folded = foldProgram(st, { get: (n) => staging.foldSources.get(n) });
         out[f] = await executor.prepare(paramsToInputs(st.residual, (n) => isWeightParam(st, n)), { get: (n) => folded[n] });

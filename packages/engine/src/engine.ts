@@ -115,8 +115,9 @@ export class Engine {
     return this.#dtype;
   }
 
-  /** Dtype of the slot tables' factors: f32, or the compute dtype with `adapterDtype: 'same'`. */
-  get factorDtype(): EngineDType {
+  /** Dtype of the slot tables' factors: f32, the compute dtype with `adapterDtype: 'same'`, or `i8` with `adapterDtype: 'int8'`. */
+  get factorDtype(): EngineDType | 'i8' {
+    if (this.#adapterDtype === 'int8') return 'i8';
     return this.#dtype !== 'f32' && this.#adapterDtype === 'same' ? this.#dtype : 'f32';
   }
 

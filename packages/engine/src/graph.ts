@@ -10,9 +10,9 @@ import { type SlotForm, type SlotModule, slotExperts, slotLinear } from './slot-
  * `modules` receives every projection (and expert projection) with slot tables. Form `base` is the
  * same decoder without slot tables: what a batch of base rows only runs.
  */
-export function engineGraph(config: LlamaConfig, form: SlotForm | 'base', slots: number, rank: number, modules: SlotModule[], opts: { readonly allLogits?: boolean; readonly separateHead?: boolean; readonly outTables?: boolean } = {}): Graph {
+export function engineGraph(config: LlamaConfig, form: SlotForm | 'base', slots: number, rank: number, modules: SlotModule[], opts: { readonly allLogits?: boolean; readonly separateHead?: boolean; readonly outTables?: boolean; readonly int8Factors?: boolean } = {}): Graph {
   // One slot linear for the whole graph: its row-slot inputs are shared by every projection.
-  const linear = form === 'base' ? undefined : slotLinear(form, slots, rank, modules, { outTables: opts.outTables ?? true });
+  const linear = form === 'base' ? undefined : slotLinear(form, slots, rank, modules, { outTables: opts.outTables ?? true, int8Factors: opts.int8Factors === true });
   return buildLlamaGraph(config, {
     // MoE layers: expert LoRA factors in slot tables too (token_slot picks each routed row's), the
     // router a slot linear like the attention projections.

@@ -100,7 +100,12 @@ export interface EngineOptions {
   /**
    * With a bf16/f16 `dtype`, the LoRA factors' dtype: `f32` (default) keeps the slot tables f32
    * and computes each LoRA term in f32 as PEFT does (`autocast_adapter_dtype`); `same` rounds the
-   * factors to the compute dtype (half the slot bytes; not bit-equal to PEFT).
+   * factors to the compute dtype (half the slot bytes; not bit-equal to PEFT). `int8` (f32 engines,
+   * host slot tables, no MoE expert adapters; opt-in, `--adapter-dtype int8`) stores A and B as int8
+   * codes with an f32 scale per rank row — a quarter of the f32 bytes a many-adapter step reads —
+   * read in place by cpu-native's bank kernel (other executors dequantize the gathered rows through
+   * the op's decomposition); its logit error is bounded by `@stageml/planner`'s
+   * `loraFactorQuantBound`. Other combinations are `ENGINE_BAD_OPTIONS` at load.
    */
   readonly adapterDtype?: EngineAdapterDType;
   /**

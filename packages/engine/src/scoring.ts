@@ -92,7 +92,7 @@ export class PromptScorer {
   /** The scoring program (logits at every position), prepared on first use. */
   #program(): Promise<PreparedGraph> {
     if (this.#scoring === undefined) {
-      const built = engineGraph(this.config, 'gathered', this.tables.slots, this.tables.rank, [], { allLogits: true, separateHead: 'lm_head.weight' in this.runner.weightInputs && this.config.tieWordEmbeddings });
+      const built = engineGraph(this.config, 'gathered', this.tables.slots, this.tables.rank, [], { allLogits: true, separateHead: 'lm_head.weight' in this.runner.weightInputs && this.config.tieWordEmbeddings, int8Factors: this.adapterDtype === 'int8' });
       const st = stageProgram(this.dtype === 'f32' ? built : castProgram(built, this.dtype, this.adapterDtype), 'scoring');
       const folded = foldProgram(st, { get: (n) => this.foldSources.get(n) });
       this.reports.set('scoring', st.report);

@@ -30,9 +30,11 @@ export type SlotForm = 'gathered' | 'grouped' | 'single';
  * Input names of a module's slot tables: A f32[N, R, in] and B f32[N, R, out] (scale folded into
  * B), and the output tables of the projections that have them (not MoE experts): S f32[N, out]
  * (DoRA's column scale minus 1) and C f32[N, out] (the scaled LoRA bias) — see `adapter-kinds.ts`.
+ * With int8 factors (`SlotLinearOptions.int8Factors`) A and B hold i8 codes and `AScale`, `BScale`
+ * f32[N, R] their per-rank-row scales.
  */
-export function slotInputNames(module: string): { readonly A: string; readonly B: string; readonly S: string; readonly C: string } {
-  return { A: `slots.${module}.A`, B: `slots.${module}.B`, S: `slots.${module}.S`, C: `slots.${module}.C` };
+export function slotInputNames(module: string): { readonly A: string; readonly B: string; readonly S: string; readonly C: string; readonly AScale: string; readonly BScale: string } {
+  return { A: `slots.${module}.A`, B: `slots.${module}.B`, S: `slots.${module}.S`, C: `slots.${module}.C`, AScale: `slots.${module}.A_scale`, BScale: `slots.${module}.B_scale` };
 }
 
 /** Input name of the token → slot indices i64[tokens] of MoE expert factors (both forms). */
@@ -63,6 +65,12 @@ export interface SlotLinearOptions {
    * (plain LoRA); the engine builds programs without them until an adapter that needs them loads.
    */
   readonly outTables?: boolean;
+  /**
+   * Whether the factor tables are int8 codes with an f32 scale per rank row (`adapterDtype:
+   * 'int8'`): each projection is a `quantizedLoraBank` op over A i8[N, R, in], A_scale f32[N, R],
+   * B i8[N, R, out], B_scale f32[N, R] instead of a `loraBank` over f32 tables. Default false.
+   */
+  readonly int8Factors?: boolean;
 }
 
 /**
@@ -86,6 +94,7 @@ export interface SlotLinearOptions {
  */
 export function slotLinear(form: SlotForm, slots: number, rank: number, modules: SlotModule[], opts: SlotLinearOptions = {}): LinearFactory {
   const outTables = opts.outTables ?? true;
+  const int8 = opts.int8Factors === true;
   const shared = new Map<GraphBuilder, { rows?: Value; groups?: Value; onehot?: Value; one?: Value; mask?: Value }>();
   // One `loraBank` op per projection: executors that fuse it read the slot tables in place, the
   // others expand it into the form's primitive graph (its decomposition).
@@ -95,8 +104,12 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
     let s = shared.get(b);
     if (s === undefined) shared.set(b, (s = {}));
     const names = slotInputNames(module);
-    const A = b.input(names.A, ['f32', [slots, rank, inDim]]);
-    const B = b.input(names.B, ['f32', [slots, rank, outDim]]);
+    const A = b.input(names.A, [int8 ? 'i8' : 'f32', [slots, rank, inDim]]);
+    const B = b.input(names.B, [int8 ? 'i8' : 'f32', [slots, rank, outDim]]);
+    const scales = int8 ? { a: b.input(names.AScale, ['f32', [slots, rank]]), b: b.input(names.BScale, ['f32', [slots, rank]]) } : undefined;
+    // The form's bank op over the f32 tables, or over the int8 codes and their row scales.
+    const bank = (form: SlotForm, index: Value, select: Value | undefined, zeroTail: boolean): Value =>
+      scales === undefined ? b.loraBank(form, x, base, A, B, index, select, { zeroTail }) : b.quantizedLoraBank(form, x, base, A, scales.a, B, scales.b, index, select, { zeroTail });
     modules.push({ module, inDim, outDim });
     let u: Value;
     // Each row's row of an output table [N, out], as [batch, 1, out].
@@ -104,16 +117,16 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
     if (form === 'single') {
       const one = (s.one ??= b.input(ONE_SLOT_INPUT, ['i64', []]));
       const mask = (s.mask ??= b.input(ROW_MASK_INPUT, ['f32', ['batch', 1, 1]]));
-      u = b.loraBank('single', x, base, A, B, one, mask);
+      u = bank('single', one, mask, false);
       perRow = (t) => b.mul(b.reshape(b.gather(t, one, 0), [1, 1, outDim]), mask);
     } else if (form === 'gathered') {
       const rows = (s.rows ??= b.input(ROW_SLOT_INPUT, ['i64', ['batch']]));
-      u = b.loraBank('gathered', x, base, A, B, rows, undefined, { zeroTail: true });
+      u = bank('gathered', rows, undefined, true);
       perRow = (t) => b.reshape(b.gather(t, rows, 0), [-1, 1, outDim]);
     } else {
       const groups = (s.groups ??= b.input(GROUP_SLOT_INPUT, ['i64', ['groups']]));
       const onehot = (s.onehot ??= b.input(ROW_GROUP_INPUT, ['f32', ['batch', 'groups']]));
-      u = b.loraBank('grouped', x, base, A, B, groups, onehot);
+      u = bank('grouped', groups, onehot, false);
       perRow = (t) => b.reshape(b.matmul(onehot, b.gather(t, groups, 0)), [-1, 1, outDim]);
     }
     let y = u;

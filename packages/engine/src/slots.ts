@@ -5,18 +5,22 @@ import { EngineCode, EngineError } from './errors.js';
 import type { SlotOut } from './adapter-kinds.js';
 import { type SlotModule, slotInputNames } from './slot-linear.js';
 import { zeroRowsLast } from './zero-tail.js';
+import { quantizeFactorRows } from './factor-quant.js';
 
 interface Tables {
   readonly spec: SlotModule;
   /** Matrices per slot: 1, or E for an expert projection. */
   readonly per: number;
-  /** The host tables (empty on a device: the data lives on the executor's device only). */
-  readonly A: Float32Array;
-  readonly B: Float32Array;
+  /** The host tables (empty on a device: the data lives on the executor's device only); i8 codes with int8 factors. */
+  readonly A: Float32Array | Int8Array;
+  readonly B: Float32Array | Int8Array;
+  /** With int8 factors, the per-rank-row scales of A and B [N, R] (empty otherwise). */
+  readonly AS: Float32Array;
+  readonly BS: Float32Array;
   /** Output tables [N, out] (projections, not expert tables): DoRA scale − 1 and the scaled LoRA bias (host; empty on a device). */
   readonly S: Float32Array;
   readonly C: Float32Array;
-  readonly inputs: { readonly A: HostTensor; readonly B: HostTensor; readonly S?: HostTensor; readonly C?: HostTensor };
+  readonly inputs: { readonly A: HostTensor; readonly B: HostTensor; readonly S?: HostTensor; readonly C?: HostTensor; readonly AScale?: HostTensor; readonly BScale?: HostTensor };
 }
 
 /** Whether a module's tables include the output tables S and C (every projection but MoE experts). */
@@ -78,12 +82,20 @@ export class SlotTables {
     /**
      * Dtype of the factors (default f32; bf16/f16 for an engine with `adapterDtype: 'same'`): the
      * tables are inputs of that dtype, in the IR's host storage (values rounded on write), and
-     * count its bytes.
+     * count its bytes. `i8` (`adapterDtype: 'int8'`): A and B hold int8 codes with an f32 scale per
+     * rank row (`factor-quant.ts`), 1 byte per element plus 8 per rank row; the output tables S and
+     * C stay f32. Host tables of plain projections only (no device tables, no MoE expert tables).
      */
     readonly dtype: DType = 'f32',
     /** Device tables (`SlotTables.onDevice`): per module its A and B handles, in `modules`' order. */
     onDevice?: { readonly store: TorchDeviceTensors; readonly handles: readonly HostTensor[] },
   ) {
+    const int8 = dtype === 'i8';
+    if (int8 && onDevice !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, "int8 factors (adapterDtype 'int8', --adapter-dtype int8) live in host slot tables: the executor's device tables hold f32/bf16/f16 factors only");
+    const expertModule = modules.find((m) => m.experts !== undefined);
+    if (int8 && expertModule !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `int8 factors (adapterDtype 'int8', --adapter-dtype int8) cover plain projections; '${expertModule.module}' is a MoE expert table`);
+    // The output tables (DoRA scales, LoRA biases) keep a float dtype: f32 beside int8 factors.
+    const outDtype: DType = int8 ? 'f32' : dtype;
     const inputs: Record<string, HostTensor> = {};
     const factorInputs: Record<string, HostTensor> = {};
     let bytes = 0;
@@ -96,25 +108,36 @@ export class SlotTables {
       const shapeA = [slots * per, rank, spec.inDim];
       const shapeB = spec.experts === undefined ? [slots, rank, spec.outDim] : [slots * per, spec.outDim, rank];
       const host = onDevice === undefined;
-      const A = host ? new Float32Array(slots * per * rank * spec.inDim) : none;
-      const B = host ? new Float32Array(slots * per * spec.outDim * rank) : none;
+      const A = !host ? none : int8 ? new Int8Array(slots * per * rank * spec.inDim) : new Float32Array(slots * per * rank * spec.inDim);
+      const B = !host ? none : int8 ? new Int8Array(slots * per * spec.outDim * rank) : new Float32Array(slots * per * spec.outDim * rank);
+      const AS = int8 ? new Float32Array(slots * rank) : none;
+      const BS = int8 ? new Float32Array(slots * rank) : none;
       const S = host && out ? new Float32Array(slots * spec.outDim) : none;
       const C = host && out ? new Float32Array(slots * spec.outDim) : none;
       const names = slotInputNames(spec.module);
       let tin: Tables['inputs'];
       if (host) {
-        tin = { A: { dtype, shape: shapeA, data: A }, B: { dtype, shape: shapeB, data: B }, ...(out ? { S: { dtype, shape: [slots, spec.outDim], data: S }, C: { dtype, shape: [slots, spec.outDim], data: C } } : {}) };
+        tin = {
+          A: { dtype, shape: shapeA, data: A },
+          B: { dtype, shape: shapeB, data: B },
+          ...(out ? { S: { dtype: outDtype, shape: [slots, spec.outDim], data: S }, C: { dtype: outDtype, shape: [slots, spec.outDim], data: C } } : {}),
+          ...(int8 ? { AScale: { dtype: 'f32', shape: [slots, rank], data: AS }, BScale: { dtype: 'f32', shape: [slots, rank], data: BS } } : {}),
+        };
       } else {
         const hs = onDevice.handles;
         tin = out ? { A: hs[h]!, B: hs[h + 1]!, S: hs[h + 2]!, C: hs[h + 3]! } : { A: hs[h]!, B: hs[h + 1]! };
         h += out ? 4 : 2;
       }
-      const t: Tables = { spec, per, A, B, S, C, inputs: tin };
+      const t: Tables = { spec, per, A, B, AS, BS, S, C, inputs: tin };
       inputs[names.A] = factorInputs[names.A] = t.inputs.A;
       inputs[names.B] = factorInputs[names.B] = t.inputs.B;
+      if (t.inputs.AScale !== undefined && t.inputs.BScale !== undefined) {
+        inputs[names.AScale] = factorInputs[names.AScale] = t.inputs.AScale;
+        inputs[names.BScale] = factorInputs[names.BScale] = t.inputs.BScale;
+      }
       if (t.inputs.S !== undefined) inputs[names.S] = t.inputs.S;
       if (t.inputs.C !== undefined) inputs[names.C] = t.inputs.C;
-      bytes += (slots * per * rank * (spec.inDim + spec.outDim) + (out ? 2 * slots * spec.outDim : 0)) * dtypeBytes(dtype);
+      bytes += slots * per * rank * (spec.inDim + spec.outDim) * dtypeBytes(dtype) + (int8 ? 2 * slots * rank * 4 : 0) + (out ? 2 * slots * spec.outDim * dtypeBytes(outDtype) : 0);
       this.#tables.set(spec.module, t);
     }
     this.inputs = inputs;
@@ -298,16 +321,31 @@ export class SlotTables {
       const t = this.#tables.get(m.module)!;
       const { inDim, outDim } = t.spec;
       const bsrc = m.B.data;
+      if (t.A instanceof Int8Array && t.B instanceof Int8Array) {
+        // int8: the scaled rows built in f32, zero rows moved last, then quantized row by row.
+        const a = f32(m.A.data).slice(0, m.rank * inDim);
+        const b = new Float32Array(m.rank * outDim);
+        for (let j = 0; j < m.rank; j++) for (let o = 0; o < outDim; o++) b[j * outDim + o] = m.scale * bsrc[o * m.rank + j]!;
+        zeroRowsLast(a, 0, b, 0, m.rank, inDim, outDim);
+        quantizeFactorRows(a, m.rank, inDim, t.A, slot * R * inDim, t.AS, slot * R);
+        quantizeFactorRows(b, m.rank, outDim, t.B, slot * R * outDim, t.BS, slot * R);
+        this.#written[slot] = Math.max(this.#written[slot]!, m.rank);
+        bytes += m.rank * (inDim + outDim) + 2 * m.rank * 4;
+        this.#changed(t);
+        continue;
+      }
       t.A.set(f32(m.A.data), slot * R * inDim);
       const base = slot * R * outDim;
       for (let j = 0; j < m.rank; j++) {
         const row = base + j * outDim;
         for (let o = 0; o < outDim; o++) t.B[row + o] = m.scale * bsrc[o * m.rank + j]!;
       }
-      this.#round(t.A, slot * R * inDim, (slot * R + m.rank) * inDim);
-      this.#round(t.B, base, base + m.rank * outDim);
+      const fa = t.A as Float32Array;
+      const fb = t.B as Float32Array;
+      this.#round(fa, slot * R * inDim, (slot * R + m.rank) * inDim);
+      this.#round(fb, base, base + m.rank * outDim);
       // The gathered form's `zeroTail` promise: all-zero A rows last.
-      zeroRowsLast(t.A, slot * R * inDim, t.B, base, m.rank, inDim, outDim);
+      zeroRowsLast(fa, slot * R * inDim, fb, base, m.rank, inDim, outDim);
       this.#written[slot] = Math.max(this.#written[slot]!, m.rank);
       bytes += m.rank * (inDim + outDim) * dtypeBytes(this.dtype);
       this.#changed(t);
@@ -323,7 +361,7 @@ export class SlotTables {
         t.C.set(o.bias, slot * n);
         this.#round(t.C, slot * n, (slot + 1) * n);
       }
-      bytes += ((o.scale === undefined ? 0 : n) + (o.bias === undefined ? 0 : n)) * dtypeBytes(this.dtype);
+      bytes += ((o.scale === undefined ? 0 : n) + (o.bias === undefined ? 0 : n)) * dtypeBytes(t.inputs.S!.dtype);
       // A slot with output rows counts as written, so that zeroing it clears them.
       this.#written[slot] = Math.max(this.#written[slot]!, 1);
       this.#outSlots.add(slot);
@@ -345,8 +383,9 @@ export class SlotTables {
           for (let j = 0; j < r; j++) t.B[dst + j] = x.scale * bsrc[src + j]!;
         }
       }
-      this.#round(t.A, slot * E * R * inDim, (slot + 1) * E * R * inDim);
-      this.#round(t.B, slot * E * outDim * R, (slot + 1) * E * outDim * R);
+      // NOTE: expert tables are never int8 (the constructor refuses them).
+      this.#round(t.A as Float32Array, slot * E * R * inDim, (slot + 1) * E * R * inDim);
+      this.#round(t.B as Float32Array, slot * E * outDim * R, (slot + 1) * E * outDim * R);
       this.#written[slot] = Math.max(this.#written[slot]!, r);
       bytes += E * r * (inDim + outDim) * dtypeBytes(this.dtype);
       this.#changed(t);
@@ -366,7 +405,8 @@ export class SlotTables {
       for (const t of this.#tables.values()) {
         const a = t.A.subarray(slot * t.per * R * t.spec.inDim, (slot + 1) * t.per * R * t.spec.inDim);
         const b = t.B.subarray(slot * t.per * t.spec.outDim * R, (slot + 1) * t.per * t.spec.outDim * R);
-        if (a.some((x) => x !== 0) || b.some((x) => x !== 0)) return false;
+        if (a.some((x: number) => x !== 0) || b.some((x: number) => x !== 0)) return false;
+        if (t.AS.length > 0 && (t.AS.subarray(slot * R, (slot + 1) * R).some((x) => x !== 0) || t.BS.subarray(slot * R, (slot + 1) * R).some((x) => x !== 0))) return false;
         const n = t.spec.outDim;
         if (hasOut(t.spec) && (t.S.subarray(slot * n, (slot + 1) * n).some((x) => x !== 0) || t.C.subarray(slot * n, (slot + 1) * n).some((x) => x !== 0))) return false;
       }
@@ -400,6 +440,10 @@ export class SlotTables {
   #changed(t: Tables): void {
     inputChanged(t.A);
     inputChanged(t.B);
+    if (t.AS.length > 0) {
+      inputChanged(t.AS);
+      inputChanged(t.BS);
+    }
     if (hasOut(t.spec)) {
       inputChanged(t.S);
       inputChanged(t.C);
@@ -434,6 +478,10 @@ export class SlotTables {
       if (t.spec.experts === undefined) {
         t.A.fill(0, slot * R * inDim, (slot * R + r) * inDim);
         t.B.fill(0, slot * R * outDim, (slot * R + r) * outDim);
+        if (t.AS.length > 0) {
+          t.AS.fill(0, slot * R, slot * R + r);
+          t.BS.fill(0, slot * R, slot * R + r);
+        }
         if (r > 0) {
           t.S.fill(0, slot * outDim, (slot + 1) * outDim);
           t.C.fill(0, slot * outDim, (slot + 1) * outDim);

@@ -439,6 +439,14 @@ export class GraphBuilder {
   loraBank(form: 'gathered' | 'grouped' | 'single', x: Value, base: Value, A: Value, B: Value, index: Value, select?: Value, opts: { zeroTail?: boolean } = {}): Value {
     return this.op('loraBank', select === undefined ? [x, base, A, B, index] : [x, base, A, B, index, select], opts.zeroTail === true ? { form, zeroTail: true } : { form });
   }
+  /**
+   * `loraBank` over int8 tables A, B with per-rank-row scales aScale, bScale [slots, R]
+   * (`quantizedLoraBank`); operands and options as `loraBank`'s.
+   */
+  quantizedLoraBank(form: 'gathered' | 'grouped' | 'single', x: Value, base: Value, A: Value, aScale: Value, B: Value, bScale: Value, index: Value, select?: Value, opts: { zeroTail?: boolean } = {}): Value {
+    const operands = [x, base, A, aScale, B, bScale, index, ...(select === undefined ? [] : [select])];
+    return this.op('quantizedLoraBank', operands, opts.zeroTail === true ? { form, zeroTail: true } : { form });
+  }
   /** A linear with one LoRA adapter in residual form, x·wᵀ + s·(x·Aᵀ)·Bᵀ (`loraLinear`). */
   loraLinear(x: Value, w: Value, A: Value, B: Value, scale: number): Value {
     return this.op('loraLinear', [x, w, A, B], { scale });

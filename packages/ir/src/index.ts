@@ -79,6 +79,7 @@ export { defineOp, operandArity, snakeCase } from './op-def.js';
 export type { Decomposition, Effect, EvalContext, OpCost, OpDef, OpSpec, Trait } from './op-def.js';
 export { OPS, OP_KEYS, isOpKey, opDef, opKeyByName, registerOp } from './ops/index.js';
 export { type LoraBankForm, type LoraBankOperands, loraBankOperands } from './ops/serving.js';
+export { type QuantizedLoraBankOperands, quantizedLoraBankOperands } from './ops/quant-serving.js';
 export { OP_GROUPS, TRAITS, hasTrait, opsWithTrait } from './op-groups.js';
 export { COMPOSITE_OPS, expandComposites, expandDecomposed } from './decompose.js';
 export { dequantizeWeight, quantBlockBytes, quantBlocks, quantZeroPointBytes, quantizeWeight, unpackCode } from './ops/quant.js';

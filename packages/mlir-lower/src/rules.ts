@@ -71,6 +71,7 @@ export const mlirRules = {
   attention: attentionRule,
   // Serving composites: lowered through their decompositions (gathers, matmuls; transpose, concat, attention).
   loraBank: decomposed('loraBank'),
+  quantizedLoraBank: decomposed('quantizedLoraBank'),
   loraLinear: decomposed('loraLinear'),
   cachedAttention: decomposed('cachedAttention'),
 } satisfies { readonly [K in OpKey]: MlirRule<K> };

@@ -72,6 +72,7 @@ export const ONNX_RULES = {
   attention,
   // Serving composites: expanded into their primitive graphs (`decompose`) before lowering.
   loraBank: decomposed(),
+  quantizedLoraBank: decomposed(),
   loraLinear: decomposed(),
   cachedAttention: decomposed(),
 } as const satisfies OnnxRuleTable;

@@ -57,4 +57,6 @@ export { MOE_UNIT_KINDS, llamaWorkload } from './llama.js';
 export type { ModelWorkloadOptions } from './llama.js';
 export { toMoePlan } from './moe-bridge.js';
 export { acceptQuantization, analyzeQuantization, dequantizedAt, kindsAfterGate, outputErrorBound, parseQuantConfig, quantizeSymmetric, quantizedLinearErrorBound, roundHalfEven, weightQuantChooser, weightQuantizationError } from './quant.js';
+export { FACTOR_CODE_MAX, loraFactorQuantBound, quantizeFactorRows } from './lora-factor-quant.js';
+export type { LoraFactorQuantBound, LoraFactorsInput } from './lora-factor-quant.js';
 export type { OutputErrorBound, QuantAnalysis, QuantAnalysisInput, QuantConfig, QuantDecision, QuantizedMatrix, WeightQuantCandidate, WeightQuantError } from './quant.js';

@@ -14,7 +14,7 @@ describe('arbGraph', () => {
   });
 
   test.prop([fc.subarray([...GRAPH_OPS], { minLength: 1, maxLength: 4 })])('applies only the requested ops, plus the helpers it documents', (ops) => {
-    const allowed = new Set<OpKey>([...ops, 'constant', 'iota', 'reshape', 'argmax', ...(ops.includes('loraBank') ? (['linear'] as const) : [])]);
+    const allowed = new Set<OpKey>([...ops, 'constant', 'iota', 'reshape', 'argmax', ...(ops.includes('loraBank') || ops.includes('quantizedLoraBank') ? (['linear'] as const) : [])]);
     for (const g of fc.sample(arbGraph({ maxNodes: 6, ops }), 5)) {
       for (const n of graphOps(g)) expect(allowed).toContain(n.op);
     }

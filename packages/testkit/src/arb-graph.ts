@@ -35,7 +35,7 @@ export interface GraphArbOptions {
    * Ops the steps choose from (default `GRAPH_OPS`: every op of `OPS`). Whatever this list says,
    * index operands of gather/indexSelect/scatterAdd are made with `constant`/`iota`, the groups
    * of groupedMatmul with `argmax`, scalar partners with `constant`, a rank-3 query for attention
-   * with `reshape`, the base projection of loraBank with `linear`, and other missing operands with
+   * with `reshape`, the base projection of loraBank and quantizedLoraBank with `linear`, and other missing operands with
    * parameters.
    */
   readonly ops?: readonly OpKey[];
@@ -532,6 +532,22 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
       return [ctx.b.loraBank('grouped', x, base, A, B, index, param(ctx, dtype, [rows, groups]))];
     }
     return [ctx.b.loraBank('single', x, base, A, B, ctx.b.constant(c.int(slots), 'i64', []), param(ctx, dtype, [rows, 1, 1]))];
+  },
+  quantizedLoraBank: (ctx, c) => {
+    const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) === 3);
+    if (x === undefined) return undefined;
+    const [rows, , inDim] = x.type.shape as [Dim, Dim, Dim];
+    const dtype = x.type.dtype;
+    const out = c.range(1, 3);
+    const slots = c.range(1, 3);
+    const rank = c.range(1, 2);
+    const base = ctx.b.linear(x, param(ctx, dtype, [out, inDim]));
+    const tables = [param(ctx, 'i8', [slots, rank, inDim]), param(ctx, dtype, [slots, rank]), param(ctx, 'i8', [slots, rank, out]), param(ctx, dtype, [slots, rank])] as const;
+    if (isStaticDim(rows) && c.bool()) {
+      const index = ctx.b.constant(Array.from({ length: rows }, () => c.int(slots)), 'i64', [rows]);
+      return [ctx.b.quantizedLoraBank('gathered', x, base, ...tables, index)];
+    }
+    return [ctx.b.quantizedLoraBank('single', x, base, ...tables, ctx.b.constant(c.int(slots), 'i64', []), param(ctx, dtype, [rows, 1, 1]))];
   },
   loraLinear: (ctx, c) => {
     const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) >= 1);

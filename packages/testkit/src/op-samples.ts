@@ -283,6 +283,16 @@ export const opSamples: OpSamplers = {
         return fc.tuple(head, index, select).map(([h, i, r]) => ({ operands: [...h, i, ...r], attrs: { form } }));
       }),
     ),
+  quantizedLoraBank: fc
+    .tuple(dtypeOf(FLOAT), dim(1, 3), dim(1, 2), dim(1, 3), dim(1, 3), dim(1, 3), dim(1, 2), fc.constantFrom('gathered', 'grouped', 'single'))
+    .chain(([dtype, rows, seq, inDim, out, slots, rank, form]) =>
+      fc.integer({ min: 1, max: slots }).chain((groups) => {
+        const head = tensors([t(dtype, [rows, seq, inDim]), t(dtype, [rows, seq, out]), t('i8', [slots, rank, inDim]), t(dtype, [slots, rank]), t('i8', [slots, rank, out]), t(dtype, [slots, rank])]);
+        const index = form === 'gathered' ? indices('i64', [rows], slots) : form === 'grouped' ? indices('i64', [groups], slots) : indices('i64', [], slots);
+        const select = tensors(form === 'gathered' ? [] : [t(dtype, form === 'grouped' ? [rows, groups] : [rows, 1, 1])]);
+        return fc.tuple(head, index, select).map(([h, i, r]) => ({ operands: [...h, i, ...r], attrs: { form } }));
+      }),
+    ),
   loraLinear: fc
     .tuple(dtypeOf(FLOAT), shapeOf(0, 2), dim(1, 3), dim(1, 3), dim(1, 2), fc.constantFrom(0.5, 2, 0.3))
     .chain(([dtype, lead, inDim, out, rank, scale]) =>

@@ -77,6 +77,7 @@ export const tritonRules = {
   topk: ROUTING,
   rotary: unsupported('rotary embedding is not fused yet: the host executor runs it'),
   attention: unsupported('attention kernels are out of scope for triton-gen (LoRA/MoE GEMMs only)'),
+  quantizedLoraBank: unsupported('the host executor runs it (fused on cpu-native, elsewhere through its decomposition); no bank-kernel pattern reads int8 factor tables yet'),
   loraBank: unsupported('the host executor runs it (fused or through its decomposition); triton-gen emits bank kernels for the bankGathered/bankGrouped patterns kernel-patterns recognises in staged residuals'),
   loraLinear: kernel(['loraLinear'], 'every loraLinear op is one fused LoRA-linear kernel'),
   cachedAttention: unsupported('attention kernels are out of scope for triton-gen (LoRA/MoE GEMMs only)'),

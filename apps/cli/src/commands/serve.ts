@@ -96,13 +96,19 @@ const DTYPE_SPELLINGS = [...Object.keys(SERVE_DTYPE_ALIASES), ...SERVE_DTYPES];
  * `CLI_USAGE`, as is `--adapter-dtype` (f32 or same) without a bf16/f16 dtype to apply to.
  * `--adapter-dtype auto` (the default) is `same` on a CUDA executor (`torch-cuda…`: the LoRA
  * factors in the compute dtype, as vLLM holds them, which the worker's bank kernel reads) and the
- * engine's default (f32 factors, as PEFT computes them) elsewhere.
+ * engine's default (f32 factors, as PEFT computes them) elsewhere. `--adapter-dtype int8` (opt-in
+ * compressed factors: int8 codes with a scale per rank row) runs an f32 engine (`--dtype` left out
+ * means f32 then, on every executor); with a bf16/f16 `--dtype` it is `CLI_USAGE`.
  */
-export function serveDtypes(given: string | undefined, adapterDtype: string | undefined, executorName: string, quantized = false): { dtype: (typeof SERVE_DTYPES)[number]; adapterDtype?: 'f32' | 'same' } {
+export function serveDtypes(given: string | undefined, adapterDtype: string | undefined, executorName: string, quantized = false): { dtype: (typeof SERVE_DTYPES)[number]; adapterDtype?: 'f32' | 'same' | 'int8' } {
   if (given !== undefined && !DTYPE_SPELLINGS.includes(given)) throw new CliError(CliCode.USAGE, `--dtype must be one of ${DTYPE_SPELLINGS.join(', ')}, got '${given}'`);
   const dtype = given !== undefined && Object.hasOwn(SERVE_DTYPE_ALIASES, given) ? SERVE_DTYPE_ALIASES[given] : given;
-  if (adapterDtype !== undefined && adapterDtype !== 'auto' && adapterDtype !== 'f32' && adapterDtype !== 'same') throw new CliError(CliCode.USAGE, `--adapter-dtype must be one of auto, f32, same, got '${adapterDtype}'`);
+  if (adapterDtype !== undefined && adapterDtype !== 'auto' && adapterDtype !== 'f32' && adapterDtype !== 'same' && adapterDtype !== 'int8') throw new CliError(CliCode.USAGE, `--adapter-dtype must be one of auto, f32, same, int8, got '${adapterDtype}'`);
   const explicit = adapterDtype === 'auto' ? undefined : adapterDtype;
+  if (explicit === 'int8') {
+    if (dtype === 'bf16' || dtype === 'f16') throw new CliError(CliCode.USAGE, `--adapter-dtype int8 stores int8 factors beside an f32 engine; --dtype ${dtype} computes in ${dtype} (use --adapter-dtype same for ${dtype} factors)`);
+    return { dtype: (dtype ?? 'f32') as (typeof SERVE_DTYPES)[number], adapterDtype: 'int8' };
+  }
   if (explicit !== undefined && dtype === 'f32') throw new CliError(CliCode.USAGE, '--adapter-dtype applies to a bf16/f16 --dtype (f32 factors are the f32 engine\'s own)');
   const chosen = (dtype ?? (executorName.startsWith('torch-') && !quantized ? 'checkpoint' : 'f32')) as (typeof SERVE_DTYPES)[number];
   const factors = explicit ?? (executorName.startsWith('torch-cuda') && chosen !== 'f32' ? 'same' : undefined);

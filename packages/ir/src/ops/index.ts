@@ -35,6 +35,7 @@ import { linear, matmul } from './linalg.js';
 import { groupedMatmul } from './moe.js';
 import { quantizedLinear } from './quant.js';
 import { attention, randomUniform, rotary } from './nn.js';
+import { quantizedLoraBank } from './quant-serving.js';
 import { cachedAttention, loraBank, loraLinear } from './serving.js';
 import { argmax, layerNorm, max, mean, rmsNorm, softmax, sum } from './reduce.js';
 import { broadcastTo, concat, reshape, slice, transpose } from './shape.js';
@@ -101,6 +102,7 @@ export const OPS = {
   rotary,
   attention,
   loraBank,
+  quantizedLoraBank,
   loraLinear,
   cachedAttention,
 } as const;

@@ -29,7 +29,7 @@ export function loraBankOperands<T>(operands: readonly T[]): LoraBankOperands<T>
 }
 
 /** Checks a `loraBank` node's operand types for `form`; returns its result type (base's). */
-function inferLoraBank(types: readonly TensorType[], form: LoraBankForm): TensorType {
+export function inferLoraBank(types: readonly TensorType[], form: LoraBankForm): TensorType {
   const op = 'loraBank';
   const selected = form !== 'gathered';
   if (types.length !== (selected ? 6 : 5)) {
@@ -64,7 +64,7 @@ function inferLoraBank(types: readonly TensorType[], form: LoraBankForm): Tensor
 }
 
 /** Reference semantics of `loraBank` over host tensors (float64 accumulation, one rounding). */
-function evalLoraBank(operands: readonly HostTensor[], form: LoraBankForm): HostTensor {
+export function evalLoraBank(operands: readonly HostTensor[], form: LoraBankForm): HostTensor {
   const t = loraBankOperands(operands);
   const [rows, seq, inDim] = t.x.shape as [number, number, number];
   const out = t.base.shape[2]!;
@@ -115,23 +115,33 @@ function evalLoraBank(operands: readonly HostTensor[], form: LoraBankForm): Host
 /** `loraBank` in primitive ops: the graph each form ran as before the op existed. */
 function decomposeLoraBank(b: GraphBuilder, operands: readonly Value[], form: LoraBankForm): Value[] {
   const t = loraBankOperands(operands);
+  return decomposeBank(b, t, form, (index) => b.gather(t.A, index, 0), (index) => b.gather(t.B, index, 0));
+}
+
+/**
+ * The primitive graph of a bank op whose factor tables are read only through `gatherA(index)` and
+ * `gatherB(index)` (the tables' rows of the slots `index` names: [R, ·] for a scalar index,
+ * [n, R, ·] for a vector); `t.A` gives the rank R and nothing else is read from the tables, so a
+ * quantized bank (`quantizedLoraBank`) dequantizes only the rows it gathers.
+ */
+export function decomposeBank(b: GraphBuilder, t: LoraBankOperands<Value>, form: LoraBankForm, gatherA: (index: Value) => Value, gatherB: (index: Value) => Value): Value[] {
   const [rows, seq, inDim] = t.x.type.shape as [Dim, Dim, Dim];
   const out = t.base.type.shape[2]!;
   const rank = t.A.type.shape[1]!;
   let update: Value;
   if (form === 'single') {
-    const shrink = b.mul(b.linear(t.x, b.gather(t.A, t.index, 0)), t.select!);
-    update = b.matmul(shrink, b.gather(t.B, t.index, 0));
+    const shrink = b.mul(b.linear(t.x, gatherA(t.index)), t.select!);
+    update = b.matmul(shrink, gatherB(t.index));
   } else if (form === 'gathered') {
-    const shrink = b.matmul(t.x, b.gather(t.A, t.index, 0), { transposeB: true });
-    update = b.matmul(shrink, b.gather(t.B, t.index, 0));
+    const shrink = b.matmul(t.x, gatherA(t.index), { transposeB: true });
+    update = b.matmul(shrink, gatherB(t.index));
   } else {
     const groups = t.index.type.shape[0]!;
     const onehot = b.reshape(t.select!, [rows, 1, groups, 1]);
-    const aFlat = b.reshape(b.gather(t.A, t.index, 0), [-1, inDim]);
+    const aFlat = b.reshape(gatherA(t.index), [-1, inDim]);
     const shrink = b.reshape(b.linear(t.x, aFlat), [rows, seq, groups, rank]);
     const own = b.reshape(b.mul(shrink, onehot), [rows, seq, -1]);
-    update = b.matmul(own, b.reshape(b.gather(t.B, t.index, 0), [-1, out]));
+    update = b.matmul(own, b.reshape(gatherB(t.index), [-1, out]));
   }
   return [b.add(t.base, update)];
 }

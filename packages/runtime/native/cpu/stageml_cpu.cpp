@@ -654,7 +654,7 @@ void qlinear(const QPacked& w, const float* x, i64 m, float* y) {
 // ---------------------------------------------------------------------------------------------
 // The program.
 
-enum DType { DT_F32 = 0, DT_I64 = 1, DT_U8 = 2, DT_BOOL = 3, DT_I32 = 4 };
+enum DType { DT_F32 = 0, DT_I64 = 1, DT_U8 = 2, DT_BOOL = 3, DT_I32 = 4, DT_I8 = 5 };
 inline size_t dtype_bytes(int dt) { return dt == DT_F32 || dt == DT_I32 ? 4 : dt == DT_I64 ? 8 : 1; }
 
 enum Storage { ST_SLOT = 0, ST_INPUT = 1, ST_PARAM = 2, ST_VIEW = 3, ST_OUTPUT = 4 };
@@ -689,13 +689,14 @@ enum Op {
   OP_REDUCE = 26,
   OP_ARGMAX = 27,
   OP_IOTA = 28,
-  OP_COUNT = 29,  // instructions this runner knows: compile refuses others
+  OP_LORA_Q = 29,  // the gathered LoRA term over int8 factor tables with per-row scales
+  OP_COUNT = 30,   // instructions this runner knows: compile refuses others
 };
 
 // The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
 // prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
 // detected at load instead of failing on an instruction it lacks.
-constexpr int kAbi = 4;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load
+constexpr int kAbi = 4;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -1569,6 +1570,215 @@ void lora_gathered(Run& p, const Instr& in) {
   }, nb * T * R * (K + N) < kParallelMin, 2);
 }
 
+// ---- int8 factor tables (adapterDtype 'int8'): codes with an f32 scale per rank row, read in
+// place — a quarter of the f32 tables' bytes, which bounds a many-adapter decode step.
+
+// s = Σ x[i] · q[i] over n int8 codes, for MR token rows x (stride K) at once: each 16 codes are
+// loaded and widened once and multiplied into every token's accumulator.
+template <int MR>
+void dot_rows_i8(const float* x, i64 K, const int8_t* q, i64 n, float* out) {
+#ifdef SML_AVX512
+  if constexpr (MR == 1) {
+    // One token (a decode step's row): four independent accumulators, so the FMA latency does
+    // not serialise the row (one chain would cost ~4 cycles per 16 codes).
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    i64 i = 0;
+    auto codes = [&](i64 j) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j)))); };
+    for (; i + 64 <= n; i += 64) {
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), codes(i), a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), codes(i + 16), a1);
+      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), codes(i + 32), a2);
+      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), codes(i + 48), a3);
+    }
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), codes(i), a0);
+    if (i < n) {
+      const __mmask16 m = tail_mask(n - i);
+      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i))), a1);
+    }
+    out[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    return;
+  }
+  __m512 acc[MR];
+  for (int t = 0; t < MR; t++) acc[t] = _mm512_setzero_ps();
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i))));
+    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * K + i), qv, acc[t]);
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i)));
+    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + t * K + i), qv, acc[t]);
+  }
+  for (int t = 0; t < MR; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
+#else
+  for (int t = 0; t < MR; t++) {
+    float s = 0.0f;
+    for (i64 i = 0; i < n; i++) s += x[t * K + i] * static_cast<float>(q[i]);
+    out[t] = s;
+  }
+#endif
+}
+
+// The same over an f32 row (an int8 row widened once, when more than 4 tokens read it).
+template <int MR>
+void dot_rows_f32(const float* x, i64 K, const float* a, i64 n, float* out) {
+#ifdef SML_AVX512
+  __m512 acc[MR];
+  for (int t = 0; t < MR; t++) acc[t] = _mm512_setzero_ps();
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 av = _mm512_loadu_ps(a + i);
+    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * K + i), av, acc[t]);
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 av = _mm512_maskz_loadu_ps(m, a + i);
+    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + t * K + i), av, acc[t]);
+  }
+  for (int t = 0; t < MR; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
+#else
+  for (int t = 0; t < MR; t++) {
+    float s = 0.0f;
+    for (i64 i = 0; i < n; i++) s += x[t * K + i] * a[i];
+    out[t] = s;
+  }
+#endif
+}
+
+// y[0..n) = q[0..n) as f32 (one int8 row widened, for several tokens to add).
+inline void widen_i8(float* y, const int8_t* q, i64 n) {
+#ifdef SML_AVX512
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)))));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i))));
+  }
+#else
+  for (i64 i = 0; i < n; i++) y[i] = static_cast<float>(q[i]);
+#endif
+}
+
+// y[0..n) += s · q[0..n) (int8 codes widened in registers).
+inline void axpy_i8(float* y, const int8_t* q, float s, i64 n) {
+#ifdef SML_AVX512
+  const __m512 sv = _mm512_set1_ps(s);
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i))));
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(sv, qv, _mm512_loadu_ps(y + i)));
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i)));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(sv, qv, _mm512_maskz_loadu_ps(m, y + i)));
+  }
+#else
+  for (i64 i = 0; i < n; i++) y[i] += s * static_cast<float>(q[i]);
+#endif
+}
+
+// t[m, R] = x[m, K] · Âᵀ with Â[r] = A[r] · as[r] (codes A [R, K], scales as [R]); returns the rows
+// that can be nonzero. With `zero_tail` reading stops at the first row whose codes are all zero
+// (the op's promise: every later row is zero too), so a rank-r adapter costs r code rows.
+i64 lora_shrink_q(const float* x, i64 m, i64 K, const int8_t* A, const float* as, i64 R, float* t, bool zero_tail) {
+  // More than 4 tokens (a prefill chunk) would widen each code row once per 4 of them: widen it
+  // once into `wide` and run the f32 dot products instead.
+  std::vector<float> wide(m > 4 ? static_cast<size_t>(K) : 0);
+  for (i64 r = 0; r < R; r++) {
+    const int8_t* ar = A + r * K;
+    if (r + 1 < R) __builtin_prefetch(ar + K);
+    if (m > 4) widen_i8(wide.data(), ar, K);
+    float d[4];
+    for (i64 i = 0; i < m; i += 4) {
+      const i64 left = std::min<i64>(4, m - i);
+      if (m > 4) {
+        switch (left) {
+          case 4: dot_rows_f32<4>(x + i * K, K, wide.data(), K, d); break;
+          case 3: dot_rows_f32<3>(x + i * K, K, wide.data(), K, d); break;
+          case 2: dot_rows_f32<2>(x + i * K, K, wide.data(), K, d); break;
+          default: dot_rows_f32<1>(x + i * K, K, wide.data(), K, d); break;
+        }
+      } else {
+        switch (left) {
+          case 4: dot_rows_i8<4>(x + i * K, K, ar, K, d); break;
+          case 3: dot_rows_i8<3>(x + i * K, K, ar, K, d); break;
+          case 2: dot_rows_i8<2>(x + i * K, K, ar, K, d); break;
+          default: dot_rows_i8<1>(x + i * K, K, ar, K, d); break;
+        }
+      }
+      for (i64 j = 0; j < left; j++) t[(i + j) * R + r] = d[j] * as[r];
+    }
+    if (zero_tail) {
+      bool zero = true;
+      for (i64 i = 0; i < m && zero; i++) zero = t[i * R + r] == 0.0f;
+      for (i64 q = 0; q < K && zero; q++) zero = ar[q] == 0;
+      if (zero) return r;
+    }
+  }
+  return R;
+}
+
+// y[b, t] = (x[b, t] · Â[idx[b]]ᵀ) · B̂[idx[b]]: a = [x [B, T, K], A i8 [S, R, K], as [S, R],
+// B i8 [S, R, N], bs [S, R], idx [B]] — LORA's grouping by slot over int8 tables: each group's
+// code rows are read once, widened in registers (the expand widens a B row once when several
+// tokens add it), and the row scales applied to the shrink's R values, not to the factors.
+void lora_gathered_q(Run& p, const Instr& in) {
+  const auto& xs = p.shapes[in.a[0]];
+  const auto& as = p.shapes[in.a[1]];
+  const auto& bs = p.shapes[in.a[3]];
+  const i64 nb = xs[0], T = xs[1], K = xs[2];
+  const i64 S = as[0], R = as[1], N = bs[2];
+  if (as[2] != K || bs[0] != S || bs[1] != R || numel(p.shapes[in.a[2]]) != S * R || numel(p.shapes[in.a[4]]) != S * R || numel(p.shapes[in.a[5]]) != nb) fail("RT_BAD_VALUE", "lora (int8): slot tables and scales disagree with the activations");
+  if (p.vals[in.a[1]].dtype != DT_I8 || p.vals[in.a[3]].dtype != DT_I8) fail("RT_BAD_VALUE", "lora (int8): the factor tables must be i8");
+  const float* x = F(p, in.a[0]);
+  const int8_t* A = static_cast<const int8_t*>(p.ptr[in.a[1]]);
+  const float* aS = F(p, in.a[2]);
+  const int8_t* B = static_cast<const int8_t*>(p.ptr[in.a[3]]);
+  const float* bS = F(p, in.a[4]);
+  float* y = F(p, in.r[0]);
+  std::vector<i64> slot(static_cast<size_t>(nb));
+  for (i64 b = 0; b < nb; b++) slot[b] = checked_index(index_at(p, in.a[5], b), S, "matmul (gathered operand)");
+  const bool zero_tail = !in.i.empty() && in.i[0] != 0;
+  const LoraGroups g = lora_groups(slot, T, pool().size());
+  pool().parallel(static_cast<i64>(g.parts.size()), [&](i64 g0, i64 g1) {
+    std::vector<float> xt, t, brow;
+    for (i64 gi = g0; gi < g1; gi++) {
+      const auto [r0, r1] = g.parts[static_cast<size_t>(gi)];
+      const i64 s = slot[g.order[static_cast<size_t>(r0)]];
+      const i64 m = (r1 - r0) * T;
+      xt.resize(static_cast<size_t>(m * K));
+      t.assign(static_cast<size_t>(m * R), 0.0f);
+      for (i64 i = r0; i < r1; i++) std::memcpy(xt.data() + (i - r0) * T * K, x + g.order[static_cast<size_t>(i)] * T * K, sizeof(float) * static_cast<size_t>(T * K));
+      const i64 rows = lora_shrink_q(xt.data(), m, K, A + s * R * K, aS + s * R, R, t.data(), zero_tail);
+      auto out = [&](i64 tok) { return y + (g.order[static_cast<size_t>(r0 + tok / T)] * T + tok % T) * N; };
+      for (i64 i = 0; i < m; i++) std::memset(out(i), 0, sizeof(float) * static_cast<size_t>(N));
+      const float* bsc = bS + s * R;
+      for (i64 r = 0; r < rows; r++) {
+        i64 users = 0;
+        for (i64 i = 0; i < m; i++) users += t[i * R + r] != 0.0f ? 1 : 0;
+        if (users == 0) continue;
+        const int8_t* br = B + (s * R + r) * N;
+        if (r + 1 < rows) __builtin_prefetch(br + N);
+        if (users == 1) {
+          for (i64 i = 0; i < m; i++) {
+            const float c = t[i * R + r];
+            if (c != 0.0f) axpy_i8(out(i), br, c * bsc[r], N);
+          }
+          continue;
+        }
+        brow.resize(static_cast<size_t>(N));
+        widen_i8(brow.data(), br, N);
+        for (i64 i = 0; i < m; i++) {
+          const float c = t[i * R + r];
+          if (c != 0.0f) axpy_f32(out(i), brow.data(), c * bsc[r], N);
+        }
+      }
+    }
+  }, nb * T * R * (K + N) < kParallelMin, 2);
+}
+
 void linear(Run& p, const Instr& in) {
   const auto& xs = p.shapes[in.a[0]];
   const auto& ws = p.shapes[in.a[1]];
@@ -1648,6 +1858,7 @@ inline double load_as(const void* x, int dt, i64 i) {
     case DT_F32: return static_cast<const float*>(x)[i];
     case DT_I64: return static_cast<const double*>(x)[i];
     case DT_I32: return static_cast<const int32_t*>(x)[i];
+    case DT_I8: return static_cast<const int8_t*>(x)[i];
     default: return static_cast<const uint8_t*>(x)[i];
   }
 }
@@ -1660,6 +1871,7 @@ inline void store_as(void* y, int dt, i64 i, double v) {
     case DT_I64: static_cast<double*>(y)[i] = std::isfinite(v) ? std::trunc(v) : 0; break;
     case DT_I32: static_cast<int32_t*>(y)[i] = std::isfinite(v) ? static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(static_cast<int64_t>(std::fmod(std::trunc(v), 4294967296.0))))) : 0; break;
     case DT_BOOL: static_cast<uint8_t*>(y)[i] = v != 0 ? 1 : 0; break;
+    case DT_I8: static_cast<int8_t*>(y)[i] = std::isfinite(v) ? static_cast<int8_t>(static_cast<uint8_t>(static_cast<uint64_t>(static_cast<int64_t>(std::fmod(std::trunc(v), 256.0))) & 0xFF)) : 0; break;
     default: static_cast<uint8_t*>(y)[i] = std::isfinite(v) ? static_cast<uint8_t>(static_cast<uint64_t>(static_cast<int64_t>(std::fmod(std::trunc(v), 256.0))) & 0xFF) : 0; break;
   }
 }
@@ -1933,6 +2145,7 @@ void cast(Run& p, const Instr& in) {
       case DT_F32: return static_cast<const float*>(x)[i];
       case DT_I64: return static_cast<const double*>(x)[i];
       case DT_I32: return static_cast<const int32_t*>(x)[i];
+      case DT_I8: return static_cast<const int8_t*>(x)[i];
       default: return static_cast<const uint8_t*>(x)[i];
     }
   };
@@ -1943,6 +2156,7 @@ void cast(Run& p, const Instr& in) {
       case DT_I64: static_cast<double*>(y)[i] = std::isfinite(v) ? std::trunc(v) : 0; break;
       case DT_I32: static_cast<int32_t*>(y)[i] = std::isfinite(v) ? static_cast<int32_t>(static_cast<int64_t>(std::trunc(v))) : 0; break;
       case DT_BOOL: static_cast<uint8_t*>(y)[i] = v != 0 ? 1 : 0; break;
+      case DT_I8: static_cast<int8_t*>(y)[i] = std::isfinite(v) ? static_cast<int8_t>(static_cast<uint8_t>(static_cast<int64_t>(std::trunc(v)) & 0xFF)) : 0; break;
       default: static_cast<uint8_t*>(y)[i] = std::isfinite(v) ? static_cast<uint8_t>(static_cast<int64_t>(std::trunc(v)) & 0xFF) : 0; break;
     }
   }
@@ -2083,6 +2297,7 @@ void exec(Run& p, const Instr& in) {
     case OP_ATTENTION: attention(p, in); break;
     case OP_ATTENTION_KV: attention_kv(p, in); break;
     case OP_LORA: lora_gathered(p, in); break;
+    case OP_LORA_Q: lora_gathered_q(p, in); break;
     case OP_LORA_LINEAR: lora_linear(p, in); break;
     case OP_GROUPED_MATMUL: grouped_matmul(p, in); break;
     case OP_SCATTER_ADD: scatter_add(p, in); break;
@@ -2356,7 +2571,7 @@ std::map<std::string, std::pair<int64_t, int64_t>> g_profile_stats;
 const char* op_name(int op) {
   static const char* names[OP_COUNT] = {"copy", "transpose", "cast", "binary", "unary", "concat", "gather", "slice", "rmsnorm", "linear", "matmul", "qlinear", "rotary",
                                         "attention", "softmax", "reshape", "gather_view", "broadcast", "layernorm", "where", "attention_kv", "lora", "lora_linear",
-                                        "grouped_matmul", "scatter_add", "topk", "reduce", "argmax", "iota"};
+                                        "grouped_matmul", "scatter_add", "topk", "reduce", "argmax", "iota", "lora_q"};
   return op >= 0 && op < OP_COUNT ? names[op] : "?";
 }
 

@@ -37,7 +37,9 @@ export interface CpuAddon {
 /**
  * The runner ABI this package's encoder (compile.ts) needs: the C++ source's `kAbi`, bumped
  * whenever instructions or exports are added (2: the MoE routing ops, reductions and iota; 3: the
- * bandwidth probe, the profiler and LORA's zeroTail flag; 4: glibc's mmap threshold fixed at load, so freed large blocks leave the process). An addon reporting
+ * bandwidth probe, the profiler and LORA's zeroTail flag; 4: glibc's mmap threshold fixed at load,
+ * so freed large blocks leave the process, i8 values and LORA_Q, the int8 factor tables' bank
+ * kernel). An addon reporting
  * another one (a stale prebuilt or `STAGEML_CPU_ADDON` file) is not used.
  */
 export const CPU_ADDON_ABI = 4;

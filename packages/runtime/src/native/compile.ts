@@ -32,6 +32,7 @@ const OP = {
   REDUCE: 26,
   ARGMAX: 27,
   IOTA: 28,
+  LORA_Q: 29,
 } as const;
 
 const REDUCE: Partial<Record<string, number>> = { sum: 0, mean: 1, max: 2 };
@@ -39,8 +40,10 @@ const REDUCE: Partial<Record<string, number>> = { sum: 0, mean: 1, max: 2 };
 const BINARY: Partial<Record<string, number>> = { add: 0, sub: 1, mul: 2, div: 3, maximum: 4, minimum: 5, pow: 6 };
 const UNARY: Partial<Record<string, number>> = { neg: 0, abs: 1, exp: 2, log: 3, sqrt: 4, rsqrt: 5, tanh: 6, sigmoid: 7, silu: 8, sin: 9, cos: 10, gelu: 11 };
 const GELU_TANH = 12;
-const DTYPE_CODE: Partial<Record<DType, number>> = { f32: 0, i64: 1, u8: 2, bool: 3, i32: 4 };
+const DTYPE_CODE: Partial<Record<DType, number>> = { f32: 0, i64: 1, u8: 2, bool: 3, i32: 4, i8: 5 };
 const ST = { SLOT: 0, INPUT: 1, PARAM: 2, VIEW: 3, OUTPUT: 4 } as const;
+/** Ops that take i8 values (the int8 factor tables of `quantizedLoraBank` and its decomposition). */
+const I8_OPS: ReadonlySet<string> = new Set(['quantizedLoraBank', 'gather', 'indexSelect', 'cast', 'reshape']);
 
 /** A graph encoded for the native runner. */
 export interface NativeProgram {
@@ -73,7 +76,7 @@ function unsupported(graph: Graph, what: string): never {
 /**
  * Encodes `graph` for the native runner: symbolic shapes as integer polynomials over the graph's
  * symbols, reshapes and scalar-index gathers as views, each op by its own instructions (the serving
- * ops `loraBank` (gathered form), `loraLinear` and `cachedAttention` as the LORA, LORA_LINEAR and
+ * ops `loraBank` and `quantizedLoraBank` (gathered forms), `loraLinear` and `cachedAttention` as the LORA, LORA_Q, LORA_LINEAR and
  * ATTENTION_KV kernels, which read the slot tables, the factors and the cache in place; no
  * primitive pattern is recognised; the MoE routing ops `topk`, `groupedMatmul` and `scatterAdd`,
  * the reductions and `iota` as kernels of their own, `indexSelect` as a gather), intermediates
@@ -121,7 +124,7 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
   }
   const table: V[] = values.map((v) => {
     const code = DTYPE_CODE[v.type.dtype];
-    if (code === undefined) unsupported(graph, `value %${v.name} is ${typeToString(v.type)} (cpu-native runs f32, i64, i32, u8 and bool values)`);
+    if (code === undefined) unsupported(graph, `value %${v.name} is ${typeToString(v.type)} (cpu-native runs f32, i64, i32, u8, i8 and bool values)`);
     return { dtype: code, dims: v.type.shape.map(exprOf), storage: ST.SLOT, index: -1 };
   });
   const inputs = graphInputs(graph).map((n) => n.name);
@@ -186,6 +189,9 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
     const y0 = r[0]!;
     const at = n.attrs;
     const emit = (op: number, i: number[] = [], f: number[] = [], operands = a): void => void code.push({ op, a: operands, r, i, f });
+    // i8 values are the int8 factor tables: read by LORA_Q, or gathered, viewed and cast to f32 by
+    // the decomposed bank forms; no other kernel takes them.
+    need(n, I8_OPS.has(n.op) || ![...a, ...r].some((v) => dtypeOf(v) === 'i8'), `runs i8 values only in ${[...I8_OPS].join(', ')}`);
     const bin = BINARY[n.op];
     const un = UNARY[n.op];
     if (bin !== undefined) {
@@ -277,6 +283,17 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
         const delta = temp(y0);
         // i[0]: the zeroTail promise (stop reading a slot at its first all-zero A row).
         code.push({ op: OP.LORA, a: [x, A, B, idx], r: [delta], i: [at['zeroTail'] === true ? 1 : 0], f: [] });
+        code.push({ op: OP.BINARY, a: [base, delta], r, i: [BINARY['add']!], f: [] });
+        break;
+      }
+      case 'quantizedLoraBank': {
+        // The gathered form over int8 tables (the executor expands the others): one LORA_Q
+        // instruction reading each group's codes and row scales in place, then the add.
+        need(n, at['form'] === 'gathered', 'runs the gathered form (the others are expanded at prepare)');
+        const [x, base, A, aScale, B, bScale, idx] = a as [ValueId, ValueId, ValueId, ValueId, ValueId, ValueId, ValueId];
+        need(n, [x, base, aScale, bScale, y0].every((v) => dtypeOf(v) === 'f32') && dtypeOf(A) === 'i8' && dtypeOf(B) === 'i8' && dtypeOf(idx) === 'i64', 'needs f32 x, base and scales, i8 tables and an i64 index');
+        const delta = temp(y0);
+        code.push({ op: OP.LORA_Q, a: [x, A, aScale, B, bScale, idx], r: [delta], i: [at['zeroTail'] === true ? 1 : 0], f: [] });
         code.push({ op: OP.BINARY, a: [base, delta], r, i: [BINARY['add']!], f: [] });
         break;
       }

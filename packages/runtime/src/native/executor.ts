@@ -81,6 +81,9 @@ export const CPU_NATIVE_RULES = {
   // The gathered form is one LORA instruction (each row's factors streamed once) added to the base;
   // the grouped and single forms run as their primitive graphs.
   loraBank: { kind: 'native', decomposeWhen: (attrs) => attrs['form'] !== 'gathered' },
+  // The gathered form is one LORA_Q instruction reading the int8 codes and their row scales in
+  // place (a quarter of the f32 tables' bytes); the other forms dequantize the rows they gather.
+  quantizedLoraBank: { kind: 'native', decomposeWhen: (attrs, operands) => attrs['form'] !== 'gathered' || operands[0]!.dtype !== 'f32' },
   // One LORA_LINEAR instruction (base GEMM, shrink and expand in one pass over x) in f32; other
   // dtypes run as the primitive chain.
   loraLinear: { kind: 'native', decomposeWhen: (_attrs, operands) => operands.some((t) => t.dtype !== 'f32') },
@@ -144,10 +147,11 @@ function wrap(dtype: DType, buf: ArrayBuffer, offset: number, count: number): Ho
     case 'u8':
     case 'bool':
       return new Uint8Array(buf, offset, count);
+    case 'i8':
+      return new Int8Array(buf, offset, count);
     case 'f64':
     case 'f16':
     case 'bf16':
-    case 'i8':
       throw new RuntimeError(RuntimeCode.EVAL_FAILED, `cpu-native: no host storage for ${dtype} outputs`);
   }
 }

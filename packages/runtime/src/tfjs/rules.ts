@@ -83,6 +83,7 @@ export const TFJS_RULES = {
   attention,
   // Serving composites: expanded into their primitive graphs (`decompose`) at prepare.
   loraBank: decomposed(),
+  quantizedLoraBank: decomposed(),
   loraLinear: decomposed(),
   cachedAttention: decomposed(),
 } as const satisfies TfRuleTable;

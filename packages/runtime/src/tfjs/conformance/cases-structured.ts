@@ -172,6 +172,14 @@ export const STRUCTURED_CASES = {
       b.loraBank('single', x!, b.linear(x!, w!), A!, B!, i!, s),
     ),
   ],
+  quantizedLoraBank: [
+    c('quantizedLoraBank gathered, int8 codes and row scales', [t('f32', [3, 2, 4]), t('f32', [5, 4], { param: true }), t('i8', [3, 2, 4], { range: [-127, 127] }), t('f32', [3, 2]), t('i8', [3, 2, 5], { range: [-127, 127] }), t('f32', [3, 2]), t('i64', [3], { values: [2, 0, 1] })], (b, [x, w, A, sa, B, sb, i]) =>
+      b.quantizedLoraBank('gathered', x!, b.linear(x!, w!), A!, sa!, B!, sb!, i!),
+    ),
+    c('quantizedLoraBank single with a base row', [t('f32', [2, 3, 4]), t('f32', [5, 4]), t('i8', [3, 2, 4], { range: [-127, 127] }), t('f32', [3, 2]), t('i8', [3, 2, 5], { range: [-127, 127] }), t('f32', [3, 2]), t('i64', [], { values: [1] }), t('f32', [2, 1, 1], { values: [1, 0] })], (b, [x, w, A, sa, B, sb, i, s]) =>
+      b.quantizedLoraBank('single', x!, b.linear(x!, w!), A!, sa!, B!, sb!, i!, s),
+    ),
+  ],
   loraLinear: [
     c('loraLinear rank 2, symbolic rows', [t('f32', ['n', 4], { dims: [3, 4] }), t('f32', [5, 4], { param: true }), t('f32', [2, 4], { param: true }), t('f32', [5, 2], { param: true })], (b, [x, w, A, B]) =>
       b.loraLinear(x!, w!, A!, B!, 0.75),
