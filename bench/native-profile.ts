@@ -6,8 +6,9 @@
 // runs are those of `bench/llamacpp` (one run of up to 512 tokens, nothing decoding); 2 threads.
 // Each GEMM entry carries its multiply-adds per second, so a shape the kernels tile badly shows.
 //
-// Where the addon runs quantized linears on AMX tiles (`amx()`), each shape also times the prefill
-// with them off and on, interleaved (ratio = on ÷ off, below 1 = faster with the tiles).
+// Where the addon runs quantized linears on AMX tiles (`amx()`, on by default where the CPU has
+// them), each shape also times the prefill with them off and on, interleaved (ratio = on ÷ off,
+// below 1 = faster with the tiles).
 //
 // Usage: pnpm bench native-profile (PROFILE_QUANT=int8|int4|f32, default int8; PROFILE_REPS=5).
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -83,7 +84,9 @@ for (const [key, fields] of Object.entries(SHAPES)) {
     const stats = JSON.parse(addon.profile(false)) as Record<string, [number, number]>;
     // Where the quantized linears run on AMX tiles: the same prefill with them off (the VNNI
     // tiles, the same bits), interleaved with them on, so the ratio holds on a busy machine.
-    const tiles = QUANT !== 'f32' && addon.amx?.() === true ? { on: [] as number[], off: [] as number[] } : undefined;
+    const amxBefore = addon.amx?.() ?? false;
+    const tiles = QUANT !== 'f32' && addon.amx?.(true) === true ? { on: [] as number[], off: [] as number[] } : undefined;
+    addon.amx?.(amxBefore);
     if (tiles !== undefined) {
       try {
         for (let r = 0; r < REPS; r++) {
@@ -93,7 +96,7 @@ for (const [key, fields] of Object.entries(SHAPES)) {
           }
         }
       } finally {
-        addon.amx?.(true);
+        addon.amx?.(amxBefore);
       }
     }
     engine.dispose();

@@ -635,8 +635,10 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
 // applied by the vector units from the stored product exactly as qtile applies them, so the
 // outputs are bit for bit qtile's. A tile product is 16 cycles whatever its depth, so blocks of
 // 32 use half of the unit; the scaling (3 vector operations per 16 outputs and block, against
-// qtile's 8 vpdpbusd + 3) bounds it, at about 1.2–1.4× qtile's rate on one core. Used when the CPU has AMX-INT8 and Linux grants
-// the tile state (arch_prctl); amx(false) turns it off (A/B benches, tests).
+// qtile's 8 vpdpbusd + 3) bounds it, at 1.3–1.45× qtile's rate on one core (M = 128, Qwen3 widths).
+// Used where the CPU has AMX-INT8 and Linux grants the tile state (asked for once with
+// arch_prctl): a whole 128-token prefill on the Qwen3 shape, 2 threads, takes 0.81–0.86× the time
+// with qtile (bench/native-profile, interleaved). amx(false) turns it off (A/B benches, tests).
 
 std::atomic<bool> g_amx_wanted{true};
 
@@ -676,7 +678,16 @@ __attribute__((target("amx-tile,amx-int8"))) void amx_configure() {
   _tile_loadconfig(&cfg);
 }
 
-__attribute__((target("amx-tile,amx-int8"))) void amx_release() { _tile_release(); }
+// The calling thread takes part in every job, and it is a libuv worker that other addons' AMX
+// kernels run on too (llama.cpp's ggml configures its tiles once per thread and keeps them): each
+// job saves the thread's tile configuration and puts it back (or releases the tiles if none was
+// loaded). Releasing them instead made ggml's next tile load on that thread fault (SIGILL).
+__attribute__((target("amx-tile,amx-int8"))) void amx_save(TileConfig* cfg) { _tile_storeconfig(cfg); }
+
+__attribute__((target("amx-tile,amx-int8"))) void amx_restore(const TileConfig& cfg) {
+  if (cfg.palette != 0) _tile_loadconfig(&cfg);
+  else _tile_release();
+}
 
 
 // One block's product: tmm`c` = activation codes (tmm`x`) · weight codes (tmm`wt`), stored to
@@ -780,6 +791,8 @@ void qlinear_amx(const QPacked& w, const QAct& a, i64 m, float* y) {
   const i64 full = m / 16 * 16;
   pool().parallel(w.groups, [&](i64 g0, i64 g1) {
     std::vector<uint8_t> unpacked(static_cast<size_t>(w.bits == 4 ? w.kb * 512 : 0));
+    TileConfig saved;
+    amx_save(&saved);
     amx_configure();
     for (i64 g = g0; g < g1; g++) {
       const uint8_t* codes = w.codes.data() + g * w.kb * 512;
@@ -792,7 +805,7 @@ void qlinear_amx(const QPacked& w, const QAct& a, i64 m, float* y) {
         else amx_tile<false>(w, codes, a, m0, g, y, w.n);
       }
     }
-    amx_release();
+    amx_restore(saved);
     for (i64 g = g0; g < g1; g++) qtile_rows(w, a, full, m, g, y);
   });
 }
@@ -2788,9 +2801,9 @@ napi_value js_profile(napi_env env, napi_callback_info info) {
   return out;
 }
 
-// amx(on?) → whether quantized linears of 16 rows or more run on AMX int8 tiles (the CPU has
-// AMX-INT8 and the OS grants the tile state); amx(false) turns them off, amx(true) back on where
-// supported (the outputs are the same bits either way: A/B benches and tests).
+// amx(on?) → whether quantized linears of 16 rows or more run on AMX int8 tiles: on by default
+// where the CPU has AMX-INT8 and the OS grants the tile state; amx(false) turns them off, amx(true)
+// back on where supported. The outputs are the same bits either way (A/B benches, tests).
 napi_value js_amx(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];

@@ -1,0 +1,11 @@
+import type * as NodeLlamaCpp from 'node-llama-cpp';
+import { importPeer } from './lib/peers.js';
+const mode = process.env['MODE'] ?? 'after';
+const { getLlama, LlamaLogLevel } = await importPeer<typeof NodeLlamaCpp>('node-llama-cpp');
+const { loadCpuAddon } = await import('@stageml/runtime');
+const addon = loadCpuAddon();
+if (mode === 'before') console.log('amx before llama', addon.amx?.(true));
+const llama = await getLlama({ gpu: false, build: 'never', maxThreads: 2, logLevel: LlamaLogLevel.error });
+console.log('llama loaded', llama.cpuMathCores ?? '');
+if (mode === 'after') console.log('amx after llama', addon.amx?.(true));
+await import('./qp-ab-tmp.mts');
