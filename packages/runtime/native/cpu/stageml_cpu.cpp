@@ -637,8 +637,8 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
 // 32 use half of the unit; the scaling (3 vector operations per 16 outputs and block, against
 // qtile's 8 vpdpbusd + 3) bounds it, at 1.3–1.45× qtile's rate on one core (M = 128, Qwen3 widths).
 // Used where the CPU has AMX-INT8 and Linux grants the tile state (asked for once with
-// arch_prctl): a whole 128-token prefill on the Qwen3 shape, 2 threads, takes 0.81–0.86× the time
-// with qtile (bench/native-profile, interleaved). amx(false) turns it off (A/B benches, tests).
+// arch_prctl): a whole 128-token prefill on the Qwen3 shape, 2 threads, took 0.81–1.03× the time
+// with qtile in three runs (bench/native-profile, interleaved). amx(false) turns it off.
 
 std::atomic<bool> g_amx_wanted{true};
 
