@@ -642,9 +642,11 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
 // qtile's 8 vpdpbusd + 3) bounds it, at 1.3–1.45× qtile's rate on one core (M = 128, Qwen3 widths).
 // Used where the CPU has AMX-INT8 and Linux grants the tile state (asked for once with
 // arch_prctl): a whole 128-token prefill on the Qwen3 shape, 2 threads, took 0.81–1.03× the time
-// with qtile in three runs (bench/native-profile, interleaved). amx(false) turns it off.
+// with qtile in three runs (bench/native-profile, interleaved). Off by default: with llama.cpp's
+// ggml AMX kernels in the same process (bench/llamacpp) a prefill faulted with SIGILL on the
+// prebuilt addon after the merge of the tile save/restore; amx(true) turns it on.
 
-std::atomic<bool> g_amx_wanted{true};
+std::atomic<bool> g_amx_wanted{false};
 
 bool amx_supported() {
 #if defined(__linux__) && defined(__x86_64__)

@@ -87,8 +87,10 @@ describe('cpu-native kernels', () => {
     prepared.dispose();
   });
 
-  // On by default where this CPU and OS allow them (amx(true) says whether they do).
+  // Off by default; amx(true) turns them on where this CPU and OS allow them and says whether they do.
+  const amxDefault = loadCpuAddon().amx?.() ?? false;
   const amx = loadCpuAddon().amx?.(true) === true;
+  loadCpuAddon().amx?.(amxDefault);
   test.skipIf(!amx).each([
     [8, true, 16, 64, 16],
     [8, true, 48, 1000, 70],
@@ -111,7 +113,7 @@ describe('cpu-native kernels', () => {
       const tiles = (await prepared.run({ x: xs }))['y']!.data as Float32Array;
       expect(Buffer.from(tiles.buffer, tiles.byteOffset, tiles.byteLength).equals(Buffer.from(vnni.buffer, vnni.byteOffset, vnni.byteLength))).toBe(true);
     } finally {
-      addon.amx?.(true);
+      addon.amx?.(amxDefault);
       prepared.dispose();
     }
   });
