@@ -1,3 +1,4 @@
+/* global process, console */
 // Prepares the GPU end-to-end serving run (bench/gpu/serve/run.sh) on a machine with Node and the
 // npm registry; the GPU machine has neither. Writes, under .gpu/serve/ (ignored by git; name it in
 // the device tool's `carry`):
