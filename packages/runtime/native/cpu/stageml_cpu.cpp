@@ -666,7 +666,10 @@ bool amx_supported() {
 
 inline bool amx_on() { return g_amx_wanted.load(std::memory_order_relaxed) && amx_supported(); }
 
-#if defined(__linux__) && defined(__x86_64__)
+// Only in builds that target AMX themselves (-march=native on such a CPU): the prebuilt variants,
+// which reach the tile instructions through target attributes, died with SIGILL in the AMX tests
+// and beside llama.cpp; there amx() stays false.
+#if defined(__linux__) && defined(__x86_64__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
 #define SML_AMX 1
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0, reserved[14] = {};

@@ -33,10 +33,10 @@ export interface CpuAddon {
   /** STREAM-like probe on the pool: [read GB/s, copy GB/s, checksum] (ABI 3; see `measureMemoryBandwidth`). */
   bandwidth(bytes: number, reps: number): [number, number, number];
   /**
-   * Whether quantized linears of 16 rows or more (prefill) run on AMX int8 tiles: off by default
-   * (a tile fault was seen beside llama.cpp's AMX kernels in one process); `amx(true)` turns them
-   * on where the CPU has AMX-INT8 and the OS grants the tile state, `amx(false)` off; the outputs
-   * are the same bits either way (ABI 4).
+   * Whether quantized linears of 16 rows or more (prefill) run on AMX int8 tiles: only in builds
+   * from source that target AMX (-march=native on such a CPU; the prebuilt variants faulted), off
+   * by default; `amx(true)` turns them on where built, the CPU has AMX-INT8 and the OS grants the
+   * tile state, `amx(false)` off; the outputs are the same bits either way (ABI 4).
    */
   amx?(on?: boolean): boolean;
 }
