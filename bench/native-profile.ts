@@ -6,10 +6,6 @@
 // runs are those of `bench/llamacpp` (one run of up to 512 tokens, nothing decoding); 2 threads.
 // Each GEMM entry carries its multiply-adds per second, so a shape the kernels tile badly shows.
 //
-// Where the addon runs quantized linears on AMX tiles (`amx()`, on by default where the CPU has
-// them), each shape also times the prefill with them off and on, interleaved (ratio = on ÷ off,
-// below 1 = faster with the tiles).
-//
 // Usage: pnpm bench native-profile (PROFILE_QUANT=int8|int4|f32, default int8; PROFILE_REPS=5).
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
@@ -82,34 +78,11 @@ for (const [key, fields] of Object.entries(SHAPES)) {
     const times: number[] = [];
     for (let r = 0; r < REPS; r++) times.push(await prefill());
     const stats = JSON.parse(addon.profile(false)) as Record<string, [number, number]>;
-    // Where the quantized linears run on AMX tiles: the same prefill with them off (the VNNI
-    // tiles, the same bits), interleaved with them on, so the ratio holds on a busy machine.
-    const amxBefore = addon.amx?.() ?? false;
-    const tiles = QUANT !== 'f32' && addon.amx?.(true) === true ? { on: [] as number[], off: [] as number[] } : undefined;
-    addon.amx?.(amxBefore);
-    if (tiles !== undefined) {
-      try {
-        for (let r = 0; r < REPS; r++) {
-          for (const on of [false, true]) {
-            addon.amx?.(on);
-            (on ? tiles.on : tiles.off).push(await prefill());
-          }
-        }
-      } finally {
-        addon.amx?.(amxBefore);
-      }
-    }
     engine.dispose();
     times.sort((a, b) => a - b);
     const median = times[times.length >> 1]!;
     const total = Object.values(stats).reduce((s, [, ns]) => s + ns, 0);
     cases.push({ name: `${key} ${QUANT}: prefill ${String(PREFILL)}`, medianMs: median, runs: REPS, extra: { tokensPerS: Math.round((PREFILL / median) * 1000) } });
-    if (tiles !== undefined) {
-      const med = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
-      const base = `${key} ${QUANT}: prefill ${String(PREFILL)}, AMX tiles off`;
-      cases.push({ name: base, medianMs: med(tiles.off), runs: REPS });
-      cases.push({ name: `${key} ${QUANT}: prefill ${String(PREFILL)}, AMX tiles on`, medianMs: med(tiles.on), runs: REPS, baseline: base, ratio: med(tiles.on) / med(tiles.off) });
-    }
     notes.push(`### ${key} (${QUANT}): prefill ${String(PREFILL)} tokens, median ${median.toFixed(1)} ms (${String(Math.round((PREFILL / median) * 1000))} tok/s); instructions ${(total / 1e6 / REPS).toFixed(1)} ms a prefill`, '', '| instruction | runs / prefill | ms / prefill | share | GMAC/s |', '| --- | ---: | ---: | ---: | ---: |');
     for (const [k, [runs, ns]] of Object.entries(stats).sort((a, b) => b[1][1] - a[1][1])) {
       if (ns / total < 0.003) continue;

@@ -29,8 +29,6 @@ import sys
 
 import torch
 
-from . import ops
-
 TOKENS = "input_ids"
 POSITIONS = "position_ids"
 

@@ -17,12 +17,6 @@
 
 #include <node_api.h>
 
-#if defined(__linux__) && defined(__x86_64__)
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -629,153 +623,6 @@ void qtile(const QPacked& w, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
   const __mmask16 msk = tail_mask(rows);
   for (int m = 0; m < MT; m++) _mm512_mask_storeu_ps(y + (m0 + m) * ldc + g * 16, msk, facc[m]);
 }
-// ---------------------------------------------------------------------------------------------
-// AMX int8 tiles (Sapphire Rapids and later) for quantized linears of 16 rows or more (prefill).
-// One tile product covers 16 activation rows × 16 weight rows × one block of 32 inputs: the
-// activation codes of the block ([block][row][32], QAct's layout) are the s8 A tile (16 × 32
-// bytes), the weight codes of the block are already the u8 B tile in the VNNI layout AMX wants
-// (8 rows of 16 × 4 bytes: pack_quant's int8 layout; int4 blocks are unpacked into it first), and
-// tdpbsud gives the same exact int32 dot products as qtile's vpdpbusd. The per-block scales are
-// applied by the vector units from the stored product exactly as qtile applies them, so the
-// outputs are bit for bit qtile's. A tile product is 16 cycles whatever its depth, so blocks of
-// 32 use half of the unit; the scaling (3 vector operations per 16 outputs and block, against
-// qtile's 8 vpdpbusd + 3) bounds it, at 1.3–1.45× qtile's rate on one core (M = 128, Qwen3 widths).
-// Used where the CPU has AMX-INT8 and Linux grants the tile state (asked for once with
-// arch_prctl): a whole 128-token prefill on the Qwen3 shape, 2 threads, took 0.81–1.03× the time
-// with qtile in three runs (bench/native-profile, interleaved). Off by default: with llama.cpp's
-// ggml AMX kernels in the same process (bench/llamacpp) a prefill faulted with SIGILL on the
-// prebuilt addon after the merge of the tile save/restore; amx(true) turns it on.
-
-std::atomic<bool> g_amx_wanted{false};
-
-bool amx_supported() {
-#if defined(__linux__) && defined(__x86_64__)
-  static const bool ok = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid_max(0, nullptr) < 7) return false;
-    __cpuid_count(7, 0, a, b, c, d);
-    if ((d & (1u << 24)) == 0 || (d & (1u << 25)) == 0) return false;  // AMX-TILE, AMX-INT8
-    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
-    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
-  }();
-  return ok;
-#else
-  return false;
-#endif
-}
-
-inline bool amx_on() { return g_amx_wanted.load(std::memory_order_relaxed) && amx_supported(); }
-
-// Only in builds that target AMX themselves (-march=native on such a CPU): the prebuilt variants,
-// which reach the tile instructions through target attributes, died with SIGILL in the AMX tests
-// and beside llama.cpp; there amx() stays false.
-#if defined(__linux__) && defined(__x86_64__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
-#define SML_AMX 1
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// tmm0, tmm1: int32 products (16 × 16); tmm2, tmm3: activation codes (16 rows × 32 bytes);
-// tmm4, tmm5: weight codes (8 rows × 64 bytes).
-__attribute__((target("amx-tile,amx-int8"))) void amx_configure() {
-  TileConfig cfg;
-  for (int t = 0; t < 2; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-  for (int t = 2; t < 4; t++) cfg.colsb[t] = 32, cfg.rows[t] = 16;
-  for (int t = 4; t < 6; t++) cfg.colsb[t] = 64, cfg.rows[t] = 8;
-  _tile_loadconfig(&cfg);
-}
-
-// The calling thread takes part in every job, and it is a libuv worker that other addons' AMX
-// kernels run on too (llama.cpp's ggml configures its tiles once per thread and keeps them): each
-// job saves the thread's tile configuration and puts it back (or releases the tiles if none was
-// loaded). Releasing them instead made ggml's next tile load on that thread fault (SIGILL).
-__attribute__((target("amx-tile,amx-int8"))) void amx_save(TileConfig* cfg) { _tile_storeconfig(cfg); }
-
-__attribute__((target("amx-tile,amx-int8"))) void amx_restore(const TileConfig& cfg) {
-  if (cfg.palette != 0) _tile_loadconfig(&cfg);
-  else _tile_release();
-}
-
-
-// One block's product: tmm`c` = activation codes (tmm`x`) · weight codes (tmm`wt`), stored to
-// prod[c] (declared as writing those 1024 bytes only: the intrinsic's store clobbers all memory,
-// which kept the accumulators out of registers).
-#define SML_AMX_PRODUCT(c, x, wt, kb)                                                                \
-  do {                                                                                          \
-    _tile_zero(c);                                                                              \
-    _tile_loadd(x, xq + (kb) * xs, 32);                                                         \
-    _tile_loadd(wt, codes + (kb) * 512, 64);                                                    \
-    _tile_dpbsud(c, x, wt);                                                                     \
-    asm volatile("tilestored %%tmm" #c ", (%1,%2,1)" : "=m"(prod[c]) : "r"(prod[c]), "r"(i64{64})); \
-  } while (0)
-
-// 16 activation rows from m0 × the 16 weight rows of group g; `codes`: the group's int8 blocks
-// (512 bytes each, B-tile layout). Tiles configured by amx_configure. Even blocks go through
-// tmm0 / prod[0], odd ones through tmm1 / prod[1]; block kb + 1's product is issued before block
-// kb is scaled. The 16 accumulators are named variables: as an array (of 16, or two of 8) GCC
-// kept them in memory, a load and a store per row and block (1.1× the VNNI tiles, not 1.4×).
-template <bool Asym>
-__attribute__((target("amx-tile,amx-int8"))) void amx_tile(const QPacked& w, const uint8_t* codes, const QAct& a, i64 m0, i64 g, float* y, i64 ldc) {
-  alignas(64) int32_t prod[2][256];
-  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
-  __m512 c8 = c0, c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
-  const int8_t* xq = a.q.data() + m0 * 32;
-  const i64 xs = a.stride;
-  const i64 n = w.kb;
-  // Block kb's product (p) into the accumulators, as qtile scales its own.
-  auto scale = [&](const int32_t* p, i64 kb) __attribute__((always_inline)) {
-    const __m512 dw = _mm512_loadu_ps(w.scales.data() + (g * w.kb + kb) * 16);
-    const float* db = a.d.data() + kb * a.m + m0;
-    const float* zb = a.zd.data() + kb * a.m + m0;
-    __m512 dwz = dw;
-    if (Asym) dwz = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.zps.data() + (g * w.kb + kb) * 16)))));
-#define SML_ROW(m)                                                                                                  \
-  do {                                                                                                              \
-    const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512(p + 16 * (m)));                                          \
-    if (!Asym) {                                                                                                    \
-      c##m = _mm512_fmadd_ps(dw, _mm512_fmsub_ps(v, _mm512_set1_ps(db[m]), _mm512_set1_ps(zb[m])), c##m);           \
-    } else {                                                                                                        \
-      c##m = _mm512_fnmadd_ps(dwz, _mm512_set1_ps(zb[m]), _mm512_fmadd_ps(dw, _mm512_mul_ps(v, _mm512_set1_ps(db[m])), c##m)); \
-    }                                                                                                               \
-  } while (0)
-    SML_ROW(0); SML_ROW(1); SML_ROW(2); SML_ROW(3); SML_ROW(4); SML_ROW(5); SML_ROW(6); SML_ROW(7);
-    SML_ROW(8); SML_ROW(9); SML_ROW(10); SML_ROW(11); SML_ROW(12); SML_ROW(13); SML_ROW(14); SML_ROW(15);
-#undef SML_ROW
-  };
-  SML_AMX_PRODUCT(0, 2, 4, 0);
-  i64 kb = 0;
-  for (; kb + 2 < n; kb += 2) {
-    SML_AMX_PRODUCT(1, 3, 5, kb + 1);
-    scale(prod[0], kb);
-    SML_AMX_PRODUCT(0, 2, 4, kb + 2);
-    scale(prod[1], kb + 1);
-  }
-  if (kb + 1 < n) SML_AMX_PRODUCT(1, 3, 5, kb + 1);
-  scale(prod[0], kb);
-  if (kb + 1 < n) scale(prod[1], kb + 1);
-  const i64 rows = std::min<i64>(16, w.n - g * 16);
-  const __mmask16 msk = tail_mask(rows);
-  const __m512 out[16] = {c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15};
-  for (int m = 0; m < 16; m++) _mm512_mask_storeu_ps(y + (m0 + m) * ldc + g * 16, msk, out[m]);
-}
-#undef SML_AMX_PRODUCT
-
-// int4 blocks of one group → the int8 B-tile layout (block by block, 512 bytes each): rows 2q and
-// 2q+1 of a block are the low and high nibbles of its packed row q (qtile's lo / hi vectors).
-void unpack_int4_group(const QPacked& w, i64 g, uint8_t* out) {
-  const __m512i nib = _mm512_set1_epi8(0x0F);
-  for (i64 kb = 0; kb < w.kb; kb++) {
-    const uint8_t* c = w.codes.data() + (g * w.kb + kb) * 256;
-    for (int qq = 0; qq < 4; qq++) {
-      const __m512i v = _mm512_loadu_si512(c + 64 * qq);
-      _mm512_storeu_si512(out + kb * 512 + 128 * qq, _mm512_and_si512(v, nib));
-      _mm512_storeu_si512(out + kb * 512 + 128 * qq + 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
-    }
-  }
-}
-#endif
 
 // qtile over rows [r, m) of group g, 8 rows at a time.
 void qtile_rows(const QPacked& w, const QAct& a, i64 r, i64 m, i64 g, float* y) {
@@ -794,31 +641,6 @@ void qtile_rows(const QPacked& w, const QAct& a, i64 r, i64 m, i64 g, float* y) 
   }
 }
 
-#ifdef SML_AMX
-// Rows in tiles of 16 on AMX, the last m mod 16 rows on qtile.
-void qlinear_amx(const QPacked& w, const QAct& a, i64 m, float* y) {
-  const i64 full = m / 16 * 16;
-  pool().parallel(w.groups, [&](i64 g0, i64 g1) {
-    std::vector<uint8_t> unpacked(static_cast<size_t>(w.bits == 4 ? w.kb * 512 : 0));
-    TileConfig saved;
-    amx_save(&saved);
-    amx_configure();
-    for (i64 g = g0; g < g1; g++) {
-      const uint8_t* codes = w.codes.data() + g * w.kb * 512;
-      if (w.bits == 4) {
-        unpack_int4_group(w, g, unpacked.data());
-        codes = unpacked.data();
-      }
-      for (i64 m0 = 0; m0 < full; m0 += 16) {
-        if (w.asym) amx_tile<true>(w, codes, a, m0, g, y, w.n);
-        else amx_tile<false>(w, codes, a, m0, g, y, w.n);
-      }
-    }
-    amx_restore(saved);
-    for (i64 g = g0; g < g1; g++) qtile_rows(w, a, full, m, g, y);
-  });
-}
-#endif
 #endif
 
 void qlinear(const QPacked& w, const float* x, i64 m, float* y) {
@@ -830,12 +652,6 @@ void qlinear(const QPacked& w, const float* x, i64 m, float* y) {
     QAct a;
     // Symmetric: the weights' single zero point is folded into zd; asymmetric ones apply their own.
     quantize_act(x, m, w.k, w.asym ? 1.0f : w.zp, a);
-#ifdef SML_AMX
-    if (m >= 16 && amx_on()) {
-      qlinear_amx(w, a, m, y);
-      return;
-    }
-#endif
     P.parallel(w.groups, [&](i64 g0, i64 g1) {
       for (i64 g = g0; g < g1; g++) qtile_rows(w, a, 0, m, g, y);
     }, m * w.n * w.k < kParallelMin);
@@ -890,7 +706,7 @@ enum Op {
 // The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
 // prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
 // detected at load instead of failing on an instruction it lacks.
-constexpr int kAbi = 4;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q, amx()
+constexpr int kAbi = 4;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -3025,30 +2841,6 @@ napi_value js_profile(napi_env env, napi_callback_info info) {
   return out;
 }
 
-// amx(on?) → whether quantized linears of 16 rows or more run on AMX int8 tiles: on by default
-// where the CPU has AMX-INT8 and the OS grants the tile state; amx(false) turns them off, amx(true)
-// back on where supported. The outputs are the same bits either way (A/B benches, tests).
-napi_value js_amx(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr);
-  bool on = false;
-#ifdef SML_AMX
-  napi_valuetype t = napi_undefined;
-  if (argc > 0) napi_typeof(env, argv[0], &t);
-  if (t == napi_boolean) {
-    bool want = true;
-    napi_get_value_bool(env, argv[0], &want);
-    std::lock_guard<std::mutex> lk(g_run_mutex);
-    g_amx_wanted.store(want);
-  }
-  on = amx_on();
-#endif
-  napi_value v;
-  napi_get_boolean(env, on, &v);
-  return v;
-}
-
 // abi() → the runner's ABI version (kAbi).
 napi_value js_abi(napi_env env, napi_callback_info) {
   napi_value v;
@@ -3157,7 +2949,6 @@ napi_value init(napi_env env, napi_value exports) {
       {"abi", nullptr, js_abi, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"profile", nullptr, js_profile, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"bandwidth", nullptr, js_bandwidth, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"amx", nullptr, js_amx, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   return exports;

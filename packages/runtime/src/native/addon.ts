@@ -32,13 +32,6 @@ export interface CpuAddon {
   profile?(on: boolean): string;
   /** STREAM-like probe on the pool: [read GB/s, copy GB/s, checksum] (ABI 3; see `measureMemoryBandwidth`). */
   bandwidth(bytes: number, reps: number): [number, number, number];
-  /**
-   * Whether quantized linears of 16 rows or more (prefill) run on AMX int8 tiles: only in builds
-   * from source that target AMX (-march=native on such a CPU; the prebuilt variants faulted), off
-   * by default; `amx(true)` turns them on where built, the CPU has AMX-INT8 and the OS grants the
-   * tile state, `amx(false)` off; the outputs are the same bits either way (ABI 4).
-   */
-  amx?(on?: boolean): boolean;
 }
 
 /**
@@ -46,7 +39,7 @@ export interface CpuAddon {
  * whenever instructions or exports are added (2: the MoE routing ops, reductions and iota; 3: the
  * bandwidth probe, the profiler and LORA's zeroTail flag; 4: glibc's mmap threshold fixed at load,
  * so freed large blocks leave the process, i8 values and LORA_Q, the int8 factor tables' bank
- * kernel, the AMX int8 tiles and `amx`). An addon reporting
+ * kernel). An addon reporting
  * another one (a stale prebuilt or `STAGEML_CPU_ADDON` file) is not used.
  */
 export const CPU_ADDON_ABI = 4;

@@ -7,7 +7,7 @@ import { expectMatchesInterpreter } from '@stageml/testkit';
 import { describe, expect, test } from 'vitest';
 
 import { conformanceCase as c, t } from '../tfjs/conformance/case.js';
-import { createCpuNativeExecutor, encodeProgram, loadCpuAddon } from './index.js';
+import { createCpuNativeExecutor, encodeProgram } from './index.js';
 
 const executor = createCpuNativeExecutor({ threads: 2 });
 const F32 = { rtol: 2e-5, atol: 2e-5 };
@@ -60,7 +60,7 @@ describe('cpu-native kernels', () => {
     const g = b.build();
     const params = { q: p.qweight, s: p.scales, ...(p.zeroPoints === undefined ? {} : { z: p.zeroPoints }) };
     const prepared = await executor.prepare(g, params);
-    // 16 rows and more: the AMX tiles where the CPU has them (37: two tiles and a qtile tail).
+    // Below and above the kernel's 8-row tiles (37: four tiles and a tail).
     for (const m of [1, 3, 8, 13, 16, 37]) {
       const xs: HostTensor = { dtype: 'f32', shape: [m, inF], data: rand(m * inF, m + bits, 2) };
       const got = (await prepared.run({ x: xs }))['y']!;
@@ -87,36 +87,6 @@ describe('cpu-native kernels', () => {
     prepared.dispose();
   });
 
-  // Off by default; amx(true) turns them on where this CPU and OS allow them and says whether they do.
-  const amxDefault = loadCpuAddon().amx?.() ?? false;
-  const amx = loadCpuAddon().amx?.(true) === true;
-  loadCpuAddon().amx?.(amxDefault);
-  test.skipIf(!amx).each([
-    [8, true, 16, 64, 16],
-    [8, true, 48, 1000, 70],
-    [8, false, 35, 96, 33],
-    [4, true, 37, 260, 40],
-    [4, false, 130, 64, 17],
-  ] as const)('AMX int8 tiles give the VNNI tiles\' bits: int%i (symmetric %s), %i rows, %i inputs, %i outputs', async (bits, symmetric, m, inF, out) => {
-    const addon = loadCpuAddon();
-    const p = quantizeWeight(rand(out * inF, inF + out), out, inF, { bits, blockSize: 32, symmetric });
-    const b = new GraphBuilder('q');
-    const x = b.input('x', ['f32', ['m', inF]]);
-    const z = p.zeroPoints === undefined ? undefined : b.param('z', ['u8', p.zeroPoints.shape]);
-    b.output('y', b.quantizedLinear(x, b.param('q', ['u8', p.qweight.shape]), b.param('s', ['f32', p.scales.shape]), z, p.attrs));
-    const prepared = await executor.prepare(b.build(), { q: p.qweight, s: p.scales, ...(p.zeroPoints === undefined ? {} : { z: p.zeroPoints }) });
-    const xs: HostTensor = { dtype: 'f32', shape: [m, inF], data: rand(m * inF, m * 3 + bits, 3) };
-    try {
-      expect(addon.amx?.(false)).toBe(false);
-      const vnni = (await prepared.run({ x: xs }))['y']!.data as Float32Array;
-      expect(addon.amx?.(true)).toBe(true);
-      const tiles = (await prepared.run({ x: xs }))['y']!.data as Float32Array;
-      expect(Buffer.from(tiles.buffer, tiles.byteOffset, tiles.byteLength).equals(Buffer.from(vnni.buffer, vnni.byteOffset, vnni.byteLength))).toBe(true);
-    } finally {
-      addon.amx?.(amxDefault);
-      prepared.dispose();
-    }
-  });
 
   test('rmsNorm sums 8 rows at a time with the one-row loop\'s bits (every row the same: all outputs equal)', async () => {
     const n = 200;
