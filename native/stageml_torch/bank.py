@@ -341,6 +341,56 @@ def bind_kernels(steps, value_types, outputs, on_cuda):
     return [s for j, s in enumerate(out) if j not in drop], count
 
 
+def kernel_sets(steps, value_types):
+    """The bank linears of prepared `steps` by input, as `stream.warm_bank` takes them: [(k, [(n,
+    rmax), ...)), ...], each distinct entry once — a `BankSetStep`'s members together, each
+    `LoraBankStep` alone (W [n, k] and A [S, rmax, k] read from the operands' declared shapes; bf16
+    steps only; steps with a symbolic shape are left out)."""
+    out = []
+
+    def member(step, operands):
+        if step.dtype != torch.bfloat16:
+            return None  # the kernels take bf16 only
+        w, a = operands[1], operands[3 if step.has_bias else 2]
+        ws, as_ = value_types[w][2], value_types[a][2]
+        if len(ws) != 2 or len(as_) != 3 or not all(isinstance(d, int) for d in list(ws) + list(as_)):
+            return None
+        return ws[1], (ws[0], as_[1])
+
+    for key, fn, operands, _, _ in steps:
+        if key == KEY:
+            got = [member(fn, operands)]
+        elif key == SET_KEY:
+            got = [member(m, operands[a:b]) for m, (a, b) in zip(fn.members, fn.spans)]
+        else:
+            continue
+        if got and all(g is not None for g in got) and len({g[0] for g in got}) == 1:
+            entry = (got[0][0], tuple(g[1] for g in got))
+            if entry not in out:
+                out.append(entry)
+    return out
+
+
+_WARMED = set()
+
+
+def warm(steps, value_types, device):
+    """Builds the bank kernels `steps` can reach before their first run (`stream.warm_bank`), once
+    per process for each distinct set of shapes; on CUDA only. Returns the runs made (0: nothing to
+    build, already built, or no kernel here)."""
+    if torch.device(device).type != "cuda":
+        return 0
+    sets = kernel_sets(steps, value_types)
+    key = (str(device), tuple(sets))
+    if not sets or key in _WARMED:
+        return 0
+    mod = _stream()
+    if not mod or not mod.available():
+        return 0
+    _WARMED.add(key)
+    return mod.warm_bank(device, sets)
+
+
 #: torch dtypes of the op dtypes a `LoraBankStep` takes.
 DTYPE_OF = {"bf16": torch.bfloat16, "f16": torch.float16}
 

@@ -10,6 +10,7 @@ from .dims import bind_dims, evaluate_dim
 from .bank import KEY as BANK_KEY
 from .bank import SET_KEY as BANK_SET_KEY
 from .bank import bind_kernels, group_banks
+from .bank import warm as warm_banks
 from .ops import DTYPES, HALF, NATIVE_HALF_ON_CUDA, OPS
 
 GRAPH_FORMAT = "stageml.graph"
@@ -106,6 +107,9 @@ class Program:
         self.slot_sets = 0
         if self.fused_slots and os.environ.get("STAGEML_TORCH_BANK_SETS", "auto") != "0":
             self.steps, self.slot_sets = group_banks(self.steps, [v for _, v in self.outputs])
+        # The bank kernels those steps can reach, built (and loaded) before the first run, so that
+        # no serving step pays a build (bank.warm; on CUDA, once per process and shapes).
+        self.warmed_banks = warm_banks(self.steps, self.value_types, self.device) if self.fused_slots else 0
         # `cachedAttention` appends the step's keys and values to a staged cache in place (worker.py).
         self.cache_concats = 2 * sum(1 for st in self.steps if st[0] == "cachedAttention")
         # Last use of each value, so intermediates are freed as soon as they are dead.

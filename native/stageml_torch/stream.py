@@ -56,6 +56,7 @@ fall back (Triton split-K, torch ops); a configuration NVRTC cannot build is swi
 process (tma._FAILED) and falls back the same way."""
 
 import os
+import time
 
 import torch
 
@@ -184,10 +185,14 @@ def function(cfg):
             except Exception:  # noqa: BLE001 - not in that cubin: compile it
                 f = None
         if f is None:
+            t0 = time.perf_counter()
             with open(_SRC) as fh:
                 src = "#define LDW_VARIANT %d\n" % ldw + fh.read()
+            # cupy keeps what it compiles in its own disk cache (~/.cupy/kernel_cache)
             mod = cp.RawModule(code=src, options=("-std=c++17",), name_expressions=[instantiation(cfg)])
             f = mod.get_function(instantiation(cfg))
+            _tma.BUILDS["builds"] += 1
+            _tma.BUILDS["us"] += int((time.perf_counter() - t0) * 1e6)
         _FUNCS[cfg] = f
     return f
 
@@ -541,3 +546,56 @@ def lora_bank_linear_set(x, items, slots, cfg=None):
 
 
 _load_overrides()
+
+
+#: Rows a bank step can run through the kernels, one per row bucket of the dispatch tables
+#: (`_bucket`: 8, 16, 32, 64 — bank.MAX_ROWS).
+WARM_ROWS = (8, 16, 32, 64)
+
+
+def warm_bank(device, sets, rows=WARM_ROWS):
+    """Builds and loads, before a program's first run, every kernel its bank linears can reach at
+    `rows` rows, so that no step of a serving batch pays a build (NVRTC compiles a configuration at
+    its first launch: seconds for the side-stream path's kernels). `sets` lists the program's bank
+    linears by input: [(k, [(n, rmax), ...]), ...] — a set of 2 to tma.SET_MAX members runs as
+    `lora_bank_linear_set` would, one member alone as `lora_bank_linear`. The sx kernels are built
+    first in one NVRTC program (the source parsed once), then each bucket's call runs once on
+    zero-filled stand-ins of the real shapes (one slot of the widest rank) and the device is
+    synchronised. Returns the number of (input, rows) runs made; 0 when the kernels are not available."""
+    if not available():
+        return 0
+    names = []
+    for k, members in sets:
+        for m in rows:
+            cfgs = [_pick(m, n, k, rmax, True, None, True) for n, rmax in members]
+            for (n, rmax), c in zip(members, cfgs):
+                if c is not None and _tma.is_sx(c) and _suits(c, m, n, k, rmax, True):
+                    names.extend(_tma.sx_kernel_names(c, rmax, True))
+            if 2 <= len(members) <= _tma.SET_MAX and all(c is not None and _tma.is_sx(c) and _tma.sx_ev(c) == 3 for c in cfgs):
+                names.extend(_tma.set_kernel_names(cfgs[0], max(r for _, r in members)))
+    if names:
+        try:
+            _tma.prebuild(list(dict.fromkeys(names)))
+        except Exception:  # noqa: BLE001 - left to each configuration's first launch, which falls back as it does today
+            pass
+    calls = 0
+    bf = torch.bfloat16
+    with torch.no_grad():
+        for k, members in sets:
+            items = []
+            for n, rmax in members:
+                items.append((torch.zeros((n, k), device=device, dtype=bf), torch.zeros((1, rmax, k), device=device, dtype=bf),
+                              torch.zeros((1, n, rmax), device=device, dtype=bf), torch.full((1,), rmax, device=device, dtype=torch.int32),
+                              torch.ones(1, device=device, dtype=torch.float32), torch.zeros((1, rmax, n), device=device, dtype=bf)))
+            for m in rows:
+                x = torch.zeros((m, 1, k), device=device, dtype=bf)
+                slots = torch.zeros(m, device=device, dtype=torch.int32)
+                calls += 1
+                if 2 <= len(items) <= _tma.SET_MAX and lora_bank_linear_set(x, items, slots) is not None:
+                    continue
+                for w, a, b, ranks, scales, bt in items:
+                    lora_bank_linear(x, w, a, b, slots, ranks, scales, b_bank_t=bt)
+            del items
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize(device)
+    return calls

@@ -26,7 +26,11 @@ stream.py never picks the family. A failed driver call raises `WorkerError` (RT_
 the call and its CUresult); a malformed configuration `WorkerError` (RT_BAD_VALUE)."""
 
 import ctypes
+import hashlib
+import json
 import os
+import tempfile
+import time
 
 import torch
 
@@ -594,34 +598,127 @@ def wg_explicit_instantiations(pairs):
     return out
 
 
-def _nvrtc_sm90a(expr, path=None):
-    """Compiles `expr` (an instantiation in lora_tma.cu, or in the file `path`) with NVRTC for sm_90a
-    (cupy's NVRTC binding); loads the cubin, or the PTX (JIT-compiled by the driver) where this cupy
-    cannot hand out cubins. Returns the function; its module is kept alive in _MODULES."""
+#: Kernel builds of this process (NVRTC compilations and images read from the disk cache): what the
+#: worker reports as `kernelBuilds`, `kernelBuildUs` and `kernelCacheHits` (stream.py counts its
+#: cupy builds here too).
+BUILDS = {"builds": 0, "us": 0, "cached": 0}
+_OPTIONS = ("-std=c++17", "--gpu-architecture=sm_90a")
+
+
+def _cache_dir():
+    """Where built sm_90a images are kept between processes: $XDG_CACHE_HOME/stageml/kernels (or
+    ~/.cache/stageml/kernels); None where neither can be named."""
+    base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(os.path.expanduser("~"), ".cache") if os.path.expanduser("~") != "~" else None)
+    return os.path.join(base, "stageml", "kernels") if base else None
+
+
+def cache_key(src, exprs, options, version):
+    """The disk cache's name of an image: everything it depends on (the source text, the name
+    expressions it instantiates, the options, NVRTC's version) hashed."""
+    h = hashlib.sha256()
+    for part in (src, "\0".join(exprs), "\0".join(options), repr(version)):
+        h.update(part.encode())
+        h.update(b"\1")
+    return h.hexdigest()
+
+
+def cached_image(key, build, directory=None):
+    """(image, lowered names) for `key`: read from the disk cache where a valid entry is there, else
+    `build()` (returning the same pair), written to the cache (atomically: a temporary file renamed;
+    a cache that cannot be written is skipped, the build is still returned). An entry that does not
+    parse is rebuilt and replaced."""
+    directory = _cache_dir() if directory is None else directory
+    path = os.path.join(directory, key + ".bin") if directory else None
+    if path and os.path.exists(path):
+        try:
+            with open(path, "rb") as fh:
+                blob = fh.read()
+            head, image = blob.split(b"\n\n", 1)
+            names = json.loads(head.decode())
+            if isinstance(names, dict) and image:
+                BUILDS["cached"] += 1
+                return image, names
+        except (OSError, ValueError):
+            pass  # unreadable or malformed: rebuilt below and replaced
+    image, names = build()
+    if path:
+        try:
+            os.makedirs(directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(json.dumps(names).encode() + b"\n\n" + image)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only or full cache: this process keeps its build, the next builds again
+    return image, names
+
+
+def _nvrtc_sm90a_many(exprs, path=None):
+    """Compiles the name expressions `exprs` (instantiations in lora_tma.cu, or in the file `path`)
+    in one NVRTC program for sm_90a (cupy's NVRTC binding) — the source is parsed once for all of
+    them — or reads the image from the disk cache (`cached_image`); loads the cubin, or the PTX
+    (JIT-compiled by the driver) where this cupy cannot hand out cubins. Returns {expr: function};
+    the module is kept alive in _MODULES."""
     from cupy_backends.cuda.libs import nvrtc  # noqa: PLC0415 - GPU hosts only
     from cupy.cuda import function as cpf  # noqa: PLC0415
 
     path = path or _SRC
     with open(path) as fh:
         src = fh.read()
-    prog = nvrtc.createProgram(src, os.path.basename(path), [], [])
-    try:
-        (getattr(nvrtc, "addNameExpression", None) or nvrtc.addAddNameExpression)(prog, expr)  # the binding's name varies by cupy version
+    exprs = list(dict.fromkeys(exprs))
+
+    def build():
+        t0 = time.perf_counter()
+        prog = nvrtc.createProgram(src, os.path.basename(path), [], [])
         try:
-            nvrtc.compileProgram(prog, ["-std=c++17", "--gpu-architecture=sm_90a"])
-        except Exception as ex:  # noqa: BLE001 - name the log
-            raise KernelError("NVRTC (sm_90a) failed for %s: %s %s" % (expr, ex, nvrtc.getProgramLog(prog)[:2000])) from ex
-        try:
-            image = bytes(nvrtc.getCUBIN(prog))
-        except Exception:  # noqa: BLE001 - no cubin from this binding: the PTX
-            image = nvrtc.getPTX(prog).encode() + b"\0"
-        lowered = nvrtc.getLoweredName(prog, expr)
-    finally:
-        nvrtc.destroyProgram(prog)
+            add = getattr(nvrtc, "addNameExpression", None) or nvrtc.addAddNameExpression  # the binding's name varies by cupy version
+            for e in exprs:
+                add(prog, e)
+            try:
+                nvrtc.compileProgram(prog, list(_OPTIONS))
+            except Exception as ex:  # noqa: BLE001 - name the log
+                raise KernelError("NVRTC (sm_90a) failed for %s: %s %s" % (", ".join(exprs), ex, nvrtc.getProgramLog(prog)[:2000])) from ex
+            try:
+                image = bytes(nvrtc.getCUBIN(prog))
+            except Exception:  # noqa: BLE001 - no cubin from this binding: the PTX
+                image = nvrtc.getPTX(prog).encode() + b"\0"
+            names = {e: nvrtc.getLoweredName(prog, e) for e in exprs}
+        finally:
+            nvrtc.destroyProgram(prog)
+        BUILDS["builds"] += 1
+        BUILDS["us"] += int((time.perf_counter() - t0) * 1e6)
+        return image, names
+
+    image, names = cached_image(cache_key(src, exprs, _OPTIONS, nvrtc.getVersion()), build)
     mod = cpf.Module()
     mod.load(image)
-    _MODULES[("nvrtc", expr)] = mod
-    return mod.get_function(lowered)
+    _MODULES[("nvrtc", tuple(exprs))] = mod
+    return {e: mod.get_function(names[e]) for e in exprs}
+
+
+def _nvrtc_sm90a(expr, path=None):
+    """`_nvrtc_sm90a_many` of one expression: its function."""
+    return _nvrtc_sm90a_many([expr], path)[expr]
+
+
+def prebuild(items, path=None):
+    """Builds the kernels `items` ((expr, mangled name) pairs of lora_tma.cu, or of `path`) that are
+    not built yet, in one NVRTC program (what `_wg_function` would build one at a time): those
+    STAGEML_TMA_CUBIN's cubins hold are loaded from there. Raises `KernelError` where NVRTC fails."""
+    from . import stream  # noqa: PLC0415
+
+    todo = []
+    for expr, mangled_name in items:
+        if expr in _FUNCS:
+            continue
+        fn = _from_cubins(stream._cupy(), mangled_name)
+        if fn is None:
+            todo.append(expr)
+        else:
+            _FUNCS[expr] = (fn, int(getattr(fn, "kernel", fn).ptr))
+    if todo:
+        for expr, fn in _nvrtc_sm90a_many(todo, path).items():
+            _FUNCS[expr] = (fn, int(getattr(fn, "kernel", fn).ptr))
 
 
 def _wg_function(expr, mangled_name, path=None):
@@ -973,8 +1070,12 @@ def sx_suits(cfg, m, n, k, rmax):
     return 0 < m <= MAX_ROWS and k % (cfg[1] * 64) == 0 and rmax % 8 == 0 and 0 < rmax <= 128 and 0 < n < 2**31 and k < 2**31
 
 
+def _shrink_name(kw):
+    return "lora_shrink<%d>" % kw, "_Z11lora_shrinkILi%dEEvPKtS1_PfPKiS4_iii" % kw
+
+
 def _shrink_fn(kw):
-    return _wg_function("lora_shrink<%d>" % kw, "_Z11lora_shrinkILi%dEEvPKtS1_PfPKiS4_iii" % kw)
+    return _wg_function(*_shrink_name(kw))
 
 
 # lora_expand3's block (threads) and loads per thread (template NT, P)
@@ -993,8 +1094,12 @@ def expand4_mangled(lw, mode):
     return "_Z12lora_expand4ILi%dELi%dEEvPKfPKtPtPfPKiS7_S1_iiii" % (lw, mode)
 
 
+def _expand3_name(mode):
+    return "lora_expand3<%d,%d,%d>" % (EXPAND3_NT, EXPAND3_P, mode), expand3_mangled(mode)
+
+
 def _expand3_fn(mode):
-    return _wg_function("lora_expand3<%d,%d,%d>" % (EXPAND3_NT, EXPAND3_P, mode), expand3_mangled(mode))
+    return _wg_function(*_expand3_name(mode))
 
 
 def _add_fn():
@@ -1019,22 +1124,41 @@ def expand4_lw(rmax):
     return expand3_lanes(rmax)
 
 
-def _expand4_fn(rmax, mode):
+def _expand4_name(rmax, mode):
     lw = expand4_lw(rmax)
-    return _wg_function("lora_expand4<%d,%d>" % (lw, mode), expand4_mangled(lw, mode))
+    return "lora_expand4<%d,%d>" % (lw, mode), expand4_mangled(lw, mode)
+
+
+def _expand4_fn(rmax, mode):
+    return _wg_function(*_expand4_name(rmax, mode))
+
+
+def _expand_name(nb, ev=0):
+    if ev >= 2:
+        return _expand3_name(ev - 2)
+    if ev:
+        return "lora_expand2<%d>" % nb, "_Z12lora_expand2ILi%dEEvPKfPKtPtPKiS6_S1_iiii" % nb
+    return "lora_expand<%d>" % nb, "_Z11lora_expandILi%dEEvPKfPKtPtPKiS6_S1_iiii" % nb
 
 
 def _expand_fn(nb, ev=0):
-    if ev >= 2:
-        return _expand3_fn(ev - 2)
-    if ev:
-        return _wg_function("lora_expand2<%d>" % nb, "_Z12lora_expand2ILi%dEEvPKfPKtPtPKiS6_S1_iiii" % nb)
-    return _wg_function("lora_expand<%d>" % nb, "_Z11lora_expandILi%dEEvPKfPKtPtPKiS6_S1_iiii" % nb)
+    return _wg_function(*_expand_name(nb, ev))
 
 
 def sx_ev(cfg):
     """The expand kernel of an sx configuration: 0 lora_expand, 1 lora_expand2 (loads reordered)."""
     return cfg[4] if len(cfg) > 4 else 0
+
+
+def sx_kernel_names(cfg, rmax, bt):
+    """(expr, mangled name) of every kernel an sx configuration's launch builds (`sx_function`, and
+    with factors stored [S, R, N] (`bt`) at EV 2-3 lora_expand4's): what `prebuild` takes."""
+    names = [_shrink_name(cfg[1]), _expand_name(cfg[2], sx_ev(cfg))]
+    if sx_ev(cfg) == 3:
+        names.append(("lora_add", ADD_MANGLED))
+    if bt and sx_ev(cfg) >= 2:
+        names.append(_expand4_name(rmax, 1 if sx_ev(cfg) == 3 else 0))
+    return names
 
 
 def sx_function(cfg):
@@ -1133,6 +1257,13 @@ class BankSet(ctypes.Structure):
 def set_mangled(kw, lw):
     """The BankSet kernels' names as nvcc 13 mangles them: lora_shrink_set<kw>, lora_expand4_set<lw>, lora_add_set."""
     return ("_Z15lora_shrink_setILi%dEEvPKtPKi7BankSetii" % kw, "_Z16lora_expand4_setILi%dEEvPKi7BankSetii" % lw, "_Z12lora_add_setPKi7BankSeti")
+
+
+def set_kernel_names(cfg, rmax):
+    """(expr, mangled name) of the BankSet kernels of an EV 3 configuration and a set's widest rank."""
+    kw, lw = cfg[1], expand4_lw(rmax)
+    ms, me, ma = set_mangled(kw, lw)
+    return [("lora_shrink_set<%d>" % kw, ms), ("lora_expand4_set<%d>" % lw, me), ("lora_add_set", ma)]
 
 
 def _set_fns(kw, lw):

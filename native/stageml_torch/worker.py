@@ -9,7 +9,7 @@ import traceback
 
 import torch
 
-from . import PROTOCOL_VERSION, __version__, cudagraph, errors, ops, tp
+from . import PROTOCOL_VERSION, __version__, cudagraph, errors, ops, tma, tp
 from .ahead import Ahead
 from .graph import Program
 from .ops import DTYPES
@@ -823,9 +823,13 @@ class Worker:
         a new batch; `joins`: one row written into a free row of the batch; `gathers`: runs whose
         rows were copied out of the batch; `dummyRows`: masked rows run to keep a graphed batch's
         shape) and the step graphs' (`graphEager`, `graphCaptures`, `graphReplays`,
-        `graphFailures`)."""
+        `graphFailures`) and the process's kernel builds (`kernelBuilds`, `kernelBuildUs`: NVRTC and
+        cupy compilations and their time; `kernelCacheHits`: images read from the disk cache instead,
+        tma.BUILDS)."""
         g = self.graphs.stats
-        return dict(self.counts, graphEager=g["eager"], graphCaptures=g["captures"], graphReplays=g["replays"], graphFailures=g["failures"], **self.ahead.stats)
+        k = tma.BUILDS
+        return dict(self.counts, graphEager=g["eager"], graphCaptures=g["captures"], graphReplays=g["replays"], graphFailures=g["failures"],
+                    kernelBuilds=k["builds"], kernelBuildUs=k["us"], kernelCacheHits=k["cached"], **self.ahead.stats)
 
     @staticmethod
     def _store_dtype(stream, declared):

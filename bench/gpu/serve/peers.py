@@ -57,6 +57,12 @@ def main():
     streams = [int(x) for x in a.streams.split(",")]
     res = {"transformers_base": {}, "peft_mixed": {}, "peft_single": {}, "greedy_base_first_row": None}
     what = a.what.split(",")
+
+    def save():
+        # after every measurement: a run cut short by its time limit keeps what it measured
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+
     with torch.inference_mode():
         if "base" in what:
             for s in streams:
@@ -66,6 +72,7 @@ def main():
                 if s == 1:
                     res["greedy_base_first_row"] = toks[0]
                 print(f"transformers base  streams {s:3d}: {r:9.1f} tok/s", flush=True)
+                save()
         names = sorted(os.listdir(os.path.join(a.dir, "adapters"))) if os.path.isdir(os.path.join(a.dir, "adapters")) else []
         if names and ("mixed" in what or "single" in what):
             from peft import PeftModel
@@ -82,6 +89,7 @@ def main():
                     r, _ = rate(pm, ids, a.mixed_new, adapter_names=rows)
                     res["peft_mixed"][s] = r
                     print(f"PEFT mixed         streams {s:3d}: {r:9.1f} tok/s ({a.mixed_new} new tokens)", flush=True)
+                    save()
             if "single" in what:
                 pm.set_adapter(names[0])
                 for s in [int(x) for x in a.single_streams.split(",")]:
@@ -89,8 +97,8 @@ def main():
                     r, _ = rate(pm, ids, a.new)
                     res["peft_single"][s] = r
                     print(f"PEFT one adapter   streams {s:3d}: {r:9.1f} tok/s", flush=True)
-    with open(a.out, "w") as f:
-        json.dump(res, f, indent=1)
+                    save()
+    save()
 
 
 if __name__ == "__main__":

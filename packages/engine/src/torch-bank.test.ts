@@ -236,6 +236,95 @@ print(json.dumps(res))
     }
   }, 120_000);
 
+  it("builds every bank kernel a program can reach before its first run: each input's set (q, k, v; gate, up) and each projection alone, at every row bucket, with the real shapes", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'torch-bank-warm-'));
+    const file = join(dir, 'gathered.json');
+    writeFileSync(file, JSON.stringify(graphToJson(program('gathered'))));
+    const code = `
+import json, os, sys
+import torch
+os.environ["STAGEML_TORCH_FUSE"] = "1"
+from stageml_torch import bank, stream
+from stageml_torch.graph import Program
+runs = []
+def fake(x, w, a_bank, b_bank, slots, ranks, scales, cfg=None, out=None, b_bank_t=None):
+    runs.append(["one", x.shape[0], tuple(w.shape), tuple(a_bank.shape), tuple(b_bank_t.shape), int(ranks[0]), int(slots.numel())])
+    return torch.zeros(x.shape[0], x.shape[1], w.shape[0], dtype=x.dtype)
+def fake_set(x, items, slots):
+    runs.append(["set", x.shape[0], [tuple(w.shape) for w, a, b, r, s, bt in items], [tuple(a.shape) for w, a, b, r, s, bt in items]])
+    return None if len(items) == 2 else [torch.zeros(1) for _ in items]
+stream.lora_bank_linear, stream.lora_bank_linear_set, stream.available = fake, fake_set, lambda: True
+with open(sys.argv[1]) as f:
+    prog = Program(json.load(f), {})
+sets = bank.kernel_sets(prog.steps, prog.value_types)
+calls = stream.warm_bank("cpu", sets)
+print(json.dumps({"sets": sets, "calls": calls, "runs": runs, "onCpu": bank.warm(prog.steps, prog.value_types, "cpu")}))
+`;
+    const python = [process.env['STAGEML_PYTHON'], 'python3', '/usr/bin/python3'].find((c) => c !== undefined && c !== '' && spawnSync(c, ['-c', 'import torch']).status === 0)!;
+    const r = spawnSync(python, ['-c', code, file], { env: { ...process.env, PYTHONPATH: fileURLToPath(new URL('../../../native', import.meta.url)) }, encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    type Run = ['one', number, number[], number[], number[], number, number] | ['set', number, number[][], number[][]];
+    const res = JSON.parse(r.stdout.trim().split('\n').pop()!) as { sets: [number, [number, number][]][]; calls: number; runs: Run[]; onCpu: number };
+    const h = cfg.hiddenSize;
+    const kv = cfg.numKvHeads * cfg.headDim;
+    const ffn = cfg.intermediateSize;
+    // Per layer: q/k/v of x, o, gate/up, down — the widest rank (R) of the slot tables each.
+    const perLayer: [number, [number, number][]][] = [
+      [h, [[h, RANK], [kv, RANK], [kv, RANK]]],
+      [h, [[h, RANK]]],
+      [h, [[ffn, RANK], [ffn, RANK]]],
+      [ffn, [[h, RANK]]],
+    ];
+    expect(res.sets).toHaveLength(4);
+    expect(new Set(res.sets.map((s) => JSON.stringify(s)))).toEqual(new Set(perLayer.map((s) => JSON.stringify(s))));
+    // Distinct shapes once each, at 8, 16, 32 and 64 rows.
+    expect(res.calls).toBe(4 * 4);
+    const rowsOf = (kind: string) => res.runs.filter((x) => x[0] === kind).map((x) => x[1]);
+    // Sets of 3 ran as a set (the stand-in took them); sets of 2 were declined and ran member by member.
+    expect(rowsOf('set').sort((a, b) => a - b)).toEqual([8, 8, 16, 16, 32, 32, 64, 64]);
+    const ones = res.runs.filter((x): x is Extract<Run, ['one', ...unknown[]]> => x[0] === 'one');
+    expect(ones).toHaveLength(4 * (2 + 2));
+    for (const o of ones) {
+      const [, m, w, a, bt, rank, slots] = o;
+      expect([8, 16, 32, 64]).toContain(m);
+      expect(a).toEqual([1, RANK, w[1]]);
+      expect(bt).toEqual([1, RANK, w[0]]);
+      expect(rank).toBe(RANK);
+      expect(slots).toBe(m);
+    }
+    // On the CPU the worker builds nothing at prepare.
+    expect(res.onCpu).toBe(0);
+  }, 120_000);
+
+  it('keeps built kernel images on disk, keyed by everything they depend on, and rebuilds a malformed entry', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'torch-kcache-'));
+    const code = `
+import json, os, sys
+from stageml_torch import tma
+d = sys.argv[1]
+built = []
+def build():
+    built.append(1)
+    return b"\\x7fELF image", {"lora_add": "_Z8lora_addPtPKfPKiii"}
+k = tma.cache_key("src", ["lora_add"], ("-std=c++17",), (12, 9))
+first = tma.cached_image(k, build, d)
+second = tma.cached_image(k, build, d)
+other = tma.cache_key("src2", ["lora_add"], ("-std=c++17",), (12, 9)) != k and tma.cache_key("src", ["lora_add"], ("-std=c++17",), (13, 0)) != k
+with open(os.path.join(d, k + ".bin"), "wb") as f:
+    f.write(b"not an entry")
+third = tma.cached_image(k, build, d)
+fourth = tma.cached_image(k, build, d)
+ro = tma.cached_image(k, build, "/proc/stageml-no-such-dir")
+print(json.dumps({"built": len(built), "hits": tma.BUILDS["cached"], "same": first == second == third == fourth == ro, "keysDiffer": other, "image": first[0].decode("latin1")}))
+`;
+    const python = [process.env['STAGEML_PYTHON'], 'python3', '/usr/bin/python3'].find((c) => c !== undefined && c !== '' && spawnSync(c, ['-c', 'import torch']).status === 0)!;
+    const r = spawnSync(python, ['-c', code, dir], { env: { ...process.env, PYTHONPATH: fileURLToPath(new URL('../../../native', import.meta.url)) }, encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    const res = JSON.parse(r.stdout.trim().split('\n').pop()!) as { built: number; hits: number; same: boolean; keysDiffer: boolean; image: string };
+    // Built once; read back; the malformed entry rebuilt once and read back; an unwritable cache builds.
+    expect(res).toEqual({ built: 3, hits: 2, same: true, keysDiffer: true, image: '\x7fELF image' });
+  }, 60_000);
+
   it('leaves the PEFT-exact programs (adapterDtype f32: casts in each chain) unfused', async () => {
     const p = await fused.prepare(program('gathered', 'f32'));
     expect(p.fused).toMatchObject({ slotLinears: 0, slotSets: 0 });
