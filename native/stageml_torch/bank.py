@@ -42,6 +42,7 @@ semantics do; `op_lora_bank` rounds after each op as the decomposition does.
 
 import collections
 import os
+import sys
 import weakref
 
 import torch
@@ -388,7 +389,11 @@ def warm(steps, value_types, device):
     if not mod or not mod.available():
         return 0
     _WARMED.add(key)
-    return mod.warm_bank(device, sets)
+    try:
+        return mod.warm_bank(device, sets)
+    except Exception as ex:  # noqa: BLE001 - an optimisation: each kernel is then built at its first launch, as without it
+        sys.stderr.write("stageml_torch: building the bank kernels ahead failed (%s: %s); they are built at first use\n" % (type(ex).__name__, ex))
+        return 0
 
 
 #: torch dtypes of the op dtypes a `LoraBankStep` takes.
