@@ -461,8 +461,9 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
       if (layout !== 'pre') mlpOut = norm(mlpOut, `${prefix}.post_feedforward_layernorm.weight`, H);
       // The residual sum and, where the next norm reads it whole, that norm (the next layer's input
       // norm; the final norm unless only the last position's logits are wanted).
-      const next = l + 1 < cfg.numLayers ? `model.layers.${String(l + 1)}.input_layernorm.weight` : opts.lastLogitsOnly === true ? undefined : 'model.norm.weight';
-      if (layout === 'post' || next === undefined) return b.add(h1, mlpOut);
+      const next =
+        l + 1 < cfg.numLayers ? (layout === 'post' ? undefined : `model.layers.${String(l + 1)}.input_layernorm.weight`) : opts.lastLogitsOnly === true ? undefined : 'model.norm.weight';
+      if (next === undefined) return b.add(h1, mlpOut);
       const [sum, normed] = addNorm(h1, mlpOut, next);
       normedIn = normed;
       return sum;

@@ -74,7 +74,7 @@ export const loraBankLinear = defineOp({
     const [rows, seq, inDim] = t.x.shape as [Dim, Dim, Dim];
     const out = y!.shape[2]!;
     const base = dimProduct([2, rows, seq, out, inDim]);
-    const bank = loraBank.cost(bankOperands(t, y!) as TensorType[], [y!], a).flops;
+    const bank = loraBank.cost(bankOperands<TensorType>(t, y!), [y!], a).flops;
     return dimAdd(t.bias === undefined ? base : dimAdd(base, dimProduct([rows, seq, out])), bank);
   },
   evaluate: (operands, a, ctx) => {
