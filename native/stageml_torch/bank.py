@@ -1,16 +1,18 @@
-"""The torch worker's handler of the IR op `loraBank` (packages/ir/src/ops/serving.ts): per-row
-low-rank updates drawn from slot tables, y = base + Σ_g c[r, g]·(x·A[s_g]ᵀ)·B[s_g], in the forms
-`gathered` (a slot per row), `single` (one slot, a 0/1 row mask) and `grouped` (the batch's slots,
-a one-hot per row).
+"""The torch worker's bank kernel steps for the IR op `loraBankLinear` (packages/ir/src/ops/
+serving-fused.ts): a base linear and per-row low-rank updates drawn from slot tables,
+y = x·Wᵀ (+ bias) + Σ_g c[r, g]·(x·A[s_g]ᵀ)·B[s_g], in the forms `gathered` (a slot per row),
+`single` (one slot, a 0/1 row mask) and `grouped` (the batch's slots, a one-hot per row).
 
-Two handlers, chosen per step when a program is prepared (`bind_kernels`, graph.Program):
+Two handlers, chosen per step by the op's name when a program is prepared (`bind_kernels`,
+graph.Program):
 
-- `ops.op_lora_bank` (the table entry in ops.OPS): the op's decomposition as torch ops, each result
-  rounded to the op's dtype as the expanded graph would round it — exactly what the worker ran
-  before the op existed;
-- `LoraBankStep`: where the step's `base` operand is `linear(x, W[, bias])` of the same x read by
-  this step alone, the step takes x, W and the bias in its place so that one kernel computes
-  x·Wᵀ and the update together — on CUDA with bf16 the multi-adapter bank kernel
+- `ops.op_lora_bank_linear` (the table entry in ops.OPS): the op's decomposition as torch ops (the
+  linear, then `loraBank`'s ops), each result rounded to the op's dtype as the expanded graph would
+  round it — exactly what the worker ran before the op existed;
+- `LoraBankStep`: every bf16/f16 `loraBankLinear` step, whose operands already are x, W, the bias
+  and the tables, so that one kernel computes x·Wᵀ and the update together (the engine's graph
+  builder emits the op; nothing here looks at what produced an operand) — on CUDA with bf16 the
+  multi-adapter bank kernel
   `stream.lora_bank_linear` (one slot per row; ≤ 64 rows, rank ≤ 64 and a multiple of 8, sm_90
   and cupy), and wherever it declines, the linear and then `op_lora_bank`'s ops. `STAGEML_TORCH_FUSE`:
   `auto` (default: on CUDA), `0` (never: `op_lora_bank` everywhere), `1` (also on the CPU; the
@@ -20,7 +22,8 @@ Two handlers, chosen per step when a program is prepared (`bind_kernels`, graph.
 one `BankSetStep` each, placed where the first of them was: on CUDA their base GEMMs run one after
 the other beside one shrink and one expand for the whole set (`stream.lora_bank_linear_set`), and
 wherever that path declines each member runs as its own `LoraBankStep` (`STAGEML_TORCH_BANK_SETS=0`
-keeps them apart). Neither looks at primitive ops: both read `loraBank` steps and their operands.
+keeps them apart). Neither looks at primitive ops: `bind_kernels` reads op names and operand
+dtypes, `group_banks` kernel steps and the identity of their operands.
 
 The kernel gets a_bank = A, b_bank_t = B, b_bank = B transposed [S, out, R] and per-slot ranks (the
 highest nonzero rank row of A or B, rounded up to 8; 0 for an all-zero slot), derived once per
@@ -49,9 +52,10 @@ import torch
 
 from .ops import lora_bank_update, run_op
 
-#: Key of a step that runs a `loraBank` with its base linear through the kernel (raw operands:
-#: graph.RAW_OPERANDS).
-KEY = "loraBankLinear"
+#: The IR op whose steps `bind_kernels` gives the kernel (packages/ir/src/ops/serving-fused.ts).
+OP_KEY = "loraBankLinear"
+#: Key of a step that runs a `loraBankLinear` through the kernel (raw operands: graph.RAW_OPERANDS).
+KEY = "loraBankLinear.kernel"
 #: Key of a set of those steps of one input (`BankSetStep`; raw operands too).
 SET_KEY = "loraBankSet"
 #: Most derived table entries kept at once.
@@ -157,9 +161,8 @@ def mode():
 
 
 class LoraBankStep:
-    """A `loraBank` step that took over its base `linear(x, W[, bias])`: operands x, W, [bias], A, B,
-    index[, select]; the bank kernel where it takes the run, else the linear and `op_lora_bank`'s
-    ops."""
+    """A `loraBankLinear` step on the kernel: operands x, W, [bias], A, B, index[, select]; the bank
+    kernel where it takes the run, else the linear and `op_lora_bank`'s ops."""
 
     def __init__(self, form, has_bias, dtype):
         self.form = form
@@ -297,49 +300,43 @@ class BankSetStep:
         return [y if o[3] is None else y + o[3] for y, o in zip(ys, ops)]
 
 
-def _uses_and_defs(steps, outputs):
-    """How many times each value is read (an output counts as a read), and the step defining it."""
-    uses = {}
-    for _, _, operands, _, _ in steps:
-        for v in operands:
-            uses[v] = uses.get(v, 0) + 1
-    for v in outputs:
-        uses[v] = uses.get(v, 0) + 1
-    defs = {}
-    for i, (_, _, _, _, ids) in enumerate(steps):
-        for v in ids:
-            defs[v] = i
-    return uses, defs
+def _defs(steps):
+    """The index of the step defining each value."""
+    return {v: i for i, (_, _, _, _, ids) in enumerate(steps) for v in ids}
 
 
-def bind_kernels(steps, value_types, outputs, on_cuda):
-    """Rewrites `steps` (key, fn, operands, attrs, ids): each `loraBank` step whose base operand is
-    `linear(x, W[, bias])` of its own x, read by it alone, in the op's dtype (bf16/f16), becomes a
-    `LoraBankStep` that takes x, W and the bias in the base's place; that linear's step goes.
-    Under `STAGEML_TORCH_FUSE` (`auto`: on CUDA). Returns (steps, count)."""
+def bind_kernels(steps, value_types, on_cuda):
+    """Rewrites `steps` (key, fn, operands, attrs, ids): each `loraBankLinear` step (operands x, W,
+    A, B, index[, select][, bias]) in bf16/f16 whose x, W and bias have the op's dtype becomes a
+    `LoraBankStep` (operands x, W[, bias], A, B, index[, select]). Reads op names and operand types
+    only: the op itself says that its base is x·Wᵀ (+ bias). Under `STAGEML_TORCH_FUSE` (`auto`: on
+    CUDA). Returns (steps, count)."""
     m = mode()
     if m == "0" or (m == "auto" and not on_cuda):
         return steps, 0
-    uses, defs = _uses_and_defs(steps, outputs)
-    out = list(steps)
-    drop = set()
+    out = []
     count = 0
-    for i, (key, _, operands, attrs, ids) in enumerate(steps):
-        if key != "loraBank":
-            continue
+    for key, fn, operands, attrs, ids in steps:
         dt = value_types[ids[0]][1]
-        x_v, base_v = operands[0], operands[1]
-        j = defs.get(base_v)
-        if dt not in ("bf16", "f16") or j is None or steps[j][0] != "linear" or uses.get(base_v, 0) != 1 or steps[j][2][0] != x_v:
+        if key != OP_KEY or dt not in ("bf16", "f16"):
+            out.append((key, fn, operands, attrs, ids))
             continue
-        lin = steps[j][2]
-        if any(value_types[v][1] != dt for v in lin):
+        form = attrs.get("form", "gathered")
+        x, w, tables, bias = split_linear_operands(operands, form)
+        if any(value_types[v][1] != dt for v in [x, w] + bias):
+            out.append((key, fn, operands, attrs, ids))
             continue
-        step = LoraBankStep(attrs.get("form", "gathered"), len(lin) == 3, DTYPE_OF[dt])
-        out[i] = (KEY, step, list(lin) + list(operands[2:]), {}, ids)
-        drop.add(j)
+        step = LoraBankStep(form, bool(bias), DTYPE_OF[dt])
+        out.append((KEY, step, [x, w] + bias + tables, {}, ids))
         count += 1
-    return [s for j, s in enumerate(out) if j not in drop], count
+    return out, count
+
+
+def split_linear_operands(operands, form):
+    """A `loraBankLinear` operand list (x, W, A, B, index[, select][, bias]; `select` in the grouped
+    and single forms) as (x, W, [A, B, index[, select]], [bias] or [])."""
+    n = 5 if form == "gathered" else 6
+    return operands[0], operands[1], list(operands[2:n]), list(operands[n:n + 1])
 
 
 def kernel_sets(steps, value_types):
@@ -405,7 +402,7 @@ def group_banks(steps, outputs, most=4):  # most: tma.SET_MAX, the projections o
     `BankSetStep`s of at most `most` members, each placed where its first member was (every
     member's operands are defined before that point; those that are not stay alone). Returns
     (steps, sets)."""
-    _, defs = _uses_and_defs(steps, outputs)
+    defs = _defs(steps)
     by_x = collections.OrderedDict()
     for i, (key, _, operands, _, _) in enumerate(steps):
         if key == KEY:

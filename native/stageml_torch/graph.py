@@ -8,6 +8,7 @@ import torch
 from . import errors
 from .dims import bind_dims, evaluate_dim
 from .bank import KEY as BANK_KEY
+from .bank import OP_KEY as BANK_OP_KEY
 from .bank import SET_KEY as BANK_SET_KEY
 from .bank import bind_kernels, group_banks
 from .bank import warm as warm_banks
@@ -16,8 +17,8 @@ from .ops import DTYPES, HALF, NATIVE_HALF_ON_CUDA, OPS
 GRAPH_FORMAT = "stageml.graph"
 GRAPH_VERSION = 1
 
-# Steps that take their operands as stored (`loraBank`'s and `loraLinear`'s handlers widen what each of their ops must).
-RAW_OPERANDS = {"loraBank", "loraLinear", BANK_KEY, BANK_SET_KEY}
+# Steps that take their operands as stored (`loraBank`'s, `loraBankLinear`'s and `loraLinear`'s handlers widen what each of their ops must).
+RAW_OPERANDS = {"loraBank", "loraLinear", BANK_OP_KEY, BANK_KEY, BANK_SET_KEY}
 
 
 def op_key(printed):
@@ -60,8 +61,8 @@ class Program:
 
     Parameters are moved to the device once (resident); `run(inputs)` takes and returns tensors by
     name. Each op runs its entry of the op table `ops.OPS`, except where a kernel step takes it:
-    `fused_slots` counts the `loraBank` steps `bank.bind_kernels` gave the bank kernel (with their
-    base linears), `slot_sets` the sets of them `bank.group_banks` formed, `cache_concats` the joins
+    `fused_slots` counts the `loraBankLinear` steps `bank.bind_kernels` gave the bank kernel,
+    `slot_sets` the sets of them `bank.group_banks` formed, `cache_concats` the joins
     of a cache with the step's keys or values that may append in place (two per `cachedAttention`).
     Missing parameters are `RT_MISSING_WEIGHT`, wrong dtypes or shapes `RT_BAD_VALUE`. `extra_ops`
     (key → function) are ops beyond the table's: a tensor-parallel rank's collectives (tp.TP_OPS).
@@ -100,8 +101,8 @@ class Program:
                 self.steps.append((key, OPS[key] if key in OPS else extra_ops[key], n["operands"], n.get("attrs", {}), ids))
         self.param_env = bind_dims(param_entries)
         self.outputs = [(o["name"], o["value"]) for o in graph_json["outputs"]]
-        # `loraBank` steps whose base linear the bank kernel computes with them (one step each).
-        self.steps, self.fused_slots = bind_kernels(self.steps, self.value_types, [v for _, v in self.outputs], self.on_cuda)
+        # `loraBankLinear` steps the bank kernel computes (its base linear and update together).
+        self.steps, self.fused_slots = bind_kernels(self.steps, self.value_types, self.on_cuda)
         # Those of one input (q, k, v; gate, up) as one step each (bank.BankSetStep);
         # STAGEML_TORCH_BANK_SETS=0 keeps them apart.
         self.slot_sets = 0

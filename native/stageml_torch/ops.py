@@ -649,6 +649,18 @@ def op_lora_bank(x, a, ctx):
     return [lora_bank_update(xs, base, at, bt, index, select, a.get("form", "gathered"), ctx)]
 
 
+def op_lora_bank_linear(x, a, ctx):
+    """The `loraBankLinear` entry of ops.OPS (packages/ir/src/ops/serving-fused.ts): its
+    decomposition, the base linear (rounded to x's dtype) then `op_lora_bank`'s ops. Operands x, W,
+    A, B, index[, select][, bias] as stored (the step is in graph.RAW_OPERANDS)."""
+    form = a.get("form", "gathered")
+    n = 5 if form == "gathered" else 6
+    xs, w, at, bt, index = x[:5]
+    select = x[5] if n == 6 else None
+    base = run_op(ctx, xs.dtype, "linear", [xs, w] + list(x[n:n + 1]), {})
+    return [lora_bank_update(xs, base, at, bt, index, select, form, ctx)]
+
+
 def op_lora_linear(x, a, ctx):
     """The `loraLinear` entry of ops.OPS (packages/ir/src/ops/serving.ts): x.w^T + s.(x.A^T).B^T as
     its decomposition computes it, op by op, each result rounded to x's dtype (the scale a scalar
@@ -688,8 +700,8 @@ def op_cached_attention(x, a, ctx):
 # and the other composites the worker runs itself included (`TORCH_WORKER_COMPOSITES` on the
 # TypeScript side lists them; any other composite arrives expanded into its decomposition, so an op
 # registered with only a `decompose` needs nothing here). packages/runtime/src/torch/op-table.test.ts
-# keeps the two in step. Where a kernel takes a step (bank.bind_kernels: `loraBank` with its base
-# linear), graph.Program replaces the entry's function for that step when it prepares a program.
+# keeps the two in step. Where a kernel takes a step (bank.bind_kernels: `loraBankLinear`, by its
+# name), graph.Program replaces the entry's function for that step when it prepares a program.
 OPS = {
     "constant": op_constant,
     "iota": op_iota,
@@ -745,6 +757,7 @@ OPS = {
     "attention": op_attention,
     "cachedAttention": op_cached_attention,
     "loraBank": op_lora_bank,
+    "loraBankLinear": op_lora_bank_linear,
     "loraLinear": op_lora_linear,
 }
 

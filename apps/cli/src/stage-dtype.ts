@@ -1,4 +1,4 @@
-import { type Graph, type HostTensor, deserializeGraph, graphToJson, errorMessage } from '@stageml/ir';
+import { type Graph, type HostTensor, deserializeGraph, expandComposites, graphToJson, errorMessage } from '@stageml/ir';
 import type { SpecializeResult } from '@stageml/runtime';
 import { openCheckpoint } from '@stageml/safetensors';
 import { hfLlamaRounding, roundedTensor, topoOrder } from '@stageml/models';
@@ -116,7 +116,8 @@ export function isLinearLoraFactor(name: string): boolean {
  */
 export function castResidual(result: SpecializeResult, dtype: 'bf16' | 'f16', source?: Graph, options: CastOptions = {}): SpecializeResult {
   const keep = source === undefined ? new Set<string>() : literalDerived(source);
-  const json = graphToJson(result.residual);
+  // A residual add + norm (`skipRmsNorm`) as its add and `rmsNorm`, whose HF rounding follows.
+  const json = graphToJson(expandComposites(result.residual, (op) => op === 'skipRmsNorm'));
   type JsonNode = (typeof json.nodes)[number];
   const loraParams = new Set(options.adapterDtype === 'same' ? [] : json.nodes.flatMap((n) => (n.kind === 'param' && n.results[0]!.type.dtype === 'f32' && isLinearLoraFactor(n.results[0]!.name) ? [n.results[0]!.name] : [])));
   const nodes: JsonNode[] = [];

@@ -77,8 +77,10 @@ export interface CastEngineOptions {
  */
 export function castEngineGraph(program: Graph, dtype: 'bf16' | 'f16', opts: CastEngineOptions): Graph {
   const same = opts.adapterDtype === 'same';
-  // PEFT's f32 LoRA chain has rounding points inside `loraBank`: cast its decomposition then.
-  const g = same ? program : expandComposites(program, (op) => op === 'loraBank');
+  // PEFT's f32 LoRA chain has rounding points inside `loraBank` (and `loraBankLinear`, a linear and
+  // a `loraBank`): cast their decomposition then.
+  // `skipRmsNorm` is expanded too, so that its norm takes HF's rounding below (`hfLlamaRounding`).
+  const g = expandComposites(program, (op) => op === 'skipRmsNorm' || (!same && (op === 'loraBank' || op === 'loraBankLinear')));
   const json = graphToJson(g);
   const masks = opts.maskInputs ?? new Set<string>();
   const nodes: JsonNode[] = [];

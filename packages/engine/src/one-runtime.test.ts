@@ -1,7 +1,8 @@
 // Issue 35 ("one runtime"): the engine is the only model runtime. `CausalLM`, the second runtime
-// @stageml/models had, must not come back under that name in the TypeScript sources, and the torch
-// worker's deleted primitive-pattern recognisers (`fuse.py`, `bank_fuse.py`, `in_place_concats`)
-// must not either. (HF architecture names such as `LlamaForCausalLM` are data, not the runtime.)
+// @stageml/models had, must not come back under that name in the TypeScript sources, and the
+// deleted primitive-pattern recognisers must not either: the torch worker's (`fuse.py`,
+// `bank_fuse.py`, `in_place_concats`, bank.py's base-linear check behind `bind_kernels`) and
+// onnx-lower's `fuseSkipNorms`. (HF architecture names such as `LlamaForCausalLM` are data, not the runtime.)
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -50,5 +51,17 @@ describe('one runtime', () => {
     expect(files.length).toBeGreaterThan(5);
     expect(files.map((f) => f.path).filter((p) => /(^|\/)(bank_)?fuse\.py$/.test(p))).toEqual([]);
     expect(files.filter((f) => f.text.includes('in_place_concats')).map((f) => f.path)).toEqual([]);
+    // bank.py's `bind_kernels` once found a `loraBank` whose base was a `linear` read by it alone
+    // (through `_uses_and_defs`); it binds the `loraBankLinear` op by name now.
+    expect(files.filter((f) => f.text.includes('_uses_and_defs')).map((f) => f.path)).toEqual([]);
+    const bank = files.find((f) => f.path === 'native/stageml_torch/bank.py')!.text;
+    const bind = /\ndef bind_kernels\([\s\S]*?(?=\ndef )/.exec(bank)?.[0] ?? '';
+    expect(bind).toContain('OP_KEY');
+    expect(bind).not.toMatch(/"linear"|defs|uses/);
+  });
+
+  it('no backend fuses a residual add into an rmsNorm by matching them: onnx-lower lowers the skipRmsNorm op', () => {
+    const files = tracked(['packages', 'native'], ['.ts', '.py']);
+    expect(files.filter((f) => /fuseSkipNorms?\b/.test(f.text)).map((f) => f.path)).toEqual([]);
   });
 });

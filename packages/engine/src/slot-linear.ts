@@ -59,7 +59,7 @@ export interface SlotModule {
 export interface SlotLinearOptions {
   /**
    * Whether the projections read the output tables S (DoRA's column scale − 1) and C (the scaled
-   * LoRA bias). Default true. Without them a projection is its `loraBank` op alone — five small
+   * LoRA bias). Default true. Without them a projection is its `loraBankLinear` op alone — five small
    * ops fewer per projection (two gathers, two adds, a mul), which on a GPU decode step are
    * hundreds of kernel launches — and the program serves only adapters whose S and C are zero
    * (plain LoRA); the engine builds programs without them until an adapter that needs them loads.
@@ -68,7 +68,8 @@ export interface SlotLinearOptions {
   /**
    * Whether the factor tables are int8 codes with an f32 scale per rank row (`adapterDtype:
    * 'int8'`): each projection is a `quantizedLoraBank` op over A i8[N, R, in], A_scale f32[N, R],
-   * B i8[N, R, out], B_scale f32[N, R] instead of a `loraBank` over f32 tables. Default false.
+   * B i8[N, R, out], B_scale f32[N, R] (over the base `linear(x, W)`) instead of a
+   * `loraBankLinear` over f32 tables. Default false.
    */
   readonly int8Factors?: boolean;
 }
@@ -78,13 +79,13 @@ export interface SlotLinearOptions {
  * `<module>.weight` and two slot tables that are graph *inputs*, so loading, evicting or mixing
  * adapters never re-prepares anything:
  *
- *   u[i] = x[i]·Wᵀ + (x[i]·A[slot_i]ᵀ)·B[slot_i] + C[slot_i]   (one `loraBank` op of form `form`)
+ *   u[i] = x[i]·Wᵀ + (x[i]·A[slot_i]ᵀ)·B[slot_i] + C[slot_i]   (one `loraBankLinear` op of form `form`)
  *   y[i] = u[i] + u[i] ⊙ S[slot_i] (+ b)
  *
  * C (LoRA bias) and S (DoRA's column scale − 1) are zero for base rows and plain-LoRA slots, so
  * those rows compute what a plain LoRA computes; the base bias b is added after the scale, as DoRA
  * leaves it unscaled. The per-row C and S are primitive ops (gather, matmul, mul, add), so every
- * executor runs them, whatever it lowers `loraBank` to.
+ * executor runs them, whatever it lowers `loraBankLinear` to.
  *
  * A rank-r adapter sits zero-padded inside an R-rank slot (as vLLM's LoRA slots). `SlotTables`
  * writes an adapter's all-zero A rows last, so the gathered form carries `zeroTail` (the rows after
@@ -96,11 +97,12 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
   const outTables = opts.outTables ?? true;
   const int8 = opts.int8Factors === true;
   const shared = new Map<GraphBuilder, { rows?: Value; groups?: Value; onehot?: Value; one?: Value; mask?: Value }>();
-  // One `loraBank` op per projection: executors that fuse it read the slot tables in place, the
-  // others expand it into the form's primitive graph (its decomposition).
+  // One bank op per projection: `loraBankLinear` (the base linear inside, so an executor with a
+  // kernel for both binds it by name) over f32 tables, `quantizedLoraBank` over `linear(x, W)` with
+  // int8 ones. Executors that fuse it read the slot tables in place, the others expand it into the
+  // form's primitive graph (its decomposition).
   return (b, module, x, inDim, outDim, bias) => {
     const w = b.param(`${module}.weight`, ['f32', [outDim, inDim]]);
-    const base = b.linear(x, w);
     let s = shared.get(b);
     if (s === undefined) shared.set(b, (s = {}));
     const names = slotInputNames(module);
@@ -109,7 +111,7 @@ export function slotLinear(form: SlotForm, slots: number, rank: number, modules:
     const scales = int8 ? { a: b.input(names.AScale, ['f32', [slots, rank]]), b: b.input(names.BScale, ['f32', [slots, rank]]) } : undefined;
     // The form's bank op over the f32 tables, or over the int8 codes and their row scales.
     const bank = (form: SlotForm, index: Value, select: Value | undefined, zeroTail: boolean): Value =>
-      scales === undefined ? b.loraBank(form, x, base, A, B, index, select, { zeroTail }) : b.quantizedLoraBank(form, x, base, A, scales.a, B, scales.b, index, select, { zeroTail });
+      scales === undefined ? b.loraBankLinear(form, x, w, A, B, index, select, { zeroTail }) : b.quantizedLoraBank(form, x, b.linear(x, w), A, scales.a, B, scales.b, index, select, { zeroTail });
     modules.push({ module, inDim, outDim });
     let u: Value;
     // Each row's row of an output table [N, out], as [batch, 1, out].

@@ -451,6 +451,19 @@ export class GraphBuilder {
   loraLinear(x: Value, w: Value, A: Value, B: Value, scale: number): Value {
     return this.op('loraLinear', [x, w, A, B], { scale });
   }
+  /**
+   * A base linear `x·wᵀ (+ bias)` and its per-row adapter updates from slot tables in one op
+   * (`loraBankLinear`); `select` is the grouped and single forms' operand, as in `loraBank`.
+   */
+  loraBankLinear(form: 'gathered' | 'grouped' | 'single', x: Value, w: Value, A: Value, B: Value, index: Value, select?: Value, opts: { bias?: Value; zeroTail?: boolean } = {}): Value {
+    const operands = [x, w, A, B, index, ...(select === undefined ? [] : [select]), ...(opts.bias === undefined ? [] : [opts.bias])];
+    return this.op('loraBankLinear', operands, opts.zeroTail === true ? { form, zeroTail: true } : { form });
+  }
+  /** A residual add and the RMS norm of its sum (`skipRmsNorm`): returns [sum, normed]. */
+  skipRmsNorm(x: Value, residual: Value, weight: Value | undefined, eps: number): [Value, Value] {
+    const [sum, y] = this.apply('skipRmsNorm', weight === undefined ? [x, residual] : [x, residual, weight], { eps });
+    return [sum!, y!];
+  }
   /** Attention over a position-major resident KV cache plus the step's keys and values (`cachedAttention`). */
   cachedAttention(q: Value, pastK: Value, pastV: Value, k: Value, v: Value, attrs: AttrsIn<'cachedAttention'> = {}, mask?: Value): Value {
     return this.op('cachedAttention', mask === undefined ? [q, pastK, pastV, k, v] : [q, pastK, pastV, k, v, mask], attrs);

@@ -21,6 +21,34 @@ function expectClose(a: HostTensor, b: HostTensor): void {
 }
 
 describe('decompositions of composite ops', () => {
+  it('expand the composites a decomposition emits too, where the predicate wants them (loraBankLinear → linear + loraBank → primitives)', () => {
+    const b = new GraphBuilder('bank');
+    const x = b.input('x', ['f32', [2, 1, 4]]);
+    const w = b.param('w', ['f32', [3, 4]]);
+    const A = b.input('A', ['f32', [2, 1, 4]]);
+    const B = b.input('B', ['f32', [2, 1, 3]]);
+    const index = b.input('index', ['i64', [2]]);
+    const [sum, y] = b.skipRmsNorm(b.loraBankLinear('gathered', x, w, A, B, index), b.input('r', ['f32', [2, 1, 3]]), undefined, 1e-6);
+    b.output('sum', sum);
+    b.output('y', y);
+    const g = b.build();
+    const ops = (e: ReturnType<typeof expandComposites>): string[] => graphOps(e).map((n) => n.op);
+    // A backend fusing loraBank and rmsNorm (cpu-native): one level down, no further.
+    const kept = expandComposites(g, (op) => op !== 'loraBank' && op !== 'rmsNorm');
+    expect(ops(kept)).toEqual(['linear', 'loraBank', 'add', 'rmsNorm']);
+    // A backend fusing none: primitives only.
+    const all = expandComposites(g);
+    expect(ops(all).filter((op) => COMPOSITE_OPS.includes(op as OpKey))).toEqual([]);
+    verifyGraph(all);
+    const inputs = { x: tensor([2, 1, 4], 1), A: tensor([2, 1, 4], 2), B: tensor([2, 1, 3], 3), r: tensor([2, 1, 3], 4), index: { dtype: 'i64', shape: [2], data: Float64Array.from([1, 0]) } as unknown as HostTensor };
+    const weights = { w: tensor([3, 4], 5) };
+    const want = interpret(g, { inputs, weights });
+    for (const e of [kept, all]) {
+      const got = interpret(e, { inputs, weights });
+      for (const k of ['sum', 'y']) expectClose(got[k]!, want[k]!);
+    }
+  });
+
   it('exist for rmsNorm and rotary', () => {
     expect(COMPOSITE_OPS).toEqual(expect.arrayContaining(['rmsNorm', 'rotary']));
   });

@@ -9,7 +9,8 @@ export const COMPOSITE_OPS: readonly OpKey[] = OP_KEYS.filter((k) => opDef(k).de
 
 /**
  * Rewrites `g` with every composite op for which `expand(op, attrs, operandTypes)` holds (default: all) replaced
- * by its decomposition into primitive ops (a backend may fuse one form of an op and expand others);
+ * by its decomposition into primitive ops (a backend may fuse one form of an op and expand others),
+ * and so on for the composites those decompositions emit;
  * `g` itself when there is none to expand. Inputs, parameters and outputs keep their names and order; the
  * input graph is not modified. A backend with no fused rule for a composite lowers this instead.
  */
@@ -35,7 +36,9 @@ export function expandComposites(g: Graph, expand: (op: OpKey, attrs: OpNode['at
     n.results.forEach((r, i) => env.set(r, out[i]!));
   }
   for (const o of g.outputs) b.output(o.name, env.get(o.value)!);
-  return b.build();
+  // A decomposition may emit composites itself (`loraBankLinear` → `linear` + `loraBank`): expand
+  // those the predicate wants too. Decompositions only ever go down to lower-level ops, so this ends.
+  return expandComposites(b.build(), expand);
 }
 
 /**

@@ -80,6 +80,7 @@ export type { Decomposition, Effect, EvalContext, OpCost, OpDef, OpSpec, Trait }
 export { OPS, OP_KEYS, isOpKey, opDef, opKeyByName, registerOp } from './ops/index.js';
 export { type LoraBankForm, type LoraBankOperands, loraBankOperands } from './ops/serving.js';
 export { type QuantizedLoraBankOperands, quantizedLoraBankOperands } from './ops/quant-serving.js';
+export { type LoraBankLinearOperands, loraBankLinearOperands } from './ops/serving-fused.js';
 export { OP_GROUPS, TRAITS, hasTrait, opsWithTrait } from './op-groups.js';
 export { COMPOSITE_OPS, expandComposites, expandDecomposed } from './decompose.js';
 export { dequantizeWeight, quantBlockBytes, quantBlocks, quantZeroPointBytes, quantizeWeight, unpackCode } from './ops/quant.js';

@@ -74,6 +74,8 @@ export const mlirRules = {
   quantizedLoraBank: decomposed('quantizedLoraBank'),
   loraLinear: decomposed('loraLinear'),
   cachedAttention: decomposed('cachedAttention'),
+  loraBankLinear: decomposed('loraBankLinear'),
+  skipRmsNorm: decomposed('skipRmsNorm'),
 } satisfies { readonly [K in OpKey]: MlirRule<K> };
 
 /** The rule of op `K` (typed per op). */

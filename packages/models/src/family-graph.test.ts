@@ -119,3 +119,26 @@ describe('buildLlamaGraph family features', () => {
     });
   }
 });
+
+describe('buildLlamaGraph residual norms', () => {
+  const count = (g: Graph, op: string): number => g.nodes.filter((n) => n.kind === 'op' && n.op === op).length;
+  /** An `add` whose sum an `rmsNorm` reads: what the graph should hold as one `skipRmsNorm` instead. */
+  const addThenNorm = (g: Graph): number =>
+    g.nodes.filter((n) => n.kind === 'op' && n.op === 'rmsNorm' && (() => {
+      const src = g.nodes[g.values[n.operands[0]!]!.node]!;
+      return src.kind === 'op' && src.op === 'add';
+    })()).length;
+
+  it.each([
+    ['pre', false, 2 * 3],
+    ['pre', true, 2 * 3 - 1],
+    ['sandwich', false, 2 * 3],
+    ['post', false, 1],
+    ['post', true, 0],
+  ] as const)('layout %s (last logits only: %s): every residual add normalized next is one skipRmsNorm (%i)', (normLayout, lastLogitsOnly, want) => {
+    const shape: LlamaShape = { vocabSize: 50, hiddenSize: 32, intermediateSize: 40, numLayers: 3, numHeads: 4, numKvHeads: 2, normLayout };
+    const g = buildLlamaGraph(shape, { lastLogitsOnly });
+    expect(count(g, 'skipRmsNorm')).toBe(want);
+    expect(addThenNorm(g)).toBe(0);
+  });
+});

@@ -364,10 +364,13 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
     return b.matmul(b.softmax(s, -1), expand(v));
   };
 
-  const norm = (x: Value, name: string, width: number): Value => {
+  const normWeight = (name: string, width: number): Value => {
     const w = b.param(name, ['f32', [width]]);
-    return b.rmsNorm(x, cfg.normOffset === true ? b.add(w, b.scalar(1)) : w, eps);
+    return cfg.normOffset === true ? b.add(w, b.scalar(1)) : w;
   };
+  const norm = (x: Value, name: string, width: number): Value => b.rmsNorm(x, normWeight(name, width), eps);
+  // A residual add whose sum is normalized next: one `skipRmsNorm` (the sum and the normed sum).
+  const addNorm = (x: Value, residual: Value, name: string): [Value, Value] => b.skipRmsNorm(x, residual, normWeight(name, H), eps);
   const act = (x: Value): Value => (cfg.hiddenAct === 'gelu_tanh' ? b.gelu(x, 'tanh') : cfg.hiddenAct === 'gelu' ? b.gelu(x) : b.silu(x));
   const layout = cfg.normLayout ?? 'pre';
   const heads = (x: Value, n: number): Value => b.reshape(x, ['batch', 'seq', n, hd]);
@@ -375,11 +378,14 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
 
   let h = b.gather(embed, ids);
   if (cfg.embedScale !== undefined) h = b.mul(h, b.scalar(cfg.embedScale));
+  // The next layer's (or the final) normed input, where the previous layer's last add computed it.
+  let normedIn: Value | undefined;
   for (let l = 0; l < cfg.numLayers; l++) {
     const prefix = `model.layers.${String(l)}`;
     const window = windows?.[l] ?? null;
     h = b.scope(`layers.${String(l)}`, () => {
-      const attnIn = layout === 'post' ? h : norm(h, `${prefix}.input_layernorm.weight`, H);
+      const attnIn = layout === 'post' ? h : (normedIn ?? norm(h, `${prefix}.input_layernorm.weight`, H));
+      normedIn = undefined;
       const ap = `${prefix}.self_attn`;
       const ab = cfg.attentionBias === true;
       const qkvb = ab || opts.qkvBias === true;
@@ -430,9 +436,8 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
       const merged = b.reshape(b.transpose(attn, [0, 2, 1, 3]), ['batch', 'seq', nh * hd]);
       let attnOut = linear(b, `${ap}.o_proj`, merged, nh * hd, H, ab);
       if (layout !== 'pre') attnOut = norm(attnOut, `${prefix}.post_attention_layernorm.weight`, H);
-      const h1 = b.add(h, attnOut);
-      const mlpIn =
-        layout === 'pre' ? norm(h1, `${prefix}.post_attention_layernorm.weight`, H) : layout === 'sandwich' ? norm(h1, `${prefix}.pre_feedforward_layernorm.weight`, H) : h1;
+      const post = layout === 'post' ? b.add(h, attnOut) : undefined;
+      const [h1, mlpIn] = post !== undefined ? [post, post] : addNorm(h, attnOut, `${prefix}.${layout === 'pre' ? 'post_attention_layernorm' : 'pre_feedforward_layernorm'}.weight`);
       const mp = `${prefix}.mlp`;
       let mlpOut: Value;
       if (cfg.moe !== undefined && cfg.moe.layers?.[l] !== false) {
@@ -454,11 +459,18 @@ export function buildLlamaGraph(cfg: LlamaShape, opts: LlamaGraphOptions = {}): 
         mlpOut = linear(b, `${mp}.down_proj`, b.mul(act(gate), up), I, H, mb);
       }
       if (layout !== 'pre') mlpOut = norm(mlpOut, `${prefix}.post_feedforward_layernorm.weight`, H);
-      return b.add(h1, mlpOut);
+      // The residual sum and, where the next norm reads it whole, that norm (the next layer's input
+      // norm; the final norm unless only the last position's logits are wanted).
+      const next =
+        l + 1 < cfg.numLayers ? (layout === 'post' ? undefined : `model.layers.${String(l + 1)}.input_layernorm.weight`) : opts.lastLogitsOnly === true ? undefined : 'model.norm.weight';
+      if (next === undefined) return b.add(h1, mlpOut);
+      const [sum, normed] = addNorm(h1, mlpOut, next);
+      normedIn = normed;
+      return sum;
     });
   }
   const last = opts.lastLogitsOnly === true ? b.reshape(b.slice(h, 1, -1), ['batch', H]) : h;
-  const normed = norm(last, 'model.norm.weight', H);
+  const normed = normedIn ?? norm(last, 'model.norm.weight', H);
   const head = cfg.tieWordEmbeddings === true && opts.separateHead !== true ? embed : b.param('lm_head.weight', ['f32', [cfg.vocabSize, H]]);
   let logits = b.linear(normed, head);
   if (cfg.finalSoftcap !== undefined) logits = b.mul(b.tanh(b.div(logits, b.scalar(cfg.finalSoftcap))), b.scalar(cfg.finalSoftcap));

@@ -57,9 +57,9 @@ function block(heads: number, kvHeads: number, hd: number, opts: { interleaved?:
   const k = b.transpose(b.reshape(b.slice(normed, -1, 0, kvHeads * hd), ['batch', 'seq', kvHeads, hd]), [0, 2, 1, 3]);
   b.output('q', b.rotary(q, cos, sin, opts.interleaved === true));
   b.output('k', b.rotary(k, cos, sin, opts.interleaved === true));
-  const sum = b.add(x, r);
+  const [sum, y] = b.skipRmsNorm(x, r, b.param('w2', ['f32', [H]]), 1e-5);
   b.output('sum', sum);
-  b.output('y', b.rmsNorm(sum, b.param('w2', ['f32', [H]]), 1e-5));
+  b.output('y', y);
   return b.build();
 }
 
@@ -100,19 +100,36 @@ describe('fused lowerings match the interpreter on onnxruntime', () => {
     }
   });
 
-  it('fuses a residual add into the norm only when the sum has the norm as a consumer and operands of one shape', async () => {
-    const b = new GraphBuilder('bcast');
+  it('lowers skipRmsNorm by its table entry only: an add + rmsNorm of primitives is never fused', async () => {
+    const b = new GraphBuilder('primitives');
     const x = b.input('x', ['f32', ['n', 8]]);
-    const bias = b.param('bias', ['f32', [8]]);
-    b.output('y', b.rmsNorm(b.add(x, bias), undefined, 1e-6));
+    const r = b.input('r', ['f32', ['n', 8]]);
+    b.output('y', b.rmsNorm(b.add(x, r), undefined, 1e-6));
     const g = b.build();
-    const inputs = { x: rand([3, 8], 9) };
-    const weights = { bias: rand([8], 10) };
-    const fused = await runOrt(g, inputs, weights, ONNX_FUSED_RULES);
-    // A broadcast add (bias [8]) is not a residual: the norm fuses alone.
+    const inputs = { x: rand([3, 8], 9), r: rand([3, 8], 10) };
+    const fused = await runOrt(g, inputs, {}, ONNX_FUSED_RULES);
     expect(fused.ops).toContain('SimplifiedLayerNormalization');
     expect(fused.ops).not.toContain('SkipSimplifiedLayerNormalization');
-    expect(maxAbsDiff(fused.out['y']!, interpret(g, { inputs, weights })['y']!.data)).toBeLessThan(2e-5);
+    expect(maxAbsDiff(fused.out['y']!, interpret(g, { inputs, weights: {} })['y']!.data)).toBeLessThan(2e-5);
+  });
+
+  it('keeps the add and the norm for a skipRmsNorm the contrib op does not take (rank 4, f64)', async () => {
+    for (const [dtype, shape] of [['f32', [2, 1, 3, 8]], ['f64', [3, 8]]] as const) {
+      const b = new GraphBuilder('other');
+      const [sum, y] = b.skipRmsNorm(b.input('x', [dtype, shape]), b.input('r', [dtype, shape]), undefined, 1e-6);
+      b.output('sum', dtype === 'f64' ? b.cast(sum, 'f32') : sum);
+      b.output('y', dtype === 'f64' ? b.cast(y, 'f32') : y);
+      const g = b.build();
+      const model = lowerToOnnx(g, { rules: ONNX_FUSED_RULES });
+      expect(model.nodes.map((m) => m.opType)).not.toContain('SkipSimplifiedLayerNormalization');
+      expect(model.nodes.map((m) => m.opType)).toContain('Add');
+      if (dtype === 'f32') {
+        const inputs = { x: rand(shape, 11), r: rand(shape, 12) };
+        const fused = await runOrt(g, inputs, {}, ONNX_FUSED_RULES);
+        const want = interpret(g, { inputs, weights: {} });
+        for (const name of ['sum', 'y']) expect(maxAbsDiff(fused.out[name]!, want[name]!.data), name).toBeLessThan(2e-5);
+      }
+    }
   });
 
   /** The engine's attention: q/k/v projections [batch, seq, heads·d], a resident past [batch, past, kv, d], an additive mask. */

@@ -17,7 +17,6 @@ import {
   opDef,
   substituteDim,
   errorMessage,
-  dimToString,
 } from '@stageml/ir';
 import type { NodeProto } from 'onnx-buf';
 
@@ -27,8 +26,8 @@ import { ElemType, computeType, hostBytes } from './dtypes.js';
 import { OnnxCode, OnnxLowerError } from './errors.js';
 import type { Lowering, OnnxRuleTable } from './rule.js';
 import { ONNX_RULES } from './rules.js';
-import { MS_DOMAIN, usesMatMulNBits } from './rules-quant.js';
-import { nodeProto, nodeReads } from './proto.js';
+import { usesMatMulNBits } from './rules-quant.js';
+import { nodeReads } from './proto.js';
 
 /** The ONNX opset the lowering targets (default domain). */
 export const ONNX_OPSET = 18;
@@ -42,13 +41,6 @@ export interface LowerOnnxOptions {
   readonly weights?: WeightStore | Readonly<Record<string, HostTensor>>;
   /** The lowering table (default `ONNX_RULES`); override entries to experiment or test. */
   readonly rules?: OnnxRuleTable;
-  /**
-   * Fuse a residual add into the rmsNorm that consumes it (`com.microsoft`
-   * SkipSimplifiedLayerNormalization, whose fourth output is the sum), where the norm lowered to
-   * SimplifiedLayerNormalization and both addends have one shape (default true; it never fires
-   * with `ONNX_STANDARD_RULES`).
-   */
-  readonly fuseSkipNorm?: boolean;
 }
 
 /** A graph input or output of the lowered model. */
@@ -131,43 +123,6 @@ function u8Bytes(t: HostTensor): Uint8Array<ArrayBuffer> {
 }
 
 /**
- * Fuses `y = rmsNorm(a + b)` into one `com.microsoft` SkipSimplifiedLayerNormalization node whose
- * fourth output is the sum (the residual stream, still needed downstream), in place: the Add
- * node goes, the norm's SimplifiedLayerNormalization node becomes the fused one. Only f32 adds of
- * two operands of one shape (rank 2 or 3, what the kernel takes) whose sum no node between the
- * two reads (so the sum may be produced later without breaking the topological order).
- */
-function fuseSkipNorms(graph: Graph, nodes: NodeProto[], emitted: readonly (readonly [number, number] | undefined)[], names: readonly (string | undefined)[]): void {
-  const drop = new Set<number>();
-  graph.nodes.forEach((n, i) => {
-    if (n.kind !== 'op' || n.op !== 'rmsNorm') return;
-    const sumId = n.operands[0]!;
-    const producerIndex = graph.values[sumId]!.node;
-    const add = graph.nodes[producerIndex]!;
-    if (add.kind !== 'op' || add.op !== 'add') return;
-    const [ta, tb] = add.operands.map((v) => graph.values[v]!.type) as [TensorType, TensorType];
-    const same = ta.shape.length === tb.shape.length && ta.shape.every((d, k) => dimToString(d) === dimToString(tb.shape[k]!));
-    if (ta.dtype !== 'f32' || tb.dtype !== 'f32' || !same || (ta.shape.length !== 2 && ta.shape.length !== 3)) return;
-    const [as, ae] = emitted[producerIndex] ?? [0, 0];
-    const [ns, ne] = emitted[i] ?? [0, 0];
-    const sum = names[sumId]!;
-    const ai = nodes.slice(as, ae).findIndex((x) => x.opType === 'Add' && x.output[0] === sum && x.domain === '');
-    const ni = nodes.slice(ns, ne).findIndex((x) => x.opType === 'SimplifiedLayerNormalization' && x.input[0] === sum);
-    if (ai < 0 || ni < 0 || ae - as !== 1 || ne - ns !== 1) return;
-    const addNode = nodes[as + ai]!;
-    for (let k = as + ai + 1; k < ns + ni; k++) if (nodeReads(nodes[k]!).includes(sum)) return;
-    const norm = nodes[ns + ni]!;
-    const eps = norm.attribute.find((a) => a.name === 'epsilon')!;
-    nodes[ns + ni] = nodeProto('SkipSimplifiedLayerNormalization', [addNode.input[0]!, addNode.input[1]!, norm.input[1]!], [norm.output[0]!, '', '', sum], norm.name.replace('SimplifiedLayerNormalization', 'SkipSimplifiedLayerNormalization'), { epsilon: { float: eps.f } }, MS_DOMAIN);
-    drop.add(as + ai);
-  });
-  if (drop.size === 0) return;
-  const kept = nodes.filter((_, k) => !drop.has(k));
-  nodes.length = 0;
-  nodes.push(...kept);
-}
-
-/**
  * Removes nodes none of whose results reach a graph output (what a fused rule leaves behind: the
  * KV concat GroupQueryAttention reads as past and new halves instead), in place.
  */
@@ -243,7 +198,6 @@ export function lowerToOnnx(source: Graph, opts: LowerOnnxOptions = {}): OnnxMod
 
   const native = nativeU8Params(graph, subst);
   const names = new Array<string | undefined>(graph.values.length);
-  const emitted = new Array<readonly [number, number] | undefined>(graph.nodes.length);
   graph.nodes.forEach((n, i) => {
     if (n.kind === 'input') {
       names[n.results[0]!] = n.name;
@@ -291,9 +245,7 @@ export function lowerToOnnx(source: Graph, opts: LowerOnnxOptions = {}): OnnxMod
       if (b.isShared(outs[k]!) || !renameSince(b.nodes, start, outs[k]!, target)) b.emitTo('Identity', [outs[k]!], [target]);
       names[v] = target;
     });
-    emitted[i] = [start, b.nodes.length];
   });
-  if (opts.fuseSkipNorm ?? true) fuseSkipNorms(graph, b.nodes, emitted, names);
   b.setScope('outputs');
   for (const o of graph.outputs) {
     const name = names[o.value]!;

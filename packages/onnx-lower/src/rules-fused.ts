@@ -23,6 +23,29 @@ export const rmsNormFused = lowering<'rmsNorm'>((ctx) => {
   return [b.op('SimplifiedLayerNormalization', [inputs[0]!, scale], { axis: -1, epsilon: { float: attrs.eps }, stash_type: 1 })];
 });
 
+/**
+ * skipRmsNorm as one onnxruntime `com.microsoft` SkipSimplifiedLayerNormalization node (input x,
+ * skip residual, gamma w; outputs the normed value and, fourth, input + skip: the residual stream).
+ * f32 x and residual of rank 2 or 3 (what the kernel takes; the IR op already requires one shape)
+ * with a weight `rmsNormFused` would take; other cases keep the decomposed lowering (`add`, then
+ * `rmsNormFused`, itself falling back to the decomposed norm).
+ */
+export const skipRmsNormFused = lowering<'skipRmsNorm'>((ctx) => {
+  const { b, inputs, operands, attrs } = ctx;
+  const x = operands[0]!;
+  const d = b.resolve(x.shape[x.shape.length - 1]!);
+  const w = operands[2];
+  const weightOk = w === undefined ? typeof d === 'number' : w.dtype === 'f32' && w.shape.length === 1 && dimEquals(b.resolve(w.shape[0]!), d);
+  if (x.dtype !== 'f32' || (x.shape.length !== 2 && x.shape.length !== 3) || !weightOk) {
+    const sum = b.op('Add', [inputs[0]!, inputs[1]!]);
+    const normed = rmsNormFused.lower({ b, attrs, inputs: [sum, ...inputs.slice(2)], operands: [x, ...operands.slice(2)], results: [ctx.results[1]!] })[0]!;
+    return [sum, normed];
+  }
+  const scale = inputs[2] ?? b.constant(ElemType.FLOAT, [d as number], new Array<number>(d as number).fill(1));
+  const [y, , , sum] = b.msEmit('SkipSimplifiedLayerNormalization', [inputs[0]!, inputs[1]!, scale], { epsilon: { float: attrs.eps } }, 4);
+  return [sum!, y!];
+});
+
 /** Ops that map each element of the last axis on its own (so equal halves stay equal). */
 const PER_ELEMENT = new Set(['cos', 'sin', 'neg', 'cast', 'abs']);
 

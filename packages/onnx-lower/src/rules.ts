@@ -2,7 +2,7 @@ import { UNARY, binary, cast, compare, gelu, nanPropagating, rsqrt, silu, where 
 import { gather, indexSelect, scatterAdd, topk } from './rules-index.js';
 import { argmax, groupedMatmul, layerNorm, linear, matmul, max, mean, rmsNorm, softmax, sum } from './rules-linalg.js';
 import { attention, rotary } from './rules-nn.js';
-import { attentionFused, linearWeightMajor, rmsNormFused, rotaryFused } from './rules-fused.js';
+import { attentionFused, linearWeightMajor, rmsNormFused, rotaryFused, skipRmsNormFused } from './rules-fused.js';
 import { quantizedLinear } from './rules-quant.js';
 import { broadcastTo, concat, constant, iota, randomUniform, reshape, slice, transpose } from './rules-shape.js';
 import { type OnnxRuleTable, decomposed } from './rule.js';
@@ -75,12 +75,15 @@ export const ONNX_RULES = {
   quantizedLoraBank: decomposed(),
   loraLinear: decomposed(),
   cachedAttention: decomposed(),
+  loraBankLinear: decomposed(),
+  // The standard table has no skip norm: the add and the norm's decomposed lowering.
+  skipRmsNorm: decomposed(),
 } as const satisfies OnnxRuleTable;
 
 /**
- * `ONNX_RULES` with onnxruntime's fused kernels: rmsNorm as `SimplifiedLayerNormalization` (and,
- * through `lowerToOnnx`'s skip-norm pass, a residual add + rmsNorm as `com.microsoft`
- * SkipSimplifiedLayerNormalization), rotary as `com.microsoft` RotaryEmbedding and causal
+ * `ONNX_RULES` with onnxruntime's fused kernels: rmsNorm as `SimplifiedLayerNormalization`, the
+ * residual add + rmsNorm op `skipRmsNorm` as `com.microsoft` SkipSimplifiedLayerNormalization
+ * (`skipRmsNormFused`), rotary as `com.microsoft` RotaryEmbedding and causal
  * attention as `com.microsoft` GroupQueryAttention where their semantics provably match
  * (`rmsNormFused`, `rotaryFused`, `attentionFused`), and linears with run-time weights in the
  * weight-major form for several rows (`linearWeightMajor`). Opt-in (the executor's `rules`): on
@@ -92,6 +95,7 @@ export const ONNX_FUSED_RULES = {
   ...ONNX_RULES,
   linear: linearWeightMajor,
   rmsNorm: rmsNormFused,
+  skipRmsNorm: skipRmsNormFused,
   rotary: rotaryFused,
   attention: attentionFused,
 } as const satisfies OnnxRuleTable;

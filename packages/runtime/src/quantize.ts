@@ -1,4 +1,5 @@
 import {
+  type AttrsOf,
   type Graph,
   GraphBuilder,
   type HostTensor,
@@ -7,6 +8,7 @@ import {
   type Value,
   type ValueId,
   type WeightQuantOptions,
+  loraBankLinearOperands,
   quantizeWeight,
 } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from './errors.js';
@@ -83,8 +85,14 @@ function blockSizeFor(spec: WeightQuantSpec, inFeatures: number): number {
   return spec.bits === 4 ? inFeatures + (inFeatures % 2) : inFeatures;
 }
 
+/** Ops whose operand 1 is a linear weight W [out, in] the pass may quantize. */
+function isLinearOp(op: string): op is 'linear' | 'loraBankLinear' {
+  return op === 'linear' || op === 'loraBankLinear';
+}
+
 /**
- * The weight-only quantization pass: rewrites every `linear(x, W)` whose weight W is an f32
+ * The weight-only quantization pass: rewrites every `linear(x, W)` (and the base linear of every
+ * `loraBankLinear`, which becomes `loraBank` over the quantized linear) whose weight W is an f32
  * [out, in] parameter with data in `constants` (and that `choose` picks) into
  * `quantizedLinear(x, W.qweight, W.scales[, W.zero_points])` (+ bias), and replaces W's data by
  * the packed codes, f32 scales and u8 zero points. A weight also used elsewhere (a tied
@@ -106,7 +114,7 @@ export function quantizeLinears(graph: Graph, constants: Readonly<Record<string,
     n.operands.forEach((v, i) => {
       const name = paramOf.get(v);
       if (name === undefined) return;
-      if (n.op !== 'linear' || i !== 1) otherUse.add(name);
+      if (!isLinearOp(n.op) || i !== 1) otherUse.add(name);
     });
   }
   for (const o of graph.outputs) {
@@ -114,7 +122,7 @@ export function quantizeLinears(graph: Graph, constants: Readonly<Record<string,
     if (name !== undefined) otherUse.add(name);
   }
   for (const n of graph.nodes) {
-    if (n.kind !== 'op' || n.op !== 'linear') continue;
+    if (n.kind !== 'op' || !isLinearOp(n.op)) continue;
     const name = paramOf.get(n.operands[1]!);
     if (name === undefined || chosen.has(name)) continue;
     const w = constants[name];
@@ -170,13 +178,23 @@ export function quantizeLinears(graph: Graph, constants: Readonly<Record<string,
       if (!chosen.has(n.name) || otherUse.has(n.name)) map[v0] = b.param(n.name, info.type);
       return;
     }
-    const name = n.op === 'linear' ? paramOf.get(n.operands[1]!) : undefined;
+    const name = isLinearOp(n.op) ? paramOf.get(n.operands[1]!) : undefined;
     if (name !== undefined && chosen.has(name)) {
       const p = qOf(name);
       const { attrs } = chosen.get(name)!.packed;
-      const y = b.quantizedLinear(map[n.operands[0]!]!, p.q, p.s, p.z, attrs);
-      const bias = n.operands[2];
-      map[v0] = bias === undefined ? y : b.add(y, map[bias]!);
+      const x = map[n.operands[0]!]!;
+      const y = b.quantizedLinear(x, p.q, p.s, p.z, attrs);
+      if (n.op === 'linear') {
+        const bias = n.operands[2];
+        map[v0] = bias === undefined ? y : b.add(y, map[bias]!);
+        return;
+      }
+      // A `loraBankLinear` over a quantized W: its decomposition with the quantized base linear.
+      const a = n.attrs as AttrsOf<'loraBankLinear'>;
+      const t = loraBankLinearOperands(n.operands.map((v) => map[v]!), a.form);
+      const base = t.bias === undefined ? y : b.add(y, t.bias);
+      const bank = [t.x, base, t.A, t.B, t.index, ...(t.select === undefined ? [] : [t.select])];
+      map[v0] = b.apply('loraBank', bank, { form: a.form, zeroTail: a.zeroTail }, { name: info.name })[0];
       return;
     }
     const res = b.apply(n.op, n.operands.map((v) => map[v]!), n.attrs, { names: n.results.map((r) => graph.values[r]!.name) });

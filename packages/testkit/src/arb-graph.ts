@@ -533,6 +533,36 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
     }
     return [ctx.b.loraBank('single', x, base, A, B, ctx.b.constant(c.int(slots), 'i64', []), param(ctx, dtype, [rows, 1, 1]))];
   },
+  loraBankLinear: (ctx, c) => {
+    const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) === 3);
+    if (x === undefined) return undefined;
+    const [rows, , inDim] = x.type.shape as [Dim, Dim, Dim];
+    const dtype = x.type.dtype;
+    const out = c.range(1, 3);
+    const slots = c.range(1, 3);
+    const rank = c.range(1, 2);
+    const w = param(ctx, dtype, [out, inDim]);
+    const opts = c.bool() ? { bias: param(ctx, dtype, [out]) } : {};
+    const A = param(ctx, dtype, [slots, rank, inDim]);
+    const B = param(ctx, dtype, [slots, rank, out]);
+    if (isStaticDim(rows) && c.bool()) {
+      const index = ctx.b.constant(Array.from({ length: rows }, () => c.int(slots)), 'i64', [rows]);
+      return [ctx.b.loraBankLinear('gathered', x, w, A, B, index, undefined, opts)];
+    }
+    if (c.bool()) {
+      const groups = c.range(1, slots);
+      const index = ctx.b.constant(Array.from({ length: groups }, () => c.int(slots)), 'i64', [groups]);
+      return [ctx.b.loraBankLinear('grouped', x, w, A, B, index, param(ctx, dtype, [rows, groups]), opts)];
+    }
+    return [ctx.b.loraBankLinear('single', x, w, A, B, ctx.b.constant(c.int(slots), 'i64', []), param(ctx, dtype, [rows, 1, 1]), opts)];
+  },
+  skipRmsNorm: (ctx, c) => {
+    const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) >= 1);
+    if (x === undefined) return undefined;
+    const r = param(ctx, x.type.dtype, [...x.type.shape]);
+    const w = c.bool() ? param(ctx, x.type.dtype, [x.type.shape[rankOf(x) - 1]!]) : undefined;
+    return ctx.b.skipRmsNorm(x, r, w, c.pick([1e-6, 1e-5, 0.01]));
+  },
   quantizedLoraBank: (ctx, c) => {
     const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) === 3);
     if (x === undefined) return undefined;

@@ -298,6 +298,22 @@ export const opSamples: OpSamplers = {
     .chain(([dtype, lead, inDim, out, rank, scale]) =>
       sample<'loraLinear'>(tensors([t(dtype, [...lead, inDim]), t(dtype, [out, inDim]), t(dtype, [rank, inDim]), t(dtype, [out, rank])]), { scale }),
     ),
+  loraBankLinear: fc
+    .tuple(dtypeOf(FLOAT), dim(1, 3), dim(1, 2), dim(1, 3), dim(1, 3), dim(1, 3), dim(1, 2), fc.constantFrom('gathered', 'grouped', 'single'), fc.boolean())
+    .chain(([dtype, rows, seq, inDim, out, slots, rank, form, bias]) =>
+      fc.integer({ min: 1, max: slots }).chain((groups) => {
+        const head = tensors([t(dtype, [rows, seq, inDim]), t(dtype, [out, inDim]), t(dtype, [slots, rank, inDim]), t(dtype, [slots, rank, out])]);
+        const index = form === 'gathered' ? indices('i64', [rows], slots) : form === 'grouped' ? indices('i64', [groups], slots) : indices('i64', [], slots);
+        const select = tensors(form === 'gathered' ? [] : [t(dtype, form === 'grouped' ? [rows, groups] : [rows, 1, 1])]);
+        const tail = tensors(bias ? [t(dtype, [out])] : []);
+        return fc.tuple(head, index, select, tail).map(([h, i, r, k]) => ({ operands: [...h, i, ...r, ...k], attrs: { form } }));
+      }),
+    ),
+  skipRmsNorm: fc
+    .tuple(dtypeOf(FLOAT), shapeOf(1, 3), fc.boolean(), fc.constantFrom(1e-6, 1e-5, 0.1))
+    .chain(([dtype, shape, weight, eps]) =>
+      sample<'skipRmsNorm'>(tensors([t(dtype, shape), t(dtype, shape), ...(weight ? [t(dtype, [shape[shape.length - 1]!])] : [])]), { eps }),
+    ),
   cachedAttention: fc
     .tuple(dtypeOf(FLOAT), shapeOf(0, 1), dim(1, 2), dim(1, 2), dim(1, 3), dim(0, 3), dim(1, 3), dim(1, 3))
     .chain(([dtype, batch, hkv, group, tq, past, d, dv]) =>

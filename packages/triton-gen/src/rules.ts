@@ -81,6 +81,8 @@ export const tritonRules = {
   loraBank: unsupported('the host executor runs it (fused or through its decomposition); triton-gen emits bank kernels for the bankGathered/bankGrouped patterns kernel-patterns recognises in staged residuals'),
   loraLinear: kernel(['loraLinear'], 'every loraLinear op is one fused LoRA-linear kernel'),
   cachedAttention: unsupported('attention kernels are out of scope for triton-gen (LoRA/MoE GEMMs only)'),
+  loraBankLinear: unsupported('the host executor runs it (the bank kernel on the torch worker, elsewhere through its decomposition)'),
+  skipRmsNorm: unsupported('normalization is not fused: the host executor runs it'),
 } satisfies Readonly<Record<OpKey, TritonRule>>;
 
 /** Why the backend leaves an op node of kind `op` to the host executor. */

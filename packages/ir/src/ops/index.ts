@@ -37,6 +37,7 @@ import { quantizedLinear } from './quant.js';
 import { attention, randomUniform, rotary } from './nn.js';
 import { quantizedLoraBank } from './quant-serving.js';
 import { cachedAttention, loraBank, loraLinear } from './serving.js';
+import { loraBankLinear, skipRmsNorm } from './serving-fused.js';
 import { argmax, layerNorm, max, mean, rmsNorm, softmax, sum } from './reduce.js';
 import { broadcastTo, concat, reshape, slice, transpose } from './shape.js';
 
@@ -105,6 +106,8 @@ export const OPS = {
   quantizedLoraBank,
   loraLinear,
   cachedAttention,
+  loraBankLinear,
+  skipRmsNorm,
 } as const;
 
 /** Registry key of an op (`matmul`, `rmsNorm`). */

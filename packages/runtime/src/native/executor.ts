@@ -1,5 +1,5 @@
 import { availableParallelism } from 'node:os';
-import { type DType, type DecomposedRule, type Graph, type HostTensor, OP_KEYS, type OpKey, type OpNode, type TensorType, type UnsupportedRule, errorMessage, expandComposites, unsupportedRule } from '@stageml/ir';
+import { type DType, type DecomposedRule, type Graph, type HostTensor, OP_KEYS, type OpKey, type OpNode, type TensorType, type UnsupportedRule, decomposedRule, errorMessage, expandComposites, unsupportedRule } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from '../errors.js';
 import { type Executor, type ExecutorCapabilities, type PreparedGraph, PreparedGraphs, type RunOptions, capabilitiesOfTable, checkInputs, expandFor, resolveWeights } from '../executor.js';
 import type { ValueSource } from '../values.js';
@@ -89,6 +89,10 @@ export const CPU_NATIVE_RULES = {
   loraLinear: { kind: 'native', decomposeWhen: (_attrs, operands) => operands.some((t) => t.dtype !== 'f32') },
   // One ATTENTION_KV instruction reading the position-major cache and the step's keys in place.
   cachedAttention: { kind: 'native', decomposeWhen: (_attrs, operands) => operands[0]!.shape.length !== 4 },
+  // Its base LINEAR and the bank's instructions (LORA for the gathered form), as before the op existed.
+  loraBankLinear: decomposedRule(),
+  // ADD and RMSNORM: the runner has no fused skip norm (the add is one streaming pass either way).
+  skipRmsNorm: decomposedRule(),
 } as const satisfies Readonly<Record<OpKey, CpuNativeRule>>;
 
 /** Ops the native runner executes, natively or through their decomposition. */

@@ -86,4 +86,6 @@ export const TFJS_RULES = {
   quantizedLoraBank: decomposed(),
   loraLinear: decomposed(),
   cachedAttention: decomposed(),
+  loraBankLinear: decomposed(),
+  skipRmsNorm: decomposed(),
 } as const satisfies TfRuleTable;

@@ -20,11 +20,11 @@ export const TORCH_TENSOR_PARALLEL_ENV = 'STAGEML_TORCH_TENSOR_PARALLEL_SIZE';
 
 /**
  * The composite ops the worker runs with handlers of its own (its op table, native/stageml_torch/ops.py
- * `OPS`): the serving ops `loraBank` (the bank kernel on CUDA), `loraLinear` (its decomposition, op by
+ * `OPS`): the serving ops `loraBankLinear` (the bank kernel on CUDA), `loraBank`, `loraLinear` (its decomposition, op by
  * op) and `cachedAttention` (the step's keys appended to a staged cache in place, SDPA) among them. Every other composite, and any op added
  * with `registerOp`, reaches the worker as its decomposition (`expandFor`).
  */
-export const TORCH_WORKER_COMPOSITES: ReadonlySet<OpKey> = new Set<OpKey>(['rmsNorm', 'rotary', 'attention', 'loraBank', 'loraLinear', 'cachedAttention']);
+export const TORCH_WORKER_COMPOSITES: ReadonlySet<OpKey> = new Set<OpKey>(['rmsNorm', 'rotary', 'attention', 'loraBank', 'loraBankLinear', 'loraLinear', 'cachedAttention']);
 
 /**
  * The composites a tensor-parallel worker group runs as ops: the sharding pass (native/stageml_torch/tp.py)
@@ -74,7 +74,7 @@ export interface TorchExecutorOptions {
 
 /** Which kernel steps the worker gave a graph's ops when it prepared it (all 0: every op runs its table entry). */
 export interface TorchFusion {
-  /** `loraBank` ops run with their base linear as one bank-kernel step (native/stageml_torch/bank.py; `STAGEML_TORCH_FUSE`). */
+  /** `loraBankLinear` ops run as one bank-kernel step (native/stageml_torch/bank.py; `STAGEML_TORCH_FUSE`). */
   readonly slotLinears: number;
   /** Sets of those sharing one input (a layer's q, k, v; gate, up) run as one step (`STAGEML_TORCH_BANK_SETS`). */
   readonly slotSets: number;
@@ -813,7 +813,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       };
       let current = await onWorker();
       const f = current.fused;
-      opts.log?.(`${name}: prepared @${graph.name}: ${String(f.slotLinears)} loraBank ops on the bank kernel (${String(f.slotSets)} sets), ${String(f.cacheConcats)} in-place cache appends${ranks > 1 ? `, ${String(f.collectives)} collectives per run` : ''}`);
+      opts.log?.(`${name}: prepared @${graph.name}: ${String(f.slotLinears)} loraBankLinear ops on the bank kernel (${String(f.slotSets)} sets), ${String(f.cacheConcats)} in-place cache appends${ranks > 1 ? `, ${String(f.collectives)} collectives per run` : ''}`);
       let disposed = false;
       const gone = (): RuntimeError => new RuntimeError(RuntimeCode.DISPOSED, `@${graph.name} on ${name} was disposed`);
       return {

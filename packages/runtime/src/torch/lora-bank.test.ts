@@ -1,5 +1,5 @@
-// The torch worker's `loraBank` handlers (native/stageml_torch/bank.py, ops.op_lora_bank) on CPU
-// torch: the op's table entry computes exactly its decomposition; with the kernel step
+// The torch worker's `loraBankLinear` handlers (native/stageml_torch/bank.py, ops.op_lora_bank_linear)
+// on CPU torch: the op's table entry computes exactly its decomposition; with the kernel step
 // (STAGEML_TORCH_FUSE=1 on the CPU) a stand-in for the bank kernel `stream.lora_bank_linear`
 // (monkeypatched: it records its arguments and returns a torch reference) sees the slots it is
 // given (−1 for base rows, each row's slot repeated over seq), the ranks derived from the tables,
@@ -19,29 +19,30 @@ const R = 16;
 const IN = 16;
 const OUT = 24;
 
-/** One slot linear as the engine's slotLinear builds it (at bf16 with adapterDtype same: one `loraBank` op over `linear(x, W[, bias])`). */
+/** One slot linear as the engine's slotLinear builds it (at bf16 with adapterDtype same: one `loraBankLinear` op over x, W[, bias]). */
 function slotGraph(form: 'gathered' | 'single' | 'grouped', bias: boolean, opts: { dtype?: DType; decomposed?: boolean } = {}): string {
   const dt = opts.dtype ?? 'bf16';
   const b = new GraphBuilder(`slot_${form}`);
   const x = b.input('x', [dt, ['batch', 'seq', IN]]);
   const w = b.input('W', [dt, [OUT, IN]]);
-  const base = b.linear(x, w, bias ? b.input('bias', [dt, [OUT]]) : undefined);
+  const more = bias ? { bias: b.input('bias', [dt, [OUT]]) } : {};
   const A = b.input('A', [dt, [S, R, IN]]);
   const B = b.input('B', [dt, [S, R, OUT]]);
   const cast = (v: ReturnType<typeof b.input>): ReturnType<typeof b.input> => (dt === 'f32' ? v : b.cast(v, dt));
   if (form === 'gathered') {
-    b.output('y', b.loraBank('gathered', x, base, A, B, b.input('row_slot', ['i64', ['batch']])));
+    b.output('y', b.loraBankLinear('gathered', x, w, A, B, b.input('row_slot', ['i64', ['batch']]), undefined, more));
   } else if (form === 'grouped') {
     const onehot = cast(b.input('row_group', ['f32', ['batch', 'groups']]));
-    b.output('y', b.loraBank('grouped', x, base, A, B, b.input('group_slot', ['i64', ['groups']]), onehot));
+    b.output('y', b.loraBankLinear('grouped', x, w, A, B, b.input('group_slot', ['i64', ['groups']]), onehot, more));
   } else {
     const mask = cast(b.input('row_mask', ['f32', ['batch', 1, 1]]));
-    b.output('y', b.loraBank('single', x, base, A, B, b.input('one_slot', ['i64', []]), mask));
+    b.output('y', b.loraBankLinear('single', x, w, A, B, b.input('one_slot', ['i64', []]), mask, more));
   }
   const g = b.build();
   const dir = mkdtempSync(join(tmpdir(), 'lora-bank-'));
   const file = join(dir, `${form}${bias ? '-bias' : ''}-${dt}${opts.decomposed === true ? '-decomposed' : ''}.json`);
-  writeFileSync(file, JSON.stringify(graphToJson(opts.decomposed === true ? expandComposites(g, (op) => op === 'loraBank') : g)));
+  // Decomposed: the linear and `loraBank`'s primitive graph, what the engine emitted before the op.
+  writeFileSync(file, JSON.stringify(graphToJson(opts.decomposed === true ? expandComposites(g, (op) => op === 'loraBankLinear' || op === 'loraBank') : g)));
   return file;
 }
 
@@ -80,19 +81,18 @@ def close(a, b):
 
 /** Slot linears (gathered) of one x (q, k, v), one whose weight is computed after the first of them,
  * and one of another input: `group_banks` may set only the first three. */
-/** A `loraBank` whose base is the linear's output also read elsewhere, and one whose base is not a linear: both stay table entries. */
-function baseNotLinearGraph(): string {
+/** `loraBank` ops, one of them over a `linear(x, W)` of its own x read by it alone: the kernel binds
+ * `loraBankLinear` by name, never a `loraBank` by what produced its base. */
+function plainBankGraph(): string {
   const b = new GraphBuilder('base_not_linear');
   const x = b.input('x', ['bf16', ['batch', 'seq', IN]]);
   const rows = b.input('row_slot', ['i64', ['batch']]);
   const A = b.input('A', ['bf16', [S, R, IN]]);
   const B = b.input('B', ['bf16', [S, R, OUT]]);
-  const base = b.linear(x, b.input('W', ['bf16', [OUT, IN]]));
-  b.output('y', b.loraBank('gathered', x, base, A, B, rows));
-  b.output('base', base);
+  b.output('y', b.loraBank('gathered', x, b.linear(x, b.input('W', ['bf16', [OUT, IN]])), A, B, rows));
   b.output('z', b.loraBank('gathered', x, b.input('given', ['bf16', ['batch', 'seq', OUT]]), A, B, rows));
   const dir = mkdtempSync(join(tmpdir(), 'lora-bank-'));
-  const file = join(dir, 'base-not-linear.json');
+  const file = join(dir, 'plain-bank.json');
   writeFileSync(file, JSON.stringify(graphToJson(b.build())));
   return file;
 }
@@ -104,7 +104,7 @@ function siblingsGraph(): string {
   const lin = (xv: ReturnType<typeof b.input>, w: ReturnType<typeof b.input>, i: number) => {
     const A = b.input(`A${String(i)}`, ['bf16', [S, R, IN]]);
     const B = b.input(`B${String(i)}`, ['bf16', [S, R, OUT]]);
-    return b.loraBank('gathered', xv, b.linear(xv, w), A, B, rows);
+    return b.loraBankLinear('gathered', xv, w, A, B, rows);
   };
   const q = lin(x, b.input('W0', ['bf16', [OUT, IN]]), 0);
   // computed after q's step: this projection cannot move up to q's place
@@ -123,7 +123,7 @@ function siblingsGraph(): string {
   return file;
 }
 
-describeWithTorch("the torch worker's loraBank handlers (stageml_torch.bank)", () => {
+describeWithTorch("the torch worker's loraBankLinear handlers (stageml_torch.bank)", () => {
   it('computes exactly the decomposition in every form, f32 and bf16, with and without a bias (the table entry, no kernel step)', () => {
     const cases: [string, string][] = [];
     for (const form of ['gathered', 'single', 'grouped'] as const) {
@@ -147,7 +147,7 @@ print(json.dumps(res))
 `) as { keys: string[]; equal: boolean; fused: number }[];
     expect(out).toHaveLength(12);
     for (const r of out) {
-      expect(r.keys).toContain('loraBank');
+      expect(r.keys.filter((k) => k !== 'cast')).toEqual(['loraBankLinear']);
       expect(r.equal).toBe(true);
       expect(r.fused).toBe(0);
     }
@@ -174,8 +174,8 @@ print(json.dumps({"fused": [p.fused_slots, u.fused_slots], "steps": [len(p.steps
                   "y_shape": list(y.shape), "same": same, "new": new, "entries": [entries, len(bank._DERIVED)]}))
 `) as { fused: number[]; steps: number[]; calls: Record<string, unknown>[]; err: number; y_shape: number[]; same: number; new: number; entries: number[] };
     expect(out.fused).toEqual([1, 0]);
-    // The kernel step took the base linear in; the table's path runs the linear and the op.
-    expect(out.steps).toEqual([1, 2]);
+    // One step either way: the kernel step, or the op's table entry (the linear, then the update's ops).
+    expect(out.steps).toEqual([1, 1]);
     expect(out.y_shape).toEqual([3, 2, OUT]);
     expect(out.err).toBeLessThan(2e-2);
     expect(out.calls).toHaveLength(3);
@@ -220,7 +220,7 @@ print(json.dumps({"fused": p.fused_slots, "steps": [len(p.steps), len(u.steps)],
 `) as { fused: number; steps: number[]; calls: number[][]; err: number };
     expect(out.fused).toBe(1);
     // Kept: the one-hot's cast (shared by every projection of a program).
-    expect(out.steps).toEqual([2, 3]);
+    expect(out.steps).toEqual([2, 2]);
     expect(out.calls).toEqual([[1, 1, -1, -1, 2, 2]]);
     expect(out.err).toBeLessThan(2e-2);
   });
@@ -305,12 +305,13 @@ print(json.dumps({"slot_sets": [p.slot_sets, apart.slot_sets, u.slot_sets], "fus
     }
   });
 
-  it('gives no step to the kernel with STAGEML_TORCH_FUSE=0, nor under auto on a CPU device, nor where the base is not a linear of x read by the op alone', () => {
+  it('gives no step to the kernel with STAGEML_TORCH_FUSE=0, nor under auto on a CPU device, nor to a loraBank op (whatever produced its base), nor in f32', () => {
     const out = runNativePython(`${PRELUDE}
 path = ${JSON.stringify(slotGraph('gathered', false))}
-other = ${JSON.stringify(baseNotLinearGraph())}
-print(json.dumps([prog(path, m).fused_slots for m in ("0", "auto", "1")] + [prog(other, "1").fused_slots]))
+other = ${JSON.stringify(plainBankGraph())}
+f32 = ${JSON.stringify(slotGraph('gathered', false, { dtype: 'f32' }))}
+print(json.dumps([prog(path, m).fused_slots for m in ("0", "auto", "1")] + [prog(other, "1").fused_slots, prog(f32, "1").fused_slots]))
 `) as number[];
-    expect(out).toEqual([0, 0, 1, 0]);
+    expect(out).toEqual([0, 0, 1, 0, 0]);
   });
 });

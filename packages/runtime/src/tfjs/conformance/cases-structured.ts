@@ -194,6 +194,22 @@ export const STRUCTURED_CASES = {
       b.cachedAttention(q!, pk!, pv!, k!, v!, { causal: true, scale: 0.4 }),
     ),
   ],
+  loraBankLinear: [
+    c('loraBankLinear gathered with bias, symbolic rows', [t('f32', ['n', 2, 4], { dims: [3, 2, 4] }), t('f32', [5, 4], { param: true }), t('f32', [3, 2, 4]), t('f32', [3, 2, 5]), t('i64', ['n'], { dims: [3], values: [2, 0, 2] }), t('f32', [5], { param: true })], (b, [x, w, A, B, i, k]) =>
+      b.loraBankLinear('gathered', x!, w!, A!, B!, i!, undefined, { bias: k! }),
+    ),
+    c('loraBankLinear grouped one-hot', [t('f32', [3, 1, 4]), t('f32', [5, 4]), t('f32', [3, 2, 4]), t('f32', [3, 2, 5]), t('i64', [2], { values: [1, 2] }), t('f32', [3, 2], { values: [1, 0, 0, 1, 1, 0] })], (b, [x, w, A, B, i, s]) =>
+      b.loraBankLinear('grouped', x!, w!, A!, B!, i!, s),
+    ),
+    c('loraBankLinear single with a base row and a bias', [t('f32', [2, 3, 4]), t('f32', [5, 4]), t('f32', [3, 2, 4]), t('f32', [3, 2, 5]), t('i64', [], { values: [1] }), t('f32', [2, 1, 1], { values: [1, 0] }), t('f32', [5])], (b, [x, w, A, B, i, s, k]) =>
+      b.loraBankLinear('single', x!, w!, A!, B!, i!, s, { bias: k! }),
+    ),
+  ],
+  skipRmsNorm: [
+    c('skipRmsNorm with weight (sum and normed)', [t('f32', [2, 3, 8]), t('f32', [2, 3, 8]), t('f32', [8], { param: true })], (b, [x, r, w]) => b.skipRmsNorm(x!, r!, w, 1e-6)),
+    c('skipRmsNorm without weight, symbolic rows', [t('f32', ['n', 6], { dims: [3, 6] }), t('f32', ['n', 6], { dims: [3, 6] })], (b, [x, r]) => b.skipRmsNorm(x!, r!, undefined, 1e-5)),
+    c('skipRmsNorm bf16', [t('bf16', [2, 8]), t('bf16', [2, 8]), t('bf16', [8])], (b, [x, r, w]) => b.skipRmsNorm(x!, r!, w, 1e-6).flatMap((v) => widened(b, v))),
+  ],
 } as const;
 
 
