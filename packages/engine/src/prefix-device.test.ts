@@ -46,7 +46,7 @@ async function generate(engine: Engine, adapter: string | undefined, prompt: rea
   return { ids, cached: s.cachedTokens };
 }
 
-async function load(executor: TorchExecutor, prefixCaching: EngineOptions['prefixCaching']): Promise<Engine> {
+async function load(executor: TorchExecutor, prefixCaching: NonNullable<EngineOptions['prefixCaching']>): Promise<Engine> {
   const e = await Engine.load(model, { executor, maxLoras: 4, maxLoraRank: 4, prefillChunk: 16, prefixCaching, deviceWeights: false });
   for (const a of ADAPTERS) await e.loadAdapter(join(tmp, a), a);
   return e;

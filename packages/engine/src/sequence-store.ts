@@ -75,10 +75,10 @@ export class SequenceStore {
     this.decodeStaging = new DecodeStaging(config.numLayers, config.numKvHeads * config.headDim);
     this.kvShape = [config.numKvHeads, config.headDim];
     this.executorBytesPerPosition = 2 * config.numLayers * config.numKvHeads * config.headDim * dtypeBytes(dtype) + 4;
-    const forks = caches !== undefined && !this.hostKv && caches.fork !== undefined && caches.keep !== undefined && caches.holds !== undefined;
-    this.#deviceCaches = forks ? caches : undefined;
-    if (forks) prefix?.onRelease((id) => {
-      caches.release([id]);
+    const forks = caches !== undefined && !this.hostKv && caches.fork !== undefined && caches.keep !== undefined && caches.holds !== undefined ? caches : undefined;
+    this.#deviceCaches = forks;
+    prefix?.onRelease((id) => {
+      forks?.release([id]);
     });
   }
 

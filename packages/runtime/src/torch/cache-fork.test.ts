@@ -111,7 +111,7 @@ describeWithTorch('cache forks on the torch worker (CacheStore.fork, keep, holds
     expect(() => caches.fork!(999_999, 1)).toThrow(expect.objectContaining({ code: RuntimeCode.BAD_VALUE }));
     expect(() => caches.fork!(a, -1)).toThrow(expect.objectContaining({ code: RuntimeCode.BAD_VALUE }));
     expect(() => caches.fork!(a, 1.5)).toThrow(expect.objectContaining({ code: RuntimeCode.BAD_VALUE }));
-    expect(() => caches.keep!(999_999, 0)).toThrow(expect.objectContaining({ code: RuntimeCode.BAD_VALUE }));
+    expect(() => { caches.keep!(999_999, 0); }).toThrow(expect.objectContaining({ code: RuntimeCode.BAD_VALUE }));
     // Three positions of a two-position cache: never sent; the fork is lost from the start.
     const f = caches.fork!(a, 3);
     expect(caches.holds!(f, 0)).toBe(false);
