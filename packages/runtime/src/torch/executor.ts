@@ -511,6 +511,8 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
   /** Ids opened and not released (a run finishing after a release does not record its cache). */
   const open = new Set<number>();
   let nextCache = 1;
+  /** Open ids some request has named (a run or a fork): only those can exist on a worker, so only those are dropped there. */
+  const named = new Set<number>();
   /**
    * `cache_fork` / `cache_keep` requests in flight: a run waits for them before it reads `known`,
    * so what it seeds (or finds lost) is decided against what the worker holds after them.
@@ -758,6 +760,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       if (ids.has(r.id)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)} is read by two rows of one run`);
       if (!open.has(r.id)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)} was never opened on ${name} or was released`);
       ids.add(r.id);
+      named.add(r.id);
       const [from, count] = r.append;
       if (!Number.isSafeInteger(from) || !Number.isSafeInteger(count) || from < 0 || count < 0) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)}: append [${String(from)}, ${String(count)}) is not a range of positions`);
       const have = known.get(r.id);
@@ -818,7 +821,9 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         return id;
       },
       release(ids: readonly number[]): void {
-        const gone = ids.filter((id) => open.delete(id));
+        // Only ids a request named: a cache opened and released unused (a prefix hit replaces the
+        // one its sequence opened with a fork) never reached the worker, and costs no request.
+        const gone = ids.filter((id) => open.delete(id) && named.delete(id));
         for (const id of gone) known.delete(id);
         // Also for caches not known yet: a run in flight may be creating them.
         if (gone.length > 0 && conn.alive && !closed) {
@@ -840,6 +845,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         // The worker lacks those positions (restarted, or a failed run left their count unknown):
         // the new cache is lost from the start, and its first run says so (CacheLostError).
         if (length === 0 || have === undefined || have < length || !conn.alive || closed) return to;
+        named.add(to);
         cacheRequest(
           { op: 'cache_fork', from, to, length },
           () => {
