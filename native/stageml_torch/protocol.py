@@ -10,7 +10,9 @@ Requests (`op`): `hello`, `prepare` (graph JSON, device, parameter tensors → `
 (handle, input tensors → output tensors; resident inputs and caches, docs/gpu.md §3),
 `cache_drop` (ids), `dispose` (handle), `shutdown`; since version 4 `load` (tensors the worker reads
 from safetensors files itself), `alloc` (zero tensors) and `write` (element ranges of them, in
-place), all kept as resident inputs by id. Every reply has `ok`;
+place), all kept as resident inputs by id; since version 5 `cache_fork` (a new cache holding the first
+positions of another, copied on the device: prefix caching without a host copy) and `cache_keep`
+(a cache kept at its first positions, out of the persistent batch). Every reply has `ok`;
 a failed request replies `{"ok": false, "code": "RT_…", "message"}` and changes no state.
 """
 

@@ -302,7 +302,12 @@ class Worker:
                 if c is not None and c.staged is not None:
                     # Its row of the batch is free for the next cache to join: nothing else moves.
                     c.staged.free(c)
-            return {"ok": True}, None
+            # `caches`: how many the worker holds now (what the host's stats report as `caches`).
+            return {"ok": True, "caches": len(self.caches)}, None
+        if op == "cache_fork":
+            return self._cache_fork(header.get("from"), header.get("to"), header.get("length"))
+        if op == "cache_keep":
+            return self._cache_keep(header.get("cache"), header.get("length"))
         if op == "dispose":
             self.graphs.drop(self._program(header))
             del self.programs[header["handle"]]
@@ -734,6 +739,59 @@ class Worker:
                 self.caches[r["id"]] = c
 
         return commit, unpermute
+
+    def _held_cache(self, cid, what):
+        """Cache `cid` of a cache request: RT_CACHE_LOST where the worker holds none of that id."""
+        if not _id(cid):
+            raise errors.WorkerError(errors.BAD_VALUE, "%s: cache id %r is not an integer >= 0" % (what, cid))
+        c = self.caches.get(cid)
+        if c is None:
+            raise errors.WorkerError(errors.CACHE_LOST, "%s: cache %d is not held by the worker (never filled, dropped, or lost with a restarted worker)" % (what, cid))
+        return c
+
+    @staticmethod
+    def _positions(c, length, what):
+        """`length` of a cache request: an integer in [0, c.length], else RT_BAD_VALUE."""
+        if not (_id(length) and length <= c.length):
+            raise errors.WorkerError(errors.BAD_VALUE, "%s: length %r is not a count of positions within cache %d's %d" % (what, length, c.cid, c.length))
+        return length
+
+    @staticmethod
+    def _own_copy(c, length):
+        """Cache `c`'s first `length` positions of every stream as buffers of its own (a device copy,
+        `length` positions; at least one, so an empty copy keeps each stream's item shape)."""
+        return {name: buf[: max(length, 1)].clone(memory_format=torch.contiguous_format) for name, buf in c.buffers.items()}
+
+    def _cache_fork(self, src, dst, length):
+        """`cache_fork {from, to, length}`: a new cache `to` holding the first `length` positions of
+        cache `from` (every stream, copied on the device; `from` is left as it was), outside the
+        persistent batch until a run names it (it then joins a free row). Prefix caching seeds a
+        sequence this way from a retained or running sequence's cache instead of prefilling those
+        positions. An unknown `from` is RT_CACHE_LOST, a `to` already held or a length beyond
+        `from`'s RT_BAD_VALUE; nothing changes then."""
+        c = self._held_cache(src, "cache_fork")
+        n = self._positions(c, length, "cache_fork")
+        if not _id(dst) or dst in self.caches:
+            raise errors.WorkerError(errors.BAD_VALUE, "cache_fork: target cache %r is not a free id (an integer >= 0 the worker holds no cache under)" % (dst,))
+        fork = Cache(dst)
+        fork.buffers = self._own_copy(c, n)
+        fork.length = n
+        self.caches[dst] = fork
+        return {"ok": True, "caches": len(self.caches)}, None
+
+    def _cache_keep(self, cid, length):
+        """`cache_keep {cache, length}`: keeps cache `cache` for reuse (a finished sequence's prefix) at its
+        first `length` positions, in buffers of its own: a cache in the persistent batch leaves it
+        (its row is free for the next sequence: a kept cache must not make every graphed decode
+        step run a dummy row for it, nor keep the batch's buffers alive after a re-staging). An
+        unknown id is RT_CACHE_LOST, a length beyond the cache's RT_BAD_VALUE."""
+        c = self._held_cache(cid, "cache_keep")
+        n = self._positions(c, length, "cache_keep")
+        c.buffers = self._own_copy(c, n)
+        if c.staged is not None:
+            c.staged.free(c)
+        c.length = n
+        return {"ok": True, "caches": len(self.caches)}, None
 
     def _layout(self, streams, declared):
         """Each stream's (input name, item shape, storage dtype): what a batch's buffers hold."""

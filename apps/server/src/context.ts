@@ -152,6 +152,17 @@ function newResolver(lm: Engine, opts: ServerOptions, scheduler: Scheduler, metr
   return resolver;
 }
 
+/** The start-up line saying whether prefix caching serves hits and where its KV lives. */
+function prefixCachingLine(lm: Engine, hostKvCopy: boolean): string {
+  if (lm.prefixCaching) {
+    return lm.residentKv && !hostKvCopy
+      ? `prefix caching: on — the ${lm.executorName} executor keeps the cached blocks' KV on its device (hits copy them there; no host copy)`
+      : `prefix caching: on — the cached blocks' KV is kept on the host${lm.residentKv ? ' (--host-kv-copy)' : ''}`;
+  }
+  if (lm.config.rope.type === 'longrope') return 'prefix caching: off — the model is longrope (long prompts prefill in one run)';
+  return `prefix caching: off — the ${lm.executorName} executor holds the only copy of each sequence's KV and cannot copy its caches (give --host-kv-copy to reuse prefixes)`;
+}
+
 /**
  * The engine's gauges, read at scrape time: KV usage (unless given), bytes by kind, merged
  * modules of the applied plan, and the engine's counters.
@@ -264,7 +275,7 @@ export async function createServerContext(opts: ServerOptions): Promise<ServerCo
     const { residualInputs, ...spec } = report.specialize;
     log(`program ${JSON.stringify({ ...report, specialize: { ...spec, residualInputs: residualInputs.length } })}`);
   }
-  if ((opts.prefixCaching ?? true) && !lm.prefixCaching) log(`prefix caching: off — the ${lm.executorName} executor holds the only copy of each sequence's KV (give --host-kv-copy to reuse prefixes)${lm.config.rope.type === 'longrope' ? ', or the model is longrope (long prompts prefill in one run)' : ''}`);
+  if (opts.prefixCaching ?? true) log(prefixCachingLine(lm, opts.hostKvCopy === true));
   const modelName = opts.modelName ?? (modelDir.replace(/[/\\]+$/, '').split(/[/\\]/).pop() ?? 'model');
   await loadStartAdapters(lm, opts, bundle);
   const aliases = new Set((opts.modelAliases ?? []).filter((a) => a !== modelName));

@@ -141,8 +141,9 @@ export class Engine {
   }
 
   /**
-   * Whether prefix caching serves hits (`EngineOptions.prefixCaching`): asked for, the host holds the
-   * keys and values to copy (not resident KV without `hostKvCopy`), and not a longrope model.
+   * Whether prefix caching serves hits (`EngineOptions.prefixCaching`): asked for, the keys and
+   * values can be copied (the host holds them, or the executor holding the only copy forks its
+   * caches: the torch worker), and not a longrope model.
    */
   get prefixCaching(): boolean {
     return this.#seqs.prefixActive;
@@ -168,7 +169,7 @@ export class Engine {
     const { kv, executorKv, staging, prefixKv } = this.#seqs.memory();
     const lanes = this.#adapters.laneBytes;
     const hostAdapters = this.#adapters.hostBytes;
-    const onDevice = this.#deviceWeightBytes + (this.#tables.onDevice ? this.#tables.bytes : 0) + executorKv;
+    const onDevice = this.#deviceWeightBytes + (this.#tables.onDevice ? this.#tables.bytes : 0) + executorKv + (this.#seqs.prefixOnDevice ? prefixKv : 0);
     return { weights: this.#weightBytes, slots: this.#tables.bytes, slotFactors: this.#tables.factorBytes, kv, prefixKv, executorKv, staging, lanes, hostAdapters, total: this.#weightBytes + this.#tables.bytes + kv + prefixKv + executorKv + staging + lanes + hostAdapters, onDevice };
   }
 

@@ -150,9 +150,13 @@ export interface EngineOptions {
    * retained caches evicted first). A new sequence whose prompt starts with indexed blocks copies
    * those positions instead of prefilling them (never its last prompt token, whose logits are
    * needed): `Sequence.cachedTokens`, `EngineStats.prefixCache`. `true`: the defaults (blocks of
-   * 16, a 1 GiB budget). Default off. With resident KV it needs `hostKvCopy` or an executor whose
-   * caches copy (`CacheStore.copy`, the torch worker); a longrope model (whose long prompts are one
-   * run) takes no hits.
+   * 16, a 1 GiB budget). Default off. With resident KV and no `hostKvCopy` the KV stays on the
+   * executor: a finished sequence's cache is kept there (`CacheStore.keep`, trimmed to its indexed
+   * blocks) and a hit forks the holder's cache on the device (`CacheStore.fork`; the torch worker),
+   * the live and retained KV counted at the executor's size per position; an executor without
+   * `fork` takes no hits there. A restarted worker's lost caches are dropped from the index before
+   * a lookup (`PrefixCacheStats.invalidations`). A longrope model (whose long prompts are one run)
+   * takes no hits.
    */
   readonly prefixCaching?: boolean | PrefixCachingOptions;
   /**
@@ -217,7 +221,7 @@ export interface EngineMemory {
   readonly slotFactors: number;
   /** KV buffers of live sequences on the host (capacity, not just the filled part). */
   readonly kv: number;
-  /** KV of finished sequences the prefix cache retains for reuse (host buffers, capacity). */
+  /** KV of finished sequences the prefix cache retains for reuse: host buffers at their capacity, or (resident KV without a host copy) the executor's caches kept at their indexed blocks. */
   readonly prefixKv: number;
   /** KV the executor holds for live sequences (resident KV: keys and values at the compute dtype's size, the f32 key mask; filled positions). */
   readonly executorKv: number;
@@ -233,7 +237,7 @@ export interface EngineMemory {
   readonly hostAdapters: number;
   /** Sum of the above. */
   readonly total: number;
-  /** The part of `total` that lives only on the executor's device (`deviceWeights`: the weights the worker read and the slot tables, plus `executorKv`); the rest is host memory. */
+  /** The part of `total` that lives only on the executor's device (`deviceWeights`: the weights the worker read and the slot tables, plus `executorKv`, and `prefixKv` where the prefix cache keeps it there); the rest is host memory. */
   readonly onDevice: number;
 }
 

@@ -252,6 +252,57 @@ describe('PrefixCache', () => {
   });
 });
 
+describe('PrefixCache with device-resident entries', () => {
+  /** A host record without keys and values (resident KV, no host copy) that has run `n` positions of `prompt` under key 'k'. */
+  const ran = (c: PrefixCache, prompt: readonly number[], n: number): SequenceKv => {
+    const kv = new SequenceKv(1, 2, 16, 'f32', false);
+    c.track(kv, 'k', prompt, prompt.map(() => 1));
+    kv.append([], [], 0, new Array<number>(n).fill(0));
+    c.extend(kv, 'k');
+    return kv;
+  };
+
+  it('retains a finished cache by its executor id, trimmed to its indexed blocks, and releases it when evicted', () => {
+    const released: number[] = [];
+    const c = new PrefixCache(4, 1000);
+    c.onRelease((id) => released.push(id));
+    const prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+    const kv = ran(c, prompt, 10);
+    // Without a device cache a record holding no KV is not retained.
+    expect(c.retire(new SequenceKv(1, 2, 16, 'f32', false))).toBeUndefined();
+    expect(c.retire(kv, { cache: 7, bytesPerPosition: 20 })).toBe(8);
+    expect([c.retainedBytes, c.stats().retained]).toEqual([160, 1]);
+    const hit = c.lookup('k', prompt, prompt.map(() => 1))!;
+    expect([hit.tokens, hit.cache]).toEqual([8, 7]);
+    // Live KV grows past the budget: the retained cache goes, and its executor cache with it.
+    c.fit(900);
+    expect([c.retainedBytes, c.stats().evictions, released]).toEqual([0, 1, [7]]);
+    expect(c.lookup('k', prompt, prompt.map(() => 1))).toBeUndefined();
+  });
+
+  it('drops a retained entry whose executor cache is gone (a lookup tries the next), and misses on a live holder that lost it', () => {
+    const released: number[] = [];
+    const c = new PrefixCache(4, 1 << 20);
+    c.onRelease((id) => released.push(id));
+    const prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+    c.retire(ran(c, prompt, 9), { cache: 1, bytesPerPosition: 1 });
+    c.retire(ran(c, prompt.slice(0, 5), 5), { cache: 2, bytesPerPosition: 1 });
+    // The newest holder of block 0 is cache 2 (4 positions); cache 1 holds both blocks.
+    const gone = new Set([1]);
+    const hit = c.lookup('k', prompt, prompt.map(() => 1), (h) => h.cache !== undefined && !gone.has(h.cache));
+    expect(hit).toMatchObject({ tokens: 4, cache: 2 });
+    expect(c.stats().invalidations).toBe(1);
+    expect(released).toEqual([1]);
+    // prune: every retained entry the executor lost.
+    c.prune(() => false);
+    expect([c.stats().retained, c.stats().invalidations, released]).toEqual([0, 2, [1, 2]]);
+    // A live holder whose cache is unusable is a miss, and stays indexed.
+    ran(c, prompt, 9);
+    expect(c.lookup('k', prompt, prompt.map(() => 1), () => false)).toBeUndefined();
+    expect(c.lookup('k', prompt, prompt.map(() => 1))?.tokens).toBe(8);
+  });
+});
+
 describe('moduleReachesKv', () => {
   it('says which modules feed some layer’s keys or values', () => {
     const reach = (m: string): boolean => moduleReachesKv(m, 3);

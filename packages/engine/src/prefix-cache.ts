@@ -54,6 +54,15 @@ interface Entry {
   /** Still a running sequence (its KV is the engine's); false: retained here, evictable. */
   live: boolean;
   lastUse: number;
+  /**
+   * A retained entry whose keys and values live only on the executor: its cache id there (the
+   * host record `kv` keeps the length and key mask). Undefined: the host holds them (or live).
+   */
+  cache: number | undefined;
+  /** Positions a retained entry keeps (a device-resident one is trimmed to its indexed blocks). */
+  kept: number;
+  /** Bytes a retained entry counts against the budget. */
+  bytes: number;
 }
 
 /** Counters of a prefix cache (tokens, as vLLM counts `prefix_cache_queries` / `_hits`). */
@@ -70,12 +79,28 @@ export interface PrefixCacheStats {
   readonly evictions: number;
   /** Full blocks the index can serve. */
   readonly blocks: number;
+  /** Retained caches dropped because the executor no longer held them (a restarted worker). */
+  readonly invalidations: number;
 }
 
-/** What a lookup found: copy `tokens` positions of `from` (a multiple of the block size). */
+/**
+ * What a lookup found: copy `tokens` positions (a multiple of the block size) of `from` — on the
+ * host, or where the keys and values live only on the executor, of its cache there: `cache` for a
+ * retained device-resident entry, else the live sequence's own cache.
+ */
 export interface PrefixHit {
   readonly from: SequenceKv;
   readonly tokens: number;
+  /** The executor's cache id of a retained device-resident entry (undefined: a host one, or live). */
+  readonly cache: number | undefined;
+}
+
+/** A finished sequence whose keys and values live only on the executor, as `PrefixCache.retire` keeps it. */
+export interface DeviceKv {
+  /** Its cache id on the executor. */
+  readonly cache: number;
+  /** Bytes one position takes there (keys and values of every layer, its mask entry). */
+  readonly bytesPerPosition: number;
 }
 
 /**
@@ -86,6 +111,12 @@ export interface PrefixHit {
  * positions from the holder instead of prefilling them (`Engine.open`). Retained caches are evicted,
  * least recently used first, whenever the live sequences' KV and the retained KV together exceed
  * the budget; a live sequence's KV is never evicted (the engine owns it).
+ *
+ * Two kinds of retained entry: host ones (the host's `SequenceKv` holds the keys and values, which
+ * a hit copies) and device-resident ones (resident KV without a host copy: the executor's cache
+ * of the finished sequence is kept under its id, trimmed to its indexed blocks, and a hit forks it
+ * there). Dropping a device-resident entry (eviction, an unloaded adapter, `clear`, a lost cache)
+ * releases its executor cache through `onRelease`.
  *
  * NOTE: a hit is confirmed token by token against the holder's own ids, so a hash collision can
  * cost a miss but never reuse the wrong keys.
@@ -99,7 +130,9 @@ export class PrefixCache {
   #queries = 0;
   #hits = 0;
   #evictions = 0;
+  #invalidations = 0;
   #clock = 0;
+  #release: ((cache: number) => void) | undefined;
   #budget: number;
 
   constructor(
@@ -123,7 +156,12 @@ export class PrefixCache {
 
   /** Counters so far. */
   stats(): PrefixCacheStats {
-    return { queries: this.#queries, hits: this.#hits, retained: this.#retained.size, retainedBytes: this.#retainedBytes, evictions: this.#evictions, blocks: this.#index.size };
+    return { queries: this.#queries, hits: this.#hits, retained: this.#retained.size, retainedBytes: this.#retainedBytes, evictions: this.#evictions, blocks: this.#index.size, invalidations: this.#invalidations };
+  }
+
+  /** Sets what frees a device-resident entry's executor cache once the entry is dropped. */
+  onRelease(release: (cache: number) => void): void {
+    this.#release = release;
   }
 
   /** Bytes of the retained (finished) caches. */
@@ -134,31 +172,51 @@ export class PrefixCache {
   /**
    * The longest indexed prefix of `prompt` under `key`, in whole blocks and short of the last
    * prompt token (whose logits the prefill must compute). Counts the prompt's tokens as queried
-   * and the hit's as hits.
+   * and the hit's as hits. `usable` (where the keys and values live on the executor) says whether
+   * the executor still holds a hit's positions: a retained entry it does not is dropped (an
+   * invalidation) and the lookup tries again; a live one is a miss (its sequence rebuilds itself).
    */
-  lookup(key: string, prompt: readonly number[], mask: readonly number[]): PrefixHit | undefined {
+  lookup(key: string, prompt: readonly number[], mask: readonly number[], usable?: (hit: PrefixHit) => boolean): PrefixHit | undefined {
     this.#queries += prompt.length;
     const B = this.blockSize;
     const blocks = Math.floor((prompt.length - 1) / B);
-    let parent = rootHash(key);
-    let best: Entry | undefined;
-    let depth = 0;
-    for (let i = 0; i < blocks; i++) {
-      parent = blockHash(parent, prompt, mask, i * B, B);
-      const e = this.#index.get(parent);
-      if (e === undefined || e.kv.length < (i + 1) * B) break;
-      best = e;
-      depth = i + 1;
+    for (;;) {
+      let parent = rootHash(key);
+      let best: Entry | undefined;
+      let depth = 0;
+      for (let i = 0; i < blocks; i++) {
+        parent = blockHash(parent, prompt, mask, i * B, B);
+        const e = this.#index.get(parent);
+        if (e === undefined || held(e) < (i + 1) * B) break;
+        best = e;
+        depth = i + 1;
+      }
+      if (best === undefined || !sameRange(best, prompt, mask, 0, depth * B)) return undefined;
+      const hit: PrefixHit = { from: best.kv, tokens: depth * B, cache: best.cache };
+      if (usable !== undefined && !usable(hit)) {
+        if (best.live) return undefined;
+        this.#forget(best);
+        this.#invalidations++;
+        continue;
+      }
+      this.#use(best);
+      this.#hits += depth * B;
+      return hit;
     }
-    if (best === undefined || !sameRange(best, prompt, mask, 0, depth * B)) return undefined;
-    this.#use(best);
-    this.#hits += depth * B;
-    return { from: best.kv, tokens: depth * B };
+  }
+
+  /** Drops every retained device-resident entry whose executor cache `holds` says is gone (a restarted worker). */
+  prune(holds: (cache: number, positions: number) => boolean): void {
+    for (const e of [...this.#retained.values()]) {
+      if (e.cache === undefined || holds(e.cache, e.kept)) continue;
+      this.#forget(e);
+      this.#invalidations++;
+    }
   }
 
   /** Starts tracking a new sequence's KV under `key` (its prompt's blocks are indexed as they fill). */
   track(kv: SequenceKv, key: string, prompt: readonly number[], mask: readonly number[]): void {
-    this.#entries.set(kv, { key, extended: kv.length > 0, frozen: false, kv, tokens: [...prompt], mask: [...mask], hashes: [], live: true, lastUse: ++this.#clock });
+    this.#entries.set(kv, { key, extended: kv.length > 0, frozen: false, kv, tokens: [...prompt], mask: [...mask], hashes: [], live: true, lastUse: ++this.#clock, cache: undefined, kept: 0, bytes: 0 });
   }
 
   /** Notes a token fed to a tracked sequence by a decode step (the position after its prompt). */
@@ -203,19 +261,31 @@ export class PrefixCache {
 
   /**
    * A tracked sequence ended: its KV is retained for reuse when it holds a full block (then the
-   * most recently used retained cache), otherwise forgotten. Call `fit` after.
+   * most recently used retained cache), otherwise forgotten. Where the host holds no keys and
+   * values, `device` names the executor's cache that does: the entry keeps that cache, trimmed to
+   * its indexed blocks (the caller keeps those positions there instead of releasing it). Returns
+   * the positions retained, or undefined where nothing is (the caller frees the cache). Call `fit` after.
    */
-  retire(kv: SequenceKv): void {
+  retire(kv: SequenceKv, device?: DeviceKv): number | undefined {
     const e = this.#entries.get(kv);
-    if (e === undefined) return;
-    if (e.hashes.length === 0 || !kv.holdsKv) {
+    if (e === undefined) return undefined;
+    if (e.hashes.length === 0 || (!kv.holdsKv && device === undefined)) {
       this.#forget(e);
-      return;
+      return undefined;
     }
     e.live = false;
-    kv.compact();
+    if (device === undefined) {
+      kv.compact();
+      e.kept = kv.length;
+      e.bytes = kv.bytes;
+    } else {
+      e.cache = device.cache;
+      e.kept = e.hashes.length * this.blockSize;
+      e.bytes = e.kept * device.bytesPerPosition;
+    }
     this.#use(e);
-    this.#retainedBytes += kv.bytes;
+    this.#retainedBytes += e.bytes;
+    return e.kept;
   }
 
   /** Evicts retained caches, least recently used first, until `liveBytes` and the retained KV fit the budget. */
@@ -248,8 +318,16 @@ export class PrefixCache {
   #forget(e: Entry): void {
     for (const h of e.hashes) if (this.#index.get(h) === e) this.#index.delete(h);
     this.#entries.delete(e.kv);
-    if (this.#retained.delete(e.kv)) this.#retainedBytes -= e.kv.bytes;
+    if (this.#retained.delete(e.kv)) {
+      this.#retainedBytes -= e.bytes;
+      if (e.cache !== undefined) this.#release?.(e.cache);
+    }
   }
+}
+
+/** Positions an entry can serve: a live one's filled length, a retained one's kept positions. */
+function held(e: Entry): number {
+  return e.live ? e.kv.length : Math.min(e.kept, e.kv.length);
 }
 
 function checkBudget(bytes: number): number {

@@ -6,7 +6,7 @@ import { EngineCode, EngineError } from './errors.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
 import type { LoraAdapter } from '@stageml/peft';
 import type { PlanState } from './plan-state.js';
-import { type PrefixCache, adapterReachesKv } from './prefix-cache.js';
+import { type PrefixCache, type PrefixHit, adapterReachesKv } from './prefix-cache.js';
 import { Sequence } from './sequence.js';
 import { ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_SLOT_INPUT, TOKEN_SLOT_INPUT } from './slot-linear.js';
 import { stagePast } from './steps.js';
@@ -41,6 +41,15 @@ export class SequenceStore {
   /** Per loaded adapter, its part of prefix cache keys: '' where it reaches no K/V (it shares the base's blocks), else its name and load version. */
   readonly #prefixKeys = new Map<string, string>();
   #adapterLoads = 0;
+  /**
+   * The executor's caches where prefix caching keeps KV there (resident KV without a host copy, on
+   * an executor that forks caches: the torch worker); undefined where hits copy host KV.
+   */
+  readonly #deviceCaches: CacheStore | undefined;
+  /** Each live sequence by its KV record: a hit on a live holder forks that sequence's cache. */
+  readonly #holders = new WeakMap<SequenceKv, Sequence>();
+  /** Bytes one position of a sequence's KV takes on the executor (keys and values at the compute dtype, the f32 mask entry). */
+  readonly executorBytesPerPosition: number;
 
   constructor(
     readonly config: LlamaConfig,
@@ -65,6 +74,12 @@ export class SequenceStore {
     this.staging = new Staging(config.numLayers);
     this.decodeStaging = new DecodeStaging(config.numLayers, config.numKvHeads * config.headDim);
     this.kvShape = [config.numKvHeads, config.headDim];
+    this.executorBytesPerPosition = 2 * config.numLayers * config.numKvHeads * config.headDim * dtypeBytes(dtype) + 4;
+    const forks = caches !== undefined && !this.hostKv && caches.fork !== undefined && caches.keep !== undefined && caches.holds !== undefined ? caches : undefined;
+    this.#deviceCaches = forks;
+    prefix?.onRelease((id) => {
+      forks?.release([id]);
+    });
   }
 
   /**
@@ -84,6 +99,7 @@ export class SequenceStore {
     const seq = new Sequence(name, prompt, m, this.newKv(prompt.length));
     seq.cache = this.caches?.open();
     this.live.add(seq);
+    this.#holders.set(seq.kv, seq);
     return seq;
   }
 
@@ -93,19 +109,30 @@ export class SequenceStore {
     seq.released = true;
     this.live.delete(seq);
     this.decodeStaging.forget(seq.kv);
-    if (seq.cache !== undefined) this.caches?.release([seq.cache]);
     seq.lease?.release();
     seq.lease = undefined;
-    this.prefix?.retire(seq.kv);
+    // With KV only on the executor, the prefix cache keeps the sequence's cache there (trimmed
+    // to its indexed blocks) instead of this releasing it — unless the executor lost it.
+    const dc = this.#deviceCaches;
+    const device = dc !== undefined && seq.cache !== undefined && dc.holds!(seq.cache, seq.kv.length) ? { cache: seq.cache, bytesPerPosition: this.executorBytesPerPosition } : undefined;
+    const kept = this.prefix?.retire(seq.kv, device);
+    if (device !== undefined && kept !== undefined) dc!.keep!(device.cache, kept);
+    else if (seq.cache !== undefined) this.caches?.release([seq.cache]);
     this.fitPrefix();
   }
 
   /**
-   * Whether prefix caching serves hits: asked for, the host holds the keys and values to copy (not
-   * resident KV without `hostKvCopy`), and not a longrope model (whose long prompts are one run).
+   * Whether prefix caching serves hits: asked for, the keys and values can be copied (the host
+   * holds them, or the executor that holds the only copy forks its caches: the torch worker), and
+   * not a longrope model (whose long prompts are one run).
    */
   get prefixActive(): boolean {
-    return this.prefix !== undefined && this.hostKv && this.config.rope.type !== 'longrope';
+    return this.prefix !== undefined && (this.hostKv || this.#deviceCaches !== undefined) && this.config.rope.type !== 'longrope';
+  }
+
+  /** Whether the prefix cache's retained KV lives on the executor (`prefixActive` without a host copy). */
+  get prefixOnDevice(): boolean {
+    return this.prefixActive && this.#deviceCaches !== undefined;
   }
 
   /** A loaded (or reloaded) adapter: a new version of its prefix key; blocks of an earlier version are dropped. */
@@ -140,9 +167,22 @@ export class SequenceStore {
     const p = this.prefix;
     const key = this.prefixKey(seq.adapter);
     if (p === undefined || !this.prefixActive || key === undefined) return;
-    const hit = p.lookup(key, seq.prompt, seq.promptMask);
+    const dc = this.#deviceCaches;
+    // A restarted worker lost every cache: its retained entries go before anything looks them up.
+    if (dc !== undefined) p.prune((id, n) => dc.holds!(id, n));
+    const source = (h: PrefixHit): number | undefined => h.cache ?? this.#holders.get(h.from)?.cache;
+    const hit = p.lookup(key, seq.prompt, seq.promptMask, dc === undefined ? undefined : (h) => {
+      const id = source(h);
+      return id !== undefined && dc.holds!(id, h.tokens);
+    });
     if (hit !== undefined) {
       seq.kv.copyPrefix(hit.from, hit.tokens);
+      if (dc !== undefined) {
+        // Forked on the executor; the fresh cache the sequence opened with was never used.
+        const fresh = seq.cache!;
+        seq.cache = dc.fork!(source(hit)!, hit.tokens);
+        dc.release([fresh]);
+      }
       seq.prefilled = hit.tokens;
       seq.cachedTokens = hit.tokens;
       let attended = 0;
@@ -160,13 +200,17 @@ export class SequenceStore {
     if (token !== undefined) p.fed(s.kv, token);
     // An adapter unloaded under a running sequence has no key: its KV is no longer indexed.
     p.extend(s.kv, this.prefixKey(s.adapter) ?? '\0unloaded');
+    // Live KV grew: retained caches give way as it does, so the two stay within the budget.
+    if (p.retainedBytes > 0) this.fitPrefix();
   }
 
   /** Evicts retained prefix caches until they and the live sequences' KV fit the budget. */
   fitPrefix(): void {
     if (this.prefix === undefined) return;
     let live = 0;
-    for (const s of this.live) live += s.kv.bytes;
+    // Where retained KV is on the executor, the live sequences' is counted there too.
+    const device = this.#deviceCaches !== undefined;
+    for (const s of this.live) live += device ? s.kv.length * this.executorBytesPerPosition : s.kv.bytes;
     this.prefix.fit(live);
   }
 
@@ -236,10 +280,9 @@ export class SequenceStore {
   memory(): { readonly kv: number; readonly executorKv: number; readonly staging: number; readonly prefixKv: number } {
     let kv = 0;
     let executorKv = 0;
-    const perPosition = 2 * this.config.numLayers * this.kvShape[0] * this.kvShape[1] * dtypeBytes(this.dtype) + 4;
     for (const s of this.live) {
       kv += s.kv.bytes;
-      if (s.cache !== undefined) executorKv += s.kv.length * perPosition;
+      if (s.cache !== undefined) executorKv += s.kv.length * this.executorBytesPerPosition;
     }
     return { kv, executorKv, staging: this.staging.bytes + this.decodeStaging.bytes, prefixKv: this.prefix?.retainedBytes ?? 0 };
   }

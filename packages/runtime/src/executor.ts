@@ -179,10 +179,33 @@ export interface CacheStore {
   release(ids: readonly number[]): void;
   /**
    * Counters of how the executor holds the caches and runs the steps over them (the torch worker:
-   * `restages`, `joins`, `gathers`, `graphCaptures`, `graphReplays`, …), as of the last run;
+   * `restages`, `joins`, `gathers`, `graphCaptures`, `graphReplays`, …, as of the last run, and
+   * `caches`, how many caches it holds, as of the last `release`, `fork` or `keep` it answered);
    * absent where the executor keeps none.
    */
   stats?(): Readonly<Record<string, number>>;
+  /**
+   * A new cache (a fresh id, as `open` gives) holding the first `length` positions of cache
+   * `from`, copied where the caches live (the executor's device): prefix caching seeds a sequence
+   * from a cached prefix this way without a host copy. Ordered before every run started after
+   * it. Where the executor no longer holds `from` at `length` positions (a restarted worker) the
+   * new cache is lost from the start: the first run over it fails with `CacheLostError` (and the
+   * caller rebuilds it), never reading other positions. A `from` that was never opened or is
+   * released, or a `length` that is not a count of positions, is `RT_BAD_VALUE`. Absent where the
+   * executor cannot copy caches.
+   */
+  fork?(from: number, length: number): number;
+  /**
+   * Keeps cache `id` for reuse at its first `length` positions (a finished sequence's prefix):
+   * the executor may free what it held beyond them and whatever it reserved for the cache to
+   * grow. A later `fork` reads it; `release` frees it. Same errors as `fork`. Present with `fork`.
+   */
+  keep?(id: number, length: number): void;
+  /**
+   * Whether the executor holds cache `id` with at least `length` positions now (false after a
+   * restarted worker lost it, or while a run that appended to it failed). Present with `fork`.
+   */
+  holds?(id: number, length: number): boolean;
 }
 
 /**

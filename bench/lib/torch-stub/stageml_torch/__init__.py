@@ -2,4 +2,4 @@
 framed protocol (the real package's protocol module, loaded from STAGEML_STUB_REAL_PATH) and
 answers every request at once, so that what a benchmark times is the host's side of a step."""
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5

@@ -1,7 +1,7 @@
 """The stub worker (`python3 -m stageml_torch.worker` with this directory first on PYTHONPATH).
 
 Answers `hello` as a CUDA device (so the host takes its GPU defaults: device picks, a GPU token
-budget), accepts `load`/`alloc`/`write`/`prepare`/`cache_drop`/`dispose` without doing anything,
+budget), accepts `load`/`alloc`/`write`/`prepare`/`cache_drop`/`cache_fork`/`cache_keep`/`dispose` without doing anything,
 and answers `run` with one token per row for every `argmax`/`sample` output: a deterministic
 function of the row's last input id in [3, STAGEML_STUB_VOCAB) (so a tokenizer of that size
 detokenizes it), after sleeping STAGEML_STUB_KERNEL_MS milliseconds (a device's step time, 0 by
@@ -51,7 +51,7 @@ def main():
         op = header.get("op")
         reply, outs = {"ok": True}, None
         if op == "hello":
-            reply.update(protocol=4, worker="stub", torch=torch.__version__, device="cuda:0", cuda=True, deviceName="stub (no device)", memory={"total": 80 << 30, "free": 79 << 30})
+            reply.update(protocol=5, worker="stub", torch=torch.__version__, device="cuda:0", cuda=True, deviceName="stub (no device)", memory={"total": 80 << 30, "free": 79 << 30})
         elif op == "prepare":
             handles += 1
             reply["handle"] = handles

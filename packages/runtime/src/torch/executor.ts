@@ -511,6 +511,42 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
   /** Ids opened and not released (a run finishing after a release does not record its cache). */
   const open = new Set<number>();
   let nextCache = 1;
+  /** Open ids some request has named (a run or a fork): only those can exist on a worker, so only those are dropped there. */
+  const named = new Set<number>();
+  /**
+   * `cache_fork` / `cache_keep` requests in flight: a run waits for them before it reads `known`,
+   * so what it seeds (or finds lost) is decided against what the worker holds after them.
+   */
+  const cacheOps = new Set<Promise<void>>();
+  /** Sends a cache request now (in order before any later run); `done` runs if it succeeds on the worker still current. */
+  const cacheRequest = (header: Record<string, unknown>, done: () => void, failed: () => void): void => {
+    const c = conn;
+    const p: Promise<void> = c
+      .request(header)
+      .then(
+        (reply) => {
+          if (c !== conn) return;
+          heldBy(reply.header);
+          done();
+        },
+        () => {
+          if (c === conn) failed();
+        },
+      )
+      .finally(() => {
+        cacheOps.delete(p);
+      });
+    cacheOps.add(p);
+  };
+  /** Records the count of caches the worker holds, which its cache requests' replies carry (`stats().caches`). */
+  const heldBy = (header: Record<string, unknown>): void => {
+    if (typeof header['caches'] === 'number') workerStats['caches'] = header['caches'];
+  };
+  /** `RT_BAD_VALUE` unless `id` is an open cache and `length` a count of positions. */
+  const checkCache = (what: string, id: number, length: number): void => {
+    if (!open.has(id)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `${what}: cache ${String(id)} was never opened on ${name} or was released`);
+    if (!Number.isSafeInteger(length) || length < 0) throw new RuntimeError(RuntimeCode.BAD_VALUE, `${what}: length ${String(length)} is not a count of positions`);
+  };
   // Device tensors: handle data object → how to make it again; every live one (for a new worker).
   const deviceData = new WeakMap<object, { readonly dtype: DType; readonly shape: readonly number[]; readonly ref: FileTensorRef | undefined; readonly bytes: number }>();
   const deviceLive = new Set<WeakRef<object>>();
@@ -724,6 +760,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       if (ids.has(r.id)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)} is read by two rows of one run`);
       if (!open.has(r.id)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)} was never opened on ${name} or was released`);
       ids.add(r.id);
+      named.add(r.id);
       const [from, count] = r.append;
       if (!Number.isSafeInteger(from) || !Number.isSafeInteger(count) || from < 0 || count < 0) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cache ${String(r.id)}: append [${String(from)}, ${String(count)}) is not a range of positions`);
       const have = known.get(r.id);
@@ -784,12 +821,53 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         return id;
       },
       release(ids: readonly number[]): void {
-        const gone = ids.filter((id) => open.delete(id));
+        // Only ids a request named: a cache opened and released unused (a prefix hit replaces the
+        // one its sequence opened with a fork) never reached the worker, and costs no request.
+        const gone = ids.filter((id) => open.delete(id) && named.delete(id));
         for (const id of gone) known.delete(id);
         // Also for caches not known yet: a run in flight may be creating them.
-        if (gone.length > 0 && conn.alive && !closed) conn.request({ op: 'cache_drop', ids: gone }).catch(() => undefined);
+        if (gone.length > 0 && conn.alive && !closed) {
+          const c = conn;
+          c.request({ op: 'cache_drop', ids: gone }).then(
+            (reply) => {
+              if (c === conn) heldBy(reply.header);
+            },
+            () => undefined,
+          );
+        }
       },
       stats: () => ({ ...workerStats }),
+      fork(from: number, length: number): number {
+        checkCache('fork', from, length);
+        const to = nextCache++;
+        open.add(to);
+        const have = known.get(from);
+        // The worker lacks those positions (restarted, or a failed run left their count unknown):
+        // the new cache is lost from the start, and its first run says so (CacheLostError).
+        if (length === 0 || have === undefined || have < length || !conn.alive || closed) return to;
+        named.add(to);
+        cacheRequest(
+          { op: 'cache_fork', from, to, length },
+          () => {
+            if (open.has(to)) known.set(to, length);
+          },
+          () => undefined,
+        );
+        return to;
+      },
+      keep(id: number, length: number): void {
+        checkCache('keep', id, length);
+        const have = known.get(id);
+        if (have === undefined || have < length || !conn.alive || closed) {
+          known.delete(id);
+          return;
+        }
+        // Exactly `length` positions once the worker has it, before any later run.
+        known.set(id, length);
+        cacheRequest({ op: 'cache_keep', cache: id, length }, () => undefined, () => known.delete(id));
+      },
+      // A dead worker holds nothing (its caches go with it, even before the next one starts).
+      holds: (id: number, length: number): boolean => conn.alive && !closed && open.has(id) && (known.get(id) ?? -1) >= length,
     },
     close,
     dispose: close,
@@ -826,6 +904,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
           const c = await live();
           await ensureDevice(c);
           if (current.generation !== generation) current = await onWorker();
+          if (cacheOps.size > 0) await Promise.all(cacheOps);
           // After `live`: a new worker holds no caches, so what to seed is decided against it.
           const caches = opts?.caches === undefined ? undefined : cacheFrame(graph, inputs, opts.caches);
           checkInputs(graph, caches?.checked ?? inputs, bindings);

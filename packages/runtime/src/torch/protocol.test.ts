@@ -128,7 +128,7 @@ describeWithTorch('torch worker protocol', () => {
     const frames = [encodeFrame({ op: 'hello', id: 1 }), encodeFrame({ op: 'fly', id: 2 }), encodeFrame({ op: 'run', id: 3, handle: 99 })].flat();
     const { replies, code } = await talk(torch().info.python, frames);
     expect(code).toBe(0);
-    expect(replies[0]).toMatchObject({ ok: true, id: 1, protocol: 4, device: 'cpu' });
+    expect(replies[0]).toMatchObject({ ok: true, id: 1, protocol: 5, device: 'cpu' });
     expect(replies[1]).toMatchObject({ ok: false, id: 2, code: 'RT_WORKER_FAILED' });
     expect(replies[2]).toMatchObject({ ok: false, id: 3, code: 'RT_DISPOSED' });
   }, 60_000);
