@@ -271,12 +271,43 @@ inline void axpy_f32(float* y, const float* x, float s, i64 n) {
 
 // ---------------------------------------------------------------------------------------------
 // f32 GEMM, y[M, N] (+)= x[M, K] · w[N, K]ᵀ: tiles of 4 weight rows × MR activation rows, K in
-// chunks of kKc so a chunk of x stays in L2 while the weight rows stream once.
+// chunks of kKc so a chunk of x stays in L2 while the weight rows stream once. The weight rows are
+// taken kNb at a time, each block swept by every activation tile before the next, so the tile's
+// [MR, kNb] patch of y stays in L1 (row-major y of a wide layer puts its rows 4·N bytes apart: with
+// one 4-column tile at a time, the MR rows' lines share cache sets and were evicted between tiles).
+//
+// An optional extra K segment (GemmExtra) joins the last chunk: y = x·wᵀ + xe·weᵀ is computed as
+// one GEMM over K + ke columns, [x | xe] · [w | we]ᵀ, the extra columns added to the accumulators
+// while they are in registers. The LoRA layer passes its rank-r shrink s·(x·Aᵀ) and B this way.
 
 constexpr i64 kKc = 512;
+constexpr i64 kNb = 64;
 
+// The extra columns of a GEMM: xe [M, ke] (row stride ldx), we [N, ke] (row stride ldw).
+struct GemmExtra {
+  const float* x;
+  i64 ldx;
+  const float* w;
+  i64 ldw;
+  i64 k;
+};
+
+#ifdef SML_AVX512
+// Lane r of the result: the sum of a_r's 16 lanes (four horizontal sums at the cost of about one).
+inline __m128 reduce4_ps(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  const __m512 u = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))), _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))));
+  const __m512 v = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 w = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_castps512_ps128(w);
+}
+#endif
+
+// y[MR, nr] (+)= x[MR, k] · w[nr, k]ᵀ (+ the extra columns, with xe and we at this tile's row and
+// column), nr ≤ 4.
 template <int MR>
-void tile_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 k, int nr, bool accum) {
+void tile_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 k, int nr, bool accum, const GemmExtra* ex, const float* xe, const float* we) {
 #ifdef SML_AVX512
   __m512 acc[4][MR];
   for (int r = 0; r < 4; r++)
@@ -301,52 +332,67 @@ void tile_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc
       for (int m = 0; m < MR; m++) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
     }
   }
-  for (int m = 0; m < MR; m++)
-    for (int r = 0; r < nr; r++) {
-      const float v = _mm512_reduce_add_ps(acc[r][m]);
-      float* o = y + m * ldc + r;
-      *o = accum ? *o + v : v;
+  if (ex != nullptr) {
+    for (i64 j = 0; j < ex->k; j += 16) {
+      const __mmask16 msk = tail_mask(ex->k - j);
+      __m512 xv[MR];
+      for (int m = 0; m < MR; m++) xv[m] = _mm512_maskz_loadu_ps(msk, xe + m * ex->ldx + j);
+      for (int r = 0; r < 4; r++) {
+        const __m512 wv = _mm512_maskz_loadu_ps(msk, we + (r < nr ? r : 0) * ex->ldw + j);
+        for (int m = 0; m < MR; m++) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
+      }
     }
+  }
+  const __mmask8 cols = static_cast<__mmask8>((1u << nr) - 1);
+  for (int m = 0; m < MR; m++) {
+    __m128 v = reduce4_ps(acc[0][m], acc[1][m], acc[2][m], acc[3][m]);
+    float* o = y + m * ldc;
+    if (accum) v = _mm_add_ps(v, _mm_maskz_loadu_ps(cols, o));
+    _mm_mask_storeu_ps(o, cols, v);
+  }
 #else
   for (int m = 0; m < MR; m++)
     for (int r = 0; r < nr; r++) {
-      const float v = dot_f32(x + m * lda, w + r * ldb, k);
+      float v = dot_f32(x + m * lda, w + r * ldb, k);
+      if (ex != nullptr) v += dot_f32(xe + m * ex->ldx, we + r * ex->ldw, ex->k);
       float* o = y + m * ldc + r;
       *o = accum ? *o + v : v;
     }
 #endif
 }
 
-void tiles_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1, bool accum) {
-  for (i64 n = n0; n < n1; n += 4) {
-    const int nr = static_cast<int>(std::min<i64>(4, n1 - n));
+void tiles_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1, bool accum, const GemmExtra* ex) {
+  for (i64 b0 = n0; b0 < n1; b0 += kNb) {
+    const i64 b1 = std::min(n1, b0 + kNb);
     for (i64 r = 0; r < m;) {
       const i64 left = m - r;
+      const int mr = static_cast<int>(std::min<i64>(left, 6));
       const float* xp = x + r * lda;
-      float* yp = y + r * ldc + n;
-      const float* wp = w + n * ldb;
-      if (left >= 6) {
-        tile_nt<6>(xp, lda, wp, ldb, yp, ldc, k, nr, accum);
-        r += 6;
-      } else {
-        switch (left) {
-          case 5: tile_nt<5>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
-          case 4: tile_nt<4>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
-          case 3: tile_nt<3>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
-          case 2: tile_nt<2>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
-          default: tile_nt<1>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
+      const float* xe = ex != nullptr ? ex->x + r * ex->ldx : nullptr;
+      for (i64 n = b0; n < b1; n += 4) {
+        const int nr = static_cast<int>(std::min<i64>(4, b1 - n));
+        float* yp = y + r * ldc + n;
+        const float* wp = w + n * ldb;
+        const float* we = ex != nullptr ? ex->w + n * ex->ldw : nullptr;
+        switch (mr) {
+          case 6: tile_nt<6>(xp, lda, wp, ldb, yp, ldc, k, nr, accum, ex, xe, we); break;
+          case 5: tile_nt<5>(xp, lda, wp, ldb, yp, ldc, k, nr, accum, ex, xe, we); break;
+          case 4: tile_nt<4>(xp, lda, wp, ldb, yp, ldc, k, nr, accum, ex, xe, we); break;
+          case 3: tile_nt<3>(xp, lda, wp, ldb, yp, ldc, k, nr, accum, ex, xe, we); break;
+          case 2: tile_nt<2>(xp, lda, wp, ldb, yp, ldc, k, nr, accum, ex, xe, we); break;
+          default: tile_nt<1>(xp, lda, wp, ldb, yp, ldc, k, nr, accum, ex, xe, we); break;
         }
-        r += left;
       }
+      r += mr;
     }
   }
 }
 
 // Few activation rows (decode): one weight row at a time, read as one sequential stream with a
 // software prefetch 2 KB ahead (4 KB pages stop the hardware prefetchers; this measured 41 GB/s
-// against 24 for the 4-row tiles at one row).
+// against 24 for the 4-row tiles at one row). The extra columns, if any, join each row's sums.
 template <int MR>
-void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 k, i64 n0, i64 n1) {
+void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 k, i64 n0, i64 n1, const GemmExtra* ex = nullptr) {
 #ifdef SML_AVX512
   for (i64 n = n0; n < n1; n++) {
     const float* wr = w + n * ldb;
@@ -367,28 +413,41 @@ void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc
       const __m512 w0 = _mm512_maskz_loadu_ps(msk, wr + i);
       for (int m = 0; m < MR; m++) a0[m] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(msk, x + m * lda + i), a0[m]);
     }
+    if (ex != nullptr) {
+      const float* we = ex->w + n * ex->ldw;
+      for (i64 j = 0; j < ex->k; j += 16) {
+        const __mmask16 msk = tail_mask(ex->k - j);
+        const __m512 w0 = _mm512_maskz_loadu_ps(msk, we + j);
+        for (int m = 0; m < MR; m++) a1[m] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(msk, ex->x + m * ex->ldx + j), a1[m]);
+      }
+    }
     for (int m = 0; m < MR; m++) y[m * ldc + n] = _mm512_reduce_add_ps(_mm512_add_ps(a0[m], a1[m]));
   }
 #else
   for (i64 n = n0; n < n1; n++)
-    for (int m = 0; m < MR; m++) y[m * ldc + n] = dot_f32(x + m * lda, w + n * ldb, k);
+    for (int m = 0; m < MR; m++) y[m * ldc + n] = dot_f32(x + m * lda, w + n * ldb, k) + (ex != nullptr ? dot_f32(ex->x + m * ex->ldx, ex->w + n * ex->ldw, ex->k) : 0.0f);
 #endif
 }
 
-// Serial: y[M, n0:n1] over the whole K (chunked).
-void gemm_nt_range(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1) {
+// Serial: y[M, n0:n1] over the whole K (chunked), plus the extra columns `ex` (with the last chunk).
+void gemm_nt_range(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1, const GemmExtra* ex = nullptr) {
   if (m <= 4 && k <= 8192) {
     switch (m) {
-      case 4: rows_nt<4>(x, lda, w, ldb, y, ldc, k, n0, n1); return;
-      case 3: rows_nt<3>(x, lda, w, ldb, y, ldc, k, n0, n1); return;
-      case 2: rows_nt<2>(x, lda, w, ldb, y, ldc, k, n0, n1); return;
-      case 1: rows_nt<1>(x, lda, w, ldb, y, ldc, k, n0, n1); return;
+      case 4: rows_nt<4>(x, lda, w, ldb, y, ldc, k, n0, n1, ex); return;
+      case 3: rows_nt<3>(x, lda, w, ldb, y, ldc, k, n0, n1, ex); return;
+      case 2: rows_nt<2>(x, lda, w, ldb, y, ldc, k, n0, n1, ex); return;
+      case 1: rows_nt<1>(x, lda, w, ldb, y, ldc, k, n0, n1, ex); return;
       default: return;
     }
   }
+  if (k == 0) {
+    // Only the extra columns (a zero-width K): one pass over them.
+    if (ex != nullptr) tiles_nt(x, lda, w, ldb, y, ldc, m, 0, n0, n1, false, ex);
+    return;
+  }
   for (i64 kc = 0; kc < k; kc += kKc) {
     const i64 kl = std::min(kKc, k - kc);
-    tiles_nt(x + kc, lda, w + kc, ldb, y, ldc, m, kl, n0, n1, kc > 0);
+    tiles_nt(x + kc, lda, w + kc, ldb, y, ldc, m, kl, n0, n1, kc > 0, kc + kl >= k ? ex : nullptr);
   }
 }
 
@@ -706,7 +765,7 @@ enum Op {
 // The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
 // prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
 // detected at load instead of failing on an instruction it lacks.
-constexpr int kAbi = 4;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q
+constexpr int kAbi = 5;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -1839,9 +1898,11 @@ void linear(Run& p, const Instr& in) {
 
 // y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ: a = [x [.., K], W [N, K], A [R, K], B [N, R]], f = [s] (the LoRA layer
 // as `loraLinear` builds it, one instruction). The shrink t = s·(x·Aᵀ) [M, R] runs first (R·K
-// multiply-adds per row: under 1 % of the GEMM's at rank 16); the GEMM then runs as `linear` does,
-// and each part adds the rank-R update t·Bᵀ to its own columns while they are still in cache —
-// no [M, N] intermediate is written and read back, and no separate scale and add passes run.
+// multiply-adds per row: under 1 % of the GEMM's at rank 16, split over the threads by rows of
+// A); the GEMM then runs as one product over K + R columns, [x | t] · [W | B]ᵀ: the R extra columns
+// join the last K chunk of each output tile while its sums are in registers (GemmExtra). No
+// [M, N] intermediate, no second pass over y, and one thread barrier (the shrink's) beyond the
+// bare linear's.
 void lora_linear(Run& p, const Instr& in) {
   const auto& xs = p.shapes[in.a[0]];
   const auto& ws = p.shapes[in.a[1]];
@@ -1862,27 +1923,15 @@ void lora_linear(Run& p, const Instr& in) {
   }
   std::vector<float> t(static_cast<size_t>(m * R));
   if (R > 0) {
-    pool().parallel((R + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, k, A, k, t.data(), R, m, k, b * 4, std::min(R, e * 4)); }, m * R * k < kParallelMin);
-    for (float& v : t) v *= s;
+    pool().parallel((R + 3) / 4, [&](i64 b, i64 e) {
+      const i64 r0 = b * 4, r1 = std::min(R, e * 4);
+      gemm_nt_range(x, k, A, k, t.data(), R, m, k, r0, r1);
+      for (i64 i = 0; i < m; i++)
+        for (i64 r = r0; r < r1; r++) t[static_cast<size_t>(i * R + r)] *= s;
+    }, m * R * k < kParallelMin);
   }
-  pool().parallel((n + 3) / 4, [&](i64 b, i64 e) {
-    const i64 n0 = b * 4, n1 = std::min(n, e * 4);
-    gemm_nt_range(x, k, w, k, y, n, m, k, n0, n1);
-    // Epilogue: y[:, n0:n1] += t · B[n0:n1]ᵀ, B's rows transposed per block of columns so the
-    // update runs as R vector axpys per row.
-    constexpr i64 kCb = 256;
-    std::vector<float> bt(static_cast<size_t>(R * kCb));
-    for (i64 c0 = n0; c0 < n1; c0 += kCb) {
-      const i64 cn = std::min(kCb, n1 - c0);
-      for (i64 j = 0; j < cn; j++)
-        for (i64 r = 0; r < R; r++) bt[r * kCb + j] = B[(c0 + j) * R + r];
-      for (i64 i = 0; i < m; i++) {
-        float* yr = y + i * n + c0;
-        const float* ti = t.data() + i * R;
-        for (i64 r = 0; r < R; r++) axpy_f32(yr, bt.data() + r * kCb, ti[r], cn);
-      }
-    }
-  }, m * n * k < kParallelMin);
+  const GemmExtra ex{t.data(), R, B, R, R};
+  pool().parallel((n + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, k, w, k, y, n, m, k, b * 4, std::min(n, e * 4), R > 0 ? &ex : nullptr); }, m * n * k < kParallelMin);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -31,6 +31,9 @@ describe('cpu-native kernels', () => {
     [6, 33, 4],
     [7, 1100, 18],
     [13, 520, 9],
+    // columns across blocks of 64 weight rows (and a tail), rows across 6-row tiles, K in three chunks
+    [8, 1030, 131],
+    [64, 96, 70],
   ])('f32 linear: %i rows, %i inputs, %i outputs', async (m, k, n) => {
     await expectMatchesInterpreter(executor, c(`linear ${String(m)}x${String(k)}x${String(n)}`, [t('f32', ['m', k], { dims: [m, k] }), t('f32', [n, k], { param: true }), t('f32', [n])], (b, [x, w, bias]) => b.linear(x!, w!, bias), { tol: F32 }));
   });
@@ -153,6 +156,11 @@ describe('cpu-native kernels', () => {
     [4, 64, 8, 300],
     [7, 600, 16, 517],
     [64, 96, 2, 260],
+    // the rank's columns past one vector (rank 20, 33: a masked tail; 64: four full vectors) joined
+    // to the last of several K chunks, on the row path and the tiled path, column blocks with tails
+    [3, 1030, 20, 65],
+    [13, 1100, 33, 70],
+    [64, 512, 64, 130],
   ])('the loraLinear op x·Wᵀ + s·(x·Aᵀ)·Bᵀ runs as one instruction: %i rows, %i inputs, rank %i, %i outputs', async (m, k, r, n) => {
     const b = new GraphBuilder('lora_layer');
     const x = b.input('x', ['f32', ['m', k]]);
