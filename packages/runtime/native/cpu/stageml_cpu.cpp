@@ -1898,8 +1898,8 @@ void linear(Run& p, const Instr& in) {
 
 // y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ: a = [x [.., K], W [N, K], A [R, K], B [N, R]], f = [s] (the LoRA layer
 // as `loraLinear` builds it, one instruction). The shrink t = s·(x·Aᵀ) [M, R] runs first (R·K
-// multiply-adds per row: under 1 % of the GEMM's at rank 16, split over the threads by rows of
-// A); the GEMM then runs as one product over K + R columns, [x | t] · [W | B]ᵀ: the R extra columns
+// multiply-adds per row: under 1 % of the GEMM's at rank 16, split over the threads by rows of x,
+// or of A when there are few); the GEMM then runs as one product over K + R columns, [x | t] · [W | B]ᵀ: the R extra columns
 // join the last K chunk of each output tile while its sums are in registers (GemmExtra). No
 // [M, N] intermediate, no second pass over y, and one thread barrier (the shrink's) beyond the
 // bare linear's.
@@ -1923,12 +1923,23 @@ void lora_linear(Run& p, const Instr& in) {
   }
   std::vector<float> t(static_cast<size_t>(m * R));
   if (R > 0) {
-    pool().parallel((R + 3) / 4, [&](i64 b, i64 e) {
-      const i64 r0 = b * 4, r1 = std::min(R, e * 4);
-      gemm_nt_range(x, k, A, k, t.data(), R, m, k, r0, r1);
-      for (i64 i = 0; i < m; i++)
-        for (i64 r = r0; r < r1; r++) t[static_cast<size_t>(i * R + r)] *= s;
-    }, m * R * k < kParallelMin);
+    const bool serial = m * R * k < kParallelMin;
+    if (m >= 12) {
+      // By blocks of 6 rows of x (each part reads its rows of x once, A from cache).
+      pool().parallel((m + 5) / 6, [&](i64 b, i64 e) {
+        const i64 i0 = b * 6, i1 = std::min(m, e * 6);
+        gemm_nt_range(x + i0 * k, k, A, k, t.data() + i0 * R, R, i1 - i0, k, 0, R);
+        for (i64 j = i0 * R; j < i1 * R; j++) t[static_cast<size_t>(j)] *= s;
+      }, serial);
+    } else {
+      // Few rows (decode): by 4 rows of A.
+      pool().parallel((R + 3) / 4, [&](i64 b, i64 e) {
+        const i64 r0 = b * 4, r1 = std::min(R, e * 4);
+        gemm_nt_range(x, k, A, k, t.data(), R, m, k, r0, r1);
+        for (i64 i = 0; i < m; i++)
+          for (i64 r = r0; r < r1; r++) t[static_cast<size_t>(i * R + r)] *= s;
+      }, serial);
+    }
   }
   const GemmExtra ex{t.data(), R, B, R, R};
   pool().parallel((n + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, k, w, k, y, n, m, k, b * 4, std::min(n, e * 4), R > 0 ? &ex : nullptr); }, m * n * k < kParallelMin);
