@@ -1085,6 +1085,74 @@ void each_row(const Seg* segs, int n, i64 jmax, i64 b, i64 kh, const uint8_t* li
     }
 }
 
+#ifdef SML_AVX512
+// Prefill attention's block micro-kernels (6 rows of a query block × up to 64 keys or value
+// columns, accumulators in registers; rows past `nr` repeat the last row and are not stored).
+// s[t][j0 + 16u + l] = q_t · k_(j0+16u+l) over d, with kt the block's keys transposed [d][ldk].
+template <int NV>
+void att_scores6(const float* const* qrow, int nr, const float* kt, i64 ldk, i64 d, float* out, i64 ldo) {
+  __m512 a[6][NV];
+  for (int t = 0; t < 6; t++)
+    for (int u = 0; u < NV; u++) a[t][u] = _mm512_setzero_ps();
+  const float* q0 = qrow[0];
+  const float* q1 = qrow[std::min(1, nr - 1)];
+  const float* q2 = qrow[std::min(2, nr - 1)];
+  const float* q3 = qrow[std::min(3, nr - 1)];
+  const float* q4 = qrow[std::min(4, nr - 1)];
+  const float* q5 = qrow[std::min(5, nr - 1)];
+  for (i64 e = 0; e < d; e++, kt += ldk) {
+    __m512 kv[NV];
+    for (int u = 0; u < NV; u++) kv[u] = _mm512_loadu_ps(kt + 16 * u);
+    const __m512 b0 = _mm512_set1_ps(q0[e]), b1 = _mm512_set1_ps(q1[e]), b2 = _mm512_set1_ps(q2[e]);
+    const __m512 b3 = _mm512_set1_ps(q3[e]), b4 = _mm512_set1_ps(q4[e]), b5 = _mm512_set1_ps(q5[e]);
+    for (int u = 0; u < NV; u++) {
+      a[0][u] = _mm512_fmadd_ps(b0, kv[u], a[0][u]);
+      a[1][u] = _mm512_fmadd_ps(b1, kv[u], a[1][u]);
+      a[2][u] = _mm512_fmadd_ps(b2, kv[u], a[2][u]);
+      a[3][u] = _mm512_fmadd_ps(b3, kv[u], a[3][u]);
+      a[4][u] = _mm512_fmadd_ps(b4, kv[u], a[4][u]);
+      a[5][u] = _mm512_fmadd_ps(b5, kv[u], a[5][u]);
+    }
+  }
+  for (int t = 0; t < nr; t++)
+    for (int u = 0; u < NV; u++) _mm512_storeu_ps(out + t * ldo + 16 * u, a[t][u]);
+}
+
+// y_t[c0 + 16u + l] = Σ_j p_t[j] · v_j[c0 + 16u + l] · inv_t over the listed value rows.
+template <int NC>
+void att_values6(const float* ps, i64 ldp, int nr, const std::pair<i64, const float*>* vrows, size_t nv, i64 c0, float* const* yrow, const float* inv) {
+  __m512 a[6][NC];
+  for (int t = 0; t < 6; t++)
+    for (int u = 0; u < NC; u++) a[t][u] = _mm512_setzero_ps();
+  const float* p0 = ps;
+  const float* p1 = ps + std::min(1, nr - 1) * ldp;
+  const float* p2 = ps + std::min(2, nr - 1) * ldp;
+  const float* p3 = ps + std::min(3, nr - 1) * ldp;
+  const float* p4 = ps + std::min(4, nr - 1) * ldp;
+  const float* p5 = ps + std::min(5, nr - 1) * ldp;
+  for (size_t x = 0; x < nv; x++) {
+    const i64 j = vrows[x].first;
+    const float* vr = vrows[x].second + c0;
+    __m512 vv[NC];
+    for (int u = 0; u < NC; u++) vv[u] = _mm512_loadu_ps(vr + 16 * u);
+    const __m512 b0 = _mm512_set1_ps(p0[j]), b1 = _mm512_set1_ps(p1[j]), b2 = _mm512_set1_ps(p2[j]);
+    const __m512 b3 = _mm512_set1_ps(p3[j]), b4 = _mm512_set1_ps(p4[j]), b5 = _mm512_set1_ps(p5[j]);
+    for (int u = 0; u < NC; u++) {
+      a[0][u] = _mm512_fmadd_ps(b0, vv[u], a[0][u]);
+      a[1][u] = _mm512_fmadd_ps(b1, vv[u], a[1][u]);
+      a[2][u] = _mm512_fmadd_ps(b2, vv[u], a[2][u]);
+      a[3][u] = _mm512_fmadd_ps(b3, vv[u], a[3][u]);
+      a[4][u] = _mm512_fmadd_ps(b4, vv[u], a[4][u]);
+      a[5][u] = _mm512_fmadd_ps(b5, vv[u], a[5][u]);
+    }
+  }
+  for (int t = 0; t < nr; t++) {
+    const __m512 s = _mm512_set1_ps(inv[t]);
+    for (int u = 0; u < NC; u++) _mm512_storeu_ps(yrow[t] + c0 + 16 * u, _mm512_mul_ps(a[t][u], s));
+  }
+}
+#endif
+
 // Attention over q [nb…, hq, tq, d] and keys/values in segments (see Seg), with an optional mask
 // broadcast to [nb…, hq, tq, tk] (f32 additive or bool), causal aligned to the end; GQA by
 // kv head = h / (hq / hkv).
@@ -1124,9 +1192,10 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
   const i64 group = hq / hkv;
   // One item per (batch, kv head, block of qb queries): the group's query heads share each key and
   // value row read (GQA), and rows a few keys ahead are prefetched (the cache rows are scattered).
-  // With many queries (prefill), a block's keys are transposed once into kt [d][keys], so each
-  // query's scores are 16 keys per FMA with no horizontal sums — the decode path's per-key dot
-  // products made attention a sixth of a Qwen3 (head_dim 128) prefill (bench/native-profile).
+  // With many queries (prefill), each (batch, kv head)'s keys are transposed once into kt
+  // [d][keys] (one parallel pass before the blocks, shared by all of them), so scores are 16 keys
+  // per FMA with no horizontal sums — the decode path's per-key dot products made attention a
+  // sixth of a Qwen3 (head_dim 128) prefill (bench/native-profile).
 #ifdef SML_AVX512
   const i64 qb = tq >= 8 ? 16 : 1;
 #else
@@ -1134,27 +1203,158 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
 #endif
   const i64 blocks = (tq + qb - 1) / qb;
   const i64 items = nb * hkv * blocks;
+  const i64 ldt = (tk + 15) / 16 * 16;  // kt's row stride
+  std::vector<float> ktall;
+  if (qb > 1) {
+    ktall.assign(static_cast<size_t>(nb * hkv * d * ldt), 0.0f);
+    const i64 chunks = (tk + 15) / 16;
+    pool().parallel(nb * hkv * chunks, [&](i64 c0, i64 c1) {
+      for (i64 c = c0; c < c1; c++) {
+        const i64 bh = c / chunks, j0 = (c % chunks) * 16;
+        const i64 nj = std::min<i64>(16, tk - j0);
+        const float* kr[16];
+        for (i64 t = 0; t < nj; t++) {
+          i64 j = j0 + t;
+          int sg = 0;
+          while (j >= ks[sg].s) j -= ks[sg++].s;
+          kr[t] = ks[sg].row(bh / hkv, bh % hkv, j);
+        }
+        // 16 keys' element e are adjacent in kt: one line written per e.
+        float* dst = ktall.data() + bh * d * ldt + j0;
+        for (i64 e = 0; e < d; e++, dst += ldt)
+          for (i64 t = 0; t < nj; t++) dst[t] = kr[t][e];
+      }
+    }, nb * hkv * tk * d < kParallelMin);
+  }
   pool().parallel(items, [&](i64 b0, i64 b1) {
     std::vector<float> sc(static_cast<size_t>(tk * group));
     std::vector<float> acc(static_cast<size_t>(dv * group));
     std::vector<float> mx(static_cast<size_t>(group)), tot(static_cast<size_t>(group));
     std::vector<uint8_t> act(has_mask ? static_cast<size_t>(tk) : 0);
-    std::vector<float> kt;
     std::vector<std::pair<i64, const float*>> vrows;
+    std::vector<float> ps;        // block path: [rows][ldk] scores, then probabilities
+    std::vector<float> rowinv;    // block path: 1 / Σ per row (NaN: a row with no key)
+    std::vector<uint8_t> anykey;  // block path: whether any row of the block weighs key j
     for (i64 it = b0; it < b1; it++) {
       const i64 blk = it % blocks;
       const i64 kh = (it / blocks) % hkv;
       const i64 b = it / (blocks * hkv);
       const i64 i_end = std::min(tq, (blk + 1) * qb);
-      // Keys the block reads (its last query's), transposed: kt[e * ldk + j] = k_j[e].
+      // The keys the block reads (its last query's), rounded up to 16, and their transposed copy
+      // (kt[e * ldt + j] = k_j[e], zero past tk).
       const i64 jblock = causal ? std::min(tk, i_end - 1 + tk - tq + 1) : tk;
       const i64 ldk = (std::max<i64>(jblock, 0) + 15) / 16 * 16;
-      if (qb > 1) {
-        kt.assign(static_cast<size_t>(d * ldk), 0.0f);
-        each_row(ks, nk, jblock, b, kh, nullptr, [&](i64 j, const float* kr) {
-          for (i64 e = 0; e < d; e++) kt[static_cast<size_t>(e * ldk + j)] = kr[e];
-        });
+      const float* kt = qb > 1 ? ktall.data() + (b * hkv + kh) * d * ldt : nullptr;
+#ifdef SML_AVX512
+      if (qb > 1 && dv % 16 == 0 && dv <= 256) {
+        // The block's queries × the group's heads as one set of rows: each K and V vector loaded
+        // serves 6 rows in registers (a query at a time read the block's transposed keys and its
+        // values once per row: ~64 KB from L2 for ~32 K multiply-adds at head_dim 128).
+        const i64 i0 = blk * qb, nq = i_end - i0, rows = nq * group;
+        ps.assign(static_cast<size_t>(rows * ldk), 0.0f);
+        rowinv.assign(static_cast<size_t>(rows), 0.0f);
+        const float* qrow[6];
+        // Raw scores of every row for the keys [0, jblock): 6 rows × 64 keys of accumulators.
+        for (i64 r0 = 0; r0 < rows; r0 += 6) {
+          const int nr = static_cast<int>(std::min<i64>(6, rows - r0));
+          for (int t = 0; t < nr; t++) {
+            const i64 row = r0 + t, i = i0 + row / group, g = row % group;
+            qrow[t] = q + ((b * hq + kh * group + g) * tq + i) * d;
+          }
+          for (i64 j0 = 0; j0 < ldk; j0 += 64) {
+            float* out = ps.data() + r0 * ldk + j0;
+            switch (std::min<i64>(4, (ldk - j0) / 16)) {
+              case 4: att_scores6<4>(qrow, nr, kt + j0, ldt, d, out, ldk); break;
+              case 3: att_scores6<3>(qrow, nr, kt + j0, ldt, d, out, ldk); break;
+              case 2: att_scores6<2>(qrow, nr, kt + j0, ldt, d, out, ldk); break;
+              default: att_scores6<1>(qrow, nr, kt + j0, ldt, d, out, ldk); break;
+            }
+          }
+        }
+        // Per row: scale, mask, max, e^(s − max) over its own keys; zero past them.
+        for (i64 row = 0; row < rows; row++) {
+          const i64 i = i0 + row / group, g = row % group;
+          const i64 jmax = causal ? std::min(tk, i + tk - tq + 1) : tk;
+          float* srow = ps.data() + row * ldk;
+          float m = -INFINITY;
+          const float* mf = has_mask && !mask_bool ? static_cast<const float*>(mask) + mbatch[b] + i * mst[r - 2] + (kh * group + g) * mst[r - 3] : nullptr;
+          if (!has_mask || (mf != nullptr && mst[r - 1] == 1)) {
+            // s·scale (+ the contiguous additive mask), with the running max, 16 keys at a time.
+            const __m512 sv = _mm512_set1_ps(scale);
+            __m512 mv = _mm512_set1_ps(-INFINITY);
+            for (i64 jx = 0; jx < jmax; jx += 16) {
+              const __mmask16 mk = tail_mask(jmax - jx);
+              __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, srow + jx), sv);
+              if (mf != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, mf + jx));
+              _mm512_mask_storeu_ps(srow + jx, mk, v);
+              mv = _mm512_mask_max_ps(mv, mk, mv, v);
+            }
+            m = _mm512_reduce_max_ps(mv);
+          } else {
+            const i64 mo = mbatch[b] + i * mst[r - 2] + (kh * group + g) * mst[r - 3], ms = mst[r - 1];
+            if (mask_bool) {
+              const uint8_t* mb = static_cast<const uint8_t*>(mask) + mo;
+              for (i64 jx = 0; jx < jmax; jx++) {
+                const float v = mb[jx * ms] == 0 ? -INFINITY : srow[jx] * scale;
+                srow[jx] = v;
+                m = std::max(m, v);
+              }
+            } else {
+              const float* mf = static_cast<const float*>(mask) + mo;
+              for (i64 jx = 0; jx < jmax; jx++) {
+                const float v = srow[jx] * scale + mf[jx * ms];
+                srow[jx] = v;
+                m = std::max(m, v);
+              }
+            }
+          }
+          const i64 live_end = std::max<i64>(jmax, 0);
+          std::fill(srow + live_end, srow + ldk, 0.0f);
+          if (jmax <= 0 || m == -INFINITY) {
+            std::fill(srow, srow + live_end, 0.0f);
+            rowinv[static_cast<size_t>(row)] = NAN;
+            continue;
+          }
+          const __m512 mv = _mm512_set1_ps(m);
+          __m512 tv = _mm512_setzero_ps();
+          for (i64 j = 0; j < jmax; j += 16) {
+            const __mmask16 mk = tail_mask(jmax - j);
+            const __m512 ev = _mm512_maskz_mov_ps(mk, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, srow + j), mv)));
+            _mm512_mask_storeu_ps(srow + j, mk, ev);
+            tv = _mm512_add_ps(tv, ev);
+          }
+          rowinv[static_cast<size_t>(row)] = 1.0f / _mm512_reduce_add_ps(tv);
+        }
+        // Keys no row weighs (masked for all, past every row's causal end) are not read from V.
+        anykey.assign(static_cast<size_t>(jblock > 0 ? jblock : 0), 0);
+        for (i64 row = 0; row < rows; row++) {
+          const float* srow = ps.data() + row * ldk;
+          for (i64 j = 0; j < jblock; j++) anykey[static_cast<size_t>(j)] |= srow[j] != 0.0f ? 1 : 0;
+        }
+        vrows.clear();
+        each_row(vs, nk, jblock, b, kh, anykey.data(), [&](i64 j, const float* vr) { vrows.emplace_back(j, vr); });
+        // y rows = P · V: 6 rows × 64 columns of accumulators, each V vector loaded once for them.
+        for (i64 r0 = 0; r0 < rows; r0 += 6) {
+          const int nr = static_cast<int>(std::min<i64>(6, rows - r0));
+          float* yrow[6];
+          for (int t = 0; t < nr; t++) {
+            const i64 row = r0 + t, i = i0 + row / group, g = row % group;
+            yrow[t] = y + ((b * hq + kh * group + g) * tq + i) * dv;
+          }
+          const float* pr = ps.data() + r0 * ldk;
+          const float* inv = rowinv.data() + r0;
+          for (i64 c0 = 0; c0 < dv; c0 += 64) {
+            switch (std::min<i64>(4, (dv - c0) / 16)) {
+              case 4: att_values6<4>(pr, ldk, nr, vrows.data(), vrows.size(), c0, yrow, inv); break;
+              case 3: att_values6<3>(pr, ldk, nr, vrows.data(), vrows.size(), c0, yrow, inv); break;
+              case 2: att_values6<2>(pr, ldk, nr, vrows.data(), vrows.size(), c0, yrow, inv); break;
+              default: att_values6<1>(pr, ldk, nr, vrows.data(), vrows.size(), c0, yrow, inv); break;
+            }
+          }
+        }
+        continue;
       }
+#endif
       for (i64 i = blk * qb; i < i_end; i++) {
         const i64 jmax = causal ? std::min(tk, i + tk - tq + 1) : tk;
         const float* qi[16];
@@ -1209,9 +1409,9 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
               for (i64 g = 0; g < gc; g++)
                 for (i64 j0 = 0; j0 < jmax; j0 += 64) {
                   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-                  const float* kc = kt.data() + j0;
+                  const float* kc = kt + j0;
                   const i64 nj = std::min<i64>(64, jmax - j0);
-                  for (i64 e = 0; e < d; e++, kc += ldk) {
+                  for (i64 e = 0; e < d; e++, kc += ldt) {
                     const __m512 qe = _mm512_set1_ps(qi[g][e]);
                     a0 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc), a0);
                     if (nj > 16) a1 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc + 16), a1);

@@ -338,12 +338,32 @@ describe('cpu-native kernels', () => {
     [37, 37, 128, false],
     [20, 45, 40, true],
     [8, 8, 64, true],
+    // the block path's row groups (16 queries × 2 heads in 6-row tiles), key chunks past 64, a
+    // query tail, value widths of 6 and of 1.5 register rows
+    [130, 130, 128, true],
+    [17, 70, 96, false],
+    [24, 100, 16, true],
   ])('prefill attention (query blocks over transposed keys): %i queries over %i keys of dim %i, causal, GQA, mask %s', async (tq, tk, d, masked) => {
     const ops = [t('f32', [2, 4, tq, d]), t('f32', [2, 2, tk, d]), t('f32', [2, 2, tk, d])];
     // An additive mask hiding the first keys of batch row 1 (padding, at −FLT_MAX) and a few others.
     const mask = Array.from({ length: 2 * tk }, (_, j) => (j >= tk && j - tk < 5 ? -3.4028234663852886e38 : j % 7 === 3 ? -1e9 : 0));
     const withMask = masked ? [...ops, t('f32', [2, 1, 1, tk], { values: mask })] : ops;
     await expectMatchesInterpreter(executor, c(`attention ${String(tq)}x${String(tk)}x${String(d)}`, withMask, (b, [q, k, v, m]) => b.attention(q!, k!, v!, { causal: true }, m), { tol: F32 }));
+  });
+
+  test('prefill attention with a per-query boolean mask (rows of the block see different keys)', async () => {
+    const tq = 40;
+    const tk = 52;
+    // Query i sees the keys j with (i + j) % 5 !== 0, and none of the first 3; row 7 of batch 1 sees one key only.
+    const mask = Array.from({ length: 2 * tq * tk }, (_, x) => {
+      const bi = Math.floor(x / (tq * tk));
+      const i = Math.floor(x / tk) % tq;
+      const j = x % tk;
+      if (bi === 1 && i === 7) return j === 5 ? 1 : 0;
+      return j >= 3 && (i + j) % 5 !== 0 ? 1 : 0;
+    });
+    const ops = [t('f32', [2, 6, tq, 64]), t('f32', [2, 3, tk, 64]), t('f32', [2, 3, tk, 64]), t('bool', [2, 1, tq, tk], { values: mask })];
+    await expectMatchesInterpreter(executor, c('attention per-query mask', ops, (b, [q, k, v, m]) => b.attention(q!, k!, v!, { causal: true }, m), { tol: F32 }));
   });
 
   test("a Mixtral MoE block (router softmax, top-2 renormalized, iota rows, grouped expert GEMMs, scatterAdd) equals the interpreter's", async () => {
