@@ -351,6 +351,11 @@ describe('cpu-native kernels', () => {
     await expectMatchesInterpreter(executor, c(`attention ${String(tq)}x${String(tk)}x${String(d)}`, withMask, (b, [q, k, v, m]) => b.attention(q!, k!, v!, { causal: true }, m), { tol: F32 }));
   });
 
+  test('element-wise ops over many values run split over the threads (same shapes, size-1 dims, broadcasts)', async () => {
+    await expectMatchesInterpreter(executor, c('silu·up', [t('f32', [1, 130, 610]), t('f32', [1, 130, 610])], (b, [g, u]) => b.mul(b.silu(g!), u!), { tol: F32 }));
+    await expectMatchesInterpreter(executor, c('add, sub, div', [t('f32', [70, 1, 1000]), t('f32', [70, 1, 1000]), t('f32', [1000])], (b, [x, y, z]) => [b.add(x!, y!), b.sub(x!, y!), b.div(x!, b.add(b.exp(z!), b.constant(1)))], { tol: F32 }));
+  });
+
   test('prefill attention with a per-query boolean mask (rows of the block see different keys)', async () => {
     const tq = 40;
     const tk = 52;
