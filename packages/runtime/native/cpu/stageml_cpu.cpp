@@ -913,12 +913,32 @@ void strided_copy_t(const T* src, T* dst, const std::vector<i64>& shape, const s
   });
 }
 
-void strided_copy(const void* src, void* dst, size_t elem, const std::vector<i64>& shape, const std::vector<i64>& sst) {
+void strided_copy_serial(const void* src, void* dst, size_t elem, const std::vector<i64>& shape, const std::vector<i64>& sst) {
   switch (elem) {
     case 8: strided_copy_t(static_cast<const double*>(src), static_cast<double*>(dst), shape, sst); break;
     case 4: strided_copy_t(static_cast<const float*>(src), static_cast<float*>(dst), shape, sst); break;
     default: strided_copy_t(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), shape, sst); break;
   }
+}
+
+// A copy of 64 K+ elements is split over the pool along its first axis longer than 1 (a prefill's
+// head transposes, [1, 128, 16, 128] → [1, 16, 128, 128], ran on one thread).
+void strided_copy(const void* src, void* dst, size_t elem, const std::vector<i64>& shape, const std::vector<i64>& sst) {
+  size_t ax = 0;
+  while (ax + 1 < shape.size() && shape[ax] == 1) ax++;
+  const i64 n = numel(shape);
+  if (n < (1 << 16) || ax + 1 >= shape.size() || shape[ax] < 2) {
+    strided_copy_serial(src, dst, elem, shape, sst);
+    return;
+  }
+  const std::vector<i64> sub(shape.begin() + static_cast<std::ptrdiff_t>(ax + 1), shape.end());
+  const std::vector<i64> sub_st(sst.begin() + static_cast<std::ptrdiff_t>(ax + 1), sst.end());
+  const i64 slice = n / shape[ax];
+  const uint8_t* s8 = static_cast<const uint8_t*>(src);
+  uint8_t* d8 = static_cast<uint8_t*>(dst);
+  pool().parallel(shape[ax], [&](i64 b, i64 e) {
+    for (i64 i = b; i < e; i++) strided_copy_serial(s8 + static_cast<size_t>(i * sst[ax]) * elem, d8 + static_cast<size_t>(i * slice) * elem, elem, sub, sub_st);
+  });
 }
 
 inline float apply_binary(int k, float a, float b) {
@@ -2565,7 +2585,10 @@ void exec(Run& p, const Instr& in) {
         i64 xrow = 1;
         for (size_t d = ax; d < xs.size(); d++) xrow *= xs[d];
         const uint8_t* x = static_cast<const uint8_t*>(p.ptr[v]);
-        for (i64 o = 0; o < outer; o++) std::memcpy(y + (o * yrow + off) * esz, x + o * xrow * esz, static_cast<size_t>(xrow) * esz);
+        // Large operands (a cache and its new rows) are copied by the pool's threads together.
+        pool().parallel(outer, [&](i64 o0, i64 o1) {
+          for (i64 o = o0; o < o1; o++) std::memcpy(y + (o * yrow + off) * esz, x + o * xrow * esz, static_cast<size_t>(xrow) * esz);
+        }, outer * xrow * static_cast<i64>(esz) < (1 << 18));
         off += xrow;
       }
       break;

@@ -356,6 +356,12 @@ describe('cpu-native kernels', () => {
     await expectMatchesInterpreter(executor, c('add, sub, div', [t('f32', [70, 1, 1000]), t('f32', [70, 1, 1000]), t('f32', [1000])], (b, [x, y, z]) => [b.add(x!, y!), b.sub(x!, y!), b.div(x!, b.add(b.exp(z!), b.constant(1)))], { tol: F32 }));
   });
 
+  test('transposes, broadcasts and concats of many values run split over the threads', async () => {
+    await expectMatchesInterpreter(executor, c('head transpose', [t('f32', [1, 130, 8, 70])], (b, [x]) => b.transpose(x!, [0, 2, 1, 3])));
+    await expectMatchesInterpreter(executor, c('broadcast rows', [t('f32', [1, 1, 700])], (b, [x]) => b.broadcastTo(x!, [3, 40, 700])));
+    await expectMatchesInterpreter(executor, c('cache concat', [t('f32', [3, 2, 130, 64]), t('f32', [3, 2, 1, 64])], (b, [k, n]) => b.concat([k!, n!], 2)));
+  });
+
   test('prefill attention with a per-query boolean mask (rows of the block see different keys)', async () => {
     const tq = 40;
     const tk = 52;
