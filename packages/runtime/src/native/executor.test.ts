@@ -91,9 +91,9 @@ describe('cpu-native kernels', () => {
   });
 
 
-  test('rmsNorm sums 8 rows at a time with the one-row loop\'s bits (every row the same: all outputs equal)', async () => {
-    const n = 200;
-    const rows = 19; // one part (below the parallel threshold): two batches of 8 rows, 3 rows on the one-row loop
+  test('rmsNorm gives a row the same bits wherever it sits in the batch (every row the same: all outputs equal)', async () => {
+    const n = 200; // 12 steps of 16 inputs and a tail of 8
+    const rows = 19;
     const one = rand(n, 11, 3);
     const x = new Float32Array(rows * n);
     for (let r = 0; r < rows; r++) x.set(one, r * n);
@@ -103,6 +103,10 @@ describe('cpu-native kernels', () => {
     const y = (await prepared.run({ x: { dtype: 'f32', shape: [rows, n], data: x } }))['y']!.data as Float32Array;
     for (let r = 1; r < rows; r++) expect(Array.from(y.subarray(r * n, (r + 1) * n)), `row ${String(r)}`).toEqual(Array.from(y.subarray(0, n)));
     prepared.dispose();
+  });
+
+  test.each([7, 16, 29, 130])('rmsNorm over rows of %i (tails of the 16-input steps) equals the interpreter', async (n) => {
+    await expectMatchesInterpreter(executor, c(`rmsNorm ${String(n)}`, [t('f32', [5, n]), t('f32', [n])], (b, [x, w]) => b.rmsNorm(x!, w!, 1e-6), { tol: F32 }));
   });
 
   test('quantized blocks that do not tile by 32 run exactly (dequantized weights)', async () => {
