@@ -1260,7 +1260,9 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
   const i64 items = nb * hkv * blocks;
   const i64 ldt = (tk + 15) / 16 * 16;  // kt's row stride
   std::vector<float> ktall;
-  if (qb > 1) {
+  // Long contexts (over 8192 keys, or a copy over 64 MB) transpose each block's keys on their own
+  // instead, with no second copy of K.
+  if (qb > 1 && tk <= 8192 && nb * hkv * d * ldt * 4 <= (i64{64} << 20)) {
     ktall.assign(static_cast<size_t>(nb * hkv * d * ldt), 0.0f);
     const i64 chunks = (tk + 15) / 16;
     pool().parallel(nb * hkv * chunks, [&](i64 c0, i64 c1) {
@@ -1290,6 +1292,7 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
     std::vector<float> ps;        // block path: [rows][ldk] scores, then probabilities
     std::vector<float> rowinv;    // block path: 1 / Σ per row (NaN: a row with no key)
     std::vector<uint8_t> anykey;  // block path: whether any row of the block weighs key j
+    std::vector<float> ktl;       // a block's own transposed keys (when K is too long to share)
     for (i64 it = b0; it < b1; it++) {
       const i64 blk = it % blocks;
       const i64 kh = (it / blocks) % hkv;
@@ -1299,9 +1302,21 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
       // (kt[e * ldt + j] = k_j[e], zero past tk).
       const i64 jblock = causal ? std::min(tk, i_end - 1 + tk - tq + 1) : tk;
       const i64 ldk = (std::max<i64>(jblock, 0) + 15) / 16 * 16;
-      const float* kt = qb > 1 ? ktall.data() + (b * hkv + kh) * d * ldt : nullptr;
+      const float* kt = nullptr;
+      i64 ldt_it = ldt;
+      if (qb > 1 && !ktall.empty()) kt = ktall.data() + (b * hkv + kh) * d * ldt;
+      else if (qb > 1) {
+        ktl.assign(static_cast<size_t>(d * ldk), 0.0f);
+        float* ktp = ktl.data();
+        each_row(ks, nk, jblock, b, kh, nullptr, [ktp, ldk, d](i64 j, const float* kr) {
+          for (i64 e = 0; e < d; e++) ktp[e * ldk + j] = kr[e];
+        });
+        kt = ktp;
+        ldt_it = ldk;
+      }
 #ifdef SML_AVX512
-      if (qb > 1 && dv % 16 == 0 && dv <= 256) {
+      // (Up to 16 MB of scores a block; longer contexts take the query-at-a-time path below.)
+      if (qb > 1 && dv % 16 == 0 && dv <= 256 && qb * group * ldk * 4 <= (i64{16} << 20)) {
         // The block's queries × the group's heads as one set of rows: each K and V vector loaded
         // serves 6 rows in registers (a query at a time read the block's transposed keys and its
         // values once per row: ~64 KB from L2 for ~32 K multiply-adds at head_dim 128).
@@ -1319,10 +1334,10 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
           for (i64 j0 = 0; j0 < ldk; j0 += 64) {
             float* out = ps.data() + r0 * ldk + j0;
             switch (std::min<i64>(4, (ldk - j0) / 16)) {
-              case 4: att_scores6<4>(qrow, nr, kt + j0, ldt, d, out, ldk); break;
-              case 3: att_scores6<3>(qrow, nr, kt + j0, ldt, d, out, ldk); break;
-              case 2: att_scores6<2>(qrow, nr, kt + j0, ldt, d, out, ldk); break;
-              default: att_scores6<1>(qrow, nr, kt + j0, ldt, d, out, ldk); break;
+              case 4: att_scores6<4>(qrow, nr, kt + j0, ldt_it, d, out, ldk); break;
+              case 3: att_scores6<3>(qrow, nr, kt + j0, ldt_it, d, out, ldk); break;
+              case 2: att_scores6<2>(qrow, nr, kt + j0, ldt_it, d, out, ldk); break;
+              default: att_scores6<1>(qrow, nr, kt + j0, ldt_it, d, out, ldk); break;
             }
           }
         }
@@ -1466,7 +1481,7 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
                   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
                   const float* kc = kt + j0;
                   const i64 nj = std::min<i64>(64, jmax - j0);
-                  for (i64 e = 0; e < d; e++, kc += ldt) {
+                  for (i64 e = 0; e < d; e++, kc += ldt_it) {
                     const __m512 qe = _mm512_set1_ps(qi[g][e]);
                     a0 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc), a0);
                     if (nj > 16) a1 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc + 16), a1);

@@ -366,6 +366,15 @@ describe('cpu-native kernels', () => {
     await expectMatchesInterpreter(executor, c('cache concat', [t('f32', [3, 2, 130, 64]), t('f32', [3, 2, 1, 64])], (b, [k, n]) => b.concat([k!, n!], 2)));
   });
 
+  test.each([
+    [2, 'the block path'],
+    [32, 'the query-at-a-time path (a block of 16 queries × 32 heads over 8200 keys is over 16 MB of scores)'],
+  ])('prefill attention over 8200 keys (each block transposes its own): %i query heads a kv head, %s', async (group) => {
+    const tk = 8200;
+    const ops = [t('f32', [1, group, 9, 16]), t('f32', [1, 1, tk, 16]), t('f32', [1, 1, tk, 16])];
+    await expectMatchesInterpreter(executor, c(`attention long ${String(group)}`, ops, (b, [q, k, v]) => b.attention(q!, k!, v!, { causal: true }), { tol: F32 }));
+  });
+
   test('prefill attention with a per-query boolean mask (rows of the block see different keys)', async () => {
     const tq = 40;
     const tk = 52;
