@@ -272,8 +272,8 @@ inline void axpy_f32(float* y, const float* x, float s, i64 n) {
 // ---------------------------------------------------------------------------------------------
 // f32 GEMM, y[M, N] (+)= x[M, K] · w[N, K]ᵀ: tiles of 4 weight rows × MR activation rows, K in
 // chunks of kKc so a chunk of x stays in L2 while the weight rows stream once. The weight rows are
-// taken kNb at a time, each block swept by every activation tile before the next, so the tile's
-// [MR, kNb] patch of y stays in L1 (row-major y of a wide layer puts its rows 4·N bytes apart: with
+// taken kNb at a time (more than 12 activation rows), each block swept by every activation tile
+// before the next, so the tile's [MR, kNb] patch of y stays in L1 (row-major y of a wide layer puts its rows 4·N bytes apart: with
 // one 4-column tile at a time, the MR rows' lines share cache sets and were evicted between tiles).
 //
 // An optional extra K segment (GemmExtra) joins the last chunk: y = x·wᵀ + xe·weᵀ is computed as
@@ -362,8 +362,11 @@ void tile_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc
 }
 
 void tiles_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1, bool accum, const GemmExtra* ex) {
-  for (i64 b0 = n0; b0 < n1; b0 += kNb) {
-    const i64 b1 = std::min(n1, b0 + kNb);
+  // Up to two activation tiles (12 rows of y fit L1's ways whatever their stride): one 4-row weight
+  // tile at a time, so both activation tiles read it from L1.
+  const i64 nb = m <= 12 ? 4 : kNb;
+  for (i64 b0 = n0; b0 < n1; b0 += nb) {
+    const i64 b1 = std::min(n1, b0 + nb);
     for (i64 r = 0; r < m;) {
       const i64 left = m - r;
       const int mr = static_cast<int>(std::min<i64>(left, 6));
