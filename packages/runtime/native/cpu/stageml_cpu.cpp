@@ -271,12 +271,43 @@ inline void axpy_f32(float* y, const float* x, float s, i64 n) {
 
 // ---------------------------------------------------------------------------------------------
 // f32 GEMM, y[M, N] (+)= x[M, K] · w[N, K]ᵀ: tiles of 4 weight rows × MR activation rows, K in
-// chunks of kKc so a chunk of x stays in L2 while the weight rows stream once.
+// chunks of kKc so a chunk of x stays in L2 while the weight rows stream once. The weight rows are
+// taken kNb at a time (more than 12 activation rows), each block swept by every activation tile
+// before the next, so the tile's [MR, kNb] patch of y stays in L1 (row-major y of a wide layer puts its rows 4·N bytes apart: with
+// one 4-column tile at a time, the MR rows' lines share cache sets and were evicted between tiles).
+//
+// An optional extra K segment (GemmExtra) joins the last chunk: y = x·wᵀ + xe·weᵀ is computed as
+// one GEMM over K + ke columns, [x | xe] · [w | we]ᵀ, the extra columns added to the accumulators
+// while they are in registers. The LoRA layer passes its rank-r shrink s·(x·Aᵀ) and B this way.
 
 constexpr i64 kKc = 512;
+constexpr i64 kNb = 64;
 
+// The extra columns of a GEMM: xe [M, ke] (row stride ldx), we [N, ke] (row stride ldw).
+struct GemmExtra {
+  const float* x;
+  i64 ldx;
+  const float* w;
+  i64 ldw;
+  i64 k;
+};
+
+#ifdef SML_AVX512
+// Lane r of the result: the sum of a_r's 16 lanes (four horizontal sums at the cost of about one).
+inline __m128 reduce4_ps(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  const __m512 u = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))), _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))));
+  const __m512 v = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 w = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_castps512_ps128(w);
+}
+#endif
+
+// y[MR, nr] (+)= x[MR, k] · w[nr, k]ᵀ (+ the extra columns, with xe and we at this tile's row and
+// column), nr ≤ 4.
 template <int MR>
-void tile_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 k, int nr, bool accum) {
+void tile_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 k, int nr, bool accum, const GemmExtra* ex, const float* xe, const float* we) {
 #ifdef SML_AVX512
   __m512 acc[4][MR];
   for (int r = 0; r < 4; r++)
@@ -301,52 +332,70 @@ void tile_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc
       for (int m = 0; m < MR; m++) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
     }
   }
-  for (int m = 0; m < MR; m++)
-    for (int r = 0; r < nr; r++) {
-      const float v = _mm512_reduce_add_ps(acc[r][m]);
-      float* o = y + m * ldc + r;
-      *o = accum ? *o + v : v;
+  if (ex != nullptr) {
+    for (i64 j = 0; j < ex->k; j += 16) {
+      const __mmask16 msk = tail_mask(ex->k - j);
+      __m512 xv[MR];
+      for (int m = 0; m < MR; m++) xv[m] = _mm512_maskz_loadu_ps(msk, xe + m * ex->ldx + j);
+      for (int r = 0; r < 4; r++) {
+        const __m512 wv = _mm512_maskz_loadu_ps(msk, we + (r < nr ? r : 0) * ex->ldw + j);
+        for (int m = 0; m < MR; m++) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
+      }
     }
+  }
+  const __mmask8 cols = static_cast<__mmask8>((1u << nr) - 1);
+  for (int m = 0; m < MR; m++) {
+    __m128 v = reduce4_ps(acc[0][m], acc[1][m], acc[2][m], acc[3][m]);
+    float* o = y + m * ldc;
+    if (accum) v = _mm_add_ps(v, _mm_maskz_loadu_ps(cols, o));
+    _mm_mask_storeu_ps(o, cols, v);
+  }
 #else
   for (int m = 0; m < MR; m++)
     for (int r = 0; r < nr; r++) {
-      const float v = dot_f32(x + m * lda, w + r * ldb, k);
+      float v = dot_f32(x + m * lda, w + r * ldb, k);
+      if (ex != nullptr) v += dot_f32(xe + m * ex->ldx, we + r * ex->ldw, ex->k);
       float* o = y + m * ldc + r;
       *o = accum ? *o + v : v;
     }
 #endif
 }
 
-void tiles_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1, bool accum) {
-  for (i64 n = n0; n < n1; n += 4) {
-    const int nr = static_cast<int>(std::min<i64>(4, n1 - n));
+void tiles_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1, bool accum, const GemmExtra* ex) {
+  // Up to two activation tiles (12 rows of y fit L1's ways whatever their stride): one 4-row weight
+  // tile at a time, so both activation tiles read it from L1.
+  const i64 nb = m <= 12 ? 4 : kNb;
+  for (i64 b0 = n0; b0 < n1; b0 += nb) {
+    const i64 b1 = std::min(n1, b0 + nb);
     for (i64 r = 0; r < m;) {
       const i64 left = m - r;
+      const int mr = static_cast<int>(std::min<i64>(left, 6));
       const float* xp = x + r * lda;
-      float* yp = y + r * ldc + n;
-      const float* wp = w + n * ldb;
-      if (left >= 6) {
-        tile_nt<6>(xp, lda, wp, ldb, yp, ldc, k, nr, accum);
-        r += 6;
-      } else {
-        switch (left) {
-          case 5: tile_nt<5>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
-          case 4: tile_nt<4>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
-          case 3: tile_nt<3>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
-          case 2: tile_nt<2>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
-          default: tile_nt<1>(xp, lda, wp, ldb, yp, ldc, k, nr, accum); break;
+      const float* xe = ex != nullptr ? ex->x + r * ex->ldx : nullptr;
+      for (i64 n = b0; n < b1; n += 4) {
+        const int nr = static_cast<int>(std::min<i64>(4, b1 - n));
+        float* yp = y + r * ldc + n;
+        const float* wp = w + n * ldb;
+        const float* we = ex != nullptr ? ex->w + n * ex->ldw : nullptr;
+        switch (mr) {
+          case 6: tile_nt<6>(xp, lda, wp, ldb, yp, ldc, k, nr, accum, ex, xe, we); break;
+          case 5: tile_nt<5>(xp, lda, wp, ldb, yp, ldc, k, nr, accum, ex, xe, we); break;
+          case 4: tile_nt<4>(xp, lda, wp, ldb, yp, ldc, k, nr, accum, ex, xe, we); break;
+          case 3: tile_nt<3>(xp, lda, wp, ldb, yp, ldc, k, nr, accum, ex, xe, we); break;
+          case 2: tile_nt<2>(xp, lda, wp, ldb, yp, ldc, k, nr, accum, ex, xe, we); break;
+          default: tile_nt<1>(xp, lda, wp, ldb, yp, ldc, k, nr, accum, ex, xe, we); break;
         }
-        r += left;
       }
+      r += mr;
     }
   }
 }
 
 // Few activation rows (decode): one weight row at a time, read as one sequential stream with a
 // software prefetch 2 KB ahead (4 KB pages stop the hardware prefetchers; this measured 41 GB/s
-// against 24 for the 4-row tiles at one row).
+// against 24 for the 4-row tiles at one row). The extra columns, if any, join each row's sums.
 template <int MR>
-void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 k, i64 n0, i64 n1) {
+void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 k, i64 n0, i64 n1, const GemmExtra* ex = nullptr) {
 #ifdef SML_AVX512
   for (i64 n = n0; n < n1; n++) {
     const float* wr = w + n * ldb;
@@ -367,28 +416,41 @@ void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc
       const __m512 w0 = _mm512_maskz_loadu_ps(msk, wr + i);
       for (int m = 0; m < MR; m++) a0[m] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(msk, x + m * lda + i), a0[m]);
     }
+    if (ex != nullptr) {
+      const float* we = ex->w + n * ex->ldw;
+      for (i64 j = 0; j < ex->k; j += 16) {
+        const __mmask16 msk = tail_mask(ex->k - j);
+        const __m512 w0 = _mm512_maskz_loadu_ps(msk, we + j);
+        for (int m = 0; m < MR; m++) a1[m] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(msk, ex->x + m * ex->ldx + j), a1[m]);
+      }
+    }
     for (int m = 0; m < MR; m++) y[m * ldc + n] = _mm512_reduce_add_ps(_mm512_add_ps(a0[m], a1[m]));
   }
 #else
   for (i64 n = n0; n < n1; n++)
-    for (int m = 0; m < MR; m++) y[m * ldc + n] = dot_f32(x + m * lda, w + n * ldb, k);
+    for (int m = 0; m < MR; m++) y[m * ldc + n] = dot_f32(x + m * lda, w + n * ldb, k) + (ex != nullptr ? dot_f32(ex->x + m * ex->ldx, ex->w + n * ex->ldw, ex->k) : 0.0f);
 #endif
 }
 
-// Serial: y[M, n0:n1] over the whole K (chunked).
-void gemm_nt_range(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1) {
+// Serial: y[M, n0:n1] over the whole K (chunked), plus the extra columns `ex` (with the last chunk).
+void gemm_nt_range(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1, const GemmExtra* ex = nullptr) {
   if (m <= 4 && k <= 8192) {
     switch (m) {
-      case 4: rows_nt<4>(x, lda, w, ldb, y, ldc, k, n0, n1); return;
-      case 3: rows_nt<3>(x, lda, w, ldb, y, ldc, k, n0, n1); return;
-      case 2: rows_nt<2>(x, lda, w, ldb, y, ldc, k, n0, n1); return;
-      case 1: rows_nt<1>(x, lda, w, ldb, y, ldc, k, n0, n1); return;
+      case 4: rows_nt<4>(x, lda, w, ldb, y, ldc, k, n0, n1, ex); return;
+      case 3: rows_nt<3>(x, lda, w, ldb, y, ldc, k, n0, n1, ex); return;
+      case 2: rows_nt<2>(x, lda, w, ldb, y, ldc, k, n0, n1, ex); return;
+      case 1: rows_nt<1>(x, lda, w, ldb, y, ldc, k, n0, n1, ex); return;
       default: return;
     }
   }
+  if (k == 0) {
+    // Only the extra columns (a zero-width K): one pass over them.
+    if (ex != nullptr) tiles_nt(x, lda, w, ldb, y, ldc, m, 0, n0, n1, false, ex);
+    return;
+  }
   for (i64 kc = 0; kc < k; kc += kKc) {
     const i64 kl = std::min(kKc, k - kc);
-    tiles_nt(x + kc, lda, w + kc, ldb, y, ldc, m, kl, n0, n1, kc > 0);
+    tiles_nt(x + kc, lda, w + kc, ldb, y, ldc, m, kl, n0, n1, kc > 0, kc + kl >= k ? ex : nullptr);
   }
 }
 
@@ -706,7 +768,7 @@ enum Op {
 // The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
 // prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
 // detected at load instead of failing on an instruction it lacks.
-constexpr int kAbi = 4;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q
+constexpr int kAbi = 5;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -854,12 +916,32 @@ void strided_copy_t(const T* src, T* dst, const std::vector<i64>& shape, const s
   });
 }
 
-void strided_copy(const void* src, void* dst, size_t elem, const std::vector<i64>& shape, const std::vector<i64>& sst) {
+void strided_copy_serial(const void* src, void* dst, size_t elem, const std::vector<i64>& shape, const std::vector<i64>& sst) {
   switch (elem) {
     case 8: strided_copy_t(static_cast<const double*>(src), static_cast<double*>(dst), shape, sst); break;
     case 4: strided_copy_t(static_cast<const float*>(src), static_cast<float*>(dst), shape, sst); break;
     default: strided_copy_t(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), shape, sst); break;
   }
+}
+
+// A copy of 64 K+ elements is split over the pool along its first axis longer than 1 (a prefill's
+// head transposes, [1, 128, 16, 128] → [1, 16, 128, 128], ran on one thread).
+void strided_copy(const void* src, void* dst, size_t elem, const std::vector<i64>& shape, const std::vector<i64>& sst) {
+  size_t ax = 0;
+  while (ax + 1 < shape.size() && shape[ax] == 1) ax++;
+  const i64 n = numel(shape);
+  if (n < (1 << 16) || ax + 1 >= shape.size() || shape[ax] < 2) {
+    strided_copy_serial(src, dst, elem, shape, sst);
+    return;
+  }
+  const std::vector<i64> sub(shape.begin() + static_cast<std::ptrdiff_t>(ax + 1), shape.end());
+  const std::vector<i64> sub_st(sst.begin() + static_cast<std::ptrdiff_t>(ax + 1), sst.end());
+  const i64 slice = n / shape[ax];
+  const uint8_t* s8 = static_cast<const uint8_t*>(src);
+  uint8_t* d8 = static_cast<uint8_t*>(dst);
+  pool().parallel(shape[ax], [&](i64 b, i64 e) {
+    for (i64 i = b; i < e; i++) strided_copy_serial(s8 + static_cast<size_t>(i * sst[ax]) * elem, d8 + static_cast<size_t>(i * slice) * elem, elem, sub, sub_st);
+  });
 }
 
 inline float apply_binary(int k, float a, float b) {
@@ -885,7 +967,38 @@ void binary_rows(const T* a, const T* b, T* y, const std::vector<i64>& out, cons
   for_rows<3>(out, st, [&](const i64* o) { row(a + o[0], b + o[1], y + o[2], inner, ia, ib); });
 }
 
+// f(begin, end) over [0, n): split over the pool in chunks of 4096 elements when n is large
+// (a prefill's activations: the MLP's silu and product over 128 × 3072 values ran on one thread).
+template <typename F>
+void elementwise_parallel(i64 n, F f) {
+  constexpr i64 kChunk = 1 << 12;
+  if (n < (1 << 16)) {
+    f(0, n);
+    return;
+  }
+  pool().parallel((n + kChunk - 1) / kChunk, [&](i64 b, i64 e) { f(b * kChunk, std::min(n, e * kChunk)); });
+}
+
 void binary_f32(int kind, const float* a, const float* b, float* y, const std::vector<i64>& out, const std::vector<i64>& sa, const std::vector<i64>& sb) {
+  const std::vector<i64> dense = row_major(out);
+  // Whether strides st walk the output's elements in order (dims of size 1 have any stride).
+  const auto in_order = [&](const std::vector<i64>& st) {
+    for (size_t d = 0; d < out.size(); d++)
+      if (out[d] != 1 && st[d] != dense[d]) return false;
+    return true;
+  };
+  if (in_order(sa) && in_order(sb)) {
+    // Same-shape operands: one flat loop, split over the threads.
+    elementwise_parallel(numel(out), [&](i64 i0, i64 i1) {
+      switch (kind) {
+        case B_ADD: for (i64 j = i0; j < i1; j++) y[j] = a[j] + b[j]; return;
+        case B_MUL: for (i64 j = i0; j < i1; j++) y[j] = a[j] * b[j]; return;
+        case B_SUB: for (i64 j = i0; j < i1; j++) y[j] = a[j] - b[j]; return;
+        default: for (i64 j = i0; j < i1; j++) y[j] = apply_binary(kind, a[j], b[j]); return;
+      }
+    });
+    return;
+  }
   binary_rows(a, b, y, out, sa, sb, [&](const float* pa, const float* pb, float* py, i64 inner, i64 ia, i64 ib) {
     if (ia == 1 && ib == 1) {
       switch (kind) {
@@ -929,7 +1042,7 @@ void binary_int(int kind, const T* a, const T* b, T* y, const std::vector<i64>& 
 
 inline float sigmoidf(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
-void unary_f32(int kind, const float* x, float* y, i64 n) {
+void unary_f32_range(int kind, const float* x, float* y, i64 n) {
 #ifdef SML_AVX512
   if (kind == U_SILU || kind == U_EXP || kind == U_SIGMOID) {
     i64 i = 0;
@@ -968,6 +1081,10 @@ void unary_f32(int kind, const float* x, float* y, i64 n) {
     }
     y[i] = r;
   }
+}
+
+void unary_f32(int kind, const float* x, float* y, i64 n) {
+  elementwise_parallel(n, [&](i64 i0, i64 i1) { unary_f32_range(kind, x + i0, y + i0, i1 - i0); });
 }
 
 // softmax over the middle axis of [outer, n, inner]
@@ -1026,6 +1143,74 @@ void each_row(const Seg* segs, int n, i64 jmax, i64 b, i64 kh, const uint8_t* li
     }
 }
 
+#ifdef SML_AVX512
+// Prefill attention's block micro-kernels (6 rows of a query block × up to 64 keys or value
+// columns, accumulators in registers; rows past `nr` repeat the last row and are not stored).
+// s[t][j0 + 16u + l] = q_t · k_(j0+16u+l) over d, with kt the block's keys transposed [d][ldk].
+template <int NV>
+void att_scores6(const float* const* qrow, int nr, const float* kt, i64 ldk, i64 d, float* out, i64 ldo) {
+  __m512 a[6][NV];
+  for (int t = 0; t < 6; t++)
+    for (int u = 0; u < NV; u++) a[t][u] = _mm512_setzero_ps();
+  const float* q0 = qrow[0];
+  const float* q1 = qrow[std::min(1, nr - 1)];
+  const float* q2 = qrow[std::min(2, nr - 1)];
+  const float* q3 = qrow[std::min(3, nr - 1)];
+  const float* q4 = qrow[std::min(4, nr - 1)];
+  const float* q5 = qrow[std::min(5, nr - 1)];
+  for (i64 e = 0; e < d; e++, kt += ldk) {
+    __m512 kv[NV];
+    for (int u = 0; u < NV; u++) kv[u] = _mm512_loadu_ps(kt + 16 * u);
+    const __m512 b0 = _mm512_set1_ps(q0[e]), b1 = _mm512_set1_ps(q1[e]), b2 = _mm512_set1_ps(q2[e]);
+    const __m512 b3 = _mm512_set1_ps(q3[e]), b4 = _mm512_set1_ps(q4[e]), b5 = _mm512_set1_ps(q5[e]);
+    for (int u = 0; u < NV; u++) {
+      a[0][u] = _mm512_fmadd_ps(b0, kv[u], a[0][u]);
+      a[1][u] = _mm512_fmadd_ps(b1, kv[u], a[1][u]);
+      a[2][u] = _mm512_fmadd_ps(b2, kv[u], a[2][u]);
+      a[3][u] = _mm512_fmadd_ps(b3, kv[u], a[3][u]);
+      a[4][u] = _mm512_fmadd_ps(b4, kv[u], a[4][u]);
+      a[5][u] = _mm512_fmadd_ps(b5, kv[u], a[5][u]);
+    }
+  }
+  for (int t = 0; t < nr; t++)
+    for (int u = 0; u < NV; u++) _mm512_storeu_ps(out + t * ldo + 16 * u, a[t][u]);
+}
+
+// y_t[c0 + 16u + l] = Σ_j p_t[j] · v_j[c0 + 16u + l] · inv_t over the listed value rows.
+template <int NC>
+void att_values6(const float* ps, i64 ldp, int nr, const std::pair<i64, const float*>* vrows, size_t nv, i64 c0, float* const* yrow, const float* inv) {
+  __m512 a[6][NC];
+  for (int t = 0; t < 6; t++)
+    for (int u = 0; u < NC; u++) a[t][u] = _mm512_setzero_ps();
+  const float* p0 = ps;
+  const float* p1 = ps + std::min(1, nr - 1) * ldp;
+  const float* p2 = ps + std::min(2, nr - 1) * ldp;
+  const float* p3 = ps + std::min(3, nr - 1) * ldp;
+  const float* p4 = ps + std::min(4, nr - 1) * ldp;
+  const float* p5 = ps + std::min(5, nr - 1) * ldp;
+  for (size_t x = 0; x < nv; x++) {
+    const i64 j = vrows[x].first;
+    const float* vr = vrows[x].second + c0;
+    __m512 vv[NC];
+    for (int u = 0; u < NC; u++) vv[u] = _mm512_loadu_ps(vr + 16 * u);
+    const __m512 b0 = _mm512_set1_ps(p0[j]), b1 = _mm512_set1_ps(p1[j]), b2 = _mm512_set1_ps(p2[j]);
+    const __m512 b3 = _mm512_set1_ps(p3[j]), b4 = _mm512_set1_ps(p4[j]), b5 = _mm512_set1_ps(p5[j]);
+    for (int u = 0; u < NC; u++) {
+      a[0][u] = _mm512_fmadd_ps(b0, vv[u], a[0][u]);
+      a[1][u] = _mm512_fmadd_ps(b1, vv[u], a[1][u]);
+      a[2][u] = _mm512_fmadd_ps(b2, vv[u], a[2][u]);
+      a[3][u] = _mm512_fmadd_ps(b3, vv[u], a[3][u]);
+      a[4][u] = _mm512_fmadd_ps(b4, vv[u], a[4][u]);
+      a[5][u] = _mm512_fmadd_ps(b5, vv[u], a[5][u]);
+    }
+  }
+  for (int t = 0; t < nr; t++) {
+    const __m512 s = _mm512_set1_ps(inv[t]);
+    for (int u = 0; u < NC; u++) _mm512_storeu_ps(yrow[t] + c0 + 16 * u, _mm512_mul_ps(a[t][u], s));
+  }
+}
+#endif
+
 // Attention over q [nb…, hq, tq, d] and keys/values in segments (see Seg), with an optional mask
 // broadcast to [nb…, hq, tq, tk] (f32 additive or bool), causal aligned to the end; GQA by
 // kv head = h / (hq / hkv).
@@ -1065,9 +1250,10 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
   const i64 group = hq / hkv;
   // One item per (batch, kv head, block of qb queries): the group's query heads share each key and
   // value row read (GQA), and rows a few keys ahead are prefetched (the cache rows are scattered).
-  // With many queries (prefill), a block's keys are transposed once into kt [d][keys], so each
-  // query's scores are 16 keys per FMA with no horizontal sums — the decode path's per-key dot
-  // products made attention a sixth of a Qwen3 (head_dim 128) prefill (bench/native-profile).
+  // With many queries (prefill), each (batch, kv head)'s keys are transposed once into kt
+  // [d][keys] (one parallel pass before the blocks, shared by all of them), so scores are 16 keys
+  // per FMA with no horizontal sums — the decode path's per-key dot products made attention a
+  // sixth of a Qwen3 (head_dim 128) prefill (bench/native-profile).
 #ifdef SML_AVX512
   const i64 qb = tq >= 8 ? 16 : 1;
 #else
@@ -1075,27 +1261,173 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
 #endif
   const i64 blocks = (tq + qb - 1) / qb;
   const i64 items = nb * hkv * blocks;
+  const i64 ldt = (tk + 15) / 16 * 16;  // kt's row stride
+  std::vector<float> ktall;
+  // Long contexts (over 8192 keys, or a copy over 64 MB) transpose each block's keys on their own
+  // instead, with no second copy of K.
+  if (qb > 1 && tk <= 8192 && nb * hkv * d * ldt * 4 <= (i64{64} << 20)) {
+    ktall.assign(static_cast<size_t>(nb * hkv * d * ldt), 0.0f);
+    const i64 chunks = (tk + 15) / 16;
+    pool().parallel(nb * hkv * chunks, [&](i64 c0, i64 c1) {
+      for (i64 c = c0; c < c1; c++) {
+        const i64 bh = c / chunks, j0 = (c % chunks) * 16;
+        const i64 nj = std::min<i64>(16, tk - j0);
+        const float* kr[16];
+        for (i64 t = 0; t < nj; t++) {
+          i64 j = j0 + t;
+          int sg = 0;
+          while (j >= ks[sg].s) j -= ks[sg++].s;
+          kr[t] = ks[sg].row(bh / hkv, bh % hkv, j);
+        }
+        // 16 keys' element e are adjacent in kt: one line written per e.
+        float* dst = ktall.data() + bh * d * ldt + j0;
+        for (i64 e = 0; e < d; e++, dst += ldt)
+          for (i64 t = 0; t < nj; t++) dst[t] = kr[t][e];
+      }
+    }, nb * hkv * tk * d < kParallelMin);
+  }
   pool().parallel(items, [&](i64 b0, i64 b1) {
     std::vector<float> sc(static_cast<size_t>(tk * group));
     std::vector<float> acc(static_cast<size_t>(dv * group));
     std::vector<float> mx(static_cast<size_t>(group)), tot(static_cast<size_t>(group));
     std::vector<uint8_t> act(has_mask ? static_cast<size_t>(tk) : 0);
-    std::vector<float> kt;
     std::vector<std::pair<i64, const float*>> vrows;
+    std::vector<float> ps;        // block path: [rows][ldk] scores, then probabilities
+    std::vector<float> rowinv;    // block path: 1 / Σ per row (NaN: a row with no key)
+    std::vector<uint8_t> anykey;  // block path: whether any row of the block weighs key j
+    std::vector<float> ktl;       // a block's own transposed keys (when K is too long to share)
     for (i64 it = b0; it < b1; it++) {
       const i64 blk = it % blocks;
       const i64 kh = (it / blocks) % hkv;
       const i64 b = it / (blocks * hkv);
       const i64 i_end = std::min(tq, (blk + 1) * qb);
-      // Keys the block reads (its last query's), transposed: kt[e * ldk + j] = k_j[e].
+      // The keys the block reads (its last query's), rounded up to 16, and their transposed copy
+      // (kt[e * ldt + j] = k_j[e], zero past tk).
       const i64 jblock = causal ? std::min(tk, i_end - 1 + tk - tq + 1) : tk;
       const i64 ldk = (std::max<i64>(jblock, 0) + 15) / 16 * 16;
-      if (qb > 1) {
-        kt.assign(static_cast<size_t>(d * ldk), 0.0f);
-        each_row(ks, nk, jblock, b, kh, nullptr, [&](i64 j, const float* kr) {
-          for (i64 e = 0; e < d; e++) kt[static_cast<size_t>(e * ldk + j)] = kr[e];
+      const float* kt = nullptr;
+      i64 ldt_it = ldt;
+      if (qb > 1 && !ktall.empty()) kt = ktall.data() + (b * hkv + kh) * d * ldt;
+      else if (qb > 1) {
+        ktl.assign(static_cast<size_t>(d * ldk), 0.0f);
+        float* ktp = ktl.data();
+        each_row(ks, nk, jblock, b, kh, nullptr, [ktp, ldk, d](i64 j, const float* kr) {
+          for (i64 e = 0; e < d; e++) ktp[e * ldk + j] = kr[e];
         });
+        kt = ktp;
+        ldt_it = ldk;
       }
+#ifdef SML_AVX512
+      // (Up to 16 MB of scores a block; longer contexts take the query-at-a-time path below.)
+      if (qb > 1 && dv % 16 == 0 && dv <= 256 && qb * group * ldk * 4 <= (i64{16} << 20)) {
+        // The block's queries × the group's heads as one set of rows: each K and V vector loaded
+        // serves 6 rows in registers (a query at a time read the block's transposed keys and its
+        // values once per row: ~64 KB from L2 for ~32 K multiply-adds at head_dim 128).
+        const i64 i0 = blk * qb, nq = i_end - i0, rows = nq * group;
+        ps.assign(static_cast<size_t>(rows * ldk), 0.0f);
+        rowinv.assign(static_cast<size_t>(rows), 0.0f);
+        const float* qrow[6];
+        // Raw scores of every row for the keys [0, jblock): 6 rows × 64 keys of accumulators.
+        for (i64 r0 = 0; r0 < rows; r0 += 6) {
+          const int nr = static_cast<int>(std::min<i64>(6, rows - r0));
+          for (int t = 0; t < nr; t++) {
+            const i64 row = r0 + t, i = i0 + row / group, g = row % group;
+            qrow[t] = q + ((b * hq + kh * group + g) * tq + i) * d;
+          }
+          for (i64 j0 = 0; j0 < ldk; j0 += 64) {
+            float* out = ps.data() + r0 * ldk + j0;
+            switch (std::min<i64>(4, (ldk - j0) / 16)) {
+              case 4: att_scores6<4>(qrow, nr, kt + j0, ldt_it, d, out, ldk); break;
+              case 3: att_scores6<3>(qrow, nr, kt + j0, ldt_it, d, out, ldk); break;
+              case 2: att_scores6<2>(qrow, nr, kt + j0, ldt_it, d, out, ldk); break;
+              default: att_scores6<1>(qrow, nr, kt + j0, ldt_it, d, out, ldk); break;
+            }
+          }
+        }
+        // Per row: scale, mask, max, e^(s − max) over its own keys; zero past them.
+        for (i64 row = 0; row < rows; row++) {
+          const i64 i = i0 + row / group, g = row % group;
+          const i64 jmax = causal ? std::min(tk, i + tk - tq + 1) : tk;
+          float* srow = ps.data() + row * ldk;
+          float m = -INFINITY;
+          const float* mf = has_mask && !mask_bool ? static_cast<const float*>(mask) + mbatch[b] + i * mst[r - 2] + (kh * group + g) * mst[r - 3] : nullptr;
+          if (!has_mask || (mf != nullptr && mst[r - 1] == 1)) {
+            // s·scale (+ the contiguous additive mask), with the running max, 16 keys at a time.
+            const __m512 sv = _mm512_set1_ps(scale);
+            __m512 mv = _mm512_set1_ps(-INFINITY);
+            for (i64 jx = 0; jx < jmax; jx += 16) {
+              const __mmask16 mk = tail_mask(jmax - jx);
+              __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, srow + jx), sv);
+              if (mf != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, mf + jx));
+              _mm512_mask_storeu_ps(srow + jx, mk, v);
+              mv = _mm512_mask_max_ps(mv, mk, mv, v);
+            }
+            m = _mm512_reduce_max_ps(mv);
+          } else {
+            const i64 mo = mbatch[b] + i * mst[r - 2] + (kh * group + g) * mst[r - 3], ms = mst[r - 1];
+            if (mask_bool) {
+              const uint8_t* mb = static_cast<const uint8_t*>(mask) + mo;
+              for (i64 jx = 0; jx < jmax; jx++) {
+                const float v = mb[jx * ms] == 0 ? -INFINITY : srow[jx] * scale;
+                srow[jx] = v;
+                m = std::max(m, v);
+              }
+            } else {
+              const float* mf = static_cast<const float*>(mask) + mo;
+              for (i64 jx = 0; jx < jmax; jx++) {
+                const float v = srow[jx] * scale + mf[jx * ms];
+                srow[jx] = v;
+                m = std::max(m, v);
+              }
+            }
+          }
+          const i64 live_end = std::max<i64>(jmax, 0);
+          std::fill(srow + live_end, srow + ldk, 0.0f);
+          if (jmax <= 0 || m == -INFINITY) {
+            std::fill(srow, srow + live_end, 0.0f);
+            rowinv[static_cast<size_t>(row)] = NAN;
+            continue;
+          }
+          const __m512 mv = _mm512_set1_ps(m);
+          __m512 tv = _mm512_setzero_ps();
+          for (i64 j = 0; j < jmax; j += 16) {
+            const __mmask16 mk = tail_mask(jmax - j);
+            const __m512 ev = _mm512_maskz_mov_ps(mk, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, srow + j), mv)));
+            _mm512_mask_storeu_ps(srow + j, mk, ev);
+            tv = _mm512_add_ps(tv, ev);
+          }
+          rowinv[static_cast<size_t>(row)] = 1.0f / _mm512_reduce_add_ps(tv);
+        }
+        // Keys no row weighs (masked for all, past every row's causal end) are not read from V.
+        anykey.assign(static_cast<size_t>(jblock > 0 ? jblock : 0), 0);
+        for (i64 row = 0; row < rows; row++) {
+          const float* srow = ps.data() + row * ldk;
+          for (i64 j = 0; j < jblock; j++) anykey[static_cast<size_t>(j)] |= srow[j] != 0.0f ? 1 : 0;
+        }
+        vrows.clear();
+        each_row(vs, nk, jblock, b, kh, anykey.data(), [&](i64 j, const float* vr) { vrows.emplace_back(j, vr); });
+        // y rows = P · V: 6 rows × 64 columns of accumulators, each V vector loaded once for them.
+        for (i64 r0 = 0; r0 < rows; r0 += 6) {
+          const int nr = static_cast<int>(std::min<i64>(6, rows - r0));
+          float* yrow[6];
+          for (int t = 0; t < nr; t++) {
+            const i64 row = r0 + t, i = i0 + row / group, g = row % group;
+            yrow[t] = y + ((b * hq + kh * group + g) * tq + i) * dv;
+          }
+          const float* pr = ps.data() + r0 * ldk;
+          const float* inv = rowinv.data() + r0;
+          for (i64 c0 = 0; c0 < dv; c0 += 64) {
+            switch (std::min<i64>(4, (dv - c0) / 16)) {
+              case 4: att_values6<4>(pr, ldk, nr, vrows.data(), vrows.size(), c0, yrow, inv); break;
+              case 3: att_values6<3>(pr, ldk, nr, vrows.data(), vrows.size(), c0, yrow, inv); break;
+              case 2: att_values6<2>(pr, ldk, nr, vrows.data(), vrows.size(), c0, yrow, inv); break;
+              default: att_values6<1>(pr, ldk, nr, vrows.data(), vrows.size(), c0, yrow, inv); break;
+            }
+          }
+        }
+        continue;
+      }
+#endif
       for (i64 i = blk * qb; i < i_end; i++) {
         const i64 jmax = causal ? std::min(tk, i + tk - tq + 1) : tk;
         const float* qi[16];
@@ -1150,9 +1482,9 @@ void attention_core(Run& p, const Instr& in, int qv, const Seg* ks, int nk, cons
               for (i64 g = 0; g < gc; g++)
                 for (i64 j0 = 0; j0 < jmax; j0 += 64) {
                   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-                  const float* kc = kt.data() + j0;
+                  const float* kc = kt + j0;
                   const i64 nj = std::min<i64>(64, jmax - j0);
-                  for (i64 e = 0; e < d; e++, kc += ldk) {
+                  for (i64 e = 0; e < d; e++, kc += ldt_it) {
                     const __m512 qe = _mm512_set1_ps(qi[g][e]);
                     a0 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc), a0);
                     if (nj > 16) a1 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(kc + 16), a1);
@@ -1306,48 +1638,51 @@ void rotary(Run& p, const Instr& in) {
   });
 }
 
-// Σ x² in double of rows r … r+7 (row stride n), one row per lane: each lane runs the scalar
-// loop's own sequence of fused multiply-adds, so the sums are its bits, with 8 rows' dependent
-// chains in flight instead of one.
+// Σ x² of one row in double: 16 inputs a step in two chains of 8 lanes, the lanes added at the
+// end. Every row sums in this one order wherever it sits in the batch (a row's norm does not
+// depend on its neighbours); the one-row-per-lane gathers it replaced took 5 % of a Qwen3 prefill
+// (per-head q/k norms: 2048 rows of 128 a layer).
+inline double sum_squares_row(const float* x, i64 n) {
 #ifdef SML_AVX512
-void sum_squares8(const float* x, i64 n, double* out) {
-  const __m256i rows = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(n)));
-  __m512d ss = _mm512_setzero_pd();
-  for (i64 i = 0; i < n; i++) {
-    const __m512d c = _mm512_cvtps_pd(_mm256_i32gather_ps(x + i, rows, 4));
-    ss = _mm512_fmadd_pd(c, c, ss);
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(x + i)), hi = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
+    a0 = _mm512_fmadd_pd(lo, lo, a0);
+    a1 = _mm512_fmadd_pd(hi, hi, a1);
   }
-  _mm512_storeu_pd(out, ss);
-}
+  if (i < n) {
+    const i64 left = n - i;
+    const __mmask8 m0 = static_cast<__mmask8>(left >= 8 ? 0xFF : (1u << left) - 1);
+    const __mmask8 m1 = static_cast<__mmask8>(left <= 8 ? 0 : (1u << (left - 8)) - 1);
+    const __m512d lo = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m0, x + i)), hi = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m1, x + i + 8));
+    a0 = _mm512_fmadd_pd(lo, lo, a0);
+    a1 = _mm512_fmadd_pd(hi, hi, a1);
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+#else
+  double ss = 0;
+  for (i64 i = 0; i < n; i++) ss += static_cast<double>(x[i]) * x[i];
+  return ss;
 #endif
+}
 
 void norm_rows(const float* x, const float* w, const float* bias, float* y, i64 rows, i64 n, float eps, bool centered) {
   pool().parallel(rows, [&](i64 r0, i64 r1) {
-#ifdef SML_AVX512
-    double ss8[8];
-    i64 have = r0;  // ss8 holds rows [have − 8, have) of an uncentered norm
-#endif
     for (i64 r = r0; r < r1; r++) {
       const float* xs = x + r * n;
       float* ys = y + r * n;
       double mu = 0;
+      double ss = 0;
       if (centered) {
         for (i64 i = 0; i < n; i++) mu += xs[i];
         mu /= static_cast<double>(n);
-      }
-      double ss = 0;
-#ifdef SML_AVX512
-      if (!centered && r + 8 <= r1 && r >= have && n * 8 < (i64{1} << 31)) {
-        sum_squares8(xs, n, ss8);
-        have = r + 8;
-      }
-      if (!centered && r < have) {
-        ss = ss8[r - (have - 8)];
-      } else
-#endif
-      for (i64 i = 0; i < n; i++) {
-        const double c = xs[i] - mu;
-        ss += c * c;
+        for (i64 i = 0; i < n; i++) {
+          const double c = xs[i] - mu;
+          ss += c * c;
+        }
+      } else {
+        ss = sum_squares_row(xs, n);
       }
       const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
       const float muf = static_cast<float>(mu);
@@ -1839,9 +2174,11 @@ void linear(Run& p, const Instr& in) {
 
 // y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ: a = [x [.., K], W [N, K], A [R, K], B [N, R]], f = [s] (the LoRA layer
 // as `loraLinear` builds it, one instruction). The shrink t = s·(x·Aᵀ) [M, R] runs first (R·K
-// multiply-adds per row: under 1 % of the GEMM's at rank 16); the GEMM then runs as `linear` does,
-// and each part adds the rank-R update t·Bᵀ to its own columns while they are still in cache —
-// no [M, N] intermediate is written and read back, and no separate scale and add passes run.
+// multiply-adds per row: under 1 % of the GEMM's at rank 16, split over the threads by rows of x,
+// or of A when there are few); the GEMM then runs as one product over K + R columns, [x | t] · [W | B]ᵀ: the R extra columns
+// join the last K chunk of each output tile while its sums are in registers (GemmExtra). No
+// [M, N] intermediate, no second pass over y, and one thread barrier (the shrink's) beyond the
+// bare linear's.
 void lora_linear(Run& p, const Instr& in) {
   const auto& xs = p.shapes[in.a[0]];
   const auto& ws = p.shapes[in.a[1]];
@@ -1862,27 +2199,26 @@ void lora_linear(Run& p, const Instr& in) {
   }
   std::vector<float> t(static_cast<size_t>(m * R));
   if (R > 0) {
-    pool().parallel((R + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, k, A, k, t.data(), R, m, k, b * 4, std::min(R, e * 4)); }, m * R * k < kParallelMin);
-    for (float& v : t) v *= s;
-  }
-  pool().parallel((n + 3) / 4, [&](i64 b, i64 e) {
-    const i64 n0 = b * 4, n1 = std::min(n, e * 4);
-    gemm_nt_range(x, k, w, k, y, n, m, k, n0, n1);
-    // Epilogue: y[:, n0:n1] += t · B[n0:n1]ᵀ, B's rows transposed per block of columns so the
-    // update runs as R vector axpys per row.
-    constexpr i64 kCb = 256;
-    std::vector<float> bt(static_cast<size_t>(R * kCb));
-    for (i64 c0 = n0; c0 < n1; c0 += kCb) {
-      const i64 cn = std::min(kCb, n1 - c0);
-      for (i64 j = 0; j < cn; j++)
-        for (i64 r = 0; r < R; r++) bt[r * kCb + j] = B[(c0 + j) * R + r];
-      for (i64 i = 0; i < m; i++) {
-        float* yr = y + i * n + c0;
-        const float* ti = t.data() + i * R;
-        for (i64 r = 0; r < R; r++) axpy_f32(yr, bt.data() + r * kCb, ti[r], cn);
-      }
+    const bool serial = m * R * k < kParallelMin;
+    if (m >= 12) {
+      // By blocks of 6 rows of x (each part reads its rows of x once, A from cache).
+      pool().parallel((m + 5) / 6, [&](i64 b, i64 e) {
+        const i64 i0 = b * 6, i1 = std::min(m, e * 6);
+        gemm_nt_range(x + i0 * k, k, A, k, t.data() + i0 * R, R, i1 - i0, k, 0, R);
+        for (i64 j = i0 * R; j < i1 * R; j++) t[static_cast<size_t>(j)] *= s;
+      }, serial);
+    } else {
+      // Few rows (decode): by 4 rows of A.
+      pool().parallel((R + 3) / 4, [&](i64 b, i64 e) {
+        const i64 r0 = b * 4, r1 = std::min(R, e * 4);
+        gemm_nt_range(x, k, A, k, t.data(), R, m, k, r0, r1);
+        for (i64 i = 0; i < m; i++)
+          for (i64 r = r0; r < r1; r++) t[static_cast<size_t>(i * R + r)] *= s;
+      }, serial);
     }
-  }, m * n * k < kParallelMin);
+  }
+  const GemmExtra ex{t.data(), R, B, R, R};
+  pool().parallel((n + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, k, w, k, y, n, m, k, b * 4, std::min(n, e * 4), R > 0 ? &ex : nullptr); }, m * n * k < kParallelMin);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2270,7 +2606,10 @@ void exec(Run& p, const Instr& in) {
         i64 xrow = 1;
         for (size_t d = ax; d < xs.size(); d++) xrow *= xs[d];
         const uint8_t* x = static_cast<const uint8_t*>(p.ptr[v]);
-        for (i64 o = 0; o < outer; o++) std::memcpy(y + (o * yrow + off) * esz, x + o * xrow * esz, static_cast<size_t>(xrow) * esz);
+        // Large operands (a cache and its new rows) are copied by the pool's threads together.
+        pool().parallel(outer, [&](i64 o0, i64 o1) {
+          for (i64 o = o0; o < o1; o++) std::memcpy(y + (o * yrow + off) * esz, x + o * xrow * esz, static_cast<size_t>(xrow) * esz);
+        }, outer * xrow * static_cast<i64>(esz) < (1 << 18));
         off += xrow;
       }
       break;

@@ -31,6 +31,9 @@ describe('cpu-native kernels', () => {
     [6, 33, 4],
     [7, 1100, 18],
     [13, 520, 9],
+    // columns across blocks of 64 weight rows (and a tail), rows across 6-row tiles, K in three chunks
+    [8, 1030, 131],
+    [64, 96, 70],
   ])('f32 linear: %i rows, %i inputs, %i outputs', async (m, k, n) => {
     await expectMatchesInterpreter(executor, c(`linear ${String(m)}x${String(k)}x${String(n)}`, [t('f32', ['m', k], { dims: [m, k] }), t('f32', [n, k], { param: true }), t('f32', [n])], (b, [x, w, bias]) => b.linear(x!, w!, bias), { tol: F32 }));
   });
@@ -88,9 +91,9 @@ describe('cpu-native kernels', () => {
   });
 
 
-  test('rmsNorm sums 8 rows at a time with the one-row loop\'s bits (every row the same: all outputs equal)', async () => {
-    const n = 200;
-    const rows = 19; // one part (below the parallel threshold): two batches of 8 rows, 3 rows on the one-row loop
+  test('rmsNorm gives a row the same bits wherever it sits in the batch (every row the same: all outputs equal)', async () => {
+    const n = 200; // 12 steps of 16 inputs and a tail of 8
+    const rows = 19;
     const one = rand(n, 11, 3);
     const x = new Float32Array(rows * n);
     for (let r = 0; r < rows; r++) x.set(one, r * n);
@@ -100,6 +103,10 @@ describe('cpu-native kernels', () => {
     const y = (await prepared.run({ x: { dtype: 'f32', shape: [rows, n], data: x } }))['y']!.data as Float32Array;
     for (let r = 1; r < rows; r++) expect(Array.from(y.subarray(r * n, (r + 1) * n)), `row ${String(r)}`).toEqual(Array.from(y.subarray(0, n)));
     prepared.dispose();
+  });
+
+  test.each([7, 16, 29, 130])('rmsNorm over rows of %i (tails of the 16-input steps) equals the interpreter', async (n) => {
+    await expectMatchesInterpreter(executor, c(`rmsNorm ${String(n)}`, [t('f32', [5, n]), t('f32', [n])], (b, [x, w]) => b.rmsNorm(x!, w, 1e-6), { tol: F32 }));
   });
 
   test('quantized blocks that do not tile by 32 run exactly (dequantized weights)', async () => {
@@ -153,6 +160,11 @@ describe('cpu-native kernels', () => {
     [4, 64, 8, 300],
     [7, 600, 16, 517],
     [64, 96, 2, 260],
+    // the rank's columns past one vector (rank 20, 33: a masked tail; 64: four full vectors) joined
+    // to the last of several K chunks, on the row path and the tiled path, column blocks with tails
+    [3, 1030, 20, 65],
+    [13, 1100, 33, 70],
+    [64, 512, 64, 130],
   ])('the loraLinear op x·Wᵀ + s·(x·Aᵀ)·Bᵀ runs as one instruction: %i rows, %i inputs, rank %i, %i outputs', async (m, k, r, n) => {
     const b = new GraphBuilder('lora_layer');
     const x = b.input('x', ['f32', ['m', k]]);
@@ -330,12 +342,52 @@ describe('cpu-native kernels', () => {
     [37, 37, 128, false],
     [20, 45, 40, true],
     [8, 8, 64, true],
+    // the block path's row groups (16 queries × 2 heads in 6-row tiles), key chunks past 64, a
+    // query tail, value widths of 6 and of 1.5 register rows
+    [130, 130, 128, true],
+    [17, 70, 96, false],
+    [24, 100, 16, true],
   ])('prefill attention (query blocks over transposed keys): %i queries over %i keys of dim %i, causal, GQA, mask %s', async (tq, tk, d, masked) => {
     const ops = [t('f32', [2, 4, tq, d]), t('f32', [2, 2, tk, d]), t('f32', [2, 2, tk, d])];
     // An additive mask hiding the first keys of batch row 1 (padding, at −FLT_MAX) and a few others.
     const mask = Array.from({ length: 2 * tk }, (_, j) => (j >= tk && j - tk < 5 ? -3.4028234663852886e38 : j % 7 === 3 ? -1e9 : 0));
     const withMask = masked ? [...ops, t('f32', [2, 1, 1, tk], { values: mask })] : ops;
     await expectMatchesInterpreter(executor, c(`attention ${String(tq)}x${String(tk)}x${String(d)}`, withMask, (b, [q, k, v, m]) => b.attention(q!, k!, v!, { causal: true }, m), { tol: F32 }));
+  });
+
+  test('element-wise ops over many values run split over the threads (same shapes, size-1 dims, broadcasts)', async () => {
+    await expectMatchesInterpreter(executor, c('silu·up', [t('f32', [1, 130, 610]), t('f32', [1, 130, 610])], (b, [g, u]) => b.mul(b.silu(g!), u!), { tol: F32 }));
+    await expectMatchesInterpreter(executor, c('add, sub, div', [t('f32', [70, 1, 1000]), t('f32', [70, 1, 1000]), t('f32', [1000])], (b, [x, y, z]) => [b.add(x!, y!), b.sub(x!, y!), b.div(x!, b.add(b.exp(z!), b.constant(1)))], { tol: F32 }));
+  });
+
+  test('transposes, broadcasts and concats of many values run split over the threads', async () => {
+    await expectMatchesInterpreter(executor, c('head transpose', [t('f32', [1, 130, 8, 70])], (b, [x]) => b.transpose(x!, [0, 2, 1, 3])));
+    await expectMatchesInterpreter(executor, c('broadcast rows', [t('f32', [1, 1, 700])], (b, [x]) => b.broadcastTo(x!, [3, 40, 700])));
+    await expectMatchesInterpreter(executor, c('cache concat', [t('f32', [3, 2, 130, 64]), t('f32', [3, 2, 1, 64])], (b, [k, n]) => b.concat([k!, n!], 2)));
+  });
+
+  test.each([
+    [2, 'the block path'],
+    [32, 'the query-at-a-time path (a block of 16 queries × 32 heads over 8200 keys is over 16 MB of scores)'],
+  ])('prefill attention over 8200 keys (each block transposes its own): %i query heads a kv head, %s', async (group) => {
+    const tk = 8200;
+    const ops = [t('f32', [1, group, 9, 16]), t('f32', [1, 1, tk, 16]), t('f32', [1, 1, tk, 16])];
+    await expectMatchesInterpreter(executor, c(`attention long ${String(group)}`, ops, (b, [q, k, v]) => b.attention(q!, k!, v!, { causal: true }), { tol: F32 }));
+  });
+
+  test('prefill attention with a per-query boolean mask (rows of the block see different keys)', async () => {
+    const tq = 40;
+    const tk = 52;
+    // Query i sees the keys j with (i + j) % 5 !== 0, and none of the first 3; row 7 of batch 1 sees one key only.
+    const mask = Array.from({ length: 2 * tq * tk }, (_, x) => {
+      const bi = Math.floor(x / (tq * tk));
+      const i = Math.floor(x / tk) % tq;
+      const j = x % tk;
+      if (bi === 1 && i === 7) return j === 5 ? 1 : 0;
+      return j >= 3 && (i + j) % 5 !== 0 ? 1 : 0;
+    });
+    const ops = [t('f32', [2, 6, tq, 64]), t('f32', [2, 3, tk, 64]), t('f32', [2, 3, tk, 64]), t('bool', [2, 1, tq, tk], { values: mask })];
+    await expectMatchesInterpreter(executor, c('attention per-query mask', ops, (b, [q, k, v, m]) => b.attention(q!, k!, v!, { causal: true }, m), { tol: F32 }));
   });
 
   test("a Mixtral MoE block (router softmax, top-2 renormalized, iota rows, grouped expert GEMMs, scatterAdd) equals the interpreter's", async () => {
