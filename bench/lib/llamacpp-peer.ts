@@ -56,7 +56,7 @@ export function startLlamaPeer(threads: number): Promise<LlamaPeer> {
     for (const w of waiting.values()) w.reject(exited);
     waiting.clear();
   });
-  const call = (req: Omit<LlamaRequest, 'id'>): Promise<unknown> =>
+  const call = (req: LlamaRequest extends infer R ? (R extends unknown ? Omit<R, 'id'> : never) : never): Promise<unknown> =>
     new Promise((resolve, reject) => {
       if (exited !== undefined) {
         reject(exited);
