@@ -317,7 +317,14 @@ for (const r of results) {
     const want = GOALS.b1[r.pair];
     if (want !== undefined) goals.push({ goal: `${where} ≥ ${String(want)}× llama.cpp`, met: r.ratio >= want, sentence: `${where}: ours ${fmt(r.oursMedian)} tok/s ÷ llama.cpp's best ${fmt(r.llamacppBest)} tok/s = ${r.ratio.toFixed(2)}× (goal ≥ ${String(want)}×): **${r.ratio >= want ? 'met' : 'missed'}**.` });
     const roofShare = r.rooflineMs! / stepMs(r);
-    goals.push({ goal: `${where} ≥ ${String(GOALS.roofline)}× roofline`, met: roofShare >= GOALS.roofline, sentence: `${where}: roofline ${r.rooflineMs!.toFixed(2)} ms ÷ our ${stepMs(r).toFixed(2)} ms per token = ${roofShare.toFixed(2)} (goal ≥ ${String(GOALS.roofline)}): **${roofShare >= GOALS.roofline ? 'met' : 'missed'}**.` });
+    // NOTE: a step faster than its roofline means the probe ran slow (other load on the shared
+    // machine during both probes), not that the step beat the memory: no verdict then.
+    const probeLow = roofShare > 1.05;
+    goals.push({
+      goal: `${where} ≥ ${String(GOALS.roofline)}× roofline`,
+      met: !probeLow && roofShare >= GOALS.roofline,
+      sentence: `${where}: roofline ${r.rooflineMs!.toFixed(2)} ms ÷ our ${stepMs(r).toFixed(2)} ms per token = ${roofShare.toFixed(2)} (goal ≥ ${String(GOALS.roofline)}): **${probeLow ? 'not judged — above 1, so the bandwidth probe met other load; rerun on a quiet machine' : roofShare >= GOALS.roofline ? 'met' : 'missed'}**.`,
+    });
   }
   if (r.case === '8 streams 8 adapters') {
     const want = GOALS.manyAdapters;
