@@ -16,32 +16,18 @@ import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'nod
 import { cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { type PerformanceEntry, PerformanceObserver } from 'node:perf_hooks';
-import { type HostTensor, graphParams } from '@stageml/ir';
 import { Engine, type Sequence } from '@stageml/engine';
-import { buildLlamaGraph, parseLlamaConfig, writeLlamaGguf, writeLoraGguf } from '@stageml/models';
 import { ONNX_FUSED_RULES } from '@stageml/onnx-lower';
 import { createCpuNativeExecutor, createOrtExecutor, parseWeightQuantSpec } from '@stageml/runtime';
-import { writeSafetensors } from '@stageml/safetensors';
 import type * as NodeLlamaCpp from 'node-llama-cpp';
-import type { Llama, LlamaContext, LlamaModel, Token } from 'node-llama-cpp';
+import type { Llama, LlamaContext, LlamaModel } from 'node-llama-cpp';
 import { importPeer } from './lib/peers.js';
+import { llamaDecodeRun, llamaGreedy, llamaPrefill } from './lib/llamacpp-run.js';
 import { RESULTS_DIR } from './lib/harness.js';
+import { ADAPTERS, type ModelShape, PAIRS, RANK, makeCheckpoint, makeGguf, median, mkdir, prompts, rooflineShapeOf } from './lib/llama-weights.js';
 import { bandwidthNote, bestBandwidth, probeBandwidth, rooflineMs, stepBytes, totalBytes } from './lib/roofline.js';
 
-interface Shape {
-  readonly key: string;
-  readonly name: string;
-  readonly layers: number;
-  readonly hidden: number;
-  readonly inter: number;
-  readonly heads: number;
-  readonly kv: number;
-  readonly vocab: number;
-  readonly tied: boolean;
-  /** `qwen3`: Qwen3's config (per-head q/k norms, `head_dim`, rope θ 1e6; llama.cpp's `qwen3` architecture); default `llama`. */
-  readonly family?: 'llama' | 'qwen3';
-  /** Per-head width when it is not hidden / heads (Qwen3: 128). */
-  readonly headDim?: number;
+interface Shape extends ModelShape {
   /** Repetitions per case (median reported). */
   readonly reps: number;
   /** Decode steps per stream per repetition. */
@@ -60,14 +46,6 @@ const SHAPES: readonly Shape[] = [
   // projection —, MLP 3072, tied 151,936-token vocabulary) at 8 of its 28 layers.
   { key: 'qwen3', name: 'Qwen3-0.6B shape, 8 layers', family: 'qwen3', layers: 8, hidden: 1024, inter: 3072, heads: 16, kv: 8, headDim: 128, vocab: 151936, tied: true, reps: 3, steps: 16, pairs: ['f32', 'int8'] },
 ];
-const PAIRS = [
-  { key: 'f32', ours: undefined, gguf: 'F32' },
-  { key: 'int8', ours: 'int8', gguf: 'Q8_0' },
-  { key: 'int4', ours: 'int4', gguf: 'Q4_0' },
-] as const;
-const RANK = 16;
-const ALPHA = 32;
-const ADAPTERS = 8;
 const PREFILL = 128;
 /** Prompt tokens per engine prefill run: the engine's default (32, what `stageml serve` runs) unless LLAMACPP_PREFILL_CHUNK says. */
 const PREFILL_CHUNK = Number(process.env['LLAMACPP_PREFILL_CHUNK'] ?? 32);
@@ -78,7 +56,6 @@ const PREFILL_CHUNK = Number(process.env['LLAMACPP_PREFILL_CHUNK'] ?? 32);
 const IDLE_PREFILL = Number(process.env['LLAMACPP_IDLE_PREFILL'] ?? 512);
 /** f32 engines with `packBase` (default on; LLAMACPP_PACK_BASE=0 measures the shared-input base program). */
 const PACK_BASE = (process.env['LLAMACPP_PACK_BASE'] ?? '1') !== '0';
-const PROJ = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj'];
 
 /** `--name value` on the command line, else `LLAMACPP_<NAME>` in the environment (`pnpm bench` passes no flags). */
 function arg(name: string): string | undefined {
@@ -96,80 +73,6 @@ if (!/^[\w.-]+$/.test(OUT)) throw new Error(`--out must be a plain file name, go
 const THREADS = Number(arg('threads') ?? 2);
 const pairsArg = arg('pairs');
 const pairsOf = (s: Shape): Set<string> => new Set(pairsArg === undefined ? s.pairs : pairsArg.split(','));
-
-/** Uniform in [−a, a) from a 32-bit LCG (deterministic, fast). */
-function uniform(n: number, seed: number, a: number): Float32Array {
-  const out = new Float32Array(n);
-  let s = (seed * 2654435761) >>> 0;
-  for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out[i] = ((s / 4294967296) * 2 - 1) * a;
-  }
-  return out;
-}
-
-function mkdir(p: string): string {
-  mkdirSync(p, { recursive: true });
-  return p;
-}
-
-/** Writes config.json + model.safetensors and 8 PEFT adapters; returns the weights. */
-async function makeCheckpoint(s: Shape, dir: string): Promise<Map<string, HostTensor>> {
-  const qwen3 = s.family === 'qwen3';
-  const cfg = {
-    architectures: [qwen3 ? 'Qwen3ForCausalLM' : 'LlamaForCausalLM'], model_type: qwen3 ? 'qwen3' : 'llama', vocab_size: s.vocab, hidden_size: s.hidden, intermediate_size: s.inter, num_hidden_layers: s.layers,
-    num_attention_heads: s.heads, num_key_value_heads: s.kv, rms_norm_eps: qwen3 ? 1e-6 : 1e-5, rope_theta: qwen3 ? 1000000 : 10000, max_position_embeddings: 2048, tie_word_embeddings: s.tied, bos_token_id: 1, eos_token_id: 2,
-    ...(s.headDim === undefined ? {} : { head_dim: s.headDim }),
-  };
-  writeFileSync(join(dir, 'config.json'), JSON.stringify(cfg));
-  // The graph of the config as the engine reads it (Qwen3's q/k norms are parameters too).
-  const g = buildLlamaGraph(parseLlamaConfig(JSON.stringify(cfg)));
-  const w = new Map<string, HostTensor>();
-  graphParams(g).forEach((p, i) => {
-    const shape = g.values[p.results[0]!]!.type.shape as number[];
-    const n = shape.reduce((a, b) => a * b, 1);
-    // Unit-gain projections, unit-scale embeddings: peaked logits, so greedy choices are stable.
-    const a = p.name.includes('norm') ? 0 : p.name === 'model.embed_tokens.weight' ? Math.sqrt(3) : p.name === 'lm_head.weight' ? 0.35 : Math.sqrt(3 / shape[1]!);
-    w.set(p.name, { dtype: 'f32', shape, data: a === 0 ? new Float32Array(n).fill(1) : uniform(n, i + 1, a) });
-  });
-  await writeSafetensors(join(dir, 'model.safetensors'), Object.fromEntries(w));
-  for (let k = 0; k < ADAPTERS; k++) {
-    const ad = mkdir(join(dir, 'adapters', `a${String(k)}`));
-    writeFileSync(join(ad, 'adapter_config.json'), JSON.stringify({ peft_type: 'LORA', r: RANK, lora_alpha: ALPHA, target_modules: PROJ.map((p) => p.split('.')[1]), bias: 'none', use_rslora: false, use_dora: false, fan_in_fan_out: false }));
-    const t: Record<string, HostTensor> = {};
-    for (let l = 0; l < s.layers; l++) {
-      for (const [j, p] of PROJ.entries()) {
-        const wt = w.get(`model.layers.${String(l)}.${p}.weight`)!;
-        const [out, inF] = wt.shape as [number, number];
-        const key = `base_model.model.model.layers.${String(l)}.${p}`;
-        const seed = 1000 + k * 1000 + l * 10 + j;
-        t[`${key}.lora_A.weight`] = { dtype: 'f32', shape: [RANK, inF], data: uniform(RANK * inF, seed, Math.sqrt(3 / inF)) };
-        t[`${key}.lora_B.weight`] = { dtype: 'f32', shape: [out, RANK], data: uniform(out * RANK, seed + 7, 0.02) };
-      }
-    }
-    await writeSafetensors(join(ad, 'adapter_model.safetensors'), t);
-  }
-  return w;
-}
-
-async function makeGguf(s: Shape, dir: string, w: Map<string, HostTensor>): Promise<void> {
-  const config = parseLlamaConfig(readFileSync(join(dir, 'config.json'), 'utf8'));
-  for (const p of PAIRS) if (pairsOf(s).has(p.key)) await writeLlamaGguf(join(dir, `model-${p.gguf}.gguf`), config, w, { type: p.gguf, name: s.name });
-  const { loadLoraAdapter } = await import('@stageml/peft');
-  for (let k = 0; k < ADAPTERS; k++) {
-    const a = await loadLoraAdapter(join(dir, 'adapters', `a${String(k)}`), { name: `a${String(k)}` });
-    await writeLoraGguf(join(dir, `lora-a${String(k)}.gguf`), config, ALPHA, [...a.modules.values()].map((m) => ({ module: m.module, A: m.A, B: m.B })));
-  }
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 === 1 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-}
-
-function prompts(vocab: number, n: number, len: number, seed: number): number[][] {
-  return Array.from({ length: n }, (_, r) => Array.from({ length: len }, (_, i) => 3 + ((seed * 7919 + r * 104729 + i * 15485863) % (vocab - 3))));
-}
 
 // ---- ours: the serving engine (what `stageml serve` runs) ----
 
@@ -266,49 +169,8 @@ async function oursPrefill(engine: Engine, prompt: number[]): Promise<number> {
 
 // ---- llama.cpp ----
 
-async function llamaGreedy(ctx: LlamaContext, prompt: number[], steps: number): Promise<number[]> {
-  const seq = ctx.getSequence();
-  const out: number[] = [];
-  try {
-    for await (const t of seq.evaluate(prompt as Token[], { temperature: 0, yieldEogToken: true })) {
-      out.push(t);
-      if (out.length >= steps) break;
-    }
-  } finally {
-    seq.dispose();
-  }
-  return out;
-}
-
 async function llamaDecode(ctxs: LlamaContext[], ps: number[][], steps: number): Promise<number> {
-  // One sequence per prompt; prompt k runs on context k mod ctxs.length.
-  const seqs = ps.map((_, k) => ctxs[k % ctxs.length]!.getSequence());
-  try {
-    await Promise.all(seqs.map((s, k) => s.evaluateWithoutGeneratingNewTokens(ps[k]!.slice(0, -1) as Token[])));
-    const t0 = performance.now();
-    await Promise.all(
-      seqs.map(async (s, k) => {
-        let n = 0;
-        for await (const _t of s.evaluate([ps[k]![ps[k]!.length - 1]!] as Token[], { temperature: 0, yieldEogToken: true })) {
-          if (++n >= steps) break;
-        }
-      }),
-    );
-    return (ps.length * steps) / ((performance.now() - t0) / 1000);
-  } finally {
-    for (const s of seqs) s.dispose();
-  }
-}
-
-async function llamaPrefill(ctx: LlamaContext, prompt: number[]): Promise<number> {
-  const seq = ctx.getSequence();
-  try {
-    const t0 = performance.now();
-    await seq.evaluateWithoutGeneratingNewTokens(prompt as Token[]);
-    return prompt.length / ((performance.now() - t0) / 1000);
-  } finally {
-    seq.dispose();
-  }
+  return (await llamaDecodeRun(ctxs, ps, steps)).tokensPerSecond;
 }
 
 // ---- run ----
@@ -361,9 +223,6 @@ const executor = NATIVE ? createCpuNativeExecutor({ threads: THREADS }) : await 
 // The memory bandwidth of this machine on our executor's pool (its threads), probed at the start
 // and at the end; the better of the two sets the rooflines.
 const bwStart = probeBandwidth(NATIVE ? undefined : THREADS);
-/** Bytes per weight: our formats (int8/int4: block-32 codes + an f32 scale) and llama.cpp's GGUF ones. */
-const OURS_BYTES: Record<string, number> = { f32: 4, int8: 36 / 32, int4: 20 / 32 };
-const GGUF_BYTES: Record<string, number> = { f32: 4, int8: 34 / 32, int4: 18 / 32 };
 /** Decode cases: rows per step and the ranks of their distinct adapters. */
 const DECODE: Partial<Record<(typeof CASES)[number], { rows: number; ranks: number[] }>> = {
   'decode b1': { rows: 1, ranks: [] },
@@ -379,7 +238,7 @@ for (const s of SHAPES) {
   const dir = mkdir(join(tmpRoot, s.key));
   console.log(`[${s.key}] writing random checkpoint, adapters and GGUF files`);
   const w = await makeCheckpoint(s, dir);
-  await makeGguf(s, dir, w);
+  await makeGguf(s, dir, w, PAIRS.filter((p) => pairsOf(s).has(p.key)).map((p) => p.gguf));
   w.clear();
   const names = Array.from({ length: ADAPTERS }, (_, k) => `a${String(k)}`);
   for (const p of PAIRS) {
@@ -440,12 +299,12 @@ for (const s of SHAPES) {
       const dec = DECODE[name];
       if (dec !== undefined) {
         // Prompts of 8 tokens: contexts grow from 8 to 8 + steps over the measured steps.
-        const roof = { layers: s.layers, hidden: s.hidden, intermediate: s.inter, heads: s.heads, kvHeads: s.kv, ...(s.headDim === undefined ? {} : { headDim: s.headDim }), vocab: s.vocab };
+        const roof = rooflineShapeOf(s);
         const contexts = new Array<number>(dec.rows).fill(8 + s.steps / 2);
         res.rows = dec.rows;
-        res.stepBytes = totalBytes(stepBytes(roof, { bytesPerWeight: OURS_BYTES[p.key]!, adapterRanks: dec.ranks, contexts }));
+        res.stepBytes = totalBytes(stepBytes(roof, { bytesPerWeight: p.oursBytes, adapterRanks: dec.ranks, contexts }));
         // llama.cpp's KV cache is f16.
-        res.llamacppStepBytes = totalBytes(stepBytes(roof, { bytesPerWeight: GGUF_BYTES[p.key]!, adapterRanks: dec.ranks, contexts, kvBytesPerElement: 2 }));
+        res.llamacppStepBytes = totalBytes(stepBytes(roof, { bytesPerWeight: p.ggufBytes, adapterRanks: dec.ranks, contexts, kvBytesPerElement: 2 }));
       }
       results.push(res);
       console.log(`[${s.key} ${p.key}] ${name}: ours ${res.ours.toFixed(1)} tok/s, llama.cpp ${res.llamacpp.toFixed(1)} tok/s, ratio ${res.ratio.toFixed(2)}`);
@@ -497,10 +356,10 @@ const md: string[] = [
   `# ${OUT}`,
   '',
   NATIVE
-    ? `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve --executor cpu-native\` runs: slot programs on the cpu-native executor (this repository's C++ kernels, built here with g++ -O3 -march=native, ${'isa' in executor ? executor.isa : ''}) with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${String(THREADS)} kernel thread(s); int8/int4 = block-32 symmetric weights, int8 activations per 32 inputs (VNNI dot products, as Q8_0 / Q4_0 dot products do), LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.filter((s) => wantShapes.has(s.key)).map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`
-    : `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${RULES === 'fused' ? '\`ONNX_FUSED_RULES\`' : 'the default lowering (\`ONNX_RULES\`)'}; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.filter((s) => wantShapes.has(s.key)).map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
+    ? `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve --executor cpu-native\` runs: slot programs on the cpu-native executor (this repository's C++ kernels, built here with g++ -O3 -march=native, ${'isa' in executor ? String(executor.isa) : ''}) with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${String(THREADS)} kernel thread(s); int8/int4 = block-32 symmetric weights, int8 activations per 32 inputs (VNNI dot products, as Q8_0 / Q4_0 dot products do), LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.filter((s) => wantShapes.has(s.key)).map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`
+    : `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${RULES === 'fused' ? '`ONNX_FUSED_RULES`' : 'the default lowering (`ONNX_RULES`)'}; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.filter((s) => wantShapes.has(s.key)).map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
   '',
-  `Date: ${doc.date} · ${String(doc.machine.cpus)}× ${doc.machine.cpuModel}, ${String(doc.machine.memoryGiB)} GiB · load average at start ${loads['start']!.map((x) => x.toFixed(2)).join(' ')}, at end ${loads['end']!.map((x) => x.toFixed(2)).join(' ')} (shared machine) · wall ${String(doc.wallSeconds)} s · peak RSS ${String(doc.peakRssGiB)} GiB`,
+  `Date: ${doc.date} · ${String(doc.machine.cpus)}× ${doc.machine.cpuModel}, ${String(doc.machine.memoryGiB)} GiB · load average at start ${loads['start']!.map((x) => x.toFixed(2)).join(' ')}, at end ${loads['end'].map((x) => x.toFixed(2)).join(' ')} (shared machine) · wall ${String(doc.wallSeconds)} s · peak RSS ${String(doc.peakRssGiB)} GiB`,
   '',
   '| shape | pair | case | ours tok/s | llama.cpp tok/s | ours ÷ llama.cpp | llama.cpp serves it as | roofline ms (ours) | ours step ms ÷ roofline | llama.cpp step ms ÷ its roofline |',
   '| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |',

@@ -40,10 +40,13 @@ export function machine(): Record<string, string | number> {
   return { cpus: cpu.length, cpuModel: cpu[0]?.model ?? 'unknown', memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version, platform: `${process.platform}-${process.arch}` };
 }
 
-/** Writes bench/results/<suite>.json and <suite>.md and prints the table. */
-export function writeResults(suite: string, description: string, cases: BenchCase[], notes: string[] = []): void {
+/**
+ * Writes bench/results/<suite>.json and <suite>.md and prints the table. `meta` adds fields of the
+ * run (load averages, what was chosen, goals) to the JSON document, beside its cases.
+ */
+export function writeResults(suite: string, description: string, cases: BenchCase[], notes: string[] = [], meta: Record<string, unknown> = {}): void {
   mkdirSync(RESULTS_DIR, { recursive: true });
-  const doc = { suite, description, date: new Date().toISOString(), machine: machine(), cases };
+  const doc = { suite, description, date: new Date().toISOString(), machine: machine(), ...meta, cases };
   writeFileSync(join(RESULTS_DIR, `${suite}.json`), `${JSON.stringify(doc, null, 2)}\n`);
   const roofline = cases.some((c) => c.rooflineMs !== undefined);
   const rows = cases.map(
