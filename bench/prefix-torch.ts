@@ -24,7 +24,7 @@ import type { LlamaShape } from '@stageml/models';
 import { createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
 import { createServer } from '@stageml/server';
 import { type BenchCase, writeResults } from './lib/harness.js';
-import { streamEvents } from './lib/sse.js';
+import { median, streamCompletion } from './lib/sse.js';
 
 if (!isTorchAvailable()) {
   console.error('prefix-torch: needs Python 3 with torch (apt-get install python3-torch, or STAGEML_PYTHON)');
@@ -58,31 +58,7 @@ const ints = (n: number): number[] => Array.from({ length: n }, () => 3 + Math.f
 const SYSTEM = ints(1000);
 const QUESTIONS = Array.from({ length: REQUESTS }, () => ints(32));
 
-/** Streams one completion: its token ids, the time to the first one (ms) and the cached prompt tokens. */
-async function complete(base: string, model: string, prompt: readonly number[], maxTokens: number): Promise<{ ids: number[]; ttftMs: number; cached: number }> {
-  const start = performance.now();
-  const r = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream: true, return_token_ids: true, stream_options: { include_usage: true } }) });
-  if (r.status !== 200) throw new Error(`status ${String(r.status)}: ${await r.text()}`);
-  const ids: number[] = [];
-  let first: number | undefined;
-  let cached = 0;
-  await streamEvents(r, (ev) => {
-    const j = JSON.parse(ev) as { choices?: { token_ids?: number[] }[]; usage?: { prompt_tokens_details?: { cached_tokens: number } }; error?: { message: string } };
-    if (j.error !== undefined) throw new Error(j.error.message);
-    for (const t of j.choices?.[0]?.token_ids ?? []) {
-      first ??= performance.now();
-      ids.push(t);
-    }
-    cached = j.usage?.prompt_tokens_details?.cached_tokens ?? cached;
-  });
-  return { ids, ttftMs: first! - start, cached };
-}
 
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 interface Run {
   ttft: number[];
@@ -108,7 +84,7 @@ async function runServer(prefixCaching: boolean, hostKvCopy: boolean): Promise<R
     const sent0 = executor.traffic().sentTensorBytes;
     const run: Run = { ttft: [], ids: [], cached: [], peakKv: 0, budget: MAX_BATCH * MAX_MODEL_LEN * server.lm.kvBytesPerToken, sentMiB: 0, line: lines.find((l) => l.startsWith('prefix caching')) ?? '' };
     for (let i = 0; i < REQUESTS; i++) {
-      const r = await complete(base, SERVED[i % SERVED.length]!, [...SYSTEM, ...QUESTIONS[i]!], 8);
+      const r = await streamCompletion(base, SERVED[i % SERVED.length]!, [...SYSTEM, ...QUESTIONS[i]!], 8);
       run.ttft.push(r.ttftMs);
       run.ids.push(r.ids);
       run.cached.push(r.cached);

@@ -21,7 +21,7 @@ import type { LlamaShape } from '@stageml/models';
 import { createCpuNativeExecutor } from '@stageml/runtime';
 import { createServer } from '@stageml/server';
 import { type BenchCase, writeResults } from './lib/harness.js';
-import { streamEvents } from './lib/sse.js';
+import { median, streamCompletion } from './lib/sse.js';
 
 const DIR = 'bench/tmp/prefix';
 const SHAPE: LlamaShape & { maxPositions: number } = { vocabSize: 49152, hiddenSize: 576, intermediateSize: 1536, numLayers: 30, numHeads: 9, numKvHeads: 3, headDim: 64, tieWordEmbeddings: true, rmsNormEps: 1e-5, maxPositions: 2048 };
@@ -53,31 +53,7 @@ const ints = (n: number): number[] => Array.from({ length: n }, () => 3 + Math.f
 const SYSTEM = ints(1000);
 const QUESTIONS = Array.from({ length: Math.max(REQUESTS, CHATS * TURNS) }, () => ints(32));
 
-/** Streams one completion: its token ids and the time to the first one (ms). */
-async function complete(base: string, model: string, prompt: readonly number[], maxTokens: number): Promise<{ ids: number[]; ttftMs: number; cached: number }> {
-  const start = performance.now();
-  const r = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream: true, return_token_ids: true, stream_options: { include_usage: true } }) });
-  if (r.status !== 200) throw new Error(`status ${String(r.status)}: ${await r.text()}`);
-  const ids: number[] = [];
-  let first: number | undefined;
-  let cached = 0;
-  await streamEvents(r, (ev) => {
-    const j = JSON.parse(ev) as { choices?: { token_ids?: number[] }[]; usage?: { prompt_tokens_details?: { cached_tokens: number } }; error?: { message: string } };
-    if (j.error !== undefined) throw new Error(j.error.message);
-    for (const t of j.choices?.[0]?.token_ids ?? []) {
-      first ??= performance.now();
-      ids.push(t);
-    }
-    cached = j.usage?.prompt_tokens_details?.cached_tokens ?? cached;
-  });
-  return { ids, ttftMs: first! - start, cached };
-}
 
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 interface Run {
   ttft: number[];
@@ -101,7 +77,7 @@ async function runServer(prefixCaching: boolean): Promise<Run> {
   try {
     const run: Run = { ttft: [], ttftIds: [], cached: [], chatIds: [], chatMs: 0, chatTokens: 0, peakKv: 0, budget: MAX_BATCH * MAX_MODEL_LEN * server.lm.kvBytesPerToken };
     for (let i = 0; i < REQUESTS; i++) {
-      const r = await complete(base, ADAPTERS[i % ADAPTERS.length]![0], [...SYSTEM, ...QUESTIONS[i]!], 8);
+      const r = await streamCompletion(base, ADAPTERS[i % ADAPTERS.length]![0], [...SYSTEM, ...QUESTIONS[i]!], 8);
       run.ttft.push(r.ttftMs);
       run.ttftIds.push(r.ids);
       run.cached.push(r.cached);
@@ -113,7 +89,7 @@ async function runServer(prefixCaching: boolean): Promise<Run> {
         const ids: number[] = [];
         for (let t = 0; t < TURNS; t++) {
           const q = QUESTIONS[c * TURNS + t]!;
-          const r = await complete(base, ADAPTERS[c % ADAPTERS.length]![0], [...history, ...q], 32);
+          const r = await streamCompletion(base, ADAPTERS[c % ADAPTERS.length]![0], [...history, ...q], 32);
           history = [...history, ...q, ...r.ids];
           ids.push(...r.ids);
         }

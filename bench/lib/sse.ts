@@ -85,3 +85,30 @@ export function decodePhase(streams: readonly (readonly TokenArrival[])[]): Deco
   const ms = end - start;
   return tokens === 0 || ms <= 0 ? undefined : { tokens, ms, tokensPerSecond: tokens / (ms / 1000) };
 }
+
+/** Streams one greedy completion of token ids (`ignore_eos`, usage included): its token ids, the time to the first one (ms) and the prompt tokens the server served from its prefix cache. */
+export async function streamCompletion(base: string, model: string, prompt: readonly number[], maxTokens: number): Promise<{ ids: number[]; ttftMs: number; cached: number }> {
+  const start = performance.now();
+  const r = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream: true, return_token_ids: true, stream_options: { include_usage: true } }) });
+  if (r.status !== 200) throw new Error(`status ${String(r.status)}: ${await r.text()}`);
+  const ids: number[] = [];
+  let first: number | undefined;
+  let cached = 0;
+  await streamEvents(r, (ev) => {
+    const j = JSON.parse(ev) as { choices?: { token_ids?: number[] }[]; usage?: { prompt_tokens_details?: { cached_tokens: number } }; error?: { message: string } };
+    if (j.error !== undefined) throw new Error(j.error.message);
+    for (const t of j.choices?.[0]?.token_ids ?? []) {
+      first ??= performance.now();
+      ids.push(t);
+    }
+    cached = j.usage?.prompt_tokens_details?.cached_tokens ?? cached;
+  });
+  return { ids, ttftMs: first! - start, cached };
+}
+
+/** The median of `xs` (the mean of the middle two for an even count). */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
