@@ -24,6 +24,7 @@ import type { LlamaShape } from '@stageml/models';
 import { createTorchExecutor, isTorchAvailable } from '@stageml/runtime';
 import { createServer } from '@stageml/server';
 import { type BenchCase, writeResults } from './lib/harness.js';
+import { prefixAdapters } from './lib/prefix-adapters.js';
 import { median, streamCompletion } from './lib/sse.js';
 
 if (!isTorchAvailable()) {
@@ -34,15 +35,7 @@ if (!isTorchAvailable()) {
 const DIR = 'bench/tmp/prefix-torch';
 const SHAPE: LlamaShape & { maxPositions: number } = { vocabSize: 8192, hiddenSize: 256, intermediateSize: 768, numLayers: 8, numHeads: 8, numKvHeads: 4, headDim: 32, tieWordEmbeddings: true, rmsNormEps: 1e-5, maxPositions: 2048 };
 const LAST = SHAPE.numLayers - 1;
-const ADAPTERS: [string, Parameters<typeof writeRandomAdapter>[2]][] = [
-  ['all-1', { rank: 16, seed: 1 }],
-  ['all-2', { rank: 16, seed: 2 }],
-  ['all-3', { rank: 16, seed: 3 }],
-  ['all-4', { rank: 16, seed: 4 }],
-  ['last-mlp-1', { rank: 16, seed: 5, targets: ['gate_proj', 'up_proj', 'down_proj'], layers: [LAST] }],
-  ['last-mlp-2', { rank: 16, seed: 6, targets: ['gate_proj', 'up_proj', 'down_proj'], layers: [LAST] }],
-  ['last-qo', { rank: 16, seed: 7, targets: ['q_proj', 'o_proj'], layers: [LAST] }],
-];
+const ADAPTERS = prefixAdapters(LAST, false);
 const SERVED = ADAPTERS.map(([name]) => name);
 const REQUESTS = Number(process.env['BENCH_PREFIX_REQUESTS'] ?? 14);
 const MAX_BATCH = 8;

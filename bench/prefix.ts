@@ -21,21 +21,13 @@ import type { LlamaShape } from '@stageml/models';
 import { createCpuNativeExecutor } from '@stageml/runtime';
 import { createServer } from '@stageml/server';
 import { type BenchCase, writeResults } from './lib/harness.js';
+import { prefixAdapters } from './lib/prefix-adapters.js';
 import { median, streamCompletion } from './lib/sse.js';
 
 const DIR = 'bench/tmp/prefix';
 const SHAPE: LlamaShape & { maxPositions: number } = { vocabSize: 49152, hiddenSize: 576, intermediateSize: 1536, numLayers: 30, numHeads: 9, numKvHeads: 3, headDim: 64, tieWordEmbeddings: true, rmsNormEps: 1e-5, maxPositions: 2048 };
 const LAST = SHAPE.numLayers - 1;
-const ADAPTERS: [string, Parameters<typeof writeRandomAdapter>[2]][] = [
-  ['all-1', { rank: 16, seed: 1 }],
-  ['all-2', { rank: 16, seed: 2 }],
-  ['all-3', { rank: 16, seed: 3 }],
-  ['all-4', { rank: 16, seed: 4 }],
-  ['last-mlp-1', { rank: 16, seed: 5, targets: ['gate_proj', 'up_proj', 'down_proj'], layers: [LAST] }],
-  ['last-mlp-2', { rank: 16, seed: 6, targets: ['gate_proj', 'up_proj', 'down_proj'], layers: [LAST] }],
-  ['last-qo', { rank: 16, seed: 7, targets: ['q_proj', 'o_proj'], layers: [LAST] }],
-  ['head', { rank: 16, seed: 8, targets: ['down_proj'], layers: [LAST], overrideLmHead: true }],
-];
+const ADAPTERS = prefixAdapters(LAST, true);
 const REQUESTS = Number(process.env['BENCH_PREFIX_REQUESTS'] ?? 32);
 const CHATS = Number(process.env['BENCH_PREFIX_CHATS'] ?? 8);
 const TURNS = 4;

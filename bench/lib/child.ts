@@ -11,6 +11,31 @@ export interface ServerChild {
   stop(): Promise<void>;
 }
 
+/** Resident set size of a child process in MiB (from /proc); 0 once it has gone. */
+export function childRssMiB(proc: ChildProcess): number {
+  try {
+    return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${String(proc.pid)}/status`, 'utf8'))?.[1] ?? 0) / 1024;
+  } catch {
+    return 0;
+  }
+}
+
+/** Stops a child: `ask` asks it to exit (a signal, an IPC disconnect), SIGKILL after `graceMs`; resolves once it has exited (at once when it already has). */
+export function stopChild(proc: ChildProcess, ask: () => void, graceMs: number): Promise<void> {
+  return new Promise<void>((done) => {
+    if (proc.exitCode !== null || proc.signalCode !== null) {
+      done();
+      return;
+    }
+    const kill = setTimeout(() => proc.kill('SIGKILL'), graceMs);
+    proc.once('exit', () => {
+      clearTimeout(kill);
+      done();
+    });
+    ask();
+  });
+}
+
 /** Starts bench/lib/serve-child.ts with `opts`; resolves once it listens (at most 120 s). */
 export function startServerChild(opts: Record<string, unknown>): Promise<ServerChild> {
   const proc = spawn(process.execPath, ['--conditions=@stageml/source', '--import', 'tsx', 'bench/lib/serve-child.ts'], {
@@ -32,19 +57,8 @@ export function startServerChild(opts: Record<string, unknown>): Promise<ServerC
         base: m[1]!,
         executor: m[2]!,
         proc,
-        rssMiB: () => {
-          const s = readFileSync(`/proc/${String(proc.pid)}/status`, 'utf8');
-          return Number(/VmRSS:\s+(\d+)/.exec(s)?.[1] ?? 0) / 1024;
-        },
-        stop: () =>
-          new Promise<void>((done) => {
-            const kill = setTimeout(() => proc.kill('SIGKILL'), 10_000);
-            proc.once('exit', () => {
-              clearTimeout(kill);
-              done();
-            });
-            proc.kill('SIGTERM');
-          }),
+        rssMiB: () => childRssMiB(proc),
+        stop: () => stopChild(proc, () => proc.kill('SIGTERM'), 10_000),
       });
     });
     proc.once('exit', (code) => {

@@ -2,9 +2,9 @@
 // its thread pool and memory are apart from the process that measures (and from our server's), and
 // it can be started, idled and stopped around the other engine's measurements.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { childRssMiB, stopChild } from './child.js';
 import type { LlamaDecodeRun } from './llamacpp-run.js';
 
 /** A request to the worker (`id` pairs it with its answer). */
@@ -75,26 +75,10 @@ export function startLlamaPeer(threads: number): Promise<LlamaPeer> {
     unload: async () => {
       await call({ op: 'unload' });
     },
-    rssMiB: () => {
-      try {
-        return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${String(proc.pid)}/status`, 'utf8'))?.[1] ?? 0) / 1024;
-      } catch {
-        return 0;
-      }
-    },
-    stop: () =>
-      new Promise<void>((done) => {
-        if (proc.exitCode !== null || proc.signalCode !== null) {
-          done();
-          return;
-        }
-        const kill = setTimeout(() => proc.kill('SIGKILL'), 10_000);
-        proc.once('exit', () => {
-          clearTimeout(kill);
-          done();
-        });
-        proc.disconnect();
-      }),
+    rssMiB: () => childRssMiB(proc),
+    stop: () => stopChild(proc, () => {
+      proc.disconnect();
+    }, 10_000),
   };
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {

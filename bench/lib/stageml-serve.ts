@@ -2,9 +2,10 @@
 // the flags given and nothing else but `--port 0`. Resolves once the server says it is ready, with
 // its address and the executor it runs (`--executor auto`'s choice and reason, when it chose).
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { childRssMiB, stopChild } from './child.js';
 
 /** The built CLI. */
 export const CLI_BIN = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'apps', 'cli', 'dist', 'bin.js');
@@ -72,26 +73,10 @@ export function startStagemlServe(model: string, flags: readonly string[], opts:
         executor: log.ready.executor,
         executorLine: log.executorLine,
         readyLine: log.ready.line,
-        rssMiB: () => {
-          try {
-            return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${String(proc.pid)}/status`, 'utf8'))?.[1] ?? 0) / 1024;
-          } catch {
-            return 0;
-          }
-        },
-        stop: () =>
-          new Promise<void>((done) => {
-            if (proc.exitCode !== null || proc.signalCode !== null) {
-              done();
-              return;
-            }
-            const kill = setTimeout(() => proc.kill('SIGKILL'), 30_000);
-            proc.once('exit', () => {
-              clearTimeout(kill);
-              done();
-            });
-            proc.kill('SIGTERM');
-          }),
+        rssMiB: () => childRssMiB(proc),
+        stop: () => stopChild(proc, () => {
+          proc.kill('SIGTERM');
+        }, 30_000),
       });
     });
   });

@@ -608,7 +608,8 @@ _OPTIONS = ("-std=c++17", "--gpu-architecture=sm_90a")
 def _cache_dir():
     """Where built sm_90a images are kept between processes: $XDG_CACHE_HOME/stageml/kernels (or
     ~/.cache/stageml/kernels); None where neither can be named."""
-    base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(os.path.expanduser("~"), ".cache") if os.path.expanduser("~") != "~" else None)
+    home = os.path.expanduser("~")
+    base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(home, ".cache") if home != "~" else None)
     return os.path.join(base, "stageml", "kernels") if base else None
 
 
