@@ -37,13 +37,21 @@ once into a CUDA graph and replayed while nothing it depends on changes:
   decode steps the graphs take (their eager first sight, then the capture), whose shapes repeat
   (rows × staged capacity). `STAGEML_TORCH_CUDNN_SDP`: `auto` (that), `1` (always), `0` (never).
 
+- **The device's own clock.** Every CUDA replay is bracketed by two timing events on its stream;
+  at the next replays the finished pairs are read without waiting (`Timeline`): `replayUs`, the
+  device time inside replays, and `betweenUs` over `betweenN`, the device time from one replay's
+  end to the next one's start where nothing but decode steps ran between them (the picks, the
+  cache commit, and the device waiting for the host). Their sum over a served batch is the step
+  loop's device wall; `betweenUs` is what the host's turnaround left the device idle or busy
+  with work outside the graph.
+
 `STAGEML_TORCH_GRAPHS`: `auto` (default: CUDA workers), `0` (never), `emulate` (the same
 bookkeeping on any device with eager replays of the captured feed, for the CPU tests).
 """
 
 import os
 import sys
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 import torch
 
@@ -109,6 +117,41 @@ class _Cuda:
         self.graph.replay()
 
 
+class Timeline:
+    """Timing events around the CUDA replays of one worker, read once they have finished (never
+    waited for): `stats` holds replayUs (device time inside replays), betweenUs and betweenN (the
+    device time from a replay's end to the next replay's start, summed over pairs with no eager
+    run between them)."""
+
+    def __init__(self):
+        self.pending = deque()
+        self.stats = {"replayUs": 0, "betweenUs": 0, "betweenN": 0}
+        self.last_end = None
+        self.broken = True
+
+    def eager(self):
+        """An eager run happened: the next gap is not a decode step's."""
+        self.broken = True
+
+    def replay(self, graph):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        self.pending.append((start, end, self.broken))
+        self.broken = False
+        self.harvest()
+
+    def harvest(self):
+        while self.pending and self.pending[0][1].query():
+            start, end, broken = self.pending.popleft()
+            self.stats["replayUs"] += int(start.elapsed_time(end) * 1000)
+            if self.last_end is not None and not broken:
+                self.stats["betweenUs"] += int(self.last_end.elapsed_time(start) * 1000)
+                self.stats["betweenN"] += 1
+            self.last_end = end
+
+
 class _Entry:
     __slots__ = ("graph", "static", "checks")
 
@@ -127,6 +170,7 @@ class StepGraphs:
         self.announced = set()
         self.failed = set()  # ids of programs whose capture failed: eager from then on
         self.replayed = None
+        self.timeline = Timeline()
 
     def wanted(self, prog, caches):
         """Whether this run is one the graphs take: a cache-fed run on a CUDA program (or emulated),
@@ -175,6 +219,7 @@ class StepGraphs:
                 return out
         with _CudnnSdp(prog):
             out, checks = self._eager(prog, inputs)
+        self.timeline.eager()
         self.last = (key, checks)
         return out
 
@@ -236,6 +281,9 @@ class StepGraphs:
                     raise errors.WorkerError(errors.EVAL, "input '%s': an index is out of range [0, %d) (got %d..%d)" % (name, size, lo, hi))
         for name, s in e.static.items():
             s.copy_(inputs[name], non_blocking=True)
-        e.graph.replay()
+        if isinstance(e.graph, _Cuda):
+            self.timeline.replay(e.graph.graph)
+        else:
+            e.graph.replay()
         self.stats["replays"] += 1
         return e.graph.out

@@ -370,6 +370,7 @@ class Worker:
                     out = dict(self.graphs.run(prog, tensors, bound))
                 else:
                     out = prog.run(tensors)
+                    self.graphs.timeline.eager()
                 if unpermute is not None:
                     # The request's rows, in its order (dummy rows of the batch dropped).
                     out = unpermute(out)
@@ -881,13 +882,14 @@ class Worker:
         a new batch; `joins`: one row written into a free row of the batch; `gathers`: runs whose
         rows were copied out of the batch; `dummyRows`: masked rows run to keep a graphed batch's
         shape) and the step graphs' (`graphEager`, `graphCaptures`, `graphReplays`,
-        `graphFailures`) and the process's kernel builds (`kernelBuilds`, `kernelBuildUs`: NVRTC and
+        `graphFailures`), the device's clock around the replays (`replayUs`, `betweenUs`, `betweenN`:
+        cudagraph.Timeline) and the process's kernel builds (`kernelBuilds`, `kernelBuildUs`: NVRTC and
         cupy compilations and their time; `kernelCacheHits`: images read from the disk cache instead,
         tma.BUILDS)."""
         g = self.graphs.stats
         k = tma.BUILDS
         return dict(self.counts, graphEager=g["eager"], graphCaptures=g["captures"], graphReplays=g["replays"], graphFailures=g["failures"],
-                    kernelBuilds=k["builds"], kernelBuildUs=k["us"], kernelCacheHits=k["cached"], **self.ahead.stats)
+                    kernelBuilds=k["builds"], kernelBuildUs=k["us"], kernelCacheHits=k["cached"], **self.ahead.stats, **self.graphs.timeline.stats)
 
     @staticmethod
     def _store_dtype(stream, declared):

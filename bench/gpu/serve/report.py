@@ -78,17 +78,19 @@ def main():
             continue
         per = lambda v: None if v is None else v / runs / 1000  # noqa: E731
         hms = lambda k: None if host(k) is None else host(k) * 1000 / runs  # noqa: E731
+        ratio = lambda us, n: None if us is None or not n else us / n / 1000  # noqa: E731
         split.append(f"| {c['kind']} | {c['streams']} | {runs:g} | {fmt(c.get('itl_p50_ms'), 2)} | {fmt(per(ex('runBusyUs')), 2)} | {fmt(per(ex('stageUs')), 2)} | "
                      f"{fmt(per(ex('launchUs')), 2)} | {fmt(per(ex('pickUs')), 2)} | {fmt(per(ex('replyUs')), 2)} | {fmt(per(ex('waitUs')), 2)} | "
                      f"{fmt(ex('ahead'), 0)} / {fmt(ex('aheadHits'), 0)} | {fmt(ex('restages'), 0)} / {fmt(ex('graphEager'), 0)} / {fmt(ex('graphCaptures'), 0)} | "
                      f"{fmt(ex('kernelBuilds') or 0, 0)} / {fmt((ex('kernelBuildUs') or 0) / 1000, 0)} | "
+                     f"{fmt(ratio(ex('replayUs'), ex('graphReplays')), 2)} / {fmt(ratio(ex('betweenUs'), ex('betweenN')), 2)} | "
                      f"{fmt(hms('schedule'), 2)} / {fmt(hms('engine'), 2)} / {fmt(hms('emit'), 2)} / {fmt(hms('yield'), 2)} |")
     if split:
         lines += ["Where a run's time goes, per run (ms; the worker's counters and the scheduler's host time over each case): the worker's busy time "
                   "split into staging, launch, picks + commit, reply (on a GPU: the wait for the step), and the time between a reply and the next "
-                  "run's request; steps launched ahead / taken; re-stagings / eager steps / captures; kernels built during the case and their build time (ms, whole case); the scheduler's schedule / engine / emit / yield:", "",
-                  "| case | streams | runs | inter-token p50 | busy | stage | launch | pick | reply | wait | ahead / hits | restage / eager / capture | builds / ms | host schedule / engine / emit / yield |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"] + split + [""]
+                  "run's request; steps launched ahead / taken; re-stagings / eager steps / captures; kernels built during the case and their build time (ms, whole case); the device's own clock (CUDA events around each replay): ms inside a replayed step and ms from one replayed step's end to the next one's start (picks, commit, and the device waiting for the host); the scheduler's schedule / engine / emit / yield:", "",
+                  "| case | streams | runs | inter-token p50 | busy | stage | launch | pick | reply | wait | ahead / hits | restage / eager / capture | builds / ms | device step / between | host schedule / engine / emit / yield |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"] + split + [""]
     engine = {}
     for c in drive.get("cases", []):
         for k, v in c.get("metrics_delta", {}).items():
