@@ -13,4 +13,4 @@ Works on torch 1.13 (Debian's python3-torch, CPU) and torch 2.x (CUDA).
 """
 
 __version__ = "0.1.0"
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6

@@ -190,13 +190,18 @@ class StepGraphs:
         self.announced.discard(id(prog))
 
     @staticmethod
-    def _key(prog, inputs, bound):
+    def _key(prog, inputs, bound, stable=None, fixed=()):
         # torch.Size and torch.dtype hash and compare as they are (building tuples and strings
         # of them took most of the ~0.5 ms this costs for the ~500 inputs of a Llama-3-8B step).
-        return (id(prog),) + tuple((name, t.shape, t.dtype, t.data_ptr() if name in bound else None) for name, t in sorted(inputs.items()))
+        # `fixed` (the resident inputs) stand in the key as `stable` (the worker's (map serial,
+        # resident version), which names exactly those tensors), not one by one.
+        return (id(prog), stable) + tuple((name, t.shape, t.dtype, t.data_ptr() if name in bound else None) for name, t in sorted(inputs.items()) if name not in fixed)
 
-    def run(self, prog, inputs, bound):
-        key = self._key(prog, inputs, bound)
+    def run(self, prog, inputs, bound, stable=None, fixed=()):
+        """The outputs of a decode step: a replay of its graph, a capture, or an eager run.
+        `bound`: the inputs bound in place (by address); `fixed` ⊆ `bound`: those `stable`
+        identifies together (None: none)."""
+        key = self._key(prog, inputs, bound, stable, fixed if stable is not None else ())
         e = self.graphs.get(key)
         # The graph the last run replayed (None: it ran eagerly): what a step launched ahead replays.
         self.replayed = None

@@ -6,6 +6,7 @@ import math
 import sys
 import time
 import traceback
+from collections import OrderedDict
 
 import torch
 
@@ -253,6 +254,14 @@ class Worker:
         self.programs = {}
         self.next_handle = 1
         self.resident = {}
+        # Per program handle, the last `resident` map a run sent: a run whose header says
+        # `residentSame` uses it (the host sends the map again only when it changes). With it, the
+        # part of a step graph's key its inputs make (`_fixed_token`), recomputed only after
+        # `resident_version` moved (a resident tensor added, replaced, dropped or written).
+        self.resident_maps = {}
+        self.resident_version = 0
+        self.fixed_tokens = OrderedDict()
+        self.next_token = 0
         # Safetensors files mapped by a `load` in progress (path -> MappedSafetensors).
         self.files = {}
         self.caches = {}
@@ -311,6 +320,7 @@ class Worker:
         if op == "dispose":
             self.graphs.drop(self._program(header))
             del self.programs[header["handle"]]
+            self.resident_maps.pop(header["handle"], None)
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()
             return {"ok": True}, None
@@ -323,6 +333,13 @@ class Worker:
         this request's (ahead.py), else from running it now; then the next decode step is
         launched ahead where it can be, before the reply waits for this one's picks."""
         prog = self._program(header)
+        # The resident map first, before anything can fail: a later run may name it by
+        # `residentSame` (the host sends them in order, without waiting for this one's reply).
+        if not header.get("residentSame"):
+            rmap = header.get("resident") or {}
+            if not isinstance(rmap, dict):
+                raise errors.WorkerError(errors.PROTOCOL, "resident must be an object {input name: id}")
+            self.resident_maps[header.get("handle")] = {"map": rmap, "version": None, "token": None}
         for name in header.get("argmax") or []:
             if not _float_output(prog, name):
                 raise errors.WorkerError(errors.BAD_VALUE, "argmax names '%s', which is not a float output of @%s" % (name, prog.name))
@@ -352,7 +369,7 @@ class Worker:
         """Runs a request's program: (its outputs after picks and omissions, a function appending
         the run's positions to its caches — not called yet — or None, whether a CUDA graph ran it)."""
         t_stage = time.perf_counter()
-        tensors = self._resident(header, tensors, prog)
+        tensors, rmap, stable = self._resident(header, tensors, prog)
         spec = header.get("caches")
         # NOTE: no CUDA graphs for a tensor-parallel step (its collectives are not captured).
         graphed = bool(spec) and self.tp_world == 1 and self.graphs.wanted(prog, spec)
@@ -363,11 +380,11 @@ class Worker:
                 if graphed:
                     # Bound in place (part of a graph's key): resident inputs and the staged cache
                     # streams; everything else is copied into the graph's buffers (cudagraph.py).
-                    bound = set(header.get("resident") or {}) | set(header.get("store") or {})
+                    bound = set(rmap) | set(header.get("store") or {})
                     bound |= {s["input"] for s in spec["streams"] if s.get("from") is not None}
                     # A copy: a replay returns the graph's own outputs, which the argmax and
                     # omit below must not replace or remove for the next replay.
-                    out = dict(self.graphs.run(prog, tensors, bound))
+                    out = dict(self.graphs.run(prog, tensors, bound, stable, rmap))
                 else:
                     out = prog.run(tensors)
                     self.graphs.timeline.eager()
@@ -499,8 +516,15 @@ class Worker:
 
         On a tensor-parallel rank every input the rank's graph takes split (`prog.tp_inputs`) is
         cut to the rank's chunk here: a resident one once (kept on the device by id and axis), a
-        sent one (and a cache seed, `cache:<id>:<input>`, one axis less) every run."""
+        sent one (and a cache seed, `cache:<id>:<input>`, one axis less) every run.
+
+        `residentSame` in place of `resident`: the map the last run of this program sent (kept per
+        handle). Returns (the inputs, the resident map, its key: (map serial, resident version))."""
         device = prog.device
+        entry = self.resident_maps.get(header.get("handle"))
+        if entry is None:
+            raise errors.WorkerError(errors.PROTOCOL, "residentSame: no run of handle %r has sent a resident map" % (header.get("handle"),))
+        rmap = entry["map"]
         home = self.home if self.tp_world > 1 else device
         for i in header.get("drop") or []:
             self.resident.pop(i, None)
@@ -519,7 +543,7 @@ class Worker:
                 if axis is not None:
                     axis = axis - 1 if key.startswith("cache:") else axis
                     tensors[key] = tp.chunk(tensors[key], axis, self.tp_rank, self.tp_world).contiguous()
-        for name, i in (header.get("resident") or {}).items():
+        for name, i in rmap.items():
             if i not in self.resident:
                 raise errors.WorkerError(errors.BAD_VALUE, "resident input '%s' (id %r) is not held by the worker" % (name, i))
             if self.tp_world > 1:
@@ -532,10 +556,31 @@ class Worker:
                 tensors[name] = got
                 continue
             tensors[name] = self.resident[i]
-        return tensors
+        return tensors, rmap, (None if self.tp_world > 1 else self._fixed_token(entry, tensors))
+
+    def _fixed_token(self, entry, tensors):
+        """A number standing for the resident inputs of a run in a step graph's key: equal numbers
+        for equal (name, shape, dtype, address) of every one of them, as the key would hold them
+        one by one. Computed again only after a resident tensor changed."""
+        if entry["version"] == self.resident_version:
+            return entry["token"]
+        part = tuple((name, tensors[name].shape, tensors[name].dtype, tensors[name].data_ptr()) for name in sorted(entry["map"]))
+        token = self.fixed_tokens.get(part)
+        if token is None:
+            # A number is never given to other contents (a count, not a slot of the table).
+            token = self.fixed_tokens[part] = self.next_token
+            self.next_token += 1
+            while len(self.fixed_tokens) > 64:
+                self.fixed_tokens.popitem(last=False)
+        else:
+            self.fixed_tokens.move_to_end(part)
+        entry["version"], entry["token"] = self.resident_version, token
+        return token
 
     def _forget(self, i):
-        """Drops the device parts of resident tensor `i` (tensor parallelism)."""
+        """Resident tensor `i` changed: a new resident version, and its device parts dropped (tensor
+        parallelism)."""
+        self.resident_version += 1
         if self.shards:
             for k in [k for k in self.shards if k[0] == i]:
                 del self.shards[k]

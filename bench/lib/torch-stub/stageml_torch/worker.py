@@ -51,7 +51,7 @@ def main():
         op = header.get("op")
         reply, outs = {"ok": True}, None
         if op == "hello":
-            reply.update(protocol=5, worker="stub", torch=torch.__version__, device="cuda:0", cuda=True, deviceName="stub (no device)", memory={"total": 80 << 30, "free": 79 << 30})
+            reply.update(protocol=6, worker="stub", torch=torch.__version__, device="cuda:0", cuda=True, deviceName="stub (no device)", memory={"total": 80 << 30, "free": 79 << 30})
         elif op == "prepare":
             handles += 1
             reply["handle"] = handles

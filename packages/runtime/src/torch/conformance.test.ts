@@ -12,7 +12,7 @@ describeWithTorch('torch matches the interpreter', () => {
 
   test('runs on the CPU worker', () => {
     expect(torch().name).toBe('torch-cpu');
-    expect(torch().info.protocol).toBe(5);
+    expect(torch().info.protocol).toBe(6);
   });
 
   test.each([...OP_KEYS])('%s', async (key) => {

@@ -117,7 +117,7 @@ prog = w.programs[h2]
 for n in (1, 2, 3):
     for _ in range(2):
         g.run(prog, {"ids": torch.zeros((n, 1), dtype=torch.int64), "past": torch.zeros((n, 4, 2))}, set())
-res["lru"] = [len(g.graphs), sorted(k[1][1][0] for k in g.graphs)]
+res["lru"] = [len(g.graphs), sorted(k[2][1][0] for k in g.graphs)]
 print(json.dumps(res))
 `,
       { STAGEML_TORCH_GRAPHS: 'emulate' },
@@ -152,5 +152,44 @@ print(json.dumps(res))
     expect(out.broken.ys).toEqual([[0, 2], [2, 4], [4, 6], [6, 8]]);
     expect(out.broken).toMatchObject({ failures: 1, eager: 2, replays: 0 });
     expect(out.lru).toEqual([2, [2, 3]]); // the batch of 1 row (least recently used) dropped
+  }, 60_000);
+
+  it('keys a step graph by its resident inputs under residentSame: a stored replacement is a new key, an unchanged map replays', () => {
+    const b = new GraphBuilder('resident-step');
+    const ids = b.input('ids', ['i64', ['b', 1]]);
+    const past = b.input('past', ['f32', ['b', 'p', 2]]);
+    const table = b.input('table', ['f32', [10, 2]]);
+    const fresh = b.gather(table, ids, 0);
+    b.output('new', fresh);
+    b.output('y', b.concat([past, fresh], 1));
+    const doc = JSON.stringify(graphToJson(b.build()));
+    const out = runNativePython(
+      `
+import json, torch
+from stageml_torch.worker import Worker
+w = Worker("cpu")
+h = w.handle({"op": "prepare", "graph": json.loads(${JSON.stringify(doc)})}, {})[0]["handle"]
+streams = [{"input": "past", "from": "new", "pad": -1}]
+def step(i, extra, tensors=None):
+    hdr = dict({"op": "run", "handle": h, "caches": {"streams": streams, "rows": [{"id": 1, "append": [0, 1]}]}}, **extra)
+    reply, outs = w.handle(hdr, dict({"ids": torch.tensor([[i]])}, **(tensors or {})))
+    assert reply["ok"], reply
+    return [outs["y"][0, -1, 0].item(), dict(w.graphs.stats)]
+t1 = torch.arange(20, dtype=torch.float32).reshape(10, 2)
+res = [step(1, {"store": {"table": 7}, "resident": {}}, {"table": t1})]
+res += [step(2, {"resident": {"table": 7}}), step(3, {"residentSame": True}), step(4, {"residentSame": True})]
+# replaced: the new table under a new id (the old one dropped), then named by id, then the same map
+res += [step(1, {"store": {"table": 8}, "resident": {}, "drop": [7]}, {"table": t1 * 100})]
+res += [step(2, {"resident": {"table": 8}}), step(3, {"residentSame": True}), step(4, {"residentSame": True})]
+print(json.dumps(res))
+`,
+      { STAGEML_TORCH_GRAPHS: 'emulate' },
+    ) as [number, { eager: number; captures: number; replays: number }][];
+    // table[i][0] = 2i, then 200i: no replay of a graph bound to the dropped table.
+    expect(out.map((r) => r[0])).toEqual([2, 4, 6, 8, 200, 400, 600, 800]);
+    // The steps naming the same tensors replay one graph; the replacement is seen as a new key.
+    const replays = out.map((r) => r[1].replays);
+    expect(replays[3]! - replays[1]!).toBe(2);
+    expect(replays[7]! - replays[5]!).toBe(2);
   }, 60_000);
 });

@@ -703,7 +703,7 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
   };
   /** The worker's last reported counters (`CacheStore.stats`); a new worker starts them again. */
   const workerStats: Record<string, number> = {};
-  const residentFrame = (inputs: Readonly<Record<string, HostTensor>>, opts: RunOptions | undefined): { header: Record<string, unknown>; tensors: Record<string, HostTensor>; unsent: () => void } => {
+  const residentFrame = (inputs: Readonly<Record<string, HostTensor>>, opts: RunOptions | undefined): { header: { resident: Record<string, number>; store: Record<string, number>; drop: number[] }; tensors: Record<string, HostTensor>; unsent: () => void } => {
     const tensors: Record<string, HostTensor> = {};
     const refs: Record<string, number> = {};
     const store: Record<string, number> = {};
@@ -890,6 +890,10 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
         return { handle: reply.header['handle'], generation: gen, fused: { slotLinears: count('fusedSlotLinears'), slotSets: count('fusedSlotSets'), cacheConcats: count('cacheConcats'), collectives: count('collectives') } };
       };
       let current = await onWorker();
+      // The resident map the last run sent to `current` (in the order requests leave): a run with
+      // the same map says `residentSame` instead of sending its ~500 names again. Forgotten after a
+      // failed run, so the next one sends the map whole.
+      let lastResident: { readonly to: typeof current; readonly refs: Readonly<Record<string, number>> } | undefined;
       const f = current.fused;
       opts.log?.(`${name}: prepared @${graph.name}: ${String(f.slotLinears)} loraBankLinear ops on the bank kernel (${String(f.slotSets)} sets), ${String(f.cacheConcats)} in-place cache appends${ranks > 1 ? `, ${String(f.collectives)} collectives per run` : ''}`);
       let disposed = false;
@@ -929,13 +933,22 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
             if (Object.hasOwn(sample, n)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `'${n}' is named by both omit and sample`);
           }
           const frame = residentFrame(inputs, opts);
+          const { resident, store, drop } = frame.header;
+          const same = lastResident?.to === current && Object.keys(store).length === 0 && sameRefs(lastResident.refs, resident);
+          if (!same) lastResident = { to: current, refs: resident };
+          const residentHeader = {
+            ...(same ? { residentSame: true } : { resident }),
+            ...(Object.keys(store).length === 0 ? {} : { store }),
+            ...(drop.length === 0 ? {} : { drop }),
+          };
           let out: { header: Record<string, unknown>; tensors: Record<string, HostTensor> };
           try {
             out = await c.request(
-              { op: 'run', handle: current.handle, ...frame.header, ...(caches === undefined ? {} : { caches: caches.header }), ...(argmax.length === 0 ? {} : { argmax }), ...(omit.length === 0 ? {} : { omit }), ...sampleHeader(sample) },
+              { op: 'run', handle: current.handle, ...residentHeader, ...(caches === undefined ? {} : { caches: caches.header }), ...(argmax.length === 0 ? {} : { argmax }), ...(omit.length === 0 ? {} : { omit }), ...sampleHeader(sample) },
               caches === undefined ? frame.tensors : { ...frame.tensors, ...caches.seeds },
             );
           } catch (e) {
+            lastResident = undefined;
             frame.unsent();
             // Whatever the worker appended is unknown now: re-send those caches when next read.
             for (const r of opts?.caches?.rows ?? []) known.delete(r.id);
@@ -962,6 +975,16 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       };
     },
   };
+}
+
+/** Whether two resident maps ({input name: id}) name the same ids for the same inputs. */
+function sameRefs(a: Readonly<Record<string, number>>, b: Readonly<Record<string, number>>): boolean {
+  let n = 0;
+  for (const k in b) {
+    if (a[k] !== b[k]) return false;
+    n++;
+  }
+  return n === Object.keys(a).length;
 }
 
 /** Per prepared graph, its inputs' types by name (built once: a run reads it for its cache streams). */

@@ -128,7 +128,7 @@ describeWithTorch('torch worker protocol', () => {
     const frames = [encodeFrame({ op: 'hello', id: 1 }), encodeFrame({ op: 'fly', id: 2 }), encodeFrame({ op: 'run', id: 3, handle: 99 })].flat();
     const { replies, code } = await talk(torch().info.python, frames);
     expect(code).toBe(0);
-    expect(replies[0]).toMatchObject({ ok: true, id: 1, protocol: 5, device: 'cpu' });
+    expect(replies[0]).toMatchObject({ ok: true, id: 1, protocol: 6, device: 'cpu' });
     expect(replies[1]).toMatchObject({ ok: false, id: 2, code: 'RT_WORKER_FAILED' });
     expect(replies[2]).toMatchObject({ ok: false, id: 3, code: 'RT_DISPOSED' });
   }, 60_000);
@@ -268,6 +268,50 @@ describeWithTorch('torch worker protocol', () => {
     data[5] = 300;
     expect(Array.from((await p.run({ table: t, ids: hostTensor('i64', [1], [1]) }))['y']!.data)).toEqual([100, 200, 300]);
     p.dispose();
+  }, 60_000);
+  it('names an unchanged resident map by residentSame (the map sent again only when it changes), and a map never sent is a protocol error', async () => {
+    const b = new GraphBuilder('resident-same');
+    const ids = b.input('ids', ['i64', ['n']]);
+    const names = Array.from({ length: 24 }, (_, i) => `model.layers.${String(i)}.self_attn.q_proj.lora_A`);
+    let y = b.gather(b.input(names[0]!, ['f32', [4, 3]]), ids);
+    for (const n of names.slice(1)) y = b.add(y, b.gather(b.input(n, ['f32', [4, 3]]), ids));
+    b.output('y', y);
+    const g = b.build();
+    const p = await torch().prepare(g);
+    const datas = names.map((_, i) => Float32Array.from({ length: 12 }, (_, j) => i + j));
+    const inputs: Record<string, HostTensor> = Object.fromEntries(names.map((n, i) => [n, { dtype: 'f32', shape: [4, 3], data: datas[i]! }]));
+    const resident = new Set(names);
+    const run = async (n: number): Promise<{ y: number[]; header: number }> => {
+      const before = torch().traffic();
+      const out = await p.run({ ...inputs, ids: hostTensor('i64', [1], [n]) }, { resident });
+      const after = torch().traffic();
+      return { y: Array.from(out['y']!.data), header: after.sentBytes - before.sentBytes - (after.sentTensorBytes - before.sentTensorBytes) };
+    };
+    const want = (n: number): number[] => [0, 1, 2].map((j) => names.reduce((a, _, i) => a + i + 3 * n + j, 0));
+    const first = await run(1); // stores every table
+    const second = await run(2); // names them all by id
+    const third = await run(0); // the same map: residentSame
+    expect([first.y, second.y, third.y]).toEqual([want(1), want(2), want(0)]);
+    expect(third.header).toBeLessThan(second.header / 4);
+    // A changed table goes again (stored), then the new map is named once more, then the same map.
+    datas[5]![3] = datas[5]![3]! + 100;
+    inputChanged(datas[5]!);
+    const changed = await run(1);
+    const named = await run(1);
+    const again = await run(1);
+    // Row 1 of table 5 holds element 3: the first column of the gathered row.
+    const bumped = want(1).map((v, j) => (j === 0 ? v + 100 : v));
+    expect([changed.y, named.y, again.y]).toEqual([bumped, bumped, bumped]);
+    expect(again.header).toBeLessThan(named.header / 4);
+    // After a failed run the map is sent whole again, and runs go on right.
+    await expect(run(9)).rejects.toMatchObject({ code: RuntimeCode.EVAL_FAILED });
+    const after = await run(2);
+    expect(after.header).toBeGreaterThan(again.header * 4);
+    p.dispose();
+    // A raw run that names a map its program never received.
+    const frames = [encodeFrame({ op: 'prepare', id: 1, graph: graphToJson(g) }), encodeFrame({ op: 'run', id: 2, handle: 1, residentSame: true }, { ids: hostTensor('i64', [1], [0]) })].flat();
+    const { replies } = await talk(torch().info.python, frames);
+    expect(replies[1]).toMatchObject({ ok: false, id: 2, code: 'RT_WORKER_FAILED', message: expect.stringContaining('residentSame') });
   }, 60_000);
   it('feeds inputs from caches held on the worker (RunOptions.caches): appended from outputs and tails, restored when lost, bad requests coded', async () => {
     const b = new GraphBuilder('cached');

@@ -3,7 +3,7 @@ import { errorMessage } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from '../errors.js';
 
 /** Version of the worker protocol this build speaks (native/stageml_torch/protocol.py). */
-export const TORCH_PROTOCOL_VERSION = 5;
+export const TORCH_PROTOCOL_VERSION = 6;
 
 /** One tensor entry of a frame header: its bytes follow the header, in order. */
 export interface WireTensor {
