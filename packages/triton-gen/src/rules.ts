@@ -82,6 +82,9 @@ export const tritonRules = {
   loraLinear: kernel(['loraLinear'], 'every loraLinear op is one fused LoRA-linear kernel'),
   cachedAttention: unsupported('attention kernels are out of scope for triton-gen (LoRA/MoE GEMMs only)'),
   loraBankLinear: unsupported('the host executor runs it (the bank kernel on the torch worker, elsewhere through its decomposition)'),
+  gatheredLoraLinear: kernel(['bankGathered'], 'every gatheredLoraLinear op is one BGMV kernel'),
+  loraScatterAdd: kernel(['bankGrouped'], 'a chain of SGMV steps over a linear of the same x is one SGMV kernel; a step outside such a chain runs on the host executor (through its decomposition)'),
+  groupedLoraMatmul: kernel(['moeLora'], 'every groupedLoraMatmul op is one MoE-LoRA kernel'),
   skipRmsNorm: unsupported('normalization is not fused: the host executor runs it'),
 } satisfies Readonly<Record<OpKey, TritonRule>>;
 
