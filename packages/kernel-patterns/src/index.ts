@@ -17,12 +17,12 @@
  *   `unsupportedRule`, `hostReasonOf`), and `byKernelFamily`, the per-family emitter dispatch.
  */
 export { recognizeResidual } from './recognize.js';
-export { foldLoraLinear, foldServingOps, servingOpRules } from './serving-rules.js';
+export { foldGatheredLoraLinear, foldGroupedLoraMatmul, foldLoraLinear, foldLoraScatterAdd, foldServingOps, servingOpRules } from './serving-rules.js';
+export type { FoldedServingOps } from './serving-rules.js';
 export { hostReasonOf, kernelRule, unsupportedRule } from './kernel-rules.js';
 export { byKernelFamily } from './kernel-family.js';
 export type { KernelFamilyEmitters } from './kernel-family.js';
 export type { KernelRule, KernelRuleTable } from './kernel-rules.js';
-export { BANK_GATHERED, BANK_GROUP_STEP, BASE_LINEAR, LORA_LINEAR, MOE_LORA, loraDelta } from './shapes.js';
 export type {
   BankGatheredKernel,
   BankGroup,

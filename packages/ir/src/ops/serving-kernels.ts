@@ -14,6 +14,7 @@ import { add, mul } from './elementwise.js';
 import { constant, gather, indexSelect, scatterAdd } from './indexing.js';
 import { linear, matmul } from './linalg.js';
 import { groupedMatmul } from './moe.js';
+import { scaledBy } from './serving.js';
 import { reshape } from './shape.js';
 
 function requireMatrixFactors(op: string, A: TensorType, B: TensorType, inDim: Dim, out: Dim, lead: readonly Dim[]): Dim {
@@ -119,7 +120,7 @@ function inferLoraScatterAdd([acc, x, rows, A, B, biasB]: readonly TensorType[])
 
 /** The LoRA delta of one SGMV step's rows, as its decomposition computes it (before the scatter). */
 function stepDelta(b: GraphBuilder, [, x, rows, A, B, biasB]: readonly Value[], scale: number): Value {
-  return b.mul(b.linear(b.linear(b.indexSelect(x!, rows!, 0), A!), B!, biasB), b.scalar(scale, A!.type.dtype));
+  return scaledBy(b, b.linear(b.linear(b.indexSelect(x!, rows!, 0), A!), B!, biasB), scale);
 }
 
 /**
@@ -131,7 +132,8 @@ function stepDelta(b: GraphBuilder, [, x, rows, A, B, biasB]: readonly Value[], 
  *
  * `@stageml/peft`'s `bankLinearGrouped` chains one step per adapter group over the base linear
  * `linear(x, W, bias)`; the SGMV kernels read such a chain (ranks may differ per step). Its
- * decomposition is exactly one step of that chain: indexSelect, two linears, the scale, scatterAdd.
+ * decomposition is exactly one step of that chain: indexSelect, two linears, the scale (none when
+ * s = 1), scatterAdd.
  */
 export const loraScatterAdd = defineOp({
   key: 'loraScatterAdd',
@@ -175,7 +177,8 @@ function inferGroupedLoraMatmul([x, w, A, B, groups]: readonly TensorType[], tra
  *   y[n] = x[n]·w[g_n] + s·(x[n]·A[g_n]ᵀ)·B[g_n]ᵀ
  *
  * Its decomposition is exactly the chain `groupedMatmul(x, w, g) + s·groupedMatmul(groupedMatmul(x,
- * A, g)ᵀ, B, g)ᵀ` (the factor products with `transposeW`), which the MoE-LoRA kernels compute in one.
+ * A, g)ᵀ, B, g)ᵀ` (the factor products with `transposeW`; no scale product when s = 1), which the
+ * MoE-LoRA kernels compute in one.
  */
 export const groupedLoraMatmul = defineOp({
   key: 'groupedLoraMatmul',
@@ -204,5 +207,5 @@ export const groupedLoraMatmul = defineOp({
 function decomposeGroupedLoraMatmul(b: GraphBuilder, [x, w, A, B, groups]: readonly Value[], transposeW: boolean, scale: number): Value {
   const base = b.op('groupedMatmul', [x!, w!, groups!], { transposeW });
   const expand = b.op('groupedMatmul', [b.op('groupedMatmul', [x!, A!, groups!], { transposeW: true }), B!, groups!], { transposeW: true });
-  return b.add(base, b.mul(expand, b.scalar(scale, x!.type.dtype)));
+  return b.add(base, scaledBy(b, expand, scale));
 }

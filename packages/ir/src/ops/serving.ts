@@ -186,6 +186,14 @@ export const loraBank = defineOp({
   decompose: (b, operands, a) => decomposeLoraBank(b, operands, a.form),
 });
 
+/**
+ * `delta · s` as the residual chains write it, `delta` itself when s = 1 (an unscaled chain; the
+ * product would round to `delta` exactly, so leaving it out changes no value).
+ */
+export function scaledBy(b: GraphBuilder, delta: Value, s: number): Value {
+  return s === 1 ? delta : b.mul(delta, b.scalar(s, delta.type.dtype));
+}
+
 /** The operands of a `loraLinear` node, by role (the biases only where present). */
 export interface LoraLinearOperands<T> {
   readonly x: T;
@@ -242,7 +250,7 @@ function inferLoraLinear(types: readonly TensorType[], loraBias: boolean): Tenso
  * What a staged residual keeps of a LoRA layer the plan leaves unmerged (`@stageml/peft`'s
  * `loraLinear`, folded into this op by `@stageml/kernel-patterns`' serving rules). Its
  * decomposition is exactly the primitive chain `add(linear(x, w, bias), mul(linear(linear(x, A), B, biasB), s))`
- * (s a scalar constant of the operands' dtype), so an executor without a rule for it computes what
+ * (s a scalar constant of the operands' dtype; no `mul` when s = 1), so an executor without a rule for it computes what
  * it computed before the op existed; its reference semantics rounds where that chain rounds.
  */
 export const loraLinear = defineOp({
@@ -275,7 +283,7 @@ export const loraLinear = defineOp({
   },
   decompose: (b, operands, a) => {
     const t = loraLinearOperands(operands, a.loraBias);
-    return [b.add(b.linear(t.x, t.w, t.bias), b.mul(b.linear(b.linear(t.x, t.A), t.B, t.biasB), b.scalar(a.scale, t.w.type.dtype)))];
+    return [b.add(b.linear(t.x, t.w, t.bias), scaledBy(b, b.linear(b.linear(t.x, t.A), t.B, t.biasB), a.scale))];
   },
 });
 
