@@ -138,24 +138,19 @@ function readMoe(v: OpView, root: ValueId, n: OpNode, index: number): MoeLoraKer
   };
 }
 
-/** The kernel an op node of the folded graph roots, by its op; undefined when it roots none. */
-function readKernel(v: OpView, root: ValueId, n: OpNode, index: number): ResidualKernel | undefined {
-  const op: OpKey = n.op;
-  switch (op) {
-    case 'linear':
-    case 'loraLinear':
-      return readLinear(v, root, n, index);
-    case 'loraScatterAdd':
-      return readBankGrouped(v, root);
-    case 'gatheredLoraLinear':
-      return readBankGathered(v, root, n, index);
-    case 'groupedMatmul':
-    case 'groupedLoraMatmul':
-      return readMoe(v, root, n, index);
-    default:
-      return undefined;
-  }
-}
+/** Reads the kernel an op node of the folded graph roots (undefined: the node roots none). */
+type KernelReader = (v: OpView, root: ValueId, n: OpNode, index: number) => ResidualKernel | undefined;
+
+// NOTE: not a backend table (those are exhaustive over `OPS`): the few ops a kernel is read from.
+/** The ops that root a kernel, each with its reader; every other op is left to the host. */
+const KERNEL_READERS: Partial<Readonly<Record<OpKey, KernelReader>>> = {
+  linear: readLinear,
+  loraLinear: readLinear,
+  loraScatterAdd: (v, root) => readBankGrouped(v, root),
+  gatheredLoraLinear: readBankGathered,
+  groupedMatmul: readMoe,
+  groupedLoraMatmul: readMoe,
+};
 
 /** Where the nodes of a folded graph come from in the graph that was folded. */
 interface Origins {
@@ -223,7 +218,7 @@ export function recognizeResidual(g: Graph): Recognition {
     if (node.kind !== 'op' || claimed.has(i) || node.results.length !== 1) continue;
     const root = node.results[0]!;
     try {
-      const k = readKernel(v, root, node, i);
+      const k = KERNEL_READERS[node.op]?.(v, root, node, i);
       if (k === undefined || k.nodes.some((n) => claimed.has(n))) continue;
       for (const n of k.nodes) claimed.add(n);
       kernels.push({ ...k, nodes: toInput(k.nodes) });

@@ -2,7 +2,10 @@ import { type DType, type Graph, GraphBuilder, type HostTensor, type Value, expa
 import { describe, expect, it } from 'vitest';
 import { foldServingOps } from './serving-rules.js';
 
-type Data = { inputs: Record<string, HostTensor>; weights: Record<string, HostTensor> };
+interface Data {
+  inputs: Record<string, HostTensor>;
+  weights: Record<string, HostTensor>;
+}
 
 /** Random data for every input and parameter of `g` (integer leaves from `ints`). */
 function dataFor(g: Graph, ints: Record<string, readonly number[]> = {}, seed = 7): Data {

@@ -623,7 +623,10 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
     return [ctx.b.gatheredLoraLinear(x, param(ctx, dtype, [out, inDim]), param(ctx, dtype, [adapters, rank, inDim]), param(ctx, dtype, [adapters, out, rank]), param(ctx, dtype, [adapters]), ids, bias)];
   },
   loraScatterAdd: (ctx, c) => {
-    const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) >= 1 && isStaticDim(v.type.shape[0]!) && v.type.shape[0]! > 0);
+    const x = choose(c, ctx.pool, (v) => {
+      const n = v.type.shape[0];
+      return isFloat(v) && n !== undefined && isStaticDim(n) && n > 0;
+    });
     if (x === undefined) return undefined;
     const n = x.type.shape[0] as number;
     const inDim = x.type.shape[rankOf(x) - 1]!;

@@ -19,6 +19,9 @@ const OUTSIDE = 'outside a LoRA, bank or MoE pattern it runs on the host executo
 // NOTE: this table looks like @stageml/sm90-native's on purpose (a duplicate the duplicates report lists
 // and we keep): each backend states its own rule and reason per op, in its own exhaustive table; the
 // shared rule shape and helpers live in @stageml/kernel-patterns.
+// NOTE: a primitive op's `kernel` entry names the kernels it ends up inside as part of a chain that
+// kernel-patterns' serving rules fold into a serving op (`loraLinear`, `gatheredLoraLinear`,
+// `loraScatterAdd`, `groupedLoraMatmul`); the generators read those ops, never primitive chains.
 
 /**
  * The Triton backend's rule for every registry op. A complete mapped type checked with
