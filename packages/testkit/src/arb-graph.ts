@@ -625,7 +625,7 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
   loraScatterAdd: (ctx, c) => {
     const x = choose(c, ctx.pool, (v) => {
       const n = v.type.shape[0];
-      return isFloat(v) && n !== undefined && isStaticDim(n) && n > 0;
+      return isFloat(v) && rankOf(v) >= 2 && n !== undefined && isStaticDim(n) && n > 0;
     });
     if (x === undefined) return undefined;
     const n = x.type.shape[0] as number;

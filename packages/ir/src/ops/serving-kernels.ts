@@ -107,7 +107,8 @@ function inferLoraScatterAdd([acc, x, rows, A, B, biasB]: readonly TensorType[])
   requireIndex(op, rows!, 'rows');
   if (rows!.shape.length !== 1) shapeError(op, `rows must be 1-D, got ${shapeToString(rows!.shape)}`);
   const r = x!.shape.length;
-  if (r < 1) shapeError(op, `x must be [n, ..., in], got ${shapeToString(x!.shape)}`);
+  // NOTE: rank ≥ 2, so the selected row axis (0) is not the contracted feature axis (last).
+  if (r < 2) shapeError(op, `x must be [n, ..., in] (rank ≥ 2), got ${shapeToString(x!.shape)}`);
   const inDim = x!.shape[r - 1]!;
   const out = acc!.shape[r - 1];
   if (acc!.shape.length !== r || out === undefined || !x!.shape.slice(1, -1).every((d, i) => dimEquals(d, acc!.shape[i + 1]!))) {
