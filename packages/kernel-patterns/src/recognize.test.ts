@@ -37,7 +37,15 @@ describe('recognizeResidual (reading serving ops)', () => {
       ['loraLinear', 'lora_linear_add'],
       ['loraLinear', 'linear_y'],
     ]);
-    expect(r.kernels[0]).toMatchObject({ x: 'x', w: 'W', bias: 'bias', rows: 'n', inDim: 6, outDim: 5, lora: { a: 'A', b: 'B', biasB: 'bias_B', rank: 2, scale: 0.5 } });
+    expect(r.kernels[0]).toMatchObject({
+      x: 'x',
+      w: 'W',
+      bias: 'bias',
+      rows: 'n',
+      inDim: 6,
+      outDim: 5,
+      lora: { a: 'A', b: 'B', biasB: 'bias_B', rank: 2, scale: 0.5 },
+    });
     // The chain's nodes, its scale constant included, and the second linear: every op of g.
     expect([...r.kernels[0]!.nodes, ...r.kernels[1]!.nodes].sort((p, q) => p - q)).toEqual(opNodes(g));
     expect(r.uncovered).toEqual([]);
@@ -53,7 +61,15 @@ describe('recognizeResidual (reading serving ops)', () => {
     const g = sgmv(['batch', 16], [4, 8]);
     const r = recognizeResidual(g);
     expect(r.kernels).toHaveLength(1);
-    expect(r.kernels[0]).toMatchObject({ kind: 'bankGrouped', name: 'lora_bank_y', w: 'W', groups: [{ rowsValue: 'rows0', rank: 4, scale: 1 }, { rowsValue: 'rows1', rank: 8, scale: 2 }] });
+    expect(r.kernels[0]).toMatchObject({
+      kind: 'bankGrouped',
+      name: 'lora_bank_y',
+      w: 'W',
+      groups: [
+        { rowsValue: 'rows0', rank: 4, scale: 1 },
+        { rowsValue: 'rows1', rank: 8, scale: 2 },
+      ],
+    });
     expect(r.kernels[0]!.nodes).toEqual(opNodes(g));
     expect(r.uncovered).toEqual([]);
   });
@@ -94,7 +110,14 @@ describe('recognizeResidual (operand orders beyond peft)', () => {
     b.output('y', b.add(b.mul(b.scalar(3, 'bf16'), expand), base));
     const r = recognizeResidual(b.build());
     expect(r.kernels).toHaveLength(1);
-    expect(r.kernels[0]).toMatchObject({ kind: 'moeLora', name: 'moe_lora_y', numExperts: 4, inDim: 16, outDim: 8, lora: { a: 'A', b: 'B', rank: 2, scale: 3 } });
+    expect(r.kernels[0]).toMatchObject({
+      kind: 'moeLora',
+      name: 'moe_lora_y',
+      numExperts: 4,
+      inDim: 16,
+      outDim: 8,
+      lora: { a: 'A', b: 'B', rank: 2, scale: 3 },
+    });
     expect(r.uncovered).toEqual([]);
   });
 

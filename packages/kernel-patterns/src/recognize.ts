@@ -1,4 +1,16 @@
-import { type Dim, type Graph, type OpKey, type OpNode, type TensorType, type ValueId, dimProduct, dimToString, isStaticDim, loraLinearOperands, valueUsers } from '@stageml/ir';
+import {
+  type Dim,
+  type Graph,
+  type OpKey,
+  type OpNode,
+  type TensorType,
+  type ValueId,
+  dimProduct,
+  dimToString,
+  isStaticDim,
+  loraLinearOperands,
+  valueUsers,
+} from '@stageml/ir';
 import type {
   BankGatheredKernel,
   BankGroup,
@@ -68,7 +80,13 @@ function readLinear(v: OpView, root: ValueId, n: OpNode, index: number): LoraLin
   const t = loraLinearOperands(n.operands, n.attrs['loraBias'] === true);
   const wt = v.type(t.w).shape;
   const lora = v.factors(t.A, t.B, 0, n.attrs['scale'] as number, t.biasB);
-  return { kind: 'loraLinear', ...v.common(root, t.x, [index], 'lora_linear', wt[0], wt[1]), w: v.name(t.w), ...(t.bias === undefined ? {} : { bias: v.name(t.bias) }), lora };
+  return {
+    kind: 'loraLinear',
+    ...v.common(root, t.x, [index], 'lora_linear', wt[0], wt[1]),
+    w: v.name(t.w),
+    ...(t.bias === undefined ? {} : { bias: v.name(t.bias) }),
+    lora,
+  };
 }
 
 /**
@@ -94,7 +112,13 @@ function readBankGrouped(v: OpView, root: ValueId): BankGroupedKernel | undefine
   const [, w, bias] = base.node.operands as [ValueId, ValueId, ValueId | undefined];
   const wt = v.type(w).shape;
   nodes.push(base.index);
-  return { kind: 'bankGrouped', ...v.common(root, x, nodes, 'lora_bank', wt[0], wt[1]), w: v.name(w), ...(bias === undefined ? {} : { bias: v.name(bias) }), groups };
+  return {
+    kind: 'bankGrouped',
+    ...v.common(root, x, nodes, 'lora_bank', wt[0], wt[1]),
+    w: v.name(w),
+    ...(bias === undefined ? {} : { bias: v.name(bias) }),
+    groups,
+  };
 }
 
 /** A `gatheredLoraLinear` op: one BGMV kernel. */

@@ -59,7 +59,9 @@ function build(c: Chain): { graph: Graph; ints: Record<string, number[]> } {
     const x = b.input('x', [c.dtype, [c.rows, 2, c.inDim]]);
     const ids = index('ids', c.rows, adapters);
     const gather = (name: string, shape: number[]): Value => b.gather(p(name, shape), ids, 0);
-    const expand = b.matmul(b.matmul(x, gather('A', [adapters, rank, c.inDim]), { transposeB: true }), gather('B', [adapters, c.outDim, rank]), { transposeB: true });
+    const expand = b.matmul(b.matmul(x, gather('A', [adapters, rank, c.inDim]), { transposeB: true }), gather('B', [adapters, c.outDim, rank]), {
+      transposeB: true,
+    });
     const s = b.reshape(gather('S', [adapters]), [-1, 1, 1]);
     b.output('y', b.add(b.linear(x, p('W', [c.outDim, c.inDim]), bias('bias')), c.scale === 'left' ? b.mul(s, expand) : b.mul(expand, s)));
   } else if (c.kind === 'sgmv') {
@@ -67,7 +69,11 @@ function build(c: Chain): { graph: Graph; ints: Record<string, number[]> } {
     let y = b.linear(x, p('W', [c.outDim, c.inDim]), bias('bias'));
     c.ranks.forEach((rk, i) => {
       const rows = index(`rows${String(i)}`, 2, c.rows);
-      const delta = b.linear(b.linear(b.indexSelect(x, rows, 0), p(`A${String(i)}`, [rk, c.inDim])), p(`B${String(i)}`, [c.outDim, rk]), i === 0 ? bias('bias_B') : undefined);
+      const delta = b.linear(
+        b.linear(b.indexSelect(x, rows, 0), p(`A${String(i)}`, [rk, c.inDim])),
+        p(`B${String(i)}`, [c.outDim, rk]),
+        i === 0 ? bias('bias_B') : undefined,
+      );
       y = b.scatterAdd(y, rows, scaled(delta, 0.5 + i), 0);
     });
     b.output('y', y);
@@ -75,7 +81,9 @@ function build(c: Chain): { graph: Graph; ints: Record<string, number[]> } {
     const experts = c.ranks.length;
     const x = b.input('x', [c.dtype, [c.rows, c.inDim]]);
     const g = index('experts', c.rows, experts);
-    const base = b.op('groupedMatmul', [x, p('W', c.transposeW ? [experts, c.outDim, c.inDim] : [experts, c.inDim, c.outDim]), g], { transposeW: c.transposeW });
+    const base = b.op('groupedMatmul', [x, p('W', c.transposeW ? [experts, c.outDim, c.inDim] : [experts, c.inDim, c.outDim]), g], {
+      transposeW: c.transposeW,
+    });
     const shrink = b.op('groupedMatmul', [x, p('A', [experts, rank, c.inDim]), g], { transposeW: true });
     const expand = b.op('groupedMatmul', [shrink, p('B', [experts, c.outDim, rank]), g], { transposeW: true });
     b.output('y', b.add(scaled(expand, 2), base));

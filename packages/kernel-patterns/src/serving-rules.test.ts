@@ -1,4 +1,15 @@
-import { type DType, type Graph, GraphBuilder, type HostTensor, type Value, expandComposites, hostTensor, interpret, seededRandom, verifyGraph } from '@stageml/ir';
+import {
+  type DType,
+  type Graph,
+  GraphBuilder,
+  type HostTensor,
+  type Value,
+  expandComposites,
+  hostTensor,
+  interpret,
+  seededRandom,
+  verifyGraph,
+} from '@stageml/ir';
 import { describe, expect, it } from 'vitest';
 import { foldServingOps } from './serving-rules.js';
 
@@ -42,7 +53,10 @@ function expectFolds(g: Graph, rule: string, op: string, count: number, ints: Re
 }
 
 /** `@stageml/peft`'s residual LoRA layer: add(linear(x, W[, bias]), mul(linear(linear(x, A), B[, biasB]), s)). */
-function loraChain(dtype: DType, opts: { bias?: boolean; biasB?: boolean; scale?: 'left' | 'right' | 'none'; shareShrink?: boolean; rank1?: boolean } = {}): Graph {
+function loraChain(
+  dtype: DType,
+  opts: { bias?: boolean; biasB?: boolean; scale?: 'left' | 'right' | 'none'; shareShrink?: boolean; rank1?: boolean } = {},
+): Graph {
   const b = new GraphBuilder('lora');
   const x = b.input('x', [dtype, opts.rank1 === true ? [6] : [3, 6]]);
   const w = b.param('W', [dtype, [5, 6]]);
@@ -59,21 +73,24 @@ function loraChain(dtype: DType, opts: { bias?: boolean; biasB?: boolean; scale?
 }
 
 describe('add.fold-lora-linear', () => {
-  it.each(['f32', 'bf16'] as const)('folds the residual LoRA chain (%s; scale on either side or none; either bias) into one loraLinear op, bit for bit', (dtype) => {
-    for (const scale of ['left', 'right', 'none'] as const) {
-      for (const [bias, biasB] of [
-        [false, false],
-        [true, false],
-        [false, true],
-        [true, true],
-      ] as const) {
-        const folded = expectFolds(loraChain(dtype, { scale, bias, biasB }), 'add.fold-lora-linear', 'loraLinear', 1);
-        const n = folded.graph.nodes.find((k) => k.kind === 'op' && k.op === 'loraLinear')!;
-        expect(n.kind === 'op' && n.attrs).toEqual({ scale: scale === 'none' ? 1 : 0.75, loraBias: biasB });
-        expect(n.operands).toHaveLength(4 + Number(bias) + Number(biasB));
+  it.each(['f32', 'bf16'] as const)(
+    'folds the residual LoRA chain (%s; scale on either side or none; either bias) into one loraLinear op, bit for bit',
+    (dtype) => {
+      for (const scale of ['left', 'right', 'none'] as const) {
+        for (const [bias, biasB] of [
+          [false, false],
+          [true, false],
+          [false, true],
+          [true, true],
+        ] as const) {
+          const folded = expectFolds(loraChain(dtype, { scale, bias, biasB }), 'add.fold-lora-linear', 'loraLinear', 1);
+          const n = folded.graph.nodes.find((k) => k.kind === 'op' && k.op === 'loraLinear')!;
+          expect(n.kind === 'op' && n.attrs).toEqual({ scale: scale === 'none' ? 1 : 0.75, loraBias: biasB });
+          expect(n.operands).toHaveLength(4 + Number(bias) + Number(biasB));
+        }
       }
-    }
-  });
+    },
+  );
 
   it('leaves a chain whose shrink has another reader, and a [1, 1] scale that would widen a rank-1 delta, as primitives', () => {
     for (const g of [loraChain('f32', { shareShrink: true }), loraChain('f32', { rank1: true })]) {
@@ -108,13 +125,16 @@ function bgmvChain(dtype: DType, opts: { bias?: boolean; scaleLeft?: boolean; ot
 }
 
 describe('add.fold-gathered-lora-linear', () => {
-  it.each(['f32', 'bf16'] as const)('folds the BGMV chain (%s; with and without bias; scale on either side) into one gatheredLoraLinear op, bit for bit', (dtype) => {
-    for (const bias of [false, true]) {
-      for (const scaleLeft of [false, true]) {
-        expectFolds(bgmvChain(dtype, { bias, scaleLeft }), 'add.fold-gathered-lora-linear', 'gatheredLoraLinear', 1, { ids: [3, 0, 3] });
+  it.each(['f32', 'bf16'] as const)(
+    'folds the BGMV chain (%s; with and without bias; scale on either side) into one gatheredLoraLinear op, bit for bit',
+    (dtype) => {
+      for (const bias of [false, true]) {
+        for (const scaleLeft of [false, true]) {
+          expectFolds(bgmvChain(dtype, { bias, scaleLeft }), 'add.fold-gathered-lora-linear', 'gatheredLoraLinear', 1, { ids: [3, 0, 3] });
+        }
       }
-    }
-  });
+    },
+  );
 
   it('leaves a chain whose scales are gathered by other ids', () => {
     const g = bgmvChain('f32', { otherIds: true });
@@ -138,12 +158,15 @@ function sgmvChain(dtype: DType, ranks: readonly number[], opts: { biasB?: numbe
 }
 
 describe('scatterAdd.fold-lora-step', () => {
-  it.each(['f32', 'bf16'] as const)('folds every SGMV group (%s; mixed ranks, one with B’s bias, one unscaled) into a loraScatterAdd step, bit for bit', (dtype) => {
-    const g = sgmvChain(dtype, [1, 3, 2], { biasB: 1, unscaled: 2 });
-    const folded = expectFolds(g, 'scatterAdd.fold-lora-step', 'loraScatterAdd', 3, { rows0: [0, 4], rows1: [2, 2], rows2: [1, 3] });
-    expect(opsOf(folded.graph)).toEqual(['linear', 'loraScatterAdd', 'loraScatterAdd', 'loraScatterAdd']);
-    expect(folded.graph.nodes.flatMap((n) => (n.kind === 'op' && n.op === 'loraScatterAdd' ? [n.attrs['scale']] : []))).toEqual([0.5, 1.5, 1]);
-  });
+  it.each(['f32', 'bf16'] as const)(
+    'folds every SGMV group (%s; mixed ranks, one with B’s bias, one unscaled) into a loraScatterAdd step, bit for bit',
+    (dtype) => {
+      const g = sgmvChain(dtype, [1, 3, 2], { biasB: 1, unscaled: 2 });
+      const folded = expectFolds(g, 'scatterAdd.fold-lora-step', 'loraScatterAdd', 3, { rows0: [0, 4], rows1: [2, 2], rows2: [1, 3] });
+      expect(opsOf(folded.graph)).toEqual(['linear', 'loraScatterAdd', 'loraScatterAdd', 'loraScatterAdd']);
+      expect(folded.graph.nodes.flatMap((n) => (n.kind === 'op' && n.op === 'loraScatterAdd' ? [n.attrs['scale']] : []))).toEqual([0.5, 1.5, 1]);
+    },
+  );
 });
 
 /** A MoE expert projection with expert LoRA, as `@stageml/moe`'s `moeBlock` builds it. */
@@ -171,7 +194,12 @@ describe('add.fold-grouped-lora-matmul', () => {
       expect(n.kind === 'op' && n.attrs).toEqual({ transposeW, scale: 2 });
       // Symbolic rows: bind them, then compare bit for bit.
       const r = seededRandom(3);
-      const t = (shape: number[]): HostTensor => hostTensor(dtype, shape, Array.from({ length: shape.reduce((a, d) => a * d, 1) }, () => r() * 2 - 1));
+      const t = (shape: number[]): HostTensor =>
+        hostTensor(
+          dtype,
+          shape,
+          Array.from({ length: shape.reduce((a, d) => a * d, 1) }, () => r() * 2 - 1),
+        );
       const data: Data = {
         inputs: { x: t([4, 6]), experts: hostTensor('i64', [4], [2, 0, 2, 1]) },
         weights: { W: t(transposeW ? [3, 4, 6] : [3, 6, 4]), A: t([3, 2, 6]), B: t([3, 4, 2]) },

@@ -28,7 +28,11 @@ function loraDelta<const S extends Pattern>(src: S) {
  * that is a one-element constant of the delta's dtype whose rank does not exceed the delta's (so
  * the product keeps the delta's shape); undefined otherwise.
  */
-function scaleOf(c: { readonly scale?: Value | undefined; readonly expand?: Value | undefined }, ctx: RuleContext, dtype: TensorType['dtype']): number | undefined {
+function scaleOf(
+  c: { readonly scale?: Value | undefined; readonly expand?: Value | undefined },
+  ctx: RuleContext,
+  dtype: TensorType['dtype'],
+): number | undefined {
   if (c.scale === undefined) return 1;
   const t = c.scale.type;
   if (t.dtype !== dtype || !t.shape.every((d) => d === 1) || (c.expand !== undefined && t.shape.length > c.expand.type.shape.length)) return undefined;
@@ -98,14 +102,23 @@ export const foldGatheredLoraLinear: Rule = rule({
   match: m.commutative(
     'add',
     linearMaybeBias(X, 'w', 'bias', 'base'),
-    m.commutative('mul', m.op('matmul', m.op('matmul', X, gathered('aStack'), TRANSPOSED_B), gathered('bStack'), TRANSPOSED_B), m.op('reshape', gathered('scales'), { as: 'scaleRows' })),
+    m.commutative(
+      'mul',
+      m.op('matmul', m.op('matmul', X, gathered('aStack'), TRANSPOSED_B), gathered('bStack'), TRANSPOSED_B),
+      m.op('reshape', gathered('scales'), { as: 'scaleRows' }),
+    ),
     { as: 'y' },
   ),
   when: (c) => {
     const dtype = c.y.type.dtype;
     const s = c.scaleRows.type.shape;
     const operands = [c.x, c.w, c.aStack, c.bStack, c.scales, c.ids, c.bias];
-    const rowScales = s.length === 3 && s[1] === 1 && s[2] === 1 && c.ids.type.shape.length === 1 && typeEquals({ dtype, shape: [c.ids.type.shape[0]!, 1, 1] }, c.scaleRows.type);
+    const rowScales =
+      s.length === 3 &&
+      s[1] === 1 &&
+      s[2] === 1 &&
+      c.ids.type.shape.length === 1 &&
+      typeEquals({ dtype, shape: [c.ids.type.shape[0]!, 1, 1] }, c.scaleRows.type);
     return rowScales && allOf(dtype, [c.x, c.w, c.aStack, c.bStack, c.scales, c.bias]) && infersAs('gatheredLoraLinear', operands, {}, c.y);
   },
   build: (c, b) => b.gatheredLoraLinear(c.x, c.w, c.aStack, c.bStack, c.scales, c.ids, c.bias),
@@ -150,7 +163,12 @@ export const foldGroupedLoraMatmul: Rule = rule({
   identity: 'groupedMatmul(x, W, g) + s·groupedMatmul(groupedMatmul(x, A, g)ᵀ, B, g)ᵀ = groupedLoraMatmul(x, W, A, B, g){transposeW, scale: s}',
   conditions:
     'the same x and groups in the base and both factor products; the factor products with transposeW (A [E, r, in], B [E, out, r]); the base in either layout; s optional (1) and else a one-element constant splat of the operands’ dtype no higher in rank than the delta; every float value one dtype; interior values have no other users',
-  match: m.commutative('add', m.op('groupedMatmul', X, m.capture('w'), GROUPS, { as: 'base' }), maybeScaled(expertFactor(expertFactor(X, 'a', 'shrink'), 'b', 'expand')), { as: 'y' }),
+  match: m.commutative(
+    'add',
+    m.op('groupedMatmul', X, m.capture('w'), GROUPS, { as: 'base' }),
+    maybeScaled(expertFactor(expertFactor(X, 'a', 'shrink'), 'b', 'expand')),
+    { as: 'y' },
+  ),
   when: (c, ctx) => {
     const dtype = c.y.type.dtype;
     const scale = scaleOf(c, ctx, dtype);
@@ -160,7 +178,9 @@ export const foldGroupedLoraMatmul: Rule = rule({
   },
   build: (c, b, ctx) => {
     const scale = scaleOf(c, ctx, c.y.type.dtype);
-    return scale === undefined ? undefined : b.groupedLoraMatmul(c.x, c.w, c.a, c.b, c.groups, { transposeW: ctx.attrs(c.base, 'groupedMatmul').transposeW, scale });
+    return scale === undefined
+      ? undefined
+      : b.groupedLoraMatmul(c.x, c.w, c.a, c.b, c.groups, { transposeW: ctx.attrs(c.base, 'groupedMatmul').transposeW, scale });
   },
 });
 

@@ -31,7 +31,8 @@ function requireMatrixFactors(op: string, A: TensorType, B: TensorType, inDim: D
 }
 
 function requireVector(op: string, what: string, t: TensorType | undefined, n: Dim): void {
-  if (t !== undefined && (t.shape.length !== 1 || !dimEquals(t.shape[0]!, n))) shapeError(op, `${what} must be [${dimToString(n)}], got ${shapeToString(t.shape)}`);
+  if (t !== undefined && (t.shape.length !== 1 || !dimEquals(t.shape[0]!, n)))
+    shapeError(op, `${what} must be [${dimToString(n)}], got ${shapeToString(t.shape)}`);
 }
 
 /** A rank-0 constant `s` of `dtype`, as the decompositions build it (rounded to the dtype). */
@@ -72,7 +73,8 @@ function inferGatheredLoraLinear([x, w, A, B, scales, ids, bias]: readonly Tenso
 export const gatheredLoraLinear = defineOp({
   key: 'gatheredLoraLinear',
   summary: 'A linear layer plus per-row LoRA updates gathered by adapter id from stacked factors and scales (BGMV over a mixed batch).',
-  semantics: 'y[i] = x[i]·wᵀ + bias + scales[ids_i]·(x[i]·A[ids_i]ᵀ)·B[ids_i]ᵀ; x [batch, seq, in], A [L, r, in], B [L, out, r], scales [L], ids [batch], bias [out] optional',
+  semantics:
+    'y[i] = x[i]·wᵀ + bias + scales[ids_i]·(x[i]·A[ids_i]ᵀ)·B[ids_i]ᵀ; x [batch, seq, in], A [L, r, in], B [L, out, r], scales [L], ids [batch], bias [out] optional',
   operands: ['x', 'w', 'A', 'B', 'scales', 'ids', 'bias?'],
   traits: ['contraction'],
   infer: (types) => [inferGatheredLoraLinear(types)],
