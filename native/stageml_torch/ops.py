@@ -662,18 +662,21 @@ def op_lora_bank_linear(x, a, ctx):
 
 
 def op_lora_linear(x, a, ctx):
-    """The `loraLinear` entry of ops.OPS (packages/ir/src/ops/serving.ts): x.w^T + s.(x.A^T).B^T as
-    its decomposition computes it, op by op, each result rounded to x's dtype (the scale a scalar
-    of that dtype). Operands x, w, A, B as stored (the step is in graph.RAW_OPERANDS)."""
+    """The `loraLinear` entry of ops.OPS (packages/ir/src/ops/serving.ts): x.w^T + bias +
+    s.((x.A^T).B^T + bias_B) as its decomposition computes it, op by op, each result rounded to x's
+    dtype (the scale a scalar of that dtype). Operands x, w, A, B[, bias][, bias_B] as stored (the
+    step is in graph.RAW_OPERANDS); the attribute loraBias says a lone fifth operand is bias_B."""
     xs, w, at, bt = x[:4]
+    extra = list(x[4:])
+    bias_b = [extra.pop()] if a.get("loraBias", False) else []
     dt = xs.dtype
 
     def op(key, args, **attrs):
         return run_op(ctx, dt, key, args, attrs)
 
     scale = torch.tensor(float(a["scale"]), dtype=dt, device=xs.device)
-    delta = op("mul", [op("linear", [op("linear", [xs, at]), bt]), scale])
-    return [op("add", [op("linear", [xs, w]), delta])]
+    delta = op("mul", [op("linear", [op("linear", [xs, at]), bt] + bias_b), scale])
+    return [op("add", [op("linear", [xs, w] + extra), delta])]
 
 
 def _join_cache(past, new, ax, ctx):

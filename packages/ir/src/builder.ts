@@ -447,9 +447,28 @@ export class GraphBuilder {
     const operands = [x, base, A, aScale, B, bScale, index, ...(select === undefined ? [] : [select])];
     return this.op('quantizedLoraBank', operands, opts.zeroTail === true ? { form, zeroTail: true } : { form });
   }
-  /** A linear with one LoRA adapter in residual form, x·wᵀ + s·(x·Aᵀ)·Bᵀ (`loraLinear`). */
-  loraLinear(x: Value, w: Value, A: Value, B: Value, scale: number): Value {
-    return this.op('loraLinear', [x, w, A, B], { scale });
+  /**
+   * A linear with one LoRA adapter in residual form, x·wᵀ + bias + s·((x·Aᵀ)·Bᵀ + biasB)
+   * (`loraLinear`); `bias` is the base layer's, `biasB` B's (PEFT's `lora_bias`).
+   */
+  loraLinear(x: Value, w: Value, A: Value, B: Value, scale: number, opts: { bias?: Value | undefined; biasB?: Value | undefined } = {}): Value {
+    const operands = [x, w, A, B, ...(opts.bias === undefined ? [] : [opts.bias]), ...(opts.biasB === undefined ? [] : [opts.biasB])];
+    return this.op('loraLinear', operands, opts.biasB === undefined ? { scale } : { scale, loraBias: true });
+  }
+  /**
+   * BGMV: a linear plus each row's LoRA update gathered from stacked factors A [L, r, in],
+   * B [L, out, r] and scales [L] by `ids` (`gatheredLoraLinear`).
+   */
+  gatheredLoraLinear(x: Value, w: Value, A: Value, B: Value, scales: Value, ids: Value, bias?: Value): Value {
+    return this.op('gatheredLoraLinear', bias === undefined ? [x, w, A, B, scales, ids] : [x, w, A, B, scales, ids, bias]);
+  }
+  /** One SGMV step: acc with s·((x[rows]·Aᵀ)·Bᵀ + biasB) scatter-added at `rows` (`loraScatterAdd`). */
+  loraScatterAdd(acc: Value, x: Value, rows: Value, A: Value, B: Value, scale: number, biasB?: Value): Value {
+    return this.op('loraScatterAdd', biasB === undefined ? [acc, x, rows, A, B] : [acc, x, rows, A, B, biasB], { scale });
+  }
+  /** A MoE expert GEMM with per-expert LoRA factors (`groupedLoraMatmul`). */
+  groupedLoraMatmul(x: Value, w: Value, A: Value, B: Value, groups: Value, attrs: AttrsIn<'groupedLoraMatmul'>): Value {
+    return this.op('groupedLoraMatmul', [x, w, A, B, groups], attrs);
   }
   /**
    * A base linear `x·wᵀ (+ bias)` and its per-row adapter updates from slot tables in one op

@@ -78,7 +78,7 @@ export type { HostTensor } from './tensor.js';
 export { defineOp, operandArity, snakeCase } from './op-def.js';
 export type { Decomposition, Effect, EvalContext, OpCost, OpDef, OpSpec, Trait } from './op-def.js';
 export { OPS, OP_KEYS, isOpKey, opDef, opKeyByName, registerOp } from './ops/index.js';
-export { type LoraBankForm, type LoraBankOperands, loraBankOperands } from './ops/serving.js';
+export { type LoraBankForm, type LoraBankOperands, type LoraLinearOperands, loraBankOperands, loraLinearOperands } from './ops/serving.js';
 export { type QuantizedLoraBankOperands, quantizedLoraBankOperands } from './ops/quant-serving.js';
 export { type LoraBankLinearOperands, loraBankLinearOperands } from './ops/serving-fused.js';
 export { OP_GROUPS, TRAITS, hasTrait, opsWithTrait } from './op-groups.js';

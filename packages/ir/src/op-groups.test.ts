@@ -11,7 +11,7 @@ describe('op groups', () => {
   });
 
   it('name the contractions, elementwise and shape-only ops the consumers rely on', () => {
-    expect(OP_GROUPS.contraction).toEqual(['matmul', 'linear', 'groupedMatmul', 'quantizedLinear', 'loraBank', 'quantizedLoraBank', 'loraLinear', 'loraBankLinear']);
+    expect(OP_GROUPS.contraction).toEqual(['matmul', 'linear', 'groupedMatmul', 'quantizedLinear', 'loraBank', 'quantizedLoraBank', 'loraLinear', 'loraBankLinear', 'gatheredLoraLinear', 'loraScatterAdd', 'groupedLoraMatmul']);
     expect(OP_GROUPS.elementwise).toEqual(expect.arrayContaining(['add', 'mul', 'exp', 'silu', 'where', 'cast']));
     expect(OP_GROUPS['shape-only']).toEqual(expect.arrayContaining(['reshape', 'transpose']));
   });

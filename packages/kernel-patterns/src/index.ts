@@ -1,28 +1,27 @@
 /**
  * @packageDocumentation
- * `@stageml/kernel-patterns`: the kernel-sized shapes of residual graphs, written in the rewrite
- * pattern language (`m.*` of `@stageml/rewrite`) and shared by every GPU code generator
- * (`@stageml/triton-gen`, `@stageml/sm90-native`).
+ * `@stageml/kernel-patterns`: the rewrite rules that fold a residual's primitive chains into the
+ * serving ops of the IR registry, and the kernel specs every GPU code generator
+ * (`@stageml/triton-gen`, `@stageml/sm90-native`) reads from those ops.
  *
- * - `recognizeResidual(graph)` finds fused LoRA linears (and plain linears), SGMV banks, BGMV banks
- *   and MoE expert GEMMs (with or without expert LoRA) and returns plain-data kernel specs, the
- *   matches it had to drop (a symbolic dim a kernel specializes on) and the nodes no kernel covers.
- * - The shapes themselves (`LORA_LINEAR`, `BANK_GROUP_STEP`, `BANK_GATHERED`, `MOE_LORA`,
- *   `loraDelta`) are exported as patterns, so other tools can match them too.
- * - `servingOpRules` / `foldServingOps(graph)`: the rewrite rules that turn residual primitives into
- *   the serving ops of the IR registry (`add.fold-lora-linear`: PEFT's residual LoRA chain →
- *   `loraLinear`), so backends lower ops from their tables instead of recognising primitives;
- *   `recognizeResidual` reads a `loraLinear` op as one fused LoRA-linear kernel.
+ * - `servingOpRules` / `foldServingOps(graph)`: PEFT's residual LoRA layer → `loraLinear`
+ *   (`add.fold-lora-linear`), the BGMV bank → `gatheredLoraLinear`, each SGMV group →
+ *   `loraScatterAdd`, a MoE expert projection with expert LoRA → `groupedLoraMatmul`; each op
+ *   decomposes into its chain, so folding changes no executor's numerics.
+ * - `recognizeResidual(graph)` folds, then reads op nodes only: LoRA linears (and plain linears),
+ *   SGMV chains, BGMV ops and MoE expert GEMMs (with or without expert LoRA) as plain-data kernel
+ *   specs, reported in the input graph's node indices, with the kernels it had to drop (a symbolic
+ *   dim a kernel specializes on) and the nodes no kernel covers. No generator matches primitives.
  * - The rule shape every kernel backend's exhaustive op table uses (`KernelRule`, `kernelRule`,
  *   `unsupportedRule`, `hostReasonOf`), and `byKernelFamily`, the per-family emitter dispatch.
  */
 export { recognizeResidual } from './recognize.js';
-export { foldLoraLinear, foldServingOps, servingOpRules } from './serving-rules.js';
+export { foldGatheredLoraLinear, foldGroupedLoraMatmul, foldLoraLinear, foldLoraScatterAdd, foldServingOps, servingOpRules } from './serving-rules.js';
+export type { FoldedServingOps } from './serving-rules.js';
 export { hostReasonOf, kernelRule, unsupportedRule } from './kernel-rules.js';
 export { byKernelFamily } from './kernel-family.js';
 export type { KernelFamilyEmitters } from './kernel-family.js';
 export type { KernelRule, KernelRuleTable } from './kernel-rules.js';
-export { BANK_GATHERED, BANK_GROUP_STEP, BASE_LINEAR, LORA_LINEAR, MOE_LORA, loraDelta } from './shapes.js';
 export type {
   BankGatheredKernel,
   BankGroup,

@@ -76,6 +76,9 @@ export const mlirRules = {
   cachedAttention: decomposed('cachedAttention'),
   loraBankLinear: decomposed('loraBankLinear'),
   skipRmsNorm: decomposed('skipRmsNorm'),
+  gatheredLoraLinear: decomposed('gatheredLoraLinear'),
+  loraScatterAdd: decomposed('loraScatterAdd'),
+  groupedLoraMatmul: decomposed('groupedLoraMatmul'),
 } satisfies { readonly [K in OpKey]: MlirRule<K> };
 
 /** The rule of op `K` (typed per op). */

@@ -78,6 +78,9 @@ export const ONNX_RULES = {
   loraBankLinear: decomposed(),
   // The standard table has no skip norm: the add and the norm's decomposed lowering.
   skipRmsNorm: decomposed(),
+  gatheredLoraLinear: decomposed(),
+  loraScatterAdd: decomposed(),
+  groupedLoraMatmul: decomposed(),
 } as const satisfies OnnxRuleTable;
 
 /**

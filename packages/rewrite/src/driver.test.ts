@@ -42,6 +42,8 @@ describe('rewriteGreedy', () => {
     // Top-down: the product first, then the negations from the outermost in.
     expect(r.log.map((e) => e.rule)).toEqual(['mul.drop-one', 'neg.cancel-double', 'neg.cancel-double']);
     expect(r.log[1]).toMatchObject({ node: 'neg_3', before: '%neg_2 = sml.neg(%neg_1) : f32[4]\n%neg_3 = sml.neg(%neg_2) : f32[4]', after: '%neg_1' });
+    // The matched op nodes, by index in the input graph (x, neg … neg_3, the constant 1, mul).
+    expect(r.log.map((e) => e.matched)).toEqual([[6], [3, 4], [1, 2]]);
   });
 
   test('stops at the iteration limit when the sweeps run out before a fixpoint is confirmed', () => {

@@ -29,6 +29,12 @@ export interface RewriteLogEntry {
   readonly before: string;
   /** Text of the nodes the rule added (or `%replacement` when it reused a value). */
   readonly after: string;
+  /**
+   * The op nodes the pattern matched, ascending, by index in the input graph (a node a rule built
+   * earlier in the same run has an index at or past the input's node count): what a consumer maps
+   * a replacement back to (`@stageml/kernel-patterns` reports kernels in the input's node indices).
+   */
+  readonly matched: readonly number[];
   /** Change of the residual's estimated per-request time, in seconds. */
   readonly seconds: number;
   /** Change of the residual's constant-table bytes. */

@@ -323,6 +323,7 @@ export class RewriteSession {
         after ??= afterLines.map((f) => f()).join('\n');
         return after;
       },
+      matched: [...app.matched].sort((a, b) => a - b),
       seconds: app.delta.seconds,
       constantBytes: app.delta.constantBytes,
     };

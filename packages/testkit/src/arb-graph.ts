@@ -579,16 +579,6 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
     }
     return [ctx.b.quantizedLoraBank('single', x, base, ...tables, ctx.b.constant(c.int(slots), 'i64', []), param(ctx, dtype, [rows, 1, 1]))];
   },
-  loraLinear: (ctx, c) => {
-    const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) >= 1);
-    if (x === undefined) return undefined;
-    const out = someDim(ctx, c);
-    const inDim = x.type.shape[rankOf(x) - 1]!;
-    if (!fits([...x.type.shape.slice(0, -1), out])) return undefined;
-    const rank = c.range(1, 2);
-    const dtype = x.type.dtype;
-    return [ctx.b.loraLinear(x, param(ctx, dtype, [out, inDim]), param(ctx, dtype, [rank, inDim]), param(ctx, dtype, [out, rank]), c.bool() ? 0.5 : 2)];
-  },
   cachedAttention: (ctx, c) => {
     const q = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) >= 3);
     if (q === undefined) return undefined;
@@ -606,6 +596,63 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
     const k = param(ctx, dtype, [...batch, hkv, tq, d]);
     const v = param(ctx, dtype, [...batch, hkv, tq, d]);
     return [ctx.b.cachedAttention(q, pastK, pastV, k, v, { causal: c.bool() })];
+  },
+  loraLinear: (ctx, c) => {
+    const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) >= 1);
+    if (x === undefined) return undefined;
+    const out = someDim(ctx, c);
+    const inDim = x.type.shape[rankOf(x) - 1]!;
+    if (!fits([...x.type.shape.slice(0, -1), out])) return undefined;
+    const rank = c.range(1, 2);
+    const dtype = x.type.dtype;
+    const opts = { bias: c.bool() ? param(ctx, dtype, [out]) : undefined, biasB: c.bool() ? param(ctx, dtype, [out]) : undefined };
+    return [ctx.b.loraLinear(x, param(ctx, dtype, [out, inDim]), param(ctx, dtype, [rank, inDim]), param(ctx, dtype, [out, rank]), c.bool() ? 0.5 : 2, opts)];
+  },
+  gatheredLoraLinear: (ctx, c) => {
+    const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) === 3);
+    if (x === undefined) return undefined;
+    const [batch, , inDim] = x.type.shape as [Dim, Dim, Dim];
+    // Adapter ids as constants (always in range): a static batch.
+    if (!isStaticDim(batch)) return undefined;
+    const dtype = x.type.dtype;
+    const out = c.range(1, 3);
+    const adapters = c.range(1, 3);
+    const rank = c.range(1, 2);
+    const ids = ctx.b.constant(Array.from({ length: batch }, () => c.int(adapters)), 'i64', [batch]);
+    const bias = c.bool() ? param(ctx, dtype, [out]) : undefined;
+    return [ctx.b.gatheredLoraLinear(x, param(ctx, dtype, [out, inDim]), param(ctx, dtype, [adapters, rank, inDim]), param(ctx, dtype, [adapters, out, rank]), param(ctx, dtype, [adapters]), ids, bias)];
+  },
+  loraScatterAdd: (ctx, c) => {
+    const x = choose(c, ctx.pool, (v) => {
+      const n = v.type.shape[0];
+      return isFloat(v) && rankOf(v) >= 2 && n !== undefined && isStaticDim(n) && n > 0;
+    });
+    if (x === undefined) return undefined;
+    const n = x.type.shape[0] as number;
+    const inDim = x.type.shape[rankOf(x) - 1]!;
+    const out = someDim(ctx, c);
+    const accShape = [...x.type.shape.slice(0, -1), out];
+    if (!fits(accShape)) return undefined;
+    const dtype = x.type.dtype;
+    const rank = c.range(1, 2);
+    const k = c.range(1, 3);
+    const rows = ctx.b.constant(Array.from({ length: k }, () => c.int(n)), 'i64', [k]);
+    const biasB = c.bool() ? param(ctx, dtype, [out]) : undefined;
+    return [ctx.b.loraScatterAdd(param(ctx, dtype, accShape), x, rows, param(ctx, dtype, [rank, inDim]), param(ctx, dtype, [out, rank]), c.bool() ? 0.5 : 2, biasB)];
+  },
+  groupedLoraMatmul: (ctx, c) => {
+    const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) === 2);
+    if (x === undefined) return undefined;
+    const [n, k] = x.type.shape as [Dim, Dim];
+    const e = c.range(1, 3);
+    const m = someDim(ctx, c);
+    const transposeW = c.bool();
+    if (!fits([n, m])) return undefined;
+    const dtype = x.type.dtype;
+    const rank = c.range(1, 2);
+    const w = param(ctx, dtype, transposeW ? [e, m, k] : [e, k, m]);
+    const groups = ctx.b.argmax(param(ctx, 'f32', [n, e]), -1);
+    return [ctx.b.groupedLoraMatmul(x, w, param(ctx, dtype, [e, rank, k]), param(ctx, dtype, [e, m, rank]), groups, { transposeW, scale: c.bool() ? 0.5 : 2 })];
   },
   groupedMatmul: (ctx, c) => {
     const x = choose(c, ctx.pool, (v) => nonBool(v) && rankOf(v) === 2);

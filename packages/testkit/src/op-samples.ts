@@ -294,9 +294,41 @@ export const opSamples: OpSamplers = {
       }),
     ),
   loraLinear: fc
-    .tuple(dtypeOf(FLOAT), shapeOf(0, 2), dim(1, 3), dim(1, 3), dim(1, 2), fc.constantFrom(0.5, 2, 0.3))
-    .chain(([dtype, lead, inDim, out, rank, scale]) =>
-      sample<'loraLinear'>(tensors([t(dtype, [...lead, inDim]), t(dtype, [out, inDim]), t(dtype, [rank, inDim]), t(dtype, [out, rank])]), { scale }),
+    .tuple(dtypeOf(FLOAT), shapeOf(0, 2), dim(1, 3), dim(1, 3), dim(1, 2), fc.constantFrom(0.5, 2, 0.3), fc.boolean(), fc.boolean())
+    .chain(([dtype, lead, inDim, out, rank, scale, bias, biasB]) =>
+      sample<'loraLinear'>(
+        tensors([t(dtype, [...lead, inDim]), t(dtype, [out, inDim]), t(dtype, [rank, inDim]), t(dtype, [out, rank]), ...(bias ? [t(dtype, [out])] : []), ...(biasB ? [t(dtype, [out])] : [])]),
+        biasB ? { scale, loraBias: true } : { scale },
+      ),
+    ),
+  gatheredLoraLinear: fc
+    .tuple(dtypeOf(FLOAT), dim(1, 3), dim(1, 2), dim(1, 3), dim(1, 3), dim(1, 3), dim(1, 2), fc.boolean())
+    .chain(([dtype, batch, seq, inDim, out, adapters, rank, bias]) =>
+      fc
+        .tuple(
+          tensors([t(dtype, [batch, seq, inDim]), t(dtype, [out, inDim]), t(dtype, [adapters, rank, inDim]), t(dtype, [adapters, out, rank]), t(dtype, [adapters])]),
+          indices('i64', [batch], adapters),
+          tensors(bias ? [t(dtype, [out])] : []),
+        )
+        .map(([head, ids, tail]) => ({ operands: [...head, ids, ...tail], attrs: {} })),
+    ),
+  loraScatterAdd: fc
+    .tuple(dtypeOf(FLOAT), dim(1, 3), shapeOf(0, 1), dim(1, 3), dim(1, 3), dim(1, 2), dim(0, 3), fc.constantFrom(0.5, 2), fc.boolean())
+    .chain(([dtype, n, mid, inDim, out, rank, k, scale, biasB]) =>
+      fc
+        .tuple(
+          tensors([t(dtype, [n, ...mid, out]), t(dtype, [n, ...mid, inDim])]),
+          indices('i64', [k], n),
+          tensors([t(dtype, [rank, inDim]), t(dtype, [out, rank]), ...(biasB ? [t(dtype, [out])] : [])]),
+        )
+        .map(([head, rows, tail]) => ({ operands: [...head, rows, ...tail], attrs: { scale } })),
+    ),
+  groupedLoraMatmul: fc
+    .tuple(dtypeOf(FLOAT), dim(0, 4), dim(1, 3), dim(1, 3), dim(1, 3), dim(1, 2), fc.boolean(), fc.constantFrom(0.5, 2))
+    .chain(([dtype, n, k, m, e, rank, transposeW, scale]) =>
+      fc
+        .tuple(tensors([t(dtype, [n, k]), t(dtype, transposeW ? [e, m, k] : [e, k, m]), t(dtype, [e, rank, k]), t(dtype, [e, m, rank])]), indices('i64', [n], e))
+        .map(([head, groups]) => ({ operands: [...head, groups], attrs: { transposeW, scale } })),
     ),
   loraBankLinear: fc
     .tuple(dtypeOf(FLOAT), dim(1, 3), dim(1, 2), dim(1, 3), dim(1, 3), dim(1, 3), dim(1, 2), fc.constantFrom('gathered', 'grouped', 'single'), fc.boolean())

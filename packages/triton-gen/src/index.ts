@@ -2,8 +2,9 @@
  * @packageDocumentation
  * `@stageml/triton-gen`: Triton kernels generated from residual graphs.
  *
- * - `recognizeResidual` finds kernel-sized patterns: fused LoRA linears (and plain linears), SGMV
- *   banks with mixed ranks and base-only rows, BGMV banks, and MoE expert GEMMs with expert LoRA.
+ * - `recognizeResidual` (from `@stageml/kernel-patterns`) folds the residual's chains into serving
+ *   ops and reads the kernels from them: fused LoRA linears (and plain linears), SGMV banks with
+ *   mixed ranks and base-only rows, BGMV banks, and MoE expert GEMMs with expert LoRA.
  * - `generateTriton` emits, for each pattern, a kernel module specialized to the pattern's static
  *   dims and dtype (the row count stays a run-time value; autotuning is keyed by a row bucket, so
  *   no batch size recompiles), a launcher, and a check-and-bench script; plus a shared module,

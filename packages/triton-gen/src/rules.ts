@@ -19,6 +19,9 @@ const OUTSIDE = 'outside a LoRA, bank or MoE pattern it runs on the host executo
 // NOTE: this table looks like @stageml/sm90-native's on purpose (a duplicate the duplicates report lists
 // and we keep): each backend states its own rule and reason per op, in its own exhaustive table; the
 // shared rule shape and helpers live in @stageml/kernel-patterns.
+// NOTE: a primitive op's `kernel` entry names the kernels it ends up inside as part of a chain that
+// kernel-patterns' serving rules fold into a serving op (`loraLinear`, `gatheredLoraLinear`,
+// `loraScatterAdd`, `groupedLoraMatmul`); the generators read those ops, never primitive chains.
 
 /**
  * The Triton backend's rule for every registry op. A complete mapped type checked with
@@ -82,6 +85,9 @@ export const tritonRules = {
   loraLinear: kernel(['loraLinear'], 'every loraLinear op is one fused LoRA-linear kernel'),
   cachedAttention: unsupported('attention kernels are out of scope for triton-gen (LoRA/MoE GEMMs only)'),
   loraBankLinear: unsupported('the host executor runs it (the bank kernel on the torch worker, elsewhere through its decomposition)'),
+  gatheredLoraLinear: kernel(['bankGathered'], 'every gatheredLoraLinear op is one BGMV kernel'),
+  loraScatterAdd: kernel(['bankGrouped'], 'a chain of SGMV steps over a linear of the same x is one SGMV kernel; a step outside such a chain runs on the host executor (through its decomposition)'),
+  groupedLoraMatmul: kernel(['moeLora'], 'every groupedLoraMatmul op is one MoE-LoRA kernel'),
   skipRmsNorm: unsupported('normalization is not fused: the host executor runs it'),
 } satisfies Readonly<Record<OpKey, TritonRule>>;
 

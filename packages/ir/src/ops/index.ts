@@ -38,6 +38,7 @@ import { attention, randomUniform, rotary } from './nn.js';
 import { quantizedLoraBank } from './quant-serving.js';
 import { cachedAttention, loraBank, loraLinear } from './serving.js';
 import { loraBankLinear, skipRmsNorm } from './serving-fused.js';
+import { gatheredLoraLinear, groupedLoraMatmul, loraScatterAdd } from './serving-kernels.js';
 import { argmax, layerNorm, max, mean, rmsNorm, softmax, sum } from './reduce.js';
 import { broadcastTo, concat, reshape, slice, transpose } from './shape.js';
 
@@ -108,6 +109,9 @@ export const OPS = {
   cachedAttention,
   loraBankLinear,
   skipRmsNorm,
+  gatheredLoraLinear,
+  loraScatterAdd,
+  groupedLoraMatmul,
 } as const;
 
 /** Registry key of an op (`matmul`, `rmsNorm`). */

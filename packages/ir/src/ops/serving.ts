@@ -186,58 +186,105 @@ export const loraBank = defineOp({
   decompose: (b, operands, a) => decomposeLoraBank(b, operands, a.form),
 });
 
+/**
+ * `delta · s` as the residual chains write it, `delta` itself when s = 1 (an unscaled chain; the
+ * product would round to `delta` exactly, so leaving it out changes no value).
+ */
+export function scaledBy(b: GraphBuilder, delta: Value, s: number): Value {
+  return s === 1 ? delta : b.mul(delta, b.scalar(s, delta.type.dtype));
+}
+
+/** The operands of a `loraLinear` node, by role (the biases only where present). */
+export interface LoraLinearOperands<T> {
+  readonly x: T;
+  readonly w: T;
+  readonly A: T;
+  readonly B: T;
+  /** Bias of the base linear [out]. */
+  readonly bias: T | undefined;
+  /** Bias of B [out] (PEFT's `lora_bias`), scaled with the delta. */
+  readonly biasB: T | undefined;
+}
+
+/**
+ * Splits a `loraLinear` operand list (x, w, A, B[, bias][, biasB]) by role: `loraBias` says whether
+ * the last operand after B is B's bias, so a fifth operand is the base's bias unless it is set.
+ */
+export function loraLinearOperands<T>(operands: readonly T[], loraBias: boolean): LoraLinearOperands<T> {
+  const [x, w, A, B] = operands as [T, T, T, T];
+  const extra = operands.slice(4);
+  const biasB = loraBias ? extra[extra.length - 1] : undefined;
+  const bias = extra.length === 2 || (extra.length === 1 && !loraBias) ? extra[0] : undefined;
+  return { x, w, A, B, bias, biasB };
+}
+
 /** Checks a `loraLinear` node's operand types; returns its result type. */
-function inferLoraLinear([x, w, A, B]: readonly TensorType[]): TensorType {
+function inferLoraLinear(types: readonly TensorType[], loraBias: boolean): TensorType {
   const op = 'loraLinear';
-  requireFloat(op, x!);
-  const dtype = sameDType(op, [x!, w!, A!, B!]);
-  if (x!.shape.length < 1) shapeError(op, `x must be [..., in], got ${shapeToString(x!.shape)}`);
-  const inX = x!.shape[x!.shape.length - 1]!;
-  if (w!.shape.length !== 2 || !dimEquals(w!.shape[1]!, inX)) shapeError(op, `w must be [out, ${dimToString(inX)}], got ${shapeToString(w!.shape)}`);
-  const out = w!.shape[0]!;
-  if (A!.shape.length !== 2 || !dimEquals(A!.shape[1]!, inX)) shapeError(op, `A must be [rank, ${dimToString(inX)}], got ${shapeToString(A!.shape)}`);
-  const rank = A!.shape[0]!;
-  if (B!.shape.length !== 2 || !dimEquals(B!.shape[0]!, out) || !dimEquals(B!.shape[1]!, rank)) shapeError(op, `B must be [${dimToString(out)}, ${dimToString(rank)}], got ${shapeToString(B!.shape)}`);
-  return { dtype, shape: [...x!.shape.slice(0, -1), out] };
+  if (loraBias && types.length === 4) shapeError(op, 'loraBias says the last operand is B’s bias, but there are only x, w, A and B');
+  if (!loraBias && types.length === 6) shapeError(op, 'six operands (x, w, A, B, bias, biasB) need loraBias: true');
+  const { x, w, A, B, bias, biasB } = loraLinearOperands(types, loraBias);
+  requireFloat(op, x);
+  const dtype = sameDType(op, [x, w, A, B, ...[bias, biasB].filter((t) => t !== undefined)]);
+  if (x.shape.length < 1) shapeError(op, `x must be [..., in], got ${shapeToString(x.shape)}`);
+  const inX = x.shape[x.shape.length - 1]!;
+  if (w.shape.length !== 2 || !dimEquals(w.shape[1]!, inX)) shapeError(op, `w must be [out, ${dimToString(inX)}], got ${shapeToString(w.shape)}`);
+  const out = w.shape[0]!;
+  if (A.shape.length !== 2 || !dimEquals(A.shape[1]!, inX)) shapeError(op, `A must be [rank, ${dimToString(inX)}], got ${shapeToString(A.shape)}`);
+  const rank = A.shape[0]!;
+  if (B.shape.length !== 2 || !dimEquals(B.shape[0]!, out) || !dimEquals(B.shape[1]!, rank)) shapeError(op, `B must be [${dimToString(out)}, ${dimToString(rank)}], got ${shapeToString(B.shape)}`);
+  for (const [what, t] of [['bias', bias], ['biasB', biasB]] as const) {
+    if (t !== undefined && (t.shape.length !== 1 || !dimEquals(t.shape[0]!, out))) shapeError(op, `${what} must be [${dimToString(out)}], got ${shapeToString(t.shape)}`);
+  }
+  return { dtype, shape: [...x.shape.slice(0, -1), out] };
 }
 
 /**
  * A linear layer with one LoRA adapter in residual form, PEFT's `lora.Linear` at inference: with
- * x [..., in], w [out, in], A [r, in], B [out, r] and the scale s an attribute,
+ * x [..., in], w [out, in], A [r, in], B [out, r], the optional biases bias and biasB [out] (the
+ * base layer's, and B's when PEFT's `lora_bias` is on; the attribute `loraBias` says which one a
+ * lone fifth operand is) and the scale s an attribute,
  *
- *   y = x·wᵀ + s·((x·Aᵀ)·Bᵀ)
+ *   y = x·wᵀ + bias + s·((x·Aᵀ)·Bᵀ + biasB)
  *
  * What a staged residual keeps of a LoRA layer the plan leaves unmerged (`@stageml/peft`'s
  * `loraLinear`, folded into this op by `@stageml/kernel-patterns`' serving rules). Its
- * decomposition is exactly the primitive chain `add(linear(x, w), mul(linear(linear(x, A), B), s))`
- * (s a scalar constant of the operands' dtype), so an executor without a rule for it computes what
+ * decomposition is exactly the primitive chain `add(linear(x, w, bias), mul(linear(linear(x, A), B, biasB), s))`
+ * (s a scalar constant of the operands' dtype; no `mul` when s = 1), so an executor without a rule for it computes what
  * it computed before the op existed; its reference semantics rounds where that chain rounds.
  */
 export const loraLinear = defineOp({
   key: 'loraLinear',
-  summary: 'A linear layer plus one LoRA adapter in residual form (x·wᵀ + s·(x·Aᵀ)·Bᵀ), the scale an attribute.',
-  semantics: 'y = x·wᵀ + s·((x·Aᵀ)·Bᵀ); x [..., in], w [out, in], A [r, in], B [out, r]',
-  operands: ['x', 'w', 'A', 'B'],
-  attrs: { scale: attr.float({}) },
+  summary: 'A linear layer plus one LoRA adapter in residual form (x·wᵀ + bias + s·((x·Aᵀ)·Bᵀ + biasB)), the scale an attribute and both biases optional.',
+  semantics: 'y = x·wᵀ + bias + s·((x·Aᵀ)·Bᵀ + biasB); x [..., in], w [out, in], A [r, in], B [out, r], bias and biasB [out] optional (loraBias: the last operand is biasB)',
+  operands: ['x', 'w', 'A', 'B', 'bias?', 'biasB?'],
+  attrs: { scale: attr.float({}), loraBias: attr.bool({ default: false }) },
   traits: ['contraction'],
-  infer: (types) => [inferLoraLinear(types)],
-  flops: ([x, w, A], [y]) => {
-    const rows = dimProduct(x!.shape.slice(0, -1));
-    const [out, inDim] = w!.shape as [Dim, Dim];
-    const rank = A!.shape[0]!;
-    return dimAdd(dimProduct([2, rows, out, inDim]), dimAdd(dimProduct([2, rows, rank, dimAdd(inDim, out)]), dimProduct([2, ...y!.shape])));
+  infer: (types, a) => [inferLoraLinear(types, a.loraBias)],
+  flops: (types, [y], a) => {
+    const { x, w, A, bias, biasB } = loraLinearOperands(types, a.loraBias);
+    const rows = dimProduct(x.shape.slice(0, -1));
+    const [out, inDim] = w.shape as [Dim, Dim];
+    const rank = A.shape[0]!;
+    const biases = (bias === undefined ? 0 : 1) + (biasB === undefined ? 0 : 1);
+    return dimAdd(dimAdd(dimProduct([2, rows, out, inDim]), dimAdd(dimProduct([2, rows, rank, dimAdd(inDim, out)]), dimProduct([2, ...y!.shape]))), dimProduct([biases, rows, out]));
   },
-  evaluate: ([x, w, A, B], a, ctx) => {
-    // The chain's rounding points: each linear, the scaled delta, the sum.
-    const base = linear.evaluate([x!, w!], {}, ctx)[0]!;
-    const delta = linear.evaluate([linear.evaluate([x!, A!], {}, ctx)[0]!, B!], {}, ctx)[0]!;
-    const round = rounderFor(x!.dtype);
+  evaluate: (operands, a, ctx) => {
+    const t = loraLinearOperands(operands, a.loraBias);
+    // The chain's rounding points: each linear (with its bias), the scaled delta, the sum.
+    const base = linear.evaluate(t.bias === undefined ? [t.x, t.w] : [t.x, t.w, t.bias], {}, ctx)[0]!;
+    const shrink = linear.evaluate([t.x, t.A], {}, ctx)[0]!;
+    const delta = linear.evaluate(t.biasB === undefined ? [shrink, t.B] : [shrink, t.B, t.biasB], {}, ctx)[0]!;
+    const round = rounderFor(t.x.dtype);
     const s = round(a.scale);
-    const y = allocData(x!.dtype, base.data.length);
+    const y = allocData(t.x.dtype, base.data.length);
     for (let i = 0; i < y.length; i++) y[i] = round(Number(base.data[i]) + round(Number(delta.data[i]) * s));
-    return [{ dtype: x!.dtype, shape: [...base.shape], data: y }];
+    return [{ dtype: t.x.dtype, shape: [...base.shape], data: y }];
   },
-  decompose: (b, [x, w, A, B], a) => [b.add(b.linear(x!, w!), b.mul(b.linear(b.linear(x!, A!), B!), b.scalar(a.scale, w!.type.dtype)))],
+  decompose: (b, operands, a) => {
+    const t = loraLinearOperands(operands, a.loraBias);
+    return [b.add(b.linear(t.x, t.w, t.bias), scaledBy(b, b.linear(b.linear(t.x, t.A), t.B, t.biasB), a.scale))];
+  },
 });
 
 /** Checks a `cachedAttention` node's operands; returns q's, the joined keys' and values' types. */

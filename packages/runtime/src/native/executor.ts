@@ -84,15 +84,20 @@ export const CPU_NATIVE_RULES = {
   // The gathered form is one LORA_Q instruction reading the int8 codes and their row scales in
   // place (a quarter of the f32 tables' bytes); the other forms dequantize the rows they gather.
   quantizedLoraBank: { kind: 'native', decomposeWhen: (attrs, operands) => attrs['form'] !== 'gathered' || operands[0]!.dtype !== 'f32' },
-  // One LORA_LINEAR instruction (base GEMM, shrink and expand in one pass over x) in f32; other
-  // dtypes run as the primitive chain.
-  loraLinear: { kind: 'native', decomposeWhen: (_attrs, operands) => operands.some((t) => t.dtype !== 'f32') },
+  // One LORA_LINEAR instruction (base GEMM, shrink and expand in one pass over x) in f32 without
+  // biases; other dtypes and biased layers run as the primitive chain.
+  loraLinear: { kind: 'native', decomposeWhen: (_attrs, operands) => operands.length > 4 || operands.some((t) => t.dtype !== 'f32') },
   // One ATTENTION_KV instruction reading the position-major cache and the step's keys in place.
   cachedAttention: { kind: 'native', decomposeWhen: (_attrs, operands) => operands[0]!.shape.length !== 4 },
   // Its base LINEAR and the bank's instructions (LORA for the gathered form), as before the op existed.
   loraBankLinear: decomposedRule(),
   // ADD and RMSNORM: the runner has no fused skip norm (the add is one streaming pass either way).
   skipRmsNorm: decomposedRule(),
+  // The generated-kernel serving ops (BGMV, an SGMV step, the expert GEMM with expert LoRA) run as
+  // the primitive chains they fold, as before the ops existed.
+  gatheredLoraLinear: decomposedRule(),
+  loraScatterAdd: decomposedRule(),
+  groupedLoraMatmul: decomposedRule(),
 } as const satisfies Readonly<Record<OpKey, CpuNativeRule>>;
 
 /** Ops the native runner executes, natively or through their decomposition. */

@@ -88,4 +88,7 @@ export const TFJS_RULES = {
   cachedAttention: decomposed(),
   loraBankLinear: decomposed(),
   skipRmsNorm: decomposed(),
+  gatheredLoraLinear: decomposed(),
+  loraScatterAdd: decomposed(),
+  groupedLoraMatmul: decomposed(),
 } as const satisfies TfRuleTable;

@@ -185,6 +185,10 @@ export const STRUCTURED_CASES = {
       b.loraLinear(x!, w!, A!, B!, 0.75),
     ),
     c('loraLinear over [rows, seq, in]', [t('f32', [2, 3, 4]), t('f32', [5, 4]), t('f32', [1, 4]), t('f32', [5, 1])], (b, [x, w, A, B]) => b.loraLinear(x!, w!, A!, B!, 2)),
+    c('loraLinear with both biases', [t('f32', [3, 4]), t('f32', [5, 4], { param: true }), t('f32', [2, 4]), t('f32', [5, 2]), t('f32', [5]), t('f32', [5])], (b, [x, w, A, B, k, kb]) =>
+      b.loraLinear(x!, w!, A!, B!, 0.5, { bias: k!, biasB: kb! }),
+    ),
+    c('loraLinear with only B’s bias', [t('f32', [3, 4]), t('f32', [5, 4]), t('f32', [2, 4]), t('f32', [5, 2]), t('f32', [5])], (b, [x, w, A, B, kb]) => b.loraLinear(x!, w!, A!, B!, 2, { biasB: kb! })),
   ],
   cachedAttention: [
     c('cachedAttention GQA causal over a resident cache', [t('f32', [2, 4, 1, 8]), t('f32', [2, 3, 2, 8]), t('f32', [2, 3, 2, 8]), t('f32', [2, 2, 1, 8]), t('f32', [2, 2, 1, 8]), t('f32', [2, 1, 1, 4])], (b, [q, pk, pv, k, v, m]) =>
@@ -209,6 +213,28 @@ export const STRUCTURED_CASES = {
     c('skipRmsNorm with weight (sum and normed)', [t('f32', [2, 3, 8]), t('f32', [2, 3, 8]), t('f32', [8], { param: true })], (b, [x, r, w]) => b.skipRmsNorm(x!, r!, w, 1e-6)),
     c('skipRmsNorm without weight, symbolic rows', [t('f32', ['n', 6], { dims: [3, 6] }), t('f32', ['n', 6], { dims: [3, 6] })], (b, [x, r]) => b.skipRmsNorm(x!, r!, undefined, 1e-5)),
     c('skipRmsNorm bf16', [t('bf16', [2, 8]), t('bf16', [2, 8]), t('bf16', [8])], (b, [x, r, w]) => b.skipRmsNorm(x!, r!, w, 1e-6).flatMap((v) => widened(b, v))),
+  ],
+  gatheredLoraLinear: [
+    c('gatheredLoraLinear with bias, symbolic batch', [t('f32', ['n', 2, 4], { dims: [3, 2, 4] }), t('f32', [5, 4], { param: true }), t('f32', [3, 2, 4]), t('f32', [3, 5, 2]), t('f32', [3]), t('i64', ['n'], { dims: [3], values: [2, 0, 2] }), t('f32', [5])], (b, [x, w, A, B, s, i, k]) =>
+      b.gatheredLoraLinear(x!, w!, A!, B!, s!, i!, k),
+    ),
+    c('gatheredLoraLinear one row per id', [t('f32', [2, 1, 4]), t('f32', [5, 4]), t('f32', [2, 3, 4]), t('f32', [2, 5, 3]), t('f32', [2]), t('i64', [2], { values: [1, 1] })], (b, [x, w, A, B, s, i]) =>
+      b.gatheredLoraLinear(x!, w!, A!, B!, s!, i!),
+    ),
+  ],
+  loraScatterAdd: [
+    c('loraScatterAdd with a repeated row and B’s bias', [t('f32', [4, 5]), t('f32', [4, 3]), t('i64', [3], { values: [2, 0, 2] }), t('f32', [2, 3]), t('f32', [5, 2]), t('f32', [5])], (b, [acc, x, r, A, B, kb]) =>
+      b.loraScatterAdd(acc!, x!, r!, A!, B!, 0.5, kb),
+    ),
+    c('loraScatterAdd over [n, seq, in]', [t('f32', [3, 2, 5]), t('f32', [3, 2, 4]), t('i64', [1], { values: [1] }), t('f32', [1, 4]), t('f32', [5, 1])], (b, [acc, x, r, A, B]) => b.loraScatterAdd(acc!, x!, r!, A!, B!, 2)),
+  ],
+  groupedLoraMatmul: [
+    c('groupedLoraMatmul, experts [E, out, in]', [t('f32', [4, 3]), t('f32', [2, 5, 3], { param: true }), t('f32', [2, 2, 3]), t('f32', [2, 5, 2]), t('i64', [4], { values: [1, 0, 1, 1] })], (b, [x, w, A, B, g]) =>
+      b.groupedLoraMatmul(x!, w!, A!, B!, g!, { transposeW: true, scale: 2 }),
+    ),
+    c('groupedLoraMatmul, experts [E, in, out]', [t('f32', [3, 3]), t('f32', [2, 3, 4]), t('f32', [2, 1, 3]), t('f32', [2, 4, 1]), t('i64', [3], { values: [0, 0, 1] })], (b, [x, w, A, B, g]) =>
+      b.groupedLoraMatmul(x!, w!, A!, B!, g!, { scale: 0.5 }),
+    ),
   ],
 } as const;
 
