@@ -2010,69 +2010,207 @@ LoraGroups lora_groups(const std::vector<i64>& slot, i64 tokens_per_row, int thr
   return g;
 }
 
-// t[m, r0:r1] = x[m, K] · A[r0:r1, K]ᵀ, four tokens per pass over those rows of A.
-void lora_shrink_rows(const float* x, i64 m, i64 K, const float* A, i64 R, float* t, i64 r0, i64 r1) {
+// The bank's factor rows are f32 (C = float) or int8 codes with an f32 scale per rank row (C =
+// int8_t, adapterDtype 'int8': a quarter of the bytes, widened in registers, never in memory).
+// A decode step puts one token on each adapter, so the kernels are shaped for few tokens and
+// long factor rows: four factor rows are streamed side by side (four memory streams, each
+// prefetched one block ahead, so the next block's rows arrive while this one is summed), every
+// loaded vector used by all the tokens of the group (up to 4 at once).
+
+#ifdef SML_AVX512
+inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 widen16(const int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
+inline __m512 widen16z(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 widen16z(__mmask16 m, const int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p))); }
+#endif
+
+// t[tok, 0:nr) = x[tok] · F[0:nr)ᵀ for MR tokens (x stride K, t stride R), nr ≤ 4 factor rows of
+// length K from f (stride K); `next` (or null): the following block's rows, prefetched meanwhile.
+template <int MR, typename C>
+void bank_shrink4(const float* x, i64 K, const C* f, int nr, const C* next, int next_rows, float* t, i64 R) {
+#ifdef SML_AVX512
+  __m512 acc[4][MR];
+  for (int r = 0; r < 4; r++)
+    for (int m = 0; m < MR; m++) acc[r][m] = _mm512_setzero_ps();
+  const C* fr[4];
+  for (int r = 0; r < 4; r++) fr[r] = f + (r < nr ? r : 0) * K;
+  constexpr i64 kLine = 64 / static_cast<i64>(sizeof(C));
+  i64 i = 0;
+  for (; i + 16 <= K; i += 16) {
+    if (next != nullptr && (i & (kLine - 1)) == 0)
+      for (int r = 0; r < next_rows; r++) __builtin_prefetch(reinterpret_cast<const char*>(next + r * K + i));
+    __m512 xv[MR];
+    for (int m = 0; m < MR; m++) xv[m] = _mm512_loadu_ps(x + m * K + i);
+    for (int r = 0; r < 4; r++) {
+      const __m512 fv = widen16(fr[r] + i);
+      for (int m = 0; m < MR; m++) acc[r][m] = _mm512_fmadd_ps(fv, xv[m], acc[r][m]);
+    }
+  }
+  if (i < K) {
+    const __mmask16 msk = tail_mask(K - i);
+    if (next != nullptr)
+      for (int r = 0; r < next_rows; r++) __builtin_prefetch(reinterpret_cast<const char*>(next + r * K + i));
+    __m512 xv[MR];
+    for (int m = 0; m < MR; m++) xv[m] = _mm512_maskz_loadu_ps(msk, x + m * K + i);
+    for (int r = 0; r < 4; r++) {
+      const __m512 fv = widen16z(msk, fr[r] + i);
+      for (int m = 0; m < MR; m++) acc[r][m] = _mm512_fmadd_ps(fv, xv[m], acc[r][m]);
+    }
+  }
+  for (int m = 0; m < MR; m++) {
+    alignas(16) float s[4];
+    _mm_store_ps(s, reduce4_ps(acc[0][m], acc[1][m], acc[2][m], acc[3][m]));
+    for (int r = 0; r < nr; r++) t[m * R + r] = s[r];
+  }
+#else
+  (void)next;
+  (void)next_rows;
+  for (int m = 0; m < MR; m++)
+    for (int r = 0; r < nr; r++) {
+      float s = 0.0f;
+      for (i64 i = 0; i < K; i++) s += x[m * K + i] * static_cast<float>(f[r * K + i]);
+      t[m * R + r] = s;
+    }
+#endif
+}
+
+// out[tok][0:N) += Σ_q c[tok][q] · rows[q][0:N) for MR tokens and NR factor rows (each read once
+// for all the tokens); `next` (or null): next_rows rows of stride N to prefetch meanwhile.
+template <int NR, int MR, typename C>
+void bank_expand(const C* const* rows, i64 N, const float (*c)[4], float* const* out, const C* next, int next_rows) {
+#ifdef SML_AVX512
+  __m512 cv[MR][NR];
+  for (int m = 0; m < MR; m++)
+    for (int q = 0; q < NR; q++) cv[m][q] = _mm512_set1_ps(c[m][q]);
+  constexpr i64 kLine = 64 / static_cast<i64>(sizeof(C));
+  for (i64 j = 0; j < N; j += 16) {
+    const __mmask16 msk = tail_mask(N - j);
+    if (next != nullptr && (j & (kLine - 1)) == 0)
+      for (int r = 0; r < next_rows; r++) __builtin_prefetch(reinterpret_cast<const char*>(next + r * N + j));
+    __m512 b[NR];
+    for (int q = 0; q < NR; q++) b[q] = widen16z(msk, rows[q] + j);
+    for (int m = 0; m < MR; m++) {
+      __m512 o = _mm512_maskz_loadu_ps(msk, out[m] + j);
+      for (int q = 0; q < NR; q++) o = _mm512_fmadd_ps(cv[m][q], b[q], o);
+      _mm512_mask_storeu_ps(out[m] + j, msk, o);
+    }
+  }
+#else
+  (void)next;
+  (void)next_rows;
+  for (int m = 0; m < MR; m++)
+    for (int q = 0; q < NR; q++)
+      for (i64 j = 0; j < N; j++) out[m][j] += c[m][q] * static_cast<float>(rows[q][j]);
+#endif
+}
+
+template <int NR, typename C>
+void bank_expand_tokens(const C* const* rows, i64 N, const float (*c)[4], float* const* out, i64 m, const C* next, int next_rows) {
   for (i64 i = 0; i < m; i += 4) {
-    const i64 left = std::min<i64>(4, m - i);
-    const float* xi = x + i * K;
-    float* ti = t + i * R;
-    switch (left) {
-      case 4: rows_nt<4>(xi, K, A, K, ti, R, K, r0, r1); break;
-      case 3: rows_nt<3>(xi, K, A, K, ti, R, K, r0, r1); break;
-      case 2: rows_nt<2>(xi, K, A, K, ti, R, K, r0, r1); break;
-      default: rows_nt<1>(xi, K, A, K, ti, R, K, r0, r1); break;
+    const C* pf = i == 0 ? next : nullptr;
+    switch (std::min<i64>(4, m - i)) {
+      case 4: bank_expand<NR, 4, C>(rows, N, c + i, out + i, pf, next_rows); break;
+      case 3: bank_expand<NR, 3, C>(rows, N, c + i, out + i, pf, next_rows); break;
+      case 2: bank_expand<NR, 2, C>(rows, N, c + i, out + i, pf, next_rows); break;
+      default: bank_expand<NR, 1, C>(rows, N, c + i, out + i, pf, next_rows); break;
     }
   }
 }
 
-// t[m, R] = x[m, K] · A[R, K]ᵀ; returns the rows that can be nonzero. With `zero_tail` (the
-// op's promise: the rows after A's first all-zero row are zero) A is read 4 rows at a time and
-// reading stops at the first block holding a row whose shrink is zero for every token and whose A
-// row is zero (checked in cache) — a rank-r adapter costs r rows (+ at most 3), not the slot's R.
-i64 lora_shrink(const float* x, i64 m, i64 K, const float* A, i64 R, float* t, bool zero_tail) {
-  if (!zero_tail) {
-    lora_shrink_rows(x, m, K, A, R, t, 0, R);
-    return R;
-  }
-  for (i64 r0 = 0; r0 < R; r0 += 4) {
-    const i64 r1 = std::min<i64>(R, r0 + 4);
-    lora_shrink_rows(x, m, K, A, R, t, r0, r1);
-    for (i64 r = r0; r < r1; r++) {
-      bool zero = true;
-      for (i64 i = 0; i < m && zero; i++) zero = t[i * R + r] == 0.0f;
-      for (i64 q = 0; q < K && zero; q++) zero = A[r * K + q] == 0.0f;
-      if (zero) return r;
+// One group of m tokens on one slot: t = x·Âᵀ (Â[r] = A[r] · as[r], as null for f32 factors),
+// then out(tok) = Σ_r t[tok, r] · B̂[r] (B̂[r] = B[r] · bs[r]). With `zero_tail` (the op's promise:
+// the rows after A's first all-zero row are zero) the shrink stops at the first row whose shrink
+// is zero for every token and whose A row is zero — a rank-r adapter costs r rows (+ at most 3
+// read ahead in its block), not the slot's R. The expand skips rank rows whose coefficients are
+// zero for every token (the padding of a rank-r adapter, when zero_tail is off), so B's padding is
+// not read. `t` holds m·R floats, `c` and `outs` m entries.
+template <typename C, typename Out>
+void bank_group(const float* x, i64 m, i64 K, const C* A, const float* as, i64 R, const C* B, const float* bs, i64 N, bool zero_tail, float* t, std::vector<float>& cbuf, std::vector<float*>& outs, const Out& out) {
+  i64 rows = R;
+  for (i64 r0 = 0; r0 < R && rows == R; r0 += 4) {
+    const int nr = static_cast<int>(std::min<i64>(4, R - r0));
+    const C* next = r0 + 4 < R ? A + (r0 + 4) * K : nullptr;
+    const int next_rows = static_cast<int>(std::min<i64>(4, R - r0 - 4));
+    for (i64 i = 0; i < m; i += 4) {
+      const C* pf = i == 0 ? next : nullptr;
+      const float* xi = x + i * K;
+      const C* f = A + r0 * K;
+      float* ti = t + i * R + r0;
+      switch (std::min<i64>(4, m - i)) {
+        case 4: bank_shrink4<4, C>(xi, K, f, nr, pf, next_rows, ti, R); break;
+        case 3: bank_shrink4<3, C>(xi, K, f, nr, pf, next_rows, ti, R); break;
+        case 2: bank_shrink4<2, C>(xi, K, f, nr, pf, next_rows, ti, R); break;
+        default: bank_shrink4<1, C>(xi, K, f, nr, pf, next_rows, ti, R); break;
+      }
+    }
+    if (as != nullptr)
+      for (i64 i = 0; i < m; i++)
+        for (i64 r = r0; r < r0 + nr; r++) t[i * R + r] *= as[r];
+    if (zero_tail) {
+      for (i64 r = r0; r < r0 + nr; r++) {
+        bool zero = true;
+        for (i64 i = 0; i < m && zero; i++) zero = t[i * R + r] == 0.0f;
+        for (i64 q = 0; q < K && zero; q++) zero = A[r * K + q] == 0;
+        if (zero) {
+          rows = r;
+          break;
+        }
+      }
     }
   }
-  return R;
+  outs.resize(static_cast<size_t>(m));
+  for (i64 i = 0; i < m; i++) {
+    outs[static_cast<size_t>(i)] = out(i);
+    std::memset(outs[static_cast<size_t>(i)], 0, sizeof(float) * static_cast<size_t>(N));
+  }
+  cbuf.resize(static_cast<size_t>(m * 4));
+  auto* c = reinterpret_cast<float (*)[4]>(cbuf.data());
+  for (i64 r0 = 0; r0 < rows; r0 += 4) {
+    // The block's rows with a nonzero coefficient for some token, their coefficients scaled.
+    const C* live[4];
+    int nl = 0;
+    for (i64 r = r0; r < std::min(rows, r0 + 4); r++) {
+      bool any = false;
+      for (i64 i = 0; i < m && !any; i++) any = t[i * R + r] != 0.0f;
+      if (!any) continue;
+      for (i64 i = 0; i < m; i++) c[i][nl] = t[i * R + r] * (bs != nullptr ? bs[r] : 1.0f);
+      live[nl++] = B + r * N;
+    }
+    const C* next = r0 + 4 < rows ? B + (r0 + 4) * N : nullptr;
+    const int next_rows = static_cast<int>(std::min<i64>(4, rows - r0 - 4));
+    switch (nl) {
+      case 4: bank_expand_tokens<4, C>(live, N, c, outs.data(), m, next, next_rows); break;
+      case 3: bank_expand_tokens<3, C>(live, N, c, outs.data(), m, next, next_rows); break;
+      case 2: bank_expand_tokens<2, C>(live, N, c, outs.data(), m, next, next_rows); break;
+      case 1: bank_expand_tokens<1, C>(live, N, c, outs.data(), m, next, next_rows); break;
+      default: break;
+    }
+  }
 }
 
-// out(tok)[0..N) = Σ_{r < rows} t[tok, r] · B[r, :] for tok < m (t's row stride R): each B row
-// read once for all m tokens, rows whose coefficients are all zero skipped.
-template <typename Out>
-void lora_expand(const float* t, i64 m, i64 R, i64 rows, const float* B, i64 N, const Out& out) {
-  for (i64 i = 0; i < m; i++) std::memset(out(i), 0, sizeof(float) * static_cast<size_t>(N));
-  for (i64 r = 0; r < rows; r++) {
-    bool any = false;
-    for (i64 i = 0; i < m && !any; i++) any = t[i * R + r] != 0.0f;
-    if (!any) continue;
-    if (r + 2 < R) __builtin_prefetch(B + (r + 2) * N);
-    const float* br = B + r * N;
-    for (i64 i = 0; i < m; i++) {
-      const float c = t[i * R + r];
-      if (c != 0.0f) axpy_f32(out(i), br, c, N);
+// y[b, t] = (x[b, t] · Â[idx[b]]ᵀ) · B̂[idx[b]] over the rows of a batch, grouped by slot
+// (`lora_groups`): each adapter's factors are streamed once for all the tokens that use it.
+template <typename C>
+void bank_gathered(const float* x, i64 nb, i64 T, i64 K, const C* A, const float* aS, i64 S, i64 R, const C* B, const float* bS, i64 N, const std::vector<i64>& slot, bool zero_tail, float* y) {
+  const LoraGroups g = lora_groups(slot, T, pool().size());
+  pool().parallel(static_cast<i64>(g.parts.size()), [&](i64 g0, i64 g1) {
+    std::vector<float> xt, t, cbuf;
+    std::vector<float*> outs;
+    for (i64 gi = g0; gi < g1; gi++) {
+      const auto [r0, r1] = g.parts[static_cast<size_t>(gi)];
+      const i64 s = slot[static_cast<size_t>(g.order[static_cast<size_t>(r0)])];
+      const i64 m = (r1 - r0) * T;  // tokens in this part
+      xt.resize(static_cast<size_t>(m * K));
+      t.assign(static_cast<size_t>(m * R), 0.0f);
+      for (i64 i = r0; i < r1; i++) std::memcpy(xt.data() + (i - r0) * T * K, x + g.order[static_cast<size_t>(i)] * T * K, sizeof(float) * static_cast<size_t>(T * K));
+      bank_group<C>(xt.data(), m, K, A + s * R * K, aS != nullptr ? aS + s * R : nullptr, R, B + s * R * N, bS != nullptr ? bS + s * R : nullptr, N, zero_tail, t.data(), cbuf, outs,
+                    [&](i64 tok) { return y + (g.order[static_cast<size_t>(r0 + tok / T)] * T + tok % T) * N; });
     }
-  }
+  }, nb * T * R * (K + N) < kParallelMin, 2);
 }
 
 // y[b, t] = (x[b, t] · A[idx[b]]ᵀ) · B[idx[b]]: a = [x [B, T, K], A [S, R, K], B [S, R, N], idx [B]]
-// (the gathered slot form's LoRA term). Rows are grouped by slot (`lora_groups`), so the factors of
-// one adapter are streamed once for all the rows that use it: the shrink t = x·Aᵀ of a group's
-// tokens runs as one multi-row pass over A (rows_nt, up to 4 tokens per read of each A row), then
-// the expand walks B's rows once, each row added to every token of the group. A rank row whose
-// shrink is zero for every token of the group (the padding of a rank-r adapter in an R-rank slot:
-// its rows are zero) is not read from B; with i[0] = 1 (the op's zeroTail promise) A's padding is
-// not read either (`lora_shrink`).
+// (the gathered slot form's LoRA term), i[0] = 1: the op's zeroTail promise (`bank_group`).
 void lora_gathered(Run& p, const Instr& in) {
   const auto& xs = p.shapes[in.a[0]];
   const auto& as = p.shapes[in.a[1]];
@@ -2080,183 +2218,14 @@ void lora_gathered(Run& p, const Instr& in) {
   const i64 nb = xs[0], T = xs[1], K = xs[2];
   const i64 S = as[0], R = as[1], N = bs[2];
   if (as[2] != K || bs[0] != S || bs[1] != R || numel(p.shapes[in.a[3]]) != nb) fail("RT_BAD_VALUE", "lora: slot tables disagree with the activations");
-  const float* x = F(p, in.a[0]);
-  const float* A = F(p, in.a[1]);
-  const float* B = F(p, in.a[2]);
-  float* y = F(p, in.r[0]);
   std::vector<i64> slot(static_cast<size_t>(nb));
-  for (i64 b = 0; b < nb; b++) slot[b] = checked_index(index_at(p, in.a[3], b), S, "matmul (gathered operand)");
-  const bool zero_tail = !in.i.empty() && in.i[0] != 0;
-  const LoraGroups g = lora_groups(slot, T, pool().size());
-  pool().parallel(static_cast<i64>(g.parts.size()), [&](i64 g0, i64 g1) {
-    std::vector<float> xt, t;
-    for (i64 gi = g0; gi < g1; gi++) {
-      const auto [r0, r1] = g.parts[static_cast<size_t>(gi)];
-      const i64 s = slot[g.order[static_cast<size_t>(r0)]];
-      const i64 m = (r1 - r0) * T;  // tokens in this part
-      xt.resize(static_cast<size_t>(m * K));
-      t.assign(static_cast<size_t>(m * R), 0.0f);
-      for (i64 i = r0; i < r1; i++) std::memcpy(xt.data() + (i - r0) * T * K, x + g.order[static_cast<size_t>(i)] * T * K, sizeof(float) * static_cast<size_t>(T * K));
-      const i64 rows = lora_shrink(xt.data(), m, K, A + s * R * K, R, t.data(), zero_tail);
-      lora_expand(t.data(), m, R, rows, B + s * R * N, N, [&](i64 tok) { return y + (g.order[static_cast<size_t>(r0 + tok / T)] * T + tok % T) * N; });
-    }
-  }, nb * T * R * (K + N) < kParallelMin, 2);
+  for (i64 b = 0; b < nb; b++) slot[static_cast<size_t>(b)] = checked_index(index_at(p, in.a[3], b), S, "matmul (gathered operand)");
+  bank_gathered<float>(F(p, in.a[0]), nb, T, K, F(p, in.a[1]), nullptr, S, R, F(p, in.a[2]), nullptr, N, slot, !in.i.empty() && in.i[0] != 0, F(p, in.r[0]));
 }
 
-// ---- int8 factor tables (adapterDtype 'int8'): codes with an f32 scale per rank row, read in
-// place — a quarter of the f32 tables' bytes, which bounds a many-adapter decode step.
-
-// s = Σ x[i] · q[i] over n int8 codes, for MR token rows x (stride K) at once: each 16 codes are
-// loaded and widened once and multiplied into every token's accumulator.
-template <int MR>
-void dot_rows_i8(const float* x, i64 K, const int8_t* q, i64 n, float* out) {
-#ifdef SML_AVX512
-  if constexpr (MR == 1) {
-    // One token (a decode step's row): four independent accumulators, so the FMA latency does
-    // not serialise the row (one chain would cost ~4 cycles per 16 codes).
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-    i64 i = 0;
-    auto codes = [&](i64 j) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j)))); };
-    for (; i + 64 <= n; i += 64) {
-      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), codes(i), a0);
-      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), codes(i + 16), a1);
-      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), codes(i + 32), a2);
-      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), codes(i + 48), a3);
-    }
-    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), codes(i), a0);
-    if (i < n) {
-      const __mmask16 m = tail_mask(n - i);
-      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i))), a1);
-    }
-    out[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    return;
-  }
-  __m512 acc[MR];
-  for (int t = 0; t < MR; t++) acc[t] = _mm512_setzero_ps();
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i))));
-    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * K + i), qv, acc[t]);
-  }
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i)));
-    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + t * K + i), qv, acc[t]);
-  }
-  for (int t = 0; t < MR; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
-#else
-  for (int t = 0; t < MR; t++) {
-    float s = 0.0f;
-    for (i64 i = 0; i < n; i++) s += x[t * K + i] * static_cast<float>(q[i]);
-    out[t] = s;
-  }
-#endif
-}
-
-// The same over an f32 row (an int8 row widened once, when more than 4 tokens read it).
-template <int MR>
-void dot_rows_f32(const float* x, i64 K, const float* a, i64 n, float* out) {
-#ifdef SML_AVX512
-  __m512 acc[MR];
-  for (int t = 0; t < MR; t++) acc[t] = _mm512_setzero_ps();
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 av = _mm512_loadu_ps(a + i);
-    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * K + i), av, acc[t]);
-  }
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    const __m512 av = _mm512_maskz_loadu_ps(m, a + i);
-    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + t * K + i), av, acc[t]);
-  }
-  for (int t = 0; t < MR; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
-#else
-  for (int t = 0; t < MR; t++) {
-    float s = 0.0f;
-    for (i64 i = 0; i < n; i++) s += x[t * K + i] * a[i];
-    out[t] = s;
-  }
-#endif
-}
-
-// y[0..n) = q[0..n) as f32 (one int8 row widened, for several tokens to add).
-inline void widen_i8(float* y, const int8_t* q, i64 n) {
-#ifdef SML_AVX512
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)))));
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i))));
-  }
-#else
-  for (i64 i = 0; i < n; i++) y[i] = static_cast<float>(q[i]);
-#endif
-}
-
-// y[0..n) += s · q[0..n) (int8 codes widened in registers).
-inline void axpy_i8(float* y, const int8_t* q, float s, i64 n) {
-#ifdef SML_AVX512
-  const __m512 sv = _mm512_set1_ps(s);
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i))));
-    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(sv, qv, _mm512_loadu_ps(y + i)));
-  }
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i)));
-    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(sv, qv, _mm512_maskz_loadu_ps(m, y + i)));
-  }
-#else
-  for (i64 i = 0; i < n; i++) y[i] += s * static_cast<float>(q[i]);
-#endif
-}
-
-// t[m, R] = x[m, K] · Âᵀ with Â[r] = A[r] · as[r] (codes A [R, K], scales as [R]); returns the rows
-// that can be nonzero. With `zero_tail` reading stops at the first row whose codes are all zero
-// (the op's promise: every later row is zero too), so a rank-r adapter costs r code rows.
-i64 lora_shrink_q(const float* x, i64 m, i64 K, const int8_t* A, const float* as, i64 R, float* t, bool zero_tail) {
-  // More than 4 tokens (a prefill chunk) would widen each code row once per 4 of them: widen it
-  // once into `wide` and run the f32 dot products instead.
-  std::vector<float> wide(m > 4 ? static_cast<size_t>(K) : 0);
-  for (i64 r = 0; r < R; r++) {
-    const int8_t* ar = A + r * K;
-    if (r + 1 < R) __builtin_prefetch(ar + K);
-    if (m > 4) widen_i8(wide.data(), ar, K);
-    float d[4];
-    for (i64 i = 0; i < m; i += 4) {
-      const i64 left = std::min<i64>(4, m - i);
-      if (m > 4) {
-        switch (left) {
-          case 4: dot_rows_f32<4>(x + i * K, K, wide.data(), K, d); break;
-          case 3: dot_rows_f32<3>(x + i * K, K, wide.data(), K, d); break;
-          case 2: dot_rows_f32<2>(x + i * K, K, wide.data(), K, d); break;
-          default: dot_rows_f32<1>(x + i * K, K, wide.data(), K, d); break;
-        }
-      } else {
-        switch (left) {
-          case 4: dot_rows_i8<4>(x + i * K, K, ar, K, d); break;
-          case 3: dot_rows_i8<3>(x + i * K, K, ar, K, d); break;
-          case 2: dot_rows_i8<2>(x + i * K, K, ar, K, d); break;
-          default: dot_rows_i8<1>(x + i * K, K, ar, K, d); break;
-        }
-      }
-      for (i64 j = 0; j < left; j++) t[(i + j) * R + r] = d[j] * as[r];
-    }
-    if (zero_tail) {
-      bool zero = true;
-      for (i64 i = 0; i < m && zero; i++) zero = t[i * R + r] == 0.0f;
-      for (i64 q = 0; q < K && zero; q++) zero = ar[q] == 0;
-      if (zero) return r;
-    }
-  }
-  return R;
-}
-
-// y[b, t] = (x[b, t] · Â[idx[b]]ᵀ) · B̂[idx[b]]: a = [x [B, T, K], A i8 [S, R, K], as [S, R],
-// B i8 [S, R, N], bs [S, R], idx [B]] — LORA's grouping by slot over int8 tables: each group's
-// code rows are read once, widened in registers (the expand widens a B row once when several
-// tokens add it), and the row scales applied to the shrink's R values, not to the factors.
+// The same over int8 tables: a = [x [B, T, K], A i8 [S, R, K], as [S, R], B i8 [S, R, N], bs [S, R],
+// idx [B]] — codes read in place and widened in registers, the row scales applied to the shrink's
+// R values and the expand's coefficients, not to the factors.
 void lora_gathered_q(Run& p, const Instr& in) {
   const auto& xs = p.shapes[in.a[0]];
   const auto& as = p.shapes[in.a[1]];
@@ -2265,51 +2234,9 @@ void lora_gathered_q(Run& p, const Instr& in) {
   const i64 S = as[0], R = as[1], N = bs[2];
   if (as[2] != K || bs[0] != S || bs[1] != R || numel(p.shapes[in.a[2]]) != S * R || numel(p.shapes[in.a[4]]) != S * R || numel(p.shapes[in.a[5]]) != nb) fail("RT_BAD_VALUE", "lora (int8): slot tables and scales disagree with the activations");
   if (p.vals[in.a[1]].dtype != DT_I8 || p.vals[in.a[3]].dtype != DT_I8) fail("RT_BAD_VALUE", "lora (int8): the factor tables must be i8");
-  const float* x = F(p, in.a[0]);
-  const int8_t* A = static_cast<const int8_t*>(p.ptr[in.a[1]]);
-  const float* aS = F(p, in.a[2]);
-  const int8_t* B = static_cast<const int8_t*>(p.ptr[in.a[3]]);
-  const float* bS = F(p, in.a[4]);
-  float* y = F(p, in.r[0]);
   std::vector<i64> slot(static_cast<size_t>(nb));
-  for (i64 b = 0; b < nb; b++) slot[b] = checked_index(index_at(p, in.a[5], b), S, "matmul (gathered operand)");
-  const bool zero_tail = !in.i.empty() && in.i[0] != 0;
-  const LoraGroups g = lora_groups(slot, T, pool().size());
-  pool().parallel(static_cast<i64>(g.parts.size()), [&](i64 g0, i64 g1) {
-    std::vector<float> xt, t, brow;
-    for (i64 gi = g0; gi < g1; gi++) {
-      const auto [r0, r1] = g.parts[static_cast<size_t>(gi)];
-      const i64 s = slot[g.order[static_cast<size_t>(r0)]];
-      const i64 m = (r1 - r0) * T;
-      xt.resize(static_cast<size_t>(m * K));
-      t.assign(static_cast<size_t>(m * R), 0.0f);
-      for (i64 i = r0; i < r1; i++) std::memcpy(xt.data() + (i - r0) * T * K, x + g.order[static_cast<size_t>(i)] * T * K, sizeof(float) * static_cast<size_t>(T * K));
-      const i64 rows = lora_shrink_q(xt.data(), m, K, A + s * R * K, aS + s * R, R, t.data(), zero_tail);
-      auto out = [&](i64 tok) { return y + (g.order[static_cast<size_t>(r0 + tok / T)] * T + tok % T) * N; };
-      for (i64 i = 0; i < m; i++) std::memset(out(i), 0, sizeof(float) * static_cast<size_t>(N));
-      const float* bsc = bS + s * R;
-      for (i64 r = 0; r < rows; r++) {
-        i64 users = 0;
-        for (i64 i = 0; i < m; i++) users += t[i * R + r] != 0.0f ? 1 : 0;
-        if (users == 0) continue;
-        const int8_t* br = B + (s * R + r) * N;
-        if (r + 1 < rows) __builtin_prefetch(br + N);
-        if (users == 1) {
-          for (i64 i = 0; i < m; i++) {
-            const float c = t[i * R + r];
-            if (c != 0.0f) axpy_i8(out(i), br, c * bsc[r], N);
-          }
-          continue;
-        }
-        brow.resize(static_cast<size_t>(N));
-        widen_i8(brow.data(), br, N);
-        for (i64 i = 0; i < m; i++) {
-          const float c = t[i * R + r];
-          if (c != 0.0f) axpy_f32(out(i), brow.data(), c * bsc[r], N);
-        }
-      }
-    }
-  }, nb * T * R * (K + N) < kParallelMin, 2);
+  for (i64 b = 0; b < nb; b++) slot[static_cast<size_t>(b)] = checked_index(index_at(p, in.a[5], b), S, "matmul (gathered operand)");
+  bank_gathered<int8_t>(F(p, in.a[0]), nb, T, K, static_cast<const int8_t*>(p.ptr[in.a[1]]), F(p, in.a[2]), S, R, static_cast<const int8_t*>(p.ptr[in.a[3]]), F(p, in.a[4]), N, slot, !in.i.empty() && in.i[0] != 0, F(p, in.r[0]));
 }
 
 void linear(Run& p, const Instr& in) {
