@@ -9,7 +9,8 @@
 // expressions, a value table (dtype, shape as expression ids, where the value lives) and a list of
 // instructions. Each run binds the symbols, evaluates every shape, sizes the liveness-shared slots,
 // and executes the instructions on a small thread pool. Heavy kernels: f32 linear / matmul
-// (register-tiled AVX-512 dot products on row-major weights, no repacking), block-quantized linear
+// (register-tiled AVX-512 dot products on row-major weights, no repacking; 5–64 rows as yᵀ = W·xᵀ
+// on x packed transposed), the gathered LoRA bank (f32 or int8 factor tables), block-quantized linear
 // (int4 / int8 codes repacked into 16-row interleaved tiles, activations quantized per 32 inputs to
 // int8, VNNI dot products), attention over the cache with a vectorized exp, the MoE expert GEMM
 // (rows grouped by expert onto the f32 tiles). Everything else is generic strided code. Values of
@@ -928,7 +929,7 @@ enum Op {
 // The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
 // prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
 // detected at load instead of failing on an instruction it lacks.
-constexpr int kAbi = 6;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns; 6: few-row GEMM (x packed transposed), gathered LoRA kernels
+constexpr int kAbi = 6;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns; 6: few-row GEMM (x packed transposed), gathered LoRA kernels, fmaPeak()
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -2123,9 +2124,10 @@ void bank_expand_tokens(const C* const* rows, i64 N, const float (*c)[4], float*
 // is zero for every token and whose A row is zero — a rank-r adapter costs r rows (+ at most 3
 // read ahead in its block), not the slot's R. The expand skips rank rows whose coefficients are
 // zero for every token (the padding of a rank-r adapter, when zero_tail is off), so B's padding is
-// not read. `t` holds m·R floats, `c` and `outs` m entries.
-template <typename C, typename Out>
-void bank_group(const float* x, i64 m, i64 K, const C* A, const float* as, i64 R, const C* B, const float* bs, i64 N, bool zero_tail, float* t, std::vector<float>& cbuf, std::vector<float*>& outs, const Out& out) {
+// not read. `t` holds m·R floats; `outs` the m tokens' output rows, which start as `inits` (the
+// base projection's rows: the bank's term is added to them in place) or zeros when it is null.
+template <typename C>
+void bank_group(const float* x, i64 m, i64 K, const C* A, const float* as, i64 R, const C* B, const float* bs, i64 N, bool zero_tail, float* t, std::vector<float>& cbuf, float* const* outs, const float* const* inits) {
   i64 rows = R;
   for (i64 r0 = 0; r0 < R && rows == R; r0 += 4) {
     const int nr = static_cast<int>(std::min<i64>(4, R - r0));
@@ -2158,10 +2160,9 @@ void bank_group(const float* x, i64 m, i64 K, const C* A, const float* as, i64 R
       }
     }
   }
-  outs.resize(static_cast<size_t>(m));
   for (i64 i = 0; i < m; i++) {
-    outs[static_cast<size_t>(i)] = out(i);
-    std::memset(outs[static_cast<size_t>(i)], 0, sizeof(float) * static_cast<size_t>(N));
+    if (inits != nullptr) std::memcpy(outs[i], inits[i], sizeof(float) * static_cast<size_t>(N));
+    else std::memset(outs[i], 0, sizeof(float) * static_cast<size_t>(N));
   }
   cbuf.resize(static_cast<size_t>(m * 4));
   auto* c = reinterpret_cast<float (*)[4]>(cbuf.data());
@@ -2179,23 +2180,25 @@ void bank_group(const float* x, i64 m, i64 K, const C* A, const float* as, i64 R
     const C* next = r0 + 4 < rows ? B + (r0 + 4) * N : nullptr;
     const int next_rows = static_cast<int>(std::min<i64>(4, rows - r0 - 4));
     switch (nl) {
-      case 4: bank_expand_tokens<4, C>(live, N, c, outs.data(), m, next, next_rows); break;
-      case 3: bank_expand_tokens<3, C>(live, N, c, outs.data(), m, next, next_rows); break;
-      case 2: bank_expand_tokens<2, C>(live, N, c, outs.data(), m, next, next_rows); break;
-      case 1: bank_expand_tokens<1, C>(live, N, c, outs.data(), m, next, next_rows); break;
+      case 4: bank_expand_tokens<4, C>(live, N, c, outs, m, next, next_rows); break;
+      case 3: bank_expand_tokens<3, C>(live, N, c, outs, m, next, next_rows); break;
+      case 2: bank_expand_tokens<2, C>(live, N, c, outs, m, next, next_rows); break;
+      case 1: bank_expand_tokens<1, C>(live, N, c, outs, m, next, next_rows); break;
       default: break;
     }
   }
 }
 
-// y[b, t] = (x[b, t] · Â[idx[b]]ᵀ) · B̂[idx[b]] over the rows of a batch, grouped by slot
-// (`lora_groups`): each adapter's factors are streamed once for all the tokens that use it.
+// y[b, t] = base[b, t] + (x[b, t] · Â[idx[b]]ᵀ) · B̂[idx[b]] over the rows of a batch (no base:
+// the term alone), grouped by slot (`lora_groups`): each adapter's factors are streamed once for
+// all the tokens that use it.
 template <typename C>
-void bank_gathered(const float* x, i64 nb, i64 T, i64 K, const C* A, const float* aS, i64 S, i64 R, const C* B, const float* bS, i64 N, const std::vector<i64>& slot, bool zero_tail, float* y) {
+void bank_gathered(const float* x, i64 nb, i64 T, i64 K, const C* A, const float* aS, i64 S, i64 R, const C* B, const float* bS, i64 N, const std::vector<i64>& slot, bool zero_tail, const float* base, float* y) {
   const LoraGroups g = lora_groups(slot, T, pool().size());
   pool().parallel(static_cast<i64>(g.parts.size()), [&](i64 g0, i64 g1) {
     std::vector<float> xt, t, cbuf;
     std::vector<float*> outs;
+    std::vector<const float*> inits;
     for (i64 gi = g0; gi < g1; gi++) {
       const auto [r0, r1] = g.parts[static_cast<size_t>(gi)];
       const i64 s = slot[static_cast<size_t>(g.order[static_cast<size_t>(r0)])];
@@ -2203,14 +2206,29 @@ void bank_gathered(const float* x, i64 nb, i64 T, i64 K, const C* A, const float
       xt.resize(static_cast<size_t>(m * K));
       t.assign(static_cast<size_t>(m * R), 0.0f);
       for (i64 i = r0; i < r1; i++) std::memcpy(xt.data() + (i - r0) * T * K, x + g.order[static_cast<size_t>(i)] * T * K, sizeof(float) * static_cast<size_t>(T * K));
-      bank_group<C>(xt.data(), m, K, A + s * R * K, aS != nullptr ? aS + s * R : nullptr, R, B + s * R * N, bS != nullptr ? bS + s * R : nullptr, N, zero_tail, t.data(), cbuf, outs,
-                    [&](i64 tok) { return y + (g.order[static_cast<size_t>(r0 + tok / T)] * T + tok % T) * N; });
+      outs.resize(static_cast<size_t>(m));
+      inits.resize(static_cast<size_t>(m));
+      for (i64 tok = 0; tok < m; tok++) {
+        const i64 at = (g.order[static_cast<size_t>(r0 + tok / T)] * T + tok % T) * N;
+        outs[static_cast<size_t>(tok)] = y + at;
+        inits[static_cast<size_t>(tok)] = base != nullptr ? base + at : nullptr;
+      }
+      bank_group<C>(xt.data(), m, K, A + s * R * K, aS != nullptr ? aS + s * R : nullptr, R, B + s * R * N, bS != nullptr ? bS + s * R : nullptr, N, zero_tail, t.data(), cbuf, outs.data(), base != nullptr ? inits.data() : nullptr);
     }
   }, nb * T * R * (K + N) < kParallelMin, 2);
 }
 
-// y[b, t] = (x[b, t] · A[idx[b]]ᵀ) · B[idx[b]]: a = [x [B, T, K], A [S, R, K], B [S, R, N], idx [B]]
-// (the gathered slot form's LoRA term), i[0] = 1: the op's zeroTail promise (`bank_group`).
+// The base operand a[at] of a LORA / LORA_Q instruction (the encoder passes it when its shape is
+// the result's: the add joins the bank's pass), or null when absent.
+const float* bank_base(Run& p, const Instr& in, size_t at, i64 n) {
+  if (in.a.size() <= at) return nullptr;
+  if (numel(p.shapes[in.a[at]]) != n) fail("RT_BAD_VALUE", "lora: the base projection's shape disagrees with the result");
+  return F(p, in.a[at]);
+}
+
+// y[b, t] = (x[b, t] · A[idx[b]]ᵀ) · B[idx[b]]: a = [x [B, T, K], A [S, R, K], B [S, R, N], idx [B],
+// base?] (the gathered slot form's LoRA term; with a[4], the base projection [B, T, N] it is added
+// to, in the same pass), i[0] = 1: the op's zeroTail promise (`bank_group`).
 void lora_gathered(Run& p, const Instr& in) {
   const auto& xs = p.shapes[in.a[0]];
   const auto& as = p.shapes[in.a[1]];
@@ -2220,11 +2238,12 @@ void lora_gathered(Run& p, const Instr& in) {
   if (as[2] != K || bs[0] != S || bs[1] != R || numel(p.shapes[in.a[3]]) != nb) fail("RT_BAD_VALUE", "lora: slot tables disagree with the activations");
   std::vector<i64> slot(static_cast<size_t>(nb));
   for (i64 b = 0; b < nb; b++) slot[static_cast<size_t>(b)] = checked_index(index_at(p, in.a[3], b), S, "matmul (gathered operand)");
-  bank_gathered<float>(F(p, in.a[0]), nb, T, K, F(p, in.a[1]), nullptr, S, R, F(p, in.a[2]), nullptr, N, slot, !in.i.empty() && in.i[0] != 0, F(p, in.r[0]));
+  const float* base = bank_base(p, in, 4, nb * T * N);
+  bank_gathered<float>(F(p, in.a[0]), nb, T, K, F(p, in.a[1]), nullptr, S, R, F(p, in.a[2]), nullptr, N, slot, !in.i.empty() && in.i[0] != 0, base, F(p, in.r[0]));
 }
 
 // The same over int8 tables: a = [x [B, T, K], A i8 [S, R, K], as [S, R], B i8 [S, R, N], bs [S, R],
-// idx [B]] — codes read in place and widened in registers, the row scales applied to the shrink's
+// idx [B], base?] — codes read in place and widened in registers, the row scales applied to the shrink's
 // R values and the expand's coefficients, not to the factors.
 void lora_gathered_q(Run& p, const Instr& in) {
   const auto& xs = p.shapes[in.a[0]];
@@ -2236,7 +2255,8 @@ void lora_gathered_q(Run& p, const Instr& in) {
   if (p.vals[in.a[1]].dtype != DT_I8 || p.vals[in.a[3]].dtype != DT_I8) fail("RT_BAD_VALUE", "lora (int8): the factor tables must be i8");
   std::vector<i64> slot(static_cast<size_t>(nb));
   for (i64 b = 0; b < nb; b++) slot[static_cast<size_t>(b)] = checked_index(index_at(p, in.a[5], b), S, "matmul (gathered operand)");
-  bank_gathered<int8_t>(F(p, in.a[0]), nb, T, K, static_cast<const int8_t*>(p.ptr[in.a[1]]), F(p, in.a[2]), S, R, static_cast<const int8_t*>(p.ptr[in.a[3]]), F(p, in.a[4]), N, slot, !in.i.empty() && in.i[0] != 0, F(p, in.r[0]));
+  const float* base = bank_base(p, in, 6, nb * T * N);
+  bank_gathered<int8_t>(F(p, in.a[0]), nb, T, K, static_cast<const int8_t*>(p.ptr[in.a[1]]), F(p, in.a[2]), S, R, static_cast<const int8_t*>(p.ptr[in.a[3]]), F(p, in.a[4]), N, slot, !in.i.empty() && in.i[0] != 0, base, F(p, in.r[0]));
 }
 
 void linear(Run& p, const Instr& in) {
@@ -3355,6 +3375,57 @@ napi_value js_bandwidth(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// fma_peak(reps) → f32 GFLOP/s of the pool's threads (as threads(n) set them) running nothing but
+// independent multiply-adds in registers (12 chains of 16 lanes a thread: enough to cover the FMA
+// latency on two ports): the compute ceiling a GEMM is held against, measured as the pool runs now
+// (a busy machine lowers it). Best of `reps` passes of 2²² steps a thread (about 10 ms).
+napi_value js_fma_peak(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr);
+  int32_t reps = 5;
+  if (argc > 0) napi_get_value_int32(env, argv[0], &reps);
+  reps = std::max(1, std::min(reps, 1000));
+  std::lock_guard<std::mutex> lk(g_run_mutex);
+  constexpr i64 kSteps = i64{1} << 22;
+  const i64 parts = pool().size();
+  std::vector<float> sink(static_cast<size_t>(parts), 0.0f);
+  auto f = [&](i64 p0, i64 p1) {
+    for (i64 part = p0; part < p1; part++) {
+#ifdef SML_AVX512
+      __m512 a[12];
+      for (int c = 0; c < 12; c++) a[c] = _mm512_set1_ps(static_cast<float>(c + part) * 1e-3f);
+      const __m512 b = _mm512_set1_ps(0.999f), d = _mm512_set1_ps(1e-4f);
+      for (i64 s = 0; s < kSteps; s++) {
+        for (int c = 0; c < 12; c++) a[c] = _mm512_fmadd_ps(a[c], b, d);
+        // NOTE: an empty asm with the chains as operands keeps the compiler from folding steps.
+        __asm__ volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]), "+v"(a[6]), "+v"(a[7]), "+v"(a[8]), "+v"(a[9]), "+v"(a[10]), "+v"(a[11]));
+      }
+      __m512 s = a[0];
+      for (int c = 1; c < 12; c++) s = _mm512_add_ps(s, a[c]);
+      sink[static_cast<size_t>(part)] = _mm512_reduce_add_ps(s);
+#else
+      float a[12][16];
+      for (int c = 0; c < 12; c++)
+        for (int l = 0; l < 16; l++) a[c][l] = static_cast<float>(c + l + part) * 1e-3f;
+      for (i64 s = 0; s < kSteps; s++) {
+        for (int c = 0; c < 12; c++)
+          for (int l = 0; l < 16; l++) a[c][l] = a[c][l] * 0.999f + 1e-4f;
+        __asm__ volatile("" : : "r"(&a[0][0]) : "memory");
+      }
+      float s = 0.0f;
+      for (int c = 0; c < 12; c++)
+        for (int l = 0; l < 16; l++) s += a[c][l];
+      sink[static_cast<size_t>(part)] = s;
+#endif
+    }
+  };
+  const double t = best_pass(parts, reps, f);
+  napi_value v;
+  napi_create_double(env, static_cast<double>(parts) * static_cast<double>(kSteps) * 12 * 16 * 2 / t / 1e9 + 0.0 * sink[0], &v);
+  return v;
+}
+
 // NOTE: glibc raises its mmap threshold to the size of every mmapped block freed (up to 32 MiB on
 // 64-bit), and from then on blocks up to that size come from the heap, whose free holes stay
 // resident. A serving process frees such blocks all the time (adapter files read and parsed, KV
@@ -3381,6 +3452,7 @@ napi_value init(napi_env env, napi_value exports) {
       {"abi", nullptr, js_abi, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"profile", nullptr, js_profile, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"bandwidth", nullptr, js_bandwidth, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"fmaPeak", nullptr, js_fma_peak, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   return exports;

@@ -32,6 +32,8 @@ export interface CpuAddon {
   profile?(on: boolean): string;
   /** STREAM-like probe on the pool: [read GB/s, copy GB/s, checksum] (ABI 3; see `measureMemoryBandwidth`). */
   bandwidth(bytes: number, reps: number): [number, number, number];
+  /** f32 GFLOP/s of the pool's threads running register-only multiply-adds, best of `reps` passes (ABI 6; see `measureFmaPeak`). */
+  fmaPeak?(reps: number): number;
 }
 
 /**
