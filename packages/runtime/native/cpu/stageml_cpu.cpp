@@ -582,7 +582,8 @@ void few_gemm(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ld
   float* xt = few_buffer(few_packed_size(m, k, ex));
   pack_few(x, lda, m, k, ex, xt);
   const i64 nr = few_tile_rows(few_vectors(m));
-  pool().parallel((n + nr - 1) / nr, [&](i64 b, i64 e) { few_range(xt, m, k, w, ldb, y, ldc, b * nr, std::min(n, e * nr), ex); }, m * n * (k + (ex != nullptr ? ex->k : 0)) < kParallelMin);
+  // 4 parts a thread: a descheduled worker's unclaimed parts are run by the others.
+  pool().parallel((n + nr - 1) / nr, [&](i64 b, i64 e) { few_range(xt, m, k, w, ldb, y, ldc, b * nr, std::min(n, e * nr), ex); }, m * n * (k + (ex != nullptr ? ex->k : 0)) < kParallelMin, 4);
 }
 
 // Serial: y[M, n0:n1] over the whole K (chunked), plus the extra columns `ex` (with the last chunk).
@@ -2215,7 +2216,10 @@ void bank_gathered(const float* x, i64 nb, i64 T, i64 K, const C* A, const float
       }
       bank_group<C>(xt.data(), m, K, A + s * R * K, aS != nullptr ? aS + s * R : nullptr, R, B + s * R * N, bS != nullptr ? bS + s * R : nullptr, N, zero_tail, t.data(), cbuf, outs.data(), base != nullptr ? inits.data() : nullptr);
     }
-  }, nb * T * R * (K + N) < kParallelMin, 2);
+    // NOTE: one group a part (claimed one at a time): groups differ by up to 8× in rank (the
+    // slots of a step's adapters, sorted by slot, put the big ranks together), and contiguous
+    // chunks of them left one thread idle for a fifth of the instruction.
+  }, nb * T * R * (K + N) < kParallelMin, static_cast<int>(std::min<size_t>(g.parts.size(), 0xFFFF)));
 }
 
 // The base operand a[at] of a LORA / LORA_Q instruction (the encoder passes it when its shape is
