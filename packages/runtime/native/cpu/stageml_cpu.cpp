@@ -597,9 +597,10 @@ void gemm_nt_range(const float* x, i64 lda, const float* w, i64 ldb, float* y, i
       default: return;
     }
   }
-  if (few_rows(m) && k > 0 && n1 - n0 >= 16) {
-    // NOTE: packs x for this range alone; callers splitting one GEMM over the pool pack once
-    // through few_gemm instead.
+  if (few_rows(m) && k > 0 && n1 - n0 >= 48) {
+    // NOTE: packs x for this range alone (M·K moves against M·K·(n1 − n0) multiply-adds: worth it
+    // from a few tiles of columns); callers splitting one GEMM over the pool pack once through
+    // few_gemm instead.
     float* xt = few_buffer(few_packed_size(m, k, ex));
     pack_few(x, lda, m, k, ex, xt);
     few_range(xt, m, k, w, ldb, y, ldc, n0, n1, ex);
@@ -1928,7 +1929,8 @@ void matmul(Run& p, const Instr& in) {
   // Work items: (batch, column chunk of n). Without transposeB each item streams its rows of b
   // whole (one sequential read), unless there are too few batch entries to keep the pool busy.
   const i64 threads = pool().size();
-  const i64 chunk = tb ? 16 : (nbatch >= 2 * threads ? std::max<i64>(n, 1) : std::max<i64>(64, (n + 2 * threads - 1) / (2 * threads)));
+  // (With transposeB and 5–64 rows, chunks of at least 48 columns: the few-row GEMM packs x per chunk.)
+  const i64 chunk = tb ? (few_rows(m) ? std::max<i64>(48, (n + 2 * threads - 1) / (2 * threads)) : 16) : (nbatch >= 2 * threads ? std::max<i64>(n, 1) : std::max<i64>(64, (n + 2 * threads - 1) / (2 * threads)));
   const i64 nchunks = (n + chunk - 1) / chunk;
   pool().parallel(nbatch * nchunks, [&](i64 w0, i64 w1) {
     for (i64 w = w0; w < w1; w++) {
