@@ -17,7 +17,7 @@ import type { LlamaShape } from '@stageml/models';
 import { createCpuNativeExecutor } from '@stageml/runtime';
 import { createServer } from '@stageml/server';
 import { type BenchCase, writeResults } from './lib/harness.js';
-import { bandwidthNote, bestBandwidth, int8FactorScaleBytesPerRank, probeBandwidth, rooflineMs, stepBytes, totalBytes } from './lib/roofline.js';
+import { bandwidthNote, bestBandwidth, bestFmaPeak, computeFloorMs, int8FactorScaleBytesPerRank, probeBandwidth, probeFmaPeak, rooflineMs, stepBytes, stepFlops, totalBytes } from './lib/roofline.js';
 import { streamEvents } from './lib/sse.js';
 
 const DIR = 'bench/tmp/serving';
@@ -39,6 +39,7 @@ const executor = createCpuNativeExecutor({ threads });
 // The bandwidth probe runs on the executor's pool before the RSS sampler starts (its arrays are
 // freed before the engine loads), and again at the end; the better of the two sets the rooflines.
 const bwStart = probeBandwidth();
+const fmaStart = probeFmaPeak();
 const ROOF = { layers: SHAPE.numLayers, hidden: SHAPE.hiddenSize, intermediate: SHAPE.intermediateSize, heads: SHAPE.numHeads, kvHeads: SHAPE.numKvHeads, headDim: SHAPE.headDim, vocab: SHAPE.vocabSize };
 /** Bytes of one f32 decode step: `ranks` of the distinct adapters, `contexts` the rows' attended positions. */
 const stepBytesOf = (ranks: readonly number[], contexts: readonly number[]): number => totalBytes(stepBytes(ROOF, { bytesPerWeight: 4, adapterRanks: ranks, contexts }));
@@ -47,6 +48,10 @@ const stepBytesInt8 = (ranks: readonly number[], contexts: readonly number[]): n
   totalBytes(stepBytes(ROOF, { bytesPerWeight: 4, adapterRanks: ranks, contexts, factorBytesPerElement: 1 })) + ranks.reduce((a, r) => a + r, 0) * int8FactorScaleBytesPerRank(ROOF);
 /** Decode cases and the bytes their step reads (their roofline ms is set once the end probe ran). */
 const decodeBytes = new Map<BenchCase, number>();
+/** Decode cases and the FLOPs of their step (their compute floor is set once the end probe ran). */
+const decodeFlops = new Map<BenchCase, number>();
+/** FLOPs of one decode step: `rowRanks` the adapter rank of each row, `contexts` their attended positions. */
+const stepFlopsOf = (rowRanks: readonly number[], contexts: readonly number[]): number => stepFlops(ROOF, { rowRanks, contexts });
 
 let peakRss = process.memoryUsage().rss;
 // What Node holds before the engine exists (its code, heap and the bench's own modules).
@@ -123,9 +128,10 @@ async function concurrent(models: readonly string[], tokens: number, url = base)
 }
 
 const cases: BenchCase[] = [];
-const pushDecode = (c: BenchCase, bytes: number): void => {
+const pushDecode = (c: BenchCase, bytes: number, flops: number): void => {
   cases.push(c);
   decodeBytes.set(c, bytes);
+  decodeFlops.set(c, flops);
 };
 const notes: string[] = [];
 
@@ -152,8 +158,8 @@ cases.push({ name: '32 streams · 32 adapters (r8–64): aggregate ms/token', me
 // The decode phase as steps (32 rows a step once every stream has its first token) against the
 // roofline: contexts grow from 17 to 28 positions over the phase (22 on average).
 const decodeContexts = new Array<number>(32).fill(22);
-pushDecode({ name: '32 streams · 1 adapter: decode step ms', medianMs: (32 * 1000) / one.decodeTokensPerSecond, runs: 3 }, stepBytesOf([37], decodeContexts));
-pushDecode({ name: '32 streams · 32 adapters (r8–64): decode step ms', medianMs: (32 * 1000) / many.decodeTokensPerSecond, runs: 3, baseline: '32 streams · 1 adapter: decode step ms', ratio: one.decodeTokensPerSecond / many.decodeTokensPerSecond }, stepBytesOf(RANKS, decodeContexts));
+pushDecode({ name: '32 streams · 1 adapter: decode step ms', medianMs: (32 * 1000) / one.decodeTokensPerSecond, runs: 3 }, stepBytesOf([37], decodeContexts), stepFlopsOf(new Array<number>(32).fill(37), decodeContexts));
+pushDecode({ name: '32 streams · 32 adapters (r8–64): decode step ms', medianMs: (32 * 1000) / many.decodeTokensPerSecond, runs: 3, baseline: '32 streams · 1 adapter: decode step ms', ratio: one.decodeTokensPerSecond / many.decodeTokensPerSecond }, stepBytesOf(RANKS, decodeContexts), stepFlopsOf(RANKS, decodeContexts));
 
 // 2. First token for a never-seen adapter (load = read + validate + write its slot), vs a resident one.
 const tl = performance.now();
@@ -170,8 +176,8 @@ const short = await stream(NAMES[5]!, promptOf(64, 5), 17);
 const long = await stream(NAMES[5]!, promptOf(1024, 5), 17);
 const shortMs = median(gaps(short.times));
 const longMs = median(gaps(long.times));
-pushDecode({ name: 'decode ms/token, context 64, batch 1', medianMs: shortMs, runs: 16 }, stepBytesOf([RANKS[5]!], [72]));
-pushDecode({ name: 'decode ms/token, context 1,024, batch 1', medianMs: longMs, runs: 16, baseline: 'decode ms/token, context 64, batch 1', ratio: longMs / shortMs }, stepBytesOf([RANKS[5]!], [1032]));
+pushDecode({ name: 'decode ms/token, context 64, batch 1', medianMs: shortMs, runs: 16 }, stepBytesOf([RANKS[5]!], [72]), stepFlopsOf([RANKS[5]!], [72]));
+pushDecode({ name: 'decode ms/token, context 1,024, batch 1', medianMs: longMs, runs: 16, baseline: 'decode ms/token, context 64, batch 1', ratio: longMs / shortMs }, stepBytesOf([RANKS[5]!], [1032]), stepFlopsOf([RANKS[5]!], [1032]));
 
 // 4. p99 inter-token latency of 8 streams, with and without a 1,024-token prefill arriving.
 const eight = NAMES.slice(8, 16);
@@ -187,13 +193,25 @@ const itl = (runs: { times: number[] }[]): number[] => runs.flatMap((r) => gaps(
 const quietP99 = quantile(itl(quiet), 0.99);
 const busyP99 = quantile(itl(busy), 0.99);
 const eightBytes = stepBytesOf(RANKS.slice(8, 16), new Array<number>(8).fill(28));
-pushDecode({ name: 'p99 inter-token latency, 8 streams', medianMs: quietP99, runs: itl(quiet).length, extra: { medianMs: median(itl(quiet)) } }, eightBytes);
-pushDecode({ name: 'p99 inter-token latency, 8 streams + 1,024-token prefill arriving', medianMs: busyP99, runs: itl(busy).length, baseline: 'p99 inter-token latency, 8 streams', ratio: busyP99 / quietP99, extra: { medianMs: median(itl(busy)) } }, eightBytes);
+const eightFlops = stepFlopsOf(RANKS.slice(8, 16), new Array<number>(8).fill(28));
+pushDecode({ name: 'p99 inter-token latency, 8 streams', medianMs: quietP99, runs: itl(quiet).length, extra: { medianMs: median(itl(quiet)) } }, eightBytes, eightFlops);
+pushDecode({ name: 'p99 inter-token latency, 8 streams + 1,024-token prefill arriving', medianMs: busyP99, runs: itl(busy).length, baseline: 'p99 inter-token latency, 8 streams', ratio: busyP99 / quietP99, extra: { medianMs: median(itl(busy)) } }, eightBytes, eightFlops);
 
 clearInterval(sampler);
 peakRss = Math.max(peakRss, process.memoryUsage().rss);
 const bw = bestBandwidth(bwStart, probeBandwidth());
+const fma = bestFmaPeak(fmaStart, probeFmaPeak());
 for (const [c, bytes] of decodeBytes) c.rooflineMs = rooflineMs(bytes, bw);
+// Each decode case's compute floor (its FLOPs at the probed FMA rate) beside its roofline: the step
+// is bound by the larger of the two.
+const setFloor = (c: BenchCase, flops: number): void => {
+  const floor = computeFloorMs(flops, fma);
+  c.extra = { ...c.extra, gflop: flops / 1e9, computeFloorMs: floor, overComputeFloor: c.medianMs / floor, overBoundMs: c.medianMs / Math.max(floor, c.rooflineMs ?? 0) };
+};
+for (const [c, flops] of decodeFlops) setFloor(c, flops);
+const many32 = cases.find((c) => c.name === '32 streams · 32 adapters (r8–64): decode step ms')!;
+const one32 = cases.find((c) => c.name === '32 streams · 1 adapter: decode step ms')!;
+const floorOf = (c: BenchCase): number => Number(c.extra?.['computeFloorMs']);
 const mem = engine.memory();
 const H = SHAPE.hiddenSize;
 const perRank = SHAPE.numLayers * (4 * H + 2 * 3 * 64 + 2 * H + 3 * (H + SHAPE.intermediateSize)) * 4; // bytes of A+B per unit rank, all 7 projections
@@ -226,8 +244,8 @@ const mem8 = server8.lm.memory();
 const sameStreams = f32Many.tokens.filter((t, i) => t.join(',') === int8Many.tokens[i]!.join(',')).length;
 cases.push({ name: '32 streams · 32 adapters, f32 factors (interleaved pairs): aggregate ms/token', medianMs: 1000 / f32Many.tokensPerSecond, runs: 3, extra: { allTokensPerSecond: f32s.map((r) => r.tokensPerSecond.toFixed(1)).join(' '), tokensPerSecond: f32Many.tokensPerSecond, decodeTokensPerSecond: f32Many.decodeTokensPerSecond } });
 cases.push({ name: '32 streams · 32 adapters, int8 factors: aggregate ms/token', medianMs: 1000 / int8Many.tokensPerSecond, runs: 3, baseline: '32 streams · 32 adapters, f32 factors (interleaved pairs): aggregate ms/token', ratio: f32Many.tokensPerSecond / int8Many.tokensPerSecond, extra: { allTokensPerSecond: int8s.map((r) => r.tokensPerSecond.toFixed(1)).join(' '), tokensPerSecond: int8Many.tokensPerSecond, decodeTokensPerSecond: int8Many.decodeTokensPerSecond, speedupOverF32: int8Many.tokensPerSecond / f32Many.tokensPerSecond, decodeSpeedupOverF32: int8Many.decodeTokensPerSecond / f32Many.decodeTokensPerSecond, streamsWithIdenticalTokens: sameStreams, slotFactorsMB: mem8.slotFactors / 1e6, slotTablesReservedMB: mem8.slots / 1e6 } });
-pushDecode({ name: '32 streams · 32 adapters, f32 factors (interleaved pairs): decode step ms', medianMs: (32 * 1000) / f32Many.decodeTokensPerSecond, runs: 3 }, stepBytesOf(RANKS, decodeContexts));
-pushDecode({ name: '32 streams · 32 adapters, int8 factors: decode step ms', medianMs: (32 * 1000) / int8Many.decodeTokensPerSecond, runs: 3, baseline: '32 streams · 32 adapters, f32 factors (interleaved pairs): decode step ms', ratio: f32Many.decodeTokensPerSecond / int8Many.decodeTokensPerSecond }, stepBytesInt8(RANKS, decodeContexts));
+pushDecode({ name: '32 streams · 32 adapters, f32 factors (interleaved pairs): decode step ms', medianMs: (32 * 1000) / f32Many.decodeTokensPerSecond, runs: 3 }, stepBytesOf(RANKS, decodeContexts), stepFlopsOf(RANKS, decodeContexts));
+pushDecode({ name: '32 streams · 32 adapters, int8 factors: decode step ms', medianMs: (32 * 1000) / int8Many.decodeTokensPerSecond, runs: 3, baseline: '32 streams · 32 adapters, f32 factors (interleaved pairs): decode step ms', ratio: f32Many.decodeTokensPerSecond / int8Many.decodeTokensPerSecond }, stepBytesInt8(RANKS, decodeContexts), stepFlopsOf(RANKS, decodeContexts));
 await server8.shutdown();
 
 const ratio = one.tokensPerSecond / many.tokensPerSecond;
@@ -235,6 +253,8 @@ notes.push(
   `Load average at start ${load0.toFixed(2)}, at end ${loadavg()[0]!.toFixed(2)} (shared 2-core machine: absolute numbers are noisy; ratios come from the same run). Executor cpu-native (the default; ${executor.isa}, built ${executor.build}), ${String(threads)} kernel threads. Setup (checkpoint + adapters generated or reused) ${(setupMs / 1000).toFixed(1)} s.`,
   '',
   bandwidthNote(bw),
+  '',
+  `**Compute floor:** FMA probe of this run (every pool thread running register-only f32 multiply-adds, best of 5 passes at the start and 5 at the end): ${fma.gflops.toFixed(0)} GFLOP/s on ${String(fma.threads)} thread(s). A decode step's compute floor = its FLOPs (every row through the projections and the LM head, its LoRA at its own rank, its attention) ÷ that rate, in each decode case's JSON (\`computeFloorMs\`, \`overComputeFloor\`). 32 streams · 32 adapters: ${(decodeFlops.get(many32)! / 1e9).toFixed(2)} GFLOP → compute floor ${floorOf(many32).toFixed(1)} ms vs byte roofline ${many32.rooflineMs!.toFixed(1)} ms: ${floorOf(many32) > many32.rooflineMs! ? 'compute' : 'bytes'} bound the step; measured ÷ compute floor ${(many32.medianMs / floorOf(many32)).toFixed(2)}, ÷ roofline ${(many32.medianMs / many32.rooflineMs!).toFixed(2)} (goal ≤ 1.25). 32 streams · 1 adapter: ${(decodeFlops.get(one32)! / 1e9).toFixed(2)} GFLOP → ${floorOf(one32).toFixed(1)} ms vs roofline ${one32.rooflineMs!.toFixed(1)} ms; measured ÷ compute floor ${(one32.medianMs / floorOf(one32)).toFixed(2)}, ÷ roofline ${(one32.medianMs / one32.rooflineMs!).toFixed(2)}.`,
   '',
   `**32 adapters vs 1:** 32 streams on 32 adapters ran at ${many.tokensPerSecond.toFixed(1)} tok/s, on one adapter ${one.tokensPerSecond.toFixed(1)} tok/s (many/one = ${(1 / ratio).toFixed(2)}; decode phase ${many.decodeTokensPerSecond.toFixed(1)} vs ${one.decodeTokensPerSecond.toFixed(1)} tok/s). ${1 / ratio >= 0.9 ? 'The ≥ 0.9× target holds in this run (medians of three interleaved pairs: ' : 'The ≥ 0.9× target is missed (medians of three interleaved pairs: '}${ones.map((r, i) => (manys[i]!.tokensPerSecond / r.tokensPerSecond).toFixed(2)).join(', ')} per pair). The aggregate includes each stream's prefill and first token (12 tokens a stream); the decode phase alone is further apart, and the arithmetic says why: a decode step must read each distinct adapter's factors once. One rank-37 adapter is 37 × ${(perRank / 1e6).toFixed(2)} MB = ${((37 * perRank) / 1e6).toFixed(0)} MB per step; 32 adapters of ranks 8–64 are ${((RANKS.reduce((a, r) => a + r, 0) * perRank) / 1e6).toFixed(0)} MB unpadded, and in R = 64 slots 32 × 64 × ${(perRank / 1e6).toFixed(2)} MB = ${((32 * 64 * perRank) / 1e6).toFixed(0)} MB if the padding were read — against ${(mem.weights / 1e6).toFixed(0)} MB of base weights read once per step. The gathered form's kernel groups a step's rows by slot (each adapter's factors streamed once for all its rows), skips B's padding rows (their shrink is zero) and, through the \`zeroTail\` promise of the engine's slot tables (all-zero A rows last), stops reading A at a slot's first zero row: a rank-r adapter reads r rows of A (+ at most 3), not 64. One adapter uses the single form (its slot gathered once, two small GEMMs per projection); 32 use the gathered form.`,
   '',
@@ -246,6 +266,7 @@ notes.push(
 );
 // The int8 pairs ran after the bandwidth probe: their rooflines from the same probe.
 for (const [c, bytes] of decodeBytes) c.rooflineMs ??= rooflineMs(bytes, bw);
+for (const [c, flops] of decodeFlops) if (c.extra?.['computeFloorMs'] === undefined) setFloor(c, flops);
 const speed = int8Many.tokensPerSecond / f32Many.tokensPerSecond;
 notes.push(
   '',

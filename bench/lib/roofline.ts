@@ -3,7 +3,7 @@
 // and the bytes a step must read at the least — each base weight once, each distinct adapter's
 // factors once at its own rank (no slot padding), the KV each row attends — so that every decode
 // case reports roofline ms = bytes ÷ bandwidth and measured ÷ roofline.
-import { type MemoryBandwidth, measureMemoryBandwidth } from '@stageml/runtime';
+import { type FmaPeak, type MemoryBandwidth, measureFmaPeak, measureMemoryBandwidth } from '@stageml/runtime';
 
 /** A Llama-family shape, as much of it as the byte count needs. */
 export interface RooflineShape {
@@ -99,4 +99,31 @@ export function bestBandwidth(a: MemoryBandwidth, b: MemoryBandwidth): MemoryBan
 /** One line for a results page: what the probe measured and how the roofline is counted. */
 export function bandwidthNote(bw: MemoryBandwidth): string {
   return `**Roofline:** bandwidth probe of this run (STREAM-like, ${(bw.bytes / 1e6).toFixed(0)} MB array, best of 5 passes at the start and 5 at the end, ${String(bw.threads)} thread(s) of the cpu-native pool): read ${bw.readGBs.toFixed(1)} GB/s, copy ${bw.copyGBs.toFixed(1)} GB/s. A decode step's roofline = the bytes it must read at the least (each projection and the LM head once, each distinct adapter's factors once at its own rank, the KV every row attends) ÷ the read bandwidth; the ratio is measured ÷ roofline (1.00 = at the memory limit).`;
+}
+
+/**
+ * Floating-point operations of one decode step (a multiply-add counts 2): every row through the
+ * projections and the LM head, each row's LoRA shrink and expand at its own adapter's rank
+ * (`rowRanks`, one entry per row), and each row's attention over its context (scores and values).
+ */
+export function stepFlops(s: RooflineShape, o: { rowRanks: readonly number[]; contexts: readonly number[] }): number {
+  const dense = 2 * (s.layers * projectionParams(s) + s.vocab * s.hidden) * o.rowRanks.length;
+  const lora = 2 * o.rowRanks.reduce((a, r) => a + r, 0) * (factorBytesPerRank(s) / 4);
+  const attention = 4 * s.layers * s.heads * headDim(s) * o.contexts.reduce((a, c) => a + c, 0);
+  return dense + lora + attention;
+}
+
+/** The time `flops` need at the probed FMA rate (`measureFmaPeak`), in ms: the step's compute floor. */
+export function computeFloorMs(flops: number, peak: FmaPeak): number {
+  return (flops / (peak.gflops * 1e9)) * 1000;
+}
+
+/** The higher of two FMA probes of one run (as `bestBandwidth`: the machine's limit is wanted). */
+export function bestFmaPeak(a: FmaPeak, b: FmaPeak): FmaPeak {
+  return b.gflops > a.gflops ? b : a;
+}
+
+/** The FMA probe on the cpu-native pool as it is now (the engine's threads). */
+export function probeFmaPeak(): FmaPeak {
+  return measureFmaPeak({ reps: 5 });
 }

@@ -46,7 +46,7 @@ export {
 export type { Kernel, LowerContext, Lowering, TfDType, TfRule, TfRuleTable, TfjsBackend, TfjsExecutorOptions, Unsupported } from './tfjs/index.js';
 export { DEFAULT_CANDIDATES, DEFAULT_FALLBACKS, DEFAULT_PROBE_SHAPE, EXECUTOR_ENV, EXECUTOR_NAMES, createExecutorByName, createOrtExecutor, isExecutorName, isOrtAvailable, ortCapabilities, selectExecutor } from './ort/index.js';
 export type { CreateExecutorOptions, ExecutorName, ExecutorProbeMoe, ExecutorProbeShape, ExecutorSelection, OrtExecutorOptions, SelectExecutorOptions } from './ort/index.js';
-export { CPU_ADDON_ABI, CPU_NATIVE_CAPABILITIES, CPU_NATIVE_OPS, CPU_NATIVE_RULES, NATIVE_ADDON_ENV, addonAbiProblem, NATIVE_BUILD_ENV, NATIVE_CACHE_ENV, createCpuNativeExecutor, encodeProgram, loadCpuAddon, measureMemoryBandwidth } from './native/index.js';
-export type { BandwidthProbeOptions, CpuAddon, CpuNativeExecutor, CpuNativeExecutorOptions, CpuNativeRule, MemoryBandwidth, NativeProgram } from './native/index.js';
+export { CPU_ADDON_ABI, CPU_NATIVE_CAPABILITIES, CPU_NATIVE_OPS, CPU_NATIVE_RULES, NATIVE_ADDON_ENV, addonAbiProblem, NATIVE_BUILD_ENV, NATIVE_CACHE_ENV, createCpuNativeExecutor, encodeProgram, loadCpuAddon, measureFmaPeak, measureMemoryBandwidth } from './native/index.js';
+export type { BandwidthProbeOptions, CpuAddon, CpuNativeExecutor, CpuNativeExecutorOptions, CpuNativeRule, FmaPeak, FmaPeakOptions, MemoryBandwidth, NativeProgram } from './native/index.js';
 export { FrameDecoder, TORCH_DEVICE_ENV, TORCH_PATH_ENV, TORCH_PROTOCOL_VERSION, TORCH_PYTHON_ENV, TORCH_TENSOR_PARALLEL_ENV, TORCH_WORKER_COMPOSITES, createTorchExecutor, encodeFrame, isTorchAvailable, torchCapabilities } from './torch/index.js';
 export type { DeviceWrite, FileTensorRef, Frame, TorchDeviceTensors, TorchExecutor, TorchExecutorOptions, TorchFusion, TorchPreparedGraph, TorchWorkerInfo, WireTensor } from './torch/index.js';

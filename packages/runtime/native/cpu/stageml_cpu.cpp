@@ -9,7 +9,8 @@
 // expressions, a value table (dtype, shape as expression ids, where the value lives) and a list of
 // instructions. Each run binds the symbols, evaluates every shape, sizes the liveness-shared slots,
 // and executes the instructions on a small thread pool. Heavy kernels: f32 linear / matmul
-// (register-tiled AVX-512 dot products on row-major weights, no repacking), block-quantized linear
+// (register-tiled AVX-512 dot products on row-major weights, no repacking; 5–64 rows as yᵀ = W·xᵀ
+// on x packed transposed), the gathered LoRA bank (f32 or int8 factor tables), block-quantized linear
 // (int4 / int8 codes repacked into 16-row interleaved tiles, activations quantized per 32 inputs to
 // int8, VNNI dot products), attention over the cache with a vectorized exp, the MoE expert GEMM
 // (rows grouped by expert onto the f32 tiles). Everything else is generic strided code. Values of
@@ -432,6 +433,159 @@ void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc
 #endif
 }
 
+// Few-row GEMM (a batched decode step: 5 to 64 activation rows), y[M, N] = x[M, K] · w[N, K]ᵀ
+// (+ the extra columns): the product is computed transposed, yᵀ = w · xᵀ. x is packed once per
+// GEMM into xt [K + ke][16·mv] (its M rows as mv vectors of 16 lanes, padded with zeros, the extra
+// columns' xe after K), and a tile of NR weight rows × mv vectors keeps NR·mv = 24 sums in
+// registers over the whole K: each step loads mv vectors of xt (L1/L2: M·(K + ke) floats) and
+// broadcasts NR weight values, each weight element read exactly once from memory and multiplied
+// into every row. The dot-product tiles (`tiles_nt`, 6 rows × 4 weight rows) reduce 24 vectors
+// horizontally per tile and read x from L2 once the 32 rows outgrow L1: at M = 32 on the serving
+// model's shapes they ran at about 0.45 of this kernel's rate (measured on this machine, 1 thread,
+// weights hot in cache: 98 vs 150–168 GFLOP/s; streaming 30 layers' weights from memory: 50 vs
+// 98). The tile's sums leave through a small transpose in L1.
+
+/** Inputs a block of the few-row GEMM's sums runs over before it joins the tile's totals. */
+constexpr i64 kFewBlock = 64;
+/** Rows a few-row GEMM takes: fewer go to `rows_nt` (one weight row at a time), more to the tiles. */
+inline bool few_rows(i64 m) { return m >= 5 && m <= 64; }
+/** Vectors of 16 rows for m activation rows. */
+inline i64 few_vectors(i64 m) { return (m + 15) / 16; }
+/** Weight rows per tile for mv vectors: 24 accumulators (of 32 registers). */
+inline i64 few_tile_rows(i64 mv) { return mv == 1 ? 24 : mv == 2 ? 12 : mv == 3 ? 8 : 6; }
+
+// xt[(k + ke) · W + j] = x[j, k] (xe[j, k − K] past K), zero for rows j ≥ m; W = 16 · mv.
+void pack_few(const float* x, i64 lda, i64 m, i64 k, const GemmExtra* ex, float* xt) {
+  const i64 mv = few_vectors(m), W = 16 * mv, ke = ex != nullptr ? ex->k : 0;
+#ifdef SML_AVX512
+  for (i64 v = 0; v < mv; v++) {
+    const i64 rows = std::min<i64>(16, m - 16 * v);
+    const __mmask16 live = tail_mask(rows);
+    const __m512i ix = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(static_cast<int>(lda)));
+    const float* xv = x + 16 * v * lda;
+    for (i64 i = 0; i < k; i++) _mm512_storeu_ps(xt + i * W + 16 * v, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, ix, xv + i, 4));
+    if (ke > 0) {
+      const __m512i ie = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(static_cast<int>(ex->ldx)));
+      const float* ev = ex->x + 16 * v * ex->ldx;
+      for (i64 i = 0; i < ke; i++) _mm512_storeu_ps(xt + (k + i) * W + 16 * v, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, ie, ev + i, 4));
+    }
+  }
+#else
+  for (i64 i = 0; i < k + ke; i++)
+    for (i64 j = 0; j < W; j++) xt[i * W + j] = j >= m ? 0.0f : i < k ? x[j * lda + i] : ex->x[j * ex->ldx + (i - k)];
+#endif
+}
+
+#ifdef SML_AVX512
+// y[0:m, n:n+nr] = the tile's NR weight rows (w, stride ldb; the extra columns we, stride ldw)
+// times xt; nr ≤ NR (rows past nr repeat row 0 and are not stored).
+template <int NR, int MV>
+void few_tile(const float* xt, i64 m, i64 k, const float* w, i64 ldb, const float* we, i64 ldw, i64 ke, float* y, i64 ldc, int nr) {
+  constexpr i64 W = 16 * MV;
+  __m512 acc[NR][MV];
+  for (int r = 0; r < NR; r++)
+    for (int v = 0; v < MV; v++) acc[r][v] = _mm512_setzero_ps();
+  const float* wr[NR];
+  for (int r = 0; r < NR; r++) wr[r] = w + (r < nr ? r : 0) * ldb;
+  // NOTE: the sums run in blocks of kFewBlock inputs, each block's added to `tot` (in L1): one
+  // chain over all of K lost 1e-4 relative to cancellation at K = 1100, the tiles' 16 partial
+  // sums did not; blocks of 64 keep the error of those (64 + K / 64 terms a chain).
+  alignas(64) float tot[NR][W];
+  for (int r = 0; r < NR; r++)
+    for (int v = 0; v < MV; v++) _mm512_store_ps(&tot[r][16 * v], _mm512_setzero_ps());
+  for (i64 i0 = 0; i0 < k; i0 += kFewBlock) {
+    const i64 i1 = std::min(k, i0 + kFewBlock);
+    for (i64 i = i0; i < i1; i++) {
+      __m512 b[MV];
+      for (int v = 0; v < MV; v++) b[v] = _mm512_loadu_ps(xt + i * W + 16 * v);
+      // NOTE: the NR weight rows are NR sequential streams 4·ldb bytes apart; a prefetch a few
+      // lines ahead of each (one per line) keeps them coming (measured: the LM head's 113 MB at
+      // 1.3× the rate without).
+      if ((i & 15) == 0)
+        for (int r = 0; r < NR; r++) __builtin_prefetch(reinterpret_cast<const char*>(wr[r] + i + 64));
+      for (int r = 0; r < NR; r++) {
+        const __m512 a = _mm512_set1_ps(wr[r][i]);
+        for (int v = 0; v < MV; v++) acc[r][v] = _mm512_fmadd_ps(a, b[v], acc[r][v]);
+      }
+    }
+    if (i1 < k) {
+      for (int r = 0; r < NR; r++)
+        for (int v = 0; v < MV; v++) {
+          _mm512_store_ps(&tot[r][16 * v], _mm512_add_ps(_mm512_load_ps(&tot[r][16 * v]), acc[r][v]));
+          acc[r][v] = _mm512_setzero_ps();
+        }
+    }
+  }
+  for (i64 i = 0; i < ke; i++) {
+    __m512 b[MV];
+    for (int v = 0; v < MV; v++) b[v] = _mm512_loadu_ps(xt + (k + i) * W + 16 * v);
+    for (int r = 0; r < NR; r++) {
+      const __m512 a = _mm512_set1_ps(we[(r < nr ? r : 0) * ldw + i]);
+      for (int v = 0; v < MV; v++) acc[r][v] = _mm512_fmadd_ps(a, b[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < NR; r++)
+    for (int v = 0; v < MV; v++) _mm512_store_ps(&tot[r][16 * v], _mm512_add_ps(_mm512_load_ps(&tot[r][16 * v]), acc[r][v]));
+  for (i64 j = 0; j < m; j++) {
+    float* o = y + j * ldc;
+    for (int r = 0; r < nr; r++) o[r] = tot[r][j];
+  }
+}
+#endif
+
+// Serial: y[0:m, n0:n1] from the packed xt (pack_few of the same m, k and extra columns).
+void few_range(const float* xt, i64 m, i64 k, const float* w, i64 ldb, float* y, i64 ldc, i64 n0, i64 n1, const GemmExtra* ex) {
+  const i64 mv = few_vectors(m), nr = few_tile_rows(mv), ke = ex != nullptr ? ex->k : 0;
+#ifdef SML_AVX512
+  for (i64 n = n0; n < n1; n += nr) {
+    const int left = static_cast<int>(std::min(nr, n1 - n));
+    const float* we = ex != nullptr ? ex->w + n * ex->ldw : nullptr;
+    const i64 ldw = ex != nullptr ? ex->ldw : 0;
+    switch (mv) {
+      case 1: few_tile<24, 1>(xt, m, k, w + n * ldb, ldb, we, ldw, ke, y + n, ldc, left); break;
+      case 2: few_tile<12, 2>(xt, m, k, w + n * ldb, ldb, we, ldw, ke, y + n, ldc, left); break;
+      case 3: few_tile<8, 3>(xt, m, k, w + n * ldb, ldb, we, ldw, ke, y + n, ldc, left); break;
+      default: few_tile<6, 4>(xt, m, k, w + n * ldb, ldb, we, ldw, ke, y + n, ldc, left); break;
+    }
+  }
+#else
+  const i64 W = 16 * mv;
+  for (i64 n = n0; n < n1; n++)
+    for (i64 j = 0; j < m; j++) {
+      float s = 0.0f;
+      for (i64 i0 = 0; i0 < k; i0 += kFewBlock) {
+        float b = 0.0f;
+        for (i64 i = i0; i < std::min(k, i0 + kFewBlock); i++) b += xt[i * W + j] * w[n * ldb + i];
+        s += b;
+      }
+      for (i64 i = 0; i < ke; i++) s += xt[(k + i) * W + j] * ex->w[n * ex->ldw + i];
+      y[j * ldc + n] = s;
+    }
+  (void)nr;
+#endif
+}
+
+// The calling thread's packing buffer (grown, never shrunk: a per-call allocation of up to
+// 64 × (K + ke) floats would be an mmap and its page faults at the addon's 128 KiB threshold).
+float* few_buffer(i64 floats) {
+  thread_local std::vector<float> buf;
+  if (static_cast<i64>(buf.size()) < floats) buf.resize(static_cast<size_t>(floats));
+  return buf.data();
+}
+
+/** The packed size (floats) of m rows of k (+ ke extra) columns. */
+inline i64 few_packed_size(i64 m, i64 k, const GemmExtra* ex) { return (k + (ex != nullptr ? ex->k : 0)) * 16 * few_vectors(m); }
+
+// y[M, N] (+ extra columns) over the pool for few_rows(m): x packed once on the calling thread,
+// the weight rows split in tiles' multiples.
+void few_gemm(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n, const GemmExtra* ex) {
+  float* xt = few_buffer(few_packed_size(m, k, ex));
+  pack_few(x, lda, m, k, ex, xt);
+  const i64 nr = few_tile_rows(few_vectors(m));
+  // 4 parts a thread: a descheduled worker's unclaimed parts are run by the others.
+  pool().parallel((n + nr - 1) / nr, [&](i64 b, i64 e) { few_range(xt, m, k, w, ldb, y, ldc, b * nr, std::min(n, e * nr), ex); }, m * n * (k + (ex != nullptr ? ex->k : 0)) < kParallelMin, 4);
+}
+
 // Serial: y[M, n0:n1] over the whole K (chunked), plus the extra columns `ex` (with the last chunk).
 void gemm_nt_range(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1, const GemmExtra* ex = nullptr) {
   if (m <= 4 && k <= 8192) {
@@ -442,6 +596,15 @@ void gemm_nt_range(const float* x, i64 lda, const float* w, i64 ldb, float* y, i
       case 1: rows_nt<1>(x, lda, w, ldb, y, ldc, k, n0, n1, ex); return;
       default: return;
     }
+  }
+  if (few_rows(m) && k > 0 && n1 - n0 >= 48) {
+    // NOTE: packs x for this range alone (M·K moves against M·K·(n1 − n0) multiply-adds: worth it
+    // from a few tiles of columns); callers splitting one GEMM over the pool pack once through
+    // few_gemm instead.
+    float* xt = few_buffer(few_packed_size(m, k, ex));
+    pack_few(x, lda, m, k, ex, xt);
+    few_range(xt, m, k, w, ldb, y, ldc, n0, n1, ex);
+    return;
   }
   if (k == 0) {
     // Only the extra columns (a zero-width K): one pass over them.
@@ -768,7 +931,7 @@ enum Op {
 // The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
 // prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
 // detected at load instead of failing on an instruction it lacks.
-constexpr int kAbi = 5;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns
+constexpr int kAbi = 6;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns; 6: few-row GEMM (x packed transposed), gathered LoRA kernels, fmaPeak()
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -1766,7 +1929,8 @@ void matmul(Run& p, const Instr& in) {
   // Work items: (batch, column chunk of n). Without transposeB each item streams its rows of b
   // whole (one sequential read), unless there are too few batch entries to keep the pool busy.
   const i64 threads = pool().size();
-  const i64 chunk = tb ? 16 : (nbatch >= 2 * threads ? std::max<i64>(n, 1) : std::max<i64>(64, (n + 2 * threads - 1) / (2 * threads)));
+  // (With transposeB and 5–64 rows, chunks of at least 48 columns: the few-row GEMM packs x per chunk.)
+  const i64 chunk = tb ? (few_rows(m) ? std::max<i64>(48, (n + 2 * threads - 1) / (2 * threads)) : 16) : (nbatch >= 2 * threads ? std::max<i64>(n, 1) : std::max<i64>(64, (n + 2 * threads - 1) / (2 * threads)));
   const i64 nchunks = (n + chunk - 1) / chunk;
   pool().parallel(nbatch * nchunks, [&](i64 w0, i64 w1) {
     for (i64 w = w0; w < w1; w++) {
@@ -1850,69 +2014,227 @@ LoraGroups lora_groups(const std::vector<i64>& slot, i64 tokens_per_row, int thr
   return g;
 }
 
-// t[m, r0:r1] = x[m, K] · A[r0:r1, K]ᵀ, four tokens per pass over those rows of A.
-void lora_shrink_rows(const float* x, i64 m, i64 K, const float* A, i64 R, float* t, i64 r0, i64 r1) {
+// The bank's factor rows are f32 (C = float) or int8 codes with an f32 scale per rank row (C =
+// int8_t, adapterDtype 'int8': a quarter of the bytes, widened in registers, never in memory).
+// A decode step puts one token on each adapter, so the kernels are shaped for few tokens and
+// long factor rows: four factor rows are streamed side by side (four memory streams, each
+// prefetched one block ahead, so the next block's rows arrive while this one is summed), every
+// loaded vector used by all the tokens of the group (up to 4 at once).
+
+#ifdef SML_AVX512
+inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 widen16(const int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
+inline __m512 widen16z(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 widen16z(__mmask16 m, const int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p))); }
+#endif
+
+// t[tok, 0:nr) = x[tok] · F[0:nr)ᵀ for MR tokens (x stride K, t stride R), nr ≤ 4 factor rows of
+// length K from f (stride K); `next` (or null): the following block's rows, prefetched meanwhile.
+template <int MR, typename C>
+void bank_shrink4(const float* x, i64 K, const C* f, int nr, const C* next, int next_rows, float* t, i64 R) {
+#ifdef SML_AVX512
+  __m512 acc[4][MR];
+  for (int r = 0; r < 4; r++)
+    for (int m = 0; m < MR; m++) acc[r][m] = _mm512_setzero_ps();
+  const C* fr[4];
+  for (int r = 0; r < 4; r++) fr[r] = f + (r < nr ? r : 0) * K;
+  constexpr i64 kLine = 64 / static_cast<i64>(sizeof(C));
+  i64 i = 0;
+  for (; i + 16 <= K; i += 16) {
+    if (next != nullptr && (i & (kLine - 1)) == 0)
+      for (int r = 0; r < next_rows; r++) __builtin_prefetch(reinterpret_cast<const char*>(next + r * K + i));
+    __m512 xv[MR];
+    for (int m = 0; m < MR; m++) xv[m] = _mm512_loadu_ps(x + m * K + i);
+    for (int r = 0; r < 4; r++) {
+      const __m512 fv = widen16(fr[r] + i);
+      for (int m = 0; m < MR; m++) acc[r][m] = _mm512_fmadd_ps(fv, xv[m], acc[r][m]);
+    }
+  }
+  if (i < K) {
+    const __mmask16 msk = tail_mask(K - i);
+    if (next != nullptr)
+      for (int r = 0; r < next_rows; r++) __builtin_prefetch(reinterpret_cast<const char*>(next + r * K + i));
+    __m512 xv[MR];
+    for (int m = 0; m < MR; m++) xv[m] = _mm512_maskz_loadu_ps(msk, x + m * K + i);
+    for (int r = 0; r < 4; r++) {
+      const __m512 fv = widen16z(msk, fr[r] + i);
+      for (int m = 0; m < MR; m++) acc[r][m] = _mm512_fmadd_ps(fv, xv[m], acc[r][m]);
+    }
+  }
+  for (int m = 0; m < MR; m++) {
+    alignas(16) float s[4];
+    _mm_store_ps(s, reduce4_ps(acc[0][m], acc[1][m], acc[2][m], acc[3][m]));
+    for (int r = 0; r < nr; r++) t[m * R + r] = s[r];
+  }
+#else
+  (void)next;
+  (void)next_rows;
+  for (int m = 0; m < MR; m++)
+    for (int r = 0; r < nr; r++) {
+      float s = 0.0f;
+      for (i64 i = 0; i < K; i++) s += x[m * K + i] * static_cast<float>(f[r * K + i]);
+      t[m * R + r] = s;
+    }
+#endif
+}
+
+// out[tok][0:N) += Σ_q c[tok][q] · rows[q][0:N) for MR tokens and NR factor rows (each read once
+// for all the tokens); `next` (or null): next_rows rows of stride N to prefetch meanwhile.
+template <int NR, int MR, typename C>
+void bank_expand(const C* const* rows, i64 N, const float (*c)[4], float* const* out, const C* next, int next_rows) {
+#ifdef SML_AVX512
+  __m512 cv[MR][NR];
+  for (int m = 0; m < MR; m++)
+    for (int q = 0; q < NR; q++) cv[m][q] = _mm512_set1_ps(c[m][q]);
+  constexpr i64 kLine = 64 / static_cast<i64>(sizeof(C));
+  for (i64 j = 0; j < N; j += 16) {
+    const __mmask16 msk = tail_mask(N - j);
+    if (next != nullptr && (j & (kLine - 1)) == 0)
+      for (int r = 0; r < next_rows; r++) __builtin_prefetch(reinterpret_cast<const char*>(next + r * N + j));
+    __m512 b[NR];
+    for (int q = 0; q < NR; q++) b[q] = widen16z(msk, rows[q] + j);
+    for (int m = 0; m < MR; m++) {
+      __m512 o = _mm512_maskz_loadu_ps(msk, out[m] + j);
+      for (int q = 0; q < NR; q++) o = _mm512_fmadd_ps(cv[m][q], b[q], o);
+      _mm512_mask_storeu_ps(out[m] + j, msk, o);
+    }
+  }
+#else
+  (void)next;
+  (void)next_rows;
+  for (int m = 0; m < MR; m++)
+    for (int q = 0; q < NR; q++)
+      for (i64 j = 0; j < N; j++) out[m][j] += c[m][q] * static_cast<float>(rows[q][j]);
+#endif
+}
+
+template <int NR, typename C>
+void bank_expand_tokens(const C* const* rows, i64 N, const float (*c)[4], float* const* out, i64 m, const C* next, int next_rows) {
   for (i64 i = 0; i < m; i += 4) {
-    const i64 left = std::min<i64>(4, m - i);
-    const float* xi = x + i * K;
-    float* ti = t + i * R;
-    switch (left) {
-      case 4: rows_nt<4>(xi, K, A, K, ti, R, K, r0, r1); break;
-      case 3: rows_nt<3>(xi, K, A, K, ti, R, K, r0, r1); break;
-      case 2: rows_nt<2>(xi, K, A, K, ti, R, K, r0, r1); break;
-      default: rows_nt<1>(xi, K, A, K, ti, R, K, r0, r1); break;
+    const C* pf = i == 0 ? next : nullptr;
+    switch (std::min<i64>(4, m - i)) {
+      case 4: bank_expand<NR, 4, C>(rows, N, c + i, out + i, pf, next_rows); break;
+      case 3: bank_expand<NR, 3, C>(rows, N, c + i, out + i, pf, next_rows); break;
+      case 2: bank_expand<NR, 2, C>(rows, N, c + i, out + i, pf, next_rows); break;
+      default: bank_expand<NR, 1, C>(rows, N, c + i, out + i, pf, next_rows); break;
     }
   }
 }
 
-// t[m, R] = x[m, K] · A[R, K]ᵀ; returns the rows that can be nonzero. With `zero_tail` (the
-// op's promise: the rows after A's first all-zero row are zero) A is read 4 rows at a time and
-// reading stops at the first block holding a row whose shrink is zero for every token and whose A
-// row is zero (checked in cache) — a rank-r adapter costs r rows (+ at most 3), not the slot's R.
-i64 lora_shrink(const float* x, i64 m, i64 K, const float* A, i64 R, float* t, bool zero_tail) {
-  if (!zero_tail) {
-    lora_shrink_rows(x, m, K, A, R, t, 0, R);
-    return R;
-  }
-  for (i64 r0 = 0; r0 < R; r0 += 4) {
-    const i64 r1 = std::min<i64>(R, r0 + 4);
-    lora_shrink_rows(x, m, K, A, R, t, r0, r1);
-    for (i64 r = r0; r < r1; r++) {
-      bool zero = true;
-      for (i64 i = 0; i < m && zero; i++) zero = t[i * R + r] == 0.0f;
-      for (i64 q = 0; q < K && zero; q++) zero = A[r * K + q] == 0.0f;
-      if (zero) return r;
+// One group of m tokens on one slot: t = x·Âᵀ (Â[r] = A[r] · as[r], as null for f32 factors),
+// then out(tok) = Σ_r t[tok, r] · B̂[r] (B̂[r] = B[r] · bs[r]). With `zero_tail` (the op's promise:
+// the rows after A's first all-zero row are zero) the shrink stops at the first row whose shrink
+// is zero for every token and whose A row is zero — a rank-r adapter costs r rows (+ at most 3
+// read ahead in its block), not the slot's R. The expand skips rank rows whose coefficients are
+// zero for every token (the padding of a rank-r adapter, when zero_tail is off), so B's padding is
+// not read. `t` holds m·R floats; `outs` the m tokens' output rows, which start as `inits` (the
+// base projection's rows: the bank's term is added to them in place) or zeros when it is null.
+template <typename C>
+void bank_group(const float* x, i64 m, i64 K, const C* A, const float* as, i64 R, const C* B, const float* bs, i64 N, bool zero_tail, float* t, std::vector<float>& cbuf, float* const* outs, const float* const* inits) {
+  i64 rows = R;
+  for (i64 r0 = 0; r0 < R && rows == R; r0 += 4) {
+    const int nr = static_cast<int>(std::min<i64>(4, R - r0));
+    const C* next = r0 + 4 < R ? A + (r0 + 4) * K : nullptr;
+    const int next_rows = static_cast<int>(std::min<i64>(4, R - r0 - 4));
+    for (i64 i = 0; i < m; i += 4) {
+      const C* pf = i == 0 ? next : nullptr;
+      const float* xi = x + i * K;
+      const C* f = A + r0 * K;
+      float* ti = t + i * R + r0;
+      switch (std::min<i64>(4, m - i)) {
+        case 4: bank_shrink4<4, C>(xi, K, f, nr, pf, next_rows, ti, R); break;
+        case 3: bank_shrink4<3, C>(xi, K, f, nr, pf, next_rows, ti, R); break;
+        case 2: bank_shrink4<2, C>(xi, K, f, nr, pf, next_rows, ti, R); break;
+        default: bank_shrink4<1, C>(xi, K, f, nr, pf, next_rows, ti, R); break;
+      }
+    }
+    if (as != nullptr)
+      for (i64 i = 0; i < m; i++)
+        for (i64 r = r0; r < r0 + nr; r++) t[i * R + r] *= as[r];
+    if (zero_tail) {
+      for (i64 r = r0; r < r0 + nr; r++) {
+        bool zero = true;
+        for (i64 i = 0; i < m && zero; i++) zero = t[i * R + r] == 0.0f;
+        for (i64 q = 0; q < K && zero; q++) zero = A[r * K + q] == 0;
+        if (zero) {
+          rows = r;
+          break;
+        }
+      }
     }
   }
-  return R;
-}
-
-// out(tok)[0..N) = Σ_{r < rows} t[tok, r] · B[r, :] for tok < m (t's row stride R): each B row
-// read once for all m tokens, rows whose coefficients are all zero skipped.
-template <typename Out>
-void lora_expand(const float* t, i64 m, i64 R, i64 rows, const float* B, i64 N, const Out& out) {
-  for (i64 i = 0; i < m; i++) std::memset(out(i), 0, sizeof(float) * static_cast<size_t>(N));
-  for (i64 r = 0; r < rows; r++) {
-    bool any = false;
-    for (i64 i = 0; i < m && !any; i++) any = t[i * R + r] != 0.0f;
-    if (!any) continue;
-    if (r + 2 < R) __builtin_prefetch(B + (r + 2) * N);
-    const float* br = B + r * N;
-    for (i64 i = 0; i < m; i++) {
-      const float c = t[i * R + r];
-      if (c != 0.0f) axpy_f32(out(i), br, c, N);
+  for (i64 i = 0; i < m; i++) {
+    if (inits != nullptr) std::memcpy(outs[i], inits[i], sizeof(float) * static_cast<size_t>(N));
+    else std::memset(outs[i], 0, sizeof(float) * static_cast<size_t>(N));
+  }
+  cbuf.resize(static_cast<size_t>(m * 4));
+  auto* c = reinterpret_cast<float (*)[4]>(cbuf.data());
+  for (i64 r0 = 0; r0 < rows; r0 += 4) {
+    // The block's rows with a nonzero coefficient for some token, their coefficients scaled.
+    const C* live[4];
+    int nl = 0;
+    for (i64 r = r0; r < std::min(rows, r0 + 4); r++) {
+      bool any = false;
+      for (i64 i = 0; i < m && !any; i++) any = t[i * R + r] != 0.0f;
+      if (!any) continue;
+      for (i64 i = 0; i < m; i++) c[i][nl] = t[i * R + r] * (bs != nullptr ? bs[r] : 1.0f);
+      live[nl++] = B + r * N;
+    }
+    const C* next = r0 + 4 < rows ? B + (r0 + 4) * N : nullptr;
+    const int next_rows = static_cast<int>(std::min<i64>(4, rows - r0 - 4));
+    switch (nl) {
+      case 4: bank_expand_tokens<4, C>(live, N, c, outs, m, next, next_rows); break;
+      case 3: bank_expand_tokens<3, C>(live, N, c, outs, m, next, next_rows); break;
+      case 2: bank_expand_tokens<2, C>(live, N, c, outs, m, next, next_rows); break;
+      case 1: bank_expand_tokens<1, C>(live, N, c, outs, m, next, next_rows); break;
+      default: break;
     }
   }
 }
 
-// y[b, t] = (x[b, t] · A[idx[b]]ᵀ) · B[idx[b]]: a = [x [B, T, K], A [S, R, K], B [S, R, N], idx [B]]
-// (the gathered slot form's LoRA term). Rows are grouped by slot (`lora_groups`), so the factors of
-// one adapter are streamed once for all the rows that use it: the shrink t = x·Aᵀ of a group's
-// tokens runs as one multi-row pass over A (rows_nt, up to 4 tokens per read of each A row), then
-// the expand walks B's rows once, each row added to every token of the group. A rank row whose
-// shrink is zero for every token of the group (the padding of a rank-r adapter in an R-rank slot:
-// its rows are zero) is not read from B; with i[0] = 1 (the op's zeroTail promise) A's padding is
-// not read either (`lora_shrink`).
+// y[b, t] = base[b, t] + (x[b, t] · Â[idx[b]]ᵀ) · B̂[idx[b]] over the rows of a batch (no base:
+// the term alone), grouped by slot (`lora_groups`): each adapter's factors are streamed once for
+// all the tokens that use it.
+template <typename C>
+void bank_gathered(const float* x, i64 nb, i64 T, i64 K, const C* A, const float* aS, i64 S, i64 R, const C* B, const float* bS, i64 N, const std::vector<i64>& slot, bool zero_tail, const float* base, float* y) {
+  const LoraGroups g = lora_groups(slot, T, pool().size());
+  pool().parallel(static_cast<i64>(g.parts.size()), [&](i64 g0, i64 g1) {
+    std::vector<float> xt, t, cbuf;
+    std::vector<float*> outs;
+    std::vector<const float*> inits;
+    for (i64 gi = g0; gi < g1; gi++) {
+      const auto [r0, r1] = g.parts[static_cast<size_t>(gi)];
+      const i64 s = slot[static_cast<size_t>(g.order[static_cast<size_t>(r0)])];
+      const i64 m = (r1 - r0) * T;  // tokens in this part
+      xt.resize(static_cast<size_t>(m * K));
+      t.assign(static_cast<size_t>(m * R), 0.0f);
+      for (i64 i = r0; i < r1; i++) std::memcpy(xt.data() + (i - r0) * T * K, x + g.order[static_cast<size_t>(i)] * T * K, sizeof(float) * static_cast<size_t>(T * K));
+      outs.resize(static_cast<size_t>(m));
+      inits.resize(static_cast<size_t>(m));
+      for (i64 tok = 0; tok < m; tok++) {
+        const i64 at = (g.order[static_cast<size_t>(r0 + tok / T)] * T + tok % T) * N;
+        outs[static_cast<size_t>(tok)] = y + at;
+        inits[static_cast<size_t>(tok)] = base != nullptr ? base + at : nullptr;
+      }
+      bank_group<C>(xt.data(), m, K, A + s * R * K, aS != nullptr ? aS + s * R : nullptr, R, B + s * R * N, bS != nullptr ? bS + s * R : nullptr, N, zero_tail, t.data(), cbuf, outs.data(), base != nullptr ? inits.data() : nullptr);
+    }
+    // NOTE: one group a part (claimed one at a time): groups differ by up to 8× in rank (the
+    // slots of a step's adapters, sorted by slot, put the big ranks together), and contiguous
+    // chunks of them left one thread idle for a fifth of the instruction.
+  }, nb * T * R * (K + N) < kParallelMin, static_cast<int>(std::min<size_t>(g.parts.size(), 0xFFFF)));
+}
+
+// The base operand a[at] of a LORA / LORA_Q instruction (the encoder passes it when its shape is
+// the result's: the add joins the bank's pass), or null when absent.
+const float* bank_base(Run& p, const Instr& in, size_t at, i64 n) {
+  if (in.a.size() <= at) return nullptr;
+  if (numel(p.shapes[in.a[at]]) != n) fail("RT_BAD_VALUE", "lora: the base projection's shape disagrees with the result");
+  return F(p, in.a[at]);
+}
+
+// y[b, t] = (x[b, t] · A[idx[b]]ᵀ) · B[idx[b]]: a = [x [B, T, K], A [S, R, K], B [S, R, N], idx [B],
+// base?] (the gathered slot form's LoRA term; with a[4], the base projection [B, T, N] it is added
+// to, in the same pass), i[0] = 1: the op's zeroTail promise (`bank_group`).
 void lora_gathered(Run& p, const Instr& in) {
   const auto& xs = p.shapes[in.a[0]];
   const auto& as = p.shapes[in.a[1]];
@@ -1920,183 +2242,15 @@ void lora_gathered(Run& p, const Instr& in) {
   const i64 nb = xs[0], T = xs[1], K = xs[2];
   const i64 S = as[0], R = as[1], N = bs[2];
   if (as[2] != K || bs[0] != S || bs[1] != R || numel(p.shapes[in.a[3]]) != nb) fail("RT_BAD_VALUE", "lora: slot tables disagree with the activations");
-  const float* x = F(p, in.a[0]);
-  const float* A = F(p, in.a[1]);
-  const float* B = F(p, in.a[2]);
-  float* y = F(p, in.r[0]);
   std::vector<i64> slot(static_cast<size_t>(nb));
-  for (i64 b = 0; b < nb; b++) slot[b] = checked_index(index_at(p, in.a[3], b), S, "matmul (gathered operand)");
-  const bool zero_tail = !in.i.empty() && in.i[0] != 0;
-  const LoraGroups g = lora_groups(slot, T, pool().size());
-  pool().parallel(static_cast<i64>(g.parts.size()), [&](i64 g0, i64 g1) {
-    std::vector<float> xt, t;
-    for (i64 gi = g0; gi < g1; gi++) {
-      const auto [r0, r1] = g.parts[static_cast<size_t>(gi)];
-      const i64 s = slot[g.order[static_cast<size_t>(r0)]];
-      const i64 m = (r1 - r0) * T;  // tokens in this part
-      xt.resize(static_cast<size_t>(m * K));
-      t.assign(static_cast<size_t>(m * R), 0.0f);
-      for (i64 i = r0; i < r1; i++) std::memcpy(xt.data() + (i - r0) * T * K, x + g.order[static_cast<size_t>(i)] * T * K, sizeof(float) * static_cast<size_t>(T * K));
-      const i64 rows = lora_shrink(xt.data(), m, K, A + s * R * K, R, t.data(), zero_tail);
-      lora_expand(t.data(), m, R, rows, B + s * R * N, N, [&](i64 tok) { return y + (g.order[static_cast<size_t>(r0 + tok / T)] * T + tok % T) * N; });
-    }
-  }, nb * T * R * (K + N) < kParallelMin, 2);
+  for (i64 b = 0; b < nb; b++) slot[static_cast<size_t>(b)] = checked_index(index_at(p, in.a[3], b), S, "matmul (gathered operand)");
+  const float* base = bank_base(p, in, 4, nb * T * N);
+  bank_gathered<float>(F(p, in.a[0]), nb, T, K, F(p, in.a[1]), nullptr, S, R, F(p, in.a[2]), nullptr, N, slot, !in.i.empty() && in.i[0] != 0, base, F(p, in.r[0]));
 }
 
-// ---- int8 factor tables (adapterDtype 'int8'): codes with an f32 scale per rank row, read in
-// place — a quarter of the f32 tables' bytes, which bounds a many-adapter decode step.
-
-// s = Σ x[i] · q[i] over n int8 codes, for MR token rows x (stride K) at once: each 16 codes are
-// loaded and widened once and multiplied into every token's accumulator.
-template <int MR>
-void dot_rows_i8(const float* x, i64 K, const int8_t* q, i64 n, float* out) {
-#ifdef SML_AVX512
-  if constexpr (MR == 1) {
-    // One token (a decode step's row): four independent accumulators, so the FMA latency does
-    // not serialise the row (one chain would cost ~4 cycles per 16 codes).
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-    i64 i = 0;
-    auto codes = [&](i64 j) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j)))); };
-    for (; i + 64 <= n; i += 64) {
-      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), codes(i), a0);
-      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), codes(i + 16), a1);
-      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), codes(i + 32), a2);
-      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), codes(i + 48), a3);
-    }
-    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), codes(i), a0);
-    if (i < n) {
-      const __mmask16 m = tail_mask(n - i);
-      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i))), a1);
-    }
-    out[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    return;
-  }
-  __m512 acc[MR];
-  for (int t = 0; t < MR; t++) acc[t] = _mm512_setzero_ps();
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i))));
-    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * K + i), qv, acc[t]);
-  }
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i)));
-    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + t * K + i), qv, acc[t]);
-  }
-  for (int t = 0; t < MR; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
-#else
-  for (int t = 0; t < MR; t++) {
-    float s = 0.0f;
-    for (i64 i = 0; i < n; i++) s += x[t * K + i] * static_cast<float>(q[i]);
-    out[t] = s;
-  }
-#endif
-}
-
-// The same over an f32 row (an int8 row widened once, when more than 4 tokens read it).
-template <int MR>
-void dot_rows_f32(const float* x, i64 K, const float* a, i64 n, float* out) {
-#ifdef SML_AVX512
-  __m512 acc[MR];
-  for (int t = 0; t < MR; t++) acc[t] = _mm512_setzero_ps();
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 av = _mm512_loadu_ps(a + i);
-    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * K + i), av, acc[t]);
-  }
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    const __m512 av = _mm512_maskz_loadu_ps(m, a + i);
-    for (int t = 0; t < MR; t++) acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + t * K + i), av, acc[t]);
-  }
-  for (int t = 0; t < MR; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
-#else
-  for (int t = 0; t < MR; t++) {
-    float s = 0.0f;
-    for (i64 i = 0; i < n; i++) s += x[t * K + i] * a[i];
-    out[t] = s;
-  }
-#endif
-}
-
-// y[0..n) = q[0..n) as f32 (one int8 row widened, for several tokens to add).
-inline void widen_i8(float* y, const int8_t* q, i64 n) {
-#ifdef SML_AVX512
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)))));
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i))));
-  }
-#else
-  for (i64 i = 0; i < n; i++) y[i] = static_cast<float>(q[i]);
-#endif
-}
-
-// y[0..n) += s · q[0..n) (int8 codes widened in registers).
-inline void axpy_i8(float* y, const int8_t* q, float s, i64 n) {
-#ifdef SML_AVX512
-  const __m512 sv = _mm512_set1_ps(s);
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i))));
-    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(sv, qv, _mm512_loadu_ps(y + i)));
-  }
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i)));
-    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(sv, qv, _mm512_maskz_loadu_ps(m, y + i)));
-  }
-#else
-  for (i64 i = 0; i < n; i++) y[i] += s * static_cast<float>(q[i]);
-#endif
-}
-
-// t[m, R] = x[m, K] · Âᵀ with Â[r] = A[r] · as[r] (codes A [R, K], scales as [R]); returns the rows
-// that can be nonzero. With `zero_tail` reading stops at the first row whose codes are all zero
-// (the op's promise: every later row is zero too), so a rank-r adapter costs r code rows.
-i64 lora_shrink_q(const float* x, i64 m, i64 K, const int8_t* A, const float* as, i64 R, float* t, bool zero_tail) {
-  // More than 4 tokens (a prefill chunk) would widen each code row once per 4 of them: widen it
-  // once into `wide` and run the f32 dot products instead.
-  std::vector<float> wide(m > 4 ? static_cast<size_t>(K) : 0);
-  for (i64 r = 0; r < R; r++) {
-    const int8_t* ar = A + r * K;
-    if (r + 1 < R) __builtin_prefetch(ar + K);
-    if (m > 4) widen_i8(wide.data(), ar, K);
-    float d[4];
-    for (i64 i = 0; i < m; i += 4) {
-      const i64 left = std::min<i64>(4, m - i);
-      if (m > 4) {
-        switch (left) {
-          case 4: dot_rows_f32<4>(x + i * K, K, wide.data(), K, d); break;
-          case 3: dot_rows_f32<3>(x + i * K, K, wide.data(), K, d); break;
-          case 2: dot_rows_f32<2>(x + i * K, K, wide.data(), K, d); break;
-          default: dot_rows_f32<1>(x + i * K, K, wide.data(), K, d); break;
-        }
-      } else {
-        switch (left) {
-          case 4: dot_rows_i8<4>(x + i * K, K, ar, K, d); break;
-          case 3: dot_rows_i8<3>(x + i * K, K, ar, K, d); break;
-          case 2: dot_rows_i8<2>(x + i * K, K, ar, K, d); break;
-          default: dot_rows_i8<1>(x + i * K, K, ar, K, d); break;
-        }
-      }
-      for (i64 j = 0; j < left; j++) t[(i + j) * R + r] = d[j] * as[r];
-    }
-    if (zero_tail) {
-      bool zero = true;
-      for (i64 i = 0; i < m && zero; i++) zero = t[i * R + r] == 0.0f;
-      for (i64 q = 0; q < K && zero; q++) zero = ar[q] == 0;
-      if (zero) return r;
-    }
-  }
-  return R;
-}
-
-// y[b, t] = (x[b, t] · Â[idx[b]]ᵀ) · B̂[idx[b]]: a = [x [B, T, K], A i8 [S, R, K], as [S, R],
-// B i8 [S, R, N], bs [S, R], idx [B]] — LORA's grouping by slot over int8 tables: each group's
-// code rows are read once, widened in registers (the expand widens a B row once when several
-// tokens add it), and the row scales applied to the shrink's R values, not to the factors.
+// The same over int8 tables: a = [x [B, T, K], A i8 [S, R, K], as [S, R], B i8 [S, R, N], bs [S, R],
+// idx [B], base?] — codes read in place and widened in registers, the row scales applied to the shrink's
+// R values and the expand's coefficients, not to the factors.
 void lora_gathered_q(Run& p, const Instr& in) {
   const auto& xs = p.shapes[in.a[0]];
   const auto& as = p.shapes[in.a[1]];
@@ -2105,51 +2259,10 @@ void lora_gathered_q(Run& p, const Instr& in) {
   const i64 S = as[0], R = as[1], N = bs[2];
   if (as[2] != K || bs[0] != S || bs[1] != R || numel(p.shapes[in.a[2]]) != S * R || numel(p.shapes[in.a[4]]) != S * R || numel(p.shapes[in.a[5]]) != nb) fail("RT_BAD_VALUE", "lora (int8): slot tables and scales disagree with the activations");
   if (p.vals[in.a[1]].dtype != DT_I8 || p.vals[in.a[3]].dtype != DT_I8) fail("RT_BAD_VALUE", "lora (int8): the factor tables must be i8");
-  const float* x = F(p, in.a[0]);
-  const int8_t* A = static_cast<const int8_t*>(p.ptr[in.a[1]]);
-  const float* aS = F(p, in.a[2]);
-  const int8_t* B = static_cast<const int8_t*>(p.ptr[in.a[3]]);
-  const float* bS = F(p, in.a[4]);
-  float* y = F(p, in.r[0]);
   std::vector<i64> slot(static_cast<size_t>(nb));
-  for (i64 b = 0; b < nb; b++) slot[b] = checked_index(index_at(p, in.a[5], b), S, "matmul (gathered operand)");
-  const bool zero_tail = !in.i.empty() && in.i[0] != 0;
-  const LoraGroups g = lora_groups(slot, T, pool().size());
-  pool().parallel(static_cast<i64>(g.parts.size()), [&](i64 g0, i64 g1) {
-    std::vector<float> xt, t, brow;
-    for (i64 gi = g0; gi < g1; gi++) {
-      const auto [r0, r1] = g.parts[static_cast<size_t>(gi)];
-      const i64 s = slot[g.order[static_cast<size_t>(r0)]];
-      const i64 m = (r1 - r0) * T;
-      xt.resize(static_cast<size_t>(m * K));
-      t.assign(static_cast<size_t>(m * R), 0.0f);
-      for (i64 i = r0; i < r1; i++) std::memcpy(xt.data() + (i - r0) * T * K, x + g.order[static_cast<size_t>(i)] * T * K, sizeof(float) * static_cast<size_t>(T * K));
-      const i64 rows = lora_shrink_q(xt.data(), m, K, A + s * R * K, aS + s * R, R, t.data(), zero_tail);
-      auto out = [&](i64 tok) { return y + (g.order[static_cast<size_t>(r0 + tok / T)] * T + tok % T) * N; };
-      for (i64 i = 0; i < m; i++) std::memset(out(i), 0, sizeof(float) * static_cast<size_t>(N));
-      const float* bsc = bS + s * R;
-      for (i64 r = 0; r < rows; r++) {
-        i64 users = 0;
-        for (i64 i = 0; i < m; i++) users += t[i * R + r] != 0.0f ? 1 : 0;
-        if (users == 0) continue;
-        const int8_t* br = B + (s * R + r) * N;
-        if (r + 1 < rows) __builtin_prefetch(br + N);
-        if (users == 1) {
-          for (i64 i = 0; i < m; i++) {
-            const float c = t[i * R + r];
-            if (c != 0.0f) axpy_i8(out(i), br, c * bsc[r], N);
-          }
-          continue;
-        }
-        brow.resize(static_cast<size_t>(N));
-        widen_i8(brow.data(), br, N);
-        for (i64 i = 0; i < m; i++) {
-          const float c = t[i * R + r];
-          if (c != 0.0f) axpy_f32(out(i), brow.data(), c * bsc[r], N);
-        }
-      }
-    }
-  }, nb * T * R * (K + N) < kParallelMin, 2);
+  for (i64 b = 0; b < nb; b++) slot[static_cast<size_t>(b)] = checked_index(index_at(p, in.a[5], b), S, "matmul (gathered operand)");
+  const float* base = bank_base(p, in, 6, nb * T * N);
+  bank_gathered<int8_t>(F(p, in.a[0]), nb, T, K, static_cast<const int8_t*>(p.ptr[in.a[1]]), F(p, in.a[2]), S, R, static_cast<const int8_t*>(p.ptr[in.a[3]]), F(p, in.a[4]), N, slot, !in.i.empty() && in.i[0] != 0, base, F(p, in.r[0]));
 }
 
 void linear(Run& p, const Instr& in) {
@@ -2162,6 +2275,8 @@ void linear(Run& p, const Instr& in) {
   float* y = F(p, in.r[0]);
   if (k == 0) {
     std::memset(y, 0, sizeof(float) * static_cast<size_t>(m * n));
+  } else if (few_rows(m)) {
+    few_gemm(x, k, w, k, y, n, m, k, n, nullptr);
   } else {
     pool().parallel((n + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, k, w, k, y, n, m, k, b * 4, std::min(n, e * 4)); }, m * n * k < kParallelMin);
   }
@@ -2218,6 +2333,10 @@ void lora_linear(Run& p, const Instr& in) {
     }
   }
   const GemmExtra ex{t.data(), R, B, R, R};
+  if (few_rows(m)) {
+    few_gemm(x, k, w, k, y, n, m, k, n, R > 0 ? &ex : nullptr);
+    return;
+  }
   pool().parallel((n + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, k, w, k, y, n, m, k, b * 4, std::min(n, e * 4), R > 0 ? &ex : nullptr); }, m * n * k < kParallelMin);
 }
 
@@ -3262,6 +3381,57 @@ napi_value js_bandwidth(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// fma_peak(reps) → f32 GFLOP/s of the pool's threads (as threads(n) set them) running nothing but
+// independent multiply-adds in registers (12 chains of 16 lanes a thread: enough to cover the FMA
+// latency on two ports): the compute ceiling a GEMM is held against, measured as the pool runs now
+// (a busy machine lowers it). Best of `reps` passes of 2²² steps a thread (about 10 ms).
+napi_value js_fma_peak(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr);
+  int32_t reps = 5;
+  if (argc > 0) napi_get_value_int32(env, argv[0], &reps);
+  reps = std::max(1, std::min(reps, 1000));
+  std::lock_guard<std::mutex> lk(g_run_mutex);
+  constexpr i64 kSteps = i64{1} << 22;
+  const i64 parts = pool().size();
+  std::vector<float> sink(static_cast<size_t>(parts), 0.0f);
+  auto f = [&](i64 p0, i64 p1) {
+    for (i64 part = p0; part < p1; part++) {
+#ifdef SML_AVX512
+      __m512 a[12];
+      for (int c = 0; c < 12; c++) a[c] = _mm512_set1_ps(static_cast<float>(c + part) * 1e-3f);
+      const __m512 b = _mm512_set1_ps(0.999f), d = _mm512_set1_ps(1e-4f);
+      for (i64 s = 0; s < kSteps; s++) {
+        for (int c = 0; c < 12; c++) a[c] = _mm512_fmadd_ps(a[c], b, d);
+        // NOTE: an empty asm with the chains as operands keeps the compiler from folding steps.
+        __asm__ volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]), "+v"(a[6]), "+v"(a[7]), "+v"(a[8]), "+v"(a[9]), "+v"(a[10]), "+v"(a[11]));
+      }
+      __m512 s = a[0];
+      for (int c = 1; c < 12; c++) s = _mm512_add_ps(s, a[c]);
+      sink[static_cast<size_t>(part)] = _mm512_reduce_add_ps(s);
+#else
+      float a[12][16];
+      for (int c = 0; c < 12; c++)
+        for (int l = 0; l < 16; l++) a[c][l] = static_cast<float>(c + l + part) * 1e-3f;
+      for (i64 s = 0; s < kSteps; s++) {
+        for (int c = 0; c < 12; c++)
+          for (int l = 0; l < 16; l++) a[c][l] = a[c][l] * 0.999f + 1e-4f;
+        __asm__ volatile("" : : "r"(&a[0][0]) : "memory");
+      }
+      float s = 0.0f;
+      for (int c = 0; c < 12; c++)
+        for (int l = 0; l < 16; l++) s += a[c][l];
+      sink[static_cast<size_t>(part)] = s;
+#endif
+    }
+  };
+  const double t = best_pass(parts, reps, f);
+  napi_value v;
+  napi_create_double(env, static_cast<double>(parts) * static_cast<double>(kSteps) * 12 * 16 * 2 / t / 1e9 + 0.0 * sink[0], &v);
+  return v;
+}
+
 // NOTE: glibc raises its mmap threshold to the size of every mmapped block freed (up to 32 MiB on
 // 64-bit), and from then on blocks up to that size come from the heap, whose free holes stay
 // resident. A serving process frees such blocks all the time (adapter files read and parsed, KV
@@ -3288,6 +3458,7 @@ napi_value init(napi_env env, napi_value exports) {
       {"abi", nullptr, js_abi, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"profile", nullptr, js_profile, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"bandwidth", nullptr, js_bandwidth, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"fmaPeak", nullptr, js_fma_peak, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   return exports;

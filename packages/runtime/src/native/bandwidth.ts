@@ -49,3 +49,42 @@ export function measureMemoryBandwidth(opts: BandwidthProbeOptions = {}): Memory
   const [readGBs, copyGBs] = addon.bandwidth(bytes, reps);
   return { readGBs, copyGBs, threads, bytes: Math.floor(bytes / 64) * 64 };
 }
+
+/** Options of `measureFmaPeak`. */
+export interface FmaPeakOptions {
+  /** Timed passes of about 10 ms, the best one kept (default 5). */
+  readonly reps?: number;
+  /** Threads of the cpu-native pool to measure with (default: as the last executor sized it). */
+  readonly threads?: number;
+}
+
+/** What `measureFmaPeak` measured. */
+export interface FmaPeak {
+  /** f32 GFLOP/s (a multiply-add counts 2) of the pool's threads together. */
+  readonly gflops: number;
+  /** Threads of the pool that ran the probe. */
+  readonly threads: number;
+}
+
+/**
+ * Measures the f32 multiply-add rate of the cpu-native executor's thread pool: every thread runs
+ * independent FMA chains in registers (no memory traffic), the best of `reps` passes. The
+ * yardstick for compute-bound work: a step's FLOPs ÷ `gflops` is its compute floor, as its bytes
+ * ÷ `measureMemoryBandwidth`'s `readGBs` are its roofline; a step is bound by the larger. On a
+ * shared machine the rate reflects the cores the pool gets now.
+ * Errors: `RT_BAD_VALUE` for reps outside [1, 1000] or a thread count outside [1, 256];
+ * `RT_BACKEND_UNAVAILABLE` when the addon cannot be loaded or built, or predates the probe.
+ */
+export function measureFmaPeak(opts: FmaPeakOptions = {}): FmaPeak {
+  const reps = opts.reps ?? 5;
+  if (!Number.isSafeInteger(reps) || reps < 1 || reps > 1000) throw new RuntimeError(RuntimeCode.BAD_VALUE, `FMA peak probe: reps must be an integer in [1, 1000], got ${String(reps)}`);
+  const addon = loadCpuAddon();
+  if (addon.fmaPeak === undefined) throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, 'FMA peak probe: the loaded cpu-native addon has no fmaPeak() (a build older than ABI 6)');
+  let threads: number;
+  if (opts.threads === undefined) threads = addon.threads(-1);
+  else {
+    if (!Number.isSafeInteger(opts.threads) || opts.threads < 1 || opts.threads > 256) throw new RuntimeError(RuntimeCode.BAD_VALUE, `FMA peak probe: threads must be an integer in [1, 256], got ${String(opts.threads)}`);
+    threads = addon.threads(opts.threads);
+  }
+  return { gflops: addon.fmaPeak(reps), threads };
+}

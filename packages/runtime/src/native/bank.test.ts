@@ -6,7 +6,7 @@ import { expectMatchesInterpreter } from '@stageml/testkit';
 import { describe, expect, test } from 'vitest';
 
 import { CPU_ADDON_ABI, loadCpuAddon } from './addon.js';
-import { createCpuNativeExecutor, measureMemoryBandwidth } from './index.js';
+import { createCpuNativeExecutor, measureFmaPeak, measureMemoryBandwidth } from './index.js';
 
 const executor = createCpuNativeExecutor({ threads: 2 });
 const F32 = { rtol: 2e-5, atol: 2e-5 };
@@ -111,6 +111,21 @@ describe('measureMemoryBandwidth', () => {
     expect(() => measureMemoryBandwidth({ bytes: 1000 })).toThrow(expect.objectContaining({ code: 'RT_BAD_VALUE' }));
     expect(() => measureMemoryBandwidth({ bytes: 2e6, reps: 0 })).toThrow(expect.objectContaining({ code: 'RT_BAD_VALUE' }));
     expect(() => measureMemoryBandwidth({ bytes: 2e6, threads: 0 })).toThrow(expect.objectContaining({ code: 'RT_BAD_VALUE' }));
+  });
+});
+
+describe('measureFmaPeak', () => {
+  test('measures the multiply-add rate of the pool it is given', () => {
+    const peak = measureFmaPeak({ reps: 1, threads: 2 });
+    expect(peak.threads).toBe(2);
+    // Any x86-64 core of this decade runs well over 1 GFLOP/s of FMAs (and the probe counts 2 a multiply-add).
+    expect(peak.gflops).toBeGreaterThan(1);
+    expect(measureFmaPeak({ reps: 1 }).threads).toBe(2);
+  });
+  test('rejects repetitions and thread counts out of range with RT_BAD_VALUE', () => {
+    expect(() => measureFmaPeak({ reps: 0 })).toThrow(expect.objectContaining({ code: 'RT_BAD_VALUE' }));
+    expect(() => measureFmaPeak({ reps: 1.5 })).toThrow(expect.objectContaining({ code: 'RT_BAD_VALUE' }));
+    expect(() => measureFmaPeak({ threads: 300 })).toThrow(expect.objectContaining({ code: 'RT_BAD_VALUE' }));
   });
 });
 

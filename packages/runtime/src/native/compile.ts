@@ -161,6 +161,8 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
     table.push({ dtype: table[like]!.dtype, dims: table[like]!.dims, storage: ST.SLOT, index: -1 });
     return table.length - 1;
   };
+  /** Whether two values have one shape (the same dimension expressions, so equal in every run). */
+  const sameShape = (u: number, v: number): boolean => table[u]!.dims.join(',') === table[v]!.dims.join(',');
   const attentionFlags = (n: OpNode): [number[], number[]] => {
     const scale = n.attrs['scale'] as number | undefined;
     return [[n.attrs['causal'] === true ? 1 : 0, scale === undefined ? 0 : 1], scale === undefined ? [] : [fl(scale)]];
@@ -280,10 +282,15 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
         need(n, at['form'] === 'gathered', 'runs the gathered form (the others are expanded at prepare)');
         const [x, base, A, B, idx] = a as [ValueId, ValueId, ValueId, ValueId, ValueId];
         need(n, [x, base, A, B, y0].every((v) => dtypeOf(v) === 'f32') && dtypeOf(idx) === 'i64', 'needs f32 x, base and tables and an i64 index');
-        const delta = temp(y0);
-        // i[0]: the zeroTail promise (stop reading a slot at its first all-zero A row).
-        code.push({ op: OP.LORA, a: [x, A, B, idx], r: [delta], i: [at['zeroTail'] === true ? 1 : 0], f: [] });
-        code.push({ op: OP.BINARY, a: [base, delta], r, i: [BINARY['add']!], f: [] });
+        // i[0]: the zeroTail promise (stop reading a slot at its first all-zero A row). A base of
+        // the result's shape joins the instruction (each output row starts as its base row: no
+        // [B, T, N] temporary, no add pass); a broadcast one is added after.
+        if (sameShape(base, y0)) code.push({ op: OP.LORA, a: [x, A, B, idx, base], r, i: [at['zeroTail'] === true ? 1 : 0], f: [] });
+        else {
+          const delta = temp(y0);
+          code.push({ op: OP.LORA, a: [x, A, B, idx], r: [delta], i: [at['zeroTail'] === true ? 1 : 0], f: [] });
+          code.push({ op: OP.BINARY, a: [base, delta], r, i: [BINARY['add']!], f: [] });
+        }
         break;
       }
       case 'quantizedLoraBank': {
@@ -292,9 +299,12 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
         need(n, at['form'] === 'gathered', 'runs the gathered form (the others are expanded at prepare)');
         const [x, base, A, aScale, B, bScale, idx] = a as [ValueId, ValueId, ValueId, ValueId, ValueId, ValueId, ValueId];
         need(n, [x, base, aScale, bScale, y0].every((v) => dtypeOf(v) === 'f32') && dtypeOf(A) === 'i8' && dtypeOf(B) === 'i8' && dtypeOf(idx) === 'i64', 'needs f32 x, base and scales, i8 tables and an i64 index');
-        const delta = temp(y0);
-        code.push({ op: OP.LORA_Q, a: [x, A, aScale, B, bScale, idx], r: [delta], i: [at['zeroTail'] === true ? 1 : 0], f: [] });
-        code.push({ op: OP.BINARY, a: [base, delta], r, i: [BINARY['add']!], f: [] });
+        if (sameShape(base, y0)) code.push({ op: OP.LORA_Q, a: [x, A, aScale, B, bScale, idx, base], r, i: [at['zeroTail'] === true ? 1 : 0], f: [] });
+        else {
+          const delta = temp(y0);
+          code.push({ op: OP.LORA_Q, a: [x, A, aScale, B, bScale, idx], r: [delta], i: [at['zeroTail'] === true ? 1 : 0], f: [] });
+          code.push({ op: OP.BINARY, a: [base, delta], r, i: [BINARY['add']!], f: [] });
+        }
         break;
       }
       case 'quantizedLinear': {

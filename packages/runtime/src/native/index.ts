@@ -5,8 +5,8 @@
  */
 export { CPU_ADDON_ABI, NATIVE_ADDON_ENV, NATIVE_BUILD_ENV, NATIVE_CACHE_ENV, addonAbiProblem, cpuAddonOrigin, cpuFlagSet, loadCpuAddon, pickPrebuiltVariant, prebuiltDir, readPrebuiltManifest } from './addon.js';
 export type { CpuAddon, PrebuiltManifest, PrebuiltVariant } from './addon.js';
-export { measureMemoryBandwidth } from './bandwidth.js';
-export type { BandwidthProbeOptions, MemoryBandwidth } from './bandwidth.js';
+export { measureFmaPeak, measureMemoryBandwidth } from './bandwidth.js';
+export type { BandwidthProbeOptions, FmaPeak, FmaPeakOptions, MemoryBandwidth } from './bandwidth.js';
 export { encodeProgram } from './compile.js';
 export type { NativeProgram } from './compile.js';
 export { CPU_NATIVE_CAPABILITIES, CPU_NATIVE_OPS, CPU_NATIVE_RULES, createCpuNativeExecutor } from './executor.js';
