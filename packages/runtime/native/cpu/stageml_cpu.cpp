@@ -175,7 +175,7 @@ class Pool {
 };
 
 std::unique_ptr<Pool> g_pool;
-std::mutex g_run_mutex;  // one run at a time per process (the pool and the arenas are shared)
+std::mutex g_run_mutex;  // one run at a time per process (the pool and the arena are shared)
 
 Pool& pool() {
   if (!g_pool) g_pool = std::make_unique<Pool>(1);
@@ -810,12 +810,15 @@ struct Program {
   // Spare run states (their shape vectors keep their capacity from run to run).
   std::mutex spare_m;
   std::vector<std::unique_ptr<struct Run>> spare;
-  // The intermediates' arena, reused by every run (runs hold g_run_mutex).
+  // Where this run's slots lie in the intermediates' arena (g_arena; runs hold g_run_mutex).
   std::vector<size_t> slot_bytes, slot_off;
-  void* arena = nullptr;
-  size_t arena_bytes = 0;
-  ~Program();
 };
+
+// The intermediates' arena, one for every program of the process: runs are serialized
+// (g_run_mutex) and copy their outputs out, so the arena is the largest run's intermediates, not
+// the sum of every prepared program's (the engine prepares four slot forms).
+void* g_arena = nullptr;
+size_t g_arena_bytes = 0;
 
 i64 numel(const std::vector<i64>& s) {
   i64 n = 1;
@@ -847,7 +850,6 @@ struct Run {
   explicit Run(const Program& p) : vals(p.vals), exprs(p.exprs) {}
 };
 
-Program::~Program() { std::free(arena); }
 
 std::string shape_str(const std::vector<i64>& s) {
   std::string o = "[";
@@ -2782,14 +2784,15 @@ void place(Program& p, Run& r) {
     p.slot_off[s] = total;
     total += (p.slot_bytes[s] + 63) / 64 * 64 + 64;
   }
-  if (total > p.arena_bytes) {
-    std::free(p.arena);
-    p.arena = std::aligned_alloc(64, std::max<size_t>(total, 64));
-    if (p.arena == nullptr) fail("RT_OUT_OF_MEMORY", "cannot allocate " + std::to_string(total) + " bytes of intermediates");
-    p.arena_bytes = total;
+  if (total > g_arena_bytes) {
+    std::free(g_arena);
+    g_arena_bytes = 0;
+    g_arena = std::aligned_alloc(64, std::max<size_t>(total, 64));
+    if (g_arena == nullptr) fail("RT_OUT_OF_MEMORY", "cannot allocate " + std::to_string(total) + " bytes of intermediates");
+    g_arena_bytes = total;
   }
   for (size_t v = 0; v < nv; v++)
-    if (p.vals[v].storage == ST_SLOT) r.ptr[v] = static_cast<uint8_t*>(p.arena) + p.slot_off[static_cast<size_t>(p.vals[v].index)];
+    if (p.vals[v].storage == ST_SLOT) r.ptr[v] = static_cast<uint8_t*>(g_arena) + p.slot_off[static_cast<size_t>(p.vals[v].index)];
 }
 
 // ---------------------------------------------------------------------------------------------

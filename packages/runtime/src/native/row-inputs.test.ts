@@ -132,9 +132,9 @@ describe('joinRows', () => {
 
   test('checkRowsInput refuses a wrong row count, partial or excess positions, and non-f32 rows', () => {
     const ok: RowsInput = { dtype: 'f32', shape: [2, 3, 2], rows: [new Float32Array(2), new Float32Array(6)] };
-    expect(() => checkRowsInput('x', ok)).not.toThrow();
+    expect(() => { checkRowsInput('x', ok); }).not.toThrow();
     for (const rows of [[new Float32Array(2)], [new Float32Array(2), new Float32Array(3)], [new Float32Array(2), new Float32Array(8)], [new Float32Array(2), new Float64Array(2) as unknown as Float32Array]]) {
-      expect(() => checkRowsInput('x', { ...ok, rows })).toThrow(expect.objectContaining({ code: RuntimeCode.BAD_VALUE }));
+      expect(() => { checkRowsInput('x', { ...ok, rows }); }).toThrow(expect.objectContaining({ code: RuntimeCode.BAD_VALUE }));
     }
   });
 });
