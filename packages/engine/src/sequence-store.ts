@@ -220,9 +220,13 @@ export class SequenceStore {
     this.prefix.fit(live);
   }
 
-  /** A sequence's KV record for `positions` positions to start with. */
+  /**
+   * A sequence's KV record for a prompt of `positions` positions: room for the prompt and 16 more
+   * (allocated at its first write; `Sequence.reserve` refines it), so a long prompt's prefill does
+   * not double its buffers chunk after chunk, each growth leaving garbage behind.
+   */
   newKv(positions: number): SequenceKv {
-    return new SequenceKv(this.config.numLayers, this.kvShape[0] * this.kvShape[1], Math.min(64, positions + 16), this.dtype, this.hostKv);
+    return new SequenceKv(this.config.numLayers, this.kvShape[0] * this.kvShape[1], positions + 16, this.dtype, this.hostKv);
   }
 
   /** `ENGINE_BAD_SEQUENCE`: `seq` was released. */
