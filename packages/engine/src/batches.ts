@@ -1,6 +1,6 @@
 import { type HostTensor, hostTensor } from '@stageml/ir';
 import { type LlamaConfig, ModelCode, ModelError } from '@stageml/models';
-import { type CacheRun, type RowSample, argmaxRows } from '@stageml/runtime';
+import { type CacheRun, type RowSample, type RowsInput, argmaxRows } from '@stageml/runtime';
 import { EngineCode, EngineError } from './errors.js';
 import { type Lane, type Outputs, type ProgramRunner, type StepPick, pickRows } from './runner.js';
 import type { Sequence } from './sequence.js';
@@ -9,8 +9,8 @@ import { type ChunkRow, chunkInputs, decodeAttention, prefillInputs } from './st
 
 /**
  * One program run of a batch and its bookkeeping: the inputs of a decode batch, a prefill batch or
- * a mixed batch (decode rows beside prefill chunks), fed from the host's KV (staged) or the
- * executor's caches, and each row's result appended to its sequence (keys and values, positions,
+ * a mixed batch (decode rows beside prefill chunks), fed from the host's KV (each row's buffers in
+ * place where the programs take rows, else staged) or the executor's caches, and each row's result appended to its sequence (keys and values, positions,
  * prefilled prompt, decoded tokens). Grouping rows into batches, plans and retries are the step
  * runner's (`step-runner.ts`).
  */
@@ -48,19 +48,21 @@ export async function decodeBatch(ctx: BatchContext, seqs: readonly Sequence[], 
     input_ids: hostTensor('i64', [rows, 1], tokens),
     position_ids: hostTensor('i64', [rows, 1], seqs.map((s) => s.nextPosition)),
   };
-  // One row: its buffers as zero-copy views. Several: the decode staging kept across steps (only
-  // positions appended since the last step are copied), each row's positions beyond its own
+  // One row: its buffers as zero-copy views. Several: each row's own buffers read in place where
+  // the programs take rows (`rowKv`), else the decode staging kept across steps (only positions
+  // appended since the last step are copied); either way each row's positions beyond its own
   // length masked.
   let past: number;
   let caches: CacheRun | undefined;
+  let pastRows: Record<string, RowsInput> | undefined;
   if (store.caches !== undefined) {
     // Resident KV: the executor holds every row's keys, values and key mask; the new token is attended.
     inputs['attention_mask'] = { dtype: 'f32', shape: [rows, 1], data: new Float32Array(rows) };
     caches = store.cacheRun(seqs, seqs.map(() => [0, 1] as const));
     past = 0;
-  } else if (rows === 1) {
-    past = seqs[0]!.kv.length;
-    store.stagePast(inputs, seqs, past);
+  } else if (rows === 1 || store.rowKv) {
+    past = Math.max(...seqs.map((s) => s.kv.length));
+    pastRows = store.stagePast(inputs, seqs, past);
   } else {
     const staged = store.decodeStaging.stage(seqs.map((s) => s.kv));
     past = staged.cap;
@@ -70,7 +72,7 @@ export async function decodeBatch(ctx: BatchContext, seqs: readonly Sequence[], 
     }
   }
   if (caches === undefined) inputs['attention_mask'] = decodeAttention(seqs, past, config.slidingWindow, store.staging);
-  const out = await runner.run(inputs, slots, lane, caches, produced, pick);
+  const out = await runner.run(inputs, slots, lane, caches, produced, pick, pastRows);
   const { k, v } = store.outputs(out);
   const picks = pick === 'greedy' ? argmaxRows(out['logits']!) : typeof pick === 'object' ? pickRows(out['logits']!, pick) : undefined;
   const logits = out['logits']!.data as Float32Array;
@@ -98,9 +100,10 @@ export async function prefillBatch(ctx: BatchContext, seqs: readonly Sequence[],
   // Resident KV: the executor builds the cached part of the key mask; the run sends the chunk's [rows, C].
   const { inputs, C, past, chunkMasks, nexts } = prefillInputs(seqs, counts, config.slidingWindow, store.caches !== undefined);
   let caches: CacheRun | undefined;
+  let pastRows: Record<string, RowsInput> | undefined;
   if (store.caches !== undefined) caches = store.cacheRun(seqs, counts.map((c) => [C - c, c] as const));
-  else store.stagePast(inputs, seqs, past);
-  const out = await runner.run(inputs, slots, lane, caches, produced, pick);
+  else pastRows = store.stagePast(inputs, seqs, past);
+  const out = await runner.run(inputs, slots, lane, caches, produced, pick, pastRows);
   const { k, v } = store.outputs(out);
   const width = store.kvShape[0] * store.kvShape[1];
   const V = config.vocabSize;
@@ -135,9 +138,10 @@ export async function mixedBatch(ctx: BatchContext, dseqs: readonly Sequence[], 
   const slots = seqs.map((s) => store.check(s));
   const { inputs, C, past, chunkMasks, nexts } = chunkInputs(chunks, config.slidingWindow, store.caches !== undefined);
   let caches: CacheRun | undefined;
+  let pastRows: Record<string, RowsInput> | undefined;
   if (store.caches !== undefined) caches = store.cacheRun(seqs, chunks.map((c) => [C - c.ids.length, c.ids.length] as const));
-  else store.stagePast(inputs, seqs, past);
-  const out = await runner.run(inputs, slots, undefined, caches, produced, pick);
+  else pastRows = store.stagePast(inputs, seqs, past);
+  const out = await runner.run(inputs, slots, undefined, caches, produced, pick, pastRows);
   const { k, v } = store.outputs(out);
   const width = store.kvShape[0] * store.kvShape[1];
   const V = config.vocabSize;

@@ -8,6 +8,7 @@ import { type EngineParts, loadEngine } from './engine-load.js';
 import type { EngineMemory, EngineOptions, EnginePlan, EngineStats, PrefillOptions, ProgramForm, StepRecord, StepResult } from './options.js';
 import { positiveInt } from './options.js';
 import { PlanState } from './plan-state.js';
+import { takesRowKv } from './row-kv.js';
 import { ProgramRunner } from './runner.js';
 import { PromptScorer } from './scoring.js';
 import type { Sequence } from './sequence.js';
@@ -70,6 +71,8 @@ export class Engine {
     this.#reports = new Map(parts.staging.staged.map((st) => [st.report.form, st.report]));
     this.#plans = new PlanState(parts.memoryBudget, parts.fixedPlan, parts.replanEvery);
     this.#seqs = new SequenceStore(config, parts.dtype, parts.caches, parts.hostKvCopy, parts.prefix, this.#plans);
+    // Host KV on programs that read the caches per row (cpu-native): multi-row steps copy no KV.
+    this.#seqs.rowKv = parts.caches === undefined && takesRowKv(Object.values(parts.programs), config.numLayers);
     this.#runner = new ProgramRunner({ ...parts, hostKv: this.#seqs.hostKv, kvOutputs: this.#seqs.kvOutputs }, config);
     this.#adapters = new AdapterSlots(dir, config, parts, this.#plans, () => this.#runner.outTables());
     this.#steps = new StepRunner(config, this.#runner, this.#seqs, this.#adapters, parts.prefillChunk, parts.mergeWaste);

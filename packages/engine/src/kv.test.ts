@@ -79,3 +79,67 @@ describe('SequenceKv without host KV (holdsKv false)', () => {
     expect(held.bytes).toBe((2 * L * 4 * W + 4) * 4);
   });
 });
+
+describe('SequenceKv sizing', () => {
+  /** Keys of layer 1 as position-major rows, to compare contents across growth. */
+  const keys = (kv: SequenceKv): number[] => Array.from(kv.view(1, [W]).k.data);
+
+  it('takes the expected size at once when empty: no doubling, no slack to compact', () => {
+    const kv = new SequenceKv(L, W, 32);
+    kv.expect(37);
+    expect(kv.capacity).toBe(37);
+    grow(kv, 1, 30);
+    grow(kv, 1, 6);
+    expect([kv.length, kv.capacity]).toEqual([36, 37]);
+    // One position of slack (the last token is never fed back) is kept, not copied away.
+    kv.compact();
+    expect(kv.capacity).toBe(37);
+    // Past the expectation it doubles as before, contents kept.
+    const before = keys(kv);
+    grow(kv, 1, 2);
+    expect(kv.capacity).toBe(74);
+    expect(keys(kv).slice(0, before.length)).toEqual(before);
+  });
+
+  it('stops doubling at the expected size when it covers the need; reserves no more than doubling would', () => {
+    const kv = new SequenceKv(L, W, 4);
+    grow(kv, 2, 3);
+    kv.expect(13);
+    expect(kv.capacity).toBe(4);
+    const before = keys(kv);
+    grow(kv, 2, 5);
+    expect([kv.length, kv.capacity]).toEqual([8, 8]);
+    grow(kv, 2, 3);
+    expect([kv.length, kv.capacity]).toEqual([11, 13]);
+    expect(keys(kv).slice(0, before.length)).toEqual(before);
+    // Past the expectation: doubling again.
+    grow(kv, 2, 3);
+    expect(kv.capacity).toBe(26);
+    // A far expectation is not reserved up front.
+    const far = new SequenceKv(L, W, 16);
+    far.expect(1000);
+    expect(far.capacity).toBe(16);
+  });
+
+  it('compacts a slack over an eighth of the capacity, keeps a smaller one; ignores bad hints', () => {
+    const wide = new SequenceKv(L, W, 16);
+    grow(wide, 3, 13);
+    const content = keys(wide);
+    wide.compact();
+    expect(wide.capacity).toBe(13);
+    expect(keys(wide)).toEqual(content);
+    const close = new SequenceKv(L, W, 16);
+    grow(close, 3, 14);
+    close.compact();
+    expect(close.capacity).toBe(16);
+    for (const bad of [0, -3, 2.5, Number.NaN]) {
+      const kv = new SequenceKv(L, W, 16);
+      kv.expect(bad);
+      expect(kv.capacity).toBe(16);
+    }
+    // Never written: compacting shrinks the capacity it would allocate.
+    const unused = new SequenceKv(L, W, 16);
+    unused.compact();
+    expect(unused.capacity).toBe(1);
+  });
+});

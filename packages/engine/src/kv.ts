@@ -4,18 +4,26 @@ import { EngineCode, EngineError } from './errors.js';
 /** Additive mask value of an ignored key: float32's lowest, as HF uses. */
 export const MASKED = -3.4028234663852886e38;
 
+const EMPTY = new Float32Array(0);
+
 /**
  * One sequence's KV cache, resident on the host the executor reads from: per layer a key and a
  * value buffer laid out position-major [capacity, kv_heads, head_dim], so the filled prefix is
- * contiguous — a batch-1 step feeds it as a zero-copy view, and a step's new positions are appended
- * in place. Capacity grows by doubling (amortized O(1) copies per position); `mask` holds each
- * cached position's additive key mask (0 attended, `MASKED` for padding).
+ * contiguous — a step feeds it as a zero-copy view, and a step's new positions are appended in
+ * place. The buffers are allocated at the first write; capacity grows by doubling (amortized O(1)
+ * copies per position), stopping at the positions the sequence is expected to reach (`expect`)
+ * when those cover the need: every growth leaves the old buffers to the garbage collector,
+ * resident until it runs, and every position of slack counts against the KV budget. `mask`
+ * holds each cached position's additive key mask (0 attended, `MASKED` for padding).
  */
 export class SequenceKv {
   #keys: Float32Array[];
   #values: Float32Array[];
   #mask: Float32Array;
   #capacity: number;
+  /** Whether the buffers exist (allocated at the first write, at `capacity`). */
+  #allocated = false;
+  #expected: number | undefined;
   /** Positions filled. */
   length = 0;
 
@@ -35,9 +43,31 @@ export class SequenceKv {
     readonly holdsKv = true,
   ) {
     this.#capacity = Math.max(1, capacity);
-    this.#keys = Array.from({ length: holdsKv ? layers : 0 }, () => new Float32Array(this.#capacity * width));
-    this.#values = Array.from({ length: holdsKv ? layers : 0 }, () => new Float32Array(this.#capacity * width));
+    this.#keys = Array.from({ length: holdsKv ? layers : 0 }, () => EMPTY);
+    this.#values = Array.from({ length: holdsKv ? layers : 0 }, () => EMPTY);
+    this.#mask = EMPTY;
+  }
+
+  /** Allocates the buffers at `capacity` (on the first write). */
+  #ensure(): void {
+    if (this.#allocated) return;
+    this.#keys = this.#keys.map(() => new Float32Array(this.#capacity * this.width));
+    this.#values = this.#values.map(() => new Float32Array(this.#capacity * this.width));
     this.#mask = new Float32Array(this.#capacity);
+    this.#allocated = true;
+  }
+
+  /**
+   * Positions the sequence is expected to reach (its prompt and its request's limit of new tokens:
+   * `Sequence.reserve`). A hint, never a limit, and never more than doubling would reserve: an
+   * empty cache (nothing allocated yet) takes that capacity when it is at most twice the present
+   * one, and a growth that doubles past it stops there when it covers the need. Ignored unless a
+   * positive integer.
+   */
+  expect(positions: number): void {
+    if (!Number.isSafeInteger(positions) || positions < 1) return;
+    this.#expected = positions;
+    if (!this.#allocated && this.length === 0 && positions <= 2 * this.#capacity) this.#capacity = positions;
   }
 
   #held(): void {
@@ -55,9 +85,12 @@ export class SequenceKv {
   }
 
   #reserve(n: number): void {
+    this.#ensure();
     if (n <= this.#capacity) return;
     let cap = this.#capacity;
     while (cap < n) cap *= 2;
+    // Doubling stops at the expected size when that covers the need: no slack past it.
+    if (this.#expected !== undefined && this.#expected >= n && this.#expected < cap) cap = this.#expected;
     const grow = (old: Float32Array, per: number): Float32Array => {
       const next = new Float32Array(cap * per);
       next.set(old.subarray(0, this.length * per));
@@ -103,11 +136,17 @@ export class SequenceKv {
 
   /**
    * Shrinks the buffers to the filled positions (a finished sequence's cache kept for reuse: its
-   * doubling slack, up to half the buffers, would count against the KV budget). One copy.
+   * doubling slack, up to half the buffers, would count against the KV budget). One copy, which
+   * leaves the old buffers to the garbage collector: a slack of at most an eighth of the capacity
+   * (a sequence that reached its expected size) is kept instead, counted at capacity.
    */
   compact(): void {
-    if (this.#capacity <= Math.max(1, this.length)) return;
     const cap = Math.max(1, this.length);
+    if (!this.#allocated) {
+      this.#capacity = Math.min(this.#capacity, cap);
+      return;
+    }
+    if (this.#capacity - cap <= this.#capacity >> 3) return;
     const shrink = (old: Float32Array, per: number): Float32Array => old.slice(0, cap * per);
     this.#keys = this.#keys.map((k) => shrink(k, this.width));
     this.#values = this.#values.map((v) => shrink(v, this.width));

@@ -1,7 +1,7 @@
 import { type HostTensor, StageError, errorMessage, hostTensor } from '@stageml/ir';
 import type { LlamaConfig } from '@stageml/models';
 import { processLogits, samplePick } from '@stageml/models';
-import { type CacheRun, type Executor, type PreparedGraph, type RowSample, firstMaxIndex } from '@stageml/runtime';
+import { type CacheRun, type Executor, type PreparedGraph, type RowSample, type RowsInput, firstMaxIndex, joinRows } from '@stageml/runtime';
 import { EngineCode, EngineError } from './errors.js';
 import type { ProgramForm } from './options.js';
 import { GROUP_SLOT_INPUT, ONE_SLOT_INPUT, ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_SLOT_INPUT, type SlotForm, TOKEN_SLOT_INPUT, chooseSlotForm } from './slot-linear.js';
@@ -112,15 +112,19 @@ export class ProgramRunner {
     inputs[TOKEN_SLOT_INPUT] = hostTensor('i64', [rowSlots.length * seq], rowSlots.flatMap((s) => new Array<number>(seq).fill(s)));
   }
 
-  /** Runs one batch (row r on slot `rowSlots[r]`, every row in `lane` if given) on the program its rows call for. */
-  async run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined, caches: CacheRun | undefined, produced: Outputs, pick: StepPick = 'logits'): Promise<Record<string, HostTensor>> {
+  /**
+   * Runs one batch (row r on slot `rowSlots[r]`, every row in `lane` if given) on the program its
+   * rows call for; `rows`: inputs given per row (`RunOptions.rows`), joined for a program that
+   * does not take them so.
+   */
+  async run(inputs: Record<string, HostTensor>, rowSlots: readonly number[], lane: Lane | undefined, caches: CacheRun | undefined, produced: Outputs, pick: StepPick = 'logits', rows?: Readonly<Record<string, RowsInput>>): Promise<Record<string, HostTensor>> {
     this.checkLive();
     const programs = this.programs;
     if (programs.base !== undefined && lane === undefined && rowSlots.every((s) => s === 0)) {
       if (this.#baseTakesWeights) Object.assign(inputs, this.weightInputs);
       this.runs++;
       this.runsByForm.base++;
-      return this.#runProgram(programs.base, inputs, caches, produced, pick);
+      return this.#runProgram(programs.base, inputs, caches, produced, pick, rows);
     }
     // Rows on slots with output-table rows need the forms that read them; the others run without.
     const outs = this.#prepareOuts !== undefined && this.#tables.hasOuts(rowSlots) ? await this.outTables() : undefined;
@@ -144,7 +148,7 @@ export class ProgramRunner {
     this.runs++;
     this.runsByForm[form]++;
     if (outs !== undefined) this.outRuns++;
-    return this.#runProgram((outs ?? programs)[form]!, inputs, caches, produced, pick);
+    return this.#runProgram((outs ?? programs)[form]!, inputs, caches, produced, pick, rows);
   }
 
   /**
@@ -173,9 +177,10 @@ export class ProgramRunner {
   }
 
   /** Runs `program`, recycling its last finished call's result when recycling outputs; the result goes to `produced`. */
-  async #runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined, produced: Outputs, pick: StepPick = 'logits'): Promise<Record<string, HostTensor>> {
+  async #runProgram(program: PreparedGraph, given: Readonly<Record<string, HostTensor>>, caches: CacheRun | undefined, produced: Outputs, pick: StepPick = 'logits', givenRows?: Readonly<Record<string, RowsInput>>): Promise<Record<string, HostTensor>> {
     // Device slot writes go before the run on the worker's queue; a failed one fails the run.
     await this.#tables.settled();
+    const { inputs, rows } = rowsFor(program, given, givenRows);
     // A pick of greedy rows only (no processing) is an argmax, which every executor whose results cross makes.
     const greedy = pick === 'greedy' || (typeof pick === 'object' && pick.every((r) => r.temperature === 0 && r.processing === undefined));
     const argmax = greedy ? GREEDY_OUTPUTS : undefined;
@@ -183,11 +188,11 @@ export class ProgramRunner {
     // The executor's caches append the new keys and values; without a host copy they need not come back.
     const omit = caches !== undefined && !this.#hostKv ? this.#kvOutputs : undefined;
     const spare = this.spare;
-    if (spare === undefined) return runProgram(program, inputs, this.resident, caches, undefined, argmax, omit, sample);
+    if (spare === undefined) return runProgram(program, inputs, this.resident, caches, undefined, argmax, omit, sample, rows);
     // Taken while the run is in flight: a concurrent run of the same program allocates.
     const recycle = spare.get(program);
     spare.delete(program);
-    const out = await runProgram(program, inputs, this.resident, caches, recycle, argmax, omit, sample);
+    const out = await runProgram(program, inputs, this.resident, caches, recycle, argmax, omit, sample, rows);
     produced.set(program, out);
     return out;
   }
@@ -217,10 +222,25 @@ export class ProgramRunner {
 /** What a greedy decode step needs of its logits: each row's largest (`RunOptions.argmax`). */
 const GREEDY_OUTPUTS: readonly string[] = ['logits'];
 
+/**
+ * The inputs of a run of `program` given `rows` (inputs per row): passed per row where the program
+ * takes every one of them so (`PreparedGraph.rowInputs`), else joined into `inputs` (one copy).
+ */
+export function rowsFor(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, rows: Readonly<Record<string, RowsInput>> | undefined): { inputs: Readonly<Record<string, HostTensor>>; rows: Readonly<Record<string, RowsInput>> | undefined } {
+  if (rows === undefined) return { inputs, rows };
+  const names = Object.keys(rows);
+  if (names.length === 0) return { inputs, rows: undefined };
+  const takes = program.rowInputs;
+  if (takes !== undefined && names.every((n) => takes.has(n))) return { inputs, rows };
+  const joined: Record<string, HostTensor> = { ...inputs };
+  for (const n of names) joined[n] = joinRows(rows[n]!);
+  return { inputs: joined, rows: undefined };
+}
+
 /** Runs a prepared program; a foreign failure becomes `ENGINE_RUN_FAILED` (coded errors pass through). */
-export async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun, recycle?: Readonly<Record<string, HostTensor>>, argmax?: readonly string[], omit?: readonly string[], sample?: Readonly<Record<string, readonly RowSample[]>>): Promise<Record<string, HostTensor>> {
+export async function runProgram(program: PreparedGraph, inputs: Readonly<Record<string, HostTensor>>, resident: ReadonlySet<string>, caches?: CacheRun, recycle?: Readonly<Record<string, HostTensor>>, argmax?: readonly string[], omit?: readonly string[], sample?: Readonly<Record<string, readonly RowSample[]>>, rows?: Readonly<Record<string, RowsInput>>): Promise<Record<string, HostTensor>> {
   try {
-    return await program.run(inputs, { resident, ...(caches === undefined ? {} : { caches }), ...(recycle === undefined ? {} : { recycle }), ...(argmax === undefined ? {} : { argmax }), ...(omit === undefined ? {} : { omit }), ...(sample === undefined ? {} : { sample }) });
+    return await program.run(inputs, { resident, ...(caches === undefined ? {} : { caches }), ...(recycle === undefined ? {} : { recycle }), ...(argmax === undefined ? {} : { argmax }), ...(omit === undefined ? {} : { omit }), ...(sample === undefined ? {} : { sample }), ...(rows === undefined ? {} : { rows }) });
   } catch (e) {
     if (e instanceof StageError) throw e;
     throw new EngineError(EngineCode.RUN_FAILED, `running the model failed: ${errorMessage(e)}`, { cause: e });

@@ -1,12 +1,13 @@
 import { type HostTensor, dtypeBytes } from '@stageml/ir';
 import { type LlamaConfig, ModelCode, ModelError } from '@stageml/models';
-import type { CacheRun, CacheStore, CacheStream } from '@stageml/runtime';
+import type { CacheRun, CacheStore, CacheStream, RowsInput } from '@stageml/runtime';
 import type { EngineDType } from './dtype.js';
 import { EngineCode, EngineError } from './errors.js';
 import { DecodeStaging, MASKED, SequenceKv, Staging } from './kv.js';
 import type { LoraAdapter } from '@stageml/peft';
 import type { PlanState } from './plan-state.js';
 import { type PrefixCache, type PrefixHit, adapterReachesKv } from './prefix-cache.js';
+import { pastRows } from './row-kv.js';
 import { Sequence } from './sequence.js';
 import { ROW_GROUP_INPUT, ROW_MASK_INPUT, ROW_SLOT_INPUT, TOKEN_SLOT_INPUT } from './slot-linear.js';
 import { stagePast } from './steps.js';
@@ -50,6 +51,11 @@ export class SequenceStore {
   readonly #holders = new WeakMap<SequenceKv, Sequence>();
   /** Bytes one position of a sequence's KV takes on the executor (keys and values at the compute dtype, the f32 mask entry). */
   readonly executorBytesPerPosition: number;
+  /**
+   * Whether multi-row steps feed each row's host KV in place (`RunOptions.rows`, row-kv.ts): the
+   * programs read the caches per row (cpu-native). False: rows are copied into the staging buffers.
+   */
+  rowKv = false;
 
   constructor(
     readonly config: LlamaConfig,
@@ -214,9 +220,13 @@ export class SequenceStore {
     this.prefix.fit(live);
   }
 
-  /** A sequence's KV record for `positions` positions to start with. */
+  /**
+   * A sequence's KV record for a prompt of `positions` positions: room for the prompt and 16 more
+   * (allocated at its first write; `Sequence.reserve` refines it), so a long prompt's prefill does
+   * not double its buffers chunk after chunk, each growth leaving garbage behind.
+   */
   newKv(positions: number): SequenceKv {
-    return new SequenceKv(this.config.numLayers, this.kvShape[0] * this.kvShape[1], Math.min(64, positions + 16), this.dtype, this.hostKv);
+    return new SequenceKv(this.config.numLayers, this.kvShape[0] * this.kvShape[1], positions + 16, this.dtype, this.hostKv);
   }
 
   /** `ENGINE_BAD_SEQUENCE`: `seq` was released. */
@@ -238,9 +248,14 @@ export class SequenceStore {
     return h;
   }
 
-  /** Stages the cached prefixes (`past` positions) of `seqs` as the run's `past_*` inputs. */
-  stagePast(inputs: Record<string, HostTensor>, seqs: readonly Sequence[], past: number): void {
+  /**
+   * The cached prefixes (`past` positions) of `seqs` as the run's `past_*` inputs: with `rowKv`,
+   * several rows as per-row views (returned, for `RunOptions.rows`); else staged into `inputs`.
+   */
+  stagePast(inputs: Record<string, HostTensor>, seqs: readonly Sequence[], past: number): Record<string, RowsInput> | undefined {
+    if (this.rowKv && seqs.length > 1) return pastRows(seqs, past, this.kvShape);
     stagePast(inputs, seqs, past, this.kvShape, this.staging);
+    return undefined;
   }
 
   /**

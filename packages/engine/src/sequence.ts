@@ -30,12 +30,7 @@ export class Sequence {
   cachedTokens = 0;
   /** The executor's cache holding this sequence's KV (`Executor.caches`), when the engine keeps KV there. */
   cache: number | undefined;
-  /**
-   * Positions the sequence is expected to reach (its prompt plus the request's limit of new
-   * tokens), when the caller knows it: a hint an executor keeping a persistent batch of caches
-   * sizes that batch by, so it is not re-staged as rows grow (`CacheRow.reserve`). Never a limit.
-   */
-  reserve: number | undefined;
+  #reserve: number | undefined;
 
   constructor(
     /** Adapter name, or undefined for the base model. */
@@ -47,6 +42,21 @@ export class Sequence {
     /** The resident KV cache. */
     readonly kv: SequenceKv,
   ) {}
+
+  /**
+   * Positions the sequence is expected to reach (its prompt plus the request's limit of new
+   * tokens), when the caller knows it: a hint an executor keeping a persistent batch of caches
+   * sizes that batch by, so it is not re-staged as rows grow (`CacheRow.reserve`), and the host KV
+   * is sized by (`SequenceKv.expect`: one allocation instead of doubling). Never a limit.
+   */
+  get reserve(): number | undefined {
+    return this.#reserve;
+  }
+
+  set reserve(positions: number | undefined) {
+    this.#reserve = positions;
+    if (positions !== undefined) this.kv.expect(positions);
+  }
 
   /** Whether the whole prompt is prefilled (the sequence decodes). */
   get ready(): boolean {

@@ -49,10 +49,11 @@ export function asWeightStore(w: WeightStore | Readonly<Record<string, HostTenso
 
 /**
  * Binds the symbols of declared types to the dims of actual tensors and checks every dim. Throws
- * `IR_BINDING_MISMATCH` naming the value and dim on any disagreement.
+ * `IR_BINDING_MISMATCH` naming the value and dim on any disagreement. An entry without `data` is
+ * checked by dtype and shape alone (an input whose data comes in another form, e.g. per row).
  */
 export function bindDims(
-  entries: readonly { readonly name: string; readonly type: TensorType; readonly value: HostTensor }[],
+  entries: readonly { readonly name: string; readonly type: TensorType; readonly value: Pick<HostTensor, 'dtype' | 'shape'> & { readonly data?: HostTensor['data'] } }[],
   initial: DimBindings = {},
   opts: { readonly allowUnbound?: boolean } = {},
 ): Record<string, number> {
@@ -88,7 +89,7 @@ export function bindDims(
         throw new IrError(IrCode.BINDING_MISMATCH, `'${name}' dim ${String(i)} must be ${dimToString(d)} = ${String(want)}, got ${String(value.shape[i])}`);
       }
     });
-    if (value.data.length !== value.shape.reduce((a, x) => a * x, 1)) {
+    if (value.data !== undefined && value.data.length !== value.shape.reduce((a, x) => a * x, 1)) {
       throw new IrError(IrCode.BINDING_MISMATCH, `'${name}' has ${String(value.data.length)} elements for shape [${value.shape.join(', ')}]`);
     }
   }

@@ -1,5 +1,6 @@
 import { COMPOSITE_OPS, type DType, OP_KEYS, type Graph, type HostTensor, type OpKey, type WeightStore, bindDims, expandComposites, graphInputs, graphParams, typeToString, errorMessage } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from './errors.js';
+import type { RowsInput } from './row-inputs.js';
 import { type ValueSource, toStore } from './values.js';
 
 /** A graph prepared once on an executor and run many times. */
@@ -10,6 +11,11 @@ export interface PreparedGraph {
   run(inputs: Readonly<Record<string, HostTensor>>, opts?: RunOptions): Promise<Record<string, HostTensor>>;
   /** Releases executor-resident memory; later `run` calls fail with `RT_DISPOSED`. */
   dispose(): void;
+  /**
+   * The inputs a run may give per row (`RunOptions.rows`), read in place: on cpu-native, those
+   * read only as cached attention's position-major caches. Absent: none.
+   */
+  readonly rowInputs?: ReadonlySet<string>;
 }
 
 /** Options of one `PreparedGraph.run`. */
@@ -26,6 +32,14 @@ export interface RunOptions {
    * executor computes), instead of from `inputs`; only executors with `caches` accept it.
    */
   readonly caches?: CacheRun;
+  /**
+   * Inputs given per row (`RowsInput`: each row's leading positions in a buffer of its own)
+   * instead of in `inputs`, which must not name them too. Only inputs the prepared graph lists in
+   * `rowInputs` may be: cpu-native refuses any other with `RT_BAD_VALUE`, and an executor that lists
+   * none does not read `rows` (the run misses the input: `RT_MISSING_INPUT`). Give such inputs
+   * joined (`joinRows`).
+   */
+  readonly rows?: Readonly<Record<string, RowsInput>>;
   /**
    * An earlier result of this prepared graph that the caller no longer reads: the executor may
    * write this run's outputs into its storage instead of allocating new buffers (a decode step's
@@ -426,11 +440,12 @@ export function resolveWeights(graph: Graph, weights: ValueSource | undefined): 
 const inputsOf = new WeakMap<Graph, { readonly nodes: number; readonly declared: ReturnType<typeof graphInputs>; readonly names: ReadonlySet<string> }>();
 
 /**
- * Checks run-time inputs against a graph's signature: every input present, none unknown, dtypes and
- * shapes consistent with the declared types and with the parameters' bindings. Returns the
- * symbol bindings. Errors: `RT_MISSING_INPUT`, `RT_UNKNOWN_INPUT`, `RT_BAD_VALUE`.
+ * Checks run-time inputs against a graph's signature: every input present (in `inputs`, or per row
+ * in `rows`), none unknown, dtypes and shapes consistent with the declared types and with the
+ * parameters' bindings. Returns the symbol bindings. Errors: `RT_MISSING_INPUT`,
+ * `RT_UNKNOWN_INPUT`, `RT_BAD_VALUE` (also for an input given both ways).
  */
-export function checkInputs(graph: Graph, inputs: Readonly<Record<string, HostTensor>>, paramBindings: Readonly<Record<string, number>> = {}): Record<string, number> {
+export function checkInputs(graph: Graph, inputs: Readonly<Record<string, HostTensor>>, paramBindings: Readonly<Record<string, number>> = {}, rows: Readonly<Record<string, RowsInput>> = {}): Record<string, number> {
   // NOTE: passes return new graphs, so a graph's input list is built once (an engine checks the
   // inputs of every decode step); a graph grown since (a builder's) is read again.
   let known = inputsOf.get(graph);
@@ -439,12 +454,17 @@ export function checkInputs(graph: Graph, inputs: Readonly<Record<string, HostTe
     inputsOf.set(graph, (known = { nodes: graph.nodes.length, declared: list, names: new Set(list.map((n) => n.name)) }));
   }
   const { declared, names } = known;
-  for (const k of Object.keys(inputs)) {
+  for (const k of [...Object.keys(inputs), ...Object.keys(rows)]) {
     if (!names.has(k)) throw new RuntimeError(RuntimeCode.UNKNOWN_INPUT, `'${k}' is not an input of @${graph.name} (inputs: ${[...names].join(', ') || 'none'})`);
+  }
+  for (const k of Object.keys(rows)) {
+    if (Object.hasOwn(inputs, k)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `input '${k}' is given both as a tensor and per row`);
   }
   const entries = declared.map((n) => {
     const type = graph.values[n.results[0]!]!.type;
-    const value = inputs[n.name];
+    const perRow = rows[n.name];
+    // Per row: checked by dtype and shape (its rows by `checkRowsInput`).
+    const value = perRow === undefined ? inputs[n.name] : { dtype: perRow.dtype, shape: perRow.shape };
     if (value === undefined) throw new RuntimeError(RuntimeCode.MISSING_INPUT, `input '${n.name}' (${typeToString(type)}) was not supplied`, { at: { graph: graph.name, value: n.name } });
     return { name: n.name, type, value };
   });

@@ -24,6 +24,8 @@ export type { QuantizeLinearsOptions, QuantizeLinearsResult, QuantizedWeightInfo
 export type { SpecializeOptions, SpecializeReport, SpecializeResult } from './specialize.js';
 export { PreparedGraphs, argmaxRows, capabilitiesOfTable, checkInputs, checkRowSamples, expandFor, firstMaxIndex, fusedComposites, inputChanged, inputGeneration, resolveWeights } from './executor.js';
 export type { CacheRow, CacheRun, CacheStore, CacheStream, Executor, PreparedGraph, RowProcessing, RowSample, RunOptions } from './executor.js';
+export { checkRowsInput, joinRows } from './row-inputs.js';
+export type { RowsInput } from './row-inputs.js';
 export { INTERPRETER_CAPABILITIES, interpreterExecutor } from './interpreter-executor.js';
 export { BUNDLE_FORMAT, BUNDLE_VERSION, loadBundle, writeBundle } from './bundle.js';
 export type { BundleManifest, LoadedBundle, WriteBundleOptions } from './bundle.js';

@@ -176,7 +176,7 @@ class Pool {
 };
 
 std::unique_ptr<Pool> g_pool;
-std::mutex g_run_mutex;  // one run at a time per process (the pool and the arenas are shared)
+std::mutex g_run_mutex;  // one run at a time per process (the pool and the arena are shared)
 
 Pool& pool() {
   if (!g_pool) g_pool = std::make_unique<Pool>(1);
@@ -931,7 +931,7 @@ enum Op {
 // The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
 // prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
 // detected at load instead of failing on an instruction it lacks.
-constexpr int kAbi = 6;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns; 6: few-row GEMM (x packed transposed), gathered LoRA kernels, fmaPeak()
+constexpr int kAbi = 7;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns; 6: few-row GEMM (x packed transposed), gathered LoRA kernels, fmaPeak(); 7: row inputs (run takes an array of per-row buffers for a cache input of ATTENTION_KV; rowInputs())
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -967,21 +967,36 @@ struct Program {
   std::vector<size_t> param_bytes;
   std::vector<napi_ref> refs;
   std::vector<int> output_vals;
+  // Per input: whether a run may give it as per-row buffers (see RowInput): every read of it is
+  // an ATTENTION_KV cache operand in the position-major layout.
+  std::vector<uint8_t> row_ok;
   // Spare run states (their shape vectors keep their capacity from run to run).
   std::mutex spare_m;
   std::vector<std::unique_ptr<struct Run>> spare;
-  // The intermediates' arena, reused by every run (runs hold g_run_mutex).
+  // Where this run's slots lie in the intermediates' arena (g_arena; runs hold g_run_mutex).
   std::vector<size_t> slot_bytes, slot_off;
-  void* arena = nullptr;
-  size_t arena_bytes = 0;
-  ~Program();
 };
+
+// The intermediates' arena, one for every program of the process: runs are serialized
+// (g_run_mutex) and copy their outputs out, so the arena is the largest run's intermediates, not
+// the sum of every prepared program's (the engine prepares four slot forms).
+void* g_arena = nullptr;
+size_t g_arena_bytes = 0;
 
 i64 numel(const std::vector<i64>& s) {
   i64 n = 1;
   for (i64 d : s) n *= d;
   return n;
 }
+
+// An input given per batch row (a cache operand of ATTENTION_KV, [B, S, h, d] position-major):
+// row b's first len[b] ≤ S positions at p[b], each row in its own buffer (a sequence's own KV,
+// read in place instead of copied into one contiguous batch); positions at or past len[b] read
+// as zeros (the caller masks them).
+struct RowInput {
+  std::vector<const float*> p;
+  std::vector<i64> len;
+};
 
 // One run's bindings: symbol values, every value's shape and where its data is.
 struct Run {
@@ -990,10 +1005,14 @@ struct Run {
   std::vector<i64> dimv;
   std::vector<std::vector<i64>> shapes;
   std::vector<void*> ptr;
+  // Per value: its index in `rows` when the run gives it per row, else -1.
+  std::vector<int> row_of;
+  std::vector<RowInput> rows;
+  // One zero row (the widest head dim read so far): what a per-row input's missing positions read.
+  std::vector<float> zeros;
   explicit Run(const Program& p) : vals(p.vals), exprs(p.exprs) {}
 };
 
-Program::~Program() { std::free(arena); }
 
 std::string shape_str(const std::vector<i64>& s) {
   std::string o = "[";
@@ -1271,11 +1290,19 @@ void softmax_axis(const float* x, float* y, i64 outer, i64 n, i64 inner) {
 // Keys or values as up to two segments along the sequence axis, each [nb, h, s, d] (layout 0) or
 // [nb, s, h, d] (layout 1, the cache inputs as the engine feeds them: read in place, no transpose
 // or concatenation).
+// A segment given per row (RowInput, layout 1 only) reads row b's positions from rp[b], those at
+// or past rl[b] from `zero`.
 struct Seg {
   const float* p = nullptr;
   i64 s = 0, h = 0, d = 0;
   int layout = 0;
-  const float* row(i64 b, i64 hh, i64 j) const { return layout == 0 ? p + ((b * h + hh) * s + j) * d : p + ((b * s + j) * h + hh) * d; }
+  const float* const* rp = nullptr;
+  const i64* rl = nullptr;
+  const float* zero = nullptr;
+  const float* row(i64 b, i64 hh, i64 j) const {
+    if (rp != nullptr) return j < rl[b] ? rp[b] + (j * h + hh) * d : zero;
+    return layout == 0 ? p + ((b * h + hh) * s + j) * d : p + ((b * s + j) * h + hh) * d;
+  }
 };
 
 Seg seg_of(Run& p, int v, int layout) {
@@ -1287,6 +1314,16 @@ Seg seg_of(Run& p, int v, int layout) {
   g.d = sh[r - 1];
   g.h = layout == 0 ? sh[r - 3] : sh[r - 2];
   g.s = layout == 0 ? sh[r - 2] : sh[r - 3];
+  const int ri = p.row_of.empty() ? -1 : p.row_of[static_cast<size_t>(v)];
+  if (ri >= 0) {
+    // Compile admits per-row inputs only here, as position-major caches (Program::row_ok).
+    if (layout != 1 || r != 4) fail("CPU_INTERNAL", "a per-row input read in another layout");
+    const RowInput& ro = p.rows[static_cast<size_t>(ri)];
+    if (p.zeros.size() < static_cast<size_t>(g.d)) p.zeros.assign(static_cast<size_t>(g.d), 0.0f);
+    g.rp = ro.p.data();
+    g.rl = ro.len.data();
+    g.zero = p.zeros.data();
+  }
   return g;
 }
 
@@ -2866,14 +2903,15 @@ void place(Program& p, Run& r) {
     p.slot_off[s] = total;
     total += (p.slot_bytes[s] + 63) / 64 * 64 + 64;
   }
-  if (total > p.arena_bytes) {
-    std::free(p.arena);
-    p.arena = std::aligned_alloc(64, std::max<size_t>(total, 64));
-    if (p.arena == nullptr) fail("RT_OUT_OF_MEMORY", "cannot allocate " + std::to_string(total) + " bytes of intermediates");
-    p.arena_bytes = total;
+  if (total > g_arena_bytes) {
+    std::free(g_arena);
+    g_arena_bytes = 0;
+    g_arena = std::aligned_alloc(64, std::max<size_t>(total, 64));
+    if (g_arena == nullptr) fail("RT_OUT_OF_MEMORY", "cannot allocate " + std::to_string(total) + " bytes of intermediates");
+    g_arena_bytes = total;
   }
   for (size_t v = 0; v < nv; v++)
-    if (p.vals[v].storage == ST_SLOT) r.ptr[v] = static_cast<uint8_t*>(p.arena) + p.slot_off[static_cast<size_t>(p.vals[v].index)];
+    if (p.vals[v].storage == ST_SLOT) r.ptr[v] = static_cast<uint8_t*>(g_arena) + p.slot_off[static_cast<size_t>(p.vals[v].index)];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -3020,6 +3058,30 @@ napi_value js_compile(napi_env env, napi_callback_info info) {
       }
     }
     if (pos != ni) fail("CPU_INTERNAL", "program has trailing data");
+    // An input may be given per row where every instruction reading it is ATTENTION_KV taking it
+    // as a position-major cache segment (a = [q, k₀, k₁, v₀, v₁, mask?], layouts in i[2..5]).
+    p->row_ok.assign(static_cast<size_t>(p->ninputs), 0);
+    {
+      std::vector<int> input_val(static_cast<size_t>(p->ninputs), -1);
+      for (int v = 0; v < nval; v++)
+        if (p->vals[v].storage == ST_INPUT && p->vals[v].index >= 0 && p->vals[v].index < p->ninputs) input_val[static_cast<size_t>(p->vals[v].index)] = v;
+      std::vector<uint8_t> bad(static_cast<size_t>(nval), 0), read(static_cast<size_t>(nval), 0);
+      for (const Instr& in : p->code)
+        for (size_t j = 0; j < in.a.size(); j++) {
+          const int v = in.a[j];
+          if (v < 0 || v >= nval) continue;
+          read[static_cast<size_t>(v)] = 1;
+          const bool cache = in.op == OP_ATTENTION_KV && in.i.size() >= 6 && ((j == 1 && in.i[2] == 1) || (j == 3 && in.i[4] == 1));
+          if (!cache) bad[static_cast<size_t>(v)] = 1;
+        }
+      // Views of an input (reshape, gather view) read it too.
+      for (int v = 0; v < nval; v++)
+        if (p->vals[v].storage == ST_VIEW && p->vals[v].index >= 0 && p->vals[v].index < nval) bad[static_cast<size_t>(p->vals[v].index)] = 1;
+      for (int k = 0; k < p->ninputs; k++) {
+        const int v = input_val[static_cast<size_t>(k)];
+        p->row_ok[static_cast<size_t>(k)] = v >= 0 && read[static_cast<size_t>(v)] != 0 && bad[static_cast<size_t>(v)] == 0 && p->vals[v].dtype == DT_F32 && p->vals[v].dims.size() == 4 ? 1 : 0;
+      }
+    }
     napi_value ext;
     Program* raw = p.release();
     NAPI(napi_create_external(env, raw, finalize_program, nullptr, &ext));
@@ -3144,6 +3206,8 @@ napi_value js_run(napi_env env, napi_callback_info info) {
     Run& run = w->run;
     bind_shapes(p, run, syms);
     run.ptr.assign(p.vals.size(), nullptr);
+    run.row_of.clear();
+    run.rows.clear();
     napi_ref pr;
     NAPI(napi_create_reference(env, argv[0], 1, &pr));
     w->pins.push_back(pr);
@@ -3152,10 +3216,40 @@ napi_value js_run(napi_env env, napi_callback_info info) {
     if (static_cast<int>(nin) != p.ninputs) fail("CPU_INTERNAL", "input count");
     std::vector<void*> inptr(nin);
     std::vector<size_t> inbytes(nin);
+    // Per input given as an array of per-row Float32Arrays: its rows' data and bytes.
+    std::vector<std::vector<std::pair<const float*, size_t>>> inrows(nin);
+    std::vector<uint8_t> is_rows(nin, 0);
     for (uint32_t j = 0; j < nin; j++) {
       napi_value e;
       NAPI(napi_get_element(env, argv[2], j, &e));
-      inptr[j] = any_typed_data(env, e, &inbytes[j]);
+      bool arr = false;
+      NAPI(napi_is_array(env, e, &arr));
+      if (!arr) {
+        inptr[j] = any_typed_data(env, e, &inbytes[j]);
+        continue;
+      }
+      if (p.row_ok[j] == 0) fail("RT_BAD_VALUE", "input " + std::to_string(j) + " cannot be given per row (only a position-major cache operand of cached attention can)");
+      is_rows[j] = 1;
+      uint32_t n;
+      NAPI(napi_get_array_length(env, e, &n));
+      for (uint32_t b = 0; b < n; b++) {
+        napi_value rv;
+        NAPI(napi_get_element(env, e, b, &rv));
+        bool ta = false;
+        NAPI(napi_is_typedarray(env, rv, &ta));
+        napi_typedarray_type t = napi_int8_array;
+        if (ta) {
+          size_t len, off;
+          void* data;
+          napi_value ab;
+          NAPI(napi_get_typedarray_info(env, rv, &t, &len, &data, &ab, &off));
+          if (t == napi_float32_array) {
+            inrows[j].emplace_back(static_cast<const float*>(data), len * 4);
+            continue;
+          }
+        }
+        fail("RT_BAD_VALUE", "input " + std::to_string(j) + " row " + std::to_string(b) + " is not a Float32Array");
+      }
     }
     // The array pins its typed arrays (and their buffers) until the run completes.
     napi_ref inr;
@@ -3167,7 +3261,24 @@ napi_value js_run(napi_env env, napi_callback_info info) {
     for (size_t v = 0; v < p.vals.size(); v++) {
       const Val& val = p.vals[v];
       const size_t bytes = dtype_bytes(val.dtype) * static_cast<size_t>(numel(run.shapes[v]));
-      if (val.storage == ST_INPUT) {
+      if (val.storage == ST_INPUT && is_rows[static_cast<size_t>(val.index)] != 0) {
+        // [B, S, h, d]: B rows, each holding its first ≤ S positions of h·d floats.
+        const auto& sh = run.shapes[v];
+        const auto& rs = inrows[static_cast<size_t>(val.index)];
+        if (static_cast<i64>(rs.size()) != sh[0]) fail("RT_BAD_VALUE", "input " + std::to_string(val.index) + " has " + std::to_string(rs.size()) + " rows, its shape " + shape_str(sh) + " needs " + std::to_string(sh[0]));
+        const size_t pos_bytes = 4 * static_cast<size_t>(sh[2] * sh[3]);
+        if (run.row_of.size() != p.vals.size()) run.row_of.assign(p.vals.size(), -1);
+        run.row_of[v] = static_cast<int>(run.rows.size());
+        RowInput ri;
+        for (const auto& [ptr, nb] : rs) {
+          if (pos_bytes == 0 || nb % pos_bytes != 0 || static_cast<i64>(nb / pos_bytes) > sh[1])
+            fail("RT_BAD_VALUE", "input " + std::to_string(val.index) + ": a row of " + std::to_string(nb) + " bytes is not whole positions of " + std::to_string(pos_bytes) + " bytes, at most " + std::to_string(sh[1]) + " (shape " + shape_str(sh) + ")");
+          ri.p.push_back(ptr);
+          ri.len.push_back(static_cast<i64>(nb / pos_bytes));
+        }
+        run.rows.push_back(std::move(ri));
+        run.ptr[v] = nullptr;
+      } else if (val.storage == ST_INPUT) {
         if (inbytes[static_cast<size_t>(val.index)] < bytes)
           fail("RT_BAD_VALUE", "input " + std::to_string(val.index) + " holds " + std::to_string(inbytes[static_cast<size_t>(val.index)]) + " bytes, its shape " + shape_str(run.shapes[v]) + " needs " + std::to_string(bytes));
         run.ptr[v] = inptr[static_cast<size_t>(val.index)];
@@ -3195,10 +3306,15 @@ napi_value js_run(napi_env env, napi_callback_info info) {
       size_t rn;
       NAPI(napi_get_arraybuffer_info(env, argv[3], &rb, &rn));
       bool clear = rb != nullptr && rn >= std::max<size_t>(total, 1);
+      const char* rp = static_cast<const char*>(rb);
+      const auto overlaps = [&](const void* ptr, size_t nb) {
+        const char* ip = static_cast<const char*>(ptr);
+        return ip < rp + rn && rp < ip + nb;
+      };
       for (uint32_t j = 0; j < nin && clear; j++) {
-        const char* ip = static_cast<const char*>(inptr[j]);
-        const char* rp = static_cast<const char*>(rb);
-        if (ip < rp + rn && rp < ip + inbytes[j]) clear = false;
+        if (overlaps(inptr[j], inbytes[j])) clear = false;
+        for (const auto& [ptr, nb] : inrows[j])
+          if (overlaps(ptr, nb)) clear = false;
       }
       if (clear) {
         base = rb;
@@ -3236,6 +3352,31 @@ napi_value js_run(napi_env env, napi_callback_info info) {
       if (w->outs_ref != nullptr) napi_delete_reference(env, w->outs_ref);
       delete w;
     }
+    throw_js(env, f);
+    return nullptr;
+  }
+}
+
+// rowInputs(program) → Int32Array: the inputs a run may give per row (an array of Float32Arrays,
+// one per batch row, instead of one typed array): those read only as ATTENTION_KV caches.
+napi_value js_row_inputs(napi_env env, napi_callback_info info) {
+  try {
+    size_t argc = 1;
+    napi_value argv[1];
+    NAPI(napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr));
+    void* raw;
+    NAPI(napi_get_value_external(env, argv[0], &raw));
+    const Program& p = *static_cast<Program*>(raw);
+    std::vector<int32_t> ok;
+    for (size_t k = 0; k < p.row_ok.size(); k++)
+      if (p.row_ok[k] != 0) ok.push_back(static_cast<int32_t>(k));
+    void* d;
+    napi_value ab, out;
+    NAPI(napi_create_arraybuffer(env, ok.size() * 4, &d, &ab));
+    if (!ok.empty()) std::memcpy(d, ok.data(), ok.size() * 4);
+    NAPI(napi_create_typedarray(env, napi_int32_array, ok.size(), ab, 0, &out));
+    return out;
+  } catch (const Fail& f) {
     throw_js(env, f);
     return nullptr;
   }
@@ -3453,6 +3594,7 @@ napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"compile", nullptr, js_compile, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"run", nullptr, js_run, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"rowInputs", nullptr, js_row_inputs, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"threads", nullptr, js_threads, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"isa", nullptr, js_isa, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"abi", nullptr, js_abi, nullptr, nullptr, nullptr, napi_default, nullptr},

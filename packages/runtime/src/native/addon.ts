@@ -20,7 +20,14 @@ export const NATIVE_BUILD_ENV = 'STAGEML_CPU_BUILD';
 /** The addon's functions (native/cpu/stageml_cpu.cpp). */
 export interface CpuAddon {
   compile(ints: Int32Array, floats: Float64Array, params: readonly ArrayBufferView[]): object;
-  run(program: object, symbols: Float64Array, inputs: readonly ArrayBufferView[], recycle?: ArrayBuffer): Promise<[ArrayBuffer, Float64Array]>;
+  /**
+   * Runs `program`. An input may be an array of Float32Arrays, one per batch row (ABI 7), where
+   * `rowInputs` lists it: row b's first positions of a position-major cache [B, S, h, d], read in
+   * place (positions past a row's buffer read as zeros).
+   */
+  run(program: object, symbols: Float64Array, inputs: readonly (ArrayBufferView | readonly Float32Array[])[], recycle?: ArrayBuffer): Promise<[ArrayBuffer, Float64Array]>;
+  /** The indices of the inputs a run of `program` may give per row: those read only as cached attention's position-major caches (ABI 7). */
+  rowInputs(program: object): Int32Array;
   threads(n: number): number;
   isa(): string;
   /** The runner's ABI version (absent in addons built before it was reported: ABI 1). */
@@ -42,11 +49,11 @@ export interface CpuAddon {
  * bandwidth probe, the profiler and LORA's zeroTail flag; 4: glibc's mmap threshold fixed at load,
  * so freed large blocks leave the process, i8 values and LORA_Q, the int8 factor tables' bank
  * kernel; 5: LORA_LINEAR runs as one GEMM over K + R columns, the expand inside the output tiles; 6: the
- * few-row GEMM for 5–64 rows and the reworked gathered LoRA kernels).
- * An addon reporting
- * another one (a stale prebuilt or `STAGEML_CPU_ADDON` file) is not used.
+ * few-row GEMM for 5–64 rows and the reworked gathered LoRA kernels; 7: per-row inputs, a multi-row
+ * step's cached attention reading each sequence's own KV buffer in place, and `rowInputs`). An addon
+ * reporting another one (a stale prebuilt or `STAGEML_CPU_ADDON` file) is not used.
  */
-export const CPU_ADDON_ABI = 6;
+export const CPU_ADDON_ABI = 7;
 
 /**
  * Why `addon` cannot run this package's programs (its ABI is not `CPU_ADDON_ABI`: an older

@@ -2,6 +2,7 @@ import { availableParallelism } from 'node:os';
 import { type DType, type DecomposedRule, type Graph, type HostTensor, OP_KEYS, type OpKey, type OpNode, type TensorType, type UnsupportedRule, decomposedRule, errorMessage, expandComposites, unsupportedRule } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from '../errors.js';
 import { type Executor, type ExecutorCapabilities, type PreparedGraph, PreparedGraphs, type RunOptions, capabilitiesOfTable, checkInputs, expandFor, resolveWeights } from '../executor.js';
+import { checkRowsInput } from '../row-inputs.js';
 import type { ValueSource } from '../values.js';
 import { type CpuAddon, cpuAddonOrigin, loadCpuAddon } from './addon.js';
 import { encodeProgram } from './compile.js';
@@ -178,20 +179,28 @@ class CpuNativePrepared implements PreparedGraph {
     private readonly inputs: readonly string[],
     private readonly outputs: readonly { readonly name: string; readonly dtype: DType }[],
     private readonly symbols: readonly string[],
+    /** The inputs a run may give per row: those the program reads only as cached attention's caches. */
+    readonly rowInputs: ReadonlySet<string>,
   ) {
     this.#program = program;
   }
 
   async run(inputs: Readonly<Record<string, HostTensor>>, opts?: RunOptions): Promise<Record<string, HostTensor>> {
     if (this.#disposed || this.#program === undefined) throw new RuntimeError(RuntimeCode.DISPOSED, 'this prepared graph was disposed');
-    const bound = checkInputs(this.graph, inputs, this.bindings);
+    const rows = opts?.rows ?? {};
+    for (const [name, r] of Object.entries(rows)) {
+      if (!this.rowInputs.has(name)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cpu-native: input '${name}' of @${this.graph.name} cannot be given per row (only the caches of cached attention can: ${[...this.rowInputs].join(', ') || 'none here'})`);
+      checkRowsInput(name, r);
+    }
+    const bound = checkInputs(this.graph, inputs, this.bindings, rows);
     const syms = new Float64Array(this.symbols.length);
     this.symbols.forEach((s, i) => {
       const v = bound[s];
       if (v === undefined) throw new RuntimeError(RuntimeCode.BAD_VALUE, `cpu-native: the inputs do not bind the size '${s}'`);
       syms[i] = v;
     });
-    const data = this.inputs.map((n) => inputs[n]!.data as ArrayBufferView);
+    // A per-row input goes to the runner as its array of rows (read in place).
+    const data = this.inputs.map((n) => rows[n]?.rows ?? (inputs[n]!.data as ArrayBufferView));
     let res: [ArrayBuffer, Float64Array];
     try {
       res = await this.addon.run(this.#program, syms, data, recycledBuffer(opts?.recycle));
@@ -231,7 +240,8 @@ class CpuNativePrepared implements PreparedGraph {
  * multiples of 32) run int8 dot products on activations quantized per 32 inputs (AVX-512 VNNI);
  * f32 linears and matmuls read row-major weights in place (weights fed as inputs are not copied);
  * a slot-table gather feeding a batched matmul is read in place; attention runs over the key/value
- * inputs as given. Runs are asynchronous (a libuv worker drives the pool) and one at a time per
+ * inputs as given, and cached attention's position-major caches may be given per row
+ * (`RunOptions.rows`, listed in `rowInputs`): each sequence's own KV buffer read in place. Runs are asynchronous (a libuv worker drives the pool) and one at a time per
  * process. Errors: no compiler or a failed build is `RT_BACKEND_UNAVAILABLE`; an op or dtype the
  * kernels lack is `RT_UNSUPPORTED_OP` at `prepare`; bad run inputs `RT_BAD_VALUE`.
  */
@@ -267,7 +277,8 @@ export function createCpuNativeExecutor(opts: CpuNativeExecutorOptions = {}): Cp
         } catch (e) {
           throw nativeError(e);
         }
-        return Promise.resolve(live.track(new CpuNativePrepared(addon, graph, program, bindings, enc.inputs, enc.outputs, enc.symbols)));
+        const rowInputs = new Set(Array.from(addon.rowInputs(program), (i) => enc.inputs[i]!));
+        return Promise.resolve(live.track(new CpuNativePrepared(addon, graph, program, bindings, enc.inputs, enc.outputs, enc.symbols, rowInputs)));
       } catch (e) {
         return Promise.reject(e instanceof Error ? e : new RuntimeError(RuntimeCode.EVAL_FAILED, String(e)));
       }
