@@ -8,12 +8,12 @@ import { expect, it } from 'vitest';
 
 import { describeWithTorch, runNativePython } from './test-support.js';
 
-/** new = table[ids] [b, 1, 2], y = concat(past, new) [b, p + 1, 2]; past is a cache stream fed from new. */
-function program(): string {
+/** new = table[ids] [b, 1, 2], y = concat(past, new) [b, p + 1, 2]; past is a cache stream fed from new; the table a parameter or an input. */
+function program(table_: 'param' | 'input' = 'param'): string {
   const b = new GraphBuilder('step');
   const ids = b.input('ids', ['i64', ['b', 1]]);
   const past = b.input('past', ['f32', ['b', 'p', 2]]);
-  const table = b.param('table', ['f32', [10, 2]]);
+  const table = table_ === 'param' ? b.param('table', ['f32', [10, 2]]) : b.input('table', ['f32', [10, 2]]);
   const fresh = b.gather(table, ids, 0);
   b.output('new', fresh);
   b.output('y', b.concat([past, fresh], 1));
@@ -155,14 +155,7 @@ print(json.dumps(res))
   }, 60_000);
 
   it('keys a step graph by its resident inputs under residentSame: a stored replacement is a new key, an unchanged map replays', () => {
-    const b = new GraphBuilder('resident-step');
-    const ids = b.input('ids', ['i64', ['b', 1]]);
-    const past = b.input('past', ['f32', ['b', 'p', 2]]);
-    const table = b.input('table', ['f32', [10, 2]]);
-    const fresh = b.gather(table, ids, 0);
-    b.output('new', fresh);
-    b.output('y', b.concat([past, fresh], 1));
-    const doc = JSON.stringify(graphToJson(b.build()));
+    const doc = program('input');
     const out = runNativePython(
       `
 import json, torch
