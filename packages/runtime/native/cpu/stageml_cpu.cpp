@@ -768,7 +768,7 @@ enum Op {
 // The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
 // prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
 // detected at load instead of failing on an instruction it lacks.
-constexpr int kAbi = 5;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns
+constexpr int kAbi = 6;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns; 6: argmax()
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -3180,6 +3180,75 @@ napi_value js_profile(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// Index of the first maximum of x[0, n): the first entry no later entry exceeds (ties the lowest
+// index; a NaN never exceeds, and a NaN at x[0] is never exceeded) — the rule of `firstMaxIndex`
+// in src/executor.ts, which a greedy pick follows everywhere. Two passes over the row (it is in
+// cache, just written by the run): the largest non-NaN value, then its first index.
+i64 first_max_index(const float* x, i64 n) {
+  if (n <= 1 || std::isnan(x[0])) return 0;
+#ifdef SML_AVX512
+  // max_ps(v, acc) returns acc where v is NaN: NaNs never enter the maximum.
+  __m512 acc = _mm512_set1_ps(x[0]);
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_max_ps(_mm512_loadu_ps(x + i), acc);
+  if (i < n) acc = _mm512_mask_max_ps(acc, tail_mask(n - i), _mm512_maskz_loadu_ps(tail_mask(n - i), x + i), acc);
+  const float m = _mm512_reduce_max_ps(acc);
+  const __m512 mv = _mm512_set1_ps(m);
+  for (i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __mmask16 eq = _mm512_mask_cmp_ps_mask(k, _mm512_maskz_loadu_ps(k, x + i), mv, _CMP_EQ_OQ);
+    if (eq != 0) return i + __builtin_ctz(eq);
+  }
+  return 0;
+#else
+  i64 best = 0;
+  float bv = x[0];
+  for (i64 i = 1; i < n; i++)
+    if (x[i] > bv) {
+      best = i;
+      bv = x[i];
+    }
+  return best;
+#endif
+}
+
+// argmax(x: Float32Array, n) → Float64Array: per row of n entries (x.length / n rows), the index
+// of its first maximum (first_max_index). A greedy pick from a step's logits, made here instead of
+// in a JavaScript loop over the vocabulary (`RunOptions.argmax`).
+napi_value js_argmax(napi_env env, napi_callback_info info) {
+  try {
+    size_t argc = 2;
+    napi_value argv[2];
+    NAPI(napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr));
+    if (argc < 2) fail("RT_BAD_VALUE", "argmax(x, n) takes a Float32Array and a row length");
+    bool is;
+    NAPI(napi_is_typedarray(env, argv[0], &is));
+    napi_typedarray_type t = napi_int8_array;
+    size_t len = 0;
+    void* data = nullptr;
+    napi_value ab;
+    size_t off;
+    if (is) NAPI(napi_get_typedarray_info(env, argv[0], &t, &len, &data, &ab, &off));
+    if (!is || t != napi_float32_array) fail("RT_BAD_VALUE", "argmax: x must be a Float32Array");
+    double nd = 0;
+    NAPI(napi_get_value_double(env, argv[1], &nd));
+    const i64 n = static_cast<i64>(nd);
+    if (!(nd >= 1) || static_cast<double>(n) != nd || len % static_cast<size_t>(n) != 0) fail("RT_BAD_VALUE", "argmax: the row length must be a positive integer dividing the array's length");
+    const i64 rows = static_cast<i64>(len) / n;
+    const float* x = static_cast<const float*>(data);
+    void* od;
+    napi_value oab, out;
+    NAPI(napi_create_arraybuffer(env, static_cast<size_t>(rows) * 8, &od, &oab));
+    double* o = static_cast<double*>(od);
+    for (i64 r = 0; r < rows; r++) o[r] = static_cast<double>(first_max_index(x + r * n, n));
+    NAPI(napi_create_typedarray(env, napi_float64_array, static_cast<size_t>(rows), oab, 0, &out));
+    return out;
+  } catch (const Fail& f) {
+    throw_js(env, f);
+    return nullptr;
+  }
+}
+
 // abi() → the runner's ABI version (kAbi).
 napi_value js_abi(napi_env env, napi_callback_info) {
   napi_value v;
@@ -3288,6 +3357,7 @@ napi_value init(napi_env env, napi_value exports) {
       {"abi", nullptr, js_abi, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"profile", nullptr, js_profile, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"bandwidth", nullptr, js_bandwidth, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"argmax", nullptr, js_argmax, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   return exports;

@@ -32,6 +32,11 @@ export interface CpuAddon {
   profile?(on: boolean): string;
   /** STREAM-like probe on the pool: [read GB/s, copy GB/s, checksum] (ABI 3; see `measureMemoryBandwidth`). */
   bandwidth(bytes: number, reps: number): [number, number, number];
+  /**
+   * Per row of `n` entries of `x` (`x.length / n` rows), the index of its first maximum, by
+   * `firstMaxIndex`'s rule (ABI 6): the greedy picks of a step's logits (`RunOptions.argmax`).
+   */
+  argmax(x: Float32Array, n: number): Float64Array;
 }
 
 /**
@@ -39,11 +44,11 @@ export interface CpuAddon {
  * whenever instructions or exports are added (2: the MoE routing ops, reductions and iota; 3: the
  * bandwidth probe, the profiler and LORA's zeroTail flag; 4: glibc's mmap threshold fixed at load,
  * so freed large blocks leave the process, i8 values and LORA_Q, the int8 factor tables' bank
- * kernel; 5: LORA_LINEAR runs as one GEMM over K + R columns, the expand inside the output tiles).
- * An addon reporting
+ * kernel; 5: LORA_LINEAR runs as one GEMM over K + R columns, the expand inside the output tiles;
+ * 6: `argmax`, the greedy picks of a run's logits in the addon). An addon reporting
  * another one (a stale prebuilt or `STAGEML_CPU_ADDON` file) is not used.
  */
-export const CPU_ADDON_ABI = 5;
+export const CPU_ADDON_ABI = 6;
 
 /**
  * Why `addon` cannot run this package's programs (its ABI is not `CPU_ADDON_ABI`: an older
