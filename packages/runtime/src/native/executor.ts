@@ -225,9 +225,9 @@ class CpuNativePrepared implements PreparedGraph {
     // leading dims, as an executor whose results cross to the host returns it (`argmaxRows` reads both).
     for (const name of opts?.argmax ?? []) {
       const t = out[name];
-      const n = t?.shape.at(-1);
-      if (t === undefined || t.dtype !== 'f32' || n === undefined || n === 0) continue;
-      out[name] = { dtype: 'i64', shape: t.shape.slice(0, -1), data: this.addon.argmax(t.data as Float32Array, n) };
+      const n = t?.dtype === 'f32' ? t.shape.at(-1) : undefined;
+      if (n === undefined || n === 0) continue;
+      out[name] = { dtype: 'i64', shape: t!.shape.slice(0, -1), data: this.addon.argmax(t!.data as Float32Array, n) };
     }
     runBuffers.set(out, buf);
     return out;
