@@ -762,13 +762,15 @@ enum Op {
   OP_ARGMAX = 27,
   OP_IOTA = 28,
   OP_LORA_Q = 29,  // the gathered LoRA term over int8 factor tables with per-row scales
-  OP_COUNT = 30,   // instructions this runner knows: compile refuses others
+  OP_LINEAR_MULTI = 30,   // sibling f32 linears of one input (a layer's q/k/v, gate/up), one dispatch at few rows
+  OP_QLINEAR_MULTI = 31,  // the same over block-quantized weights
+  OP_COUNT = 32,   // instructions this runner knows: compile refuses others
 };
 
 // The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
 // prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
 // detected at load instead of failing on an instruction it lacks.
-constexpr int kAbi = 6;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns; 6: argmax()
+constexpr int kAbi = 6;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns; 6: argmax(), LINEAR_MULTI and QLINEAR_MULTI
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -793,6 +795,7 @@ struct Instr {
   std::vector<i64> i;
   std::vector<double> f;
   std::shared_ptr<QPacked> pack;
+  std::vector<std::shared_ptr<QPacked>> packs;  // QLINEAR_MULTI: one per sibling weight
 };
 
 struct Program {
@@ -2221,6 +2224,84 @@ void lora_linear(Run& p, const Instr& in) {
   pool().parallel((n + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, k, w, k, y, n, m, k, b * 4, std::min(n, e * 4), R > 0 ? &ex : nullptr); }, m * n * k < kParallelMin);
 }
 
+// Sibling linears: y_j = x · W_jᵀ for weights W_j [N_j, K] that read one input x (a layer's q, k
+// and v projections, or gate and up), as one instruction. At a few rows (decode) every weight's
+// output tiles go to the pool as ONE job: one barrier instead of one per weight, and a small
+// projection (k or v: 192 outputs) no longer runs as a job of its own too small to split well.
+// More rows run each weight as its own LINEAR (the GEMM path, unchanged).
+constexpr i64 kMultiRows = 4;
+
+// Which sibling tile t of the concatenated [0, start.back()) falls in: start[j] ≤ t < start[j + 1].
+inline size_t sibling_of(const std::vector<i64>& start, i64 t) {
+  size_t j = 0;
+  while (j + 2 < start.size() && start[j + 1] <= t) j++;
+  return j;
+}
+
+void linear_multi(Run& p, const Instr& in) {
+  const size_t nw = in.r.size();
+  const i64 k = p.shapes[in.a[1]][1];
+  const i64 m = numel(p.shapes[in.a[0]]) / std::max<i64>(k, 1);
+  if (m > kMultiRows || k == 0 || k > 8192) {
+    for (size_t j = 0; j < nw; j++) {
+      Instr one;
+      one.op = OP_LINEAR;
+      one.a = {in.a[0], in.a[1 + j]};
+      one.r = {in.r[j]};
+      linear(p, one);
+    }
+    return;
+  }
+  const float* x = F(p, in.a[0]);
+  // Output tiles of 4 rows, numbered across the siblings.
+  std::vector<i64> start(nw + 1, 0);
+  i64 macs = 0;
+  for (size_t j = 0; j < nw; j++) {
+    const auto& ws = p.shapes[in.a[1 + j]];
+    if (ws[1] != k) fail("RT_BAD_VALUE", "linear (siblings): the weights' input sizes differ");
+    start[j + 1] = start[j] + (ws[0] + 3) / 4;
+    macs += m * ws[0] * k;
+  }
+  pool().parallel(start[nw], [&](i64 b, i64 e) {
+    for (size_t j = sibling_of(start, b); j < nw && start[j] < e; j++) {
+      const i64 n = p.shapes[in.a[1 + j]][0];
+      const i64 t0 = std::max(b, start[j]) - start[j], t1 = std::min(e, start[j + 1]) - start[j];
+      gemm_nt_range(x, k, F(p, in.a[1 + j]), k, F(p, in.r[j]), n, m, k, t0 * 4, std::min(n, t1 * 4));
+    }
+  }, macs < kParallelMin);
+}
+
+void qlinear_multi(Run& p, const Instr& in) {
+  const size_t nw = in.packs.size();
+  const QPacked& w0 = *in.packs[0];
+  const i64 m = numel(p.shapes[in.a[0]]) / std::max<i64>(w0.k, 1);
+  const float* x = F(p, in.a[0]);
+  bool tiled = m <= kMultiRows;
+  for (const auto& w : in.packs) tiled = tiled && w->dense.empty();
+#ifdef SML_VNNI
+  if (tiled) {
+    // One quantization of x for every sibling (they share its blocks, bits and zero-point rule).
+    QAct a;
+    quantize_act(x, m, w0.k, w0.asym ? 1.0f : w0.zp, a);
+    std::vector<i64> start(nw + 1, 0);
+    i64 macs = 0;
+    for (size_t j = 0; j < nw; j++) {
+      start[j + 1] = start[j] + in.packs[j]->groups;
+      macs += m * in.packs[j]->n * w0.k;
+    }
+    pool().parallel(start[nw], [&](i64 b, i64 e) {
+      for (size_t j = sibling_of(start, b); j < nw && start[j] < e; j++) {
+        const i64 g0 = std::max(b, start[j]) - start[j], g1 = std::min(e, start[j + 1]) - start[j];
+        for (i64 g = g0; g < g1; g++) qtile_rows(*in.packs[j], a, 0, m, g, F(p, in.r[j]));
+      }
+    }, macs < kParallelMin);
+    return;
+  }
+#endif
+  (void)tiled;
+  for (size_t j = 0; j < nw; j++) qlinear(*in.packs[j], x, m, F(p, in.r[j]));
+}
+
 // ---------------------------------------------------------------------------------------------
 // MoE routing and reductions: topk, scatterAdd, groupedMatmul, sum/mean/max, argmax, iota. Each
 // follows its op's reference semantics in packages/ir/src/ops (accumulating in double where the
@@ -2676,6 +2757,8 @@ void exec(Run& p, const Instr& in) {
     case OP_LORA: lora_gathered(p, in); break;
     case OP_LORA_Q: lora_gathered_q(p, in); break;
     case OP_LORA_LINEAR: lora_linear(p, in); break;
+    case OP_LINEAR_MULTI: linear_multi(p, in); break;
+    case OP_QLINEAR_MULTI: qlinear_multi(p, in); break;
     case OP_GROUPED_MATMUL: grouped_matmul(p, in); break;
     case OP_SCATTER_ADD: scatter_add(p, in); break;
     case OP_TOPK: topk(p, in); break;
@@ -2899,6 +2982,25 @@ napi_value js_compile(napi_env env, napi_callback_info info) {
         in.pack = shared_pack(q, s, z, in.i[3], in.i[2], static_cast<int>(in.i[0]), in.i[1]);
         in.a.resize(1);
       }
+      if (in.op == OP_QLINEAR_MULTI) {
+        // a = [x, then per sibling its codes, scales (and zero points)] (params); i = [bits,
+        // blockSize, inFeatures, asymmetric, then per sibling its outputs]; r = one per sibling.
+        auto param_of = [&](int v) -> const void* {
+          if (p->vals[v].storage != ST_PARAM) fail("RT_UNSUPPORTED", "quantizedLinear needs its codes and scales as parameters (prepare-time data)");
+          return p->params[static_cast<size_t>(p->vals[v].index)];
+        };
+        const size_t nw = in.r.size();
+        const size_t per = in.i.size() > 3 && in.i[3] != 0 ? 3 : 2;
+        if (nw == 0 || in.i.size() != 4 + nw || in.a.size() != 1 + per * nw) fail("CPU_INTERNAL", "QLINEAR_MULTI operands");
+        for (size_t j = 0; j < nw; j++) {
+          const int* o = in.a.data() + 1 + per * j;
+          const uint8_t* q = static_cast<const uint8_t*>(param_of(o[0]));
+          const float* s = static_cast<const float*>(param_of(o[1]));
+          const uint8_t* z = per == 3 ? static_cast<const uint8_t*>(param_of(o[2])) : nullptr;
+          in.packs.push_back(shared_pack(q, s, z, in.i[4 + j], in.i[2], static_cast<int>(in.i[0]), in.i[1]));
+        }
+        in.a.resize(1);
+      }
     }
     if (pos != ni) fail("CPU_INTERNAL", "program has trailing data");
     napi_value ext;
@@ -2948,7 +3050,7 @@ std::map<std::string, std::pair<int64_t, int64_t>> g_profile_stats;
 const char* op_name(int op) {
   static const char* names[OP_COUNT] = {"copy", "transpose", "cast", "binary", "unary", "concat", "gather", "slice", "rmsnorm", "linear", "matmul", "qlinear", "rotary",
                                         "attention", "softmax", "reshape", "gather_view", "broadcast", "layernorm", "where", "attention_kv", "lora", "lora_linear",
-                                        "grouped_matmul", "scatter_add", "topk", "reduce", "argmax", "iota", "lora_q"};
+                                        "grouped_matmul", "scatter_add", "topk", "reduce", "argmax", "iota", "lora_q", "linear_multi", "qlinear_multi"};
   return op >= 0 && op < OP_COUNT ? names[op] : "?";
 }
 
@@ -2958,6 +3060,11 @@ std::string profile_key(const Run& r, const Instr& in) {
   if (in.op == OP_LINEAR || in.op == OP_LORA_LINEAR || in.op == OP_MATMUL || in.op == OP_ATTENTION_KV || in.op == OP_ATTENTION || in.op == OP_GROUPED_MATMUL) key += " " + dims(in.a[0]) + " -> " + dims(in.r[0]);
   else if (in.op == OP_QLINEAR) key += " " + dims(in.a[0]) + " -> " + dims(in.r[0]) + " int" + std::to_string(in.pack->bits);
   else if (in.op == OP_BINARY || in.op == OP_UNARY) key += "." + std::to_string(in.i[0]);
+  else if (in.op == OP_LINEAR_MULTI || in.op == OP_QLINEAR_MULTI) {
+    key += " " + dims(in.a[0]) + " ->";
+    for (size_t j = 0; j < in.r.size(); j++) key += (j == 0 ? " " : " + ") + dims(in.r[j]);
+    if (in.op == OP_QLINEAR_MULTI) key += " int" + std::to_string(in.packs[0]->bits);
+  }
   return key;
 }
 
