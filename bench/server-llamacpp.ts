@@ -212,7 +212,9 @@ try {
       console.log(`[${s.key} ${p.key}] ${srv.executorLine ?? '(no auto line)'} · ready in ${loadSeconds.toFixed(1)} s, RSS ${srv.rssMiB().toFixed(0)} MiB`);
       const ours = new Map<CaseName, Sample[]>(cases.map((c) => [c, []]));
       const theirs = new Map<CaseName, Sample[]>(cases.map((c) => [c, []]));
-      let clock: { before: Awaited<ReturnType<typeof hostClock>>; after: Awaited<ReturnType<typeof hostClock>> } | undefined;
+      // Host seconds by part and tokens, summed over the decode b1 samples alone (each between its
+      // own /metrics reads: the other cases' steps in between are not counted).
+      const clock = { parts: {} as Record<string, number>, tokens: 0 };
       const loadLlama = async (): Promise<void> => {
         await peer.load(ggufModelPath(dir, p.gguf));
         // Warm-up: the first decode of a context, and of a context with a LoRA.
@@ -225,7 +227,8 @@ try {
           ours.get(c)!.push(await oursSample(srv, dir, c, s, short8));
           if (before !== undefined) {
             const after = await hostClock(srv.base);
-            clock = clock === undefined ? { before, after } : { before: clock.before, after };
+            for (const [k, v] of Object.entries(after.parts)) clock.parts[k] = (clock.parts[k] ?? 0) + v - (before.parts[k] ?? 0);
+            clock.tokens += after.tokens - before.tokens;
           }
         }
       };
@@ -284,9 +287,8 @@ try {
           llamacppStepBytes: totalBytes(stepBytes(roof, { bytesPerWeight: p.ggufBytes, adapterRanks: ranks, contexts, kvBytesPerElement: 2 })),
         };
         res.ratio = res.oursMedian / res.llamacppBest;
-        if (c === 'decode b1' && clock !== undefined && clock.after.tokens > clock.before.tokens) {
-          const toks = clock.after.tokens - clock.before.tokens;
-          res.hostMsPerToken = Object.fromEntries(Object.entries(clock.after.parts).map(([k, v]) => [k, Math.round((((v - (clock!.before.parts[k] ?? 0)) * 1000) / toks) * 1000) / 1000]));
+        if (c === 'decode b1' && clock.tokens > 0) {
+          res.hostMsPerToken = Object.fromEntries(Object.entries(clock.parts).map(([k, v]) => [k, Math.round(((v * 1000) / clock.tokens) * 1000) / 1000]));
         }
         results.push(res);
         console.log(`[${s.key} ${p.key}] ${c}: ours ${res.oursMedian.toFixed(1)} tok/s (median), llama.cpp ${res.llamacppBest.toFixed(1)} tok/s (best), ratio ${res.ratio.toFixed(2)}; greedy tokens ${diff < 0 ? 'equal' : `differ from ${String(diff)}`}`);
@@ -374,7 +376,7 @@ const notes = [
   '',
   `**How it runs.** Ours: \`node apps/cli/dist/bin.js serve MODEL --port 0 --adapters DIR\` (+ \`--quantize int8\` for int8)${SERVE_FLAGS.length === 0 ? '' : ` **+ \`${SERVE_FLAGS.join(' ')}\` (non-default flags given with --serve-flags)**`}${SERVER_NODE_FLAGS.length === 0 ? '' : ` under node \`${SERVER_NODE_FLAGS.join(' ')}\``}, one server at a time, driven from the bench process over HTTP: streaming completions (SSE, \`temperature: 0\`, \`ignore_eos\`, \`max_tokens\` = steps + 1, \`return_token_ids\`). Decode b1: ms/token = the median gap between streamed tokens after the first (an event of n tokens counts n gaps of its interval ÷ n); 8 × 8: eight concurrent streams on adapters a0–a7, tokens that arrive after every stream has its first ÷ the time from then to the last token. llama.cpp: node-llama-cpp 3.21.1 (prebuilt CPU binary) in a worker process of its own (bench/lib/llamacpp-worker.ts, IPC), ${String(LLAMA_THREADS)} threads, the same weights as F32 / Q8_0 GGUF and the adapters as GGUF LoRA files; its contexts are created for each measurement and disposed after it; decode b1 on one context, 8 × 8 on one context per adapter run concurrently (its best way: llama.cpp applies a LoRA per context); its tok/s = steps ÷ the time from the first decode to the last token, after an untimed prefill of all but the last prompt token. ${String(REPS)} repetitions: ours' median, llama.cpp's best (its ${String(LLAMA_THREADS)}-thread pool collapses in some repetitions on a loaded machine). One engine measures at a time: when both models fit in memory together (≤ ${(TOGETHER_BYTES / 1e9).toFixed(0)} GB of weights) their repetitions alternate, each idle while the other runs; otherwise llama.cpp starts after our server stopped.`,
   '',
-  `**Host ms/token** (decode b1 rows): the server's \`stageml_scheduler_host_seconds{part}\` over our decode b1 repetitions ÷ the tokens they generated (/metrics before and after): \`engine\` is inside \`Engine.step\` (inputs, the kernels, readback; the previous step's SSE writes overlap it), \`yield\` the event-loop turn between steps.`,
+  `**Host ms/token** (decode b1 rows): the server's \`stageml_scheduler_host_seconds{part}\` summed over our decode b1 samples, each between its own /metrics reads (the other cases run in between are not counted), ÷ the tokens those samples generated (the prefill step of each included): \`engine\` is inside \`Engine.step\` (inputs, the kernels, readback; the previous step's SSE writes overlap it), \`yield\` the event-loop turn between steps.`,
   '',
   `Shapes: ${shapeNote}. 8 LoRA adapters r=${String(RANK)} on all 7 projections; greedy tokens compare row 0 of the last repetition (f32 should agree; int8 and Q8_0 round differently).`,
   '',

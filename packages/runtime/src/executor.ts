@@ -52,7 +52,8 @@ export interface RunOptions {
   /**
    * Float outputs of which the caller needs only, per row, the index of the maximum along the last
    * axis (a greedy pick from logits). An executor whose results cross to the host (the torch
-   * worker) returns such an output as i64 of the leading dims instead, computed where it ran;
+   * worker) returns such an output as i64 of the leading dims instead, computed where it ran, and
+   * so does the cpu-native executor (in its addon, not in a JavaScript loop over the row); other
    * in-process executors return the values. Read either with `argmaxRows`.
    */
   readonly argmax?: readonly string[];

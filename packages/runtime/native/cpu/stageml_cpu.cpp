@@ -925,13 +925,15 @@ enum Op {
   OP_ARGMAX = 27,
   OP_IOTA = 28,
   OP_LORA_Q = 29,  // the gathered LoRA term over int8 factor tables with per-row scales
-  OP_COUNT = 30,   // instructions this runner knows: compile refuses others
+  OP_LINEAR_MULTI = 30,   // sibling f32 linears of one input (a layer's q/k/v, gate/up), one dispatch at few rows
+  OP_QLINEAR_MULTI = 31,  // the same over block-quantized weights
+  OP_COUNT = 32,   // instructions this runner knows: compile refuses others
 };
 
 // The runner's ABI: bumped whenever instructions are added or their encoding changes, so a
 // prebuilt addon older than the TypeScript encoder (src/native/addon.ts, CPU_ADDON_ABI) is
 // detected at load instead of failing on an instruction it lacks.
-constexpr int kAbi = 7;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns; 6: few-row GEMM (x packed transposed), gathered LoRA kernels, fmaPeak(); 7: row inputs (run takes an array of per-row buffers for a cache input of ATTENTION_KV; rowInputs())
+constexpr int kAbi = 8;  // 2: MoE instructions (23-28) and abi(); 3: bandwidth(), profile(), LORA's i[0] (zeroTail); 4: fixed malloc mmap threshold at load, i8 values, LORA_Q; 5: LORA_LINEAR as one GEMM over K + R columns; 6: few-row GEMM (x packed transposed), gathered LoRA kernels, fmaPeak(); 7: row inputs (run takes an array of per-row buffers for a cache input of ATTENTION_KV; rowInputs()); 8: argmax(), LINEAR_MULTI and QLINEAR_MULTI
 
 enum Binary { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 enum Unary { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_SILU, U_SIN, U_COS, U_GELU, U_GELU_TANH };
@@ -956,6 +958,7 @@ struct Instr {
   std::vector<i64> i;
   std::vector<double> f;
   std::shared_ptr<QPacked> pack;
+  std::vector<std::shared_ptr<QPacked>> packs;  // QLINEAR_MULTI: one per sibling weight
 };
 
 struct Program {
@@ -2377,6 +2380,84 @@ void lora_linear(Run& p, const Instr& in) {
   pool().parallel((n + 3) / 4, [&](i64 b, i64 e) { gemm_nt_range(x, k, w, k, y, n, m, k, b * 4, std::min(n, e * 4), R > 0 ? &ex : nullptr); }, m * n * k < kParallelMin);
 }
 
+// Sibling linears: y_j = x · W_jᵀ for weights W_j [N_j, K] that read one input x (a layer's q, k
+// and v projections, or gate and up), as one instruction. At a few rows (decode) every weight's
+// output tiles go to the pool as ONE job: one barrier instead of one per weight, and a small
+// projection (k or v: 192 outputs) no longer runs as a job of its own too small to split well.
+// More rows run each weight as its own LINEAR (the GEMM path, unchanged).
+constexpr i64 kMultiRows = 4;
+
+// Which sibling tile t of the concatenated [0, start.back()) falls in: start[j] ≤ t < start[j + 1].
+inline size_t sibling_of(const std::vector<i64>& start, i64 t) {
+  size_t j = 0;
+  while (j + 2 < start.size() && start[j + 1] <= t) j++;
+  return j;
+}
+
+void linear_multi(Run& p, const Instr& in) {
+  const size_t nw = in.r.size();
+  const i64 k = p.shapes[in.a[1]][1];
+  const i64 m = numel(p.shapes[in.a[0]]) / std::max<i64>(k, 1);
+  if (m > kMultiRows || k == 0 || k > 8192) {
+    for (size_t j = 0; j < nw; j++) {
+      Instr one;
+      one.op = OP_LINEAR;
+      one.a = {in.a[0], in.a[1 + j]};
+      one.r = {in.r[j]};
+      linear(p, one);
+    }
+    return;
+  }
+  const float* x = F(p, in.a[0]);
+  // Output tiles of 4 rows, numbered across the siblings.
+  std::vector<i64> start(nw + 1, 0);
+  i64 macs = 0;
+  for (size_t j = 0; j < nw; j++) {
+    const auto& ws = p.shapes[in.a[1 + j]];
+    if (ws[1] != k) fail("RT_BAD_VALUE", "linear (siblings): the weights' input sizes differ");
+    start[j + 1] = start[j] + (ws[0] + 3) / 4;
+    macs += m * ws[0] * k;
+  }
+  pool().parallel(start[nw], [&](i64 b, i64 e) {
+    for (size_t j = sibling_of(start, b); j < nw && start[j] < e; j++) {
+      const i64 n = p.shapes[in.a[1 + j]][0];
+      const i64 t0 = std::max(b, start[j]) - start[j], t1 = std::min(e, start[j + 1]) - start[j];
+      gemm_nt_range(x, k, F(p, in.a[1 + j]), k, F(p, in.r[j]), n, m, k, t0 * 4, std::min(n, t1 * 4));
+    }
+  }, macs < kParallelMin);
+}
+
+void qlinear_multi(Run& p, const Instr& in) {
+  const size_t nw = in.packs.size();
+  const QPacked& w0 = *in.packs[0];
+  const i64 m = numel(p.shapes[in.a[0]]) / std::max<i64>(w0.k, 1);
+  const float* x = F(p, in.a[0]);
+  bool tiled = m <= kMultiRows;
+  for (const auto& w : in.packs) tiled = tiled && w->dense.empty();
+#ifdef SML_VNNI
+  if (tiled) {
+    // One quantization of x for every sibling (they share its blocks, bits and zero-point rule).
+    QAct a;
+    quantize_act(x, m, w0.k, w0.asym ? 1.0f : w0.zp, a);
+    std::vector<i64> start(nw + 1, 0);
+    i64 macs = 0;
+    for (size_t j = 0; j < nw; j++) {
+      start[j + 1] = start[j] + in.packs[j]->groups;
+      macs += m * in.packs[j]->n * w0.k;
+    }
+    pool().parallel(start[nw], [&](i64 b, i64 e) {
+      for (size_t j = sibling_of(start, b); j < nw && start[j] < e; j++) {
+        const i64 g0 = std::max(b, start[j]) - start[j], g1 = std::min(e, start[j + 1]) - start[j];
+        for (i64 g = g0; g < g1; g++) qtile_rows(*in.packs[j], a, 0, m, g, F(p, in.r[j]));
+      }
+    }, macs < kParallelMin);
+    return;
+  }
+#endif
+  (void)tiled;
+  for (size_t j = 0; j < nw; j++) qlinear(*in.packs[j], x, m, F(p, in.r[j]));
+}
+
 // ---------------------------------------------------------------------------------------------
 // MoE routing and reductions: topk, scatterAdd, groupedMatmul, sum/mean/max, argmax, iota. Each
 // follows its op's reference semantics in packages/ir/src/ops (accumulating in double where the
@@ -2832,6 +2913,8 @@ void exec(Run& p, const Instr& in) {
     case OP_LORA: lora_gathered(p, in); break;
     case OP_LORA_Q: lora_gathered_q(p, in); break;
     case OP_LORA_LINEAR: lora_linear(p, in); break;
+    case OP_LINEAR_MULTI: linear_multi(p, in); break;
+    case OP_QLINEAR_MULTI: qlinear_multi(p, in); break;
     case OP_GROUPED_MATMUL: grouped_matmul(p, in); break;
     case OP_SCATTER_ADD: scatter_add(p, in); break;
     case OP_TOPK: topk(p, in); break;
@@ -3056,6 +3139,25 @@ napi_value js_compile(napi_env env, napi_callback_info info) {
         in.pack = shared_pack(q, s, z, in.i[3], in.i[2], static_cast<int>(in.i[0]), in.i[1]);
         in.a.resize(1);
       }
+      if (in.op == OP_QLINEAR_MULTI) {
+        // a = [x, then per sibling its codes, scales (and zero points)] (params); i = [bits,
+        // blockSize, inFeatures, asymmetric, then per sibling its outputs]; r = one per sibling.
+        auto param_of = [&](int v) -> const void* {
+          if (p->vals[v].storage != ST_PARAM) fail("RT_UNSUPPORTED", "quantizedLinear needs its codes and scales as parameters (prepare-time data)");
+          return p->params[static_cast<size_t>(p->vals[v].index)];
+        };
+        const size_t nw = in.r.size();
+        const size_t per = in.i.size() > 3 && in.i[3] != 0 ? 3 : 2;
+        if (nw == 0 || in.i.size() != 4 + nw || in.a.size() != 1 + per * nw) fail("CPU_INTERNAL", "QLINEAR_MULTI operands");
+        for (size_t j = 0; j < nw; j++) {
+          const int* o = in.a.data() + 1 + per * j;
+          const uint8_t* q = static_cast<const uint8_t*>(param_of(o[0]));
+          const float* s = static_cast<const float*>(param_of(o[1]));
+          const uint8_t* z = per == 3 ? static_cast<const uint8_t*>(param_of(o[2])) : nullptr;
+          in.packs.push_back(shared_pack(q, s, z, in.i[4 + j], in.i[2], static_cast<int>(in.i[0]), in.i[1]));
+        }
+        in.a.resize(1);
+      }
     }
     if (pos != ni) fail("CPU_INTERNAL", "program has trailing data");
     // An input may be given per row where every instruction reading it is ATTENTION_KV taking it
@@ -3129,7 +3231,7 @@ std::map<std::string, std::pair<int64_t, int64_t>> g_profile_stats;
 const char* op_name(int op) {
   static const char* names[OP_COUNT] = {"copy", "transpose", "cast", "binary", "unary", "concat", "gather", "slice", "rmsnorm", "linear", "matmul", "qlinear", "rotary",
                                         "attention", "softmax", "reshape", "gather_view", "broadcast", "layernorm", "where", "attention_kv", "lora", "lora_linear",
-                                        "grouped_matmul", "scatter_add", "topk", "reduce", "argmax", "iota", "lora_q"};
+                                        "grouped_matmul", "scatter_add", "topk", "reduce", "argmax", "iota", "lora_q", "linear_multi", "qlinear_multi"};
   return op >= 0 && op < OP_COUNT ? names[op] : "?";
 }
 
@@ -3139,6 +3241,11 @@ std::string profile_key(const Run& r, const Instr& in) {
   if (in.op == OP_LINEAR || in.op == OP_LORA_LINEAR || in.op == OP_MATMUL || in.op == OP_ATTENTION_KV || in.op == OP_ATTENTION || in.op == OP_GROUPED_MATMUL) key += " " + dims(in.a[0]) + " -> " + dims(in.r[0]);
   else if (in.op == OP_QLINEAR) key += " " + dims(in.a[0]) + " -> " + dims(in.r[0]) + " int" + std::to_string(in.pack->bits);
   else if (in.op == OP_BINARY || in.op == OP_UNARY) key += "." + std::to_string(in.i[0]);
+  else if (in.op == OP_LINEAR_MULTI || in.op == OP_QLINEAR_MULTI) {
+    key += " " + dims(in.a[0]) + " ->";
+    for (size_t j = 0; j < in.r.size(); j++) key += (j == 0 ? " " : " + ") + dims(in.r[j]);
+    if (in.op == OP_QLINEAR_MULTI) key += " int" + std::to_string(in.packs[0]->bits);
+  }
   return key;
 }
 
@@ -3440,6 +3547,75 @@ napi_value js_profile(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// Index of the first maximum of x[0, n): the first entry no later entry exceeds (ties the lowest
+// index; a NaN never exceeds, and a NaN at x[0] is never exceeded) — the rule of `firstMaxIndex`
+// in src/executor.ts, which a greedy pick follows everywhere. Two passes over the row (it is in
+// cache, just written by the run): the largest non-NaN value, then its first index.
+i64 first_max_index(const float* x, i64 n) {
+  if (n <= 1 || std::isnan(x[0])) return 0;
+#ifdef SML_AVX512
+  // max_ps(v, acc) returns acc where v is NaN: NaNs never enter the maximum.
+  __m512 acc = _mm512_set1_ps(x[0]);
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_max_ps(_mm512_loadu_ps(x + i), acc);
+  if (i < n) acc = _mm512_mask_max_ps(acc, tail_mask(n - i), _mm512_maskz_loadu_ps(tail_mask(n - i), x + i), acc);
+  const float m = _mm512_reduce_max_ps(acc);
+  const __m512 mv = _mm512_set1_ps(m);
+  for (i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __mmask16 eq = _mm512_mask_cmp_ps_mask(k, _mm512_maskz_loadu_ps(k, x + i), mv, _CMP_EQ_OQ);
+    if (eq != 0) return i + __builtin_ctz(eq);
+  }
+  return 0;
+#else
+  i64 best = 0;
+  float bv = x[0];
+  for (i64 i = 1; i < n; i++)
+    if (x[i] > bv) {
+      best = i;
+      bv = x[i];
+    }
+  return best;
+#endif
+}
+
+// argmax(x: Float32Array, n) → Float64Array: per row of n entries (x.length / n rows), the index
+// of its first maximum (first_max_index). A greedy pick from a step's logits, made here instead of
+// in a JavaScript loop over the vocabulary (`RunOptions.argmax`).
+napi_value js_argmax(napi_env env, napi_callback_info info) {
+  try {
+    size_t argc = 2;
+    napi_value argv[2];
+    NAPI(napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr));
+    if (argc < 2) fail("RT_BAD_VALUE", "argmax(x, n) takes a Float32Array and a row length");
+    bool is;
+    NAPI(napi_is_typedarray(env, argv[0], &is));
+    napi_typedarray_type t = napi_int8_array;
+    size_t len = 0;
+    void* data = nullptr;
+    napi_value ab;
+    size_t off;
+    if (is) NAPI(napi_get_typedarray_info(env, argv[0], &t, &len, &data, &ab, &off));
+    if (!is || t != napi_float32_array) fail("RT_BAD_VALUE", "argmax: x must be a Float32Array");
+    double nd = 0;
+    NAPI(napi_get_value_double(env, argv[1], &nd));
+    const i64 n = static_cast<i64>(nd);
+    if (!(nd >= 1) || static_cast<double>(n) != nd || len % static_cast<size_t>(n) != 0) fail("RT_BAD_VALUE", "argmax: the row length must be a positive integer dividing the array's length");
+    const i64 rows = static_cast<i64>(len) / n;
+    const float* x = static_cast<const float*>(data);
+    void* od;
+    napi_value oab, out;
+    NAPI(napi_create_arraybuffer(env, static_cast<size_t>(rows) * 8, &od, &oab));
+    double* o = static_cast<double*>(od);
+    for (i64 r = 0; r < rows; r++) o[r] = static_cast<double>(first_max_index(x + r * n, n));
+    NAPI(napi_create_typedarray(env, napi_float64_array, static_cast<size_t>(rows), oab, 0, &out));
+    return out;
+  } catch (const Fail& f) {
+    throw_js(env, f);
+    return nullptr;
+  }
+}
+
 // abi() → the runner's ABI version (kAbi).
 napi_value js_abi(napi_env env, napi_callback_info) {
   napi_value v;
@@ -3601,6 +3777,7 @@ napi_value init(napi_env env, napi_value exports) {
       {"profile", nullptr, js_profile, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"bandwidth", nullptr, js_bandwidth, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"fmaPeak", nullptr, js_fma_peak, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"argmax", nullptr, js_argmax, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   return exports;

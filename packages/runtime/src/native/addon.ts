@@ -41,6 +41,11 @@ export interface CpuAddon {
   bandwidth(bytes: number, reps: number): [number, number, number];
   /** f32 GFLOP/s of the pool's threads running register-only multiply-adds, best of `reps` passes (ABI 6; see `measureFmaPeak`). */
   fmaPeak?(reps: number): number;
+  /**
+   * Per row of `n` entries of `x` (`x.length / n` rows), the index of its first maximum, by
+   * `firstMaxIndex`'s rule (ABI 8): the greedy picks of a step's logits (`RunOptions.argmax`).
+   */
+  argmax(x: Float32Array, n: number): Float64Array;
 }
 
 /**
@@ -50,10 +55,11 @@ export interface CpuAddon {
  * so freed large blocks leave the process, i8 values and LORA_Q, the int8 factor tables' bank
  * kernel; 5: LORA_LINEAR runs as one GEMM over K + R columns, the expand inside the output tiles; 6: the
  * few-row GEMM for 5–64 rows and the reworked gathered LoRA kernels; 7: per-row inputs, a multi-row
- * step's cached attention reading each sequence's own KV buffer in place, and `rowInputs`). An addon
+ * step's cached attention reading each sequence's own KV buffer in place, and `rowInputs`; 8: `argmax`, the greedy picks of a run's logits in the addon, and
+ * LINEAR_MULTI / QLINEAR_MULTI, sibling linears of one input in one pool job at decode rows). An addon
  * reporting another one (a stale prebuilt or `STAGEML_CPU_ADDON` file) is not used.
  */
-export const CPU_ADDON_ABI = 7;
+export const CPU_ADDON_ABI = 8;
 
 /**
  * Why `addon` cannot run this package's programs (its ABI is not `CPU_ADDON_ABI`: an older

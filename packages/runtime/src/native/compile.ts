@@ -33,6 +33,8 @@ const OP = {
   ARGMAX: 27,
   IOTA: 28,
   LORA_Q: 29,
+  LINEAR_MULTI: 30,
+  QLINEAR_MULTI: 31,
 } as const;
 
 const REDUCE: Partial<Record<string, number>> = { sum: 0, mean: 1, max: 2 };
@@ -78,7 +80,8 @@ function unsupported(graph: Graph, what: string): never {
  * symbols, reshapes and scalar-index gathers as views, each op by its own instructions (the serving
  * ops `loraBank` and `quantizedLoraBank` (gathered forms), `loraLinear` and `cachedAttention` as the LORA, LORA_Q, LORA_LINEAR and
  * ATTENTION_KV kernels, which read the slot tables, the factors and the cache in place; no
- * primitive pattern is recognised; the MoE routing ops `topk`, `groupedMatmul` and `scatterAdd`,
+ * primitive pattern is recognised (sibling linears of one input become one LINEAR_MULTI or
+ * QLINEAR_MULTI instruction, `fuseSiblingLinears`); the MoE routing ops `topk`, `groupedMatmul` and `scatterAdd`,
  * the reductions and `iota` as kernels of their own, `indexSelect` as a gather), intermediates
  * in liveness-shared slots (sized per run), every output copied into its own buffer. `params`
  * holds each parameter's data.
@@ -395,6 +398,8 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
     code.push(...kept);
   }
 
+  fuseSiblingLinears(code, (v) => table[v]!.storage === ST.INPUT || table[v]!.storage === ST.PARAM);
+
   // Liveness over instructions; views extend their root's lifetime.
   const rootOf = (v: number): number => {
     let x = v;
@@ -461,4 +466,46 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
     symbols,
     stats: { instructions: code.length, slots, views: table.filter((t) => t.storage === ST.VIEW).length },
   };
+}
+
+/**
+ * Sibling linears — LINEAR (no bias) or QLINEAR instructions that read one input x, such as a
+ * layer's q, k and v projections or its gate and up projections — become one LINEAR_MULTI or
+ * QLINEAR_MULTI instruction at the first one's place (the runner sends every sibling's output
+ * tiles to its pool as one job at a few rows: one barrier instead of one per weight). The later
+ * siblings move up, which is safe because they read only x, which the first one reads too, and
+ * weights that `ready` says exist from the start (inputs and parameters); slots are assigned after
+ * this, so no value's storage is shared across the move. Quantized siblings fuse when their bits,
+ * block size, input size and zero-point rule agree (the runner quantizes x once for all of them).
+ * Rewrites `code` in place.
+ */
+function fuseSiblingLinears(code: Instr[], ready: (v: number) => boolean): void {
+  const keyOf = (ins: Instr): string | undefined => {
+    if (ins.op === OP.LINEAR) return ins.a.length === 2 && ready(ins.a[1]!) ? `f ${String(ins.a[0])}` : undefined;
+    if (ins.op === OP.QLINEAR) return `q ${String(ins.a[0])} ${ins.i.slice(0, 3).join(' ')} ${String(ins.a.length)}`;
+    return undefined;
+  };
+  const groups = new Map<string, number[]>();
+  code.forEach((ins, k) => {
+    const key = keyOf(ins);
+    if (key === undefined) return;
+    const g = groups.get(key);
+    if (g === undefined) groups.set(key, [k]);
+    else g.push(k);
+  });
+  const fused = new Map<number, Instr>();
+  const moved = new Set<number>();
+  for (const ks of groups.values()) {
+    if (ks.length < 2) continue;
+    const members = ks.map((k) => code[k]!);
+    const first = members[0]!;
+    const r = members.flatMap((m) => m.r);
+    if (first.op === OP.LINEAR) fused.set(ks[0]!, { op: OP.LINEAR_MULTI, a: [first.a[0]!, ...members.map((m) => m.a[1]!)], r, i: [], f: [] });
+    else fused.set(ks[0]!, { op: OP.QLINEAR_MULTI, a: [first.a[0]!, ...members.flatMap((m) => m.a.slice(1))], r, i: [...first.i.slice(0, 3), first.a.length === 4 ? 1 : 0, ...members.map((m) => m.i[3]!)], f: [] });
+    for (const k of ks.slice(1)) moved.add(k);
+  }
+  if (fused.size === 0) return;
+  const out = code.flatMap((ins, k) => (moved.has(k) ? [] : [fused.get(k) ?? ins]));
+  code.length = 0;
+  code.push(...out);
 }

@@ -135,8 +135,19 @@ function nativeError(e: unknown): RuntimeError {
   return new RuntimeError(RuntimeCode.EVAL_FAILED, msg, { cause: e });
 }
 
-/** The one buffer behind every output of `outputs` (an earlier result of a cpu-native run), if so. */
+/**
+ * The buffer of each result a run returned: its outputs, less those reduced to their argmax
+ * (`RunOptions.argmax`, whose indices are a small array of their own), lie in it.
+ */
+const runBuffers = new WeakMap<object, ArrayBuffer>();
+
+/**
+ * The buffer behind an earlier result of a cpu-native run (`RunOptions.recycle`): the one its run
+ * wrote, or else the one buffer behind every output of `outputs`, if so.
+ */
 function recycledBuffer(outputs: Readonly<Record<string, HostTensor>> | undefined): ArrayBuffer | undefined {
+  const known = outputs === undefined ? undefined : runBuffers.get(outputs);
+  if (known !== undefined) return known;
   let buf: ArrayBuffer | undefined;
   for (const t of Object.values(outputs ?? {})) {
     const b = (t.data as ArrayBufferView).buffer as ArrayBuffer | undefined;
@@ -223,6 +234,16 @@ class CpuNativePrepared implements PreparedGraph {
       }
       out[o.name] = { dtype: o.dtype, shape, data: wrap(o.dtype, buf, offset, count) };
     }
+    // Greedy picks: each row's argmax made by the addon (SIMD over the row the run just wrote)
+    // instead of a JavaScript loop over the vocabulary; the output becomes i64 indices of its
+    // leading dims, as an executor whose results cross to the host returns it (`argmaxRows` reads both).
+    for (const name of opts?.argmax ?? []) {
+      const t = out[name];
+      const n = t?.dtype === 'f32' ? t.shape.at(-1) : undefined;
+      if (n === undefined || n === 0) continue;
+      out[name] = { dtype: 'i64', shape: t!.shape.slice(0, -1), data: this.addon.argmax(t!.data as Float32Array, n) };
+    }
+    runBuffers.set(out, buf);
     return out;
   }
 
