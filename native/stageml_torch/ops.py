@@ -31,6 +31,23 @@ HALF = (torch.float16, torch.bfloat16)
 _SDPA = hasattr(F, "scaled_dot_product_attention")
 
 
+def queued(t, device):
+    """Host tensor `t` on `device`. On a CUDA device the copy is queued on the current stream from
+    pinned memory and the host goes on: a blocking copy (or one from pageable memory) first waits
+    for everything already queued there, so a decode step launched ahead (ahead.py) would start
+    only after the step before it had ended, the device idle while the host staged it."""
+    device = torch.device(device)
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def queued_longs(rows, device):
+    """`rows` (lists of integers, equally long) as one int64 tensor [len(rows), n] on `device`,
+    copied as `queued` does."""
+    return queued(torch.tensor(rows, dtype=torch.long), device)
+
+
 def _float(v):
     if isinstance(v, str):
         return {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "-0": -0.0}[v]

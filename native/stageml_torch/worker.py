@@ -706,12 +706,12 @@ class Worker:
         block = not prefix and k > 0 and run == list(range(run[0], run[0] + k))
         gather = None
         if not prefix and not block:
-            gather = torch.tensor(run, dtype=torch.long, device=device)
+            gather = ops.queued_longs([run], device)[0]
             self.counts["gathers"] += 1
         pos = None
         if permuted:
             where = {b: j for j, b in enumerate(run)}
-            pos = torch.tensor([where[b] for b in index], dtype=torch.long, device=device)
+            pos = ops.queued_longs([[where[b] for b in index]], device)[0]
             self.counts["dummyRows"] += k - n
 
         def scatter(name, t):
@@ -721,7 +721,8 @@ class Worker:
                 raise errors.WorkerError(errors.BAD_VALUE, "row input '%s' [%s] does not have one row per cache row (%d)" % (name, ", ".join(str(d) for d in t.shape), n))
             per = t.reshape(n, -1, *t.shape[1:]) if t.shape[0] != n else t
             out = torch.zeros((k, *per.shape[1:]), dtype=per.dtype, device=per.device)
-            out[pos.to(per.device)] = per
+            # index_copy_, not an indexed assignment: on a CUDA device that one waits for the device.
+            out.index_copy_(0, pos.to(per.device), per)
             return out.reshape(k * (t.shape[0] // n), *t.shape[1:]) if t.shape[0] != n else out
 
         tails = {}
@@ -750,7 +751,7 @@ class Worker:
             if s.get("from") is None:
                 if name not in tensors:
                     raise errors.WorkerError(errors.MISSING_INPUT, "cache stream '%s' takes its tail from the inputs, which lack it" % name)
-                tails[name] = tensors[name].to(device)
+                tails[name] = ops.queued(tensors[name], device)
                 fed = scatter(name, tails[name]) if permuted else tails[name]
                 view = torch.cat([view, fed.to(view.dtype)], dim=1)
             tensors[name] = view
@@ -767,7 +768,9 @@ class Worker:
             ri.extend([i] * m)
             si.extend(range(a, a + m))
             di.extend(range(c.length, c.length + m))
-        at = [torch.tensor(x, dtype=torch.long, device=device) for x in (bi, ri, si, di)]
+        # Queued behind the device's work, not waited for (ops.queued): a step launched ahead is
+        # staged while the step before it still runs.
+        at = ops.queued_longs([bi, ri, si, di], device)
 
         def unpermute(out):
             if not permuted:

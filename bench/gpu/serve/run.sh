@@ -44,6 +44,17 @@ SH
   chmod +x "$WORK/python-prof"
   export STAGEML_PYTHON="$WORK/python-prof"
 fi
+# SYNC_DEBUG=1: the torch worker under sync_debug.py (each host wait for the device, once per call
+# stack, in server.log as "sync-debug: ...").
+if [ "${SYNC_DEBUG:-0}" = 1 ]; then
+  cat > "$WORK/python-sync" <<SH
+#!/usr/bin/env bash
+if [ "\$1" = -m ] && [ "\$2" = stageml_torch.worker ]; then shift 2; exec python3 "$PWD/bench/gpu/serve/sync_debug.py" "\$@"; fi
+exec python3 "\$@"
+SH
+  chmod +x "$WORK/python-sync"
+  export STAGEML_PYTHON="$WORK/python-sync"
+fi
 S0=$(date +%s.%N)
 "$WORK/node" "${NODE_FLAGS[@]}" .gpu/serve/stageml.mjs serve "$DIR/model" --served-model-name base --executor torch --port $PORT \
   --max-batch 64 "${ADAPT_FLAGS[@]}" "${EXTRA[@]}" > "$OUTDIR/server.log" 2>&1 &
