@@ -9,7 +9,7 @@
 // expressions, a value table (dtype, shape as expression ids, where the value lives) and a list of
 // instructions. Each run binds the symbols, evaluates every shape, sizes the liveness-shared slots,
 // and executes the instructions on a small thread pool. Heavy kernels: f32 linear / matmul
-// (register-tiled AVX-512 dot products on row-major weights, no repacking; 5–64 rows as yᵀ = W·xᵀ
+// (register-tiled AVX-512 dot products on row-major weights, no repacking; 17–64 rows as yᵀ = W·xᵀ
 // on x packed transposed), the gathered LoRA bank (f32 or int8 factor tables), block-quantized linear
 // (int4 / int8 codes repacked into 16-row interleaved tiles, activations quantized per 32 inputs to
 // int8, VNNI dot products), attention over the cache with a vectorized exp, the MoE expert GEMM
@@ -448,7 +448,9 @@ void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc
 /** Inputs a block of the few-row GEMM's sums runs over before it joins the tile's totals. */
 constexpr i64 kFewBlock = 64;
 /** Rows a few-row GEMM takes: fewer go to `rows_nt` (one weight row at a time), more to the tiles. */
-inline bool few_rows(i64 m) { return m >= 5 && m <= 64; }
+// From 17 rows: at 5–16 the 6 × 4 dot-product tiles ran 1.3–4× faster on SmolLM2's projections
+// (bench/results/no-slower.md), and 8 decode streams lost a quarter of their rate to it.
+inline bool few_rows(i64 m) { return m >= 17 && m <= 64; }
 /** Vectors of 16 rows for m activation rows. */
 inline i64 few_vectors(i64 m) { return (m + 15) / 16; }
 /** Weight rows per tile for mv vectors: 24 accumulators (of 32 registers). */
@@ -1969,7 +1971,7 @@ void matmul(Run& p, const Instr& in) {
   // Work items: (batch, column chunk of n). Without transposeB each item streams its rows of b
   // whole (one sequential read), unless there are too few batch entries to keep the pool busy.
   const i64 threads = pool().size();
-  // (With transposeB and 5–64 rows, chunks of at least 48 columns: the few-row GEMM packs x per chunk.)
+  // (With transposeB and 17–64 rows, chunks of at least 48 columns: the few-row GEMM packs x per chunk.)
   const i64 chunk = tb ? (few_rows(m) ? std::max<i64>(48, (n + 2 * threads - 1) / (2 * threads)) : 16) : (nbatch >= 2 * threads ? std::max<i64>(n, 1) : std::max<i64>(64, (n + 2 * threads - 1) / (2 * threads)));
   const i64 nchunks = (n + chunk - 1) / chunk;
   pool().parallel(nbatch * nchunks, [&](i64 w0, i64 w1) {

@@ -54,7 +54,7 @@ export interface CpuAddon {
  * bandwidth probe, the profiler and LORA's zeroTail flag; 4: glibc's mmap threshold fixed at load,
  * so freed large blocks leave the process, i8 values and LORA_Q, the int8 factor tables' bank
  * kernel; 5: LORA_LINEAR runs as one GEMM over K + R columns, the expand inside the output tiles; 6: the
- * few-row GEMM for 5–64 rows and the reworked gathered LoRA kernels; 7: per-row inputs, a multi-row
+ * few-row GEMM for 17–64 rows and the reworked gathered LoRA kernels; 7: per-row inputs, a multi-row
  * step's cached attention reading each sequence's own KV buffer in place, and `rowInputs`; 8: `argmax`, the greedy picks of a run's logits in the addon, and
  * LINEAR_MULTI / QLINEAR_MULTI, sibling linears of one input in one pool job at decode rows). An addon
  * reporting another one (a stale prebuilt or `STAGEML_CPU_ADDON` file) is not used.

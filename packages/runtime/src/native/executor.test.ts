@@ -34,11 +34,12 @@ describe('cpu-native kernels', () => {
     // columns across blocks of 64 weight rows (and a tail), rows across 6-row tiles, K in three chunks
     [8, 1030, 131],
     [64, 96, 70],
-    // the few-row GEMM (5–64 rows: 1 to 4 vectors of 16 rows, tiles of 24 / 12 / 8 / 6 weight rows
-    // with tails), K in blocks of 64 with a tail, and the row path / tiles on either side of it
+    // the few-row GEMM (17–64 rows: 2 to 4 vectors of 16 rows, tiles of 12 / 8 / 6 weight rows with
+    // tails), K in blocks of 64 with a tail, and the tiles on either side of it
     [5, 130, 25],
     [16, 577, 49],
     [17, 1100, 37],
+    [30, 300, 29],
     [33, 200, 17],
     [48, 64, 13],
     [65, 70, 30],
@@ -50,7 +51,7 @@ describe('cpu-native kernels', () => {
     await expectMatchesInterpreter(executor, c('matmul nt', [t('f32', [3, 'm', 70], { dims: [3, 5, 70] }), t('f32', [3, 20, 70])], (b, [x, w]) => b.matmul(x!, w!, { transposeB: true }), { tol: F32 }));
     await expectMatchesInterpreter(executor, c('matmul nn', [t('f32', [2, 1, 4, 17]), t('f32', [3, 17, 90])], (b, [x, w]) => b.matmul(x!, w!), { tol: F32 }));
     await expectMatchesInterpreter(executor, c('matmul tt', [t('f32', [9, 4]), t('f32', [6, 9])], (b, [x, w]) => b.matmul(x!, w!, { transposeA: true, transposeB: true }), { tol: F32 }));
-    // 5–64 rows with transposeB: the few-row GEMM in chunks of at least 48 columns (x packed per chunk)
+    // 17–64 rows with transposeB: the few-row GEMM in chunks of at least 48 columns (x packed per chunk)
     await expectMatchesInterpreter(executor, c('matmul nt few rows', [t('f32', [2, 'm', 70], { dims: [2, 20, 70] }), t('f32', [2, 130, 70])], (b, [x, w]) => b.matmul(x!, w!, { transposeB: true }), { tol: F32 }));
   });
 
