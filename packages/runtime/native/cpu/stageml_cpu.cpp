@@ -448,7 +448,7 @@ void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc
 /** Inputs a block of the few-row GEMM's sums runs over before it joins the tile's totals. */
 constexpr i64 kFewBlock = 64;
 /** Rows a few-row GEMM takes: fewer go to `rows_nt` (one weight row at a time), more to the tiles. */
-// From 17 rows: at 5–16 the 6 × 4 dot-product tiles ran 1.3–4× faster on SmolLM2's projections
+// From 17 rows: at 5–16 the 6 × 4 dot-product tiles ran 1.1–4× faster on SmolLM2's projections
 // (bench/results/no-slower.md), and 8 decode streams lost a quarter of their rate to it.
 inline bool few_rows(i64 m) { return m >= 17 && m <= 64; }
 /** Vectors of 16 rows for m activation rows. */
