@@ -84,8 +84,8 @@ function main(): void {
       const before = rows.map((_, i) => (o.greedy === true ? makePicker(o) : referenceSampler({ ...(o as object), seed: i })));
       const a: number[] = [];
       const b: number[] = [];
-      const oursMs = medianMs(() => rows.forEach((x, i) => a.push(ours[i]!(x))), 5, 1);
-      const beforeMs = medianMs(() => rows.forEach((x, i) => b.push(before[i]!(x))), 5, 1);
+      const oursMs = medianMs(() => { rows.forEach((x, i) => a.push(ours[i]!(x))); }, 5, 1);
+      const beforeMs = medianMs(() => { rows.forEach((x, i) => b.push(before[i]!(x))); }, 5, 1);
       if (a.join() !== b.join()) throw new Error(`${label}: the picks differ from the previous sampler's`);
       const base = `${label}: previous sampler (comparator sort)`;
       cases.push({ name: base, medianMs: beforeMs, runs: 5 });

@@ -15,7 +15,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { type Frame, FrameDecoder } from '@stageml/runtime';
+import { FrameDecoder } from '@stageml/runtime';
 import { type BenchCase, writeResults } from './lib/harness.js';
 
 const NATIVE = fileURLToPath(new URL('../native', import.meta.url));
@@ -54,7 +54,7 @@ async function measure(py: string, greedy: boolean): Promise<{ ms: number; mb: n
     p.stdout.on('data', (b: Buffer) => {
       bytes += b.byteLength;
       d.push(b);
-      for (let f = d.next(); f !== undefined; f = d.next()) times.push(Date.now() - ((f as Frame).header['t'] as number) * 1000);
+      for (let f = d.next(); f !== undefined; f = d.next()) times.push(Date.now() - (f.header['t'] as number) * 1000);
     });
     p.on('close', (code) => {
       if (code !== 0 || times.length !== FRAMES) {
