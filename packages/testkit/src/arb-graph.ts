@@ -130,6 +130,23 @@ function broadcastPartnerShape(c: Chooser, shape: readonly Dim[]): Dim[] {
 }
 
 /** A second operand of x's dtype that broadcasts with `x`: x itself, a pool value, a parameter or a scalar. */
+/**
+ * A grouped matmul's operands: x [n, k] from the pool (`pred`), e ≤ 3 groups, m outputs, w per
+ * group ([e, m, k] with `transposeW`, else [e, k, m]) and router-style groups (the argmax over e
+ * expert scores, always a valid group index).
+ */
+function groupedOperands(ctx: Ctx, c: Chooser, pred: (v: Value) => boolean): { x: Value; w: Value; groups: Value; k: Dim; e: number; m: Dim; transposeW: boolean } | undefined {
+  const x = choose(c, ctx.pool, (v) => pred(v) && rankOf(v) === 2);
+  if (x === undefined) return undefined;
+  const [n, k] = x.type.shape as [Dim, Dim];
+  const e = c.range(1, 3);
+  const m = someDim(ctx, c);
+  const transposeW = c.bool();
+  if (!fits([n, m])) return undefined;
+  const w = param(ctx, x.type.dtype, transposeW ? [e, m, k] : [e, k, m]);
+  return { x, w, groups: ctx.b.argmax(param(ctx, 'f32', [n, e]), -1), k, e, m, transposeW };
+}
+
 function partner(ctx: Ctx, c: Chooser, x: Value): Value {
   const dtype = x.type.dtype;
   switch (c.int(4)) {
@@ -641,31 +658,16 @@ const GENERATORS: Readonly<Record<OpKey, Gen>> = {
     return [ctx.b.loraScatterAdd(param(ctx, dtype, accShape), x, rows, param(ctx, dtype, [rank, inDim]), param(ctx, dtype, [out, rank]), c.bool() ? 0.5 : 2, biasB)];
   },
   groupedLoraMatmul: (ctx, c) => {
-    const x = choose(c, ctx.pool, (v) => isFloat(v) && rankOf(v) === 2);
-    if (x === undefined) return undefined;
-    const [n, k] = x.type.shape as [Dim, Dim];
-    const e = c.range(1, 3);
-    const m = someDim(ctx, c);
-    const transposeW = c.bool();
-    if (!fits([n, m])) return undefined;
-    const dtype = x.type.dtype;
+    const g = groupedOperands(ctx, c, isFloat);
+    if (g === undefined) return undefined;
+    const dtype = g.x.type.dtype;
     const rank = c.range(1, 2);
-    const w = param(ctx, dtype, transposeW ? [e, m, k] : [e, k, m]);
-    const groups = ctx.b.argmax(param(ctx, 'f32', [n, e]), -1);
-    return [ctx.b.groupedLoraMatmul(x, w, param(ctx, dtype, [e, rank, k]), param(ctx, dtype, [e, m, rank]), groups, { transposeW, scale: c.bool() ? 0.5 : 2 })];
+    return [ctx.b.groupedLoraMatmul(g.x, g.w, param(ctx, dtype, [g.e, rank, g.k]), param(ctx, dtype, [g.e, g.m, rank]), g.groups, { transposeW: g.transposeW, scale: c.bool() ? 0.5 : 2 })];
   },
   groupedMatmul: (ctx, c) => {
-    const x = choose(c, ctx.pool, (v) => nonBool(v) && rankOf(v) === 2);
-    if (x === undefined) return undefined;
-    const [n, k] = x.type.shape as [Dim, Dim];
-    const e = c.range(1, 3);
-    const m = someDim(ctx, c);
-    const transposeW = c.bool();
-    if (!fits([n, m])) return undefined;
-    const w = param(ctx, x.type.dtype, transposeW ? [e, m, k] : [e, k, m]);
-    // Router-style groups: the argmax over e expert scores is always a valid group index.
-    const groups = ctx.b.argmax(param(ctx, 'f32', [n, e]), -1);
-    return [ctx.b.op('groupedMatmul', [x, w, groups], { transposeW })];
+    const g = groupedOperands(ctx, c, nonBool);
+    if (g === undefined) return undefined;
+    return [ctx.b.op('groupedMatmul', [g.x, g.w, g.groups], { transposeW: g.transposeW })];
   },
   iota: (ctx, c) => {
     const shape = Array.from({ length: c.range(1, 2) }, () => someDim(ctx, c));
