@@ -285,10 +285,7 @@ class StepGraphs:
                 if lo < 0 or hi >= size:
                     raise errors.WorkerError(errors.EVAL, "input '%s': an index is out of range [0, %d) (got %d..%d)" % (name, size, lo, hi))
         for name, s in e.static.items():
-            t = inputs[name]
-            # From pinned memory where the graph is on a CUDA device: a copy from pageable memory
-            # may wait for the steps queued before it (ops.queued).
-            s.copy_(t.pin_memory() if s.is_cuda and t.device.type == "cpu" else t, non_blocking=True)
+            s.copy_(ops.pinned(inputs[name], s.device), non_blocking=True)
         if isinstance(e.graph, _Cuda):
             self.timeline.replay(e.graph.graph)
         else:

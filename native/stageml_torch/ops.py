@@ -31,15 +31,19 @@ HALF = (torch.float16, torch.bfloat16)
 _SDPA = hasattr(F, "scaled_dot_product_attention")
 
 
+def pinned(t, device):
+    """`t` as the source of a copy to `device` that need not wait for the device: a pinned copy of
+    a host tensor bound for a CUDA device (a copy from pageable memory may first wait for
+    everything queued on the stream), else `t` itself."""
+    return t.pin_memory() if torch.device(device).type == "cuda" and t.device.type == "cpu" else t
+
+
 def queued(t, device):
     """Host tensor `t` on `device`. On a CUDA device the copy is queued on the current stream from
     pinned memory and the host goes on: a blocking copy (or one from pageable memory) first waits
     for everything already queued there, so a decode step launched ahead (ahead.py) would start
     only after the step before it had ended, the device idle while the host staged it."""
-    device = torch.device(device)
-    if device.type != "cuda" or t.device.type != "cpu":
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
+    return pinned(t, device).to(device, non_blocking=True)
 
 
 def queued_longs(rows, device):
