@@ -18,13 +18,19 @@ once into a CUDA graph and replayed while nothing it depends on changes:
   instead of the longest row: positions past a row's length hold the stream's pad (the key mask's
   is MASKED, so attention gives them weight 0). The steps of one batch then have one shape until
   the batch grows past its capacity.
-- **Captured on the second sight.** A key is run eagerly the first time (which also warms every
-  kernel, Triton's and ours, and the fused steps' derived tables) and captured when the next step
-  has the same key; a batch whose composition changes every step never pays for a capture. At
-  most `LIMIT` graphs are kept (least recently used dropped); a disposed program drops its own.
+- **When a key is captured.** A program's first decode step runs eagerly (which warms every
+  kernel, Triton's and ours, and the fused steps' derived tables) and is captured when the next
+  step has the same key. Once a program is warm (a run of it finished: any eager step, prefill
+  included), a new key of it is captured at first sight: a key lives until the batch is re-staged,
+  so its next steps replay it, and the eager step a second sight needed cost a served case as much
+  as the capture (an H200, a 1B model at 64 rows: 57 ms eager, then 26 ms to capture). Where a
+  first-sight capture fails (a kernel that builds on first use and cannot build inside a capture),
+  the step runs eagerly, which builds it, and the key is captured at its second sight; after
+  `SECOND_AFTER` such failures a program's new keys always wait for their second sight. At most `LIMIT`
+  graphs are kept (least recently used dropped); a disposed program drops its own.
 - **What stays checked.** Index inputs (ids, slots, positions) that reach a gather, indexSelect or
   scatterAdd are range-checked on the host before every replay, against the bounds the eager run
-  saw; indices the program computes itself are in range by construction. A program whose capture
+  or the capture saw; indices the program computes itself are in range by construction. A program whose capture
   fails (an op that needs the host mid-run, e.g. the MoE grouping) runs eagerly from then on.
 - **Numerics.** A graph replays exactly the kernels of an eager run of the same shapes, so a
   replayed step equals an eager step at the padded length bit for bit; against the unpadded eager
@@ -58,6 +64,8 @@ import torch
 from . import errors, ops
 
 LIMIT = 8
+# First-sight captures of one program that may fail before its new keys wait for a second sight.
+SECOND_AFTER = 2
 
 
 def mode():
@@ -90,7 +98,7 @@ class _CudnnSdp:
 class _Emulated:
     """What the CPU tests use for a CUDA graph: the captured feed run again eagerly on replay."""
 
-    def __init__(self, prog, feed):
+    def __init__(self, prog, feed, relaxed=False):
         self.prog, self.feed = prog, feed
         self.out = None
 
@@ -104,13 +112,18 @@ class _Emulated:
 
 
 class _Cuda:
-    def __init__(self, prog, feed):
+    def __init__(self, prog, feed, relaxed=False):
         self.prog, self.feed = prog, feed
         self.graph = torch.cuda.CUDAGraph()
         self.out = None
+        # A first-sight capture may be the first use of a kernel at this shape (SDPA's cuDNN
+        # backend builds its plan then, through CUDA calls a capture in the default "global"
+        # mode refuses): "relaxed" lets such calls through; what would run on the captured
+        # stream is still captured, and a host read of the device still fails the capture.
+        self.mode = "relaxed" if relaxed else "global"
 
     def capture(self):
-        with torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph, capture_error_mode=self.mode):
             self.out = self.prog.run(self.feed)
 
     def replay(self):
@@ -166,9 +179,14 @@ class StepGraphs:
         self.limit = limit
         self.graphs = OrderedDict()
         self.last = None  # (key, checks) of the last eager run
-        self.stats = {"eager": 0, "captures": 0, "replays": 0, "failures": 0}
+        self.stats = {"eager": 0, "captures": 0, "replays": 0, "failures": 0, "firstSight": 0}
         self.announced = set()
         self.failed = set()  # ids of programs whose capture failed: eager from then on
+        # ids of programs a run of which finished (kernels built): their new keys are captured at
+        # first sight, until first-sight captures of a program failed SECOND_AFTER times (`second`:
+        # id -> failures; a failure's key runs eagerly first, which builds what the capture could not).
+        self.warm = set()
+        self.second = {}
         self.replayed = None
         self.timeline = Timeline()
 
@@ -188,6 +206,12 @@ class StepGraphs:
             self.last = None
         self.failed.discard(id(prog))
         self.announced.discard(id(prog))
+        self.warm.discard(id(prog))
+        self.second.pop(id(prog), None)
+
+    def ran(self, prog):
+        """A run of `prog` outside the graphs finished (a prefill): its kernels are built."""
+        self.warm.add(id(prog))
 
     @staticmethod
     def _key(prog, inputs, bound, stable=None, fixed=()):
@@ -210,12 +234,18 @@ class StepGraphs:
             out = self._replay(e, inputs)
             self.replayed = e
             return out
-        if self.last is not None and self.last[0] == key:
-            checks = self.last[1]
+        first = id(prog) in self.warm and self.second.get(id(prog), 0) < SECOND_AFTER and not (self.last is not None and self.last[0] == key)
+        if first or (self.last is not None and self.last[0] == key):
+            checks = None if first else self.last[1]
             self.last = None
             with _CudnnSdp(prog):
                 e = self._capture(prog, inputs, bound, checks)
+            if e is None and first and id(prog) not in self.failed:
+                # Not at first sight then: eager now, captured when the key comes again.
+                self.second[id(prog)] = self.second.get(id(prog), 0) + 1
             if e is not None:
+                if first:
+                    self.stats["firstSight"] += 1
                 self.graphs[key] = e
                 while len(self.graphs) > self.limit:
                     self.graphs.popitem(last=False)
@@ -225,6 +255,7 @@ class StepGraphs:
         with _CudnnSdp(prog):
             out, checks = self._eager(prog, inputs)
         self.timeline.eager()
+        self.warm.add(id(prog))
         self.last = (key, checks)
         return out
 
@@ -247,6 +278,9 @@ class StepGraphs:
         return out, sorted(bounds.items())
 
     def _capture(self, prog, inputs, bound, checks):
+        """The graph of one step, or None where its capture failed. `checks`: the index bounds an
+        eager run of the key saw; None (a first-sight capture): recorded while capturing, and a
+        failure then only means this key is run eagerly first (the caller's fallback)."""
         static = {}
         feed = {}
         for name, t in inputs.items():
@@ -256,20 +290,33 @@ class StepGraphs:
                 s = t.to(prog.device, copy=True)
                 static[name] = s
                 feed[name] = s
-        g = (_Emulated if mode() == "emulate" else _Cuda)(prog, feed)
+        g = (_Emulated if mode() == "emulate" else _Cuda)(prog, feed, relaxed=checks is None)
+        seen = []
+        watch = {t.data_ptr(): name for name, t in static.items() if not t.dtype.is_floating_point and t.numel() > 0} if checks is None else None
+        prev = ops.INDEX_WATCH[0]
         try:
             ops.CAPTURING[0] = True
+            ops.INDEX_WATCH[0] = (watch, seen) if watch is not None else None
             try:
                 g.capture()
             finally:
                 ops.CAPTURING[0] = False
+                ops.INDEX_WATCH[0] = prev
         except Exception as ex:  # noqa: BLE001 - any capture failure: this program runs eagerly
+            if prog.on_cuda:
+                torch.cuda.synchronize(prog.device)
+            if checks is None:
+                print("stageml_torch: decode steps of @%s are captured on their second sight (a capture at first sight failed: %s: %s)" % (prog.name, type(ex).__name__, str(ex)[:300]), file=sys.stderr)
+                return None
             self.failed.add(id(prog))
             self.stats["failures"] += 1
             print("stageml_torch: decode steps of @%s run without a CUDA graph (capture failed: %s: %s)" % (prog.name, type(ex).__name__, str(ex)[:300]), file=sys.stderr)
-            if prog.on_cuda:
-                torch.cuda.synchronize(prog.device)
             return None
+        if checks is None:
+            bounds = {}
+            for name, size in seen:
+                bounds[name] = min(size, bounds.get(name, size))
+            checks = sorted(bounds.items())
         self.stats["captures"] += 1
         if id(prog) not in self.announced:
             self.announced.add(id(prog))

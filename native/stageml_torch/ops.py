@@ -508,11 +508,11 @@ INDEX_WATCH = [None]
 
 def _index(idx, size, op):
     i = idx.long()
-    if CAPTURING[0]:
-        return i
     w = INDEX_WATCH[0]
     if w is not None and i.numel() > 0 and idx.data_ptr() in w[0]:
         w[1].append((w[0][idx.data_ptr()], size))
+    if CAPTURING[0]:
+        return i
     if i.numel() > 0 and (int(i.min()) < 0 or int(i.max()) >= size):
         raise errors.WorkerError(errors.EVAL, "%s: an index is out of range [0, %d)" % (op, size))
     return i

@@ -55,6 +55,17 @@ SH
   chmod +x "$WORK/python-sync"
   export STAGEML_PYTHON="$WORK/python-sync"
 fi
+# TRACE=1: the torch worker under trace.py (one JSON line per run in OUTDIR/trace.jsonl; summarize
+# with bench/gpu/serve/trace_summary.py).
+if [ "${TRACE:-0}" = 1 ]; then
+  cat > "$WORK/python-trace" <<SH
+#!/usr/bin/env bash
+if [ "\$1" = -m ] && [ "\$2" = stageml_torch.worker ]; then shift 2; TRACE_OUT="$OUTDIR/trace.jsonl" exec python3 "$PWD/bench/gpu/serve/trace.py" "\$@"; fi
+exec python3 "\$@"
+SH
+  chmod +x "$WORK/python-trace"
+  export STAGEML_PYTHON="$WORK/python-trace"
+fi
 S0=$(date +%s.%N)
 "$WORK/node" "${NODE_FLAGS[@]}" .gpu/serve/stageml.mjs serve "$DIR/model" --served-model-name base --executor torch --port $PORT \
   --max-batch 64 "${ADAPT_FLAGS[@]}" "${EXTRA[@]}" > "$OUTDIR/server.log" 2>&1 &

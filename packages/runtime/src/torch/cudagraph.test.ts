@@ -154,6 +154,74 @@ print(json.dumps(res))
     expect(out.lru).toEqual([2, [2, 3]]); // the batch of 1 row (least recently used) dropped
   }, 60_000);
 
+  it('captures a warm program\'s new key at first sight, checks its indices from the capture, and falls back to the second sight when that capture fails', () => {
+    const out = runNativePython(
+      `
+import json, torch
+from stageml_torch import cudagraph, errors
+from stageml_torch.worker import Worker
+doc = json.loads(${JSON.stringify(program())})
+table = torch.arange(20, dtype=torch.float32).reshape(10, 2)
+streams = [{"input": "past", "from": "new", "pad": -1}]
+def setup():
+    w = Worker("cpu")
+    h = w.handle({"op": "prepare", "graph": doc}, {"table": table})[0]["handle"]
+    return w, h
+def step(w, h, ids, rows):
+    hdr = {"op": "run", "handle": h, "caches": {"streams": streams, "rows": [{"id": r, "append": [0, 1]} for r in rows]}}
+    return w.handle(hdr, {"ids": torch.tensor(ids, dtype=torch.int64).reshape(len(rows), 1)})[1]
+def counts(w):
+    g = w.graphs.stats
+    return [g["eager"], g["captures"], g["replays"], g["firstSight"], g["failures"]]
+res = {}
+w, h = setup()
+step(w, h, [1, 2], (1, 2)); step(w, h, [3, 4], (1, 2))
+res["cold"] = counts(w)
+# three caches: the batch is re-staged to 4 rows, a new key of a warm program
+y = step(w, h, [5, 6, 7], (1, 2, 3))["y"]
+res["first"] = counts(w)
+res["first_y"] = [y[0, 1, 0].item(), y[0, -1, 0].item(), y[2, 0, 0].item(), y[2, -1, 0].item()]
+step(w, h, [1, 1, 1], (1, 2, 3))
+res["next"] = counts(w)
+try:
+    step(w, h, [9, 10, 1], (1, 2, 3))
+    res["bad"] = None
+except errors.WorkerError as e:
+    res["bad"] = [e.code, e.message]
+res["lengths"] = [w.caches[i].length for i in (1, 2, 3)]
+# a warm program whose capture fails: eager at the new key's first sight, then the second sight's
+# capture fails too, and the program runs eagerly from then on (same values throughout)
+w, h = setup()
+step(w, h, [1, 2], (1, 2)); step(w, h, [3, 4], (1, 2))
+class Broken(cudagraph._Emulated):
+    def capture(self):
+        raise RuntimeError("operation not permitted when stream is capturing")
+cudagraph._Emulated, keep = Broken, cudagraph._Emulated
+before = counts(w)
+ys = [step(w, h, [i, i, i], (1, 2, 3))["y"][:, -1, 0].tolist() for i in range(4)]
+cudagraph._Emulated = keep
+res["broken"] = {"ys": ys, "delta": [a - b for a, b in zip(counts(w), before)]}
+print(json.dumps(res))
+`,
+      { STAGEML_TORCH_GRAPHS: 'emulate' },
+    ) as { cold: number[]; first: number[]; first_y: number[]; next: number[]; bad: [string, string] | null; lengths: number[]; broken: { ys: number[][]; delta: number[] } };
+    // [eager, captures, replays, firstSight, failures]: a cold program eager first, captured at the second step.
+    expect(out.cold).toEqual([1, 1, 1, 0, 0]);
+    // The re-staged batch's first step is captured at once and replayed, with no eager step.
+    expect(out.first).toEqual([1, 2, 2, 1, 0]);
+    // Row 0 holds ids 1, 3 (table[i][0] = 2i) and takes 5 at the capacity; row 2 (new) holds only
+    // the pad and takes 7.
+    expect(out.first_y).toEqual([6, 10, -1, 14]);
+    expect(out.next).toEqual([1, 2, 3, 1, 0]);
+    // The bound the capture recorded refuses id 10 before the replay; nothing appended.
+    expect(out.bad?.[0]).toBe('RT_EVAL_FAILED');
+    expect(out.bad?.[1]).toContain("input 'ids'");
+    expect(out.lengths).toEqual([4, 4, 2]);
+    expect(out.broken.ys).toEqual([0, 1, 2, 3].map((i) => [2 * i, 2 * i, 2 * i]));
+    // First sight: capture fails, eager; second sight: capture fails (a failure), eager; then plain runs.
+    expect(out.broken.delta).toEqual([2, 0, 0, 0, 1]);
+  }, 60_000);
+
   it('keys a step graph by its resident inputs under residentSame: a stored replacement is a new key, an unchanged map replays', () => {
     const doc = program('input');
     const out = runNativePython(
