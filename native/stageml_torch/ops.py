@@ -449,8 +449,9 @@ class Tail:
         self.appends = 0  # runs that appended in place (eager and captured runs; replays run no Python)
 
 
-# The staged buffers whose positions past a run's view may take the step's keys in place, by
-# storage address (the worker registers them; an entry lives as long as its staged batch).
+# The staged buffers whose positions past a run's view may take the step's keys in place, by the
+# address of their first element (the worker registers them; an entry lives as long as its staged
+# batch). Not by storage: the streams of one item shape share one allocation (worker.py `Staged`).
 CACHE_TAILS = weakref.WeakValueDictionary()
 
 
@@ -467,7 +468,7 @@ def append_in_place(past, new, ax, ctx):
     or this buffer's tail already taken in this run."""
     if not CACHE_TAILS or past.dim() != new.dim() or past.dtype != new.dtype or past.device != new.device:
         return None
-    tail = CACHE_TAILS.get(storage_ptr(past))
+    tail = CACHE_TAILS.get(past.data_ptr())
     if tail is None:
         return None
     phys, n = tail.phys, new.shape[ax]

@@ -5,6 +5,7 @@
 # peers on the same GPU (peers.py). Everything lands in OUTDIR; report.py turns it into
 # bench/results/gpu-serve.{json,md} here.
 #   bash bench/gpu/serve/run.sh OUTDIR [SHAPE=1b] [ADAPTERS=64] [STREAMS=1,8,32,64] [-- extra serve flags]
+# Environment: PEERS=0 (no peers), PEER_WHAT=base,mixed,single, PEER_STREAMS (default STREAMS), PEER_BUDGET (s).
 set -u
 OUTDIR=${1:?output directory}; SHAPE=${2:-1b}; NADAPT=${3:-64}; STREAMS=${4:-1,8,32,64}
 shift $(( $# < 4 ? $# : 4 )); [ "${1:-}" = "--" ] && shift
@@ -90,7 +91,7 @@ json.dump({"shape": "$SHAPE", "adapters": $NADAPT, "ready_s": float("$READY"), "
            "node_rss_peak_kb": int("${RSS_PEAK:-0}"), "extra_flags": "${EXTRA[*]}"}, open(sys.argv[1], "w"))
 PY
 if [ "${PEERS:-1}" = 1 ]; then
-  timeout "${PEER_BUDGET:-300}" python3 bench/gpu/serve/peers.py --dir "$DIR" --streams "$STREAMS" --out "$OUTDIR/peers.json" \
+  timeout "${PEER_BUDGET:-300}" python3 bench/gpu/serve/peers.py --dir "$DIR" --streams "${PEER_STREAMS:-$STREAMS}" --out "$OUTDIR/peers.json" \
     ${PEER_WHAT:+--what $PEER_WHAT} 2>&1 | grep -v -i warn | tee "$OUTDIR/peers.log"
 fi
 echo "total $(( $(date +%s) - T0 )) s"
