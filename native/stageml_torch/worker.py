@@ -777,7 +777,7 @@ class Worker:
                 if name in tensors and name not in stream_names:
                     tensors[name] = scatter(name, tensors[name])
         # Every appended position as (batch row, source row, source position, destination
-        # position): one indexed write per stream whatever the rows.
+        # position): one indexed write per group of streams (Staged.groups) whatever the rows.
         bi, ri, si, di = [], [], [], []
         for i, (r, c) in enumerate(zip(rows, caches)):
             a, m = int(r["append"][0]), int(r["append"][1])
