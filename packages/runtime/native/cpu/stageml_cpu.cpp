@@ -627,8 +627,50 @@ void gemm_nt_range(const float* x, i64 lda, const float* w, i64 ldb, float* y, i
   }
 }
 
+#ifdef SML_AVX512
+// One row over a short K (a batch-1 decode step's LoRA expand, y = t · B over the adapter's rank
+// rows of B): y[0, n0:n1) = a[0, 0:K) · b[0:K, n0:n1), 64 columns at a time with every live row of
+// b read side by side (K streams in flight, each prefetched 1 KB ahead) and the sums in registers,
+// instead of one axpy pass over y per row of b that waits for each row's first lines. The same
+// multiply-adds in the same order as that loop (rows j ascending from zero, one fused multiply-add
+// each, rows whose coefficient is zero skipped), so the same bits.
+constexpr i64 kNnShortK = 64;
+void nn_row_short(const float* a, const float* b, i64 ldb, float* y, i64 k, i64 n0, i64 n1) {
+  const float* live[kNnShortK];
+  __m512 coef[kNnShortK];
+  int nl = 0;
+  for (i64 j = 0; j < k; j++)
+    if (a[j] != 0.0f) {
+      live[nl] = b + j * ldb;
+      coef[nl++] = _mm512_set1_ps(a[j]);
+    }
+  for (i64 c = n0; c < n1; c += 64) {
+    const i64 w = std::min<i64>(64, n1 - c);
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    if (w == 64) {
+      for (int q = 0; q < nl; q++) {
+        const float* br = live[q] + c;
+        for (int l = 0; l < 4; l++) _mm_prefetch(reinterpret_cast<const char*>(br + 256 + 16 * l), _MM_HINT_T0);
+        for (int l = 0; l < 4; l++) acc[l] = _mm512_fmadd_ps(coef[q], _mm512_loadu_ps(br + 16 * l), acc[l]);
+      }
+      for (int l = 0; l < 4; l++) _mm512_storeu_ps(y + c + 16 * l, acc[l]);
+    } else {
+      for (int q = 0; q < nl; q++)
+        for (int l = 0; 16 * l < w; l++) acc[l] = _mm512_fmadd_ps(coef[q], _mm512_maskz_loadu_ps(tail_mask(w - 16 * l), live[q] + c + 16 * l), acc[l]);
+      for (int l = 0; 16 * l < w; l++) _mm512_mask_storeu_ps(y + c + 16 * l, tail_mask(w - 16 * l), acc[l]);
+    }
+  }
+}
+#endif
+
 // Serial: y[M, n0:n1] = a[M, K] · b[K, N] (b row-major, vectorized over N).
 void gemm_nn_range(const float* a, i64 lda, const float* b, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1) {
+#ifdef SML_AVX512
+  if (m == 1 && k <= kNnShortK) {
+    nn_row_short(a, b, ldb, y, k, n0, n1);
+    return;
+  }
+#endif
   for (i64 r = 0; r < m; r++) {
     float* yr = y + r * ldc;
     std::memset(yr + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
