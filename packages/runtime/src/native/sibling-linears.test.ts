@@ -2,7 +2,8 @@
 // LINEAR_MULTI / QLINEAR_MULTI instruction: fewer instructions, the same results as the
 // interpreter at decode rows (one pool job over every weight's tiles) and at more rows (each
 // weight its own GEMM), and no fusion where a sibling cannot move (a bias, other blocks); the single
-// slot form's shrinks (weights that are gather views of the slot tables) fuse too.
+// slot form's shrinks (weights that are gather views of the slot tables) fuse too; quantized
+// siblings stay one job at every row count (their tiles are one kernel), with the same bits.
 import { GraphBuilder, type HostTensor, expandComposites, interpret, quantizeWeight, seededRandom } from '@stageml/ir';
 import { describe, expect, test } from 'vitest';
 
