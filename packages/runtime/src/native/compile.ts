@@ -485,7 +485,8 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
  * Sibling linears — LINEAR (no bias) or QLINEAR instructions that read one input x, such as a
  * layer's q, k and v projections or its gate and up projections — become one LINEAR_MULTI or
  * QLINEAR_MULTI instruction at the first one's place (the runner sends every sibling's output
- * tiles to its pool as one job at a few rows: one barrier instead of one per weight). The later
+ * tiles to its pool as one job, f32 ones at a few rows and quantized ones at every row count: one
+ * barrier instead of one per weight, and one quantization of x for a quantized group). The later
  * siblings move up, which is safe because they read only x, which the first one reads too, and
  * weights that `ready` says exist from the start (inputs, parameters, and gather views of them
  * that run before every other instruction); slots are assigned after
