@@ -128,7 +128,7 @@ function threadTicks(): Map<string, number> {
   return out;
 }
 
-/** Decode tokens/s over `rows` streams in one batch per step (after an untimed prefill of all but the last prompt token). */
+/** Greedy decode tokens/s over `rows` streams in one batch per step (after an untimed prefill of all but the last prompt token). */
 async function oursDecode(engine: Engine, ps: number[][], steps: number, adapters: (string | undefined)[]): Promise<number> {
   const { seqs } = await oursOpen(engine, ps.map((p) => p.slice(0, -1)), adapters);
   try {
@@ -141,7 +141,10 @@ async function oursDecode(engine: Engine, ps: number[][], steps: number, adapter
     const st: number[] = [];
     for (let t = 0; t < steps; t++) {
       const a = performance.now();
-      toks = (await engine.decode(seqs, toks)).map(argmax);
+      // Greedy picks made by the executor (`RunOptions.argmax`), as `stageml serve` makes them for
+      // greedy requests and as llama.cpp samples in its own code: not the step's logits handed to
+      // JavaScript and scanned here (a 151,936-float row for the Qwen3 shape).
+      toks = await engine.decodeGreedy(seqs, toks);
       st.push(performance.now() - a);
     }
     const dt = performance.now() - t0;

@@ -392,40 +392,48 @@ void tiles_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ld
   }
 }
 
-// Few activation rows (decode): one weight row at a time, read as one sequential stream with a
-// software prefetch 2 KB ahead (4 KB pages stop the hardware prefetchers; this measured 41 GB/s
-// against 24 for the 4-row tiles at one row). The extra columns, if any, join each row's sums.
+// Few activation rows (decode): one weight row at a time, read as one sequential stream, 64 inputs
+// a step into 4 sums per activation row. Each cache line of the stream gets two software prefetches:
+// 8 KB ahead into L2 (prefetcht1) and 1 KB ahead into L1 (prefetcht0). 4 KB pages stop the hardware
+// prefetchers at every page, so the stream is fed by the far prefetch alone, and the near one has
+// the line in L1 by the time it is loaded. A 2 KB prefetcht0 alone (before) kept fewer lines in
+// flight: the f32 GEMVs of a Qwen3-shaped batch-1 step (8 layers, the 622 MB LM head) streamed at
+// 0.78-0.85 of the bandwidth probe's rate, and a standalone replay of the step's GEMVs ran 8-10 %
+// faster with both prefetches (docs/cpu-native.md). The extra columns, if any, join each row's sums.
+constexpr i64 kRowsFar = 2048;  // floats ahead of the prefetcht1 (8 KB)
+constexpr i64 kRowsNear = 256;  // floats ahead of the prefetcht0 (1 KB)
+
 template <int MR>
 void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 k, i64 n0, i64 n1, const GemmExtra* ex = nullptr) {
 #ifdef SML_AVX512
   for (i64 n = n0; n < n1; n++) {
     const float* wr = w + n * ldb;
-    __m512 a0[MR], a1[MR];
-    for (int m = 0; m < MR; m++) a0[m] = a1[m] = _mm512_setzero_ps();
+    __m512 acc[MR][4];
+    for (int m = 0; m < MR; m++)
+      for (int l = 0; l < 4; l++) acc[m][l] = _mm512_setzero_ps();
     i64 i = 0;
-    for (; i + 32 <= k; i += 32) {
-      __builtin_prefetch(reinterpret_cast<const char*>(wr + i + 512));
-      __builtin_prefetch(reinterpret_cast<const char*>(wr + i + 528));
-      const __m512 w0 = _mm512_loadu_ps(wr + i), w1 = _mm512_loadu_ps(wr + i + 16);
-      for (int m = 0; m < MR; m++) {
-        a0[m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + m * lda + i), a0[m]);
-        a1[m] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + m * lda + i + 16), a1[m]);
+    for (; i + 64 <= k; i += 64) {
+      for (int l = 0; l < 4; l++) _mm_prefetch(reinterpret_cast<const char*>(wr + i + kRowsFar + 16 * l), _MM_HINT_T1);
+      for (int l = 0; l < 4; l++) _mm_prefetch(reinterpret_cast<const char*>(wr + i + kRowsNear + 16 * l), _MM_HINT_T0);
+      for (int l = 0; l < 4; l++) {
+        const __m512 wv = _mm512_loadu_ps(wr + i + 16 * l);
+        for (int m = 0; m < MR; m++) acc[m][l] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + m * lda + i + 16 * l), acc[m][l]);
       }
     }
     for (; i < k; i += 16) {
       const __mmask16 msk = tail_mask(k - i);
       const __m512 w0 = _mm512_maskz_loadu_ps(msk, wr + i);
-      for (int m = 0; m < MR; m++) a0[m] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(msk, x + m * lda + i), a0[m]);
+      for (int m = 0; m < MR; m++) acc[m][0] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(msk, x + m * lda + i), acc[m][0]);
     }
     if (ex != nullptr) {
       const float* we = ex->w + n * ex->ldw;
       for (i64 j = 0; j < ex->k; j += 16) {
         const __mmask16 msk = tail_mask(ex->k - j);
         const __m512 w0 = _mm512_maskz_loadu_ps(msk, we + j);
-        for (int m = 0; m < MR; m++) a1[m] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(msk, ex->x + m * ex->ldx + j), a1[m]);
+        for (int m = 0; m < MR; m++) acc[m][1] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(msk, ex->x + m * ex->ldx + j), acc[m][1]);
       }
     }
-    for (int m = 0; m < MR; m++) y[m * ldc + n] = _mm512_reduce_add_ps(_mm512_add_ps(a0[m], a1[m]));
+    for (int m = 0; m < MR; m++) y[m * ldc + n] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3])));
   }
 #else
   for (i64 n = n0; n < n1; n++)
@@ -619,8 +627,50 @@ void gemm_nt_range(const float* x, i64 lda, const float* w, i64 ldb, float* y, i
   }
 }
 
+#ifdef SML_AVX512
+// One row over a short K (a batch-1 decode step's LoRA expand, y = t · B over the adapter's rank
+// rows of B): y[0, n0:n1) = a[0, 0:K) · b[0:K, n0:n1), 64 columns at a time with every live row of
+// b read side by side (K streams in flight, each prefetched 1 KB ahead) and the sums in registers,
+// instead of one axpy pass over y per row of b that waits for each row's first lines. The same
+// multiply-adds in the same order as that loop (rows j ascending from zero, one fused multiply-add
+// each, rows whose coefficient is zero skipped), so the same bits.
+constexpr i64 kNnShortK = 64;
+void nn_row_short(const float* a, const float* b, i64 ldb, float* y, i64 k, i64 n0, i64 n1) {
+  const float* live[kNnShortK];
+  __m512 coef[kNnShortK];
+  int nl = 0;
+  for (i64 j = 0; j < k; j++)
+    if (a[j] != 0.0f) {
+      live[nl] = b + j * ldb;
+      coef[nl++] = _mm512_set1_ps(a[j]);
+    }
+  for (i64 c = n0; c < n1; c += 64) {
+    const i64 w = std::min<i64>(64, n1 - c);
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    if (w == 64) {
+      for (int q = 0; q < nl; q++) {
+        const float* br = live[q] + c;
+        for (int l = 0; l < 4; l++) _mm_prefetch(reinterpret_cast<const char*>(br + 256 + 16 * l), _MM_HINT_T0);
+        for (int l = 0; l < 4; l++) acc[l] = _mm512_fmadd_ps(coef[q], _mm512_loadu_ps(br + 16 * l), acc[l]);
+      }
+      for (int l = 0; l < 4; l++) _mm512_storeu_ps(y + c + 16 * l, acc[l]);
+    } else {
+      for (int q = 0; q < nl; q++)
+        for (int l = 0; 16 * l < w; l++) acc[l] = _mm512_fmadd_ps(coef[q], _mm512_maskz_loadu_ps(tail_mask(w - 16 * l), live[q] + c + 16 * l), acc[l]);
+      for (int l = 0; 16 * l < w; l++) _mm512_mask_storeu_ps(y + c + 16 * l, tail_mask(w - 16 * l), acc[l]);
+    }
+  }
+}
+#endif
+
 // Serial: y[M, n0:n1] = a[M, K] · b[K, N] (b row-major, vectorized over N).
 void gemm_nn_range(const float* a, i64 lda, const float* b, i64 ldb, float* y, i64 ldc, i64 m, i64 k, i64 n0, i64 n1) {
+#ifdef SML_AVX512
+  if (m == 1 && k <= kNnShortK) {
+    nn_row_short(a, b, ldb, y, k, n0, n1);
+    return;
+  }
+#endif
   for (i64 r = 0; r < m; r++) {
     float* yr = y + r * ldc;
     std::memset(yr + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
@@ -2434,7 +2484,11 @@ void qlinear_multi(Run& p, const Instr& in) {
   const QPacked& w0 = *in.packs[0];
   const i64 m = numel(p.shapes[in.a[0]]) / std::max<i64>(w0.k, 1);
   const float* x = F(p, in.a[0]);
-  bool tiled = m <= kMultiRows;
+  // NOTE: at any rows, unlike the f32 siblings (whose GEMM above 4 rows is a different kernel):
+  // QLINEAR's tiles are the same kernel at every row count, so a prefill's q, k and v (gate and
+  // up) quantize x once and share one job; run apart, the 1024-output k and v projections of the
+  // Qwen3 shape's 128-token prefill ran at 0.6 of the larger ones' rate.
+  bool tiled = true;
   for (const auto& w : in.packs) tiled = tiled && w->dense.empty();
 #ifdef SML_VNNI
   if (tiled) {

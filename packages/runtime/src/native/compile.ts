@@ -398,7 +398,20 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
     code.push(...kept);
   }
 
-  fuseSiblingLinears(code, (v) => table[v]!.storage === ST.INPUT || table[v]!.storage === ST.PARAM);
+  // Gather views of an input or parameter at an input index (the single slot form's factors: one
+  // slot's rows of a table) only set a pointer, from values that exist from the start: they run
+  // first, so a linear reading one as its weight is a sibling like any other (the LoRA shrink x·Aᵀ
+  // joins the base projections of x in one LINEAR_MULTI: at a batch-1 step one pool job instead
+  // of the shrink's own instruction, 7 a layer).
+  const isSource = (v: number): boolean => table[v]!.storage === ST.INPUT || table[v]!.storage === ST.PARAM;
+  const early = code.filter((ins) => ins.op === OP.GATHER_VIEW && ins.a.every(isSource));
+  if (early.length > 0) {
+    const rest = code.filter((ins) => !early.includes(ins));
+    code.length = 0;
+    code.push(...early, ...rest);
+  }
+  const earlyViews = new Set(early.flatMap((ins) => ins.r));
+  fuseSiblingLinears(code, (v) => isSource(v) || earlyViews.has(v));
 
   // Liveness over instructions; views extend their root's lifetime.
   const rootOf = (v: number): number => {
@@ -472,9 +485,11 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
  * Sibling linears — LINEAR (no bias) or QLINEAR instructions that read one input x, such as a
  * layer's q, k and v projections or its gate and up projections — become one LINEAR_MULTI or
  * QLINEAR_MULTI instruction at the first one's place (the runner sends every sibling's output
- * tiles to its pool as one job at a few rows: one barrier instead of one per weight). The later
+ * tiles to its pool as one job, f32 ones at a few rows and quantized ones at every row count: one
+ * barrier instead of one per weight, and one quantization of x for a quantized group). The later
  * siblings move up, which is safe because they read only x, which the first one reads too, and
- * weights that `ready` says exist from the start (inputs and parameters); slots are assigned after
+ * weights that `ready` says exist from the start (inputs, parameters, and gather views of them
+ * that run before every other instruction); slots are assigned after
  * this, so no value's storage is shared across the move. Quantized siblings fuse when their bits,
  * block size, input size and zero-point rule agree (the runner quantizes x once for all of them).
  * Rewrites `code` in place.

@@ -27,6 +27,10 @@ describe('cpu-native kernels', () => {
 
   test.each([
     [1, 7, 1],
+    // 1–4 rows: the row streams, 64 inputs a step with a tail of 16-wide steps and a masked one
+    [1, 3000, 9],
+    [3, 2100, 7],
+    [4, 64, 5],
     [2, 600, 5],
     [6, 33, 4],
     [7, 1100, 18],
@@ -53,6 +57,23 @@ describe('cpu-native kernels', () => {
     await expectMatchesInterpreter(executor, c('matmul tt', [t('f32', [9, 4]), t('f32', [6, 9])], (b, [x, w]) => b.matmul(x!, w!, { transposeA: true, transposeB: true }), { tol: F32 }));
     // 17–64 rows with transposeB: the few-row GEMM in chunks of at least 48 columns (x packed per chunk)
     await expectMatchesInterpreter(executor, c('matmul nt few rows', [t('f32', [2, 'm', 70], { dims: [2, 20, 70] }), t('f32', [2, 130, 70])], (b, [x, w]) => b.matmul(x!, w!, { transposeB: true }), { tol: F32 }));
+  });
+
+  test.each([1, 16, 64, 65])('f32 matmul of one row over %i inputs (a decode step\'s LoRA expand), zero coefficients skipped', async (k) => {
+    for (const n of [1, 50, 64, 200, 3072]) {
+      const b = new GraphBuilder('expand');
+      b.output('y', b.matmul(b.input('t', ['f32', [1, 1, k]]), b.input('B', ['f32', [k, n]])));
+      const g = b.build();
+      const tv = rand(k, k + n);
+      for (let j = 0; j < k; j += 3) tv[j] = 0;
+      const inputs: Record<string, HostTensor> = { t: { dtype: 'f32', shape: [1, 1, k], data: tv }, B: { dtype: 'f32', shape: [k, n], data: rand(k * n, 7 + n) } };
+      const prepared = await executor.prepare(g);
+      const got = (await prepared.run(inputs))['y']!;
+      const want = interpret(g, { inputs })['y']!;
+      expect(got.shape).toEqual([1, 1, n]);
+      for (let i = 0; i < n; i++) expect(Math.abs(Number(got.data[i]) - Number(want.data[i])), `k ${String(k)} n ${String(n)} column ${String(i)}`).toBeLessThanOrEqual(F32.atol + F32.rtol * Math.abs(Number(want.data[i])));
+      prepared.dispose();
+    }
   });
 
   const quantCases: [bits: 4 | 8, block: number, inF: number, out: number, symmetric: boolean][] = [

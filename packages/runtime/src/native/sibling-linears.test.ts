@@ -1,8 +1,10 @@
 // Sibling linears (one input, several weights: a layer's q/k/v, gate/up) fused into one
 // LINEAR_MULTI / QLINEAR_MULTI instruction: fewer instructions, the same results as the
 // interpreter at decode rows (one pool job over every weight's tiles) and at more rows (each
-// weight its own GEMM), and no fusion where a sibling cannot move (a bias, other blocks).
-import { GraphBuilder, type HostTensor, interpret, quantizeWeight, seededRandom } from '@stageml/ir';
+// weight its own GEMM), and no fusion where a sibling cannot move (a bias, other blocks); the single
+// slot form's shrinks (weights that are gather views of the slot tables) fuse too; quantized
+// siblings stay one job at every row count (their tiles are one kernel), with the same bits.
+import { GraphBuilder, type HostTensor, expandComposites, interpret, quantizeWeight, seededRandom } from '@stageml/ir';
 import { describe, expect, test } from 'vitest';
 
 import { createCpuNativeExecutor, encodeProgram } from './index.js';
@@ -100,5 +102,55 @@ describe('sibling quantized linears', () => {
     }
     fused.dispose();
     for (const p of alone) p.dispose();
+  });
+});
+
+describe('the single slot form (one slot of the tables, a row mask)', () => {
+  // q and k of one input with their slots' LoRA (the engine's `loraBankLinear`, form single): the
+  // shrinks x·Aᵀ read gather views of the tables, which run first, so they fuse with the base
+  // projections of x.
+  const K = 40;
+  const outs = [24, 13];
+  const slots = 3;
+  const R = 4;
+  const graph = () => {
+    const b = new GraphBuilder('single_slot');
+    const x = b.input('x', ['f32', ['batch', 1, K]]);
+    const one = b.input('one_slot', ['i64', []]);
+    const mask = b.input('row_mask', ['f32', ['batch', 1, 1]]);
+    outs.forEach((n, j) => {
+      const y = b.loraBankLinear('single', x, b.input(`w${String(j)}`, ['f32', [n, K]]), b.input(`A${String(j)}`, ['f32', [slots, R, K]]), b.input(`B${String(j)}`, ['f32', [slots, R, n]]), one, mask);
+      b.output(`y${String(j)}`, y);
+    });
+    return b.build();
+  };
+  const inputsFor = (m: number): Record<string, HostTensor> => ({
+    x: { dtype: 'f32', shape: [m, 1, K], data: rand(m * K, 50 + m) },
+    one_slot: { dtype: 'i64', shape: [], data: Float64Array.from([2]) },
+    row_mask: { dtype: 'f32', shape: [m, 1, 1], data: Float32Array.from({ length: m }, (_, r) => (r % 3 === 1 ? 0 : 1)) },
+    ...Object.fromEntries(
+      outs.flatMap((n, j) => [
+        [`w${String(j)}`, { dtype: 'f32', shape: [n, K], data: rand(n * K, 60 + j) }],
+        [`A${String(j)}`, { dtype: 'f32', shape: [slots, R, K], data: rand(slots * R * K, 70 + j) }],
+        [`B${String(j)}`, { dtype: 'f32', shape: [slots, R, n], data: rand(slots * R * n, 80 + j) }],
+      ]),
+    ),
+  });
+
+  test('the shrinks and the base projections of x are one instruction', () => {
+    // cpu-native runs the single form as its decomposition. Per projection (2): the view of A, the
+    // view of B, the mask's product, the expand, the add, the output copy; and one LINEAR_MULTI for
+    // both base projections and both shrinks (unfused: 4 linears).
+    expect(encodeProgram(expandComposites(graph()), new Map()).stats.instructions).toBe(1 + 2 * 6);
+  });
+
+  test.each([1, 3, 6])('%i rows equal the interpreter', async (m) => {
+    const g = graph();
+    const prepared = await executor.prepare(g);
+    const inputs = inputsFor(m);
+    const got = await prepared.run(inputs);
+    const want = interpret(g, { inputs });
+    for (const name of ['y0', 'y1']) closeTo(got[name]!, want[name]!, 2e-5);
+    prepared.dispose();
   });
 });
