@@ -40,11 +40,52 @@ interface Shape extends ModelShape {
 }
 
 const SHAPES: readonly Shape[] = [
-  { key: 'smol', name: 'SmolLM2-135M shape', layers: 30, hidden: 576, inter: 1536, heads: 9, kv: 3, vocab: 49152, tied: true, reps: 3, steps: 16, pairs: ['f32', 'int8', 'int4'] },
-  { key: 'tiny', name: 'TinyLlama-1.1B shape', layers: 22, hidden: 2048, inter: 5632, heads: 32, kv: 4, vocab: 32000, tied: false, reps: 3, steps: 8, pairs: ['f32', 'int8', 'int4'] },
+  {
+    key: 'smol',
+    name: 'SmolLM2-135M shape',
+    layers: 30,
+    hidden: 576,
+    inter: 1536,
+    heads: 9,
+    kv: 3,
+    vocab: 49152,
+    tied: true,
+    reps: 3,
+    steps: 16,
+    pairs: ['f32', 'int8', 'int4'],
+  },
+  {
+    key: 'tiny',
+    name: 'TinyLlama-1.1B shape',
+    layers: 22,
+    hidden: 2048,
+    inter: 5632,
+    heads: 32,
+    kv: 4,
+    vocab: 32000,
+    tied: false,
+    reps: 3,
+    steps: 8,
+    pairs: ['f32', 'int8', 'int4'],
+  },
   // Qwen3-0.6B's widths (hidden 1024, 16 query / 8 KV heads of head_dim 128 — a 2048-wide query
   // projection —, MLP 3072, tied 151,936-token vocabulary) at 8 of its 28 layers.
-  { key: 'qwen3', name: 'Qwen3-0.6B shape, 8 layers', family: 'qwen3', layers: 8, hidden: 1024, inter: 3072, heads: 16, kv: 8, headDim: 128, vocab: 151936, tied: true, reps: 3, steps: 16, pairs: ['f32', 'int8'] },
+  {
+    key: 'qwen3',
+    name: 'Qwen3-0.6B shape, 8 layers',
+    family: 'qwen3',
+    layers: 8,
+    hidden: 1024,
+    inter: 3072,
+    heads: 16,
+    kv: 8,
+    headDim: 128,
+    vocab: 151936,
+    tied: true,
+    reps: 3,
+    steps: 16,
+    pairs: ['f32', 'int8'],
+  },
 ];
 const PREFILL = 128;
 /** Prompt tokens per engine prefill run: the engine's default (32, what `stageml serve` runs) unless LLAMACPP_PREFILL_CHUNK says. */
@@ -86,7 +127,11 @@ function argmax(logits: Float32Array): number {
 }
 
 /** Opens, attaches and prefills one sequence per prompt; resolves to the sequences and the last prompt position's logits. */
-async function oursOpen(engine: Engine, ps: readonly number[][], adapters: readonly (string | undefined)[]): Promise<{ seqs: Sequence[]; logits: Float32Array[] }> {
+async function oursOpen(
+  engine: Engine,
+  ps: readonly number[][],
+  adapters: readonly (string | undefined)[],
+): Promise<{ seqs: Sequence[]; logits: Float32Array[] }> {
   const seqs: Sequence[] = [];
   const logits: Float32Array[] = [];
   for (const [r, p] of ps.entries()) {
@@ -130,7 +175,11 @@ function threadTicks(): Map<string, number> {
 
 /** Greedy decode tokens/s over `rows` streams in one batch per step (after an untimed prefill of all but the last prompt token). */
 async function oursDecode(engine: Engine, ps: number[][], steps: number, adapters: (string | undefined)[]): Promise<number> {
-  const { seqs } = await oursOpen(engine, ps.map((p) => p.slice(0, -1)), adapters);
+  const { seqs } = await oursOpen(
+    engine,
+    ps.map((p) => p.slice(0, -1)),
+    adapters,
+  );
   try {
     let toks = ps.map((p) => p[p.length - 1]!);
     const gcs: PerformanceEntry[] = [];
@@ -152,8 +201,13 @@ async function oursDecode(engine: Engine, ps: number[][], steps: number, adapter
       await new Promise((r) => setImmediate(r));
       obs.disconnect();
       const ms = gcs.reduce((a, e) => a + e.duration, 0);
-      const busy = [...threadTicks()].map(([k, v]) => [k, v - (ticks0?.get(k) ?? 0)] as const).filter(([, d]) => d > 0).sort((a, b) => b[1] - a[1]);
-      console.log(`  ours: ${String(ps.length)} row(s), step ms: ${st.map((x) => x.toFixed(1)).join(' ')}; ${String(gcs.length)} GC pauses, ${ms.toFixed(1)} ms; thread CPU over ${(dt / 1000).toFixed(2)} s: ${busy.map(([k, d]) => `${k} ${(d / 100).toFixed(2)} s`).join(', ')}`);
+      const busy = [...threadTicks()]
+        .map(([k, v]) => [k, v - (ticks0?.get(k) ?? 0)] as const)
+        .filter(([, d]) => d > 0)
+        .sort((a, b) => b[1] - a[1]);
+      console.log(
+        `  ours: ${String(ps.length)} row(s), step ms: ${st.map((x) => x.toFixed(1)).join(' ')}; ${String(gcs.length)} GC pauses, ${ms.toFixed(1)} ms; thread CPU over ${(dt / 1000).toFixed(2)} s: ${busy.map(([k, d]) => `${k} ${(d / 100).toFixed(2)} s`).join(', ')}`,
+      );
     }
     return (ps.length * steps) / (dt / 1000);
   } finally {
@@ -222,7 +276,9 @@ if (RULES !== 'default' && RULES !== 'fused') throw new Error(`--rules must be d
 const EXECUTOR = arg('executor') ?? 'cpu-native';
 if (EXECUTOR !== 'cpu-native' && EXECUTOR !== 'onnxruntime') throw new Error(`--executor must be cpu-native or onnxruntime, got ${EXECUTOR}`);
 const NATIVE = EXECUTOR === 'cpu-native';
-const executor = NATIVE ? createCpuNativeExecutor({ threads: THREADS }) : await createOrtExecutor({ intraOpNumThreads: THREADS, ...(RULES === 'fused' ? { rules: ONNX_FUSED_RULES } : {}) });
+const executor = NATIVE
+  ? createCpuNativeExecutor({ threads: THREADS })
+  : await createOrtExecutor({ intraOpNumThreads: THREADS, ...(RULES === 'fused' ? { rules: ONNX_FUSED_RULES } : {}) });
 // The memory bandwidth of this machine on our executor's pool (its threads), probed at the start
 // and at the end; the better of the two sets the rooflines.
 const bwStart = probeBandwidth(NATIVE ? undefined : THREADS);
@@ -241,7 +297,12 @@ for (const s of SHAPES) {
   const dir = mkdir(join(tmpRoot, s.key));
   console.log(`[${s.key}] writing random checkpoint, adapters and GGUF files`);
   const w = await makeCheckpoint(s, dir);
-  await makeGguf(s, dir, w, PAIRS.filter((p) => pairsOf(s).has(p.key)).map((p) => p.gguf));
+  await makeGguf(
+    s,
+    dir,
+    w,
+    PAIRS.filter((p) => pairsOf(s).has(p.key)).map((p) => p.gguf),
+  );
   w.clear();
   const names = Array.from({ length: ADAPTERS }, (_, k) => `a${String(k)}`);
   for (const p of PAIRS) {
@@ -249,16 +310,30 @@ for (const s of SHAPES) {
     console.log(`[${s.key} ${p.key}] loading`);
     // f32: base-only batches run a program with its own pre-packed copy of the weights
     // (`stageml serve --pack-base`); quantized programs hold their packed weights anyway.
-    const lm = await Engine.load(dir, { executor, ...ENGINE_SLOTS, prefillChunk: PREFILL_CHUNK, recycleOutputs: true, ...(p.ours === undefined ? { packBase: PACK_BASE && !NATIVE } : { quantize: parseWeightQuantSpec(p.ours) }) });
+    const lm = await Engine.load(dir, {
+      executor,
+      ...ENGINE_SLOTS,
+      prefillChunk: PREFILL_CHUNK,
+      recycleOutputs: true,
+      ...(p.ours === undefined ? { packBase: PACK_BASE && !NATIVE } : { quantize: parseWeightQuantSpec(p.ours) }),
+    });
     for (const n of names) await lm.loadAdapter(join(dir, 'adapters', n), n);
     const model: LlamaModel = await llama.loadModel({ modelPath: join(dir, `model-${p.gguf}.gguf`) });
     // llama.cpp's contexts exist only while its own measurement runs: each holds a ggml thread
     // pool whose threads poll for work, which took CPU from our engine's runs when they were kept
     // alive across both engines' measurements.
-    const baseContext = (): Promise<LlamaContext> => model.createContext({ contextSize: 512, sequences: 8, threads: THREADS, batchSize: 512 });
+    // A batch-1 decode gets a context of one sequence, as its LoRA case and a one-user llama.cpp
+    // have (the 8-sequence context ran its batch-1 decode slower than its one-sequence LoRA case).
+    const baseContext = (sequences: 1 | 8 = 8): Promise<LlamaContext> =>
+      sequences === 1
+        ? model.createContext({ contextSize: 256, sequences: 1, threads: THREADS })
+        : model.createContext({ contextSize: 512, sequences: 8, threads: THREADS, batchSize: 512 });
     const loraContexts = async (n: number): Promise<LlamaContext[]> => {
       const out: LlamaContext[] = [];
-      for (const a of names.slice(0, n)) out.push(await model.createContext({ contextSize: 256, sequences: 1, threads: THREADS, lora: { adapters: [{ filePath: join(dir, `lora-${a}.gguf`) }] } }));
+      for (const a of names.slice(0, n))
+        out.push(
+          await model.createContext({ contextSize: 256, sequences: 1, threads: THREADS, lora: { adapters: [{ filePath: join(dir, `lora-${a}.gguf`) }] } }),
+        );
       return out;
     };
     const withContexts = async <T>(make: () => Promise<LlamaContext[]>, run: (ctxs: LlamaContext[]) => Promise<T>): Promise<T> => {
@@ -270,7 +345,13 @@ for (const s of SHAPES) {
         for (const c of ctxs) await c.dispose();
       }
     };
-    const onBase = (run: (ctx: LlamaContext) => Promise<number>) => () => withContexts(async () => [await baseContext()], (c) => run(c[0]!));
+    const onBase =
+      (run: (ctx: LlamaContext) => Promise<number>, sequences: 1 | 8 = 8) =>
+      () =>
+        withContexts(
+          async () => [await baseContext(sequences)],
+          (c) => run(c[0]!),
+        );
     const onLora = (n: number, run: (ctxs: LlamaContext[]) => Promise<number>) => () => withContexts(() => loraContexts(n), run);
     // Greedy agreement: 3 prompts × 16 tokens, base and adapter a0.
     const gp = prompts(s.vocab, 3, 12, 1);
@@ -317,13 +398,43 @@ for (const s of SHAPES) {
     // Warm both (programs compile on first use).
     await oursPrefill(lm, long);
     await onBase((c) => llamaPrefill(c, long))();
-    await oursDecode(lm, short8.map((x) => x.slice(0, 3)), 1, names);
+    await oursDecode(
+      lm,
+      short8.map((x) => x.slice(0, 3)),
+      1,
+      names,
+    );
     await oursDecode(lm, [short8[0]!], 1, [undefined]);
-    await measure('prefill 128', () => oursPrefill(lm, long), onBase((c) => llamaPrefill(c, long)), 'one sequence');
-    await measure('decode b1', () => oursDecode(lm, [short8[0]!], s.steps, [undefined]), onBase((c) => llamaDecode([c], [short8[0]!], s.steps)), 'one sequence');
-    await measure('decode b1 LoRA', () => oursDecode(lm, [short8[0]!], s.steps, ['a0']), onLora(1, (c) => llamaDecode(c, [short8[0]!], s.steps)), 'context with the adapter');
-    await measure('8 streams base', () => oursDecode(lm, short8, s.steps, new Array<undefined>(8).fill(undefined)), onBase((c) => llamaDecode([c], short8, s.steps)), 'one context, 8 sequences');
-    await measure('8 streams 8 adapters', () => oursDecode(lm, short8, s.steps, names), onLora(ADAPTERS, (c) => llamaDecode(c, short8, s.steps)), 'one context per adapter, concurrent');
+    await measure(
+      'prefill 128',
+      () => oursPrefill(lm, long),
+      onBase((c) => llamaPrefill(c, long)),
+      'one sequence',
+    );
+    await measure(
+      'decode b1',
+      () => oursDecode(lm, [short8[0]!], s.steps, [undefined]),
+      onBase((c) => llamaDecode([c], [short8[0]!], s.steps), 1),
+      'a context of one sequence',
+    );
+    await measure(
+      'decode b1 LoRA',
+      () => oursDecode(lm, [short8[0]!], s.steps, ['a0']),
+      onLora(1, (c) => llamaDecode(c, [short8[0]!], s.steps)),
+      'context with the adapter',
+    );
+    await measure(
+      '8 streams base',
+      () => oursDecode(lm, short8, s.steps, new Array<undefined>(8).fill(undefined)),
+      onBase((c) => llamaDecode([c], short8, s.steps)),
+      'one context, 8 sequences',
+    );
+    await measure(
+      '8 streams 8 adapters',
+      () => oursDecode(lm, short8, s.steps, names),
+      onLora(ADAPTERS, (c) => llamaDecode(c, short8, s.steps)),
+      'one context per adapter, concurrent',
+    );
     await model.dispose();
     // Each pair's engine holds its own programs (packed weights): free them before the next pair.
     lm.dispose();
@@ -359,21 +470,37 @@ const md: string[] = [
   `# ${OUT}`,
   '',
   NATIVE
-    ? `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve --executor cpu-native\` runs: slot programs on the cpu-native executor (this repository's C++ kernels, built here with g++ -O3 -march=native, ${'isa' in executor ? String(executor.isa) : ''}) with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${String(THREADS)} kernel thread(s); int8/int4 = block-32 symmetric weights, int8 activations per 32 inputs (VNNI dot products, as Q8_0 / Q4_0 dot products do), LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.filter((s) => wantShapes.has(s.key)).map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`
-    : `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${RULES === 'fused' ? '`ONNX_FUSED_RULES`' : 'the default lowering (`ONNX_RULES`)'}; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.filter((s) => wantShapes.has(s.key)).map((s) => `${String(s.reps)} (${s.key})`).join(', ')}; ratio = ours ÷ llama.cpp.`,
+    ? `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve --executor cpu-native\` runs: slot programs on the cpu-native executor (this repository's C++ kernels, built here with g++ -O3 -march=native, ${'isa' in executor ? String(executor.isa) : ''}) with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${String(THREADS)} kernel thread(s); int8/int4 = block-32 symmetric weights, int8 activations per 32 inputs (VNNI dot products, as Q8_0 / Q4_0 dot products do), LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.filter(
+        (s) => wantShapes.has(s.key),
+      )
+        .map((s) => `${String(s.reps)} (${s.key})`)
+        .join(', ')}; ratio = ours ÷ llama.cpp.`
+    : `Our serving path (\`Engine\` of @stageml/engine, what \`stageml serve\` runs: slot programs on onnxruntime 1.30 with ${String(ADAPTERS)} adapter slots of rank ${String(RANK)} + the base slot, resident KV, prefill of up to ${String(IDLE_PREFILL)} tokens per run as the scheduler runs it with nothing decoding (${String(PREFILL_CHUNK)}-token chunks beside running streams); ${RULES === 'fused' ? '`ONNX_FUSED_RULES`' : 'the default lowering (`ONNX_RULES`)'}; ${String(THREADS)} intra-op thread(s); int8/int4 = block-32 symmetric weights through \`com.microsoft\` MatMulNBits, LoRA factors f32) against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU binary, ${String(THREADS)} thread(s), one thread budget shared by its contexts) in the same process and run, on random-weight checkpoints converted to GGUF by \`writeLlamaGguf\` / \`writeLoraGguf\`. 8 LoRA adapters r=16 on all 7 projections. Tokens/s, medians of ${SHAPES.filter(
+        (s) => wantShapes.has(s.key),
+      )
+        .map((s) => `${String(s.reps)} (${s.key})`)
+        .join(', ')}; ratio = ours ÷ llama.cpp.`,
   '',
   `Date: ${doc.date} · ${String(doc.machine.cpus)}× ${doc.machine.cpuModel}, ${String(doc.machine.memoryGiB)} GiB · load average at start ${loads['start']!.map((x) => x.toFixed(2)).join(' ')}, at end ${loads['end'].map((x) => x.toFixed(2)).join(' ')} (shared machine) · wall ${String(doc.wallSeconds)} s · peak RSS ${String(doc.peakRssGiB)} GiB`,
   '',
   '| shape | pair | case | ours tok/s | llama.cpp tok/s | ours ÷ llama.cpp | llama.cpp serves it as | roofline ms (ours) | ours step ms ÷ roofline | llama.cpp step ms ÷ its roofline |',
   '| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |',
   ...results.map((r) => {
-    const roof = r.rooflineMs === undefined || r.rows === undefined ? '— | — | —' : `${r.rooflineMs.toFixed(2)} | ${((r.rows * 1000) / r.ours / r.rooflineMs).toFixed(2)} | ${((r.rows * 1000) / r.llamacpp / r.llamacppRooflineMs!).toFixed(2)}`;
+    const roof =
+      r.rooflineMs === undefined || r.rows === undefined
+        ? '— | — | —'
+        : `${r.rooflineMs.toFixed(2)} | ${((r.rows * 1000) / r.ours / r.rooflineMs).toFixed(2)} | ${((r.rows * 1000) / r.llamacpp / r.llamacppRooflineMs!).toFixed(2)}`;
     return `| ${r.shape} | ${r.pair === 'f32' ? 'f32 / F32' : r.pair === 'int8' ? 'int8 / Q8_0' : 'int4 / Q4_0'} | ${r.case} | ${fmt(r.ours)} | ${fmt(r.llamacpp)} | ${r.ratio.toFixed(2)} | ${r.peer} | ${roof} |`;
   }),
   '',
   `${bandwidthNote(bw)} Weights at 4 bytes (f32), 36/32 (our int8 blocks: 32 codes + an f32 scale), 20/32 (our int4); llama.cpp's roofline counts its own formats (F32 4, Q8_0 34/32, Q4_0 18/32 bytes a weight) and its f16 KV. Contexts average 8 + steps/2 positions. llama.cpp serving 8 adapters through 8 contexts reads the base weights once per context, so its step is bounded 8× higher than the roofline counted here.`,
   '',
-  `Shapes: ${SHAPES.filter((s) => wantShapes.has(s.key)).map((s) => `${s.key} = ${s.name} (${s.family === 'qwen3' ? 'model_type qwen3 (per-head q/k RMSNorm, rope θ 1e6; GGUF architecture qwen3), ' : ''}${String(s.layers)} layers, hidden ${String(s.hidden)}, intermediate ${String(s.inter)}, heads ${String(s.heads)}/${String(s.kv)}${s.headDim === undefined ? '' : ` of head_dim ${String(s.headDim)}`}, vocab ${String(s.vocab)}${s.tied ? ', tied embeddings' : ''}; pairs ${(pairsArg?.split(',') ?? s.pairs).join(', ')}; ${String(s.steps)} decode steps per stream)`).join('; ')}.`,
+  `Shapes: ${SHAPES.filter((s) => wantShapes.has(s.key))
+    .map(
+      (s) =>
+        `${s.key} = ${s.name} (${s.family === 'qwen3' ? 'model_type qwen3 (per-head q/k RMSNorm, rope θ 1e6; GGUF architecture qwen3), ' : ''}${String(s.layers)} layers, hidden ${String(s.hidden)}, intermediate ${String(s.inter)}, heads ${String(s.heads)}/${String(s.kv)}${s.headDim === undefined ? '' : ` of head_dim ${String(s.headDim)}`}, vocab ${String(s.vocab)}${s.tied ? ', tied embeddings' : ''}; pairs ${(pairsArg?.split(',') ?? s.pairs).join(', ')}; ${String(s.steps)} decode steps per stream)`,
+    )
+    .join('; ')}.`,
   '',
   THREADS === 1
     ? 'One thread per engine: on this shared machine, under the other helpers’ load (10–26 when it was tried), llama.cpp with 2 threads collapses — its spinning thread barrier waits on descheduled threads: 0.5–0.8 decode tok/s at F32 against 23–28 with 1 thread, measured back to back — so the 2-thread comparison of docs/peers is not reproducible here; 1 thread is the fair setting for both.'
@@ -385,7 +512,12 @@ const md: string[] = [
   '',
   "llama.cpp's contexts are created for each of its measurements and disposed after it (their ggml thread pools poll for work: kept alive, they took CPU from our engine's runs). On this shared 2-core VM both engines move by up to ±30% between runs of the same code (llama.cpp's SmolLM2 int4 batch-1 decode measured 48.7–155 tok/s across today's runs), so compare ratios within one run.",
   '',
-  'Greedy agreement (3 prompts × 16 tokens, base and adapter a0): ' + checks.filter((c) => 'greedyEqual' in c).map((c) => `${String(c['shape'])} ${String(c['pair'])}: ${String(c['greedyEqual'])}`).join(', ') + '. Quantized pairs use different rounding (ours: scale max|w|/7 or /127 in f32, codes ±7/±127; Q4_0: d = max/−8 in f16), so their tokens may part after a near tie.',
+  'Greedy agreement (3 prompts × 16 tokens, base and adapter a0): ' +
+    checks
+      .filter((c) => 'greedyEqual' in c)
+      .map((c) => `${String(c['shape'])} ${String(c['pair'])}: ${String(c['greedyEqual'])}`)
+      .join(', ') +
+    '. Quantized pairs use different rounding (ours: scale max|w|/7 or /127 in f32, codes ±7/±127; Q4_0: d = max/−8 in f16), so their tokens may part after a near tie.',
   '',
 ];
 writeFileSync(join(RESULTS_DIR, `${OUT}.md`), md.join('\n'));

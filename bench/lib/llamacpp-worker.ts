@@ -16,15 +16,24 @@ let model: LlamaModel | undefined;
 
 /**
  * The contexts of one measurement, created for it and disposed after it (their ggml thread pools
- * poll for work while they live): one context of 8 sequences for the base model, or one context
- * per LoRA file (llama.cpp applies an adapter per context), as bench/llamacpp.ts runs them.
+ * poll for work while they live): for the base model one context of one sequence for one prompt and
+ * of 8 for more, or one context per LoRA file (llama.cpp applies an adapter per context), as
+ * bench/llamacpp.ts runs them.
  */
-async function withContexts<T>(loras: readonly string[] | undefined, run: (ctxs: LlamaContext[]) => Promise<T>): Promise<T> {
+async function withContexts<T>(loras: readonly string[] | undefined, sequences: number, run: (ctxs: LlamaContext[]) => Promise<T>): Promise<T> {
   if (model === undefined) throw new Error('no model loaded');
   const ctxs: LlamaContext[] = [];
   try {
-    if (loras === undefined || loras.length === 0) ctxs.push(await model.createContext({ contextSize: 512, sequences: 8, threads: THREADS, batchSize: 512 }));
-    else for (const filePath of loras) ctxs.push(await model.createContext({ contextSize: 256, sequences: 1, threads: THREADS, lora: { adapters: [{ filePath }] } }));
+    // One prompt: a context of one sequence (as a LoRA context is), else one of 8.
+    if (loras === undefined || loras.length === 0)
+      ctxs.push(
+        await (sequences === 1
+          ? model.createContext({ contextSize: 256, sequences: 1, threads: THREADS })
+          : model.createContext({ contextSize: 512, sequences: 8, threads: THREADS, batchSize: 512 })),
+      );
+    else
+      for (const filePath of loras)
+        ctxs.push(await model.createContext({ contextSize: 256, sequences: 1, threads: THREADS, lora: { adapters: [{ filePath }] } }));
     return await run(ctxs);
   } finally {
     for (const c of ctxs) await c.dispose();
@@ -38,7 +47,7 @@ async function handle(req: LlamaRequest): Promise<unknown> {
       model = await llama.loadModel({ modelPath: req.modelPath });
       return { rssMiB: process.memoryUsage.rss() / 2 ** 20 };
     case 'decode':
-      return withContexts(req.loras, (ctxs) => llamaDecodeRun(ctxs, req.prompts, req.steps));
+      return withContexts(req.loras, req.prompts.length, (ctxs) => llamaDecodeRun(ctxs, req.prompts, req.steps));
     case 'unload':
       await model?.dispose();
       model = undefined;
