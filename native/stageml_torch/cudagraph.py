@@ -234,8 +234,9 @@ class StepGraphs:
             out = self._replay(e, inputs)
             self.replayed = e
             return out
-        first = id(prog) in self.warm and self.second.get(id(prog), 0) < SECOND_AFTER and not (self.last is not None and self.last[0] == key)
-        if first or (self.last is not None and self.last[0] == key):
+        again = self.last is not None and self.last[0] == key
+        first = not again and id(prog) in self.warm and self.second.get(id(prog), 0) < SECOND_AFTER
+        if first or again:
             checks = None if first else self.last[1]
             self.last = None
             with _CudnnSdp(prog):

@@ -455,11 +455,6 @@ class Tail:
 CACHE_TAILS = weakref.WeakValueDictionary()
 
 
-def storage_ptr(t):
-    """The address of a tensor's whole storage (torch < 2.0 has no untyped_storage)."""
-    return t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else t.storage().data_ptr()
-
-
 def append_in_place(past, new, ax, ctx):
     """concat([past, new], ax) without copying `past`: where `past` is a whole run's view of a
     staged cache buffer (any permutation of it, `ax` its position axis), `new` is written into the

@@ -893,9 +893,21 @@ class Worker:
                 cap = wide
         st = Staged(rows, cap, layout)
         self.counts["restages"] += 1
+        # The key and value streams of one item shape, dtype and pad (every layer's keys, every
+        # layer's values) are slices of one allocation, so that a run's commit appends to all of
+        # them with one indexed write (`Staged.groups`).
+        kv = {}
+        for s in streams:
+            item = tuple(int(d) for d in declared[s["input"]][2][2:])
+            if len(item) == 2:
+                kv.setdefault((item, self._store_dtype(s, declared), float(s["pad"])), []).append(s["input"])
+        slices = {}
+        for (item, dt, pad), names in kv.items():
+            big = torch.full((len(names), st.rows, item[0], cap + TAIL, item[1]), pad, dtype=dt, device=device)
+            st.groups.append((big, names))
+            slices.update((name, big[j]) for j, name in enumerate(names))
         # Every member's filled positions of every stream, copied together (copy_all).
         dsts, srcs = [], []
-        groups = {}
         for s in streams:
             name = s["input"]
             _, dt, shape = declared[name]
@@ -908,17 +920,7 @@ class Worker:
                 # (the strided copy took 5.3 of a Llama-3-8B step's 14 ms of kernels at 64 rows).
                 # The step's keys are not copied at all where `cachedAttention` reads the cache
                 # (ops.op_cached_attention): the key goes into the next position.
-                # The streams of one item shape, dtype and pad (every layer's keys, every layer's
-                # values) are slices of one allocation, so that a run's commit appends to all of
-                # them with one indexed write (`Staged.groups`).
-                gkey = (tuple(item), self._store_dtype(s, declared), float(s["pad"]))
-                group = groups.get(gkey)
-                if group is None:
-                    names = [x["input"] for x in streams if len(declared[x["input"]][2]) == 4 and (tuple(int(d) for d in declared[x["input"]][2][2:]), self._store_dtype(x, declared), float(x["pad"])) == gkey]
-                    big = torch.full((len(names), st.rows, item[0], cap + TAIL, item[1]), gkey[2], dtype=gkey[1], device=device)
-                    groups[gkey] = group = (big, names)
-                    st.groups.append(group)
-                phys = group[0][group[1].index(name)]
+                phys = slices[name]
                 buf = phys.permute(0, 2, 1, 3)[:, :cap]
                 st.tails[name] = tail = ops.Tail(phys, 2, float(s["pad"]))
                 ops.CACHE_TAILS[phys.data_ptr()] = tail
