@@ -1,18 +1,4 @@
-import {
-  type Dim,
-  type DType,
-  type Graph,
-  type HostTensor,
-  type OpNode,
-  type ValueId,
-  allocData,
-  dimSymbols,
-  dimToString,
-  graphInputs,
-  normalizeAxis,
-  rounderFor,
-  typeToString,
-} from '@stageml/ir';
+import { type Dim, type DType, type Graph, type HostTensor, type OpNode, type ValueId, allocData, dimSymbols, dimToString, graphInputs, normalizeAxis, rounderFor, typeToString } from '@stageml/ir';
 import { RuntimeCode, RuntimeError } from '../errors.js';
 
 /** Instruction codes shared with native/cpu/stageml_cpu.cpp (`enum Op`). */
@@ -86,9 +72,7 @@ interface Instr {
 }
 
 function unsupported(graph: Graph, what: string): never {
-  throw new RuntimeError(RuntimeCode.UNSUPPORTED_OP, `cpu-native cannot run @${graph.name}: ${what}`, {
-    hint: 'run this graph on onnxruntime or the interpreter',
-  });
+  throw new RuntimeError(RuntimeCode.UNSUPPORTED_OP, `cpu-native cannot run @${graph.name}: ${what}`, { hint: 'run this graph on onnxruntime or the interpreter' });
 }
 
 /**
@@ -172,11 +156,7 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
     if (!ok) unsupported(graph, `${n.op} (%${values[n.results[0]!]!.name}) ${what}`);
   };
   const allF32 = (n: OpNode): void => {
-    need(
-      n,
-      [...n.operands, ...n.results].every((v) => dtypeOf(v) === 'f32'),
-      'needs f32 operands',
-    );
+    need(n, [...n.operands, ...n.results].every((v) => dtypeOf(v) === 'f32'), 'needs f32 operands');
   };
 
   // A value of the program that no graph value names (a fused op's intermediate), typed as `like`.
@@ -221,11 +201,7 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
     const un = UNARY[n.op];
     if (bin !== undefined) {
       const dt = dtypeOf(y0);
-      need(
-        n,
-        (dt === 'f32' || dt === 'i64' || dt === 'i32' || dt === 'u8') && a.every((v) => dtypeOf(v) === dt),
-        'runs on f32, i64, i32 or u8 operands of one dtype',
-      );
+      need(n, (dt === 'f32' || dt === 'i64' || dt === 'i32' || dt === 'u8') && a.every((v) => dtypeOf(v) === dt), 'runs on f32, i64, i32 or u8 operands of one dtype');
       emit(OP.BINARY, [bin]);
       continue;
     }
@@ -272,13 +248,7 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
       case 'slice': {
         const axis = normalizeAxis(Number(at['axis']), shapeOf(x0).length);
         const end = at['end'] as Dim | undefined;
-        emit(OP.SLICE, [
-          axis,
-          exprOf((at['start'] as Dim | undefined) ?? 0),
-          end === undefined ? 0 : 1,
-          end === undefined ? 0 : exprOf(end),
-          Number(at['step'] ?? 1),
-        ]);
+        emit(OP.SLICE, [axis, exprOf((at['start'] as Dim | undefined) ?? 0), end === undefined ? 0 : 1, end === undefined ? 0 : exprOf(end), Number(at['step'] ?? 1)]);
         break;
       }
       case 'rmsNorm':
@@ -331,11 +301,7 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
         // instruction reading each group's codes and row scales in place, then the add.
         need(n, at['form'] === 'gathered', 'runs the gathered form (the others are expanded at prepare)');
         const [x, base, A, aScale, B, bScale, idx] = a as [ValueId, ValueId, ValueId, ValueId, ValueId, ValueId, ValueId];
-        need(
-          n,
-          [x, base, aScale, bScale, y0].every((v) => dtypeOf(v) === 'f32') && dtypeOf(A) === 'i8' && dtypeOf(B) === 'i8' && dtypeOf(idx) === 'i64',
-          'needs f32 x, base and scales, i8 tables and an i64 index',
-        );
+        need(n, [x, base, aScale, bScale, y0].every((v) => dtypeOf(v) === 'f32') && dtypeOf(A) === 'i8' && dtypeOf(B) === 'i8' && dtypeOf(idx) === 'i64', 'needs f32 x, base and scales, i8 tables and an i64 index');
         if (sameShape(base, y0)) code.push({ op: OP.LORA_Q, a: [x, A, aScale, B, bScale, idx, base], r, i: [at['zeroTail'] === true ? 1 : 0], f: [] });
         else {
           const delta = temp(y0);
@@ -348,11 +314,7 @@ export function encodeProgram(graph: Graph, params: ReadonlyMap<string, HostTens
         need(n, dtypeOf(x0) === 'f32', 'needs f32 activations');
         const out = shapeOf(a[1]!)[0];
         need(n, typeof out === 'number', 'needs a static output size');
-        need(
-          n,
-          a.slice(1).every((v) => table[v]!.storage === ST.PARAM),
-          'needs its codes, scales and zero points as parameters',
-        );
+        need(n, a.slice(1).every((v) => table[v]!.storage === ST.PARAM), 'needs its codes, scales and zero points as parameters');
         emit(OP.QLINEAR, [Number(at['bits'] ?? 8), Number(at['blockSize']), Number(at['inFeatures']), out as number]);
         break;
       }
@@ -555,14 +517,7 @@ function fuseSiblingLinears(code: Instr[], ready: (v: number) => boolean): void 
     const first = members[0]!;
     const r = members.flatMap((m) => m.r);
     if (first.op === OP.LINEAR) fused.set(ks[0]!, { op: OP.LINEAR_MULTI, a: [first.a[0]!, ...members.map((m) => m.a[1]!)], r, i: [], f: [] });
-    else
-      fused.set(ks[0]!, {
-        op: OP.QLINEAR_MULTI,
-        a: [first.a[0]!, ...members.flatMap((m) => m.a.slice(1))],
-        r,
-        i: [...first.i.slice(0, 3), first.a.length === 4 ? 1 : 0, ...members.map((m) => m.i[3]!)],
-        f: [],
-      });
+    else fused.set(ks[0]!, { op: OP.QLINEAR_MULTI, a: [first.a[0]!, ...members.flatMap((m) => m.a.slice(1))], r, i: [...first.i.slice(0, 3), first.a.length === 4 ? 1 : 0, ...members.map((m) => m.i[3]!)], f: [] });
     for (const k of ks.slice(1)) moved.add(k);
   }
   if (fused.size === 0) return;
