@@ -57,6 +57,7 @@ bookkeeping on any device with eager replays of the captured feed, for the CPU t
 
 import os
 import sys
+import time
 from collections import OrderedDict, deque
 
 import torch
@@ -111,6 +112,17 @@ class _Emulated:
             self.out[k].copy_(v)
 
 
+_SIDE = {}
+
+
+def _side_stream(dev):
+    """The stream captures run on (one per device; never the default stream, which cannot capture)."""
+    s = _SIDE.get(dev)
+    if s is None:
+        s = _SIDE[dev] = torch.cuda.Stream(dev)
+    return s
+
+
 class _Cuda:
     def __init__(self, prog, feed, relaxed=False):
         self.prog, self.feed = prog, feed
@@ -123,8 +135,28 @@ class _Cuda:
         self.mode = "relaxed" if relaxed else "global"
 
     def capture(self):
-        with torch.cuda.graph(self.graph, capture_error_mode=self.mode):
-            self.out = self.prog.run(self.feed)
+        # Not `torch.cuda.graph`: its entry synchronizes the device and empties the caching
+        # allocator (every cached block freed, so the next eager prefill allocates its activations
+        # from the driver again), ~tens of ms on a serving step for nothing a capture needs here.
+        # The capture runs on a side stream that starts after the work already queued.
+        dev = torch.device(self.prog.device)
+        main = torch.cuda.current_stream(dev)
+        side = _side_stream(dev)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            self.graph.capture_begin(capture_error_mode=self.mode)
+            t = time.perf_counter()
+            try:
+                self.out = self.prog.run(self.feed)
+                self.pass_s = time.perf_counter() - t
+            except BaseException:
+                try:
+                    self.graph.capture_end()  # ends the (invalidated) capture; the run's error is the one raised
+                except Exception:  # noqa: BLE001
+                    pass
+                raise
+            self.graph.capture_end()
+        main.wait_stream(side)
 
     def replay(self):
         self.graph.replay()
@@ -179,7 +211,10 @@ class StepGraphs:
         self.limit = limit
         self.graphs = OrderedDict()
         self.last = None  # (key, checks) of the last eager run
-        self.stats = {"eager": 0, "captures": 0, "replays": 0, "failures": 0, "firstSight": 0}
+        # captureUs: host time of every capture (failed ones too), of which primeUs priming the
+        # program and passUs its run under capture (kernel plans built there included); the rest
+        # is ending the capture (the graph's instantiation).
+        self.stats = {"eager": 0, "captures": 0, "replays": 0, "failures": 0, "firstSight": 0, "captureUs": 0, "primeUs": 0, "passUs": 0}
         self.announced = set()
         self.failed = set()  # ids of programs whose capture failed: eager from then on
         # ids of programs a run of which finished (kernels built): their new keys are captured at
@@ -291,7 +326,12 @@ class StepGraphs:
                 s = t.to(prog.device, copy=True)
                 static[name] = s
                 feed[name] = s
+        t0 = time.perf_counter()
         g = (_Emulated if mode() == "emulate" else _Cuda)(prog, feed, relaxed=checks is None)
+        prime = getattr(prog, "prime", None)
+        if prime is not None:
+            prime(feed)
+        self.stats["primeUs"] += int((time.perf_counter() - t0) * 1e6)
         seen = []
         watch = {t.data_ptr(): name for name, t in static.items() if not t.dtype.is_floating_point and t.numel() > 0} if checks is None else None
         prev = ops.INDEX_WATCH[0]
@@ -303,6 +343,8 @@ class StepGraphs:
             finally:
                 ops.CAPTURING[0] = False
                 ops.INDEX_WATCH[0] = prev
+                self.stats["passUs"] += int(getattr(g, "pass_s", 0.0) * 1e6)
+                self.stats["captureUs"] += int((time.perf_counter() - t0) * 1e6)
         except Exception as ex:  # noqa: BLE001 - any capture failure: this program runs eagerly
             if prog.on_cuda:
                 torch.cuda.synchronize(prog.device)

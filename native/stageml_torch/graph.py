@@ -130,6 +130,21 @@ class Program:
     def output_names(self):
         return [n for n, _ in self.outputs]
 
+    def prime(self, inputs):
+        """Lets each kernel step that has a `prime` derive, from the operands that are inputs or
+        parameters (None for those a run computes), what it would otherwise derive at its first run:
+        a CUDA graph's capture (cudagraph.py) calls this first, since the derivation reads the device
+        from the host."""
+        vals = dict(self.params)
+        for name, vid in self.inputs:
+            t = inputs.get(name)
+            if t is not None and t.device.type == torch.device(self.device).type:
+                vals[vid] = t
+        for _, fn, operands, _, _ in self.steps:
+            p = getattr(fn, "prime", None)
+            if p is not None:
+                p([vals.get(v) for v in operands])
+
     def run(self, inputs, keep=()):
         """Runs on `inputs` (name → tensor, any device); returns name → tensor on the device: the
         outputs, and the intermediate values named in `keep` (diagnostics, e.g. per-layer hidden

@@ -380,8 +380,11 @@ def _consts(rank, scale, device):
     key = (int(rank), float(scale), str(device))
     c = _CONSTS.get(key)
     if c is None:
-        c = (torch.tensor([rank], device=device, dtype=torch.int32), torch.tensor([scale], device=device, dtype=torch.float32))
-        _CONSTS[key] = c
+        # Filled on the device (a copy from the host is refused inside a CUDA graph's capture);
+        # one made while capturing is the graph's own (its fill replays with it), not kept.
+        c = (torch.full((1,), int(rank), device=device, dtype=torch.int32), torch.full((1,), float(scale), device=device, dtype=torch.float32))
+        if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            _CONSTS[key] = c
     return c
 
 

@@ -977,14 +977,16 @@ class Worker:
         a new batch; `joins`: one row written into a free row of the batch; `gathers`: runs whose
         rows were copied out of the batch; `dummyRows`: masked rows run to keep a graphed batch's
         shape) and the step graphs' (`graphEager`, `graphCaptures`, `graphReplays`,
-        `graphFailures`, `graphFirstSight`: captures made at a key's first sight), the device's clock around the replays (`replayUs`, `betweenUs`, `betweenN`:
+        `graphFailures`, `graphFirstSight`: captures made at a key's first sight; `graphCaptureUs`:
+        the captures' host time, of which `graphPrimeUs` priming and `graphPassUs` the program's run
+        under capture), the device's clock around the replays (`replayUs`, `betweenUs`, `betweenN`:
         cudagraph.Timeline) and the process's kernel builds (`kernelBuilds`, `kernelBuildUs`: NVRTC and
         cupy compilations and their time; `kernelCacheHits`: images read from the disk cache instead,
         tma.BUILDS)."""
         g = self.graphs.stats
         k = tma.BUILDS
         return dict(self.counts, graphEager=g["eager"], graphCaptures=g["captures"], graphReplays=g["replays"], graphFailures=g["failures"], graphFirstSight=g["firstSight"],
-                    kernelBuilds=k["builds"], kernelBuildUs=k["us"], kernelCacheHits=k["cached"], **self.ahead.stats, **self.graphs.timeline.stats)
+                    graphCaptureUs=g["captureUs"], graphPrimeUs=g["primeUs"], graphPassUs=g["passUs"], kernelBuilds=k["builds"], kernelBuildUs=k["us"], kernelCacheHits=k["cached"], **self.ahead.stats, **self.graphs.timeline.stats)
 
     @staticmethod
     def _store_dtype(stream, declared):

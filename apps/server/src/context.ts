@@ -217,7 +217,7 @@ function registerEngineGauges(lm: Engine, opts: ServerOptions, metrics: ServerMe
   // decode batch, rows joining it, gathered runs, CUDA graph captures and replays, eager steps).
   new client.Gauge({
     name: 'stageml_executor_counter',
-    help: "The executor's counters of its cache batch and step graphs, by kind (torch worker: restages, joins, gathers, dummyRows, graphEager, graphCaptures, graphReplays, graphFailures, graphFirstSight (captures made at a key's first sight), runs, runBusyUs: microseconds spent on run requests, and its parts stageUs, launchUs, pickUs, replyUs; waitUs: microseconds between a reply and the next run's request; kernelBuilds, kernelBuildUs, kernelCacheHits: GPU kernels compiled, their build time and images read from the disk cache instead), as of its last run.",
+    help: "The executor's counters of its cache batch and step graphs, by kind (torch worker: restages, joins, gathers, dummyRows, graphEager, graphCaptures, graphReplays, graphFailures, graphFirstSight (captures made at a key's first sight), graphCaptureUs, graphPrimeUs, graphPassUs (the captures' host time, priming and the program's run under capture), runs, runBusyUs: microseconds spent on run requests, and its parts stageUs, launchUs, pickUs, replyUs; waitUs: microseconds between a reply and the next run's request; kernelBuilds, kernelBuildUs, kernelCacheHits: GPU kernels compiled, their build time and images read from the disk cache instead), as of its last run.",
     labelNames: ['kind'],
     registers: [metrics.registry],
     collect() {

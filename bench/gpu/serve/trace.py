@@ -27,7 +27,7 @@ def traced(self, header, tensors):
         rec = {"t": round((t - T0) * 1e3, 3), "ms": round((time.perf_counter() - t) * 1e3, 3), "prog": header.get("handle"),
                "rows": len(rows), "append": sum(int(r["append"][1]) for r in rows),
                "cap": None if self.staged is None else self.staged.cap, "batch": None if self.staged is None else self.staged.rows}
-        for k in ("restages", "joins", "graphEager", "graphCaptures", "graphReplays", "aheadHits", "stageUs", "launchUs", "pickUs"):
+        for k in ("restages", "joins", "graphEager", "graphCaptures", "graphCaptureUs", "graphPrimeUs", "graphPassUs", "graphReplays", "aheadHits", "stageUs", "launchUs", "pickUs"):
             d = after.get(k, 0) - before.get(k, 0)
             if d:
                 rec[k] = d

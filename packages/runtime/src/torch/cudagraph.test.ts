@@ -253,4 +253,43 @@ print(json.dumps(res))
     expect(replays[3]! - replays[1]!).toBe(2);
     expect(replays[7]! - replays[5]!).toBe(2);
   }, 60_000);
+  it('primes the program before a capture: each kernel step with a prime gets its input and parameter operands, None for computed ones', () => {
+    const out = runNativePython(
+      `
+import json, torch
+from stageml_torch.worker import Worker
+doc = json.loads(${JSON.stringify(program('input'))})
+w = Worker("cpu")
+h = w.handle({"op": "prepare", "graph": doc}, {})[0]["handle"]
+prog = w.programs[h]
+calls = []
+class Primed:
+    def __init__(self, key, fn):
+        self.key, self.fn = key, fn
+    def __call__(self, args, attrs, ctx):
+        return self.fn(args, attrs, ctx)
+    def prime(self, args):
+        calls.append([self.key, [None if a is None else list(a.shape) for a in args], dict(w.graphs.stats)["captures"]])
+prog.steps = [(k, Primed(k, fn), o, a, i) for k, fn, o, a, i in prog.steps]
+table = torch.arange(20, dtype=torch.float32).reshape(10, 2)
+streams = [{"input": "past", "from": "new", "pad": -1}]
+ys = []
+for ids in ([1, 2], [3, 4], [5, 6]):
+    hdr = {"op": "run", "handle": h, "caches": {"streams": streams, "rows": [{"id": 1, "append": [0, 1]}, {"id": 2, "append": [0, 1]}]}}
+    ys.append(w.handle(hdr, {"ids": torch.tensor(ids, dtype=torch.int64).reshape(2, 1), "table": table})[1]["new"][:, 0, 0].tolist())
+print(json.dumps({"calls": calls, "ys": ys, "stats": dict(w.graphs.stats)}))
+`,
+      { STAGEML_TORCH_GRAPHS: 'emulate' },
+    ) as { calls: [string, (number[] | null)[], number][]; ys: number[][]; stats: { captures: number; replays: number } };
+    // One capture (the second step), primed once before it: every step of the program asked.
+    expect(out.stats.captures).toBe(1);
+    const gather = out.calls.find(([k]) => k === 'gather');
+    // The gather's operands are both inputs (the table, the ids), given as the capture's feed.
+    expect(gather).toEqual(['gather', [[10, 2], [2, 1]], 0]);
+    // A step that takes the gather's result gets None for it.
+    expect(out.calls.some(([k, args]) => k !== 'gather' && args.includes(null))).toBe(true);
+    expect(out.calls.every(([, , captures]) => captures === 0)).toBe(true);
+    // The replays still compute each step's own rows (table[i][0] = 2i).
+    expect(out.ys).toEqual([[2, 4], [6, 8], [10, 12]]);
+  }, 60_000);
 });
