@@ -617,8 +617,9 @@ def op_attention(x, a, ctx):
         if group > 1 and am is not None and tq == 1 and q.dim() == 4 and k.dim() == 4 and q.shape[0] < CUDNN_MIN_ROWS:
             # A decode step of few rows: the query heads of a key head as that head's query rows, so
             # memory-efficient attention takes the mask without repeated keys, and never SDPA's
-            # cuDNN backend, whose plan for each new shape took 0.5-0.75 s at 1 row (40-75 ms at
-            # 8-64 rows) on an H100 for 0.01-0.02 ms a layer saved (scratch probe, torch 2.11).
+            # cuDNN backend, whose plan for each new shape took 0.5-0.75 s at 1 row on an H100 to
+            # save 0.015 ms a layer (40-75 ms at 8-64 rows, where it saves 0.02-0.04 ms a layer of
+            # every step; bench/gpu/serve/attention_probe.py, torch 2.11).
             b = q.shape[0]
             qf = q.reshape(b, hkv, group, d)
             mf = am.reshape(b, hkv, group, tk)
@@ -636,8 +637,8 @@ def op_attention(x, a, ctx):
             # With a mask, SDPA takes enable_gqa only in its math backend (flash and memory-efficient
             # attention want as many key heads as query heads): 2.09 ms a layer for a 64-row prefill
             # chunk of the 1B shape on an H100, 0.38 ms with the key heads repeated first
-            # (scratch probe, torch 2.11). transformers' sdpa attention repeats them too when a mask
-            # is given. cuDNN's backend (on inside a CUDA graph's capture) takes the grouped heads.
+            # (bench/gpu/serve/attention_probe.py, torch 2.11), as transformers' sdpa attention does
+            # when given a mask. cuDNN's backend (on inside a CUDA graph's capture) takes grouped heads.
             k = k.repeat_interleave(group, dim=-3)
             v = v.repeat_interleave(group, dim=-3)
             group = 1
