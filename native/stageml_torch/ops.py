@@ -587,6 +587,19 @@ def _cudnn_sdp_on():
     return bool(f()) if f is not None else False
 
 
+def folded_gqa_decode(q, k, v, am, scale=None):
+    """SDPA of one query row per head, q [b, hq, 1, d], over k, v [b, hkv, tk, d] (hq a multiple of
+    hkv) with the float mask am [b, hq, 1, tk]: the `hq / hkv` query heads of each key head as that
+    head's query rows, so no key is repeated (op_attention; bench/gpu/serve/attention_probe.py
+    times it against the other paths)."""
+    b, hq, _, d = q.shape
+    hkv, tk = k.shape[1], k.shape[2]
+    group = hq // hkv
+    qf = q.reshape(b, hkv, group, d)
+    mf = am.reshape(b, hkv, group, tk)
+    return F.scaled_dot_product_attention(qf, k, v, attn_mask=mf, scale=scale).reshape(q.shape)
+
+
 def op_attention(x, a, ctx):
     q, k, v = x[0], x[1], x[2]
     mask = x[3] if len(x) > 3 else None
@@ -620,14 +633,11 @@ def op_attention(x, a, ctx):
             # cuDNN backend, whose plan for each new shape took 0.5-0.75 s at 1 row on an H100 to
             # save 0.015 ms a layer (40-75 ms at 8-64 rows, where it saves 0.02-0.04 ms a layer of
             # every step; bench/gpu/serve/attention_probe.py, torch 2.11).
-            b = q.shape[0]
-            qf = q.reshape(b, hkv, group, d)
-            mf = am.reshape(b, hkv, group, tk)
             prev = _cudnn_sdp_on()
             if prev:
                 torch.backends.cuda.enable_cudnn_sdp(False)
             try:
-                return [F.scaled_dot_product_attention(qf, k, v, attn_mask=mf, scale=scale).reshape(q.shape)]
+                return [folded_gqa_decode(q, k, v, am, scale)]
             except TypeError:  # torch 2.0: no scale argument
                 pass
             finally:

@@ -9,11 +9,17 @@ leaves larger decode steps to cuDNN inside a CUDA graph's capture.
 """
 import argparse
 import json
+import os
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# The worker's own folded path (native/stageml_torch/ops.py), not a copy of it.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "native"))
+from stageml_torch.ops import folded_gqa_decode  # noqa: E402
 
 
 def timed(fn, n=50):
@@ -26,13 +32,6 @@ def timed(fn, n=50):
         fn()
     torch.cuda.synchronize()
     return {"firstMs": round(first, 3), "ms": round((time.perf_counter() - s) / n * 1e3, 4)}
-
-
-def fold(q, k, v, am):
-    b, hq, tq, d = q.shape
-    hkv = k.shape[1]
-    g = hq // hkv
-    return F.scaled_dot_product_attention(q.reshape(b, hkv, g * tq, d), k, v, attn_mask=am.reshape(b, hkv, g * tq, am.shape[-1])).reshape(b, hq, tq, d)
 
 
 def case(b, tq, tk, d, hq, hkv):
@@ -51,7 +50,7 @@ def case(b, tq, tk, d, hq, hkv):
         "repeated keys (efficient)": ([SDPBackend.EFFICIENT_ATTENTION], lambda: F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), attn_mask=am)),
     }
     if tq == 1:
-        paths["folded queries (efficient)"] = ([SDPBackend.EFFICIENT_ATTENTION], lambda: fold(q, k, v, am))
+        paths["folded queries (efficient)"] = ([SDPBackend.EFFICIENT_ATTENTION], lambda: folded_gqa_decode(q, k, v, am))
     out = {"rows": b, "queries": tq, "keys": tk, "headDim": d}
     for name, (backends, fn) in paths.items():
         try:
