@@ -224,11 +224,15 @@ function findPackageDir(explicit: string | undefined): string {
   return hit;
 }
 
-function findPython(explicit: string | undefined): string {
+/** The interpreters to try, in order: `explicit`, else `STAGEML_PYTHON`, else `python3` then `/usr/bin/python3`. */
+function pythonCandidates(explicit: string | undefined): string[] {
   const env = explicit ?? process.env[TORCH_PYTHON_ENV];
-  const candidates = env !== undefined && env !== '' ? [env] : ['python3', '/usr/bin/python3'];
+  return env !== undefined && env !== '' ? [env] : ['python3', '/usr/bin/python3'];
+}
+
+function findPython(explicit: string | undefined): string {
   const reasons: string[] = [];
-  for (const py of candidates) {
+  for (const py of pythonCandidates(explicit)) {
     const r = spawnSync(py, ['-c', 'import torch'], { encoding: 'utf8', timeout: 60_000 });
     if (r.error !== undefined) {
       reasons.push(`${py}: ${(r.error as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found' : r.error.message}`);
@@ -238,7 +242,11 @@ function findPython(explicit: string | undefined): string {
     const last = r.stderr.trim().split('\n').pop() ?? `exit ${String(r.status)}`;
     reasons.push(`${py}: ${last}`);
   }
-  throw new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `the torch executor needs Python 3 with torch (${reasons.join('; ')})`, { hint: APT_HINT });
+  throw noPython(reasons);
+}
+
+function noPython(reasons: readonly string[]): RuntimeError {
+  return new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `the torch executor needs Python 3 with torch (${reasons.join('; ')})`, { hint: APT_HINT });
 }
 
 interface Pending {
@@ -256,6 +264,11 @@ class WorkerConnection {
   #nextId = 1;
   #dead: RuntimeError | undefined;
   #stderr: string[] = [];
+  #spawnError: NodeJS.ErrnoException | undefined;
+  #replies = 0;
+  #early: string[] = [];
+  readonly #log: ((line: string) => void) | undefined;
+  readonly #stderrEnded: Promise<unknown>;
 
   /** The group's process ids from `hello` (rank 0's alone with one rank). */
   rankPids: readonly number[] = [];
@@ -271,15 +284,21 @@ class WorkerConnection {
       this.#drain();
     });
     this.#child.stderr.setEncoding('utf8');
+    this.#log = log;
+    this.#stderrEnded = new Promise((r) => this.#child.stderr.once('close', r));
     this.#child.stderr.on('data', (s: string) => {
       for (const line of s.split('\n')) {
         if (line === '') continue;
         this.#stderr.push(line);
         if (this.#stderr.length > 20) this.#stderr.shift();
-        log?.(line);
+        // Until the worker first answers, its lines wait: an interpreter that cannot start it
+        // (no torch) is only a candidate passed over (firstWorker), not a traceback in the log.
+        if (this.#replies > 0) log?.(line);
+        else if (this.#early.length < 200) this.#early.push(line);
       }
     });
     this.#child.on('error', (e) => {
+      this.#spawnError ??= e;
       this.#fail(new RuntimeError(RuntimeCode.BACKEND_UNAVAILABLE, `cannot start the torch worker (${python}): ${e.message}`, { cause: e, hint: APT_HINT }));
     });
     this.#child.on('exit', (code, signal) => {
@@ -303,6 +322,9 @@ class WorkerConnection {
         return;
       }
       if (frame === undefined) return;
+      if (this.#replies++ === 0) {
+        for (const line of this.#early.splice(0)) this.#log?.(line);
+      }
       const p = this.#pending.shift();
       if (p === undefined) {
         this.#fail(new RuntimeError(RuntimeCode.WORKER_FAILED, 'torch worker protocol: a reply arrived with no request waiting'));
@@ -338,6 +360,19 @@ class WorkerConnection {
 
   get alive(): boolean {
     return this.#dead === undefined;
+  }
+
+  /** Whether the worker ever answered (a process that never did did not start: no interpreter, no torch). */
+  get answered(): boolean {
+    return this.#replies > 0;
+  }
+
+  /** Why a worker that never answered did not start (after its stderr closed, or 1 s): the interpreter not found, else its last line on stderr. */
+  async startFailure(): Promise<string> {
+    await Promise.race([this.#stderrEnded, new Promise((r) => setTimeout(r, 1000).unref())]);
+    const e = this.#spawnError;
+    if (e !== undefined) return e.code === 'ENOENT' ? 'not found' : e.message;
+    return this.#stderr.at(-1) ?? this.#dead?.message ?? 'no reply';
   }
 
   get pid(): number | undefined {
@@ -380,6 +415,27 @@ class WorkerConnection {
     await exited;
     clearTimeout(timer);
   }
+}
+
+/**
+ * The worker of the first candidate interpreter that answers `hello`. The worker imports torch
+ * itself, so no separate `python -c "import torch"` runs first (that was a second torch import, 2–4 s
+ * of every start on a GPU host). A candidate whose worker never answered (no such interpreter, no
+ * torch in it) gives way to the next; one that answered and refused (a device it does not see,
+ * another protocol) fails the start as it is.
+ */
+async function firstWorker(candidates: readonly string[], start: (python: string) => WorkerConnection): Promise<{ conn: WorkerConnection; python: string; info: TorchWorkerInfo }> {
+  const reasons: string[] = [];
+  for (const python of candidates) {
+    const conn = start(python);
+    try {
+      return { conn, python, info: await greet(conn, python) };
+    } catch (e) {
+      if (conn.answered) throw e;
+      reasons.push(`${python}: ${await conn.startFailure()}`);
+    }
+  }
+  throw noPython(reasons);
 }
 
 /** What `hello` answered, checked against this build; a worker that did not start is `RT_BACKEND_UNAVAILABLE`. */
@@ -467,12 +523,12 @@ function placeholder(dtype: HostTensor['dtype'], shape: readonly number[]): Host
  */
 export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Promise<TorchExecutor> {
   const packageDir = findPackageDir(opts.packageDir);
-  const python = findPython(opts.python);
   const device = opts.device ?? process.env[TORCH_DEVICE_ENV] ?? 'auto';
   const ranks = tensorParallelSizeOf(opts.tensorParallelSize);
   const counts = { requests: 0, sentBytes: 0, sentTensorBytes: 0, receivedBytes: 0 };
-  let conn = new WorkerConnection(python, packageDir, device, opts.log, counts, opts.env, ranks);
-  const info = await greet(conn, python);
+  const first = await firstWorker(pythonCandidates(opts.python), (py) => new WorkerConnection(py, packageDir, device, opts.log, counts, opts.env, ranks));
+  let conn = first.conn;
+  const { python, info } = first;
   const capabilities = torchCapabilities(info.device.startsWith('cuda'), ranks);
   const name = capabilities.name;
   /** Workers started so far (1 + restarts): what every worker-side handle and id belongs to. */

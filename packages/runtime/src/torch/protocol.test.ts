@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -97,6 +97,21 @@ describe('torch executor availability', () => {
     }
   });
 
+  it('names why each interpreter could not start the worker, and keeps a failed start out of the log', async () => {
+    // An interpreter without torch: the worker's import fails before it answers. No separate
+    // `import torch` check runs first; the worker's own start is the check.
+    const dir = mkdtempSync(join(tmpdir(), 'stageml-notorch-'));
+    const fake = join(dir, 'python3');
+    writeFileSync(fake, "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n", { mode: 0o755 });
+    const logged: string[] = [];
+    const err: unknown = await createTorchExecutor({ python: fake, log: (l) => logged.push(l) }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: RuntimeCode.BACKEND_UNAVAILABLE, hint: expect.stringContaining('apt-get install python3 python3-torch') });
+    expect((err as Error).message).toContain(`${fake}: ModuleNotFoundError: No module named 'torch'`);
+    expect(logged).toEqual([]);
+    const missing: unknown = await createTorchExecutor({ python: '/nonexistent/python3' }).catch((e: unknown) => e);
+    expect((missing as Error).message).toContain('/nonexistent/python3: not found');
+  });
+
   it('is RT_BACKEND_UNAVAILABLE when the stageml_torch package is not found', async () => {
     await expect(createTorchExecutor({ packageDir: '/nonexistent' })).rejects.toMatchObject({ code: RuntimeCode.BACKEND_UNAVAILABLE });
   });
@@ -131,6 +146,20 @@ describeWithTorch('torch worker protocol', () => {
     expect(replies[0]).toMatchObject({ ok: true, id: 1, protocol: 6, device: 'cpu' });
     expect(replies[1]).toMatchObject({ ok: false, id: 2, code: 'RT_WORKER_FAILED' });
     expect(replies[2]).toMatchObject({ ok: false, id: 3, code: 'RT_DISPOSED' });
+  }, 60_000);
+
+  it('starts the interpreter once: the worker itself is the check that it has torch', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stageml-py-'));
+    const calls = join(dir, 'calls');
+    const wrapper = join(dir, 'python3');
+    writeFileSync(wrapper, `#!/bin/sh\necho "$*" >> '${calls}'\nexec '${torch().info.python}' "$@"\n`, { mode: 0o755 });
+    const ex = await createTorchExecutor({ python: wrapper, device: 'cpu' });
+    try {
+      expect(ex.info.python).toBe(wrapper);
+      expect(readFileSync(calls, 'utf8').trim().split('\n')).toEqual(['-m stageml_torch.worker --device cpu']);
+    } finally {
+      await ex.close();
+    }
   }, 60_000);
 
   it('refuses a device torch does not see, naming it', async () => {
