@@ -57,7 +57,9 @@ if (mode === 'gen') {
   const t0 = performance.now();
   const executor = await createTorchExecutor({ device: 'cpu' });
   const tExec = performance.now();
-  const opts = { executor, dtype: 'checkpoint' as const, maxLoras: ADAPTERS, maxLoraRank: RANK, ...(where === 'host' ? { deviceWeights: false } : {}) };
+  // STAGEML_ADAPTER_DTYPE=same: factor tables in the checkpoint's dtype (bf16), as `stageml serve` has them on a CUDA executor.
+  const adapterDtype = process.env['STAGEML_ADAPTER_DTYPE'] === 'same' ? { adapterDtype: 'same' as const } : {};
+  const opts = { executor, dtype: 'checkpoint' as const, maxLoras: ADAPTERS, maxLoraRank: RANK, ...adapterDtype, ...(where === 'host' ? { deviceWeights: false } : {}) };
   const e = await Engine.load(join(dir, 'model'), opts);
   const tLoad = performance.now();
   for (let a = 0; a < ADAPTERS; a++) await e.loadAdapter(join(dir, 'adapters', `a${String(a)}`), `a${String(a)}`);

@@ -500,9 +500,12 @@ class Worker:
 
     def _write(self, writes, tensors):
         """`write`: each entry {id, start, tensor} writes the frame's tensor (flattened, converted to
-        the resident input's dtype) over elements [start, start + n) of resident input `id`
-        (flattened), in place. All are checked before any is written (RT_BAD_VALUE). Graphs
-        captured over the old contents are dropped (a replay would read derived copies)."""
+        the resident input's dtype: to nearest even) over elements [start, start + n) of resident
+        input `id` (flattened), in place. An entry may transform the tensor on the device first:
+        `scale` (a number) multiplies each value in f64 and rounds the product to f32, `transpose`
+        [r, c] writes the [r, c] matrix transposed (a LoRA B as the slot tables hold it). All are
+        checked before any is written (RT_BAD_VALUE). Graphs captured over the old contents are
+        dropped (a replay would read derived copies)."""
         todo = []
         for w in writes:
             i = w.get("id")
@@ -516,9 +519,21 @@ class Worker:
             n = src.numel()
             if not (isinstance(start, int) and not isinstance(start, bool) and 0 <= start and start + n <= dst.numel()):
                 raise errors.WorkerError(errors.BAD_VALUE, "write: elements [%r, %r + %d) lie outside resident input %r (%d elements)" % (start, start, n, i, dst.numel()))
-            todo.append((dst, start, src))
-        for dst, start, src in todo:
-            dst.view(-1)[start : start + src.numel()].copy_(src.reshape(-1).to(device=dst.device, dtype=dst.dtype))
+            scale, tr = w.get("scale"), w.get("transpose")
+            if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)):
+                raise errors.WorkerError(errors.BAD_VALUE, "write: scale %r is not a finite number" % (scale,))
+            if tr is not None and not (isinstance(tr, list) and len(tr) == 2 and all(_id(d) for d in tr) and tr[0] * tr[1] == n):
+                raise errors.WorkerError(errors.BAD_VALUE, "write: transpose %r is not [rows, columns] of the tensor's %d elements" % (tr, n))
+            if (scale is not None or tr is not None) and not (src.dtype.is_floating_point and dst.dtype.is_floating_point):
+                raise errors.WorkerError(errors.BAD_VALUE, "write: scale and transpose take a float tensor into a float input, got %s into %s" % (src.dtype, dst.dtype))
+            todo.append((dst, start, src, scale, tr))
+        for dst, start, src, scale, tr in todo:
+            src = src.reshape(-1).to(dst.device)
+            if scale is not None:
+                src = (src.double() * float(scale)).float()
+            if tr is not None:
+                src = src.reshape(tr[0], tr[1]).t().reshape(-1)
+            dst.view(-1)[start : start + src.numel()].copy_(src.to(dst.dtype))
         for w in writes:
             self._forget(w.get("id"))
         if todo:

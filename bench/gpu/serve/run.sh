@@ -69,7 +69,7 @@ SH
 fi
 S0=$(date +%s.%N)
 "$WORK/node" "${NODE_FLAGS[@]}" .gpu/serve/stageml.mjs serve "$DIR/model" --served-model-name base --executor torch --port $PORT \
-  --max-batch 64 "${ADAPT_FLAGS[@]}" "${EXTRA[@]}" > "$OUTDIR/server.log" 2>&1 &
+  --max-batch 64 "${ADAPT_FLAGS[@]}" "${EXTRA[@]}" > >(python3 -u bench/gpu/serve/stamp.py "$S0" > "$OUTDIR/server.log") 2>&1 &
 SPID=$!
 READY=""
 for _ in $(seq 1 1200); do

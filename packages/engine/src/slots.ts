@@ -1,4 +1,4 @@
-import { type DType, type HostTensor, dtypeBytes, isFloatDType, roundFloat32InPlace } from '@stageml/ir';
+import { type DType, type FloatDType, type HostTensor, dtypeBytes, isFloatDType, roundFloat32InPlace } from '@stageml/ir';
 import type { LoraAdapter } from '@stageml/peft';
 import { type DeviceWrite, type TorchDeviceTensors, inputChanged } from '@stageml/runtime';
 import { EngineCode, EngineError } from './errors.js';
@@ -37,6 +37,30 @@ export interface ExpertSlotFactors {
   readonly B: HostTensor;
   readonly rank: number;
   readonly scale: number;
+}
+
+const scratch = new Float32Array(1);
+
+/** Whether `v` rounds to ±0 in `dtype`. */
+function roundsToZero(v: number, dtype: FloatDType): boolean {
+  if (v === 0) return true;
+  scratch[0] = v;
+  roundFloat32InPlace(scratch, dtype);
+  return scratch[0] === 0;
+}
+
+/**
+ * Whether a row of A [rank, inDim] is all zeros once rounded to `dtype` (what `zeroRowsLast`
+ * moves): a row's scan ends at its first value that does not round to zero, so this is ~rank
+ * reads for a trained adapter.
+ */
+function hasZeroRow(A: Float32Array, rank: number, inDim: number, dtype: FloatDType): boolean {
+  for (let j = 0; j < rank; j++) {
+    let zero = true;
+    for (let i = j * inDim, end = i + inDim; i < end && zero; i++) zero = roundsToZero(A[i]!, dtype);
+    if (zero) return true;
+  }
+  return false;
 }
 
 const f32 = (d: HostTensor['data']): Float32Array => (d instanceof Float32Array ? d : Float32Array.from(d as ArrayLike<number>));
@@ -206,13 +230,23 @@ export class SlotTables {
     await Promise.allSettled(this.#pending);
   }
 
-  /** One slot's factors as element ranges of the device tables (rounded to the tables' dtype). */
+  /** One slot's factors as element ranges of the device tables (rounded to the tables' dtype, here or by the worker). */
   #slotWrites(slot: number, adapter: LoraAdapter, experts: readonly ExpertSlotFactors[], outs: ReadonlyMap<string, SlotOut> | undefined): DeviceWrite[] {
     const R = this.rank;
     const writes: DeviceWrite[] = [];
     for (const m of adapter.modules.values()) {
       const t = this.#tables.get(m.module)!;
       const { inDim, outDim } = t.spec;
+      if (isFloatDType(this.dtype) && m.A.data instanceof Float32Array && m.B.data instanceof Float32Array && !hasZeroRow(m.A.data, m.rank, inDim, this.dtype)) {
+        // The worker rounds A, and scales, transposes and rounds B, on its device, to the same
+        // values as the host path below: the host makes no pass over them (with 64 adapters of a
+        // 1B model, ~721 M values, those passes took most of the start-up's adapter loading).
+        writes.push(
+          { target: t.inputs.A, start: slot * R * inDim, data: m.A.data.subarray(0, m.rank * inDim), exact: false },
+          { target: t.inputs.B, start: slot * R * outDim, data: m.B.data.subarray(0, outDim * m.rank), scale: m.scale, transpose: [outDim, m.rank] },
+        );
+        continue;
+      }
       const a = f32(m.A.data).slice(0, m.rank * inDim);
       const b = new Float32Array(m.rank * outDim);
       const bsrc = m.B.data;

@@ -1,4 +1,6 @@
 import { describe, expect, test } from 'vitest';
+import { roundFloat32InPlace } from '@stageml/ir';
+import type { DeviceWrite, TorchDeviceTensors } from '@stageml/runtime';
 
 import { zeroRowsLast } from './zero-tail.js';
 
@@ -35,5 +37,57 @@ describe('SlotTables keeps the zeroTail promise', () => {
     expect(Array.from(a.subarray(slot * 8, slot * 8 + 8))).toEqual([1, 2, 3, 4, 0, 0, 0, 0]);
     // B rows of the kept rank rows 0 and 2 (scale folded in), then zeros.
     expect(Array.from(b.subarray(slot * 12, slot * 12 + 12))).toEqual([2, 8, 14, 6, 12, 18, 0, 0, 0, 0, 0, 0]);
+  });
+});
+
+describe('SlotTables on a device', () => {
+  /** A device store that records each write (the tables' handles are placeholders). */
+  function recordingStore(): { store: TorchDeviceTensors; writes: DeviceWrite[] } {
+    const writes: DeviceWrite[] = [];
+    const store = {
+      load: () => Promise.reject(new Error('not used')),
+      zeros: (entries: readonly { dtype: string; shape: readonly number[] }[]) => Promise.resolve(entries.map((e) => ({ dtype: e.dtype, shape: [...e.shape], data: { length: e.shape.reduce((a, b) => a * b, 1) } }))),
+      write: (ws: readonly DeviceWrite[]) => {
+        writes.push(...ws);
+        return Promise.resolve();
+      },
+      onRestore: () => undefined,
+      holds: () => true,
+      bytes: () => 0,
+    };
+    return { store: store as unknown as TorchDeviceTensors, writes };
+  }
+  const module = 'model.layers.0.self_attn.q_proj';
+  const adapterOf = (a: number[], b: number[]): unknown => ({
+    name: 'z', dir: '', config: {}, parameterFactors: [], overrides: new Map(), tokenRows: [], bytes: 0,
+    modules: new Map([[module, { module, rank: 3, alpha: 6, scale: 2, A: { dtype: 'f32', shape: [3, 2], data: Float32Array.from(a) }, B: { dtype: 'f32', shape: [3, 3], data: Float32Array.from(b) } }]]),
+  });
+
+  test('sends A unrounded and B as stored, for the worker to round, scale and transpose (no host pass)', async () => {
+    const { SlotTables } = await import('./slots.js');
+    const { store, writes } = recordingStore();
+    const tables = await SlotTables.onDevice(store, 2, 4, [{ module, inDim: 2, outDim: 3 }], 'bf16');
+    const adapter = adapterOf([1.001, 2, 0, 0.5, 3, 4], [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    const slot = tables.write(adapter as Parameters<typeof tables.write>[0], [], () => Promise.reject(new Error('not used')));
+    const [a, b] = writes;
+    expect(a).toMatchObject({ start: slot * 8, exact: false });
+    expect(Array.from(a!.data)).toEqual(Array.from(Float32Array.from([1.001, 2, 0, 0.5, 3, 4])));
+    expect(b).toMatchObject({ start: slot * 12, scale: 2, transpose: [3, 3] });
+    expect(Array.from(b!.data)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9]);
+  });
+
+  test('an A row that rounds to zero in the tables dtype takes the host path: rounded, moved last, its B row zeroed', async () => {
+    const { SlotTables } = await import('./slots.js');
+    const { store, writes } = recordingStore();
+    const tables = await SlotTables.onDevice(store, 2, 4, [{ module, inDim: 2, outDim: 3 }], 'bf16');
+    // Row 1 is 1e-41 and -1e-42: not zero in f32, zero in bf16.
+    const adapter = adapterOf([1.001, 2, 1e-41, -1e-42, 3, 4], [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    tables.write(adapter as Parameters<typeof tables.write>[0], [], () => Promise.reject(new Error('not used')));
+    const [a, b] = writes;
+    expect(a!.exact === undefined && b!.scale === undefined && b!.transpose === undefined).toBe(true);
+    const A = Float32Array.from([1.001, 2, 3, 4, 0, 0]);
+    roundFloat32InPlace(A, 'bf16');
+    expect(Array.from(a!.data)).toEqual(Array.from(A));
+    expect(Array.from(b!.data)).toEqual([2, 8, 14, 6, 12, 18, 0, 0, 0]);
   });
 });

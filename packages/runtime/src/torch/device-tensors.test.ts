@@ -110,4 +110,40 @@ describeWithTorch('torch device tensors (weights read by the worker, tables writ
       await ex.close();
     }
   }, 120_000);
+
+  it('rounds, scales and transposes a write on the worker exactly as the host would, and refuses malformed ones', async () => {
+    // T [3, 5] bf16: row 0 from unrounded f32 values (the worker rounds them), rows 1-2 a [5, 2]
+    // matrix B written transposed and scaled (a LoRA B as the slot tables hold it).
+    const b = new GraphBuilder('readback');
+    const T = b.input('T', ['bf16', [3, 5]]);
+    const Z = b.input('Z', ['bf16', [3, 5]]);
+    b.output('y', b.add(T, Z));
+    const g = b.build();
+    const ex: TorchExecutor = await createTorchExecutor({ device: 'cpu' });
+    try {
+      const [td, ti] = await ex.device.zeros([{ dtype: 'bf16', shape: [3, 5] }, { dtype: 'i8', shape: [4] }]);
+      // Values whose bf16 rounding is a tie, a carry into the exponent, and a tiny one.
+      const row0 = Float32Array.from([1.00390625, 1.01171875, -3.999999, 1e-30, 0.1]);
+      const B = Float32Array.from([0.3, -1.7, 2.2, 0.05, -0.9, 1e-3, 7.77, -2.5, 0.333, 4.1]);
+      const scale = 1 / 3;
+      await ex.device.write([
+        { target: td!, start: 0, data: row0, exact: false },
+        { target: td!, start: 5, data: B, scale, transpose: [5, 2] },
+      ]);
+      const want = new Float32Array(15);
+      want.set(row0, 0);
+      for (let j = 0; j < 2; j++) for (let o = 0; o < 5; o++) want[5 + j * 5 + o] = scale * B[o * 2 + j]!;
+      roundFloat32InPlace(want, 'bf16');
+      const p = await ex.prepare(g);
+      const y = (await p.run({ T: td!, Z: hostTensor('bf16', [3, 5], new Array(15).fill(0)) }))['y']!;
+      expect(Array.from(y.data)).toEqual(Array.from(want));
+      await expect(ex.device.write([{ target: td!, start: 0, data: B, transpose: [3, 3] }])).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('transpose [3, 3]') });
+      await expect(ex.device.write([{ target: td!, start: 0, data: B, scale: Number.NaN }])).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('scale NaN') });
+      await expect(ex.device.write([{ target: ti!, start: 0, data: Float32Array.from([1, 2]), exact: false }])).rejects.toMatchObject({ code: RuntimeCode.BAD_VALUE, message: expect.stringContaining('float target') });
+      // A refused write changed nothing.
+      expect(Array.from((await p.run({ T: td!, Z: hostTensor('bf16', [3, 5], new Array(15).fill(0)) }))['y']!.data)).toEqual(Array.from(want));
+    } finally {
+      await ex.close();
+    }
+  }, 120_000);
 });

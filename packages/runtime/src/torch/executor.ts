@@ -108,8 +108,18 @@ export interface DeviceWrite {
   readonly target: HostTensor;
   /** First element (of the flattened tensor) written. */
   readonly start: number;
-  /** The values, in the IR's host storage of the target's dtype (f32 for bf16/f16: already rounded to it). */
+  /** The values, in the IR's host storage of the target's dtype (f32 for bf16/f16: already rounded to it), unless `exact` is false. */
   readonly data: Float32Array;
+  /**
+   * false: `data` holds f32 values the worker rounds to the target's float dtype (to nearest even,
+   * as `roundFloat32InPlace`) as it writes them — the host does no pass over them (default true:
+   * already rounded). Implied by `scale` and `transpose`.
+   */
+  readonly exact?: boolean;
+  /** Each f32 value times this (in f64, the product rounded to f32) before it is rounded to the target's dtype. */
+  readonly scale?: number;
+  /** `data` is a [rows, columns] matrix written transposed ([columns, rows] row-major), after `scale`. */
+  readonly transpose?: readonly [number, number];
 }
 
 /**
@@ -641,8 +651,14 @@ export async function createTorchExecutor(opts: TorchExecutorOptions = {}): Prom
       if (id === undefined) throw new RuntimeError(RuntimeCode.WORKER_FAILED, `write ${String(i)}: the worker does not hold the target (it was restarted and not restored)`);
       const n = w.target.shape.reduce((a, b) => a * b, 1);
       if (!Number.isSafeInteger(w.start) || w.start < 0 || w.start + w.data.length > n) throw new RuntimeError(RuntimeCode.BAD_VALUE, `write ${String(i)}: elements [${String(w.start)}, ${String(w.start + w.data.length)}) lie outside ${keyOf(info)} (${String(n)} elements)`);
-      tensors[`w${String(i)}`] = { dtype: info.dtype, shape: [w.data.length], data: w.data };
-      return { id, start: w.start, tensor: `w${String(i)}` };
+      const raw = w.exact === false || w.scale !== undefined || w.transpose !== undefined;
+      if (raw && !isFloatDType(info.dtype)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `write ${String(i)}: unrounded, scaled or transposed values need a float target, not ${keyOf(info)}`);
+      if (w.scale !== undefined && !Number.isFinite(w.scale)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `write ${String(i)}: scale ${String(w.scale)} is not a finite number`);
+      const tr = w.transpose;
+      if (tr !== undefined && !(tr.every((d) => Number.isSafeInteger(d) && d >= 0) && tr[0] * tr[1] === w.data.length)) throw new RuntimeError(RuntimeCode.BAD_VALUE, `write ${String(i)}: transpose [${tr.join(', ')}] is not [rows, columns] of its ${String(w.data.length)} values`);
+      // Unrounded values travel as f32 and are rounded (scaled, transposed) on the worker's device.
+      tensors[`w${String(i)}`] = { dtype: raw ? 'f32' : info.dtype, shape: [w.data.length], data: w.data };
+      return { id, start: w.start, tensor: `w${String(i)}`, ...(w.scale === undefined ? {} : { scale: w.scale }), ...(tr === undefined ? {} : { transpose: [...tr] }) };
     });
     return { header: { op: 'write', writes: entries }, tensors };
   };
