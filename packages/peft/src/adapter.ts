@@ -194,8 +194,11 @@ export async function loadLoraAdapter(dir: string, opts: LoadLoraOptions = {}): 
     const magnitudes = new Map<string, HostTensor>();
     const tokenRows: TokenRows[] = [];
     let bytes = 0;
-    for (const key of st.names()) {
-      const t = checkedAdapterTensor(await st.readTensor(key), key);
+    const keys = st.names();
+    // One read of the file's tensors (an adapter is small: its header was checked against the model above).
+    const read = await st.readTensors(keys);
+    for (const [i, key] of keys.entries()) {
+      const t = checkedAdapterTensor(read[i]!, key);
       bytes += t.data.byteLength;
       const k = key.startsWith(PREFIX) ? key.slice(PREFIX.length) : key;
       if (/\.lora_embedding_[AB]$|\.lora_embedding_[AB]\./.test(k)) {

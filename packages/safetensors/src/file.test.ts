@@ -143,6 +143,25 @@ describe('SafetensorsFile', () => {
     await f.close();
   });
 
+  it('reads tensors that lie together with one read (readTensors), decoded as readTensor decodes them', async () => {
+    const reads: [number, number][] = [];
+    const inner = memorySource(everyDtypeFile());
+    const counting: ByteSource = { label: inner.label, byteLength: inner.byteLength, read: (offset, length) => (reads.push([offset, length]), inner.read(offset, length)), close: () => inner.close() };
+    const f = await SafetensorsFile.fromSource(counting);
+    const names = Object.keys(EXPECTED);
+    reads.length = 0;
+    const got = await f.readTensors(names);
+    expect(reads.length).toBe(1);
+    for (const [i, name] of names.entries()) expect([name, got[i]!.dtype, got[i]!.shape, Array.from(got[i]!.data)]).toEqual([name, EXPECTED[name]![0], f.info(name).shape, EXPECTED[name]![1]]);
+    // Tensors spread over a span more than twice their own bytes are read one by one.
+    reads.length = 0;
+    await f.readTensors(['a_u8', 'o_u64']);
+    expect(reads.length).toBe(2);
+    expect(await asyncCodeOf(() => f.readTensors(['a_u8', 'nope']))).toBe('ST_MISSING_TENSOR');
+    await f.close();
+    expect(await asyncCodeOf(() => f.readTensors(['a_u8']))).toBe('ST_CLOSED');
+  });
+
   it('throws ST_CLOSED after close, and close is idempotent', async () => {
     const f = await SafetensorsFile.fromSource(memorySource(everyDtypeFile()));
     await f.close();
