@@ -210,6 +210,10 @@ export async function loadEngine(dir: string, opts: EngineOptions): Promise<Load
   const s = settingsOf(opts);
   const { maxLoras, rank, onDevice } = s;
   const config = await readLlamaConfig(dir);
+  // The tokenizer is read and built while the weights load (on a torch executor the worker reads
+  // them: Node waits); a failure is reported where it is awaited, at the end.
+  const tokenizer = loadTokenizer(dir);
+  tokenizer.catch(() => undefined);
   const executor = opts.executor ?? interpreterExecutor;
   if (opts.residentKv === true && executor.caches === undefined) throw new EngineError(EngineCode.BAD_OPTIONS, `residentKv needs an executor that holds caches (the torch executor); '${executor.name}' does not`);
   if (opts.residentKv === true && config.slidingWindow !== undefined) throw new EngineError(EngineCode.BAD_OPTIONS, 'residentKv: a sliding-window model builds its per-query masks on the host (give residentKv false or leave it out)');
@@ -291,7 +295,7 @@ export async function loadEngine(dir: string, opts: EngineOptions): Promise<Load
     return out;
   } : undefined;
   const parts: EngineParts = { executor, programs, ...(outPrograms === undefined ? {} : { outPrograms }), tables, shapes: read.shapes, weightBytes, deviceWeightBytes: read.deviceWeightBytes, hostWeights: onDevice === undefined, maxCpuLoras: s.maxCpuLoras, prefillChunk: s.prefillChunk, weightInputs, allWeightInputs: asInputs, baseTakesWeights, memoryBudget: s.memoryBudget, replanEvery: s.replanEvery, fixedPlan: s.fixedPlan, dtype, adapterDtype: s.adapterDtype, caches, hostKvCopy: opts.hostKvCopy === true, recycleOutputs: opts.recycleOutputs === true, executorPicks: opts.executorPicks ?? executor.capabilities.devicePicks === true, mergeWaste: s.mergeWaste, staging, prefix: prefixCacheOf(opts.prefixCaching) };
-  return { config, tokenizer: await loadTokenizer(dir), parts };
+  return { config, tokenizer: await tokenizer, parts };
 }
 
 /**
