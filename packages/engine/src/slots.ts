@@ -1,10 +1,10 @@
-import { type DType, type FloatDType, type HostTensor, dtypeBytes, isFloatDType, roundFloat32InPlace } from '@stageml/ir';
+import { type DType, type HostTensor, dtypeBytes, isFloatDType, roundFloat32InPlace } from '@stageml/ir';
 import type { LoraAdapter } from '@stageml/peft';
 import { type DeviceWrite, type TorchDeviceTensors, inputChanged } from '@stageml/runtime';
 import { EngineCode, EngineError } from './errors.js';
 import type { SlotOut } from './adapter-kinds.js';
 import { type SlotModule, slotInputNames } from './slot-linear.js';
-import { zeroRowsLast } from './zero-tail.js';
+import { hasZeroRow, zeroRowsLast } from './zero-tail.js';
 import { quantizeFactorRows } from './factor-quant.js';
 
 interface Tables {
@@ -37,30 +37,6 @@ export interface ExpertSlotFactors {
   readonly B: HostTensor;
   readonly rank: number;
   readonly scale: number;
-}
-
-const scratch = new Float32Array(1);
-
-/** Whether `v` rounds to ±0 in `dtype`. */
-function roundsToZero(v: number, dtype: FloatDType): boolean {
-  if (v === 0) return true;
-  scratch[0] = v;
-  roundFloat32InPlace(scratch, dtype);
-  return scratch[0] === 0;
-}
-
-/**
- * Whether a row of A [rank, inDim] is all zeros once rounded to `dtype` (what `zeroRowsLast`
- * moves): a row's scan ends at its first value that does not round to zero, so this is ~rank
- * reads for a trained adapter.
- */
-function hasZeroRow(A: Float32Array, rank: number, inDim: number, dtype: FloatDType): boolean {
-  for (let j = 0; j < rank; j++) {
-    let zero = true;
-    for (let i = j * inDim, end = i + inDim; i < end && zero; i++) zero = roundsToZero(A[i]!, dtype);
-    if (zero) return true;
-  }
-  return false;
 }
 
 const f32 = (d: HostTensor['data']): Float32Array => (d instanceof Float32Array ? d : Float32Array.from(d as ArrayLike<number>));

@@ -143,18 +143,22 @@ export class SafetensorsFile extends SafetensorsTable {
 
   /** Reads the raw little-endian bytes of `name` (only that range of the file). */
   async readRaw(name: string): Promise<Uint8Array> {
-    if (this.#closed) {
-      throw new SafetensorsError(SafetensorsCode.CLOSED, `cannot read tensor '${name}': file is closed`, { file: this.label, tensor: name });
-    }
+    this.#open(`tensor '${name}'`, name);
     const { dataOffsets, byteLength } = this.info(name);
     if (byteLength === 0) return new Uint8Array(0);
-    const bytes = await this.#source.read(this.header.dataStart + dataOffsets[0], byteLength);
-    if (bytes.length !== byteLength) {
-      throw new SafetensorsError(
-        SafetensorsCode.TRUNCATED,
-        `tensor '${name}': read ${String(bytes.length)} of ${String(byteLength)} bytes (the file shrank after opening?)`,
-        { file: this.label, tensor: name },
-      );
+    return this.#readData(dataOffsets[0], byteLength, `tensor '${name}'`, name);
+  }
+
+  /** `ST_CLOSED` once closed (`what`: the read refused). */
+  #open(what: string, tensor?: string): void {
+    if (this.#closed) throw new SafetensorsError(SafetensorsCode.CLOSED, `cannot read ${what}: file is closed`, { file: this.label, ...(tensor === undefined ? {} : { tensor }) });
+  }
+
+  /** `length` bytes at `offset` of the data section; fewer (the file shrank after opening) is `ST_TRUNCATED`. */
+  async #readData(offset: number, length: number, what: string, tensor?: string): Promise<Uint8Array> {
+    const bytes = await this.#source.read(this.header.dataStart + offset, length);
+    if (bytes.length !== length) {
+      throw new SafetensorsError(SafetensorsCode.TRUNCATED, `${what}: read ${String(bytes.length)} of ${String(length)} bytes (the file shrank after opening?)`, { file: this.label, ...(tensor === undefined ? {} : { tensor }) });
     }
     return bytes;
   }
@@ -172,9 +176,7 @@ export class SafetensorsFile extends SafetensorsTable {
    * read, not 224 round trips through the thread pool.
    */
   async readTensors(names: readonly string[], maxSpan = 256 * 1024 * 1024): Promise<HostTensor[]> {
-    if (this.#closed) {
-      throw new SafetensorsError(SafetensorsCode.CLOSED, `cannot read ${String(names.length)} tensors: file is closed`, { file: this.label });
-    }
+    this.#open(`${String(names.length)} tensors`);
     const infos = names.map((n) => this.info(n));
     let lo = Infinity;
     let hi = 0;
@@ -186,10 +188,7 @@ export class SafetensorsFile extends SafetensorsTable {
       own += info.byteLength;
     }
     if (own === 0 || hi - lo > maxSpan || hi - lo > 2 * own) return Promise.all(names.map((n) => this.readTensor(n)));
-    const bytes = await this.#source.read(this.header.dataStart + lo, hi - lo);
-    if (bytes.length !== hi - lo) {
-      throw new SafetensorsError(SafetensorsCode.TRUNCATED, `read ${String(bytes.length)} of ${String(hi - lo)} bytes of ${String(names.length)} tensors (the file shrank after opening?)`, { file: this.label });
-    }
+    const bytes = await this.#readData(lo, hi - lo, `${String(names.length)} tensors`);
     return infos.map((info, i) =>
       decodeTensor(info.dtype, info.shape, info.byteLength === 0 ? new Uint8Array(0) : bytes.subarray(info.dataOffsets[0] - lo, info.dataOffsets[1] - lo), { file: this.label, tensor: names[i]! }, true),
     );
