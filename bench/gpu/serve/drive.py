@@ -60,16 +60,18 @@ async def case(url, models, streams, plen, new, vocab):
     ps = prompts(streams, plen, vocab)
     timeout = aiohttp.ClientTimeout(total=1800)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as s:
+        t0_unix = time.time()
         t0 = time.perf_counter()
         res = await asyncio.gather(*(one(s, url, models[i % len(models)], ps[i], new) for i in range(streams)))
         wall = time.perf_counter() - t0
+        t1_unix = time.time()
     errors = [r["error"] for r in res if "error" in r]
     ok = [r for r in res if "error" not in r]
     tokens = sum(r["tokens"] for r in ok)
     ttft = sorted(r["ttft"] for r in ok if r["ttft"] is not None)
     gaps = [b - a for r in ok for a, b in zip(r["stamps"], r["stamps"][1:])]
     pct = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
-    return {"streams": streams, "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall if wall > 0 else 0,
+    return {"streams": streams, "tokens": tokens, "wall_s": wall, "t0_unix": t0_unix, "t1_unix": t1_unix, "tok_s": tokens / wall if wall > 0 else 0,
             "ttft_p50_s": pct(ttft, 0.5), "ttft_p99_s": pct(ttft, 0.99), "itl_p50_ms": (statistics.median(gaps) * 1e3) if gaps else None,
             "errors": len(errors), "first_error": errors[0] if errors else None}
 

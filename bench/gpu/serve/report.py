@@ -35,8 +35,9 @@ def main():
     server = load(os.path.join(a.outdir, "server.json"), {})
     drive = load(os.path.join(a.outdir, "drive.json"), {"cases": []})
     peers = load(os.path.join(a.outdir, "peers.json"), {})
+    replay = load(os.path.join(a.outdir, "replay.json"), {})
     entry = {"date": datetime.date.today().isoformat(), "label": a.label, "commit": a.commit, "device": device,
-             "server": server, "drive": drive, "peers": peers}
+             "server": server, "drive": drive, "peers": peers, "replay": replay}
     jpath = os.path.join(RESULTS, "gpu-serve.json")
     runs = load(jpath, [])
     runs.append(entry)
@@ -61,10 +62,20 @@ def main():
                      f"{fmt(m)} | {fmt(oa / m if oa and m else None, 1)} | {fmt(p)} | {fmt(b.get('ttft_p50_s'), 2)} / {fmt(b.get('ttft_p99_s'), 2)} | "
                      f"{fmt(d.get('ttft_p50_s'), 2)} / {fmt(d.get('ttft_p99_s'), 2)} | {b.get('errors', 0) + d.get('errors', 0)} |")
     lines.append("")
+    alone = [c for c in replay.get("cases", []) if c.get("alone_tok_s")]
+    if alone:
+        lines += ["Served against the worker alone on the same work (replay.py: the frames the server sent the worker in each case, recorded "
+                  "by record.py and sent again to a fresh worker after the server stopped, each as soon as the previous reply arrived; "
+                  f"{replay.get('replayed')} frames, {replay.get('failed_count', 0)} replies not ok; recording took "
+                  f"{fmt(replay.get('record_write_s'), 2)} s of the served run, {fmt((replay.get('record_bytes') or 0) / 2**30, 2)} GiB):", "",
+                  "| case | streams | served tok/s | worker alone tok/s | served ÷ alone | runs | replayed wall ms |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {c['kind']} | {c['streams']} | {fmt(c['http_tok_s'])} | {fmt(c['alone_tok_s'])} | {fmt(c['http_over_alone'], 2)} | {c['runs']} | "
+                  f"{fmt(c['wall_s'] * 1000, 1)} |" for c in alone]
+        lines.append("")
     worker = [(c["kind"], c["streams"], c) for c in drive.get("cases", []) if c.get("worker_only_tok_s")]
     if worker:
-        lines += ["Through HTTP against the worker alone on the same work (the torch worker's own time on run requests, frame read to reply written, "
-                  "from its `runBusyUs` counter over each case):", "",
+        lines += ["Through HTTP against the worker's busy time on the same work (the torch worker's own time on run requests, frame read to reply written, "
+                  "from its `runBusyUs` counter over each case; it leaves out the device time that overlaps the host's turnaround, so it is no rate the worker alone reaches):", "",
                   "| case | streams | HTTP tok/s | worker-only tok/s | HTTP ÷ worker-only |", "| --- | ---: | ---: | ---: | ---: |"]
         lines += [f"| {k} | {s} | {fmt(c['tok_s'])} | {fmt(c['worker_only_tok_s'])} | {fmt(c['tok_s'] / c['worker_only_tok_s'], 2)} |" for k, s, c in worker]
         lines.append("")

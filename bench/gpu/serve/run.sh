@@ -5,7 +5,8 @@
 # peers on the same GPU (peers.py). Everything lands in OUTDIR; report.py turns it into
 # bench/results/gpu-serve.{json,md} here.
 #   bash bench/gpu/serve/run.sh OUTDIR [SHAPE=1b] [ADAPTERS=64] [STREAMS=1,8,32,64] [-- extra serve flags]
-# Environment: PEERS=0 (no peers), PEER_WHAT=base,mixed,single, PEER_STREAMS (default STREAMS), PEER_BUDGET (s).
+# Environment: PEERS=0 (no peers), PEER_WHAT=base,mixed,single, PEER_STREAMS (default STREAMS), PEER_BUDGET (s),
+# RECORD=0 (no worker-alone replay; on by default where no other worker wrapper below is on).
 set -u
 OUTDIR=${1:?output directory}; SHAPE=${2:-1b}; NADAPT=${3:-64}; STREAMS=${4:-1,8,32,64}
 shift $(( $# < 4 ? $# : 4 )); [ "${1:-}" = "--" ] && shift
@@ -67,6 +68,22 @@ SH
   chmod +x "$WORK/python-trace"
   export STAGEML_PYTHON="$WORK/python-trace"
 fi
+# RECORD=1 (default): the worker under record.py (every request frame kept under $WORK/record), then,
+# after the server stopped, replay.py sends the same frames to a fresh worker with nothing around it:
+# the worker alone on the served work, per case (OUTDIR/replay.json).
+RECORD=${RECORD:-1}
+if [ "${STAGEML_PYTHON:-}" != "" ]; then RECORD=0; fi
+if [ "$RECORD" = 1 ]; then
+  REC=${RECORD_DIR:-/dev/shm/stageml-record}
+  rm -rf "$REC"; mkdir -p "$REC"
+  cat > "$WORK/python-record" <<SH
+#!/usr/bin/env bash
+if [ "\$1" = -m ] && [ "\$2" = stageml_torch.worker ]; then shift 2; RECORD_DIR="$REC" exec python3 "$PWD/bench/gpu/serve/record.py" "\$@"; fi
+exec python3 "\$@"
+SH
+  chmod +x "$WORK/python-record"
+  export STAGEML_PYTHON="$WORK/python-record"
+fi
 S0=$(date +%s.%N)
 "$WORK/node" "${NODE_FLAGS[@]}" .gpu/serve/stageml.mjs serve "$DIR/model" --served-model-name base --executor torch --port $PORT \
   --max-batch 64 "${ADAPT_FLAGS[@]}" "${EXTRA[@]}" > >(python3 -u bench/gpu/serve/stamp.py "$S0" > "$OUTDIR/server.log") 2>&1 &
@@ -90,6 +107,11 @@ import json, sys
 json.dump({"shape": "$SHAPE", "adapters": $NADAPT, "ready_s": float("$READY"), "node_rss_ready_kb": int("${RSS_READY:-0}"),
            "node_rss_peak_kb": int("${RSS_PEAK:-0}"), "extra_flags": "${EXTRA[*]}"}, open(sys.argv[1], "w"))
 PY
+if [ "$RECORD" = 1 ]; then
+  unset STAGEML_PYTHON
+  python3 bench/gpu/serve/replay.py --record "$REC" --drive "$OUTDIR/drive.json" --out "$OUTDIR/replay.json" 2>&1 | tee "$OUTDIR/replay.log"
+  rm -rf "$REC"
+fi
 if [ "${PEERS:-1}" = 1 ]; then
   timeout "${PEER_BUDGET:-300}" python3 bench/gpu/serve/peers.py --dir "$DIR" --streams "${PEER_STREAMS:-$STREAMS}" --out "$OUTDIR/peers.json" \
     ${PEER_WHAT:+--what $PEER_WHAT} 2>&1 | grep -v -i warn | tee "$OUTDIR/peers.log"
