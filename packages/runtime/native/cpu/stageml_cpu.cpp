@@ -393,15 +393,34 @@ void tiles_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ld
 }
 
 // Few activation rows (decode): one weight row at a time, read as one sequential stream, 64 inputs
-// a step into 4 sums per activation row. Each cache line of the stream gets two software prefetches:
-// 8 KB ahead into L2 (prefetcht1) and 1 KB ahead into L1 (prefetcht0). 4 KB pages stop the hardware
-// prefetchers at every page, so the stream is fed by the far prefetch alone, and the near one has
-// the line in L1 by the time it is loaded. A 2 KB prefetcht0 alone (before) kept fewer lines in
-// flight: the f32 GEMVs of a Qwen3-shaped batch-1 step (8 layers, the 622 MB LM head) streamed at
-// 0.78-0.85 of the bandwidth probe's rate, and a standalone replay of the step's GEMVs ran 8-10 %
-// faster with both prefetches (docs/cpu-native.md). The extra columns, if any, join each row's sums.
-constexpr i64 kRowsFar = 2048;  // floats ahead of the prefetcht1 (8 KB)
-constexpr i64 kRowsNear = 256;  // floats ahead of the prefetcht0 (1 KB)
+// a step into 4 sums per activation row. 4 KB pages stop the hardware prefetchers at every page,
+// so the stream is fed by software prefetches, whose best distances differ by CPU (`RowsPrefetch`,
+// chosen once at load). On the Intel Xeons measured, each cache line gets two: 8 KB ahead into L2
+// (prefetcht1) and 1 KB ahead into L1 (prefetcht0); a 2 KB prefetcht0 alone (before) kept fewer
+// lines in flight: the f32 GEMVs of a Qwen3-shaped batch-1 step (8 layers, the 622 MB LM head)
+// streamed at 0.78-0.85 of the bandwidth probe's rate, and a standalone replay of the step's GEMVs
+// ran 8-10 % faster with both (docs/cpu-native.md). On the AMD EPYC measured, the pair was the
+// slowest choice (a 622 MB GEMV on 2 threads: 31-33 GB/s; none at all 31-33; one prefetcht1 4 KB
+// ahead 35-36.5; at 1, 2 or 8 KB 30-35): one prefetcht1 4 KB ahead there. The extra columns, if
+// any, join each row's sums.
+struct RowsPrefetch {
+  i64 far;   // floats ahead of the prefetcht1
+  i64 near;  // floats ahead of the prefetcht0 (0: none)
+};
+RowsPrefetch rows_prefetch_for_cpu() {
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+  char vendor[13];
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  vendor[12] = 0;
+  if (std::strcmp(vendor, "AuthenticAMD") == 0) return {1024, 0};
+#endif
+  return {2048, 256};
+}
+const RowsPrefetch kRowsPrefetch = rows_prefetch_for_cpu();
 
 template <int MR>
 void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc, i64 k, i64 n0, i64 n1, const GemmExtra* ex = nullptr) {
@@ -412,9 +431,11 @@ void rows_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ldc
     for (int m = 0; m < MR; m++)
       for (int l = 0; l < 4; l++) acc[m][l] = _mm512_setzero_ps();
     i64 i = 0;
+    const i64 far = kRowsPrefetch.far, near = kRowsPrefetch.near;
     for (; i + 64 <= k; i += 64) {
-      for (int l = 0; l < 4; l++) _mm_prefetch(reinterpret_cast<const char*>(wr + i + kRowsFar + 16 * l), _MM_HINT_T1);
-      for (int l = 0; l < 4; l++) _mm_prefetch(reinterpret_cast<const char*>(wr + i + kRowsNear + 16 * l), _MM_HINT_T0);
+      for (int l = 0; l < 4; l++) _mm_prefetch(reinterpret_cast<const char*>(wr + i + far + 16 * l), _MM_HINT_T1);
+      if (near != 0)
+        for (int l = 0; l < 4; l++) _mm_prefetch(reinterpret_cast<const char*>(wr + i + near + 16 * l), _MM_HINT_T0);
       for (int l = 0; l < 4; l++) {
         const __m512 wv = _mm512_loadu_ps(wr + i + 16 * l);
         for (int m = 0; m < MR; m++) acc[m][l] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + m * lda + i + 16 * l), acc[m][l]);
