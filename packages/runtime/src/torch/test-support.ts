@@ -39,7 +39,7 @@ export const NATIVE_DIR = fileURLToPath(new URL('../../../../native', import.met
 let python: string | undefined;
 
 /** The interpreter the torch executor would pick (STAGEML_PYTHON, else python3 or /usr/bin/python3 with torch). */
-function torchPython(): string {
+export function torchPython(): string {
   const env = process.env['STAGEML_PYTHON'];
   const candidates = env !== undefined && env !== '' ? [env] : ['python3', '/usr/bin/python3'];
   return candidates.find((c) => spawnSync(c, ['-c', 'import torch'], { timeout: 60_000 }).status === 0) ?? 'python3';
