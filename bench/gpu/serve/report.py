@@ -75,7 +75,7 @@ def main():
     worker = [(c["kind"], c["streams"], c) for c in drive.get("cases", []) if c.get("worker_only_tok_s")]
     if worker:
         lines += ["Through HTTP against the worker's busy time on the same work (the torch worker's own time on run requests, frame read to reply written, "
-                  "from its `runBusyUs` counter over each case; it leaves out the device time that overlaps the host's turnaround, where a step launched ahead runs on the device, so it need not be a rate the worker alone reaches; the replay above is):", "",
+                  "from its `runBusyUs` counter over each case; it leaves out the device time that overlaps the host's turnaround, where a step launched ahead runs on the device, so it need not be a rate the worker alone reaches" + ("; the replay above is" if alone else "") + "):", "",
                   "| case | streams | HTTP tok/s | worker-only tok/s | HTTP ÷ worker-only |", "| --- | ---: | ---: | ---: | ---: |"]
         lines += [f"| {k} | {s} | {fmt(c['tok_s'])} | {fmt(c['worker_only_tok_s'])} | {fmt(c['tok_s'] / c['worker_only_tok_s'], 2)} |" for k, s, c in worker]
         lines.append("")
