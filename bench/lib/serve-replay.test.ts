@@ -56,7 +56,7 @@ describeWithTorch('bench/gpu/serve record.py and replay.py', () => {
       const out = join(dir, 'replay.json');
       const r = spawnSync(python, [join(SERVE, 'replay.py'), '--record', rec, '--drive', drive, '--out', out, '--python', python], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: fileURLToPath(new URL('../../native', import.meta.url)) }, timeout: 120_000 });
       expect(r.status, r.stderr).toBe(0);
-      const replay = JSON.parse(readFileSync(out, 'utf8')) as { replayed: number; failed_count: number; cases: { kind: string; runs: number; frames: number; wall_s: number; alone_tok_s: number; http_over_alone: number }[] };
+      const replay = JSON.parse(readFileSync(out, 'utf8')) as { replayed: number; failed_count: number; cases: { kind: string; runs: number; frames: number; wall_s: number; alone_tok_s: number; http_over_alone: number; frames_ms: [string, number][]; run_median_ms: number; over_median_ms: number }[] };
       // Every frame but the shutdown, each answered ok again.
       expect(replay.replayed).toBe(7);
       expect(replay.failed_count).toBe(0);
@@ -65,6 +65,12 @@ describeWithTorch('bench/gpu/serve record.py and replay.py', () => {
       expect(replay.cases[0]).toMatchObject({ kind: 'base', runs: 3, frames: 3 });
       expect(replay.cases[0]!.alone_tok_s).toBeCloseTo(10 / replay.cases[0]!.wall_s, 6);
       expect(replay.cases[0]!.http_over_alone).toBeCloseTo(100 / replay.cases[0]!.alone_tok_s, 6);
+      // Each of its frames' replayed ms, the median run and what the runs took beyond it.
+      const ms = replay.cases[0]!.frames_ms;
+      expect(ms.map(([op]) => op)).toEqual(['run', 'run', 'run']);
+      const sorted = ms.map(([, v]) => v).sort((a, b) => a - b);
+      expect(replay.cases[0]!.run_median_ms).toBe(sorted[1]);
+      expect(replay.cases[0]!.over_median_ms).toBeCloseTo(sorted[2]! - sorted[1]!, 2);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

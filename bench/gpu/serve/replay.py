@@ -9,7 +9,9 @@ A case's frames are those the worker read between the case's first request and i
 what it held then (weights, programs, adapters, caches, captured graphs of earlier cases). Per case:
 the replayed wall from sending its first frame to its last reply, the case's tokens ÷ that wall (the
 rate the worker alone sustains on the same batch), and the served rate ÷ that rate (what the server
-around the worker costs). A reply that is not ok is counted under `failed` (the served run's
+around the worker costs); each frame's replayed ms and op (`frames_ms`), the median run's ms and the
+time the case's runs took beyond it (`over_median_ms`: its prefills, re-stagings and graph
+captures). A reply that is not ok is counted under `failed` (the served run's
 replies are not recorded: compare with its log). The replay sends the served run's inputs whatever
 the replayed worker picks, so a step launched ahead is taken exactly where the replayed picks equal
 the served ones (greedy steps of the same kernels: everywhere, in practice).
@@ -91,9 +93,16 @@ def main():
         busy = sum(got[i] - sent[i] for i in range(lo, hi + 1))
         runs = sum(1 for i in range(lo, hi + 1) if index[i]["op"] == "run")
         alone = c["tokens"] / wall if wall > 0 else None
+        # Each frame's replayed time (ms, from sending it to its reply) and op: where the case's
+        # fixed costs (prefills, re-stagings, graph captures) sit against its steady steps.
+        frames_ms = [[index[i]["op"], round((got[i] - sent[i]) * 1e3, 3)] for i in range(lo, hi + 1)]
+        steady = sorted(ms for op, ms in frames_ms if op == "run")
+        median = steady[len(steady) // 2] if steady else None
         out["cases"].append({"kind": c["kind"], "streams": c["streams"], "frames": hi - lo + 1, "runs": runs, "wall_s": wall, "busy_s": busy,
                              "tokens": c["tokens"], "alone_tok_s": alone, "http_tok_s": c["tok_s"],
-                             "http_over_alone": c["tok_s"] / alone if alone else None})
+                             "http_over_alone": c["tok_s"] / alone if alone else None, "run_median_ms": median,
+                             "over_median_ms": None if median is None else round(sum(max(0.0, ms - median) for op, ms in frames_ms if op == "run"), 3),
+                             "frames_ms": frames_ms})
         print("%-9s streams %3d: worker alone %9.1f tok/s (%d frames, %d runs, %.1f ms), served %9.1f tok/s: served / alone %.2f" % (
             c["kind"], c["streams"], alone or 0, hi - lo + 1, runs, wall * 1e3, c["tok_s"], c["tok_s"] / alone if alone else 0), flush=True)
     if failed:

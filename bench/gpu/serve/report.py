@@ -68,9 +68,10 @@ def main():
                   "by record.py and sent again to a fresh worker after the server stopped, each as soon as the previous reply arrived; "
                   f"{replay.get('replayed')} frames, {replay.get('failed_count', 0)} replies not ok; recording took "
                   f"{fmt(replay.get('record_write_s'), 2)} s of the served run, {fmt((replay.get('record_bytes') or 0) / 2**30, 2)} GiB):", "",
-                  "| case | streams | served tok/s | worker alone tok/s | served ÷ alone | runs | replayed wall ms |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| case | streams | served tok/s | worker alone tok/s | served ÷ alone | runs | replayed wall ms | median run ms | runs beyond the median, ms |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         lines += [f"| {c['kind']} | {c['streams']} | {fmt(c['http_tok_s'])} | {fmt(c['alone_tok_s'])} | {fmt(c['http_over_alone'], 2)} | {c['runs']} | "
-                  f"{fmt(c['wall_s'] * 1000, 1)} |" for c in alone]
+                  f"{fmt(c['wall_s'] * 1000, 1)} | {fmt(c.get('run_median_ms'), 2)} | {fmt(c.get('over_median_ms'), 1)} |" for c in alone]
         lines.append("")
     worker = [(c["kind"], c["streams"], c) for c in drive.get("cases", []) if c.get("worker_only_tok_s")]
     if worker:
