@@ -34,7 +34,8 @@ class Tee:
         return k
 
 
-TEE = Tee(sys.stdin.buffer, open(os.path.join(DIR, "frames.bin"), "wb"))
+# Unbuffered: every frame is in the file as soon as the worker has read it, however the worker ends.
+TEE = Tee(sys.stdin.buffer, open(os.path.join(DIR, "frames.bin"), "wb", buffering=0))
 INDEX = open(os.path.join(DIR, "index.jsonl"), "w", buffering=1)
 _read = W.read_frame
 
@@ -58,6 +59,5 @@ meta()
 try:
     code = W.main(sys.argv[1:])
 finally:
-    TEE.out.flush()
     meta()
 sys.exit(code)

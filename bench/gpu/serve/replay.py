@@ -70,6 +70,8 @@ def main():
         for i, fr in enumerate(index):
             if fr["op"] == "shutdown":
                 break
+            if fr["off"] + fr["len"] > len(data):
+                raise SystemExit("replay: frame %d (%s) ends past the record's %d bytes (a truncated record)" % (i, fr["op"], len(data)))
             t0 = time.perf_counter()
             child.stdin.write(data[fr["off"]: fr["off"] + fr["len"]])
             reply = read_reply(child.stdout)
