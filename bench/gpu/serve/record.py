@@ -23,13 +23,20 @@ class Tee:
 
     def __init__(self, raw, out):
         self.raw, self.out, self.n, self.write_s = raw, out, 0, 0.0
+        # Why the record stopped (a full disk): the worker goes on serving, the replay refuses.
+        self.failed = None
 
     def readinto(self, view):
         k = self.raw.readinto(view)
         if k:
-            t = time.perf_counter()
-            self.out.write(view[:k])
-            self.write_s += time.perf_counter() - t
+            if self.failed is None:
+                t = time.perf_counter()
+                try:
+                    self.out.write(view[:k])
+                except OSError as e:
+                    self.failed = "writing the record failed after %d bytes: %s" % (self.n, e)
+                    print("record.py: %s; the run goes on unrecorded" % self.failed, file=sys.stderr)
+                self.write_s += time.perf_counter() - t
             self.n += k
         return k
 
@@ -51,7 +58,7 @@ def recorded(stream):
 def meta():
     env = {k: v for k, v in os.environ.items() if k.startswith(("STAGEML_", "PYTHON", "CUDA_", "NCCL_", "TORCH"))}
     with open(os.path.join(DIR, "meta.json"), "w") as f:
-        json.dump({"argv": sys.argv[1:], "env": env, "bytes": TEE.n, "record_write_s": TEE.write_s}, f)
+        json.dump({"argv": sys.argv[1:], "env": env, "bytes": TEE.n, "record_write_s": TEE.write_s, "failed": TEE.failed}, f)
 
 
 W.read_frame = recorded

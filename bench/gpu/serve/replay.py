@@ -55,6 +55,8 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     a = ap.parse_args()
     meta = json.load(open(os.path.join(a.record, "meta.json")))
+    if meta.get("failed"):
+        raise SystemExit("replay: the record is incomplete (%s)" % meta["failed"])
     index = [json.loads(line) for line in open(os.path.join(a.record, "index.jsonl")) if line.strip()]
     drive = json.load(open(a.drive))
     cases = [c for c in drive.get("cases", []) if "t0_unix" in c]

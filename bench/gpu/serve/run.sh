@@ -74,7 +74,10 @@ fi
 RECORD=${RECORD:-1}
 if [ "${STAGEML_PYTHON:-}" != "" ]; then RECORD=0; fi
 if [ "$RECORD" = 1 ]; then
-  REC=${RECORD_DIR:-/dev/shm/stageml-record}
+  # In memory where /dev/shm has room for the adapters' frames (~3 GB for 64 adapters of the 1B
+  # shape; a container's default /dev/shm is 64 MB), else on disk beside the checkpoint.
+  SHM_FREE=$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2 {print $4}')
+  if [ "${SHM_FREE:-0}" -gt $((16 * 1024 * 1024)) ]; then REC=${RECORD_DIR:-/dev/shm/stageml-record}; else REC=${RECORD_DIR:-$WORK/record}; fi
   rm -rf "$REC"; mkdir -p "$REC"
   cat > "$WORK/python-record" <<SH
 #!/usr/bin/env bash
