@@ -27,14 +27,10 @@ import time
 
 
 def read_exact(stream, n):
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = stream.readinto(view[got:])
-        if not k:
-            raise SystemExit("replay: the worker's stdout ended inside a reply (%d of %d bytes); see its stderr log" % (got, n))
-        got += k
+    """n bytes of a buffered stream (its read blocks until n bytes or the end)."""
+    buf = stream.read(n)
+    if len(buf) != n:
+        raise SystemExit("replay: the worker's stdout ended inside a reply (%d of %d bytes); see its stderr log" % (len(buf), n))
     return buf
 
 
@@ -64,7 +60,7 @@ def main():
     env.update(meta["env"])
     log = open(os.path.join(os.path.dirname(os.path.abspath(a.out)), "replay-worker.log"), "w")
     child = subprocess.Popen([a.python, "-m", "stageml_torch.worker", *meta["argv"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=log, env=env, bufsize=0)
+                             stderr=log, env=env)
     sent, got, failed = [], [], []
     with open(os.path.join(a.record, "frames.bin"), "rb") as f:
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.path.getsize(f.name) else b""
@@ -76,6 +72,7 @@ def main():
                 raise SystemExit("replay: frame %d (%s) ends past the record's %d bytes (a truncated record)" % (i, fr["op"], len(data)))
             t0 = time.perf_counter()
             child.stdin.write(data[fr["off"]: fr["off"] + fr["len"]])
+            child.stdin.flush()
             reply = read_reply(child.stdout)
             t1 = time.perf_counter()
             sent.append(t0)
