@@ -400,7 +400,7 @@ void tiles_nt(const float* x, i64 lda, const float* w, i64 ldb, float* y, i64 ld
 // lines in flight: the f32 GEMVs of a Qwen3-shaped batch-1 step (8 layers, the 622 MB LM head)
 // streamed at 0.78-0.85 of the bandwidth probe's rate, and a standalone replay of the step's GEMVs
 // ran 8-10 % faster with both (docs/cpu-native.md). On the AMD EPYC measured, the pair was the
-// slowest choice (a 622 MB GEMV on 2 threads: 31-33 GB/s; none at all 31-33; one prefetcht1 4 KB
+// slowest choice (a 622 MB GEMV on 2 threads: 31-33 GB/s; none at all 31-35; one prefetcht1 4 KB
 // ahead 35-36.5; at 1, 2 or 8 KB 30-35): one prefetcht1 4 KB ahead there. The extra columns, if
 // any, join each row's sums.
 struct RowsPrefetch {
