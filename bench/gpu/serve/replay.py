@@ -97,8 +97,8 @@ def main():
         # Each frame's replayed time (ms, from sending it to its reply) and op: where the case's
         # fixed costs (prefills, re-stagings, graph captures) sit against its steady steps.
         frames_ms = [[index[i]["op"], round((got[i] - sent[i]) * 1e3, 3)] for i in range(lo, hi + 1)]
-        steady = sorted(ms for op, ms in frames_ms if op == "run")
-        median = steady[len(steady) // 2] if steady else None
+        runs_ms = sorted(ms for op, ms in frames_ms if op == "run")
+        median = runs_ms[len(runs_ms) // 2] if runs_ms else None
         out["cases"].append({"kind": c["kind"], "streams": c["streams"], "frames": hi - lo + 1, "runs": runs, "wall_s": wall, "busy_s": busy,
                              "tokens": c["tokens"], "alone_tok_s": alone, "http_tok_s": c["tok_s"],
                              "http_over_alone": c["tok_s"] / alone if alone else None, "run_median_ms": median,

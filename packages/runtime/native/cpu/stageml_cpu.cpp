@@ -408,15 +408,10 @@ struct RowsPrefetch {
   i64 near;  // floats ahead of the prefetcht0 (0: none)
 };
 RowsPrefetch rows_prefetch_for_cpu() {
-#if defined(__x86_64__) || defined(_M_X64)
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
-  char vendor[13];
-  std::memcpy(vendor, &b, 4);
-  std::memcpy(vendor + 4, &d, 4);
-  std::memcpy(vendor + 8, &c, 4);
-  vendor[12] = 0;
-  if (std::strcmp(vendor, "AuthenticAMD") == 0) return {1024, 0};
+#if defined(__x86_64__)
+  // Run at load, before the compiler's own CPU detection is guaranteed to have run.
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("amd")) return {1024, 0};
 #endif
   return {2048, 256};
 }
