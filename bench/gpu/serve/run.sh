@@ -5,7 +5,7 @@
 # peers on the same GPU (peers.py). Everything lands in OUTDIR; report.py turns it into
 # bench/results/gpu-serve.{json,md} here.
 #   bash bench/gpu/serve/run.sh OUTDIR [SHAPE=1b] [ADAPTERS=64] [STREAMS=1,8,32,64] [-- extra serve flags]
-# Environment: PEERS=0 (no peers), PEER_WHAT=base,mixed,single, PEER_STREAMS (default STREAMS), PEER_BUDGET (s),
+# Environment: PEERS=0 (no peers), PREFILL_PROF=1 (the CUDA profiler on the worker's prefill runs), PEER_WHAT=base,mixed,single, PEER_STREAMS (default STREAMS), PEER_BUDGET (s),
 # RECORD=0 (no worker-alone replay; on by default where no other worker wrapper below is on).
 set -u
 OUTDIR=${1:?output directory}; SHAPE=${2:-1b}; NADAPT=${3:-64}; STREAMS=${4:-1,8,32,64}
@@ -67,6 +67,18 @@ exec python3 "\$@"
 SH
   chmod +x "$WORK/python-trace"
   export STAGEML_PYTHON="$WORK/python-trace"
+fi
+# PREFILL_PROF=1: the torch worker under prefill_prof.py (the CUDA profiler on its first prefill runs
+# and two decode runs after them: device kernel time against the wall, the top kernels; in
+# OUTDIR/prefill-prof.txt).
+if [ "${PREFILL_PROF:-0}" = 1 ]; then
+  cat > "$WORK/python-pprof" <<SH
+#!/usr/bin/env bash
+if [ "\$1" = -m ] && [ "\$2" = stageml_torch.worker ]; then shift 2; PREFILL_PROF_OUT="$OUTDIR/prefill-prof.txt" exec python3 "$PWD/bench/gpu/serve/prefill_prof.py" "\$@"; fi
+exec python3 "\$@"
+SH
+  chmod +x "$WORK/python-pprof"
+  export STAGEML_PYTHON="$WORK/python-pprof"
 fi
 # RECORD=1 (default): the worker under record.py (every request frame kept under $WORK/record), then,
 # after the server stopped, replay.py sends the same frames to a fresh worker with nothing around it:

@@ -1,0 +1,61 @@
+"""Runs the torch worker with the CUDA profiler on its prefill runs (run.sh, PREFILL_PROF=1): the
+first PREFILL_PROF_RUNS (default 8) `run` requests that append more than one position per row, and
+for comparison the first PREFILL_PROF_DECODE (default 2) decode runs after a prefill, each under
+torch.profiler. PREFILL_PROF_OUT gets, per profiled run, its wall ms, rows and appended positions,
+the device's kernel time (the sum of CUDA kernel self times) against the wall, and the top kernels
+and ops by device time: whether a slow prefill is the host dispatching ops (kernel time well below
+the wall) or the kernels themselves, and which."""
+
+import os
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from stageml_torch import worker as W
+
+OUT = open(os.environ.get("PREFILL_PROF_OUT", "/tmp/prefill-prof.txt"), "w", buffering=1)
+LEFT = {"prefill": int(os.environ.get("PREFILL_PROF_RUNS", "8")), "decode": int(os.environ.get("PREFILL_PROF_DECODE", "2"))}
+SEEN_PREFILL = [False]
+_orig = W.Worker._run_request
+
+
+def _device_us(evt):
+    for name in ("self_device_time_total", "self_cuda_time_total"):
+        v = getattr(evt, name, None)
+        if v is not None:
+            return v
+    return 0
+
+
+def profiled(self, header, tensors):
+    rows = (header.get("caches") or {}).get("rows") or []
+    append = [int(r["append"][1]) for r in rows]
+    kind = "prefill" if any(a > 1 for a in append) else "decode"
+    if kind == "prefill":
+        SEEN_PREFILL[0] = True
+    if LEFT[kind] <= 0 or (kind == "decode" and not SEEN_PREFILL[0]) or not torch.cuda.is_available():
+        return _orig(self, header, tensors)
+    LEFT[kind] -= 1
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        try:
+            return _orig(self, header, tensors)
+        finally:
+            torch.cuda.synchronize()
+            wall = (time.perf_counter() - t) * 1e3
+    events = prof.key_averages()
+    kernels = sum(_device_us(e) for e in events if getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type))
+    OUT.write(f"\n=== {kind} run: {len(rows)} rows, appended {sum(append)} positions (max {max(append) if append else 0} a row), "
+              f"wall {wall:.2f} ms (profiled), device kernels {kernels / 1e3:.2f} ms ({100 * kernels / 1e3 / wall:.0f} % of the wall)\n")
+    try:
+        table = events.table(sort_by="self_device_time_total", row_limit=25)
+    except (AttributeError, KeyError, ValueError):  # torch before the device_time names
+        table = events.table(sort_by="self_cuda_time_total", row_limit=25)
+    OUT.write(table + "\n")
+
+
+W.Worker._run_request = profiled
+sys.exit(W.main(sys.argv[1:]))
