@@ -34,52 +34,31 @@ if [ "$NADAPT" -gt 0 ]; then
 fi
 # PROFILE=1: Node's CPU profile (--cpu-prof) and the torch worker under cProfile, both written at
 # shutdown under OUTDIR/prof (summarize with bench/gpu/serve/profile_summary.py).
+# Each mode runs the torch worker under a wrapper: `wrap_worker NAME COMMAND` writes $WORK/python-NAME,
+# an interpreter that runs COMMAND (followed by the worker's own arguments) in place of
+# `python3 -m stageml_torch.worker` and plain python3 otherwise, and makes it the executor's
+# STAGEML_PYTHON (the last mode set wins).
+wrap_worker() {
+  printf '#!/usr/bin/env bash\nif [ "$1" = -m ] && [ "$2" = stageml_torch.worker ]; then shift 2; exec %s "$@"; fi\nexec python3 "$@"\n' "$2" > "$WORK/python-$1"
+  chmod +x "$WORK/python-$1"
+  export STAGEML_PYTHON="$WORK/python-$1"
+}
 NODE_FLAGS=()
 if [ "${PROFILE:-0}" = 1 ]; then
   mkdir -p "$OUTDIR/prof"
   NODE_FLAGS=(--cpu-prof --cpu-prof-dir="$OUTDIR/prof")
-  cat > "$WORK/python-prof" <<SH
-#!/usr/bin/env bash
-if [ "\$1" = -m ] && [ "\$2" = stageml_torch.worker ]; then shift 2; exec python3 -m cProfile -o "$OUTDIR/prof/worker.prof" -m stageml_torch.worker "\$@"; fi
-exec python3 "\$@"
-SH
-  chmod +x "$WORK/python-prof"
-  export STAGEML_PYTHON="$WORK/python-prof"
+  wrap_worker prof "python3 -m cProfile -o '$OUTDIR/prof/worker.prof' -m stageml_torch.worker"
 fi
 # SYNC_DEBUG=1: the torch worker under sync_debug.py (each host wait for the device, once per call
 # stack, in server.log as "sync-debug: ...").
-if [ "${SYNC_DEBUG:-0}" = 1 ]; then
-  cat > "$WORK/python-sync" <<SH
-#!/usr/bin/env bash
-if [ "\$1" = -m ] && [ "\$2" = stageml_torch.worker ]; then shift 2; exec python3 "$PWD/bench/gpu/serve/sync_debug.py" "\$@"; fi
-exec python3 "\$@"
-SH
-  chmod +x "$WORK/python-sync"
-  export STAGEML_PYTHON="$WORK/python-sync"
-fi
+if [ "${SYNC_DEBUG:-0}" = 1 ]; then wrap_worker sync "python3 '$PWD/bench/gpu/serve/sync_debug.py'"; fi
 # TRACE=1: the torch worker under trace.py (one JSON line per run in OUTDIR/trace.jsonl; summarize
 # with bench/gpu/serve/trace_summary.py).
-if [ "${TRACE:-0}" = 1 ]; then
-  cat > "$WORK/python-trace" <<SH
-#!/usr/bin/env bash
-if [ "\$1" = -m ] && [ "\$2" = stageml_torch.worker ]; then shift 2; TRACE_OUT="$OUTDIR/trace.jsonl" exec python3 "$PWD/bench/gpu/serve/trace.py" "\$@"; fi
-exec python3 "\$@"
-SH
-  chmod +x "$WORK/python-trace"
-  export STAGEML_PYTHON="$WORK/python-trace"
-fi
+if [ "${TRACE:-0}" = 1 ]; then wrap_worker trace "env TRACE_OUT='$OUTDIR/trace.jsonl' python3 '$PWD/bench/gpu/serve/trace.py'"; fi
 # PREFILL_PROF=1: the torch worker under prefill_prof.py (the CUDA profiler on its first prefill runs
 # and two decode runs after them: device kernel time against the wall, the top kernels; in
 # OUTDIR/prefill-prof.txt).
-if [ "${PREFILL_PROF:-0}" = 1 ]; then
-  cat > "$WORK/python-pprof" <<SH
-#!/usr/bin/env bash
-if [ "\$1" = -m ] && [ "\$2" = stageml_torch.worker ]; then shift 2; PREFILL_PROF_OUT="$OUTDIR/prefill-prof.txt" exec python3 "$PWD/bench/gpu/serve/prefill_prof.py" "\$@"; fi
-exec python3 "\$@"
-SH
-  chmod +x "$WORK/python-pprof"
-  export STAGEML_PYTHON="$WORK/python-pprof"
-fi
+if [ "${PREFILL_PROF:-0}" = 1 ]; then wrap_worker pprof "env PREFILL_PROF_OUT='$OUTDIR/prefill-prof.txt' python3 '$PWD/bench/gpu/serve/prefill_prof.py'"; fi
 # RECORD=1 (default): the worker under record.py (every request frame kept under $WORK/record), then,
 # after the server stopped, replay.py sends the same frames to a fresh worker with nothing around it:
 # the worker alone on the served work, per case (OUTDIR/replay.json).
@@ -91,13 +70,7 @@ if [ "$RECORD" = 1 ]; then
   SHM_FREE=$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2 {print $4}')
   if [ "${SHM_FREE:-0}" -gt $((16 * 1024 * 1024)) ]; then REC=${RECORD_DIR:-/dev/shm/stageml-record}; else REC=${RECORD_DIR:-$WORK/record}; fi
   rm -rf "$REC"; mkdir -p "$REC"
-  cat > "$WORK/python-record" <<SH
-#!/usr/bin/env bash
-if [ "\$1" = -m ] && [ "\$2" = stageml_torch.worker ]; then shift 2; RECORD_DIR="$REC" exec python3 "$PWD/bench/gpu/serve/record.py" "\$@"; fi
-exec python3 "\$@"
-SH
-  chmod +x "$WORK/python-record"
-  export STAGEML_PYTHON="$WORK/python-record"
+  wrap_worker record "env RECORD_DIR='$REC' python3 '$PWD/bench/gpu/serve/record.py'"
 fi
 S0=$(date +%s.%N)
 "$WORK/node" "${NODE_FLAGS[@]}" .gpu/serve/stageml.mjs serve "$DIR/model" --served-model-name base --executor torch --port $PORT \
