@@ -1,10 +1,11 @@
-"""Runs the torch worker with the CUDA profiler on its prefill runs (run.sh, PREFILL_PROF=1): the
-first PREFILL_PROF_RUNS (default 8) `run` requests that append more than one position per row, and
-for comparison the first PREFILL_PROF_DECODE (default 2) decode runs after a prefill, each under
+"""Runs the torch worker with the profiler on its prefill runs (run.sh, PREFILL_PROF=1): the first
+PREFILL_PROF_RUNS (default 8) `run` requests that append more than one position to a row, and for
+comparison the first PREFILL_PROF_DECODE (default 2) decode runs after a prefill, each under
 torch.profiler. PREFILL_PROF_OUT gets, per profiled run, its wall ms, rows and appended positions,
 the device's kernel time (the sum of CUDA kernel self times) against the wall, and the top kernels
 and ops by device time: whether a slow prefill is the host dispatching ops (kernel time well below
-the wall) or the kernels themselves, and which."""
+the wall) or the kernels themselves, and which. Without CUDA it profiles the CPU ops alone (the
+tests run it so)."""
 
 import os
 import sys
@@ -29,33 +30,42 @@ def _device_us(evt):
     return 0
 
 
+def _table(events, cuda):
+    keys = ("self_device_time_total", "self_cuda_time_total") if cuda else ("self_cpu_time_total",)
+    for key in keys:
+        try:
+            return events.table(sort_by=key, row_limit=25)
+        except (AttributeError, KeyError, ValueError):  # torch before the device_time names
+            continue
+    return events.table(row_limit=25)
+
+
 def profiled(self, header, tensors):
     rows = (header.get("caches") or {}).get("rows") or []
     append = [int(r["append"][1]) for r in rows]
     kind = "prefill" if any(a > 1 for a in append) else "decode"
     if kind == "prefill":
         SEEN_PREFILL[0] = True
-    if LEFT[kind] <= 0 or (kind == "decode" and not SEEN_PREFILL[0]) or not torch.cuda.is_available():
+    if LEFT[kind] <= 0 or (kind == "decode" and not SEEN_PREFILL[0]):
         return _orig(self, header, tensors)
     LEFT[kind] -= 1
-    torch.cuda.synchronize()
+    cuda = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
     t = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        try:
-            return _orig(self, header, tensors)
-        finally:
-            torch.cuda.synchronize()
-            wall = (time.perf_counter() - t) * 1e3
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        reply = _orig(self, header, tensors)
+        sync()
+    wall = (time.perf_counter() - t) * 1e3
     events = prof.key_averages()
-    kernels = sum(_device_us(e) for e in events if getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type))
+    kernels = sum(_device_us(e) for e in events if "CUDA" in str(getattr(e, "device_type", ""))) / 1e3
+    device = f"device kernels {kernels:.2f} ms ({100 * kernels / wall:.0f} % of the wall)" if cuda else "no CUDA device: CPU ops only"
     OUT.write(f"\n=== {kind} run: {len(rows)} rows, appended {sum(append)} positions (max {max(append) if append else 0} a row), "
-              f"wall {wall:.2f} ms (profiled), device kernels {kernels / 1e3:.2f} ms ({100 * kernels / 1e3 / wall:.0f} % of the wall)\n")
-    try:
-        table = events.table(sort_by="self_device_time_total", row_limit=25)
-    except (AttributeError, KeyError, ValueError):  # torch before the device_time names
-        table = events.table(sort_by="self_cuda_time_total", row_limit=25)
-    OUT.write(table + "\n")
+              f"wall {wall:.2f} ms (profiled), {device}\n")
+    OUT.write(_table(events, cuda) + "\n")
+    return reply
 
 
-W.Worker._run_request = profiled
-sys.exit(W.main(sys.argv[1:]))
+if __name__ == "__main__":
+    W.Worker._run_request = profiled
+    sys.exit(W.main(sys.argv[1:]))
