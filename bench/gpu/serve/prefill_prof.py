@@ -2,10 +2,10 @@
 PREFILL_PROF_RUNS (default 8) `run` requests that append more than one position to a row, and for
 comparison the first PREFILL_PROF_DECODE (default 2) decode runs after a prefill, each under
 torch.profiler. PREFILL_PROF_OUT gets, per profiled run, its wall ms, rows and appended positions,
-the device's kernel time (the sum of CUDA kernel self times) against the wall, and the top kernels
-and ops by device time: whether a slow prefill is the host dispatching ops (kernel time well below
-the wall) or the kernels themselves, and which. Without CUDA it profiles the CPU ops alone (the
-tests run it so)."""
+the device's kernel time (the sum of CUDA kernel self times) against the wall, the top kernels
+and ops by device time and, on CUDA, the ops by host time (dispatch, and waits for the device):
+whether a slow prefill is the host dispatching ops (kernel time well below the wall) or the
+kernels themselves, and which. Without CUDA it profiles the CPU ops alone (the tests run it so)."""
 
 import os
 import sys
@@ -63,6 +63,10 @@ def profiled(self, header, tensors):
     OUT.write(f"\n=== {kind} run: {len(rows)} rows, appended {sum(append)} positions (max {max(append) if append else 0} a row), "
               f"wall {wall:.2f} ms (profiled), {device}\n")
     OUT.write(_table(events, cuda) + "\n")
+    if cuda:
+        # The host's side: where its time went (op dispatch, and waits for the device such as
+        # cudaStreamSynchronize or a blocking copy, which stall the ops queued behind them).
+        OUT.write("host (self CPU time):\n" + events.table(sort_by="self_cpu_time_total", row_limit=15) + "\n")
     return reply
 
 
