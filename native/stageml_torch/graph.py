@@ -29,14 +29,21 @@ def op_key(printed):
 
 
 class _Ctx:
-    __slots__ = ("device", "env", "generator", "memo", "consts")
+    __slots__ = ("device", "env", "generator", "memo", "consts", "host")
 
     def __init__(self, device, env, generator, consts):
         self.device = device
         self.env = env
         self.generator = generator
-        # Per-run facts ops may share (op_attention: whether a mask tensor is all zeros).
+        # Per-run facts ops may share (op_attention: whether a mask tensor is all zeros; an index's
+        # bounds).
         self.memo = {}
+        # Device address -> (device tensor, the host tensor it was copied from) for the inputs
+        # this run moved to the device (held here, so no other tensor takes their memory during
+        # the run): what an op reads on the host of one of them or of a reshape of it (a mask's
+        # zeros, an index's bounds) it reads from there, without waiting for the device
+        # (ops.host_of).
+        self.host = {}
         # The program's multi-valued constants by (attrs, shape), built on first use (op_constant).
         self.consts = consts
 
@@ -163,6 +170,7 @@ class Program:
                 raise errors.WorkerError(errors.UNKNOWN_INPUT, "'%s' is not an input of @%s (inputs: %s)" % (k, self.name, ", ".join(sorted(declared)) or "none"))
         env_vals = dict(self.params)
         entries = []
+        host = {}
         for name, vid in self.inputs:
             if name not in inputs:
                 _, dtype, shape = self.value_types[vid]
@@ -172,9 +180,12 @@ class Program:
             if t.dtype != DTYPES[dtype]:
                 raise errors.WorkerError(errors.BAD_VALUE, "input '%s' is %s, declared %s" % (name, t.dtype, dtype))
             entries.append((name, shape, tuple(t.shape)))
-            env_vals[vid] = t.to(self.device, non_blocking=True)
+            env_vals[vid] = d = t.to(self.device, non_blocking=True)
+            if d is not t and t.device.type == "cpu" and d.numel() > 0:
+                host[d.data_ptr()] = (d, t)
         env = bind_dims(entries, self.param_env)
         ctx = _Ctx(self.device, env, self.generator, self.consts)
+        ctx.host = host
         for si, (key, fn, operands, attrs, ids) in enumerate(self.steps):
             args = [env_vals[v] for v in operands]
             half_native = key in RAW_OPERANDS or (self.on_cuda and key in NATIVE_HALF_ON_CUDA)

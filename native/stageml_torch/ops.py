@@ -502,14 +502,30 @@ CAPTURING = [False]
 INDEX_WATCH = [None]
 
 
-def _index(idx, size, op):
+def _index(idx, size, op, ctx=None):
+    """idx as int64, checked to lie in [0, size) (`RT_EVAL` otherwise). The check reads the index's
+    bounds on the host, which on a GPU waits for the device: once per run for each index tensor
+    (memoized in the run's context, keyed by its storage and layout, the tensor held there so that
+    no other tensor takes its memory during the run). An eager prefill of a program with slot
+    tables gathers the same slot index for every projection (224 gathers a step of a 16-layer
+    model): unmemoized, 448 host waits, each stalling the ops queued behind it."""
     i = idx.long()
     w = INDEX_WATCH[0]
     if w is not None and i.numel() > 0 and idx.data_ptr() in w[0]:
         w[1].append((w[0][idx.data_ptr()], size))
-    if CAPTURING[0]:
+    if CAPTURING[0] or i.numel() == 0:
         return i
-    if i.numel() > 0 and (int(i.min()) < 0 or int(i.max()) >= size):
+    memo = None if ctx is None else ctx.memo
+    key = ("index bounds", idx.data_ptr(), tuple(idx.shape), tuple(idx.stride()), idx.dtype, idx.device)
+    hit = None if memo is None else memo.get(key)
+    if hit is None or hit[0] is not idx:
+        # From the host tensor an input was copied from, else one read of both bounds.
+        src = host_of(idx, ctx)
+        lo, hi = (src.min().item(), src.max().item()) if src is not None else torch.stack([i.min(), i.max()]).tolist()
+        hit = (idx, lo, hi)
+        if memo is not None:
+            memo[key] = hit
+    if hit[1] < 0 or hit[2] >= size:
         raise errors.WorkerError(errors.EVAL, "%s: an index is out of range [0, %d)" % (op, size))
     return i
 
@@ -517,7 +533,7 @@ def _index(idx, size, op):
 def op_gather(x, a, ctx):
     table, idx = x
     ax = _axis(a.get("axis", 0), table.dim())
-    i = _index(idx, table.shape[ax], "gather")
+    i = _index(idx, table.shape[ax], "gather", ctx)
     flat = torch.index_select(table, ax, i.reshape(-1))
     return [flat.reshape(list(table.shape[:ax]) + list(idx.shape) + list(table.shape[ax + 1 :]))]
 
@@ -525,13 +541,13 @@ def op_gather(x, a, ctx):
 def op_index_select(x, a, ctx):
     t, idx = x
     ax = _axis(a.get("axis", 0), t.dim())
-    return [torch.index_select(t, ax, _index(idx, t.shape[ax], "indexSelect"))]
+    return [torch.index_select(t, ax, _index(idx, t.shape[ax], "indexSelect", ctx))]
 
 
 def op_scatter_add(x, a, ctx):
     t, idx, up = x
     ax = _axis(a.get("axis", 0), t.dim())
-    i = _index(idx, t.shape[ax], "scatterAdd")
+    i = _index(idx, t.shape[ax], "scatterAdd", ctx)
     if t.dtype in HALF:
         return [_f32(t).index_add(ax, i, _f32(up))]
     return [t.index_add(ax, i, up)]
@@ -566,16 +582,33 @@ def op_rotary(x, a, ctx):
     return [t * c + rot * s]
 
 
+def host_of(t, ctx):
+    """`t`'s values on the host where `t` is an input the run copied from the host (graph.Program.run),
+    or a contiguous reshape of one (the same memory, the same elements in the same order); else None."""
+    entry = None if ctx is None or t.numel() == 0 else getattr(ctx, "host", {}).get(t.data_ptr())
+    if entry is None:
+        return None
+    dev, src = entry
+    if dev is t:
+        return src
+    if dev.numel() == t.numel() and dev.dtype == t.dtype and dev.is_contiguous() and t.is_contiguous():
+        return src.reshape(t.shape)
+    return None
+
+
 def _all_zero(mask, ctx):
-    """Whether a float mask is all zeros (no key masked), memoized per run for the tensor."""
+    """Whether a float mask is all zeros (no key masked), memoized per run for the tensor (held in
+    the memo, so that no other tensor takes its memory during the run); read from the host tensor
+    an input mask was copied from, else from the device (a wait for it)."""
     if CAPTURING[0]:
         return False  # (a graph is replayed with other masks: the general, masked path)
-    key = (mask.data_ptr(), tuple(mask.shape), mask.dtype)
+    key = ("all zero", mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()), mask.dtype)
     hit = ctx.memo.get(key)
-    if hit is None:
-        hit = not bool((mask != 0).any())
+    if hit is None or hit[0] is not mask:
+        src = host_of(mask, ctx)
+        hit = (mask, not bool(((src if src is not None else mask) != 0).any()))
         ctx.memo[key] = hit
-    return hit
+    return hit[1]
 
 
 #: Rows from which a graphed decode step's attention may use SDPA's cuDNN backend (op_attention).
