@@ -45,7 +45,16 @@ print(json.dumps({
     "no context": ops.host_of(dev, None) is None,
 }))
 `);
-    expect(out).toEqual({ same: true, reshape: [99, 1], columns: true, rows: true, transposed: true, 'other dtype': true, 'not an input': true, 'no context': true });
+    expect(out).toEqual({
+      same: true,
+      reshape: [99, 1],
+      columns: true,
+      rows: true,
+      transposed: true,
+      'other dtype': true,
+      'not an input': true,
+      'no context': true,
+    });
   }, 60_000);
 
   it("checks an index's bounds on the host copy, once per run for each index tensor, and still rejects one out of range", () => {
