@@ -28,10 +28,26 @@ def _tokens(text):
     return out
 
 
+# Dims parsed before (text -> tokens): a program's reshapes and slices evaluate the same few dims
+# at every run (~600 a step of a 16-layer model), which tokenized each one again.
+_PARSED = {}
+_PARSED_MAX = 4096
+
+
+def _tokens_of(text):
+    toks = _PARSED.get(text)
+    if toks is None:
+        toks = tuple(_tokens(text))
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[text] = toks
+    return toks
+
+
 class _Parser:
     def __init__(self, text, env):
         self.text = text
-        self.toks = _tokens(text)
+        self.toks = _tokens_of(text)
         self.i = 0
         self.env = env
 
@@ -94,6 +110,9 @@ def evaluate_dim(d, env):
     if isinstance(d, int):
         return d
     if isinstance(d, str):
+        v = env.get(d)
+        if type(v) is int:
+            return v  # a bound symbol
         p = _Parser(d, env)
         v = p.expr()
         if p.peek() is not None:
@@ -135,7 +154,7 @@ def bind_dims(entries, env=None):
                 raise errors.WorkerError(errors.BAD_VALUE, "'%s': dim %s = %d, got %d" % (name, d, v, s))
         solved = []
         for name, d, s in left:
-            names = [t[1] for t in _tokens(d) if t[0] == "name" and t[1] not in env]
+            names = [t[1] for t in _tokens_of(d) if t[0] == "name" and t[1] not in env]
             if len(set(names)) != 1:
                 continue
             sym = names[0]

@@ -128,6 +128,8 @@ class Program:
         keep = {v for _, v in self.outputs}
         self.free_after = [[v for v in operands if last.get(v) == si and v not in keep and v not in self.params] for si, (_, _, operands, _, _) in enumerate(self.steps)]
         self.consts = {}
+        self._planned = None
+        self._steps_plan = []
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
 
@@ -151,6 +153,18 @@ class Program:
             p = getattr(fn, "prime", None)
             if p is not None:
                 p([vals.get(v) for v in operands])
+
+    def _plan(self):
+        """Per step what `run` needs beyond the step itself, derived once (again where `steps` was
+        replaced): whether its operands stay in half precision, its results' dtypes, the values dead
+        after it."""
+        if self._planned is not self.steps:
+            self._steps_plan = [
+                (key, fn, operands, attrs, ids, key in RAW_OPERANDS or (self.on_cuda and key in NATIVE_HALF_ON_CUDA), [DTYPES[self.value_types[v][1]] for v in ids], self.free_after[si])
+                for si, (key, fn, operands, attrs, ids) in enumerate(self.steps)
+            ]
+            self._planned = self.steps
+        return self._steps_plan
 
     def run(self, inputs, keep=()):
         """Runs on `inputs` (name → tensor, any device); returns name → tensor on the device: the
@@ -186,9 +200,8 @@ class Program:
         env = bind_dims(entries, self.param_env)
         ctx = _Ctx(self.device, env, self.generator, self.consts)
         ctx.host = host
-        for si, (key, fn, operands, attrs, ids) in enumerate(self.steps):
+        for key, fn, operands, attrs, ids, half_native, wants, free in self._plan():
             args = [env_vals[v] for v in operands]
-            half_native = key in RAW_OPERANDS or (self.on_cuda and key in NATIVE_HALF_ON_CUDA)
             if not half_native:
                 args = [a.float() if a.dtype in HALF else a for a in args]
             try:
@@ -197,10 +210,9 @@ class Program:
                 raise
             except (RuntimeError, ValueError, IndexError, TypeError) as e:
                 raise errors.WorkerError(errors.EVAL, "node %s (%s): %s" % (self.value_types[ids[0]][0], key, e)) from e
-            for vid, t in zip(ids, outs):
-                want = DTYPES[self.value_types[vid][1]]
+            for vid, want, t in zip(ids, wants, outs):
                 env_vals[vid] = t if t.dtype == want else t.to(want)
-            for v in self.free_after[si]:
+            for v in free:
                 if v not in kept:
                     env_vals.pop(v, None)
         out = {name: env_vals[vid] for name, vid in self.outputs}
