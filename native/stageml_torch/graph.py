@@ -31,7 +31,7 @@ def op_key(printed):
 class _Ctx:
     __slots__ = ("device", "env", "generator", "memo", "consts", "host")
 
-    def __init__(self, device, env, generator, consts):
+    def __init__(self, device, env, generator, consts, host=None):
         self.device = device
         self.env = env
         self.generator = generator
@@ -43,7 +43,7 @@ class _Ctx:
         # the run): what an op reads on the host of one of them or of a reshape of it (a mask's
         # zeros, an index's bounds) it reads from there, without waiting for the device
         # (ops.host_of).
-        self.host = {}
+        self.host = {} if host is None else host
         # The program's multi-valued constants by (attrs, shape), built on first use (op_constant).
         self.consts = consts
 
@@ -198,8 +198,7 @@ class Program:
             if d is not t and t.device.type == "cpu" and d.numel() > 0:
                 host[d.data_ptr()] = (d, t)
         env = bind_dims(entries, self.param_env)
-        ctx = _Ctx(self.device, env, self.generator, self.consts)
-        ctx.host = host
+        ctx = _Ctx(self.device, env, self.generator, self.consts, host)
         for key, fn, operands, attrs, ids, half_native, wants, free in self._plan():
             args = [env_vals[v] for v in operands]
             if not half_native:

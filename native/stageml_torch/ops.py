@@ -503,7 +503,7 @@ INDEX_WATCH = [None]
 
 
 def _index(idx, size, op, ctx=None):
-    """idx as int64, checked to lie in [0, size) (`RT_EVAL` otherwise). The check reads the index's
+    """idx as int64, checked to lie in [0, size) (`RT_EVAL_FAILED` otherwise). The check reads the index's
     bounds on the host, which on a GPU waits for the device: once per run for each index tensor
     (memoized in the run's context, keyed by its storage and layout, the tensor held there so that
     no other tensor takes its memory during the run). An eager prefill of a program with slot
@@ -585,7 +585,7 @@ def op_rotary(x, a, ctx):
 def host_of(t, ctx):
     """`t`'s values on the host where `t` is an input the run copied from the host (graph.Program.run),
     or a contiguous reshape of one (the same memory, the same elements in the same order); else None."""
-    entry = None if ctx is None or t.numel() == 0 else getattr(ctx, "host", {}).get(t.data_ptr())
+    entry = None if ctx is None or t.numel() == 0 else ctx.host.get(t.data_ptr())
     if entry is None:
         return None
     dev, src = entry

@@ -14,9 +14,7 @@ import json, torch
 from stageml_torch import errors, graph, ops
 
 def ctx_with(pairs):
-    c = graph._Ctx(torch.device("cpu"), {}, None, {})
-    c.host = {dev.data_ptr(): (dev, src) for dev, src in pairs}
-    return c
+    return graph._Ctx(torch.device("cpu"), {}, None, {}, {dev.data_ptr(): (dev, src) for dev, src in pairs})
 
 def rejects(fn):
     try:
